@@ -1,0 +1,242 @@
+#include "common/config/job.h"
+
+#include <charconv>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "common/config/json_reader.h"
+
+namespace tfd::config {
+namespace {
+
+using nlohmann::json;
+
+constexpr int kMaxUnits = 1 << 16;
+
+std::string_view Known(std::string_view what) {
+  if (what == "model") return "softmax, mlp, dnn, cnn or {\"layers\": [...]}";
+  return "";
+}
+
+bool ParseActivation(std::string_view s, Activation* out) {
+  if (s == "none" || s == "linear") *out = Activation::kNone;
+  else if (s == "relu") *out = Activation::kRelu;
+  else if (s == "sigmoid") *out = Activation::kSigmoid;
+  else if (s == "elu") *out = Activation::kElu;
+  else if (s == "tanh") *out = Activation::kTanh;
+  else return false;
+  return true;
+}
+
+// "init": "glorot_uniform" | {"type": "normal", "stddev": 0.1}
+void ReadInit(ObjectReader& r, InitSpec* out) {
+  const json* v = r.Get("init");
+  if (v == nullptr) return;
+  std::string type;
+  std::string path = r.PathOf("init");
+  if (v->is_string()) {
+    type = v->get<std::string>();
+  } else if (v->is_object()) {
+    ObjectReader o = r.Child(*v, path);
+    o.String("type", &type, /*required=*/true);
+    o.Double("stddev", 0, 1e3, /*min_exclusive=*/true, &out->stddev);
+    if (!o.Finish().ok()) return;
+    path += ".type";
+  } else {
+    return r.Fail(path, "expected an initializer name or {\"type\": ..., \"stddev\": ...}, got " + Describe(*v));
+  }
+  if (type == "zeros") out->kind = InitKind::kZeros;
+  else if (type == "normal") out->kind = InitKind::kNormal;
+  else if (type == "truncated_normal") out->kind = InitKind::kTruncatedNormal;
+  else if (type == "glorot_uniform") out->kind = InitKind::kGlorotUniform;
+  else if (type == "he_normal") out->kind = InitKind::kHeNormal;
+  else r.Fail(path, fmt::format("unknown initializer \"{}\" (expected zeros, normal, truncated_normal, glorot_uniform or he_normal)", type));
+}
+
+void ReadLayer(const json& j, const std::string& path, LayerSpec* layer, const ObjectReader& parent) {
+  ObjectReader r = parent.Child(j, path);
+  std::string type;
+  r.String("type", &type, /*required=*/true);
+  if (type == "dense") {
+    layer->kind = LayerSpec::Kind::kDense;
+    r.Int("units", 1, kMaxUnits, &layer->units, /*required=*/true);
+  } else if (type == "conv2d") {
+    layer->kind = LayerSpec::Kind::kConv2D;
+    r.Int("filters", 1, 4096, &layer->filters, /*required=*/true);
+    r.Int("kernel_size", 1, 64, &layer->kernel_size, /*required=*/true);
+  } else if (type == "max_pool2d") {
+    layer->kind = LayerSpec::Kind::kMaxPool2D;
+    r.Int("pool_size", 1, 64, &layer->pool_size, /*required=*/true);
+  } else if (type == "flatten") {
+    layer->kind = LayerSpec::Kind::kFlatten;
+  } else if (r.status().ok()) {
+    r.Fail(r.PathOf("type"), fmt::format("unknown layer type \"{}\" (expected dense, conv2d, max_pool2d or flatten)", type));
+  }
+  if (layer->kind == LayerSpec::Kind::kDense || layer->kind == LayerSpec::Kind::kConv2D) {
+    std::string act = "none";
+    r.String("activation", &act);
+    if (r.status().ok() && !ParseActivation(act, &layer->activation))
+      r.Fail(r.PathOf("activation"), fmt::format("unknown activation \"{}\" (expected none, relu, sigmoid, elu or tanh)", act));
+    ReadInit(r, &layer->init);
+  }
+  (void)r.Finish();
+}
+
+void ReadModel(ObjectReader& root, ModelSpec* model) {
+  const json* v = root.Get("model");
+  if (v == nullptr) return root.Fail("model", std::string("missing (expected ") + std::string(Known("model")) + ")");
+  if (v->is_string()) {
+    model->name = v->get<std::string>();
+    if (model->name != "softmax" && model->name != "mlp" && model->name != "dnn" && model->name != "cnn")
+      root.Fail("model", fmt::format("unknown model \"{}\" (expected {})", model->name, Known("model")));
+    return;
+  }
+  if (!v->is_object()) return root.Fail("model", fmt::format("expected {}, got {}", Known("model"), Describe(*v)));
+  ObjectReader r = root.Child(*v, "model");
+  if (r.Has("name") && r.Has("layers")) r.Fail("model", "give either \"name\" or \"layers\", not both");
+  if (r.Has("name")) {
+    r.String("name", &model->name);
+    if (r.status().ok() && model->name != "softmax" && model->name != "mlp" && model->name != "dnn" && model->name != "cnn")
+      r.Fail("model.name", fmt::format("unknown model \"{}\" (expected softmax, mlp, dnn or cnn)", model->name));
+  } else {
+    const json* layers = r.Get("layers");
+    if (layers == nullptr || !layers->is_array() || layers->empty()) {
+      r.Fail("model.layers", "expected a non-empty array of layers (or \"name\": one of softmax, mlp, dnn, cnn)");
+    } else {
+      model->name = "layers";
+      model->layers.resize(layers->size());
+      for (std::size_t i = 0; i < layers->size(); ++i)
+        ReadLayer((*layers)[i], r.PathOf("layers", i), &model->layers[i], r);
+    }
+  }
+  ReadInit(r, &model->init);
+  (void)r.Finish();
+}
+
+void ReadOptimizer(ObjectReader& root, OptimizerSpec* opt) {
+  const json* v = root.Get("optimizer");
+  if (v == nullptr) return root.Fail("optimizer", "missing (expected {\"type\": \"sgd\"|\"momentum\"|\"adam\", \"learning_rate\": ...})");
+  ObjectReader r = root.Child(*v, "optimizer");
+  std::string type;
+  r.String("type", &type, /*required=*/true);
+  if (type == "sgd") {
+    opt->type = OptimizerSpec::Type::kSgd;
+  } else if (type == "momentum") {
+    opt->type = OptimizerSpec::Type::kMomentum;
+    r.Double("momentum", 0, 1, false, &opt->momentum, /*required=*/true);
+    r.Bool("use_nesterov", &opt->use_nesterov);
+  } else if (type == "adam") {
+    opt->type = OptimizerSpec::Type::kAdam;
+    opt->learning_rate = 0.001;
+    r.Double("beta1", 0, 1, false, &opt->beta1);
+    r.Double("beta2", 0, 1, false, &opt->beta2);
+    r.Double("epsilon", 0, 1, true, &opt->epsilon);
+    if (opt->beta1 >= 1) r.Fail("optimizer.beta1", "must be below 1");
+    if (opt->beta2 >= 1) r.Fail("optimizer.beta2", "must be below 1");
+  } else if (r.status().ok()) {
+    r.Fail("optimizer.type", fmt::format("unknown optimizer \"{}\" (expected sgd, momentum or adam)", type));
+  }
+  r.Double("learning_rate", 0, 1e6, /*min_exclusive=*/true, &opt->learning_rate, /*required=*/type != "adam");
+  (void)r.Finish();
+}
+
+void ReadUpdate(ObjectReader& root, UpdateSpec* update) {
+  const json* v = root.Get("update");
+  if (v == nullptr) return;
+  ObjectReader r = root.Child(*v, "update");
+  std::string mode;
+  r.String("mode", &mode, /*required=*/true);
+  if (mode == "async") update->mode = UpdateSpec::Mode::kAsync;
+  else if (mode == "sync") update->mode = UpdateSpec::Mode::kSync;
+  else if (mode == "allreduce") update->mode = UpdateSpec::Mode::kAllreduce;
+  else if (r.status().ok()) r.Fail("update.mode", fmt::format("unknown mode \"{}\" (expected async, sync or allreduce)", mode));
+  if (update->mode == UpdateSpec::Mode::kSync) {
+    r.Int("replicas_to_aggregate", 1, 1 << 16, &update->replicas_to_aggregate);
+    r.Int("total_num_replicas", 1, 1 << 16, &update->total_num_replicas);
+    if (update->replicas_to_aggregate > 0 && update->total_num_replicas > 0 &&
+        update->replicas_to_aggregate > update->total_num_replicas)
+      r.Fail("update.replicas_to_aggregate",
+             fmt::format("{} is more than total_num_replicas {}", update->replicas_to_aggregate, update->total_num_replicas));
+  }
+  (void)r.Finish();
+}
+
+void ReadCheckpoint(ObjectReader& root, CheckpointSpec* ckpt) {
+  const json* v = root.Get("checkpoint");
+  if (v == nullptr) return;
+  ObjectReader r = root.Child(*v, "checkpoint");
+  r.String("dir", &ckpt->dir, /*required=*/true);
+  if (r.status().ok() && ckpt->dir.empty()) r.Fail("checkpoint.dir", "must not be empty");
+  r.Int("every_steps", std::int64_t{0}, std::int64_t{1} << 40, &ckpt->every_steps);
+  r.Double("every_secs", 0, 1e9, false, &ckpt->every_secs);
+  r.Int("keep", 1, 1000, &ckpt->keep);
+  (void)r.Finish();
+}
+
+}  // namespace
+
+std::string_view ActivationName(Activation a) {
+  switch (a) {
+    case Activation::kNone: return "none";
+    case Activation::kRelu: return "relu";
+    case Activation::kSigmoid: return "sigmoid";
+    case Activation::kElu: return "elu";
+    case Activation::kTanh: return "tanh";
+  }
+  return "?";
+}
+
+Result<JobSpec> ParseJobSpec(std::string_view text, std::string_view source) {
+  json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) return Status::InvalidArgument(fmt::format("{}: not valid JSON", source));
+  JobSpec job;
+  Status status;
+  ObjectReader r(doc, std::string(source), "", &status);
+  ReadModel(r, &job.model);
+  r.String("data", &job.data, /*required=*/true);
+  if (r.status().ok() && job.data.empty()) r.Fail("data", "must name a folder with the MNIST IDX files");
+  r.Int("epochs", 1, 100000, &job.epochs, /*required=*/true);
+  r.Int("batch_size", 1, 1 << 16, &job.batch_size, /*required=*/true);
+  ReadOptimizer(r, &job.optimizer);
+  ReadUpdate(r, &job.update);
+  std::string placement = "balanced";
+  r.String("placement", &placement);
+  if (placement == "balanced") job.placement = Placement::kBalanced;
+  else if (placement == "round_robin") job.placement = Placement::kRoundRobin;
+  else if (placement == "greedy") job.placement = Placement::kGreedy;
+  else r.Fail("placement", fmt::format("unknown placement \"{}\" (expected balanced, round_robin or greedy)", placement));
+  std::int64_t seed = static_cast<std::int64_t>(job.seed);
+  r.Int("seed", std::int64_t{0}, INT64_MAX, &seed);
+  job.seed = static_cast<std::uint64_t>(seed);
+  r.Int("log_every_steps", 0, 1 << 30, &job.log_every_steps);
+  r.String("device", &job.device);
+  if (r.status().ok() && job.device != "cpu") {
+    int n = -1;
+    std::string_view d = job.device;
+    bool ok = d.starts_with("cuda:") && d.size() > 5;
+    if (ok) {
+      auto [p, ec] = std::from_chars(d.data() + 5, d.data() + d.size(), n);
+      ok = ec == std::errc() && p == d.data() + d.size() && n >= 0 && n < 64;
+    }
+    if (!ok) r.Fail("device", fmt::format("expected \"cpu\" or \"cuda:N\", got \"{}\"", job.device));
+    job.cuda_device = n;
+  }
+  r.Double("gpu_memory_fraction", 0, 1, /*min_exclusive=*/true, &job.gpu_memory_fraction);
+  r.Int("threads", 1, 256, &job.threads);
+  r.Bool("shuffle", &job.shuffle);
+  ReadCheckpoint(r, &job.checkpoint);
+  TFD_RETURN_IF_ERROR(r.Finish());
+  return job;
+}
+
+Result<JobSpec> LoadJobSpec(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::NotFound(fmt::format("{}: cannot open the job file", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ParseJobSpec(ss.str(), path);
+}
+
+}  // namespace tfd::config

@@ -1,0 +1,97 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/base/status.h"
+
+namespace tfd::config {
+
+enum class Activation { kNone, kRelu, kSigmoid, kElu, kTanh };
+std::string_view ActivationName(Activation a);
+
+// How a layer's kernel is initialised (biases always start at zero).
+enum class InitKind {
+  kDefault,          // the layer's default: what the seed model used, else glorot_uniform
+  kZeros,
+  kNormal,           // N(0, stddev²)
+  kTruncatedNormal,  // N(0, stddev²) redrawn beyond 2 stddev, as tf.truncated_normal
+  kGlorotUniform,    // U(±sqrt(6 / (fan_in + fan_out))), Keras' default
+  kHeNormal,         // truncated normal with stddev sqrt(2 / fan_in) / 0.8796, Keras' he_normal
+};
+struct InitSpec {
+  InitKind kind = InitKind::kDefault;
+  double stddev = 1.0;  // kNormal and kTruncatedNormal only
+};
+
+struct LayerSpec {
+  enum class Kind { kDense, kConv2D, kMaxPool2D, kFlatten };
+  Kind kind = Kind::kDense;
+  int units = 0;        // dense
+  int filters = 0;      // conv2d
+  int kernel_size = 0;  // conv2d: square kernel, stride 1, "valid" padding
+  int pool_size = 0;    // max_pool2d: square window with stride = pool_size
+  Activation activation = Activation::kNone;
+  InitSpec init;
+};
+
+// Either one of the seeds' models by name, or an explicit layer list ("layers").
+struct ModelSpec {
+  std::string name;               // "softmax" | "mlp" | "dnn" | "cnn" | "layers"
+  std::vector<LayerSpec> layers;  // only when name == "layers"
+  InitSpec init;                  // overrides every kernel's default init when not kDefault
+};
+
+struct OptimizerSpec {
+  enum class Type { kSgd, kMomentum, kAdam };
+  Type type = Type::kSgd;
+  double learning_rate = 0.01;
+  double momentum = 0.9;  // momentum
+  bool use_nesterov = false;
+  double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-7;  // adam (Keras defaults)
+};
+
+struct UpdateSpec {
+  enum class Mode { kAsync, kSync, kAllreduce };
+  Mode mode = Mode::kAsync;
+  int replicas_to_aggregate = 0;  // sync; 0 = every worker
+  int total_num_replicas = 0;     // sync; 0 = every worker
+};
+
+enum class Placement { kBalanced, kRoundRobin, kGreedy };
+
+struct CheckpointSpec {
+  std::string dir;  // empty: no checkpoints
+  std::int64_t every_steps = 0;
+  double every_secs = 0;
+  int keep = 3;
+};
+
+// The job spec of docs/config.md: what to train and how. Validated whole at load.
+struct JobSpec {
+  ModelSpec model;
+  std::string data;  // folder with the four MNIST IDX files
+  int epochs = 1;
+  int batch_size = 100;  // per worker
+  OptimizerSpec optimizer;
+  UpdateSpec update;
+  Placement placement = Placement::kBalanced;
+  std::uint64_t seed = 1;
+  int log_every_steps = 100;  // 0: no step events
+  std::string device = "cpu";  // "cpu" or "cuda:N"
+  int cuda_device = -1;        // N of "cuda:N", -1 for cpu
+  double gpu_memory_fraction = 1.0;
+  int threads = 1;  // compute threads per task
+  bool shuffle = true;
+  CheckpointSpec checkpoint;
+};
+
+// Parses and validates a job spec. `source` names the text in errors ("configs/jobs/mlp.json");
+// every error is InvalidArgument and reads "SOURCE: JSON.PATH: what was expected".
+Result<JobSpec> ParseJobSpec(std::string_view text, std::string_view source);
+// Reads the file at `path`; NotFound when it cannot be read.
+Result<JobSpec> LoadJobSpec(const std::string& path);
+
+}  // namespace tfd::config

@@ -1,0 +1,76 @@
+#include "common/model/dataset.h"
+
+#include <filesystem>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "common/base/random.h"
+#include "common/model/idx.h"
+
+namespace tfd::model {
+
+Result<Dataset> LoadIdxPair(const std::string& images_path, const std::string& labels_path, int num_classes) {
+  TFD_ASSIGN_OR_RETURN(IdxArray images, ReadIdxFile(images_path, 3));
+  TFD_ASSIGN_OR_RETURN(IdxArray labels, ReadIdxFile(labels_path, 1));
+  if (images.dims[0] != labels.dims[0]) {
+    return Status::Corruption(fmt::format("{}: {} labels, but {} has {} images", labels_path, labels.dims[0],
+                                          images_path, images.dims[0]));
+  }
+  for (std::size_t i = 0; i < labels.data.size(); ++i) {
+    if (labels.data[i] >= num_classes) {
+      return Status::Corruption(fmt::format("{}: label {} at index {} is outside [0, {})", labels_path,
+                                            labels.data[i], i, num_classes));
+    }
+  }
+  Dataset d;
+  d.size = images.dims[0];
+  d.height = static_cast<int>(images.dims[1]);
+  d.width = static_cast<int>(images.dims[2]);
+  d.num_classes = num_classes;
+  d.images = std::move(images.data);
+  d.labels = std::move(labels.data);
+  return d;
+}
+
+Result<MnistData> LoadMnist(const std::string& dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return Status::NotFound(fmt::format("{}: no such data folder (fetch MNIST with: scripts/fetch_mnist.sh {})", dir, dir));
+  }
+  auto path = [&dir](const char* name) { return (std::filesystem::path(dir) / name).string(); };
+  MnistData m;
+  TFD_ASSIGN_OR_RETURN(m.train, LoadIdxPair(path(kTrainImages), path(kTrainLabels)));
+  TFD_ASSIGN_OR_RETURN(m.test, LoadIdxPair(path(kTestImages), path(kTestLabels)));
+  if (m.train.height != m.test.height || m.train.width != m.test.width) {
+    return Status::Corruption(fmt::format("{}: test images are {}x{}, training images {}x{}", path(kTestImages),
+                                          m.test.height, m.test.width, m.train.height, m.train.width));
+  }
+  return m;
+}
+
+std::vector<std::uint32_t> EpochShard(std::int64_t n, std::uint64_t seed, int epoch, int index, int count, bool shuffle) {
+  std::vector<std::uint32_t> perm(static_cast<std::size_t>(n));
+  std::iota(perm.begin(), perm.end(), 0u);
+  if (shuffle) {
+    Rng rng(seed, 0x5348554646ULL + static_cast<std::uint64_t>(epoch));  // Fisher-Yates
+    for (std::size_t i = perm.size(); i > 1; --i) std::swap(perm[i - 1], perm[rng.Below(i)]);
+  }
+  std::vector<std::uint32_t> shard;
+  shard.reserve(static_cast<std::size_t>(n / count + 1));
+  for (std::int64_t i = index; i < n; i += count) shard.push_back(perm[static_cast<std::size_t>(i)]);
+  return shard;
+}
+
+void FillBatch(const Dataset& data, std::span<const std::uint32_t> indices, float* x, std::uint8_t* y) {
+  const std::int64_t pixels = data.pixels();
+  constexpr float kScale = 1.0f / 255.0f;
+  for (std::size_t r = 0; r < indices.size(); ++r) {
+    const std::uint8_t* src = data.images.data() + static_cast<std::int64_t>(indices[r]) * pixels;
+    float* dst = x + static_cast<std::int64_t>(r) * pixels;
+    for (std::int64_t i = 0; i < pixels; ++i) dst[i] = static_cast<float>(src[i]) * kScale;
+    y[r] = data.labels[indices[r]];
+  }
+}
+
+}  // namespace tfd::model

@@ -1,0 +1,49 @@
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/base/status.h"
+
+namespace tfd::model {
+
+// Labelled images kept as bytes (one uint8 per pixel); converted to floats one batch at a time.
+struct Dataset {
+  std::int64_t size = 0;
+  int height = 0, width = 0, channels = 1;
+  int num_classes = 10;
+  std::vector<std::uint8_t> images;  // size x height x width x channels
+  std::vector<std::uint8_t> labels;  // size, each < num_classes
+
+  std::int64_t pixels() const { return std::int64_t{height} * width * channels; }
+};
+
+struct MnistData {
+  Dataset train, test;
+};
+
+// File names of the four MNIST IDX files inside the data folder.
+inline constexpr const char* kTrainImages = "train-images-idx3-ubyte";
+inline constexpr const char* kTrainLabels = "train-labels-idx1-ubyte";
+inline constexpr const char* kTestImages = "t10k-images-idx3-ubyte";
+inline constexpr const char* kTestLabels = "t10k-labels-idx1-ubyte";
+
+// Loads an image file and its label file; Corruption when the counts differ or a label is not in
+// [0, num_classes), naming the file.
+Result<Dataset> LoadIdxPair(const std::string& images_path, const std::string& labels_path, int num_classes = 10);
+// Loads the four files from `dir`; NotFound naming the folder when it does not exist.
+Result<MnistData> LoadMnist(const std::string& dir);
+
+// The training examples worker `index` of `count` uses in `epoch`: a permutation of [0, n)
+// seeded by (seed, epoch) (the identity when !shuffle), then every count-th entry from `index`
+// (as PyTorch's DistributedSampler). For equal batches, the union of the workers' k-th batches is
+// the k-th batch of count * batch examples a single worker would take, which makes sync training
+// comparable with one process.
+std::vector<std::uint32_t> EpochShard(std::int64_t n, std::uint64_t seed, int epoch, int index, int count, bool shuffle);
+
+// Writes the examples `indices` as floats in [0, 1] to `x` (rows of pixels()) and their labels to `y`.
+void FillBatch(const Dataset& data, std::span<const std::uint32_t> indices, float* x, std::uint8_t* y);
+
+}  // namespace tfd::model

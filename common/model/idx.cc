@@ -1,0 +1,82 @@
+#include "common/model/idx.h"
+
+#include <algorithm>
+#include <fstream>
+
+#include <fmt/format.h>
+
+namespace tfd::model {
+namespace {
+
+std::uint32_t BigEndian32(const std::byte* p) {
+  return (std::to_integer<std::uint32_t>(p[0]) << 24) | (std::to_integer<std::uint32_t>(p[1]) << 16) |
+         (std::to_integer<std::uint32_t>(p[2]) << 8) | std::to_integer<std::uint32_t>(p[3]);
+}
+
+// Validates the magic and dimensions in `head` (the file's first bytes) against a file of
+// `file_size` bytes; returns the array with dims set and data still empty.
+Result<IdxArray> ParseHeader(std::span<const std::byte> head, std::uint64_t file_size, int rank, std::string_view source) {
+  const std::uint32_t expected_magic = 0x0800u | static_cast<std::uint32_t>(rank);
+  if (head.size() < 4)
+    return Status::Corruption(fmt::format("{}: truncated IDX file: {} bytes, too short for the 4-byte magic", source, file_size));
+  const std::uint32_t magic = BigEndian32(head.data());
+  if ((magic >> 16) != 0 || ((magic >> 8) & 0xff) != 0x08) {
+    return Status::Corruption(fmt::format("{}: not an unsigned-byte IDX file: magic 0x{:08x}, expected 0x{:08x}", source,
+                                          magic, expected_magic));
+  }
+  if (magic != expected_magic) {
+    return Status::Corruption(fmt::format("{}: wrong dimensions: IDX magic 0x{:08x} says {} dimensions, expected {} (0x{:08x})",
+                                          source, magic, magic & 0xff, rank, expected_magic));
+  }
+  const std::size_t header = IdxHeaderBytes(rank);
+  if (head.size() < header)
+    return Status::Corruption(fmt::format("{}: truncated IDX file: {} bytes, header needs {}", source, file_size, header));
+  IdxArray out;
+  std::uint64_t total = 1;
+  for (int i = 0; i < rank; ++i) {
+    std::uint32_t d = BigEndian32(head.data() + 4 + 4 * i);
+    if (d == 0) return Status::Corruption(fmt::format("{}: wrong dimensions: dimension {} is 0", source, i));
+    total *= d;
+    if (total > kMaxIdxBytes)
+      return Status::Corruption(fmt::format("{}: wrong dimensions: header claims more than {} bytes of data", source, kMaxIdxBytes));
+    out.dims.push_back(d);
+  }
+  const std::uint64_t have = file_size - header;
+  if (have < total) {
+    return Status::Corruption(fmt::format("{}: truncated IDX file: header says {} bytes of data ({}), file has {}", source,
+                                          total, fmt::join(out.dims, "x"), have));
+  }
+  if (have > total) {
+    return Status::Corruption(fmt::format("{}: wrong dimensions: header says {} bytes of data ({}), file has {} more",
+                                          source, total, fmt::join(out.dims, "x"), have - total));
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<IdxArray> ParseIdx(std::span<const std::byte> bytes, int rank, std::string_view source) {
+  TFD_ASSIGN_OR_RETURN(IdxArray out, ParseHeader(bytes, bytes.size(), rank, source));
+  const auto* begin = reinterpret_cast<const std::uint8_t*>(bytes.data());
+  out.data.assign(begin + IdxHeaderBytes(rank), begin + bytes.size());
+  return out;
+}
+
+Result<IdxArray> ReadIdxFile(const std::string& path, int rank) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return Status::NotFound(fmt::format("{}: cannot open", path));
+  const std::streamoff size = in.tellg();
+  if (size < 0) return Status::NotFound(fmt::format("{}: cannot read", path));
+  in.seekg(0);
+  // Check the header first, then read the payload straight into the array: no second copy.
+  std::vector<std::byte> head(std::min<std::size_t>(IdxHeaderBytes(rank), static_cast<std::size_t>(size)));
+  if (!in.read(reinterpret_cast<char*>(head.data()), static_cast<std::streamsize>(head.size())))
+    return Status::NotFound(fmt::format("{}: read failed", path));
+  TFD_ASSIGN_OR_RETURN(IdxArray out, ParseHeader(head, static_cast<std::uint64_t>(size), rank, path));
+  out.data.resize(static_cast<std::size_t>(size) - head.size());
+  if (!in.read(reinterpret_cast<char*>(out.data.data()), static_cast<std::streamsize>(out.data.size())))
+    return Status::NotFound(fmt::format("{}: read failed", path));
+  return out;
+}
+
+}  // namespace tfd::model

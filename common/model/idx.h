@@ -1,0 +1,33 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/base/status.h"
+
+namespace tfd::model {
+
+// An IDX array of unsigned bytes (type code 0x08), as the MNIST files store images and labels.
+struct IdxArray {
+  std::vector<std::uint32_t> dims;
+  std::vector<std::uint8_t> data;  // row-major, product(dims) bytes
+};
+
+// Largest IDX payload accepted (bytes); a header claiming more is rejected before allocating.
+inline constexpr std::uint64_t kMaxIdxBytes = std::uint64_t{1} << 32;
+
+// Bytes before the data: magic and one u32 per dimension.
+inline constexpr std::size_t IdxHeaderBytes(int rank) { return 4 + 4 * static_cast<std::size_t>(rank); }
+
+// Parses IDX bytes that must hold a ubyte array of `rank` dimensions. `source` names the bytes in
+// errors. Corruption (message "SOURCE: ...") on a wrong magic, type or rank, a zero dimension, a
+// size over kMaxIdxBytes, and a file shorter or longer than its header says.
+Result<IdxArray> ParseIdx(std::span<const std::byte> bytes, int rank, std::string_view source);
+// Reads and parses the file at `path`; NotFound when it cannot be opened.
+Result<IdxArray> ReadIdxFile(const std::string& path, int rank);
+
+}  // namespace tfd::model

@@ -1,0 +1,234 @@
+#include "common/model/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "common/base/random.h"
+#include "common/base/sha256.h"
+
+namespace tfd::model {
+namespace {
+
+using config::InitKind;
+using config::InitSpec;
+using config::LayerSpec;
+
+LayerSpec Dense(int units, config::Activation act, InitSpec init) {
+  LayerSpec l;
+  l.kind = LayerSpec::Kind::kDense;
+  l.units = units;
+  l.activation = act;
+  l.init = init;
+  return l;
+}
+
+// The seeds' models, layer by layer, with the initializers the seeds used.
+std::vector<LayerSpec> SeedLayers(const std::string& name) {
+  using A = config::Activation;
+  if (name == "softmax") return {Dense(10, A::kNone, {InitKind::kZeros})};  // TF's MNIST tutorial: zeros
+  if (name == "mlp") {
+    // tf.random_normal (stddev 1) weights: the seed's slow learner.
+    InitSpec normal{InitKind::kNormal, 1.0};
+    return {Dense(100, A::kSigmoid, normal), Dense(10, A::kNone, normal)};
+  }
+  if (name == "dnn") {
+    std::vector<LayerSpec> l(5, Dense(160, A::kElu, {InitKind::kHeNormal}));
+    l.push_back(Dense(10, A::kNone, {InitKind::kHeNormal}));
+    return l;
+  }
+  // cnn: Keras defaults (glorot_uniform kernels).
+  LayerSpec conv;
+  conv.kind = LayerSpec::Kind::kConv2D;
+  conv.filters = 32;
+  conv.kernel_size = 3;
+  conv.activation = A::kRelu;
+  LayerSpec pool;
+  pool.kind = LayerSpec::Kind::kMaxPool2D;
+  pool.pool_size = 2;
+  LayerSpec flatten;
+  flatten.kind = LayerSpec::Kind::kFlatten;
+  return {conv, pool, flatten, Dense(64, A::kRelu, {}), Dense(10, A::kNone, {})};
+}
+
+void FillInit(const tensor::ParamSpec& p, std::span<float> out, Rng& rng) {
+  InitSpec init = p.init;
+  switch (init.kind) {
+    case InitKind::kZeros: std::fill(out.begin(), out.end(), 0.0f); return;
+    case InitKind::kNormal:
+      for (float& v : out) v = static_cast<float>(rng.Normal() * init.stddev);
+      return;
+    case InitKind::kDefault:
+    case InitKind::kGlorotUniform: {
+      double limit = std::sqrt(6.0 / static_cast<double>(p.fan_in + p.fan_out));
+      for (float& v : out) v = static_cast<float>((2 * rng.Uniform() - 1) * limit);
+      return;
+    }
+    case InitKind::kHeNormal:
+      init.stddev = std::sqrt(2.0 / static_cast<double>(p.fan_in)) / 0.87962566103423978;
+      [[fallthrough]];
+    case InitKind::kTruncatedNormal:
+      for (float& v : out) {
+        double z;
+        do z = rng.Normal(); while (std::abs(z) > 2.0);
+        v = static_cast<float>(z * init.stddev);
+      }
+      return;
+  }
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Model>> Model::Build(const config::ModelSpec& spec, tensor::ActShape input, int classes,
+                                            int max_batch) {
+  std::unique_ptr<Model> m(new Model());
+  m->input_ = input;
+  m->classes_ = classes;
+  m->max_batch_ = max_batch;
+  std::vector<LayerSpec> specs = spec.name == "layers" ? spec.layers : SeedLayers(spec.name);
+  tensor::ActShape shape = input;
+  std::map<std::string, int> kind_count;
+  std::vector<std::string> layer_names;
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    LayerSpec l = specs[i];
+    if (spec.init.kind != InitKind::kDefault) l.init = spec.init;
+    const std::string where = spec.name == "layers" ? fmt::format("model.layers[{}]", i) : fmt::format("model \"{}\"", spec.name);
+    std::unique_ptr<tensor::Layer> layer;
+    std::string kind;
+    switch (l.kind) {
+      case LayerSpec::Kind::kFlatten: shape = {1, 1, static_cast<int>(shape.size())}; continue;
+      case LayerSpec::Kind::kDense:
+        layer = tensor::MakeDense(shape, l.units, l.activation, l.init);
+        kind = "dense";
+        break;
+      case LayerSpec::Kind::kConv2D:
+        if (shape.h < l.kernel_size || shape.w < l.kernel_size)
+          return Status::InvalidArgument(fmt::format("{}: a {}x{} kernel does not fit a {}x{} input", where,
+                                                     l.kernel_size, l.kernel_size, shape.h, shape.w));
+        layer = tensor::MakeConv2D(shape, l.filters, l.kernel_size, l.activation, l.init);
+        kind = "conv2d";
+        break;
+      case LayerSpec::Kind::kMaxPool2D:
+        if (shape.h < l.pool_size || shape.w < l.pool_size)
+          return Status::InvalidArgument(fmt::format("{}: a {}x{} pool does not fit a {}x{} input", where,
+                                                     l.pool_size, l.pool_size, shape.h, shape.w));
+        layer = tensor::MakeMaxPool2D(shape, l.pool_size);
+        kind = "max_pool2d";
+        break;
+    }
+    int n = kind_count[kind]++;
+    layer_names.push_back(n == 0 ? kind : fmt::format("{}_{}", kind, n));
+    shape = layer->output_shape();
+    m->layers_.push_back(std::move(layer));
+  }
+  const LayerSpec& last = specs.back();
+  if (m->layers_.empty() || last.kind != LayerSpec::Kind::kDense || last.units != classes ||
+      last.activation != config::Activation::kNone) {
+    return Status::InvalidArgument(fmt::format(
+        "model.layers[{}]: the last layer must be dense with {} units (one per class) and no activation: it gives "
+        "the logits",
+        specs.size() - 1, classes));
+  }
+  // Lay the variables out in layer order, then bind every layer to its slices.
+  for (std::size_t i = 0; i < m->layers_.size(); ++i) {
+    m->layer_params_.push_back(m->layers_[i]->Params());
+    for (const tensor::ParamSpec& p : m->layer_params_.back()) {
+      std::int64_t offset = m->variables_.empty() ? 0 : m->variables_.back().offset + m->variables_.back().size;
+      m->variables_.push_back({layer_names[i] + "/" + p.name, p.shape, offset, tensor::NumElements(p.shape)});
+    }
+  }
+  std::int64_t total = m->variables_.empty() ? 0 : m->variables_.back().offset + m->variables_.back().size;
+  m->params_.assign(static_cast<std::size_t>(total), 0.0f);
+  m->grads_.assign(static_cast<std::size_t>(total), 0.0f);
+  std::size_t v = 0;
+  std::int64_t widest = input.size();
+  for (std::size_t i = 0; i < m->layers_.size(); ++i) {
+    std::vector<std::span<float>> ps, gs;
+    for (std::size_t j = 0; j < m->layer_params_[i].size(); ++j, ++v) {
+      ps.push_back(m->params().subspan(m->variables_[v].offset, m->variables_[v].size));
+      gs.push_back(m->grads().subspan(m->variables_[v].offset, m->variables_[v].size));
+    }
+    m->layers_[i]->Bind(ps, gs);
+    m->layers_[i]->Reserve(max_batch);
+    std::int64_t out = m->layers_[i]->output_shape().size();
+    widest = std::max(widest, out);
+    m->acts_.emplace_back(static_cast<std::size_t>(out * max_batch));
+  }
+  for (auto& d : m->dbuf_) d.resize(static_cast<std::size_t>(widest * max_batch));
+  return m;
+}
+
+void Model::Initialize(std::uint64_t seed) {
+  std::size_t v = 0;
+  for (const auto& layer_params : layer_params_) {
+    for (const tensor::ParamSpec& p : layer_params) {
+      Rng rng(seed, v);  // one stream per variable: adding a layer does not change the others
+      FillInit(p, params().subspan(variables_[v].offset, variables_[v].size), rng);
+      ++v;
+    }
+  }
+}
+
+const float* Model::Forward(const float* x, int batch) {
+  TFD_CHECK(batch >= 1 && batch <= max_batch_);
+  const float* in = x;
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    layers_[i]->Forward(in, acts_[i].data(), batch);
+    in = acts_[i].data();
+  }
+  return in;
+}
+
+tensor::LossResult Model::ComputeGradients(const float* x, std::span<const std::uint8_t> y) {
+  const int batch = static_cast<int>(y.size());
+  const float* logits = Forward(x, batch);
+  float* dout = dbuf_[0].data();
+  tensor::LossResult r = tensor::SoftmaxCrossEntropy(logits, y, classes_, dout);
+  for (std::size_t i = layers_.size(); i-- > 0;) {
+    const float* in = i == 0 ? x : acts_[i - 1].data();
+    float* din = i == 0 ? nullptr : dbuf_[(layers_.size() - i) % 2].data();  // the other buffer
+    layers_[i]->Backward(in, acts_[i].data(), dout, din, batch);
+    dout = din;
+  }
+  return r;
+}
+
+std::string Model::Summary() const {
+  std::string s;
+  std::size_t v = 0;
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    std::int64_t n = 0;
+    for (std::size_t j = 0; j < layer_params_[i].size(); ++j) n += variables_[v + j].size;
+    v += layer_params_[i].size();
+    s += fmt::format("{}{} ({} parameters)", i == 0 ? "" : " -> ", layers_[i]->Describe(), n);
+  }
+  return fmt::format("{} -> {}; {} parameters in all", fmt::format("input {}x{}x{}", input_.h, input_.w, input_.c), s,
+                     params_.size());
+}
+
+double Evaluate(Model& model, const Dataset& data) {
+  std::vector<float> x(static_cast<std::size_t>(model.max_batch() * model.input_size()));
+  std::vector<std::uint8_t> y(static_cast<std::size_t>(model.max_batch()));
+  std::vector<std::uint32_t> idx(static_cast<std::size_t>(model.max_batch()));
+  std::int64_t correct = 0;
+  for (std::int64_t start = 0; start < data.size; start += model.max_batch()) {
+    int n = static_cast<int>(std::min<std::int64_t>(model.max_batch(), data.size - start));
+    for (int i = 0; i < n; ++i) idx[i] = static_cast<std::uint32_t>(start + i);
+    FillBatch(data, std::span(idx).first(n), x.data(), y.data());
+    correct += tensor::CountCorrect(model.Forward(x.data(), n), std::span(y).first(n), model.classes());
+  }
+  return data.size == 0 ? 0.0 : static_cast<double>(correct) / static_cast<double>(data.size);
+}
+
+std::string ParamsSha256(const Model& model) {
+  Sha256 h;
+  for (const Variable& v : model.variables()) {
+    h.Update(std::as_bytes(std::span(v.name)));
+    h.Update(std::as_bytes(model.params().subspan(v.offset, v.size)));  // x86-64 is little-endian
+  }
+  return h.HexDigest();
+}
+
+}  // namespace tfd::model

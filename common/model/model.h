@@ -1,0 +1,73 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/base/status.h"
+#include "common/config/job.h"
+#include "common/model/dataset.h"
+#include "common/tensor/layers.h"
+#include "common/tensor/loss.h"
+
+namespace tfd::model {
+
+// One named variable inside the model's flat parameter buffer.
+struct Variable {
+  std::string name;                  // "dense/kernel", "dense_1/bias", ...
+  std::vector<std::int64_t> shape;   // as TensorFlow stores it
+  std::int64_t offset = 0, size = 0; // in floats
+};
+
+// A feed-forward classifier: a stack of layers whose parameters and gradients live in two flat
+// float buffers (variables in a fixed order), so they can be pushed, pulled, all-reduced, hashed
+// and checkpointed as one span. Single-threaded; buffers are allocated once, at Build.
+class Model {
+ public:
+  // Builds the model `spec` for inputs of shape `input` with `classes` outputs and batches of up to
+  // `max_batch` rows. InvalidArgument (naming model.layers[i]) when the layer list does not fit.
+  static Result<std::unique_ptr<Model>> Build(const config::ModelSpec& spec, tensor::ActShape input, int classes,
+                                              int max_batch);
+
+  // Fills the parameters from `seed` per each layer's initializer; the same seed gives the same bits.
+  void Initialize(std::uint64_t seed);
+
+  // Logits [batch, classes] of the batch x [batch, input size]; valid until the next call.
+  const float* Forward(const float* x, int batch);
+  // Forward and backward: writes the mean loss's gradient into grads() and returns loss and hits.
+  tensor::LossResult ComputeGradients(const float* x, std::span<const std::uint8_t> y);
+
+  const std::vector<Variable>& variables() const { return variables_; }
+  std::span<float> params() { return params_; }
+  std::span<const float> params() const { return params_; }
+  std::span<float> grads() { return grads_; }
+  std::int64_t input_size() const { return input_.size(); }
+  int classes() const { return classes_; }
+  int max_batch() const { return max_batch_; }
+  // One line per layer and a parameter count, for the start-up log.
+  std::string Summary() const;
+
+ private:
+  Model() = default;
+
+  tensor::ActShape input_;
+  int classes_ = 0, max_batch_ = 0;
+  std::vector<std::unique_ptr<tensor::Layer>> layers_;
+  std::vector<std::vector<tensor::ParamSpec>> layer_params_;
+  std::vector<Variable> variables_;
+  std::vector<float> params_, grads_;
+  std::vector<std::vector<float>> acts_;  // acts_[i]: output of layer i
+  std::vector<float> dbuf_[2];            // ping-pong gradient buffers for backprop
+  std::vector<float> dlogits_;
+};
+
+// Test-set accuracy of `model` in batches of its max_batch.
+double Evaluate(Model& model, const Dataset& data);
+
+// SHA-256 (hex) of the parameters: each variable's name, then its floats as little-endian bytes,
+// in variable order. Equal hashes mean bit-identical parameters.
+std::string ParamsSha256(const Model& model);
+
+}  // namespace tfd::model

@@ -1,0 +1,239 @@
+#include "common/tensor/layers.h"
+
+#include <algorithm>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "common/base/check.h"
+#include "common/tensor/gemm.h"
+
+namespace tfd::tensor {
+namespace {
+
+std::string ActSuffix(Activation act) {
+  return act == Activation::kNone ? std::string() : fmt::format(" {}", config::ActivationName(act));
+}
+
+class Dense final : public Layer {
+ public:
+  Dense(ActShape in, int units, Activation act, InitSpec init)
+      : in_(static_cast<int>(in.size())), units_(units), act_(act), init_(init) {}
+
+  std::string Describe() const override { return fmt::format("dense {}{}", units_, ActSuffix(act_)); }
+  ActShape output_shape() const override { return {1, 1, units_}; }
+  std::vector<ParamSpec> Params() const override {
+    return {{"kernel", {in_, units_}, init_, in_, units_}, {"bias", {units_}, {config::InitKind::kZeros}, in_, units_}};
+  }
+  void Bind(std::span<const std::span<float>> params, std::span<const std::span<float>> grads) override {
+    TFD_CHECK(params.size() == 2 && grads.size() == 2);
+    kernel_ = params[0].data();
+    bias_ = params[1].data();
+    dkernel_ = grads[0].data();
+    dbias_ = grads[1].data();
+  }
+  void Forward(const float* in, float* out, int batch) override {
+    Gemm(false, false, batch, units_, in_, 1.0f, in, in_, kernel_, units_, 0.0f, out, units_);
+    BiasActivation(out, bias_, batch, units_, act_);
+  }
+  void Backward(const float* in, const float* out, float* dout, float* din, int batch) override {
+    ActivationGrad(out, dout, std::int64_t{batch} * units_, act_);
+    Gemm(true, false, in_, units_, batch, 1.0f, in, in_, dout, units_, 0.0f, dkernel_, units_);
+    VectorMap(dbias_, units_) = ConstMatrixMap(dout, batch, units_).colwise().sum().transpose();
+    if (din != nullptr) Gemm(false, true, batch, in_, units_, 1.0f, dout, units_, kernel_, units_, 0.0f, din, in_);
+  }
+
+ private:
+  int in_, units_;
+  Activation act_;
+  InitSpec init_;
+  float *kernel_ = nullptr, *bias_ = nullptr, *dkernel_ = nullptr, *dbias_ = nullptr;
+};
+
+// Convolution as im2col + one GEMM: every output pixel's k x k x c_in patch becomes a row of
+// `cols_` ([batch*oh*ow, k*k*c_in]), so out = cols . kernel is already NHWC.
+class Conv2D final : public Layer {
+ public:
+  Conv2D(ActShape in, int filters, int k, Activation act, InitSpec init)
+      : in_(in), out_{in.h - k + 1, in.w - k + 1, filters}, k_(k), act_(act), init_(init) {
+    TFD_CHECK(out_.h > 0 && out_.w > 0);
+  }
+
+  std::string Describe() const override {
+    return fmt::format("conv2d {} {}x{}{}", out_.c, k_, k_, ActSuffix(act_));
+  }
+  ActShape output_shape() const override { return out_; }
+  std::vector<ParamSpec> Params() const override {
+    std::int64_t fan_in = std::int64_t{k_} * k_ * in_.c, fan_out = std::int64_t{k_} * k_ * out_.c;
+    return {{"kernel", {k_, k_, in_.c, out_.c}, init_, fan_in, fan_out},
+            {"bias", {out_.c}, {config::InitKind::kZeros}, fan_in, fan_out}};
+  }
+  void Bind(std::span<const std::span<float>> params, std::span<const std::span<float>> grads) override {
+    TFD_CHECK(params.size() == 2 && grads.size() == 2);
+    kernel_ = params[0].data();
+    bias_ = params[1].data();
+    dkernel_ = grads[0].data();
+    dbias_ = grads[1].data();
+  }
+  void Reserve(int max_batch) override {
+    cols_.resize(static_cast<std::size_t>(max_batch) * out_.h * out_.w * patch());
+  }
+  void Forward(const float* in, float* out, int batch) override {
+    TFD_CHECK(cols_.size() >= static_cast<std::size_t>(batch) * out_.h * out_.w * patch());
+    Im2Col(in, batch);
+    int rows = batch * out_.h * out_.w;
+    Gemm(false, false, rows, out_.c, patch(), 1.0f, cols_.data(), patch(), kernel_, out_.c, 0.0f, out, out_.c);
+    BiasActivation(out, bias_, rows, out_.c, act_);
+  }
+  void Backward(const float* in, const float* out, float* dout, float* din, int batch) override {
+    (void)in;  // cols_ still holds Forward's patches
+    int rows = batch * out_.h * out_.w;
+    ActivationGrad(out, dout, std::int64_t{rows} * out_.c, act_);
+    Gemm(true, false, patch(), out_.c, rows, 1.0f, cols_.data(), patch(), dout, out_.c, 0.0f, dkernel_, out_.c);
+    VectorMap(dbias_, out_.c) = ConstMatrixMap(dout, rows, out_.c).colwise().sum().transpose();
+    if (din == nullptr) return;
+    // dcols = dout . kernel^T, then scatter-add each patch back (col2im). cols_ is free now.
+    Gemm(false, true, rows, patch(), out_.c, 1.0f, dout, out_.c, kernel_, out_.c, 0.0f, cols_.data(), patch());
+    Col2Im(din, batch);
+  }
+
+ private:
+  int patch() const { return k_ * k_ * in_.c; }
+
+  void Im2Col(const float* in, int batch) {
+    const int run = k_ * in_.c;  // one kernel row: k pixels x c_in, contiguous in NHWC
+    float* dst = cols_.data();
+    for (int n = 0; n < batch; ++n) {
+      const float* img = in + static_cast<std::int64_t>(n) * in_.size();
+      for (int oy = 0; oy < out_.h; ++oy)
+        for (int ox = 0; ox < out_.w; ++ox)
+          for (int ky = 0; ky < k_; ++ky) {
+            const float* src = img + (static_cast<std::int64_t>(oy + ky) * in_.w + ox) * in_.c;
+            std::copy(src, src + run, dst);
+            dst += run;
+          }
+    }
+  }
+
+  void Col2Im(float* din, int batch) {
+    const int run = k_ * in_.c;
+    std::fill(din, din + static_cast<std::int64_t>(batch) * in_.size(), 0.0f);
+    const float* src = cols_.data();
+    for (int n = 0; n < batch; ++n) {
+      float* img = din + static_cast<std::int64_t>(n) * in_.size();
+      for (int oy = 0; oy < out_.h; ++oy)
+        for (int ox = 0; ox < out_.w; ++ox)
+          for (int ky = 0; ky < k_; ++ky) {
+            float* dst = img + (static_cast<std::int64_t>(oy + ky) * in_.w + ox) * in_.c;
+            for (int i = 0; i < run; ++i) dst[i] += src[i];
+            src += run;
+          }
+    }
+  }
+
+  ActShape in_, out_;
+  int k_;
+  Activation act_;
+  InitSpec init_;
+  std::vector<float> cols_;
+  float *kernel_ = nullptr, *bias_ = nullptr, *dkernel_ = nullptr, *dbias_ = nullptr;
+};
+
+class MaxPool2D final : public Layer {
+ public:
+  MaxPool2D(ActShape in, int pool) : in_(in), out_{in.h / pool, in.w / pool, in.c}, p_(pool) {
+    TFD_CHECK(out_.h > 0 && out_.w > 0);
+  }
+
+  std::string Describe() const override { return fmt::format("max_pool2d {}x{}", p_, p_); }
+  ActShape output_shape() const override { return out_; }
+  void Reserve(int max_batch) override { argmax_.resize(static_cast<std::size_t>(max_batch) * out_.size()); }
+  void Forward(const float* in, float* out, int batch) override {
+    TFD_CHECK(argmax_.size() >= static_cast<std::size_t>(batch) * out_.size());
+    const int c = in_.c;
+    std::int32_t* arg = argmax_.data();
+    for (int n = 0; n < batch; ++n) {
+      const float* img = in + static_cast<std::int64_t>(n) * in_.size();
+      for (int py = 0; py < out_.h; ++py)
+        for (int px = 0; px < out_.w; ++px) {
+          // Start with the window's top-left pixel, then scan the rest channel-vectorised.
+          std::int32_t first = ((py * p_) * in_.w + px * p_) * c;
+          for (int ch = 0; ch < c; ++ch) {
+            out[ch] = img[first + ch];
+            arg[ch] = first + ch;
+          }
+          for (int dy = 0; dy < p_; ++dy)
+            for (int dx = 0; dx < p_; ++dx) {
+              if (dy == 0 && dx == 0) continue;
+              std::int32_t base = ((py * p_ + dy) * in_.w + px * p_ + dx) * c;
+              for (int ch = 0; ch < c; ++ch) {
+                float v = img[base + ch];
+                if (v > out[ch]) {
+                  out[ch] = v;
+                  arg[ch] = base + ch;
+                }
+              }
+            }
+          out += c;
+          arg += c;
+        }
+    }
+  }
+  void Backward(const float* in, const float* out, float* dout, float* din, int batch) override {
+    (void)in;
+    (void)out;
+    if (din == nullptr) return;
+    std::fill(din, din + static_cast<std::int64_t>(batch) * in_.size(), 0.0f);
+    const std::int64_t per = out_.size();
+    for (int n = 0; n < batch; ++n) {
+      float* img = din + static_cast<std::int64_t>(n) * in_.size();
+      const std::int32_t* arg = argmax_.data() + n * per;
+      const float* d = dout + n * per;
+      for (std::int64_t i = 0; i < per; ++i) img[arg[i]] += d[i];
+    }
+  }
+
+ private:
+  ActShape in_, out_;
+  int p_;
+  std::vector<std::int32_t> argmax_;
+};
+
+}  // namespace
+
+void BiasActivation(float* y, const float* bias, std::int64_t rows, std::int64_t cols, Activation act) {
+  MatrixMap m(y, rows, cols);
+  auto b = ConstVectorMap(bias, cols).transpose();
+  switch (act) {
+    case Activation::kNone: m.rowwise() += b; break;
+    case Activation::kRelu: m = (m.rowwise() + b).cwiseMax(0.0f); break;
+    case Activation::kSigmoid: m = (m.rowwise() + b).array().logistic().matrix(); break;
+    case Activation::kTanh: m = (m.rowwise() + b).array().tanh().matrix(); break;
+    case Activation::kElu:
+      m.rowwise() += b;
+      m = (m.array() > 0.0f).select(m.array(), m.array().expm1()).matrix();
+      break;
+  }
+}
+
+void ActivationGrad(const float* y, float* dy, std::int64_t n, Activation act) {
+  auto yv = Eigen::Map<const Eigen::ArrayXf>(y, n);
+  auto d = Eigen::Map<Eigen::ArrayXf>(dy, n);
+  switch (act) {
+    case Activation::kNone: break;
+    case Activation::kRelu: d = (yv > 0.0f).select(d, 0.0f); break;
+    case Activation::kSigmoid: d *= yv * (1.0f - yv); break;
+    case Activation::kTanh: d *= 1.0f - yv.square(); break;
+    case Activation::kElu: d = (yv > 0.0f).select(d, d * (yv + 1.0f)); break;  // elu'(x) = elu(x) + 1 for x <= 0
+  }
+}
+
+std::unique_ptr<Layer> MakeDense(ActShape in, int units, Activation act, InitSpec init) {
+  return std::make_unique<Dense>(in, units, act, init);
+}
+std::unique_ptr<Layer> MakeConv2D(ActShape in, int filters, int kernel_size, Activation act, InitSpec init) {
+  return std::make_unique<Conv2D>(in, filters, kernel_size, act, init);
+}
+std::unique_ptr<Layer> MakeMaxPool2D(ActShape in, int pool) { return std::make_unique<MaxPool2D>(in, pool); }
+
+}  // namespace tfd::tensor

@@ -1,0 +1,66 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/config/job.h"
+#include "common/tensor/tensor.h"
+
+namespace tfd::tensor {
+
+using config::Activation;
+using config::InitSpec;
+
+// What a layer needs stored and how to initialise it. `name` is relative ("kernel", "bias").
+struct ParamSpec {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  InitSpec init;  // biases: zeros
+  std::int64_t fan_in = 0, fan_out = 0;
+};
+
+// Per-sample activation shape: height x width x channels (NHWC without N); dense data has h = w = 1.
+struct ActShape {
+  int h = 1, w = 1, c = 1;
+  std::int64_t size() const { return std::int64_t{h} * w * c; }
+};
+
+// One layer of a feed-forward network over row-major batches (one sample per row, NHWC inside a row).
+// Not thread-safe: a layer keeps scratch between Forward and Backward.
+class Layer {
+ public:
+  virtual ~Layer() = default;
+  virtual std::string Describe() const = 0;  // "dense 100 sigmoid"
+  virtual ActShape output_shape() const = 0;
+  virtual std::vector<ParamSpec> Params() const { return {}; }
+  // Points the layer at its parameter and gradient storage, in Params() order and sizes. The
+  // storage must outlive the layer's use.
+  virtual void Bind(std::span<const std::span<float>> params, std::span<const std::span<float>> grads) {
+    (void)params;
+    (void)grads;
+  }
+  // Sizes scratch for batches up to `max_batch`; call before Forward.
+  virtual void Reserve(int max_batch) { (void)max_batch; }
+  // out = layer(in) for `batch` rows.
+  virtual void Forward(const float* in, float* out, int batch) = 0;
+  // From dL/d(out) in `dout` (overwritten: used as scratch), writes the parameter gradients (not
+  // accumulated) and, when `din` is not null, dL/d(in). `in`/`out` are the last Forward's.
+  virtual void Backward(const float* in, const float* out, float* dout, float* din, int batch) = 0;
+};
+
+// Fully connected: out = act(in . kernel + bias), kernel [in, units] as TensorFlow stores it.
+std::unique_ptr<Layer> MakeDense(ActShape in, int units, Activation act, InitSpec init);
+// 2-D convolution, square kernel, stride 1, "valid" padding, NHWC; kernel [k, k, c_in, filters].
+std::unique_ptr<Layer> MakeConv2D(ActShape in, int filters, int kernel_size, Activation act, InitSpec init);
+// Max pooling over pool x pool windows with stride pool (trailing rows/columns dropped, as "valid").
+std::unique_ptr<Layer> MakeMaxPool2D(ActShape in, int pool);
+
+// Applies `act` in place to y = x + bias for each of `rows` rows of `cols` columns.
+void BiasActivation(float* y, const float* bias, std::int64_t rows, std::int64_t cols, Activation act);
+// dy *= act'(x), where y = act(x) is given (every supported activation's derivative is a function of y).
+void ActivationGrad(const float* y, float* dy, std::int64_t n, Activation act);
+
+}  // namespace tfd::tensor

@@ -1,0 +1,44 @@
+#include "common/tensor/loss.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace tfd::tensor {
+
+LossResult SoftmaxCrossEntropy(const float* logits, std::span<const std::uint8_t> labels, int classes,
+                               float* dlogits) {
+  LossResult r;
+  const int batch = static_cast<int>(labels.size());
+  const float inv_batch = 1.0f / static_cast<float>(batch);
+  double total = 0;
+  for (int i = 0; i < batch; ++i) {
+    const float* z = logits + static_cast<std::int64_t>(i) * classes;
+    int best = 0;
+    for (int c = 1; c < classes; ++c)
+      if (z[c] > z[best]) best = c;
+    const float max = z[best];
+    float sum = 0;
+    for (int c = 0; c < classes; ++c) sum += std::exp(z[c] - max);
+    const float log_sum = std::log(sum);
+    total += static_cast<double>(log_sum - (z[labels[i]] - max));
+    r.correct += best == labels[i];
+    if (dlogits != nullptr) {
+      float* d = dlogits + static_cast<std::int64_t>(i) * classes;
+      for (int c = 0; c < classes; ++c) d[c] = std::exp(z[c] - max - log_sum) * inv_batch;
+      d[labels[i]] -= inv_batch;
+    }
+  }
+  r.loss = total / batch;
+  return r;
+}
+
+int CountCorrect(const float* logits, std::span<const std::uint8_t> labels, int classes) {
+  int correct = 0;
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    const float* z = logits + i * classes;
+    correct += static_cast<int>(std::max_element(z, z + classes) - z) == labels[i];
+  }
+  return correct;
+}
+
+}  // namespace tfd::tensor

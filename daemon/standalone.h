@@ -1,0 +1,20 @@
+#pragma once
+
+#include <atomic>
+
+#include "common/base/logging.h"
+#include "common/base/status.h"
+#include "common/config/job.h"
+
+namespace tfd::daemon {
+
+struct StandaloneOptions {
+  const std::atomic<bool>* stop = nullptr;  // set by a signal handler: finish the step, then return
+};
+
+// Trains `job` in this process: per-epoch log lines and events, test accuracy each epoch and at the
+// end, then a `done` event with params_sha256. InvalidArgument/NotFound/Corruption for bad data or
+// a model that does not fit it (before training starts); FailedPrecondition when stopped.
+Status RunStandalone(const config::JobSpec& job, EventWriter& events, const StandaloneOptions& options);
+
+}  // namespace tfd::daemon

@@ -1,0 +1,135 @@
+#!/usr/bin/python3
+"""PyTorch peer for the tfd benchmark harness.
+
+Measures steady-state single-process training throughput on MNIST for the
+same model, batch and optimizer as our trainer, and prints one JSON line.
+Run with Debian's /usr/bin/python3 (python3-torch, numpy).
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def fail(msg):
+    print(f"torch_peer: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def read_idx(path, magic):
+    """Read a big-endian IDX file and return its payload as a uint8 array."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        fail(f"cannot read {path}: {e.strerror}")
+    ndim = magic & 0xFF
+    hdr = 4 + 4 * ndim
+    if len(raw) < hdr or int.from_bytes(raw[:4], "big") != magic:
+        fail(f"{path}: not an IDX file with magic 0x{magic:08x}")
+    dims = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
+    if len(raw) - hdr != int(np.prod(dims)):
+        fail(f"{path}: size does not match header dims {dims}")
+    return np.frombuffer(raw, np.uint8, offset=hdr).reshape(dims)
+
+
+def build_model(name):
+    if name == "softmax":
+        return nn.Linear(784, 10)
+    if name == "mlp":
+        return nn.Sequential(nn.Linear(784, 100), nn.Sigmoid(), nn.Linear(100, 10))
+    if name == "dnn":
+        layers, width = [], 784
+        for _ in range(5):
+            layers += [nn.Linear(width, 160), nn.ELU()]
+            width = 160
+        return nn.Sequential(*layers, nn.Linear(160, 10))
+    # cnn
+    return nn.Sequential(
+        nn.Unflatten(1, (1, 28, 28)),
+        nn.Conv2d(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+        nn.Linear(32 * 13 * 13, 64), nn.ReLU(), nn.Linear(64, 10))
+
+
+def build_optimizer(name, params, lr, momentum):
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr)
+    if name == "momentum":
+        return torch.optim.SGD(params, lr=lr, momentum=momentum)
+    return torch.optim.Adam(params, lr=lr, eps=1e-7)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", required=True, choices=["softmax", "mlp", "dnn", "cnn"])
+    p.add_argument("--optimizer", required=True, choices=["sgd", "momentum", "adam"])
+    p.add_argument("--lr", type=float, required=True)
+    p.add_argument("--momentum", type=float, default=0.95)
+    p.add_argument("--batch", type=int, required=True)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--data", required=True)
+    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--seconds", type=float, default=3.0)
+    a = p.parse_args()
+    if a.batch < 1 or a.threads < 1 or a.warmup < 0 or a.seconds < 0:
+        fail("--batch and --threads must be >= 1, --warmup and --seconds >= 0")
+
+    # Set thread counts before any parallel work happens.
+    torch.set_num_threads(a.threads)
+    torch.set_num_interop_threads(1)
+
+    images = read_idx(os.path.join(a.data, "train-images-idx3-ubyte"), 0x00000803)
+    labels = read_idx(os.path.join(a.data, "train-labels-idx1-ubyte"), 0x00000801)
+    n = len(images)
+    if len(labels) != n:
+        fail(f"{n} images but {len(labels)} labels")
+    if a.batch > n:
+        fail(f"--batch {a.batch} exceeds {n} examples")
+
+    # Convert once and shuffle once with a fixed seed.
+    perm = np.random.default_rng(0).permutation(n)
+    x_all = torch.from_numpy(images.reshape(n, -1)[perm].astype(np.float32) / 255.0)
+    y_all = torch.from_numpy(labels[perm].astype(np.int64))
+
+    torch.manual_seed(0)
+    model = build_model(a.model)
+    opt = build_optimizer(a.optimizer, model.parameters(), a.lr, a.momentum)
+    pos = 0
+
+    def step():
+        nonlocal pos
+        if pos + a.batch > n:  # wrap around, dropping the short tail
+            pos = 0
+        x, y = x_all[pos:pos + a.batch], y_all[pos:pos + a.batch]
+        pos += a.batch
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    for _ in range(a.warmup):
+        step()
+
+    steps = 0
+    start = time.perf_counter()
+    while True:
+        step()
+        steps += 1
+        elapsed = time.perf_counter() - start
+        if steps >= 50 and elapsed >= a.seconds:
+            break
+
+    print(json.dumps({
+        "model": a.model, "optimizer": a.optimizer, "batch": a.batch,
+        "threads": a.threads, "steps": steps, "seconds": round(elapsed, 6),
+        "samples_per_sec": round(steps * a.batch / elapsed, 1),
+    }))
+
+
+if __name__ == "__main__":
+    main()
