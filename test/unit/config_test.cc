@@ -1,0 +1,125 @@
+#include <catch2/catch.hpp>
+
+#include "common/config/job.h"
+
+namespace tfd::config {
+namespace {
+
+constexpr const char* kGood = R"({"model": "mlp", "data": "data/mnist", "epochs": 2, "batch_size": 100,
+  "optimizer": {"type": "sgd", "learning_rate": 0.5}})";
+
+std::string ErrorOf(const std::string& text) {
+  auto got = ParseJobSpec(text, "job.json");
+  REQUIRE_FALSE(got.ok());
+  CHECK(got.status().code() == Code::kInvalidArgument);
+  return got.status().message();
+}
+
+// kGood with `field` replaced or added.
+std::string With(const std::string& field) {
+  std::string s = R"({"model": "mlp", "data": "data/mnist", "epochs": 2, "batch_size": 100, "optimizer": {"type": "sgd", "learning_rate": 0.5})";
+  return s + ", " + field + "}";
+}
+
+TEST_CASE("a minimal job spec parses with documented defaults", "[unit][config]") {
+  auto got = ParseJobSpec(kGood, "job.json");
+  REQUIRE(got.ok());
+  CHECK(got->model.name == "mlp");
+  CHECK(got->epochs == 2);
+  CHECK(got->optimizer.type == OptimizerSpec::Type::kSgd);
+  CHECK(got->optimizer.learning_rate == 0.5);
+  CHECK(got->update.mode == UpdateSpec::Mode::kAsync);
+  CHECK(got->placement == Placement::kBalanced);
+  CHECK(got->seed == 1);
+  CHECK(got->device == "cpu");
+  CHECK(got->threads == 1);
+  CHECK(got->shuffle);
+}
+
+TEST_CASE("the canonical job spec of the design parses whole", "[unit][config]") {
+  auto got = ParseJobSpec(R"({ "model": "mlp", "data": "data/mnist", "epochs": 5, "batch_size": 100,
+    "optimizer": {"type": "adam", "learning_rate": 0.001, "beta1": 0.8, "epsilon": 1e-8},
+    "update": {"mode": "sync", "replicas_to_aggregate": 2, "total_num_replicas": 3},
+    "placement": "round_robin", "seed": 7, "log_every_steps": 50, "device": "cuda:1", "gpu_memory_fraction": 0.5,
+    "checkpoint": {"dir": "ckpt", "every_steps": 500, "keep": 3} })", "job.json");
+  REQUIRE(got.ok());
+  CHECK(got->optimizer.type == OptimizerSpec::Type::kAdam);
+  CHECK(got->optimizer.beta1 == 0.8);
+  CHECK(got->optimizer.beta2 == 0.999);
+  CHECK(got->optimizer.epsilon == 1e-8);
+  CHECK(got->update.mode == UpdateSpec::Mode::kSync);
+  CHECK(got->update.replicas_to_aggregate == 2);
+  CHECK(got->update.total_num_replicas == 3);
+  CHECK(got->placement == Placement::kRoundRobin);
+  CHECK(got->cuda_device == 1);
+  CHECK(got->checkpoint.dir == "ckpt");
+  CHECK(got->checkpoint.every_steps == 500);
+}
+
+TEST_CASE("an unknown field is an error that lists the known ones", "[unit][config]") {
+  CHECK(ErrorOf(With(R"("learning_rate": 1)")) ==
+        "job.json: learning_rate: unknown field (expected one of: batch_size, checkpoint, data, device, epochs, "
+        "gpu_memory_fraction, log_every_steps, model, optimizer, placement, seed, shuffle, threads, update)");
+}
+
+TEST_CASE("a layer list parses with activations and initializers", "[unit][config]") {
+  auto ok = ParseJobSpec(R"({"model": {"layers": [{"type": "conv2d", "filters": 8, "kernel_size": 3, "activation": "relu"},
+      {"type": "max_pool2d", "pool_size": 2}, {"type": "flatten"},
+      {"type": "dense", "units": 10, "init": {"type": "normal", "stddev": 0.1}}]},
+      "data": "d", "epochs": 1, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rate": 0.1}})", "job.json");
+  REQUIRE(ok.ok());
+  REQUIRE(ok->model.layers.size() == 4);
+  CHECK(ok->model.layers[0].kind == LayerSpec::Kind::kConv2D);
+  CHECK(ok->model.layers[0].activation == Activation::kRelu);
+  CHECK(ok->model.layers[3].init.kind == InitKind::kNormal);
+  CHECK(ok->model.layers[3].init.stddev == 0.1);
+}
+
+TEST_CASE("job spec errors name the file and the JSON path", "[unit][config]") {
+  CHECK(ErrorOf("{") == "job.json: not valid JSON");
+  CHECK(ErrorOf("[]") == "job.json: (top level): expected an object, got an array");
+  CHECK(ErrorOf(R"({"model": "mlp", "data": "d", "epochs": 1, "batch_size": -5, "optimizer": {"type": "sgd", "learning_rate": 1}})") ==
+        "job.json: batch_size: expected an integer in [1, 65536], got -5");
+  CHECK(ErrorOf(R"({"model": "resnet", "data": "d", "epochs": 1, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rate": 1}})") ==
+        "job.json: model: unknown model \"resnet\" (expected softmax, mlp, dnn, cnn or {\"layers\": [...]})");
+  CHECK(ErrorOf(R"({"model": "mlp", "data": "d", "epochs": 1, "batch_size": 1, "optimizer": {"type": "rmsprop", "learning_rate": 1}})") ==
+        "job.json: optimizer.type: unknown optimizer \"rmsprop\" (expected sgd, momentum or adam)");
+  CHECK(ErrorOf(R"({"model": "mlp", "data": "d", "epochs": 1, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rte": 1}})") ==
+        "job.json: optimizer.learning_rate: missing (expected a number)");
+  CHECK(ErrorOf(R"({"model": "mlp", "data": "d", "epochs": 1, "batch_size": 1, "optimizer": {"type": "momentum", "learning_rate": 1}})") ==
+        "job.json: optimizer.momentum: missing (expected a number)");
+  CHECK(ErrorOf(R"({"model": "mlp", "data": "d", "epochs": 1, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rate": 0}})") ==
+        "job.json: optimizer.learning_rate: expected a number in (0, 1000000], got 0");
+  CHECK(ErrorOf(R"({"model": "mlp", "epochs": 1, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rate": 1}})") ==
+        "job.json: data: missing (expected a string)");
+  CHECK(ErrorOf(R"({"model": "mlp", "data": "d", "epochs": 1.5, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rate": 1}})") ==
+        "job.json: epochs: expected an integer in [1, 100000], got 1.5");
+  CHECK(ErrorOf(With(R"("update": {"mode": "sync", "replicas_to_aggregate": 3, "total_num_replicas": 2})")) ==
+        "job.json: update.replicas_to_aggregate: 3 is more than total_num_replicas 2");
+  CHECK(ErrorOf(With(R"("update": {"mode": "ring"})")) ==
+        "job.json: update.mode: unknown mode \"ring\" (expected async, sync or allreduce)");
+  CHECK(ErrorOf(With(R"("device": "gpu0")")) == "job.json: device: expected \"cpu\" or \"cuda:N\", got \"gpu0\"");
+  CHECK(ErrorOf(With(R"("placement": "random")")) ==
+        "job.json: placement: unknown placement \"random\" (expected balanced, round_robin or greedy)");
+  CHECK(ErrorOf(With(R"("checkpoint": {"every_steps": 5})")) == "job.json: checkpoint.dir: missing (expected a string)");
+  CHECK(ErrorOf(R"({"model": {"layers": [{"type": "dense", "units": 0}]}, "data": "d", "epochs": 1, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rate": 1}})") ==
+        "job.json: model.layers[0].units: expected an integer in [1, 65536], got 0");
+  CHECK(ErrorOf(R"({"model": {"layers": [{"type": "dense", "units": 10, "activation": "swish"}]}, "data": "d", "epochs": 1, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rate": 1}})") ==
+        "job.json: model.layers[0].activation: unknown activation \"swish\" (expected none, relu, sigmoid, elu or tanh)");
+  CHECK(ErrorOf(R"({"model": {"layers": [{"type": "lstm"}]}, "data": "d", "epochs": 1, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rate": 1}})") ==
+        "job.json: model.layers[0].type: unknown layer type \"lstm\" (expected dense, conv2d, max_pool2d or flatten)");
+  CHECK(ErrorOf(R"({"model": {"layers": []}, "data": "d", "epochs": 1, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rate": 1}})") ==
+        "job.json: model.layers: expected a non-empty array of layers (or \"name\": one of softmax, mlp, dnn, cnn)");
+  CHECK(ErrorOf(R"({"model": {"name": "mlp", "init": "xavier"}, "data": "d", "epochs": 1, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rate": 1}})") ==
+        "job.json: model.init: unknown initializer \"xavier\" (expected zeros, normal, truncated_normal, glorot_uniform or he_normal)");
+}
+
+TEST_CASE("LoadJobSpec names a job file it cannot open", "[unit][config]") {
+  auto got = LoadJobSpec("/nonexistent/job.json");
+  REQUIRE_FALSE(got.ok());
+  CHECK(got.status().code() == Code::kNotFound);
+  CHECK(got.status().message() == "/nonexistent/job.json: cannot open the job file");
+}
+
+}  // namespace
+}  // namespace tfd::config

@@ -1,0 +1,118 @@
+#include <catch2/catch.hpp>
+
+#include "common/model/model.h"
+#include "common/optim/optimizer.h"
+#include "test/test_util.h"
+
+namespace tfd::model {
+namespace {
+
+config::ModelSpec Named(const std::string& name) {
+  config::ModelSpec s;
+  s.name = name;
+  return s;
+}
+
+TEST_CASE("the seeds' models have the seeds' shapes", "[unit][model]") {
+  struct Case {
+    const char* name;
+    std::int64_t params;
+    std::vector<std::string> variables;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"softmax", 784 * 10 + 10, {"dense/kernel", "dense/bias"}},
+           {"mlp", 784 * 100 + 100 + 100 * 10 + 10, {"dense/kernel", "dense/bias", "dense_1/kernel", "dense_1/bias"}},
+           {"dnn", 784 * 160 + 160 + 4 * (160 * 160 + 160) + 160 * 10 + 10, {}},
+           {"cnn", 3 * 3 * 32 + 32 + 13 * 13 * 32 * 64 + 64 + 64 * 10 + 10,
+            {"conv2d/kernel", "conv2d/bias", "dense/kernel", "dense/bias", "dense_1/kernel", "dense_1/bias"}},
+       }) {
+    auto m = Model::Build(Named(c.name), {28, 28, 1}, 10, 8);
+    REQUIRE(m.ok());
+    INFO(c.name);
+    CHECK(static_cast<std::int64_t>((*m)->params().size()) == c.params);
+    if (!c.variables.empty()) {
+      std::vector<std::string> names;
+      for (const Variable& v : (*m)->variables()) names.push_back(v.name);
+      CHECK(names == c.variables);
+    }
+  }
+  auto cnn = Model::Build(Named("cnn"), {28, 28, 1}, 10, 8);
+  CHECK((*cnn)->variables()[0].shape == std::vector<std::int64_t>{3, 3, 1, 32});
+  CHECK((*cnn)->variables()[2].shape == std::vector<std::int64_t>{5408, 64});
+}
+
+TEST_CASE("initialisation follows the seed and each variable's initializer", "[unit][model]") {
+  auto a = Model::Build(Named("dnn"), {28, 28, 1}, 10, 4);
+  auto b = Model::Build(Named("dnn"), {28, 28, 1}, 10, 4);
+  REQUIRE((a.ok() && b.ok()));
+  (*a)->Initialize(5);
+  (*b)->Initialize(5);
+  CHECK(ParamsSha256(**a) == ParamsSha256(**b));
+  (*b)->Initialize(6);
+  CHECK(ParamsSha256(**a) != ParamsSha256(**b));
+  // He normal: stddev sqrt(2 / 784) for the first kernel; biases zero.
+  const Variable& k = (*a)->variables()[0];
+  double sum2 = 0, max_abs = 0;
+  for (float v : (*a)->params().subspan(k.offset, k.size)) {
+    sum2 += double{v} * v;
+    max_abs = std::max(max_abs, double{std::abs(v)});
+  }
+  CHECK(std::sqrt(sum2 / k.size) == Approx(std::sqrt(2.0 / 784)).epsilon(0.05));
+  CHECK(max_abs <= 2 * std::sqrt(2.0 / 784) / 0.8796 + 1e-6);  // truncated at two stddev
+  const Variable& bias = (*a)->variables()[1];
+  for (float v : (*a)->params().subspan(bias.offset, bias.size)) REQUIRE(v == 0.0f);
+}
+
+TEST_CASE("a layer list that cannot produce the logits is rejected with its index", "[unit][model]") {
+  config::ModelSpec spec;
+  spec.name = "layers";
+  spec.layers = {config::LayerSpec{.kind = config::LayerSpec::Kind::kDense, .units = 7}};
+  auto got = Model::Build(spec, {28, 28, 1}, 10, 4);
+  REQUIRE_FALSE(got.ok());
+  CHECK(got.status().message() ==
+        "model.layers[0]: the last layer must be dense with 10 units (one per class) and no activation: it gives the logits");
+  spec.layers = {config::LayerSpec{.kind = config::LayerSpec::Kind::kConv2D, .filters = 2, .kernel_size = 30},
+                 config::LayerSpec{.kind = config::LayerSpec::Kind::kDense, .units = 10}};
+  got = Model::Build(spec, {28, 28, 1}, 10, 4);
+  REQUIRE_FALSE(got.ok());
+  CHECK(got.status().message() == "model.layers[0]: a 30x30 kernel does not fit a 28x28 input");
+}
+
+TEST_CASE("an mlp learns well-separated synthetic classes to at least 99%", "[unit][learning]") {
+  tfd::testing::TempDir dir;
+  tfd::testing::WriteSyntheticMnist(dir.path(), 2000, 500);
+  auto data = LoadMnist(dir.path());
+  REQUIRE(data.ok());
+  data->train.num_classes = data->test.num_classes = 10;
+  config::ModelSpec spec;
+  spec.name = "layers";
+  spec.layers = {config::LayerSpec{.kind = config::LayerSpec::Kind::kDense, .units = 16, .activation = config::Activation::kRelu},
+                 config::LayerSpec{.kind = config::LayerSpec::Kind::kDense, .units = 10}};
+  const int batch = 20;
+  auto m = Model::Build(spec, {8, 8, 1}, 10, batch);
+  REQUIRE(m.ok());
+  (*m)->Initialize(1);
+  config::OptimizerSpec o;
+  o.type = config::OptimizerSpec::Type::kSgd;
+  o.learning_rate = 0.1;
+  auto opt = optim::MakeOptimizer(o);
+  optim::OptimizerState state(*opt, (*m)->params().size());
+  std::vector<float> x(batch * 64);
+  std::vector<std::uint8_t> y(batch);
+  const double before = Evaluate(**m, data->test);
+  for (int epoch = 1; epoch <= 3; ++epoch) {  // 300 steps in all
+    auto shard = EpochShard(data->train.size, 1, epoch, 0, 1, true);
+    for (std::size_t s = 0; s + batch <= shard.size(); s += batch) {
+      FillBatch(data->train, std::span(shard).subspan(s, batch), x.data(), y.data());
+      (*m)->ComputeGradients(x.data(), y);
+      state.Apply((*m)->params(), (*m)->grads());
+    }
+  }
+  const double after = Evaluate(**m, data->test);
+  INFO("test accuracy before " << before << ", after " << after);
+  CHECK(before < 0.5);
+  CHECK(after >= 0.99);
+}
+
+}  // namespace
+}  // namespace tfd::model
