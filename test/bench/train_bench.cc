@@ -1,0 +1,159 @@
+// Steady-state single-process training throughput of each seed configuration, beside PyTorch on the
+// same model, batch and optimizer in the same run (when Debian's python3-torch is installed), plus
+// the peak RSS of a standalone mlp run. Prints ratios; asserts nothing about speed.
+//
+//   build/test/bench/tfd_bench_train [--data DIR] [--seconds S] [--threads N] [--no-peer] [--only MODEL]
+#include <sys/resource.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "common/model/model.h"
+#include "common/optim/optimizer.h"
+#include "common/tensor/gemm.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Config {
+  std::string model, optimizer;
+  double lr;
+  int batch;
+};
+
+double MeasureOurs(const tfd::model::MnistData& data, const Config& c, double seconds, int threads) {
+  tfd::config::ModelSpec spec;
+  spec.name = c.model;
+  auto model = tfd::model::Model::Build(spec, {28, 28, 1}, 10, c.batch);
+  if (!model.ok()) return 0;
+  (*model)->Initialize(1);
+  tfd::config::OptimizerSpec o;
+  o.type = c.optimizer == "sgd" ? tfd::config::OptimizerSpec::Type::kSgd
+           : c.optimizer == "momentum" ? tfd::config::OptimizerSpec::Type::kMomentum
+                                       : tfd::config::OptimizerSpec::Type::kAdam;
+  o.learning_rate = c.lr;
+  o.momentum = 0.95;
+  auto opt = tfd::optim::MakeOptimizer(o);
+  tfd::optim::OptimizerState state(*opt, (*model)->params().size());
+  tfd::tensor::SetComputeThreads(threads);
+  auto shard = tfd::model::EpochShard(data.train.size, 1, 1, 0, 1, true);
+  std::vector<float> x(static_cast<std::size_t>(c.batch * (*model)->input_size()));
+  std::vector<std::uint8_t> y(static_cast<std::size_t>(c.batch));
+  const std::size_t steps_per_epoch = shard.size() / c.batch;
+  std::size_t s = 0;
+  auto step = [&] {
+    tfd::model::FillBatch(data.train, std::span(shard).subspan((s++ % steps_per_epoch) * c.batch, c.batch), x.data(), y.data());
+    (*model)->ComputeGradients(x.data(), y);
+    state.Apply((*model)->params(), (*model)->grads());
+  };
+  for (int i = 0; i < 20; ++i) step();  // warm-up, as the peer does
+  std::int64_t n = 0;
+  const auto start = Clock::now();
+  double elapsed = 0;
+  while (n < 50 || elapsed < seconds) {
+    step();
+    ++n;
+    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  }
+  return static_cast<double>(n * c.batch) / elapsed;
+}
+
+std::string Run(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return out;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
+  if (pclose(p) != 0) return "";
+  return out;
+}
+
+double MeasurePeer(const std::string& script, const std::string& data, const Config& c, double seconds, int threads) {
+  std::string out = Run(fmt::format("/usr/bin/python3 {} --model {} --optimizer {} --lr {} --batch {} --threads {} --data {} "
+                                    "--seconds {}",
+                                    script, c.model, c.optimizer, c.lr, c.batch, threads, data, seconds));
+  auto pos = out.find("\"samples_per_sec\":");
+  return pos == std::string::npos ? 0 : std::atof(out.c_str() + pos + 18);
+}
+
+// Peak RSS (MiB) of `tfd --standalone` on a one-epoch mlp job, from wait4's rusage.
+double PeakRssMiB(const std::string& tfd, const std::string& data) {
+  auto dir = std::filesystem::temp_directory_path() / fmt::format("tfd-bench-{}", getpid());
+  std::filesystem::create_directories(dir);
+  std::string job = (dir / "job.json").string();
+  FILE* f = std::fopen(job.c_str(), "w");
+  if (f == nullptr) return 0;
+  std::fprintf(f, R"({"model": "mlp", "data": "%s", "epochs": 1, "batch_size": 100, "optimizer": {"type": "adam"}})",
+               data.c_str());
+  std::fclose(f);
+  pid_t pid = fork();
+  if (pid == 0) {
+    std::freopen("/dev/null", "w", stderr);
+    execl(tfd.c_str(), tfd.c_str(), "--standalone", "--job", job.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  rusage ru{};
+  wait4(pid, &status, 0, &ru);
+  std::filesystem::remove_all(dir);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return 0;
+  return static_cast<double>(ru.ru_maxrss) / 1024.0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string data = std::getenv("TFD_MNIST_DIR") ? std::getenv("TFD_MNIST_DIR") : "data/mnist";
+  std::string only;
+  double seconds = 3.0;
+  int threads = 1;
+  bool peer = true;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--data" && i + 1 < argc) data = argv[++i];
+    else if (a == "--seconds" && i + 1 < argc) seconds = std::atof(argv[++i]);
+    else if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
+    else if (a == "--only" && i + 1 < argc) only = argv[++i];
+    else if (a == "--no-peer") peer = false;
+    else {
+      std::fprintf(stderr, "usage: %s [--data DIR] [--seconds S] [--threads N] [--only MODEL] [--no-peer]\n", argv[0]);
+      return 2;
+    }
+  }
+  auto mnist = tfd::model::LoadMnist(data);
+  if (!mnist.ok()) {
+    std::fprintf(stderr, "tfd_bench_train: %s\n", mnist.status().message().c_str());
+    return 2;
+  }
+  const std::string script = TFD_SOURCE_DIR "/test/bench/torch_peer.py";
+  if (peer && std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
+    std::printf("PyTorch not found (/usr/bin/python3 with python3-torch; scripts/setup --bench installs it): ours only\n");
+    peer = false;
+  }
+  std::printf("training throughput, one process, %d thread(s), gemm=%s, %.1f s per measurement\n", threads,
+              tfd::tensor::GemmBackendName(), seconds);
+  std::printf("%-8s %-9s %5s %12s %12s %7s\n", "model", "optimizer", "batch", "tfd/s", "pytorch/s", "ratio");
+  const std::vector<Config> configs = {{"softmax", "sgd", 0.01, 100}, {"mlp", "sgd", 0.001, 100},
+                                       {"mlp", "adam", 0.001, 100},   {"dnn", "momentum", 0.01, 50},
+                                       {"cnn", "sgd", 0.001, 64},     {"cnn", "adam", 0.001, 64}};
+  for (const Config& c : configs) {
+    if (!only.empty() && c.model != only) continue;
+    const double ours = MeasureOurs(*mnist, c, seconds, threads);
+    const double theirs = peer ? MeasurePeer(script, data, c, seconds, threads) : 0;
+    std::printf("%-8s %-9s %5d %12.0f %12s %7s\n", c.model.c_str(), c.optimizer.c_str(), c.batch, ours,
+                theirs > 0 ? fmt::format("{:.0f}", theirs).c_str() : "-",
+                theirs > 0 ? fmt::format("{:.2f}x", ours / theirs).c_str() : "-");
+    std::fflush(stdout);
+  }
+  const double rss = PeakRssMiB(TFD_BINARY, data);
+  std::printf("peak RSS of tfd --standalone, mlp, one epoch: %.1f MiB (target <= 128)\n", rss);
+  return 0;
+}
