@@ -11,6 +11,33 @@
 namespace tfd::tensor {
 namespace {
 
+// One window position of max-pooling's backward pass over c channels: the gradient goes to the
+// first position whose value equals the window's max (taken[ch] marks that it has been placed).
+// Restrict pointers and branch-free selects so the loop vectorises.
+void PoolGrad(const float* __restrict v, const float* __restrict max, const float* __restrict g, float* __restrict d,
+              float* __restrict taken, int c, bool first) {
+  if (first) {
+    for (int ch = 0; ch < c; ++ch) {
+      const float hit = v[ch] == max[ch] ? 1.0f : 0.0f;
+      d[ch] = hit * g[ch];
+      taken[ch] = hit;
+    }
+  } else {
+    for (int ch = 0; ch < c; ++ch) {
+      const float hit = (v[ch] == max[ch] ? 1.0f : 0.0f) * (1.0f - taken[ch]);
+      d[ch] = hit * g[ch];
+      taken[ch] += hit;
+    }
+  }
+}
+
+// out[c] = sum over rows of m[r][c]: row by row, so the inner loop runs along contiguous memory.
+void ColumnSums(const float* __restrict m, std::int64_t rows, std::int64_t cols, float* __restrict out) {
+  std::fill(out, out + cols, 0.0f);
+  for (std::int64_t r = 0; r < rows; ++r, m += cols)
+    for (std::int64_t c = 0; c < cols; ++c) out[c] += m[c];
+}
+
 std::string ActSuffix(Activation act) {
   return act == Activation::kNone ? std::string() : fmt::format(" {}", config::ActivationName(act));
 }
@@ -39,7 +66,7 @@ class Dense final : public Layer {
   void Backward(const float* in, const float* out, float* dout, float* din, int batch) override {
     ActivationGrad(out, dout, std::int64_t{batch} * units_, act_);
     Gemm(true, false, in_, units_, batch, 1.0f, in, in_, dout, units_, 0.0f, dkernel_, units_);
-    VectorMap(dbias_, units_) = ConstMatrixMap(dout, batch, units_).colwise().sum().transpose();
+    ColumnSums(dout, batch, units_, dbias_);
     if (din != nullptr) Gemm(false, true, batch, in_, units_, 1.0f, dout, units_, kernel_, units_, 0.0f, din, in_);
   }
 
@@ -90,7 +117,7 @@ class Conv2D final : public Layer {
     int rows = batch * out_.h * out_.w;
     ActivationGrad(out, dout, std::int64_t{rows} * out_.c, act_);
     Gemm(true, false, patch(), out_.c, rows, 1.0f, cols_.data(), patch(), dout, out_.c, 0.0f, dkernel_, out_.c);
-    VectorMap(dbias_, out_.c) = ConstMatrixMap(dout, rows, out_.c).colwise().sum().transpose();
+    ColumnSums(dout, rows, out_.c, dbias_);
     if (din == nullptr) return;
     // dcols = dout . kernel^T, then scatter-add each patch back (col2im). cols_ is free now.
     Gemm(false, true, rows, patch(), out_.c, 1.0f, dout, out_.c, kernel_, out_.c, 0.0f, cols_.data(), patch());
@@ -139,6 +166,8 @@ class Conv2D final : public Layer {
   float *kernel_ = nullptr, *bias_ = nullptr, *dkernel_ = nullptr, *dbias_ = nullptr;
 };
 
+// Max pooling keeps no arg-max: Backward finds each window's first input equal to its output
+// (the one Forward's strict ">" scan kept), so Forward is a plain vectorised max.
 class MaxPool2D final : public Layer {
  public:
   MaxPool2D(ActShape in, int pool) : in_(in), out_{in.h / pool, in.w / pool, in.c}, p_(pool) {
@@ -147,56 +176,49 @@ class MaxPool2D final : public Layer {
 
   std::string Describe() const override { return fmt::format("max_pool2d {}x{}", p_, p_); }
   ActShape output_shape() const override { return out_; }
-  void Reserve(int max_batch) override { argmax_.resize(static_cast<std::size_t>(max_batch) * out_.size()); }
   void Forward(const float* in, float* out, int batch) override {
-    TFD_CHECK(argmax_.size() >= static_cast<std::size_t>(batch) * out_.size());
     const int c = in_.c;
-    std::int32_t* arg = argmax_.data();
     for (int n = 0; n < batch; ++n) {
       const float* img = in + static_cast<std::int64_t>(n) * in_.size();
       for (int py = 0; py < out_.h; ++py)
         for (int px = 0; px < out_.w; ++px) {
-          // Start with the window's top-left pixel, then scan the rest channel-vectorised.
-          std::int32_t first = ((py * p_) * in_.w + px * p_) * c;
-          for (int ch = 0; ch < c; ++ch) {
-            out[ch] = img[first + ch];
-            arg[ch] = first + ch;
-          }
+          const float* first = img + (static_cast<std::int64_t>(py * p_) * in_.w + px * p_) * c;
+          std::copy(first, first + c, out);
           for (int dy = 0; dy < p_; ++dy)
             for (int dx = 0; dx < p_; ++dx) {
-              if (dy == 0 && dx == 0) continue;
-              std::int32_t base = ((py * p_ + dy) * in_.w + px * p_ + dx) * c;
-              for (int ch = 0; ch < c; ++ch) {
-                float v = img[base + ch];
-                if (v > out[ch]) {
-                  out[ch] = v;
-                  arg[ch] = base + ch;
-                }
-              }
+              const float* v = img + (static_cast<std::int64_t>(py * p_ + dy) * in_.w + px * p_ + dx) * c;
+              for (int ch = 0; ch < c; ++ch) out[ch] = v[ch] > out[ch] ? v[ch] : out[ch];
             }
           out += c;
-          arg += c;
         }
     }
   }
   void Backward(const float* in, const float* out, float* dout, float* din, int batch) override {
-    (void)in;
-    (void)out;
     if (din == nullptr) return;
-    std::fill(din, din + static_cast<std::int64_t>(batch) * in_.size(), 0.0f);
-    const std::int64_t per = out_.size();
+    const int c = in_.c;
+    if (out_.h * p_ != in_.h || out_.w * p_ != in_.w)  // rows/columns no window covers get no gradient
+      std::fill(din, din + static_cast<std::int64_t>(batch) * in_.size(), 0.0f);
+    taken_.resize(static_cast<std::size_t>(c));
+    float* taken = taken_.data();
     for (int n = 0; n < batch; ++n) {
-      float* img = din + static_cast<std::int64_t>(n) * in_.size();
-      const std::int32_t* arg = argmax_.data() + n * per;
-      const float* d = dout + n * per;
-      for (std::int64_t i = 0; i < per; ++i) img[arg[i]] += d[i];
+      const std::int64_t base = static_cast<std::int64_t>(n) * in_.size();
+      for (int py = 0; py < out_.h; ++py)
+        for (int px = 0; px < out_.w; ++px) {
+          for (int dy = 0; dy < p_; ++dy)
+            for (int dx = 0; dx < p_; ++dx) {
+              const std::int64_t at = base + (static_cast<std::int64_t>(py * p_ + dy) * in_.w + px * p_ + dx) * c;
+              PoolGrad(in + at, out, dout, din + at, taken, c, /*first=*/dy == 0 && dx == 0);
+            }
+          out += c;
+          dout += c;
+        }
     }
   }
 
  private:
   ActShape in_, out_;
   int p_;
-  std::vector<std::int32_t> argmax_;
+  std::vector<float> taken_;
 };
 
 }  // namespace
@@ -211,7 +233,8 @@ void BiasActivation(float* y, const float* bias, std::int64_t rows, std::int64_t
     case Activation::kTanh: m = (m.rowwise() + b).array().tanh().matrix(); break;
     case Activation::kElu:
       m.rowwise() += b;
-      m = (m.array() > 0.0f).select(m.array(), m.array().expm1()).matrix();
+      // exp(x) - 1 as TensorFlow's Elu computes it: Eigen vectorises exp, not expm1.
+      m = (m.array() > 0.0f).select(m.array(), m.array().exp() - 1.0f).matrix();
       break;
   }
 }

@@ -17,15 +17,20 @@ LossResult SoftmaxCrossEntropy(const float* logits, std::span<const std::uint8_t
     for (int c = 1; c < classes; ++c)
       if (z[c] > z[best]) best = c;
     const float max = z[best];
+    // e^(z - max) goes into the gradient row, then is normalised there: one exp per logit.
+    float* e = dlogits != nullptr ? dlogits + static_cast<std::int64_t>(i) * classes : nullptr;
     float sum = 0;
-    for (int c = 0; c < classes; ++c) sum += std::exp(z[c] - max);
-    const float log_sum = std::log(sum);
-    total += static_cast<double>(log_sum - (z[labels[i]] - max));
+    for (int c = 0; c < classes; ++c) {
+      const float v = std::exp(z[c] - max);
+      if (e != nullptr) e[c] = v;
+      sum += v;
+    }
+    total += static_cast<double>(std::log(sum) - (z[labels[i]] - max));
     r.correct += best == labels[i];
     if (dlogits != nullptr) {
-      float* d = dlogits + static_cast<std::int64_t>(i) * classes;
-      for (int c = 0; c < classes; ++c) d[c] = std::exp(z[c] - max - log_sum) * inv_batch;
-      d[labels[i]] -= inv_batch;
+      const float scale = inv_batch / sum;
+      for (int c = 0; c < classes; ++c) e[c] *= scale;
+      e[labels[i]] -= inv_batch;
     }
   }
   r.loss = total / batch;
