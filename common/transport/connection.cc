@@ -1,0 +1,286 @@
+#include "common/transport/connection.h"
+
+#include <thread>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "common/wire/messages.h"
+
+namespace tfd::transport {
+namespace {
+
+using asio::redirect_error;
+using asio::use_awaitable;
+using boost::system::error_code;
+
+constexpr auto kErrorFlushLimit = std::chrono::seconds(1);
+
+}  // namespace
+
+Connection::Connection(tcp::socket socket, FrameHandler& handler, std::string peer_name, ConnectionOptions options)
+    : socket_(std::move(socket)),
+      handler_(handler),
+      options_(options),
+      wake_writer_(socket_.get_executor()),
+      watchdog_(socket_.get_executor()),
+      peer_name_(std::move(peer_name)) {}
+
+std::string Connection::peer_name() const {
+  std::lock_guard<std::mutex> lock(name_mu_);
+  return peer_name_;
+}
+
+void Connection::set_peer_name(std::string name) {
+  std::lock_guard<std::mutex> lock(name_mu_);
+  peer_name_ = std::move(name);
+}
+
+void Connection::Start() {
+  error_code ec;
+  socket_.set_option(tcp::no_delay(true), ec);  // small request frames must not wait for Nagle
+  asio::dispatch(socket_.get_executor(), [self = shared_from_this()] {
+    self->last_heard_ = Clock::now();
+    asio::co_spawn(self->socket_.get_executor(), self->ReadLoop(), asio::detached);
+    asio::co_spawn(self->socket_.get_executor(), self->WriteLoop(), asio::detached);
+    asio::co_spawn(self->socket_.get_executor(), self->Watchdog(), asio::detached);
+  });
+}
+
+void Connection::Send(wire::OutFrame frame) {
+  Status sealed = frame.Seal();
+  if (!sealed.ok()) {
+    Close(sealed.WithContext(fmt::format("sending to {}", peer_name())));
+    return;
+  }
+  asio::post(socket_.get_executor(), [self = shared_from_this(), frame = std::move(frame)]() mutable {
+    if (self->closed_) return;
+    Outgoing& out = self->outbox_.emplace_back();
+    out.frame = std::move(frame);
+    wire::EncodeHeader(out.frame.header, out.header);
+    self->wake_writer_.cancel();
+  });
+}
+
+void Connection::SendErrorAndClose(const Status& why) {
+  wire::OutFrame f = wire::Encode(wire::ErrorMessage{static_cast<std::uint16_t>(why.code()), why.message()});
+  Send(std::move(f));
+  asio::post(socket_.get_executor(), [self = shared_from_this(), why] {
+    self->close_after_flush_ = true;
+    self->flush_deadline_ = Clock::now() + kErrorFlushLimit;  // do not wait on a peer that does not read
+    self->wake_writer_.cancel();
+    self->watchdog_.cancel();
+  });
+}
+
+void Connection::Close(const Status& why) {
+  asio::dispatch(socket_.get_executor(), [self = shared_from_this(), why] { self->CloseOnStrand(why); });
+}
+
+void Connection::CloseOnStrand(const Status& why) {
+  if (closed_) return;
+  closed_ = true;
+  closed_flag_.store(true);
+  error_code ec;
+  socket_.shutdown(tcp::socket::shutdown_both, ec);
+  socket_.close(ec);
+  wake_writer_.cancel();
+  watchdog_.cancel();
+  outbox_.clear();
+  handler_.OnClosed(shared_from_this(), why);
+}
+
+asio::awaitable<void> Connection::ReadLoop() {
+  auto self = shared_from_this();
+  std::array<std::byte, wire::kFrameHeaderBytes> raw;
+  for (;;) {
+    error_code ec;
+    co_await asio::async_read(socket_, asio::buffer(raw), redirect_error(use_awaitable, ec));
+    if (ec) {
+      if (!closed_) {
+        CloseOnStrand(ec == asio::error::eof ? Status::Unavailable(fmt::format("{} closed the connection", peer_name()))
+                                             : Status::Unavailable(fmt::format("{}: read: {}", peer_name(), ec.message())));
+      }
+      co_return;
+    }
+    Result<wire::FrameHeader> header = wire::DecodeHeader(raw, options_.max_payload);
+    if (!header.ok()) {
+      Status why = Status::Corruption(fmt::format("{}: {}", peer_name(), header.status().message()));
+      spdlog::warn("{}", why.message());
+      SendErrorAndClose(why);
+      co_return;
+    }
+    wire::InFrame frame;
+    frame.header = *header;
+    frame.payload.resize(frame.header.payload_len);  // bounded by max_payload above
+    if (!frame.payload.empty()) {
+      co_await asio::async_read(socket_, asio::buffer(frame.payload), redirect_error(use_awaitable, ec));
+      if (ec) {
+        if (!closed_) CloseOnStrand(Status::Unavailable(fmt::format("{}: read: {} (in a {} frame)", peer_name(), ec.message(), wire::MessageTypeName(frame.header.type))));
+        co_return;
+      }
+    }
+    last_heard_ = Clock::now();
+    if (Status ok = wire::VerifyPayload(frame.header, frame.payload); !ok.ok()) {
+      Status why = Status::Corruption(fmt::format("{}: {}", peer_name(), ok.message()));
+      spdlog::warn("{}", why.message());
+      SendErrorAndClose(why);
+      co_return;
+    }
+    if (closed_) co_return;
+    if (frame.header.type == wire::MessageType::kHeartbeat) continue;
+    handler_.OnFrame(self, std::move(frame));
+    if (closed_) co_return;
+  }
+}
+
+asio::awaitable<void> Connection::WriteLoop() {
+  auto self = shared_from_this();
+  std::vector<asio::const_buffer> buffers;
+  while (!closed_) {
+    if (outbox_.empty()) {
+      if (close_after_flush_) {
+        CloseOnStrand(Status::Unavailable(fmt::format("closed the connection to {} after an error", peer_name())));
+        co_return;
+      }
+      wake_writer_.expires_after(options_.heartbeat_interval);
+      error_code ec;
+      co_await wake_writer_.async_wait(redirect_error(use_awaitable, ec));
+      if (closed_) co_return;
+      if (!ec && outbox_.empty()) {  // a quiet interval: tell the peer we are alive
+        Outgoing& hb = outbox_.emplace_back();
+        hb.frame = wire::EncodeHeartbeat();
+        (void)hb.frame.Seal();
+        wire::EncodeHeader(hb.frame.header, hb.header);
+      }
+      continue;
+    }
+    // Gather every queued frame into one write: header, fields, then tensor data in place.
+    std::size_t count = outbox_.size();
+    buffers.clear();
+    for (std::size_t i = 0; i < count; ++i) {
+      Outgoing& o = outbox_[i];
+      buffers.emplace_back(o.header.data(), o.header.size());
+      if (!o.frame.head.empty()) buffers.emplace_back(o.frame.head.data(), o.frame.head.size());
+      for (const auto& t : o.frame.tail)
+        if (!t.empty()) buffers.emplace_back(t.data(), t.size());
+    }
+    error_code ec;
+    co_await asio::async_write(socket_, buffers, redirect_error(use_awaitable, ec));
+    if (ec) {
+      if (!closed_) CloseOnStrand(Status::Unavailable(fmt::format("{}: write: {}", peer_name(), ec.message())));
+      co_return;
+    }
+    for (std::size_t i = 0; i < count && !outbox_.empty(); ++i) outbox_.pop_front();
+  }
+}
+
+asio::awaitable<void> Connection::Watchdog() {
+  auto self = shared_from_this();
+  while (!closed_) {
+    watchdog_.expires_at(close_after_flush_ ? flush_deadline_ : last_heard_ + options_.peer_timeout);
+    error_code ec;
+    co_await watchdog_.async_wait(redirect_error(use_awaitable, ec));
+    if (closed_) co_return;
+    if (ec) continue;  // re-armed (an error frame is on its way): look again
+    const auto now = Clock::now();
+    if (close_after_flush_ && now >= flush_deadline_) {
+      CloseOnStrand(Status::Unavailable(fmt::format("{} did not take the error frame", peer_name())));
+    } else if (!close_after_flush_ && now - last_heard_ >= options_.peer_timeout) {
+      CloseOnStrand(Status::DeadlineExceeded(fmt::format(
+          "{} sent nothing for {:.1f} s (not even a heartbeat): it is stopped, overloaded or unreachable", peer_name(),
+          std::chrono::duration<double>(options_.peer_timeout).count())));
+    }
+  }
+}
+
+Result<tcp::socket> Dial(asio::io_context& ioc, const std::string& host, std::uint16_t port, const std::string& peer,
+                         Clock::time_point deadline) {
+  auto backoff = std::chrono::milliseconds(50);
+  auto next_log = Clock::now() + std::chrono::seconds(2);
+  std::string last_error = "not tried";
+  tcp::resolver resolver(ioc);
+  for (;;) {
+    error_code ec;
+    auto endpoints = resolver.resolve(host, std::to_string(port), ec);
+    if (ec) {
+      last_error = fmt::format("cannot resolve {}: {}", host, ec.message());
+    } else {
+      tcp::socket socket(asio::make_strand(ioc));
+      auto done = std::make_shared<std::promise<error_code>>();
+      auto result = done->get_future();
+      asio::async_connect(socket, endpoints, [done](const error_code& e, const tcp::endpoint&) { done->set_value(e); });
+      const auto attempt_deadline = std::min(deadline, Clock::now() + std::chrono::seconds(5));
+      if (result.wait_until(attempt_deadline) != std::future_status::ready) {
+        asio::post(socket.get_executor(), [&socket] {
+          error_code ignored;
+          socket.cancel(ignored);
+        });
+        result.wait();
+        last_error = "connect timed out";
+      } else if (error_code e = result.get(); e) {
+        last_error = e.message();
+      } else {
+        return socket;
+      }
+    }
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      return Status::Unavailable(fmt::format("{} at {}:{} did not accept a connection in time (last error: {})", peer, host, port,
+                                             last_error));
+    }
+    if (now >= next_log) {
+      spdlog::info("waiting for {} at {}:{} ({})", peer, host, port, last_error);
+      next_log = now + std::chrono::seconds(5);
+    }
+    std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+  }
+}
+
+Listener::Listener(asio::io_context& ioc, tcp::acceptor acceptor, AcceptFn on_accept)
+    : ioc_(ioc), acceptor_(std::move(acceptor)), on_accept_(std::move(on_accept)) {}
+
+Result<std::unique_ptr<Listener>> Listener::Bind(asio::io_context& ioc, const std::string& address, std::uint16_t port,
+                                                 AcceptFn on_accept) {
+  error_code ec;
+  asio::ip::address addr = address.empty() ? asio::ip::address(asio::ip::address_v4::any()) : asio::ip::make_address(address, ec);
+  if (ec) return Status::InvalidArgument(fmt::format("--bind: \"{}\" is not an IP address", address));
+  tcp::endpoint ep(addr, port);
+  tcp::acceptor acceptor(ioc);
+  acceptor.open(ep.protocol(), ec);
+  if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor.bind(ep, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return Status::Unavailable(fmt::format("cannot listen on {}:{}: {}", address.empty() ? "*" : address, port, ec.message()));
+  }
+  return std::unique_ptr<Listener>(new Listener(ioc, std::move(acceptor), std::move(on_accept)));
+}
+
+void Listener::Start() { asio::co_spawn(acceptor_.get_executor(), AcceptLoop(), asio::detached); }
+
+void Listener::Stop() {
+  asio::post(acceptor_.get_executor(), [this] {
+    error_code ec;
+    acceptor_.close(ec);
+  });
+}
+
+std::uint16_t Listener::port() const { return acceptor_.local_endpoint().port(); }
+
+asio::awaitable<void> Listener::AcceptLoop() {
+  for (;;) {
+    tcp::socket socket(asio::make_strand(ioc_));
+    error_code ec;
+    co_await acceptor_.async_accept(socket, redirect_error(use_awaitable, ec));
+    if (ec == asio::error::operation_aborted || !acceptor_.is_open()) co_return;
+    if (ec) {
+      spdlog::warn("accept: {}", ec.message());
+      continue;
+    }
+    on_accept_(std::move(socket));
+  }
+}
+
+}  // namespace tfd::transport

@@ -1,0 +1,120 @@
+#pragma once
+
+#include <utility>  // before Asio: Boost 1.74's awaitable.hpp forgets it
+
+#include <array>
+#include <atomic>
+#include <functional>
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include <boost/asio.hpp>
+
+#include "common/base/status.h"
+#include "common/wire/frame.h"
+
+namespace tfd::transport {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+
+struct ConnectionOptions {
+  // An idle sender sends a HEARTBEAT this often, so a silent peer is a dead or stuck peer.
+  std::chrono::milliseconds heartbeat_interval{1000};
+  // Close the connection (DeadlineExceeded) when nothing has arrived for this long.
+  std::chrono::milliseconds peer_timeout{10000};
+  std::uint32_t max_payload = wire::kMaxPayloadBytes;
+};
+
+class Connection;
+
+// Receives a connection's frames. Knows frames, never sockets.
+class FrameHandler {
+ public:
+  virtual ~FrameHandler() = default;
+  // A frame whose header and CRC checked out (HEARTBEATs are consumed by the connection). Runs on
+  // the connection's strand, one frame at a time.
+  virtual void OnFrame(const std::shared_ptr<Connection>& from, wire::InFrame frame) = 0;
+  // Exactly once per started connection, with the reason it closed.
+  virtual void OnClosed(const std::shared_ptr<Connection>& from, const Status& why) = 0;
+};
+
+// One TCP connection carrying frames. Owns its socket and runs its read loop, write loop and
+// watchdog on its own strand; other threads only post to it. Handlers hold shared_from_this().
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  // `socket` must have been created on a strand. `handler` must outlive the connection.
+  Connection(tcp::socket socket, FrameHandler& handler, std::string peer_name, ConnectionOptions options);
+
+  void Start();
+  // Seals `frame` (length, CRC) on the calling thread and queues it. Any thread. Frames are written
+  // in the order sent, several per system call when they queue up.
+  void Send(wire::OutFrame frame);
+  // Queues an ERROR frame with `why`'s code and message, then closes once it is written (or after
+  // a second). Any thread.
+  void SendErrorAndClose(const Status& why);
+  // Closes the socket and tells the handler, once. Any thread.
+  void Close(const Status& why);
+
+  // "ps:0 (10.0.0.5:2222)"; a server learns the peer's task from its HELLO.
+  std::string peer_name() const;
+  void set_peer_name(std::string name);
+  bool closed() const { return closed_flag_.load(); }
+
+ private:
+  struct Outgoing {
+    wire::OutFrame frame;
+    std::array<std::byte, wire::kFrameHeaderBytes> header;
+  };
+
+  asio::awaitable<void> ReadLoop();
+  asio::awaitable<void> WriteLoop();
+  asio::awaitable<void> Watchdog();
+  void CloseOnStrand(const Status& why);
+
+  tcp::socket socket_;
+  FrameHandler& handler_;
+  ConnectionOptions options_;
+  asio::steady_timer wake_writer_;
+  asio::steady_timer watchdog_;
+  std::deque<Outgoing> outbox_;  // strand only
+  bool close_after_flush_ = false;  // strand only
+  bool closed_ = false;             // strand only
+  std::atomic<bool> closed_flag_{false};
+  Clock::time_point last_heard_;    // strand only
+  Clock::time_point flush_deadline_;  // strand only
+  mutable std::mutex name_mu_;
+  std::string peer_name_;
+};
+
+// Connects to `endpoint` (resolving the host), retrying with backoff until `deadline`, and logs
+// which peer it is waiting for every few seconds. Blocks the calling thread; `ioc` must be running
+// on another thread. Unavailable, naming `peer`, if no connection could be made in time.
+Result<tcp::socket> Dial(asio::io_context& ioc, const std::string& host, std::uint16_t port, const std::string& peer,
+                         Clock::time_point deadline);
+
+// Accepts connections on one endpoint and hands each socket (on its own strand) to `on_accept`.
+class Listener {
+ public:
+  using AcceptFn = std::function<void(tcp::socket)>;
+  // Binds `address:port` (address "" = every interface). InvalidArgument/Unavailable naming the
+  // address when it cannot bind (in use, not local).
+  static Result<std::unique_ptr<Listener>> Bind(asio::io_context& ioc, const std::string& address, std::uint16_t port,
+                                                AcceptFn on_accept);
+  void Start();
+  void Stop();
+  std::uint16_t port() const;
+
+ private:
+  Listener(asio::io_context& ioc, tcp::acceptor acceptor, AcceptFn on_accept);
+  asio::awaitable<void> AcceptLoop();
+  asio::io_context& ioc_;
+  tcp::acceptor acceptor_;
+  AcceptFn on_accept_;
+};
+
+}  // namespace tfd::transport

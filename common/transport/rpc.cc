@@ -1,0 +1,81 @@
+#include "common/transport/rpc.h"
+
+#include <fmt/format.h>
+
+#include "common/wire/messages.h"
+
+namespace tfd::transport {
+
+std::shared_ptr<RpcClient> RpcClient::Start(tcp::socket socket, std::string peer, ConnectionOptions options) {
+  std::shared_ptr<RpcClient> client(new RpcClient(peer));
+  client->connection_ = std::make_shared<Connection>(std::move(socket), *client, std::move(peer), options);
+  client->connection_->Start();
+  return client;
+}
+
+std::future<Result<wire::InFrame>> RpcClient::Call(wire::OutFrame request) {
+  std::promise<Result<wire::InFrame>> promise;
+  auto future = promise.get_future();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!closed_.ok()) {
+      promise.set_value(closed_);
+      return future;
+    }
+    request.header.request_id = next_id_++;
+    pending_.emplace(request.header.request_id, std::move(promise));
+  }
+  connection_->Send(std::move(request));
+  return future;
+}
+
+void RpcClient::Notify(wire::OutFrame message) { connection_->Send(std::move(message)); }
+
+Result<wire::InFrame> RpcClient::Wait(std::future<Result<wire::InFrame>>& reply, Clock::time_point deadline, const char* what) {
+  if (reply.wait_until(deadline) != std::future_status::ready) {
+    return Status::DeadlineExceeded(fmt::format("{} did not answer {} in time", peer_, what));
+  }
+  return reply.get();
+}
+
+void RpcClient::Close(const Status& why) { connection_->Close(why); }
+
+Status RpcClient::closed_reason() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return closed_;
+}
+
+void RpcClient::OnFrame(const std::shared_ptr<Connection>& from, wire::InFrame frame) {
+  if (frame.header.type == wire::MessageType::kError) {
+    wire::ErrorMessage err;
+    Status decoded = wire::Decode(frame.payload, &err);
+    Status why = decoded.ok() ? Status(err.code > static_cast<std::uint16_t>(Code::kInternal) ? Code::kInternal : static_cast<Code>(err.code),
+                                       fmt::format("{} refused: {}", peer_, err.message))
+                              : Status::Corruption(fmt::format("{}: malformed ERROR frame", peer_));
+    if (frame.header.request_id == 0) {
+      from->Close(why);  // a connection-level refusal: every call fails with it
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = pending_.find(frame.header.request_id);
+    if (it != pending_.end()) {
+      it->second.set_value(why);
+      pending_.erase(it);
+    }
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pending_.find(frame.header.request_id);
+  if (it == pending_.end()) return;  // a reply nobody waits for (the call gave up): drop it
+  it->second.set_value(std::move(frame));
+  pending_.erase(it);
+}
+
+void RpcClient::OnClosed(const std::shared_ptr<Connection>&, const Status& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  closed_ = why.ok() ? Status::Unavailable(fmt::format("{}: connection closed", peer_)) : why;
+  for (auto& [id, promise] : pending_) promise.set_value(closed_);
+  pending_.clear();
+}
+
+}  // namespace tfd::transport

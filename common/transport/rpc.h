@@ -1,0 +1,47 @@
+#pragma once
+
+#include <future>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "common/transport/connection.h"
+
+namespace tfd::transport {
+
+// The calling side of one connection: each Call gets a fresh request id and a future that the
+// reply with that id fulfils. A reply of type ERROR, or the connection closing, fails the call
+// with the peer's reason. Thread-safe.
+class RpcClient : public FrameHandler, public std::enable_shared_from_this<RpcClient> {
+ public:
+  // Takes over `socket` (connected) and starts the connection. `peer` names the other side in
+  // every error ("ps:0 (10.0.0.5:2222)").
+  static std::shared_ptr<RpcClient> Start(tcp::socket socket, std::string peer, ConnectionOptions options);
+
+  // Sends `request` and returns the reply's future. Memory referenced by the request's tail spans
+  // must stay valid until the future is ready.
+  std::future<Result<wire::InFrame>> Call(wire::OutFrame request);
+  // Sends without expecting a reply.
+  void Notify(wire::OutFrame message);
+  // Waits for `reply` until `deadline`; DeadlineExceeded naming the peer and `what` otherwise.
+  Result<wire::InFrame> Wait(std::future<Result<wire::InFrame>>& reply, Clock::time_point deadline, const char* what);
+  void Close(const Status& why);
+  const std::string& peer() const { return peer_; }
+  // Why the connection closed; Ok while it is open.
+  Status closed_reason() const;
+
+  void OnFrame(const std::shared_ptr<Connection>& from, wire::InFrame frame) override;
+  void OnClosed(const std::shared_ptr<Connection>& from, const Status& why) override;
+
+ private:
+  RpcClient(std::string peer) : peer_(std::move(peer)) {}
+
+  std::string peer_;
+  std::shared_ptr<Connection> connection_;
+  mutable std::mutex mu_;
+  std::uint64_t next_id_ = 1;                                                       // guarded by mu_
+  std::unordered_map<std::uint64_t, std::promise<Result<wire::InFrame>>> pending_;  // guarded by mu_
+  Status closed_;                                                                   // guarded by mu_
+};
+
+}  // namespace tfd::transport

@@ -1,0 +1,13 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace tfd::wire {
+
+// CRC-32C (Castagnoli) of `data`, continuing from `crc` (0 to start). Uses the SSE4.2 instruction
+// when the CPU has it (checked once, at run time), else a table.
+std::uint32_t Crc32c(std::span<const std::byte> data, std::uint32_t crc = 0);
+
+}  // namespace tfd::wire

@@ -1,0 +1,82 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/base/status.h"
+
+namespace tfd::wire {
+
+// docs/protocol.md specifies every byte. All integers are little-endian.
+//
+// Frame header, 28 bytes:
+//   magic u32 ("TFD1") | version u16 | type u16 | flags u16 | reserved u16 (0) |
+//   request_id u64 (0: none) | payload_len u32 (<= the receiver's limit) | payload_crc u32 (CRC-32C)
+inline constexpr std::uint32_t kMagic = 0x31444654;  // the bytes 'T' 'F' 'D' '1'
+inline constexpr std::uint16_t kProtocolVersion = 1;
+inline constexpr std::size_t kFrameHeaderBytes = 28;
+inline constexpr std::uint32_t kMaxPayloadBytes = 256u << 20;
+
+// Append-only: never renumber or reuse a value.
+enum class MessageType : std::uint16_t {
+  kHello = 1,
+  kWelcome = 2,
+  kInit = 3,
+  kWaitReady = 4,
+  kReady = 5,
+  kPull = 10,
+  kParams = 11,
+  kPush = 12,
+  kPushAck = 13,
+  kDone = 20,
+  kDoneAck = 21,
+  kHeartbeat = 22,
+  kError = 30,
+};
+bool IsKnownType(std::uint16_t type);
+const char* MessageTypeName(MessageType type);
+
+struct FrameHeader {
+  std::uint16_t version = kProtocolVersion;
+  MessageType type = MessageType::kHeartbeat;
+  std::uint16_t flags = 0;
+  std::uint64_t request_id = 0;
+  std::uint32_t payload_len = 0;
+  std::uint32_t payload_crc = 0;
+};
+
+void EncodeHeader(const FrameHeader& h, std::span<std::byte, kFrameHeaderBytes> out);
+// Checks the magic, version, type and length (against `max_payload`) before anything is allocated.
+// Corruption naming the fault; the message is fit to send back in an ERROR frame.
+Result<FrameHeader> DecodeHeader(std::span<const std::byte, kFrameHeaderBytes> raw,
+                                 std::uint32_t max_payload = kMaxPayloadBytes);
+
+// A frame to send: the payload is `head` (encoded fields) followed by the `tail` spans (tensor
+// data written straight from their owners' memory: scatter/gather, no copy). The tail memory must
+// stay valid until the frame is written; `keepalive` can own it.
+struct OutFrame {
+  FrameHeader header;
+  std::vector<std::byte> head;
+  std::vector<std::span<const std::byte>> tail;
+  std::shared_ptr<const void> keepalive;
+
+  // Sets payload_len and payload_crc from head and tail; call once the payload is complete.
+  // InvalidArgument when the payload would exceed kMaxPayloadBytes.
+  Status Seal();
+  std::size_t payload_size() const;
+};
+
+// A received frame, its payload checked against the header's CRC.
+struct InFrame {
+  FrameHeader header;
+  std::vector<std::byte> payload;
+};
+
+// Checks `payload` against the header's length and CRC. Corruption when they differ.
+Status VerifyPayload(const FrameHeader& header, std::span<const std::byte> payload);
+
+}  // namespace tfd::wire

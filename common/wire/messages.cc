@@ -1,0 +1,262 @@
+#include "common/wire/messages.h"
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "common/wire/bytes.h"
+
+namespace tfd::wire {
+namespace {
+
+OutFrame Start(MessageType type) {
+  OutFrame f;
+  f.header.type = type;
+  return f;
+}
+
+Status Short(const char* what) { return Status::Corruption(fmt::format("{}: payload too short or malformed", what)); }
+
+Status Trailing(const char* what, const ByteReader& r) {
+  if (r.remaining() != 0) return Status::Corruption(fmt::format("{}: {} unexpected trailing bytes", what, r.remaining()));
+  return Status::Ok();
+}
+
+bool ReadKind(ByteReader& r, TaskKind* k) {
+  std::uint8_t v = 0;
+  if (!r.U8(&v) || v > 3) return false;
+  *k = static_cast<TaskKind>(v);
+  return true;
+}
+
+bool ReadBool(ByteReader& r, bool* b) {
+  std::uint8_t v = 0;
+  if (!r.U8(&v) || v > 1) return false;
+  *b = v == 1;
+  return true;
+}
+
+// A u64 float count followed by that many floats, the count bounded by the bytes that remain.
+bool ReadFloats(ByteReader& r, std::span<const std::byte>* out) {
+  std::uint64_t n = 0;
+  return r.U64(&n) && r.FloatBytes(n, out);
+}
+
+}  // namespace
+
+void CopyFloats(std::span<const std::byte> bytes, std::span<float> out) {
+  TFD_CHECK(bytes.size() == out.size_bytes());
+  std::memcpy(out.data(), bytes.data(), bytes.size());
+}
+
+OutFrame Encode(const Hello& m) {
+  OutFrame f = Start(MessageType::kHello);
+  ByteWriter w(&f.head);
+  w.U16(m.version);
+  w.U8(static_cast<std::uint8_t>(m.kind));
+  w.U32(m.index);
+  w.U64(m.incarnation);
+  w.U64(m.cluster_id);
+  return f;
+}
+
+Status Decode(std::span<const std::byte> p, Hello* m) {
+  ByteReader r(p);
+  if (!r.U16(&m->version) || !ReadKind(r, &m->kind) || !r.U32(&m->index) || !r.U64(&m->incarnation) || !r.U64(&m->cluster_id))
+    return Short("HELLO");
+  return Trailing("HELLO", r);
+}
+
+OutFrame Encode(const Welcome& m) {
+  OutFrame f = Start(MessageType::kWelcome);
+  ByteWriter w(&f.head);
+  w.U8(static_cast<std::uint8_t>(m.kind));
+  w.U32(m.index);
+  w.U64(m.incarnation);
+  w.U8(m.initialized ? 1 : 0);
+  w.U64(m.global_step);
+  return f;
+}
+
+Status Decode(std::span<const std::byte> p, Welcome* m) {
+  ByteReader r(p);
+  if (!ReadKind(r, &m->kind) || !r.U32(&m->index) || !r.U64(&m->incarnation) || !ReadBool(r, &m->initialized) ||
+      !r.U64(&m->global_step))
+    return Short("WELCOME");
+  return Trailing("WELCOME", r);
+}
+
+OutFrame Encode(const Init& m, std::span<const float> values) {
+  OutFrame f = Start(MessageType::kInit);
+  ByteWriter w(&f.head);
+  w.U64(m.layout_hash);
+  w.U8(m.optimizer.type);
+  w.F64(m.optimizer.learning_rate);
+  w.F64(m.optimizer.momentum);
+  w.F64(m.optimizer.beta1);
+  w.F64(m.optimizer.beta2);
+  w.F64(m.optimizer.epsilon);
+  w.U8(m.optimizer.use_nesterov ? 1 : 0);
+  w.U8(m.update.mode);
+  w.U32(m.update.replicas_to_aggregate);
+  w.U32(m.update.total_num_replicas);
+  w.U32(m.update.num_workers);
+  w.U32(static_cast<std::uint32_t>(m.chunks.size()));
+  for (const Chunk& c : m.chunks) {
+    w.Str(c.name);
+    w.U64(c.length);
+  }
+  w.U64(values.size());
+  f.tail.push_back(AsBytes(values));
+  return f;
+}
+
+Status Decode(std::span<const std::byte> p, Init* m) {
+  ByteReader r(p);
+  std::uint32_t chunks = 0;
+  if (!r.U64(&m->layout_hash) || !r.U8(&m->optimizer.type) || !r.F64(&m->optimizer.learning_rate) ||
+      !r.F64(&m->optimizer.momentum) || !r.F64(&m->optimizer.beta1) || !r.F64(&m->optimizer.beta2) ||
+      !r.F64(&m->optimizer.epsilon) || !ReadBool(r, &m->optimizer.use_nesterov) || !r.U8(&m->update.mode) ||
+      !r.U32(&m->update.replicas_to_aggregate) || !r.U32(&m->update.total_num_replicas) || !r.U32(&m->update.num_workers) ||
+      !r.U32(&chunks))
+    return Short("INIT");
+  if (m->optimizer.type > 2 || m->update.mode > 1) return Status::Corruption("INIT: unknown optimizer type or update mode");
+  if (m->update.num_workers == 0 || m->update.num_workers > kMaxWorkers ||
+      m->update.replicas_to_aggregate > m->update.total_num_replicas)
+    return Status::Corruption("INIT: inconsistent worker counts");
+  // Each chunk takes at least 10 bytes, so this bounds the count by the payload before reserving.
+  if (chunks > kMaxChunks || chunks > r.remaining() / 10) return Status::Corruption(fmt::format("INIT: {} chunks is more than the payload can hold", chunks));
+  m->chunks.resize(chunks);
+  std::uint64_t total = 0;
+  for (Chunk& c : m->chunks) {
+    if (!r.Str(&c.name, kMaxNameBytes) || !r.U64(&c.length)) return Short("INIT");
+    if (c.length > kMaxPayloadBytes / 4) return Status::Corruption("INIT: a chunk is longer than any payload");
+    total += c.length;
+  }
+  std::uint64_t n = 0;
+  if (!r.U64(&n) || n != total) return Status::Corruption("INIT: value count does not match the chunks' lengths");
+  if (!r.FloatBytes(n, &m->values)) return Short("INIT");
+  return Trailing("INIT", r);
+}
+
+OutFrame Encode(const WaitReady& m) {
+  OutFrame f = Start(MessageType::kWaitReady);
+  ByteWriter(&f.head).U64(m.layout_hash);
+  return f;
+}
+
+Status Decode(std::span<const std::byte> p, WaitReady* m) {
+  ByteReader r(p);
+  if (!r.U64(&m->layout_hash)) return Short("WAIT_READY");
+  return Trailing("WAIT_READY", r);
+}
+
+OutFrame Encode(const Ready& m) {
+  OutFrame f = Start(MessageType::kReady);
+  ByteWriter(&f.head).U64(m.global_step);
+  return f;
+}
+
+Status Decode(std::span<const std::byte> p, Ready* m) {
+  ByteReader r(p);
+  if (!r.U64(&m->global_step)) return Short("READY");
+  return Trailing("READY", r);
+}
+
+OutFrame Encode(const Pull& m) {
+  OutFrame f = Start(MessageType::kPull);
+  ByteWriter(&f.head).U64(m.min_step);
+  return f;
+}
+
+Status Decode(std::span<const std::byte> p, Pull* m) {
+  ByteReader r(p);
+  if (!r.U64(&m->min_step)) return Short("PULL");
+  return Trailing("PULL", r);
+}
+
+OutFrame Encode(const Params& m, std::span<const float> values) {
+  OutFrame f = Start(MessageType::kParams);
+  ByteWriter w(&f.head);
+  w.U64(m.global_step);
+  w.U64(values.size());
+  f.tail.push_back(AsBytes(values));
+  return f;
+}
+
+Status Decode(std::span<const std::byte> p, Params* m) {
+  ByteReader r(p);
+  if (!r.U64(&m->global_step) || !ReadFloats(r, &m->values)) return Short("PARAMS");
+  return Trailing("PARAMS", r);
+}
+
+OutFrame Encode(const Push& m, std::span<const std::span<const float>> grads) {
+  OutFrame f = Start(MessageType::kPush);
+  ByteWriter w(&f.head);
+  w.U32(m.worker);
+  w.U64(m.incarnation);
+  w.U64(m.local_step);
+  w.U64(m.based_on_step);
+  std::uint64_t n = 0;
+  for (const auto& g : grads) {
+    n += g.size();
+    f.tail.push_back(AsBytes(g));
+  }
+  w.U64(n);
+  return f;
+}
+
+Status Decode(std::span<const std::byte> p, Push* m) {
+  ByteReader r(p);
+  if (!r.U32(&m->worker) || !r.U64(&m->incarnation) || !r.U64(&m->local_step) || !r.U64(&m->based_on_step) ||
+      !ReadFloats(r, &m->grads))
+    return Short("PUSH");
+  return Trailing("PUSH", r);
+}
+
+OutFrame Encode(const PushAck& m) {
+  OutFrame f = Start(MessageType::kPushAck);
+  ByteWriter w(&f.head);
+  w.U64(m.global_step);
+  w.U8(static_cast<std::uint8_t>(m.outcome));
+  return f;
+}
+
+Status Decode(std::span<const std::byte> p, PushAck* m) {
+  ByteReader r(p);
+  std::uint8_t outcome = 0;
+  if (!r.U64(&m->global_step) || !r.U8(&outcome) || outcome > 2) return Short("PUSH_ACK");
+  m->outcome = static_cast<PushOutcome>(outcome);
+  return Trailing("PUSH_ACK", r);
+}
+
+OutFrame Encode(const Done& m) {
+  OutFrame f = Start(MessageType::kDone);
+  ByteWriter(&f.head).U32(m.worker);
+  return f;
+}
+
+Status Decode(std::span<const std::byte> p, Done* m) {
+  ByteReader r(p);
+  if (!r.U32(&m->worker)) return Short("DONE");
+  return Trailing("DONE", r);
+}
+
+OutFrame EncodeDoneAck() { return Start(MessageType::kDoneAck); }
+OutFrame EncodeHeartbeat() { return Start(MessageType::kHeartbeat); }
+
+OutFrame Encode(const ErrorMessage& m) {
+  OutFrame f = Start(MessageType::kError);
+  ByteWriter w(&f.head);
+  w.U16(m.code);
+  w.Str(m.message);
+  return f;
+}
+
+Status Decode(std::span<const std::byte> p, ErrorMessage* m) {
+  ByteReader r(p);
+  if (!r.U16(&m->code) || !r.Str(&m->message, 0xffff)) return Short("ERROR");
+  return Trailing("ERROR", r);
+}
+
+}  // namespace tfd::wire

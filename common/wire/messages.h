@@ -1,0 +1,136 @@
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/base/status.h"
+#include "common/wire/frame.h"
+
+namespace tfd::wire {
+
+// Plain message structs; docs/protocol.md gives each payload's bytes. Encode* build an OutFrame
+// (tensor data as tail spans that the caller keeps alive until sent); Decode* parse a payload and
+// return Corruption on any short, oversize or inconsistent field. Float data is returned as a view
+// of the payload's bytes (little-endian floats, possibly unaligned: copy out with memcpy).
+
+inline constexpr std::size_t kMaxNameBytes = 1024;
+inline constexpr std::uint32_t kMaxChunks = 1u << 20;
+inline constexpr std::uint32_t kMaxWorkers = 1u << 16;
+
+enum class TaskKind : std::uint8_t { kChief = 0, kWorker = 1, kPs = 2, kEvaluator = 3 };
+
+struct Hello {  // client -> server, first frame on a connection
+  std::uint16_t version = kProtocolVersion;
+  TaskKind kind = TaskKind::kWorker;
+  std::uint32_t index = 0;
+  std::uint64_t incarnation = 0;
+  std::uint64_t cluster_id = 0;
+};
+
+struct Welcome {  // server -> client, reply to HELLO
+  TaskKind kind = TaskKind::kPs;
+  std::uint32_t index = 0;
+  std::uint64_t incarnation = 0;
+  bool initialized = false;
+  std::uint64_t global_step = 0;
+};
+
+struct OptimizerParams {
+  std::uint8_t type = 0;  // 0 sgd, 1 momentum, 2 adam
+  double learning_rate = 0, momentum = 0, beta1 = 0, beta2 = 0, epsilon = 0;
+  bool use_nesterov = false;
+};
+
+struct UpdateParams {
+  std::uint8_t mode = 0;  // 0 async, 1 sync
+  std::uint32_t replicas_to_aggregate = 0, total_num_replicas = 0, num_workers = 0;
+};
+
+struct Chunk {
+  std::string name;  // "dense/kernel[0:39200]"
+  std::uint64_t length = 0;  // floats
+};
+
+struct Init {  // chief -> ps: the ps's chunks, how to update them and their initial values
+  std::uint64_t layout_hash = 0;
+  OptimizerParams optimizer;
+  UpdateParams update;
+  std::vector<Chunk> chunks;
+  std::span<const std::byte> values;  // sum of chunk lengths floats
+};
+
+struct WaitReady {  // worker -> ps: reply (READY) once the ps is initialised with this layout
+  std::uint64_t layout_hash = 0;
+};
+
+struct Ready {
+  std::uint64_t global_step = 0;
+};
+
+struct Pull {  // worker -> ps: the ps's values once its global step is >= min_step
+  std::uint64_t min_step = 0;
+};
+
+struct Params {
+  std::uint64_t global_step = 0;
+  std::span<const std::byte> values;
+};
+
+struct Push {  // worker -> ps: a gradient for the ps's chunks, computed on parameters of based_on_step
+  std::uint32_t worker = 0;
+  std::uint64_t incarnation = 0;
+  std::uint64_t local_step = 0;
+  std::uint64_t based_on_step = 0;
+  std::span<const std::byte> grads;
+};
+
+enum class PushOutcome : std::uint8_t { kApplied = 0, kStale = 1, kDuplicate = 2 };
+
+struct PushAck {
+  std::uint64_t global_step = 0;
+  PushOutcome outcome = PushOutcome::kApplied;
+};
+
+struct Done {
+  std::uint32_t worker = 0;
+};
+
+struct ErrorMessage {
+  std::uint16_t code = 0;  // tfd::Code
+  std::string message;
+};
+
+OutFrame Encode(const Hello& m);
+OutFrame Encode(const Welcome& m);
+// `values` is not copied: it must outlive the frame's sending.
+OutFrame Encode(const Init& m, std::span<const float> values);
+OutFrame Encode(const WaitReady& m);
+OutFrame Encode(const Ready& m);
+OutFrame Encode(const Pull& m);
+OutFrame Encode(const Params& m, std::span<const float> values);
+OutFrame Encode(const Push& m, std::span<const std::span<const float>> grads);
+OutFrame Encode(const PushAck& m);
+OutFrame Encode(const Done& m);
+OutFrame EncodeDoneAck();
+OutFrame EncodeHeartbeat();
+OutFrame Encode(const ErrorMessage& m);
+
+Status Decode(std::span<const std::byte> payload, Hello* m);
+Status Decode(std::span<const std::byte> payload, Welcome* m);
+Status Decode(std::span<const std::byte> payload, Init* m);
+Status Decode(std::span<const std::byte> payload, WaitReady* m);
+Status Decode(std::span<const std::byte> payload, Ready* m);
+Status Decode(std::span<const std::byte> payload, Pull* m);
+Status Decode(std::span<const std::byte> payload, Params* m);
+Status Decode(std::span<const std::byte> payload, Push* m);
+Status Decode(std::span<const std::byte> payload, PushAck* m);
+Status Decode(std::span<const std::byte> payload, Done* m);
+Status Decode(std::span<const std::byte> payload, ErrorMessage* m);
+
+// Copies little-endian floats from wire bytes (any alignment) into `out` (out.size() * 4 bytes).
+void CopyFloats(std::span<const std::byte> bytes, std::span<float> out);
+inline std::span<const std::byte> AsBytes(std::span<const float> f) { return std::as_bytes(f); }
+
+}  // namespace tfd::wire
