@@ -1,16 +1,22 @@
 // tfd: the training daemon. main() parses flags, wires objects and maps a Status to an exit code
-// (0 done, 1 runtime failure, 2 bad usage or configuration).
+// (0 done, 1 runtime failure, 2 bad usage or configuration, 128+N after signal N).
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
 
 #include <boost/program_options.hpp>
 #include <spdlog/spdlog.h>
 
 #include "common/base/logging.h"
+#include "common/config/cluster.h"
 #include "common/config/job.h"
+#include "daemon/ps/run_ps.h"
 #include "daemon/standalone.h"
+#include "daemon/worker/run_worker.h"
 
 namespace po = boost::program_options;
 
@@ -24,28 +30,62 @@ extern "C" void OnSignal(int sig) {
   g_stop.store(true);
 }
 
-constexpr const char* kUsage = R"(tfd: a distributed training daemon (parameter server and worker).
+constexpr const char* kUsage = R"(tfd: the training daemon of a tfd cluster (a ps or a worker task), or one process.
 
 Usage:
-  tfd --standalone --job FILE [--log-format text|json]   train in this one process
+  TF_CONFIG='{"cluster": {...}, "task": {...}}' tfd --job FILE   a task of a cluster
+  tfd --tf-config FILE --job FILE                                the same, TF_CONFIG from a file
+  tfd --job_name=worker --task_index=0 --ps_hosts=H:P,... --worker_hosts=H:P,... --job FILE
+  tfd --standalone --job FILE                                    train in this one process
 
-Exit codes: 0 done, 1 runtime failure, 2 bad usage or configuration,
-128+N after signal N (Ctrl-C: 130).
+TF_CONFIG follows TensorFlow: {"cluster": {"chief": [...], "worker": ["host:port", ...],
+"ps": [...]}, "task": {"type": "worker", "index": 0}}. The chief is the "chief" task, else worker 0.
+A ps needs no --job: the chief sends it what it holds and how to update it.
+
+Exit codes: 0 done, 1 runtime failure, 2 bad usage or configuration, 128+N after signal N.
 
 Options)";
 
+tfd::Status ReadFile(const std::string& path, std::string* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return tfd::Status::NotFound(path + ": cannot open");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  *out = ss.str();
+  return tfd::Status::Ok();
+}
+
+int Fail(const tfd::Status& s, tfd::EventWriter& events) {
+  spdlog::error("{}", s.message());
+  events.Emit("error", {{"message", s.message()}});
+  if (g_signal.load() != 0) return 128 + g_signal.load();
+  return tfd::ExitCodeFor(s);
+}
+
 }  // namespace
+
+using tfd::Status;
 
 int main(int argc, char** argv) {
   po::options_description opts(kUsage);
-  std::string job_path, log_format = "text", log_level = "info";
+  std::string job_path, tf_config_path, log_format = "text", log_level = "info", job_name, ps_hosts, worker_hosts, bind;
+  int task_index = -1;
+  double peer_timeout = 8, startup_timeout = 120, step_timeout = 300;
   bool standalone = false;
   opts.add_options()
       ("help,h", "print this help and exit")
+      ("job", po::value<std::string>(&job_path)->value_name("FILE"), "the job spec (JSON): model, data, optimizer, update mode ...")
+      ("tf-config", po::value<std::string>(&tf_config_path)->value_name("FILE"), "read TF_CONFIG from FILE instead of the environment")
       ("standalone", po::bool_switch(&standalone), "train in this process, without ps or other workers")
-      ("job", po::value<std::string>(&job_path)->value_name("FILE"), "the job spec (JSON): model, data, optimizer, ...")
-      ("log-format", po::value<std::string>(&log_format)->value_name("FMT"),
-       "text (default): log lines on stderr; json: also one JSON event per line on stdout")
+      ("job_name", po::value<std::string>(&job_name)->value_name("ps|worker"), "the seeds' flags: this task's job ...")
+      ("task_index", po::value<int>(&task_index)->value_name("N"), "... its index ...")
+      ("ps_hosts", po::value<std::string>(&ps_hosts)->value_name("H:P,..."), "... the ps tasks ...")
+      ("worker_hosts", po::value<std::string>(&worker_hosts)->value_name("H:P,..."), "... and the worker tasks")
+      ("bind", po::value<std::string>(&bind)->value_name("ADDR"), "listen on this address only (default: every interface)")
+      ("peer-timeout", po::value<double>(&peer_timeout)->value_name("SECS"), "a peer silent this long (no frame, no heartbeat) is lost (default 8)")
+      ("startup-timeout", po::value<double>(&startup_timeout)->value_name("SECS"), "how long a worker waits for every ps to be up and initialised (default 120)")
+      ("step-timeout", po::value<double>(&step_timeout)->value_name("SECS"), "how long one push/pull may take (default 300)")
+      ("log-format", po::value<std::string>(&log_format)->value_name("FMT"), "text (default): log lines on stderr; json: also one JSON event per line on stdout")
       ("log-level", po::value<std::string>(&log_level)->value_name("LEVEL"), "debug, info (default), warn or error");
   po::variables_map vm;
   try {
@@ -59,43 +99,72 @@ int main(int argc, char** argv) {
     std::cout << opts << "\n";
     return 0;
   }
-  if (log_format != "text" && log_format != "json") {
-    std::fprintf(stderr, "tfd: --log-format: expected text or json, got \"%s\"\n", log_format.c_str());
+  auto usage_error = [](const std::string& m) {
+    std::fprintf(stderr, "tfd: %s\n", m.c_str());
     return 2;
-  }
-  if (log_level != "debug" && log_level != "info" && log_level != "warn" && log_level != "error") {
-    std::fprintf(stderr, "tfd: --log-level: expected debug, info, warn or error, got \"%s\"\n", log_level.c_str());
-    return 2;
-  }
-  if (!standalone) {
-    std::fprintf(stderr, "tfd: only --standalone training is available in this build (see tfd --help)\n");
-    return 2;
-  }
-  if (job_path.empty()) {
-    std::fprintf(stderr, "tfd: --job FILE is required (see tfd --help)\n");
-    return 2;
-  }
+  };
+  if (log_format != "text" && log_format != "json") return usage_error("--log-format: expected text or json, got \"" + log_format + "\"");
+  if (log_level != "debug" && log_level != "info" && log_level != "warn" && log_level != "error")
+    return usage_error("--log-level: expected debug, info, warn or error, got \"" + log_level + "\"");
+  for (auto [name, v] : {std::pair{"--peer-timeout", peer_timeout}, {"--startup-timeout", startup_timeout}, {"--step-timeout", step_timeout}})
+    if (!(v > 0 && v < 1e6)) return usage_error(std::string(name) + ": expected a number of seconds above 0");
 
-  const std::string task = "standalone";
+  // Which task is this? --standalone, the seeds' flags, --tf-config, or $TF_CONFIG.
+  tfd::Result<tfd::config::TfConfig> tf_config = Status::InvalidArgument("unset");
+  const bool flags_given = !job_name.empty() || task_index >= 0 || !ps_hosts.empty() || !worker_hosts.empty();
+  if (standalone) {
+    if (flags_given || !tf_config_path.empty()) return usage_error("--standalone takes no cluster flags or --tf-config");
+  } else if (flags_given) {
+    if (job_name.empty() || task_index < 0 || worker_hosts.empty())
+      return usage_error("--job_name, --task_index and --worker_hosts go together (and --ps_hosts for a ps cluster)");
+    tf_config = tfd::config::TfConfigFromFlags(job_name, task_index, ps_hosts, worker_hosts);
+  } else if (!tf_config_path.empty()) {
+    std::string text;
+    if (Status s = ReadFile(tf_config_path, &text); !s.ok()) return usage_error(s.message());
+    tf_config = tfd::config::ParseTfConfig(text, tf_config_path);
+  } else if (const char* env = std::getenv("TF_CONFIG"); env != nullptr && *env != '\0') {
+    tf_config = tfd::config::ParseTfConfig(env, "TF_CONFIG");
+  } else {
+    return usage_error("no task: set TF_CONFIG, or give --tf-config FILE, the --job_name/--task_index flags, or --standalone (see tfd --help)");
+  }
+  if (!standalone && !tf_config.ok()) return usage_error(tf_config.status().message());
+
+  const bool is_ps = !standalone && tf_config->task.type == tfd::config::TaskType::kPs;
+  if (!standalone && tf_config->task.type == tfd::config::TaskType::kEvaluator)
+    return usage_error("task.type: evaluator tasks are not available in this version (the chief evaluates)");
+  if (!is_ps && job_path.empty()) return usage_error("--job FILE is required (see tfd --help)");
+
+  const std::string task = standalone ? "standalone" : tf_config->task.ToString();
   tfd::SetupLogging(task, log_level);
   tfd::EventWriter events(stdout, task, log_format == "json");
-  tfd::Result<tfd::config::JobSpec> job = tfd::config::LoadJobSpec(job_path);
-  if (!job.ok()) {
-    spdlog::error("{}", job.status().message());
-    events.Emit("error", {{"message", job.status().message()}});
-    return 2;
-  }
-
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
-  tfd::daemon::StandaloneOptions options{.stop = &g_stop};
-  tfd::Status s = tfd::daemon::RunStandalone(*job, events, options);
-  if (!s.ok()) {
-    spdlog::error("{}", s.message());
-    events.Emit("error", {{"message", s.message()}});
-    if (g_signal.load() != 0) return 128 + g_signal.load();
-    // Bad data or a model that does not fit it is a configuration error too.
-    return s.code() == tfd::Code::kCorruption ? 2 : tfd::ExitCodeFor(s);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  tfd::config::JobSpec job;
+  if (!job_path.empty()) {
+    tfd::Result<tfd::config::JobSpec> loaded = tfd::config::LoadJobSpec(job_path);
+    if (!loaded.ok()) return Fail(loaded.status(), events);
+    job = std::move(loaded).value();
   }
+  Status s;
+  if (standalone) {
+    s = tfd::daemon::RunStandalone(job, events, {.stop = &g_stop});
+  } else {
+    tfd::transport::ConnectionOptions conn;
+    conn.peer_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(peer_timeout * 1000));
+    conn.heartbeat_interval = std::min(std::chrono::milliseconds(1000), conn.peer_timeout / 4);
+    if (is_ps) {
+      s = tfd::ps::RunPs(*tf_config, events, {.bind_address = bind, .connection = conn, .stop = &g_stop});
+    } else {
+      tfd::worker::WorkerOptions options;
+      options.ps.connection = conn;
+      options.ps.startup_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(startup_timeout * 1000));
+      options.ps.step_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(step_timeout * 1000));
+      options.stop = &g_stop;
+      s = tfd::worker::RunWorker(*tf_config, job, events, options);
+    }
+  }
+  if (!s.ok()) return Fail(s, events);
   return 0;
 }

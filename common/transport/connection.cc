@@ -18,9 +18,11 @@ constexpr auto kErrorFlushLimit = std::chrono::seconds(1);
 
 }  // namespace
 
-Connection::Connection(tcp::socket socket, FrameHandler& handler, std::string peer_name, ConnectionOptions options)
+Connection::Connection(tcp::socket socket, FrameHandler& handler, std::string peer_name, ConnectionOptions options,
+                       std::shared_ptr<void> handler_owner)
     : socket_(std::move(socket)),
       handler_(handler),
+      handler_owner_(std::move(handler_owner)),
       options_(options),
       wake_writer_(socket_.get_executor()),
       watchdog_(socket_.get_executor()),
@@ -88,6 +90,7 @@ void Connection::CloseOnStrand(const Status& why) {
   watchdog_.cancel();
   outbox_.clear();
   handler_.OnClosed(shared_from_this(), why);
+  handler_owner_.reset();
 }
 
 asio::awaitable<void> Connection::ReadLoop() {

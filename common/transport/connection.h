@@ -47,8 +47,10 @@ class FrameHandler {
 // watchdog on its own strand; other threads only post to it. Handlers hold shared_from_this().
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  // `socket` must have been created on a strand. `handler` must outlive the connection.
-  Connection(tcp::socket socket, FrameHandler& handler, std::string peer_name, ConnectionOptions options);
+  // `socket` must have been created on a strand. `handler` must outlive the connection, or be
+  // owned by `handler_owner`, which the connection keeps until it has told the handler it closed.
+  Connection(tcp::socket socket, FrameHandler& handler, std::string peer_name, ConnectionOptions options,
+             std::shared_ptr<void> handler_owner = nullptr);
 
   void Start();
   // Seals `frame` (length, CRC) on the calling thread and queues it. Any thread. Frames are written
@@ -78,6 +80,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   tcp::socket socket_;
   FrameHandler& handler_;
+  std::shared_ptr<void> handler_owner_;  // strand only; released after OnClosed
   ConnectionOptions options_;
   asio::steady_timer wake_writer_;
   asio::steady_timer watchdog_;

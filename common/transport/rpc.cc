@@ -8,7 +8,9 @@ namespace tfd::transport {
 
 std::shared_ptr<RpcClient> RpcClient::Start(tcp::socket socket, std::string peer, ConnectionOptions options) {
   std::shared_ptr<RpcClient> client(new RpcClient(peer));
-  client->connection_ = std::make_shared<Connection>(std::move(socket), *client, std::move(peer), options);
+  // The connection keeps its client alive until it has reported closing (the client owns the
+  // connection too: the cycle ends in OnClosed).
+  client->connection_ = std::make_shared<Connection>(std::move(socket), *client, std::move(peer), options, client);
   client->connection_->Start();
   return client;
 }

@@ -1,0 +1,82 @@
+#include "daemon/placement.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "common/base/check.h"
+#include "common/base/sha256.h"
+
+namespace tfd::daemon {
+
+std::int64_t Placement::ShardSize(std::size_t ps) const {
+  std::int64_t n = 0;
+  for (const Slice& s : shards[ps]) n += s.length;
+  return n;
+}
+
+std::uint64_t Placement::LayoutHash() const {
+  std::string canonical;
+  for (std::size_t ps = 0; ps < shards.size(); ++ps)
+    for (const Slice& s : shards[ps]) canonical += fmt::format("{}|{}|{}|{};", ps, s.name, s.flat_offset, s.length);
+  Sha256 h;
+  h.Update(std::as_bytes(std::span(canonical.data(), canonical.size())));
+  return std::stoull(h.HexDigest().substr(0, 16), nullptr, 16);
+}
+
+std::vector<std::string> Placement::Describe() const {
+  std::vector<std::string> lines;
+  for (std::size_t ps = 0; ps < shards.size(); ++ps) {
+    std::vector<std::string> names;
+    for (const Slice& s : shards[ps]) names.push_back(s.name);
+    const std::int64_t n = ShardSize(ps);
+    lines.push_back(fmt::format("ps:{} holds {} floats ({:.1f} KB): {}", ps, n, static_cast<double>(n) * 4 / 1024,
+                                names.empty() ? "nothing" : fmt::format("{}", fmt::join(names, ", "))));
+  }
+  return lines;
+}
+
+Placement Place(const std::vector<VariableInfo>& variables, int num_ps, config::Placement strategy) {
+  TFD_CHECK(num_ps >= 1);
+  Placement p;
+  p.shards.resize(static_cast<std::size_t>(num_ps));
+  switch (strategy) {
+    case config::Placement::kBalanced: {
+      const std::int64_t total = variables.empty() ? 0 : variables.back().offset + variables.back().size;
+      for (int ps = 0; ps < num_ps; ++ps) {
+        const std::int64_t begin = total * ps / num_ps, end = total * (ps + 1) / num_ps;
+        for (const VariableInfo& v : variables) {
+          const std::int64_t b = std::max(begin, v.offset), e = std::min(end, v.offset + v.size);
+          if (b >= e) continue;
+          std::string name = (b == v.offset && e == v.offset + v.size)
+                                 ? v.name
+                                 : fmt::format("{}[{}:{}]", v.name, b - v.offset, e - v.offset);
+          p.shards[static_cast<std::size_t>(ps)].push_back({std::move(name), b, e - b});
+        }
+      }
+      break;
+    }
+    case config::Placement::kRoundRobin:
+      for (std::size_t i = 0; i < variables.size(); ++i)
+        p.shards[i % static_cast<std::size_t>(num_ps)].push_back({variables[i].name, variables[i].offset, variables[i].size});
+      break;
+    case config::Placement::kGreedy: {
+      std::vector<std::size_t> order(variables.size());
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return variables[a].size > variables[b].size; });
+      std::vector<std::int64_t> load(static_cast<std::size_t>(num_ps), 0);
+      for (std::size_t i : order) {
+        const std::size_t ps = static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+        load[ps] += variables[i].size;
+        p.shards[ps].push_back({variables[i].name, variables[i].offset, variables[i].size});
+      }
+      for (auto& shard : p.shards)
+        std::sort(shard.begin(), shard.end(), [](const Slice& a, const Slice& b) { return a.flat_offset < b.flat_offset; });
+      break;
+    }
+  }
+  return p;
+}
+
+}  // namespace tfd::daemon

@@ -1,0 +1,153 @@
+#include "daemon/ps/parameter_store.h"
+
+#include <fmt/format.h>
+
+namespace tfd::ps {
+
+Status ParameterStore::Init(const wire::Init& init) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (initialized_) {
+    if (init.layout_hash != layout_hash_)
+      return Status::InvalidArgument("already initialised with another variable layout (another job or model?)");
+    return Status::FailedPrecondition("already initialised");
+  }
+  config::OptimizerSpec spec;
+  spec.type = static_cast<config::OptimizerSpec::Type>(init.optimizer.type);
+  spec.learning_rate = init.optimizer.learning_rate;
+  spec.momentum = init.optimizer.momentum;
+  spec.use_nesterov = init.optimizer.use_nesterov;
+  spec.beta1 = init.optimizer.beta1;
+  spec.beta2 = init.optimizer.beta2;
+  spec.epsilon = init.optimizer.epsilon;
+  if (!(spec.learning_rate > 0) || spec.momentum < 0 || spec.beta1 < 0 || spec.beta1 >= 1 || spec.beta2 < 0 || spec.beta2 >= 1)
+    return Status::InvalidArgument("INIT: optimizer settings out of range");
+  update_ = init.update;
+  to_aggregate_ = static_cast<int>(update_.replicas_to_aggregate == 0 ? update_.num_workers : update_.replicas_to_aggregate);
+  if (to_aggregate_ < 1 || to_aggregate_ > static_cast<int>(update_.num_workers))
+    return Status::InvalidArgument(fmt::format("INIT: replicas_to_aggregate {} with {} workers", to_aggregate_, update_.num_workers));
+  chunks_ = init.chunks;
+  layout_hash_ = init.layout_hash;
+  params_.resize(init.values.size() / 4);
+  wire::CopyFloats(init.values, params_);
+  optimizer_ = optim::MakeOptimizer(spec);
+  state_ = std::make_unique<optim::OptimizerState>(*optimizer_, params_.size());
+  stale_.assign(update_.num_workers, 0);
+  if (update_.mode == 1) {
+    pending_.assign(update_.num_workers, std::vector<float>(params_.size()));
+    received_.assign(update_.num_workers, false);
+    sum_.resize(params_.size());
+  }
+  initialized_ = true;
+  return Status::Ok();
+}
+
+bool ParameterStore::initialized() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return initialized_;
+}
+
+std::uint64_t ParameterStore::layout_hash() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return layout_hash_;
+}
+
+std::uint64_t ParameterStore::global_step() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return global_step_;
+}
+
+std::int64_t ParameterStore::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<std::int64_t>(params_.size());
+}
+
+bool ParameterStore::sync() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return initialized_ && update_.mode == 1;
+}
+
+int ParameterStore::to_aggregate() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return to_aggregate_;
+}
+
+Result<ParameterStore::PushResult> ParameterStore::Push(const wire::Push& push) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!initialized_) return Status::FailedPrecondition("PUSH before INIT");
+  if (push.grads.size() != params_.size() * 4)
+    return Status::InvalidArgument(fmt::format("PUSH of {} floats to a shard of {}", push.grads.size() / 4, params_.size()));
+  if (push.worker >= update_.num_workers)
+    return Status::InvalidArgument(fmt::format("PUSH from worker rank {} of a cluster with {} workers", push.worker, update_.num_workers));
+  PushResult r;
+  if (update_.mode == 0) {  // async: apply in place, straight from the frame's bytes
+    const bool aligned = reinterpret_cast<std::uintptr_t>(push.grads.data()) % alignof(float) == 0;
+    if (aligned) {
+      state_->Apply(params_, std::span(reinterpret_cast<const float*>(push.grads.data()), params_.size()));
+    } else {
+      sum_.resize(params_.size());
+      wire::CopyFloats(push.grads, sum_);
+      state_->Apply(params_, sum_);
+    }
+    ++global_step_;
+    snapshot_.reset();
+    r.global_step = global_step_;
+    r.step_advanced = true;
+    return r;
+  }
+  if (push.based_on_step < global_step_) {
+    ++stale_[push.worker];
+    r.outcome = wire::PushOutcome::kStale;
+    r.global_step = global_step_;
+    return r;
+  }
+  if (push.based_on_step > global_step_)
+    return Status::InvalidArgument(fmt::format("PUSH for step {} while the ps is at step {}", push.based_on_step, global_step_));
+  if (received_[push.worker]) {
+    r.outcome = wire::PushOutcome::kDuplicate;
+    r.global_step = global_step_;
+    return r;
+  }
+  wire::CopyFloats(push.grads, pending_[push.worker]);
+  received_[push.worker] = true;
+  if (++received_count_ == to_aggregate_) {
+    // Sum in worker order (bit-for-bit reproducible when every worker contributes), then average.
+    bool first = true;
+    for (std::size_t w = 0; w < pending_.size(); ++w) {
+      if (!received_[w]) continue;
+      if (first) {
+        std::copy(pending_[w].begin(), pending_[w].end(), sum_.begin());
+        first = false;
+      } else {
+        for (std::size_t i = 0; i < sum_.size(); ++i) sum_[i] += pending_[w][i];
+      }
+    }
+    const auto n = static_cast<float>(received_count_);
+    for (float& g : sum_) g /= n;
+    state_->Apply(params_, sum_);
+    ++global_step_;
+    std::fill(received_.begin(), received_.end(), false);
+    received_count_ = 0;
+    snapshot_.reset();
+    r.step_advanced = true;
+  }
+  r.global_step = global_step_;
+  return r;
+}
+
+std::shared_ptr<const ParameterStore::Snapshot> ParameterStore::Read() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!snapshot_) snapshot_ = std::make_shared<const Snapshot>(Snapshot{global_step_, params_});
+  return snapshot_;
+}
+
+std::vector<std::uint64_t> ParameterStore::stale_counts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stale_;
+}
+
+std::vector<wire::Chunk> ParameterStore::chunks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return chunks_;
+}
+
+}  // namespace tfd::ps

@@ -1,0 +1,76 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/base/status.h"
+#include "common/optim/optimizer.h"
+#include "common/wire/messages.h"
+
+namespace tfd::ps {
+
+// One ps's shard: named float chunks in one flat buffer, their optimizer slots, and the update
+// rule (async: apply every gradient as it comes; sync: SyncReplicasOptimizer without its traps).
+// Model-agnostic and socket-free. Thread-safe: every method takes the store's lock.
+class ParameterStore {
+ public:
+  struct PushResult {
+    wire::PushOutcome outcome = wire::PushOutcome::kApplied;
+    std::uint64_t global_step = 0;
+    bool step_advanced = false;  // this push completed a step: waiting pulls may go
+  };
+
+  // Takes the chunks, initial values and update rule from the chief's INIT. FailedPrecondition if
+  // already initialised (with another layout: InvalidArgument); InvalidArgument on bad settings.
+  Status Init(const wire::Init& init);
+  bool initialized() const;
+  std::uint64_t layout_hash() const;
+  std::uint64_t global_step() const;
+  std::int64_t size() const;
+  bool sync() const;
+  int to_aggregate() const;
+
+  // async: applies the gradient (global_step + 1). sync: stores it for based_on_step; the
+  // replicas_to_aggregate-th gradient of a step completes it: the stored gradients are summed in
+  // worker order, averaged, applied once, and the step advances. A gradient for an older step is
+  // dropped (kStale, counted per worker); a second gradient from one worker for one step is
+  // dropped (kDuplicate): each (worker, step) is applied at most once, retries included.
+  // InvalidArgument when the gradient's length or the worker is wrong.
+  Result<PushResult> Push(const wire::Push& push);
+
+  // The parameters and their global step, as an immutable snapshot (shared by every reader of the
+  // same version; a push never changes a snapshot that is being sent).
+  struct Snapshot {
+    std::uint64_t global_step = 0;
+    std::vector<float> values;
+  };
+  std::shared_ptr<const Snapshot> Read();
+
+  std::vector<std::uint64_t> stale_counts() const;  // per worker rank
+  std::vector<wire::Chunk> chunks() const;
+
+ private:
+  mutable std::mutex mu_;
+  bool initialized_ = false;
+  std::uint64_t layout_hash_ = 0;
+  std::vector<wire::Chunk> chunks_;
+  std::vector<float> params_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<optim::OptimizerState> state_;
+  wire::UpdateParams update_;
+  int to_aggregate_ = 1;
+  std::uint64_t global_step_ = 0;
+  // sync: one gradient buffer per worker rank for the current step, and who has filled theirs.
+  std::vector<std::vector<float>> pending_;
+  std::vector<bool> received_;
+  int received_count_ = 0;
+  std::vector<float> sum_;
+  std::vector<std::uint64_t> stale_;
+  std::shared_ptr<const Snapshot> snapshot_;  // of global_step_, or null when out of date
+};
+
+}  // namespace tfd::ps

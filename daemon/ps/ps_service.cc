@@ -1,0 +1,231 @@
+#include "daemon/ps/ps_service.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace tfd::ps {
+namespace {
+
+using transport::Connection;
+
+template <typename M>
+bool DecodeOrRefuse(Connection& from, const wire::InFrame& frame, M* m) {
+  Status s = wire::Decode(frame.payload, m);
+  if (s.ok()) return true;
+  Status why = Status::Corruption(fmt::format("{}: {}", from.peer_name(), s.message()));
+  spdlog::warn("{}", why.message());
+  from.SendErrorAndClose(why);
+  return false;
+}
+
+void Reply(Connection& to, wire::OutFrame f, std::uint64_t request_id) {
+  f.header.request_id = request_id;
+  to.Send(std::move(f));
+}
+
+void ReplyError(Connection& to, std::uint64_t request_id, const Status& why) {
+  Reply(to, wire::Encode(wire::ErrorMessage{static_cast<std::uint16_t>(why.code()), why.message()}), request_id);
+}
+
+}  // namespace
+
+PsService::PsService(const config::TfConfig& config, std::uint64_t incarnation, ParameterStore& store, EventWriter& events,
+                     std::function<void()> on_all_done)
+    : config_(config),
+      incarnation_(incarnation),
+      store_(store),
+      events_(events),
+      on_all_done_(std::move(on_all_done)),
+      self_(config.task.ToString()) {}
+
+int PsService::RankOf(const Connection* c) const {
+  auto it = ranks_.find(c);
+  return it == ranks_.end() ? -1 : it->second;
+}
+
+void PsService::HandleHello(const std::shared_ptr<Connection>& from, const wire::InFrame& frame) {
+  wire::Hello hello;
+  if (!DecodeOrRefuse(*from, frame, &hello)) return;
+  const config::TaskId peer{static_cast<config::TaskType>(hello.kind), static_cast<int>(hello.index)};
+  const std::string peer_name = fmt::format("{} ({})", peer.ToString(), from->peer_name());
+  auto refuse = [&](const std::string& reason) {
+    Status why = Status::FailedPrecondition(reason);
+    spdlog::warn("refused {}: {}", peer_name, reason);
+    from->SendErrorAndClose(why);
+  };
+  if (hello.cluster_id != config_.cluster.Id()) {
+    return refuse(fmt::format("cluster id mismatch: {} has cluster id {:016x}, {} has {:016x}: their TF_CONFIG cluster "
+                              "specs differ",
+                              peer.ToString(), hello.cluster_id, self_, config_.cluster.Id()));
+  }
+  if (peer.type != config::TaskType::kChief && peer.type != config::TaskType::kWorker)
+    return refuse(fmt::format("{} is not a worker: only workers talk to a ps", peer.ToString()));
+  if (peer.index < 0 || peer.index >= static_cast<int>(config_.cluster.Tasks(peer.type).size()))
+    return refuse(fmt::format("{} is not in this cluster", peer.ToString()));
+  from->set_peer_name(peer_name);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ranks_[from.get()] = config_.cluster.WorkerRank(peer);
+  }
+  spdlog::debug("{} connected (incarnation {:016x})", peer_name, hello.incarnation);
+  wire::Welcome w;
+  w.kind = wire::TaskKind::kPs;
+  w.index = static_cast<std::uint32_t>(config_.task.index);
+  w.incarnation = incarnation_;
+  w.initialized = store_.initialized();
+  w.global_step = store_.global_step();
+  Reply(*from, wire::Encode(w), frame.header.request_id);
+}
+
+void PsService::OnFrame(const std::shared_ptr<Connection>& from, wire::InFrame frame) {
+  const std::uint64_t id = frame.header.request_id;
+  if (frame.header.type == wire::MessageType::kHello) return HandleHello(from, frame);
+  int rank;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    rank = RankOf(from.get());
+  }
+  if (rank < 0) {
+    Status why = Status::FailedPrecondition(fmt::format("{} sent {} before HELLO", from->peer_name(), wire::MessageTypeName(frame.header.type)));
+    spdlog::warn("{}", why.message());
+    return from->SendErrorAndClose(why);
+  }
+  switch (frame.header.type) {
+    case wire::MessageType::kInit: {
+      wire::Init init;
+      if (!DecodeOrRefuse(*from, frame, &init)) return;
+      Status s = store_.Init(init);
+      if (!s.ok() && s.code() != Code::kFailedPrecondition) return ReplyError(*from, id, s.WithContext(self_));
+      if (s.ok()) {
+        spdlog::info("initialised by {}: {} chunks, {} floats, {} mode", from->peer_name(), init.chunks.size(), store_.size(),
+                     init.update.mode == 0 ? "async" : "sync");
+        for (const wire::Chunk& c : init.chunks) spdlog::info("  holds {} ({} floats)", c.name, c.length);
+        events_.Emit("ready", {{"floats", store_.size()}, {"chunks", static_cast<std::int64_t>(init.chunks.size())}});
+      }
+      Reply(*from, wire::Encode(wire::Ready{store_.global_step()}), id);
+      ReleaseWaiters();
+      return;
+    }
+    case wire::MessageType::kWaitReady: {
+      wire::WaitReady wait;
+      if (!DecodeOrRefuse(*from, frame, &wait)) return;
+      if (store_.initialized()) {
+        if (wait.layout_hash != store_.layout_hash())
+          return ReplyError(*from, id, Status::InvalidArgument(fmt::format("{} holds another variable layout than {} expects "
+                                                                          "(different model, placement or ps count?)",
+                                                                          self_, from->peer_name())));
+        return Reply(*from, wire::Encode(wire::Ready{store_.global_step()}), id);
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      ready_waiters_.push_back({from, id, wait.layout_hash});
+      return;
+    }
+    case wire::MessageType::kPull: {
+      wire::Pull pull;
+      if (!DecodeOrRefuse(*from, frame, &pull)) return;
+      if (!store_.initialized()) return ReplyError(*from, id, Status::FailedPrecondition(fmt::format("{}: PULL before INIT", self_)));
+      if (store_.global_step() >= pull.min_step) return ReplyParams(*from, id);
+      std::lock_guard<std::mutex> lock(mu_);
+      pull_waiters_.push_back({from, id, pull.min_step});
+      return;
+    }
+    case wire::MessageType::kPush: {
+      wire::Push push;
+      if (!DecodeOrRefuse(*from, frame, &push)) return;
+      if (static_cast<int>(push.worker) != rank)
+        return ReplyError(*from, id, Status::InvalidArgument(fmt::format("{} pushed as worker rank {}", from->peer_name(), push.worker)));
+      Result<ParameterStore::PushResult> r = store_.Push(push);
+      if (!r.ok()) return ReplyError(*from, id, r.status().WithContext(self_));
+      Reply(*from, wire::Encode(wire::PushAck{r->global_step, r->outcome}), id);
+      if (r->step_advanced) ReleaseWaiters();
+      return;
+    }
+    case wire::MessageType::kDone: {
+      wire::Done done;
+      if (!DecodeOrRefuse(*from, frame, &done)) return;
+      Reply(*from, wire::EncodeDoneAck(), id);
+      bool finished = false;
+      std::size_t count = 0;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        done_.insert(rank);
+        count = done_.size();
+        if (!all_done_ && static_cast<int>(done_.size()) == config_.cluster.num_workers()) finished = all_done_ = true;
+      }
+      spdlog::info("{} is done ({} of {} workers)", from->peer_name(), count, config_.cluster.num_workers());
+      if (finished) on_all_done_();
+      return;
+    }
+    default: {
+      Status why = Status::InvalidArgument(fmt::format("{} sent {}, which a ps does not take", from->peer_name(),
+                                                       wire::MessageTypeName(frame.header.type)));
+      spdlog::warn("{}", why.message());
+      return from->SendErrorAndClose(why);
+    }
+  }
+}
+
+void PsService::ReplyParams(Connection& to, std::uint64_t request_id) {
+  std::shared_ptr<const ParameterStore::Snapshot> snap = store_.Read();
+  wire::OutFrame f = wire::Encode(wire::Params{snap->global_step, {}}, snap->values);
+  f.keepalive = snap;  // the frame's tail points into the snapshot
+  Reply(to, std::move(f), request_id);
+}
+
+void PsService::ReleaseWaiters() {
+  std::vector<Waiter> ready, pulls;
+  const std::uint64_t step = store_.global_step();
+  const bool initialized = store_.initialized();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (initialized) ready.swap(ready_waiters_);
+    auto keep = std::partition(pull_waiters_.begin(), pull_waiters_.end(), [step](const Waiter& w) { return w.min_step > step; });
+    pulls.assign(keep, pull_waiters_.end());
+    pull_waiters_.erase(keep, pull_waiters_.end());
+  }
+  for (const Waiter& w : ready) {
+    if (auto c = w.conn.lock()) {
+      if (w.min_step != store_.layout_hash()) {  // min_step carries the layout hash for WAIT_READY
+        ReplyError(*c, w.request_id, Status::InvalidArgument(fmt::format("{} holds another variable layout than {} expects "
+                                                                        "(different model, placement or ps count?)",
+                                                                        self_, c->peer_name())));
+      } else {
+        Reply(*c, wire::Encode(wire::Ready{step}), w.request_id);
+      }
+    }
+  }
+  for (const Waiter& w : pulls)
+    if (auto c = w.conn.lock()) ReplyParams(*c, w.request_id);
+}
+
+void PsService::OnClosed(const std::shared_ptr<Connection>& from, const Status& why) {
+  int rank;
+  bool done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    rank = RankOf(from.get());
+    done = done_.contains(rank);
+    ranks_.erase(from.get());
+  }
+  if (rank < 0 || done) return;
+  spdlog::warn("lost {}: {}", from->peer_name(), why.message());
+  events_.Emit("peer_lost", {{"peer", from->peer_name()}, {"message", why.message()}});
+  if (!store_.sync()) return;  // async: the others train on
+  // sync: when too few workers are left to complete a step, tell the waiting ones instead of
+  // letting them wait for a gradient that will not come.
+  std::vector<Waiter> pulls;
+  int live = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [conn, r] : ranks_) live += !done_.contains(r);
+    if (live + static_cast<int>(done_.size()) >= store_.to_aggregate() && live > 0) return;
+    pulls.swap(pull_waiters_);
+  }
+  const Status fail = Status::Unavailable(fmt::format(
+      "{} lost {}: sync step {} needs {} gradients and only {} worker{} left", self_, from->peer_name(),
+      store_.global_step() + 1, store_.to_aggregate(), live, live == 1 ? " is" : "s are"));
+  for (const Waiter& w : pulls)
+    if (auto c = w.conn.lock()) ReplyError(*c, w.request_id, fail);
+}
+
+}  // namespace tfd::ps

@@ -1,0 +1,94 @@
+#include "daemon/ps/run_ps.h"
+
+#include <random>
+#include <set>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "daemon/ps/parameter_store.h"
+#include "daemon/ps/ps_service.h"
+
+namespace tfd::ps {
+
+Status RunPs(const config::TfConfig& config, EventWriter& events, const PsOptions& options) {
+  namespace asio = transport::asio;
+  asio::io_context ioc(1);
+  const std::uint64_t incarnation = (static_cast<std::uint64_t>(std::random_device{}()) << 32) | std::random_device{}();
+  ParameterStore store;
+  bool all_done = false;
+  asio::steady_timer stopper(ioc);
+  std::set<std::shared_ptr<transport::Connection>> connections;
+  std::mutex connections_mu;
+  PsService service(config, incarnation, store, events, [&] {
+    // Let the last acknowledgements reach their workers, then stop.
+    asio::post(ioc, [&] {
+      all_done = true;
+      stopper.expires_after(std::chrono::milliseconds(200));
+      stopper.async_wait([&](const boost::system::error_code&) { ioc.stop(); });
+    });
+  });
+  const config::Endpoint& self = config.self();
+  TFD_ASSIGN_OR_RETURN(std::unique_ptr<transport::Listener> listener,
+                       transport::Listener::Bind(ioc, options.bind_address, self.port, [&](transport::tcp::socket socket) {
+                         boost::system::error_code ec;
+                         auto remote = socket.remote_endpoint(ec);
+                         auto conn = std::make_shared<transport::Connection>(
+                             std::move(socket), service, ec ? std::string("a peer") : fmt::format("{}:{}", remote.address().to_string(), remote.port()),
+                             options.connection);
+                         {
+                           std::lock_guard<std::mutex> lock(connections_mu);
+                           connections.insert(conn);
+                         }
+                         conn->Start();
+                       }));
+  listener->Start();
+  spdlog::info("{} listening on {}:{} (incarnation {:016x}); {} workers, cluster id {:016x}", config.task.ToString(),
+               options.bind_address.empty() ? "*" : options.bind_address, self.port, incarnation, config.cluster.num_workers(),
+               config.cluster.Id());
+  events.Emit("start", {{"role", std::string("ps")}, {"port", std::int64_t{self.port}}});
+
+  // Poll the signal flag; log while nobody has initialised the variables.
+  asio::steady_timer poll(ioc);
+  auto started = std::chrono::steady_clock::now();
+  auto next_wait_log = started + std::chrono::seconds(10);
+  bool stopped = false;
+  std::function<void()> arm = [&] {
+    poll.expires_after(std::chrono::milliseconds(50));
+    poll.async_wait([&](const boost::system::error_code& ec) {
+      if (ec) return;
+      if (options.stop != nullptr && options.stop->load()) {
+        stopped = true;
+        ioc.stop();
+        return;
+      }
+      const auto now = std::chrono::steady_clock::now();
+      if (!store.initialized() && now >= next_wait_log) {
+        spdlog::info("waiting for the chief ({} at {}) to initialise the variables",
+                     config.cluster.WorkerTask(0).ToString(), config.cluster.EndpointOf(config.cluster.WorkerTask(0)).ToString());
+        next_wait_log = now + std::chrono::seconds(30);
+      }
+      arm();
+    });
+  };
+  arm();
+  ioc.run();
+  // Close every socket before returning, and let the closes run.
+  listener->Stop();
+  {
+    std::lock_guard<std::mutex> lock(connections_mu);
+    for (const auto& c : connections) c->Close(Status::Unavailable("ps shutting down"));
+  }
+  poll.cancel();
+  ioc.restart();
+  ioc.run_for(std::chrono::milliseconds(100));
+  const auto stale = store.stale_counts();
+  for (std::size_t w = 0; w < stale.size(); ++w)
+    if (stale[w] > 0) spdlog::info("dropped {} stale gradients from {}", stale[w], config.cluster.WorkerTask(static_cast<int>(w)).ToString());
+  if (stopped && !all_done) return Status::FailedPrecondition(fmt::format("stopped by a signal at global_step {}", store.global_step()));
+  spdlog::info("every worker is done: global_step={}; exiting", store.global_step());
+  events.Emit("done", {{"global_step", static_cast<std::int64_t>(store.global_step())}});
+  return Status::Ok();
+}
+
+}  // namespace tfd::ps

@@ -1,0 +1,88 @@
+#include "daemon/trainer.h"
+
+#include <chrono>
+#include <cmath>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace tfd::daemon {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+}  // namespace
+
+std::int64_t StepsPerEpoch(std::int64_t examples, int num_workers, int batch_size) {
+  return (examples / num_workers) / batch_size;
+}
+
+Status Train(const config::JobSpec& job, const model::MnistData& data, model::Model& model, Updater& updater,
+             EventWriter& events, const TrainerOptions& options) {
+  const int batch = job.batch_size;
+  const std::int64_t steps = StepsPerEpoch(data.train.size, options.num_workers, batch);
+  if (steps == 0) {
+    return Status::InvalidArgument(fmt::format("batch_size: {} is more than the {} training examples each of {} worker(s) gets from {}",
+                                               batch, data.train.size / options.num_workers, options.num_workers, job.data));
+  }
+  const bool worker_line = options.task != "standalone";
+  const std::string prefix = worker_line ? fmt::format("worker={} ", options.rank) : "";
+  std::vector<float> x(static_cast<std::size_t>(batch * model.input_size()));
+  std::vector<std::uint8_t> y(static_cast<std::size_t>(batch));
+  std::int64_t local_step = 0, global_step = 0;
+  double test_accuracy = -1;
+  for (int epoch = 1; epoch <= job.epochs; ++epoch) {
+    std::vector<std::uint32_t> shard =
+        model::EpochShard(data.train.size, job.seed, epoch, options.rank, options.num_workers, job.shuffle);
+    double loss_sum = 0;
+    std::int64_t correct = 0, seen = 0;
+    const Clock::time_point start = Clock::now();
+    for (std::int64_t s = 0; s < steps; ++s) {
+      if (options.stop != nullptr && options.stop->load(std::memory_order_relaxed)) {
+        return Status::FailedPrecondition(fmt::format("stopped by a signal at epoch {} local_step {}", epoch, local_step));
+      }
+      model::FillBatch(data.train, std::span(shard).subspan(static_cast<std::size_t>(s * batch), batch), x.data(), y.data());
+      tensor::LossResult r = model.ComputeGradients(x.data(), y);
+      if (!std::isfinite(r.loss)) {
+        return Status::Internal(fmt::format("loss is {} at epoch {} local_step {}: training diverged (lower the learning rate)",
+                                            r.loss, epoch, local_step));
+      }
+      ++local_step;
+      TFD_ASSIGN_OR_RETURN(global_step, updater.Step(model, local_step));
+      loss_sum += r.loss * batch;
+      correct += r.correct;
+      seen += batch;
+      if (job.log_every_steps > 0 && local_step % job.log_every_steps == 0) {
+        events.Emit("step", {{"epoch", std::int64_t{epoch}}, {"global_step", global_step}, {"local_step", local_step},
+                             {"loss", r.loss}, {"accuracy", static_cast<double>(r.correct) / batch}});
+      }
+    }
+    const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+    const double samples_per_sec = secs > 0 ? static_cast<double>(seen) / secs : 0;
+    const double loss = loss_sum / static_cast<double>(seen);
+    const double accuracy = static_cast<double>(correct) / static_cast<double>(seen);
+    std::vector<EventField> fields = {{"epoch", std::int64_t{epoch}}, {"global_step", global_step}, {"local_step", local_step},
+                                      {"loss", loss}, {"accuracy", accuracy}, {"samples_per_sec", samples_per_sec}};
+    std::string eval;
+    if (options.evaluate_each_epoch) {
+      test_accuracy = model::Evaluate(model, data.test);
+      fields.push_back({"test_accuracy", test_accuracy});
+      eval = fmt::format(" test_accuracy={:.4f}", test_accuracy);
+    }
+    std::string note = updater.EpochNote();
+    spdlog::info("{}epoch={} global_step={}{} loss={:.4f} accuracy={:.4f}{} samples_per_sec={:.0f}{}{}", prefix, epoch, global_step,
+                 worker_line ? fmt::format(" local_step={}", local_step) : "", loss, accuracy, eval, samples_per_sec,
+                 note.empty() ? "" : " ", note);
+    events.Emit("epoch", fields);
+  }
+  TFD_ASSIGN_OR_RETURN(global_step, updater.Finish(model));
+  if (updater.FinishChangesParams() || test_accuracy < 0) test_accuracy = model::Evaluate(model, data.test);
+  const std::string sha = model::ParamsSha256(model);
+  spdlog::info("{}done: global_step={} local_step={} test_accuracy={:.4f} params_sha256={}", prefix, global_step, local_step,
+               test_accuracy, sha);
+  events.Emit("done", {{"global_step", global_step}, {"local_step", local_step}, {"test_accuracy", test_accuracy},
+                       {"params_sha256", sha}});
+  return Status::Ok();
+}
+
+}  // namespace tfd::daemon

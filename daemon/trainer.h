@@ -1,0 +1,49 @@
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "common/base/logging.h"
+#include "common/base/status.h"
+#include "common/config/job.h"
+#include "common/model/dataset.h"
+#include "common/model/model.h"
+
+namespace tfd::daemon {
+
+// How a worker's gradients become new parameters: applied locally (standalone) or pushed to the
+// ps tasks and pulled back.
+class Updater {
+ public:
+  virtual ~Updater() = default;
+  // Called once the model's gradients for local step `local_step` are computed; leaves the
+  // parameters to use next in model.params() and returns the global step they belong to.
+  virtual Result<std::int64_t> Step(model::Model& model, std::int64_t local_step) = 0;
+  // Called after the last step: leaves the final parameters in model.params().
+  virtual Result<std::int64_t> Finish(model::Model& model) = 0;
+  // False when Finish never changes the parameters (so the last epoch's evaluation stands).
+  virtual bool FinishChangesParams() const { return true; }
+  // Extra `key=value` text for the epoch line (e.g. stale gradient counts), may be empty.
+  virtual std::string EpochNote() { return ""; }
+};
+
+struct TrainerOptions {
+  std::string task = "standalone";  // for log lines: "worker:1"
+  int rank = 0, num_workers = 1;    // this worker's shard of the data
+  bool evaluate_each_epoch = true;  // the chief (or a standalone run) evaluates every epoch
+  const std::atomic<bool>* stop = nullptr;
+};
+
+// The epoch loop shared by standalone and cluster workers: shards and batches the data, computes
+// gradients, hands them to `updater`, logs the seeds' per-epoch line and the JSON events, and at
+// the end evaluates the final parameters and emits `done` with params_sha256.
+// FailedPrecondition when stopped by a signal; the updater's errors as they come.
+Status Train(const config::JobSpec& job, const model::MnistData& data, model::Model& model, Updater& updater,
+             EventWriter& events, const TrainerOptions& options);
+
+// Steps per epoch for every worker: the smallest shard's full batches, so all workers take the
+// same number of steps (a sync step needs every worker's gradient).
+std::int64_t StepsPerEpoch(std::int64_t examples, int num_workers, int batch_size);
+
+}  // namespace tfd::daemon

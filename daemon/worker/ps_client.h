@@ -1,0 +1,65 @@
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "common/config/cluster.h"
+#include "common/transport/rpc.h"
+#include "common/wire/messages.h"
+#include "daemon/placement.h"
+
+namespace tfd::worker {
+
+struct PsClientOptions {
+  transport::ConnectionOptions connection;
+  std::chrono::milliseconds startup_timeout{120000};  // to reach every ps and see it initialised
+  std::chrono::milliseconds step_timeout{300000};     // one push/pull (sync waits for the others)
+  const std::atomic<bool>* stop = nullptr;
+};
+
+// A worker's connections to every ps task, and the calls it makes on them. The parameters and
+// gradients live in the model's flat buffers; each ps gets and returns its slices of them
+// (scatter/gather, no staging copy on the way out). Not thread-safe: one training thread uses it.
+class PsClient {
+ public:
+  // Connects to every ps (any start order: retries until startup_timeout, logging which ps it waits
+  // for) and exchanges HELLO/WELCOME. `ioc` must be running on another thread.
+  static Result<std::unique_ptr<PsClient>> Connect(transport::asio::io_context& ioc, const config::TfConfig& config,
+                                                   std::uint64_t incarnation, const daemon::Placement& placement,
+                                                   const PsClientOptions& options);
+  ~PsClient();
+
+  // The chief sends INIT (settings, and its initial `params`) to every ps that is not yet
+  // initialised; then every worker waits until each ps is ready with this placement's layout.
+  Status Initialize(bool chief, const wire::OptimizerParams& optimizer, const wire::UpdateParams& update,
+                    std::span<const float> params);
+  // Pushes `grads` (tagged) to every ps and pulls back parameters at global step >= min_step into
+  // `params`: both requests go out back to back, one round trip. Returns ps:0's global step.
+  struct StepResult {
+    std::uint64_t global_step = 0;
+    int stale = 0;  // ps tasks that dropped this gradient as stale
+  };
+  Result<StepResult> PushPull(const wire::Push& tag, std::span<const float> grads, std::span<float> params,
+                              std::uint64_t min_step);
+  // Pulls every ps's parameters at global step >= min_step into `params`; returns ps:0's step.
+  Result<std::uint64_t> Pull(std::span<float> params, std::uint64_t min_step);
+  // Tells every ps this worker is done.
+  Status Done(std::uint32_t rank);
+  void Close();
+
+ private:
+  PsClient(const daemon::Placement& placement, const PsClientOptions& options) : placement_(placement), options_(options) {}
+  Result<wire::InFrame> Await(transport::RpcClient& ps, std::future<Result<wire::InFrame>>& reply,
+                              std::chrono::milliseconds timeout, const char* what);
+  Result<std::uint64_t> TakeParams(std::size_t ps, const wire::InFrame& frame, std::span<float> params);
+  std::vector<std::span<const float>> Slices(std::size_t ps, std::span<const float> flat) const;
+
+  const daemon::Placement& placement_;
+  PsClientOptions options_;
+  std::vector<std::shared_ptr<transport::RpcClient>> ps_;
+  std::vector<bool> initialized_;
+};
+
+}  // namespace tfd::worker

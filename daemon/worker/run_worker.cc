@@ -1,0 +1,142 @@
+#include "daemon/worker/run_worker.h"
+
+#include <random>
+#include <thread>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "common/tensor/gemm.h"
+#include "daemon/placement.h"
+#include "daemon/standalone.h"
+#include "daemon/trainer.h"
+
+namespace tfd::worker {
+namespace {
+
+wire::OptimizerParams ToWire(const config::OptimizerSpec& o) {
+  wire::OptimizerParams w;
+  w.type = static_cast<std::uint8_t>(o.type);
+  w.learning_rate = o.learning_rate;
+  w.momentum = o.momentum;
+  w.use_nesterov = o.use_nesterov;
+  w.beta1 = o.beta1;
+  w.beta2 = o.beta2;
+  w.epsilon = o.epsilon;
+  return w;
+}
+
+// Pushes each step's gradient to the ps tasks and pulls the parameters to use next.
+class PsUpdater final : public daemon::Updater {
+ public:
+  PsUpdater(PsClient& client, std::uint32_t rank, std::uint64_t incarnation, bool sync, std::uint64_t start_step)
+      : client_(client), rank_(rank), incarnation_(incarnation), sync_(sync), step_(start_step) {}
+
+  Result<std::int64_t> Step(model::Model& model, std::int64_t local_step) override {
+    wire::Push tag;
+    tag.worker = rank_;
+    tag.incarnation = incarnation_;
+    tag.local_step = static_cast<std::uint64_t>(local_step);
+    tag.based_on_step = step_;
+    // sync: wait for the step this gradient completes (with the others'); async: take what is there.
+    TFD_ASSIGN_OR_RETURN(PsClient::StepResult r, client_.PushPull(tag, model.grads(), model.params(), sync_ ? step_ + 1 : 0));
+    stale_ += r.stale > 0;
+    epoch_stale_ += r.stale > 0;
+    step_ = r.global_step;
+    return static_cast<std::int64_t>(step_);
+  }
+  Result<std::int64_t> Finish(model::Model& model) override {
+    TFD_ASSIGN_OR_RETURN(step_, client_.Pull(model.params(), sync_ ? step_ : 0));
+    return static_cast<std::int64_t>(step_);
+  }
+  std::string EpochNote() override {
+    if (!sync_) return "";
+    std::string note = fmt::format("stale_dropped={}", epoch_stale_);
+    epoch_stale_ = 0;
+    return note;
+  }
+  std::uint64_t stale() const { return stale_; }
+
+ private:
+  PsClient& client_;
+  std::uint32_t rank_;
+  std::uint64_t incarnation_;
+  bool sync_;
+  std::uint64_t step_;
+  std::uint64_t stale_ = 0, epoch_stale_ = 0;
+};
+
+}  // namespace
+
+Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, EventWriter& events, const WorkerOptions& options) {
+  const int num_workers = config.cluster.num_workers();
+  const int rank = config.cluster.WorkerRank(config.task);
+  if (job.update.mode == config::UpdateSpec::Mode::kAllreduce)
+    return Status::InvalidArgument("update.mode: \"allreduce\" is not available in this version (use async or sync)");
+  if (config.cluster.ps.empty())
+    return Status::InvalidArgument(fmt::format("cluster.ps: empty: {} mode needs at least one ps task", job.update.mode == config::UpdateSpec::Mode::kSync ? "sync" : "async"));
+  const bool sync = job.update.mode == config::UpdateSpec::Mode::kSync;
+  if (sync && job.update.total_num_replicas != 0 && job.update.total_num_replicas != num_workers)
+    return Status::InvalidArgument(fmt::format("update.total_num_replicas: {}, but the cluster has {} workers",
+                                               job.update.total_num_replicas, num_workers));
+  if (sync && job.update.replicas_to_aggregate > num_workers)
+    return Status::InvalidArgument(fmt::format("update.replicas_to_aggregate: {}, but the cluster has {} workers",
+                                               job.update.replicas_to_aggregate, num_workers));
+  TFD_ASSIGN_OR_RETURN(daemon::LoadedJob loaded, daemon::LoadJobData(job, num_workers));
+  model::Model& model = *loaded.model;
+  std::vector<daemon::VariableInfo> variables;
+  for (const model::Variable& v : model.variables()) variables.push_back({v.name, v.offset, v.size});
+  const daemon::Placement placement = daemon::Place(variables, static_cast<int>(config.cluster.ps.size()), job.placement);
+  const bool chief = config.is_chief();
+  spdlog::info("{} (rank {} of {}{}); model: {}", config.task.ToString(), rank, num_workers, chief ? ", chief" : "", model.Summary());
+  if (chief)
+    for (const std::string& line : placement.Describe()) spdlog::info("placement: {}", line);
+  events.Emit("start", {{"role", std::string("worker")}, {"rank", std::int64_t{rank}}, {"chief", chief},
+                        {"mode", std::string(sync ? "sync" : "async")}});
+
+  transport::asio::io_context ioc(1);
+  auto work = transport::asio::make_work_guard(ioc);
+  std::thread io([&ioc] { ioc.run(); });
+  struct Joiner {
+    transport::asio::io_context& ioc;
+    decltype(work)& guard;
+    std::thread& thread;
+    ~Joiner() {
+      // Let the connections' closes run (they release their clients), then stop.
+      guard.reset();
+      transport::asio::steady_timer limit(ioc, std::chrono::milliseconds(200));
+      limit.async_wait([this](const boost::system::error_code&) { ioc.stop(); });
+      thread.join();
+    }
+  } joiner{ioc, work, io};
+
+  const std::uint64_t incarnation = (static_cast<std::uint64_t>(std::random_device{}()) << 32) | std::random_device{}();
+  PsClientOptions ps_options = options.ps;
+  ps_options.stop = options.stop;
+  TFD_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client, PsClient::Connect(ioc, config, incarnation, placement, ps_options));
+  wire::UpdateParams update;
+  update.mode = sync ? 1 : 0;
+  update.num_workers = static_cast<std::uint32_t>(num_workers);
+  update.replicas_to_aggregate = static_cast<std::uint32_t>(job.update.replicas_to_aggregate == 0 ? num_workers : job.update.replicas_to_aggregate);
+  update.total_num_replicas = static_cast<std::uint32_t>(num_workers);
+  TFD_RETURN_IF_ERROR(client->Initialize(chief, ToWire(job.optimizer), update, model.params()));
+  // Start from what the ps tasks hold (the chief's initial values, or further if others began).
+  TFD_ASSIGN_OR_RETURN(std::uint64_t start_step, client->Pull(model.params(), 0));
+  spdlog::info("ready: training from global_step {}", start_step);
+  events.Emit("ready", {{"global_step", static_cast<std::int64_t>(start_step)}});
+
+  PsUpdater updater(*client, static_cast<std::uint32_t>(rank), incarnation, sync, start_step);
+  daemon::TrainerOptions topts;
+  topts.task = config.task.ToString();
+  topts.rank = rank;
+  topts.num_workers = num_workers;
+  topts.evaluate_each_epoch = chief;
+  topts.stop = options.stop;
+  TFD_RETURN_IF_ERROR(daemon::Train(job, loaded.data, model, updater, events, topts));
+  if (sync) spdlog::info("{} gradients of this worker were dropped as stale", updater.stale());
+  TFD_RETURN_IF_ERROR(client->Done(static_cast<std::uint32_t>(rank)));
+  client->Close();
+  return Status::Ok();
+}
+
+}  // namespace tfd::worker

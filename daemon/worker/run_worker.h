@@ -1,0 +1,24 @@
+#pragma once
+
+#include <atomic>
+
+#include "common/base/logging.h"
+#include "common/base/status.h"
+#include "common/config/cluster.h"
+#include "common/config/job.h"
+#include "daemon/worker/ps_client.h"
+
+namespace tfd::worker {
+
+struct WorkerOptions {
+  PsClientOptions ps;
+  const std::atomic<bool>* stop = nullptr;
+};
+
+// Runs this process as a chief or worker task of `config` training `job` against the cluster's ps
+// tasks: the chief initialises every ps, each worker trains on its shard and reports per epoch,
+// the chief evaluates each epoch, and every worker ends with its final test accuracy and
+// params_sha256. Errors name the ps or field concerned.
+Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, EventWriter& events, const WorkerOptions& options);
+
+}  // namespace tfd::worker
