@@ -2,7 +2,6 @@
 
 #include <cmath>
 
-#include <Eigen/Core>
 #include <fmt/format.h>
 
 #include "common/base/check.h"
@@ -10,11 +9,10 @@
 namespace tfd::optim {
 namespace {
 
-using Arr = Eigen::Map<Eigen::ArrayXf>;
-using ConstArr = Eigen::Map<const Eigen::ArrayXf>;
-
-Arr A(std::span<float> s) { return Arr(s.data(), static_cast<Eigen::Index>(s.size())); }
-ConstArr A(std::span<const float> s) { return ConstArr(s.data(), static_cast<Eigen::Index>(s.size())); }
+// The updates are plain element-wise loops over restrict pointers: the compiler vectorises them
+// with IEEE-exact operations, so an element's new value never depends on where it sits in the
+// span. That is what keeps a sync run bit-identical whatever the number of ps tasks (a vector
+// library's fast approximate sqrt in the body and exact one in the tail would not).
 
 class Sgd final : public Optimizer {
  public:
@@ -25,7 +23,9 @@ class Sgd final : public Optimizer {
     (void)slots;
     (void)t;
     TFD_CHECK(p.size() == g.size());
-    A(p) -= lr_ * A(g);
+    float* __restrict pp = p.data();
+    const float* __restrict gp = g.data();
+    for (std::size_t i = 0; i < p.size(); ++i) pp[i] -= lr_ * gp[i];
   }
 
  private:
@@ -42,12 +42,19 @@ class Momentum final : public Optimizer {
   void Apply(std::span<float> p, std::span<const float> g, std::span<float> slots, std::int64_t t) const override {
     (void)t;
     TFD_CHECK(p.size() == g.size() && slots.size() == p.size());
-    auto a = A(slots);
-    a = momentum_ * a + A(g);
+    float* __restrict pp = p.data();
+    float* __restrict a = slots.data();
+    const float* __restrict gp = g.data();
     if (nesterov_) {
-      A(p) -= lr_ * (A(g) + momentum_ * a);
+      for (std::size_t i = 0; i < p.size(); ++i) {
+        a[i] = momentum_ * a[i] + gp[i];
+        pp[i] -= lr_ * (gp[i] + momentum_ * a[i]);
+      }
     } else {
-      A(p) -= lr_ * a;
+      for (std::size_t i = 0; i < p.size(); ++i) {
+        a[i] = momentum_ * a[i] + gp[i];
+        pp[i] -= lr_ * a[i];
+      }
     }
   }
 
@@ -65,13 +72,17 @@ class Adam final : public Optimizer {
   std::vector<std::string> SlotNames() const override { return {"m", "v"}; }
   void Apply(std::span<float> p, std::span<const float> g, std::span<float> slots, std::int64_t t) const override {
     TFD_CHECK(p.size() == g.size() && slots.size() == 2 * p.size() && t >= 1);
-    auto m = A(slots.first(p.size()));
-    auto v = A(slots.subspan(p.size()));
+    float* __restrict pp = p.data();
+    float* __restrict m = slots.data();
+    float* __restrict v = slots.data() + p.size();
+    const float* __restrict gp = g.data();
     const auto lr_t = static_cast<float>(lr_ * std::sqrt(1 - std::pow(b2_, t)) / (1 - std::pow(b1_, t)));
     const auto b1 = static_cast<float>(b1_), b2 = static_cast<float>(b2_), eps = static_cast<float>(eps_);
-    m = b1 * m + (1 - b1) * A(g);
-    v = b2 * v + (1 - b2) * A(g).square();
-    A(p) -= lr_t * m / (v.sqrt() + eps);
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      m[i] = b1 * m[i] + (1 - b1) * gp[i];
+      v[i] = b2 * v[i] + (1 - b2) * gp[i] * gp[i];
+      pp[i] -= lr_t * m[i] / (std::sqrt(v[i]) + eps);
+    }
   }
 
  private:
