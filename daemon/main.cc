@@ -68,7 +68,7 @@ using tfd::Status;
 
 int main(int argc, char** argv) {
   po::options_description opts(kUsage);
-  std::string job_path, tf_config_path, log_format = "text", log_level = "info", job_name, ps_hosts, worker_hosts, bind;
+  std::string job_path, params_out, tf_config_path, log_format = "text", log_level = "info", job_name, ps_hosts, worker_hosts, bind;
   int task_index = -1;
   double peer_timeout = 8, startup_timeout = 120, step_timeout = 300;
   bool standalone = false;
@@ -85,6 +85,7 @@ int main(int argc, char** argv) {
       ("peer-timeout", po::value<double>(&peer_timeout)->value_name("SECS"), "a peer silent this long (no frame, no heartbeat) is lost (default 8)")
       ("startup-timeout", po::value<double>(&startup_timeout)->value_name("SECS"), "how long a worker waits for every ps to be up and initialised (default 120)")
       ("step-timeout", po::value<double>(&step_timeout)->value_name("SECS"), "how long one push/pull may take (default 300)")
+      ("params-out", po::value<std::string>(&params_out)->value_name("FILE"), "write the final parameters to FILE (raw little-endian float32, in variable order)")
       ("log-format", po::value<std::string>(&log_format)->value_name("FMT"), "text (default): log lines on stderr; json: also one JSON event per line on stdout")
       ("log-level", po::value<std::string>(&log_level)->value_name("LEVEL"), "debug, info (default), warn or error");
   po::variables_map vm;
@@ -149,7 +150,7 @@ int main(int argc, char** argv) {
   }
   Status s;
   if (standalone) {
-    s = tfd::daemon::RunStandalone(job, events, {.stop = &g_stop});
+    s = tfd::daemon::RunStandalone(job, events, {.stop = &g_stop, .params_out = params_out});
   } else {
     tfd::transport::ConnectionOptions conn;
     conn.peer_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(peer_timeout * 1000));
@@ -162,6 +163,7 @@ int main(int argc, char** argv) {
       options.ps.startup_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(startup_timeout * 1000));
       options.ps.step_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(step_timeout * 1000));
       options.stop = &g_stop;
+      options.params_out = params_out;
       s = tfd::worker::RunWorker(*tf_config, job, events, options);
     }
   }

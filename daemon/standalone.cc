@@ -64,6 +64,7 @@ Status RunStandalone(const config::JobSpec& job, EventWriter& events, const Stan
   LocalUpdater updater(*optimizer, loaded.model->params().size());
   TrainerOptions topts;
   topts.stop = options.stop;
+  topts.params_out = options.params_out;
   return Train(job, loaded.data, *loaded.model, updater, events, topts);
 }
 

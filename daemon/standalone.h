@@ -12,6 +12,7 @@ namespace tfd::daemon {
 
 struct StandaloneOptions {
   const std::atomic<bool>* stop = nullptr;  // set by a signal handler: finish the step, then return
+  std::string params_out;                   // write the final parameters here (raw little-endian floats)
 };
 
 // A job's data and its model, built and initialised from the seed.

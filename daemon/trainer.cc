@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <fstream>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -78,6 +79,11 @@ Status Train(const config::JobSpec& job, const model::MnistData& data, model::Mo
   TFD_ASSIGN_OR_RETURN(global_step, updater.Finish(model));
   if (updater.FinishChangesParams() || test_accuracy < 0) test_accuracy = model::Evaluate(model, data.test);
   const std::string sha = model::ParamsSha256(model);
+  if (!options.params_out.empty()) {
+    std::ofstream out(options.params_out, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(model.params().data()), static_cast<std::streamsize>(model.params().size_bytes()));
+    if (!out) return Status::Unavailable(fmt::format("--params-out: cannot write {}", options.params_out));
+  }
   spdlog::info("{}done: global_step={} local_step={} test_accuracy={:.4f} params_sha256={}", prefix, global_step, local_step,
                test_accuracy, sha);
   events.Emit("done", {{"global_step", global_step}, {"local_step", local_step}, {"test_accuracy", test_accuracy},

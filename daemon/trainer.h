@@ -33,6 +33,7 @@ struct TrainerOptions {
   int rank = 0, num_workers = 1;    // this worker's shard of the data
   bool evaluate_each_epoch = true;  // the chief (or a standalone run) evaluates every epoch
   const std::atomic<bool>* stop = nullptr;
+  std::string params_out;  // when set, the final parameters are written there (raw little-endian floats)
 };
 
 // The epoch loop shared by standalone and cluster workers: shards and batches the data, computes

@@ -1,15 +1,26 @@
 #pragma once
 // Helpers shared by the tests: temporary folders, small IDX files, and running a binary.
 
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <chrono>
+#include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
+
+extern char** environ;
 
 namespace tfd::testing {
 
@@ -95,5 +106,85 @@ inline CommandResult RunCommand(const std::string& command, const TempDir& dir) 
   r.err = slurp(err);
   return r;
 }
+
+inline std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// A port on 127.0.0.1 that was free a moment ago (bound to port 0, read back, released).
+inline int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// A child process with its stdout and stderr in files. The destructor kills it if it still runs.
+class Process {
+ public:
+  // Starts `argv` with the current environment plus `env` ("NAME=value" entries).
+  Process(const std::vector<std::string>& argv, const std::vector<std::string>& env, const std::string& out_path,
+          const std::string& err_path)
+      : out_path_(out_path), err_path_(err_path) {
+    std::vector<std::string> args = argv, envs;
+    for (char** e = environ; *e != nullptr; ++e) envs.emplace_back(*e);
+    envs.insert(envs.end(), env.begin(), env.end());
+    std::vector<char*> a, e;
+    for (auto& s : args) a.push_back(s.data());
+    a.push_back(nullptr);
+    for (auto& s : envs) e.push_back(s.data());
+    e.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (posix_spawn(&pid_, a[0], &actions, nullptr, a.data(), e.data()) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&actions);
+  }
+  ~Process() {
+    if (pid_ > 0 && !exit_code_) {
+      kill(pid_, SIGKILL);
+      int status = 0;
+      waitpid(pid_, &status, 0);
+    }
+  }
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+
+  bool started() const { return pid_ > 0; }
+  void Signal(int sig) const {
+    if (pid_ > 0 && !exit_code_) kill(pid_, sig);
+  }
+  // The exit code (128 + signal when killed), or nothing if it is still running at the deadline.
+  std::optional<int> Wait(std::chrono::milliseconds limit) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!exit_code_) {
+      int status = 0;
+      pid_t r = waitpid(pid_, &status, WNOHANG);
+      if (r == pid_) {
+        exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        break;
+      }
+      if (std::chrono::steady_clock::now() >= deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return exit_code_;
+  }
+  std::string out() const { return ReadAll(out_path_); }
+  std::string err() const { return ReadAll(err_path_); }
+
+ private:
+  pid_t pid_ = -1;
+  std::optional<int> exit_code_;
+  std::string out_path_, err_path_;
+};
 
 }  // namespace tfd::testing

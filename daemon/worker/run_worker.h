@@ -13,6 +13,7 @@ namespace tfd::worker {
 struct WorkerOptions {
   PsClientOptions ps;
   const std::atomic<bool>* stop = nullptr;
+  std::string params_out;  // write the final parameters here (raw little-endian floats)
 };
 
 // Runs this process as a chief or worker task of `config` training `job` against the cluster's ps
