@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <span>
 #include <string>
 #include <vector>
@@ -70,10 +71,30 @@ struct OutFrame {
   std::size_t payload_size() const;
 };
 
+// An allocator whose resize() leaves new bytes uninitialised: a received payload is overwritten
+// by the socket read at once, so zeroing it first would only cost a pass over it.
+template <typename T>
+struct DefaultInitAllocator : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = DefaultInitAllocator<U>;
+  };
+  using std::allocator<T>::allocator;
+  template <typename U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+using Payload = std::vector<std::byte, DefaultInitAllocator<std::byte>>;
+
 // A received frame, its payload checked against the header's CRC.
 struct InFrame {
   FrameHeader header;
-  std::vector<std::byte> payload;
+  Payload payload;
 };
 
 // Checks `payload` against the header's length and CRC. Corruption when they differ.
