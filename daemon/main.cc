@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/base/logging.h"
+#include "common/base/memory.h"
 #include "common/config/cluster.h"
 #include "common/config/job.h"
 #include "daemon/ps/run_ps.h"
@@ -135,6 +136,7 @@ int main(int argc, char** argv) {
     return usage_error("task.type: evaluator tasks are not available in this version (the chief evaluates)");
   if (!is_ps && job_path.empty()) return usage_error("--job FILE is required (see tfd --help)");
 
+  tfd::KeepLargeAllocationsInHeap();
   const std::string task = standalone ? "standalone" : tf_config->task.ToString();
   tfd::SetupLogging(task, log_level);
   tfd::EventWriter events(stdout, task, log_format == "json");

@@ -27,15 +27,17 @@ Status ParameterStore::Init(const wire::Init& init) {
     return Status::InvalidArgument(fmt::format("INIT: replicas_to_aggregate {} with {} workers", to_aggregate_, update_.num_workers));
   chunks_ = init.chunks;
   layout_hash_ = init.layout_hash;
-  params_.resize(init.values.size() / 4);
-  wire::CopyFloats(init.values, params_);
+  const std::size_t n = init.values.size() / 4;
+  current_ = std::make_shared<Snapshot>();
+  current_->values.resize(n);
+  wire::CopyFloats(init.values, current_->values);
   optimizer_ = optim::MakeOptimizer(spec);
-  state_ = std::make_unique<optim::OptimizerState>(*optimizer_, params_.size());
+  state_ = std::make_unique<optim::OptimizerState>(*optimizer_, n);
   stale_.assign(update_.num_workers, 0);
   if (update_.mode == 1) {
-    pending_.assign(update_.num_workers, std::vector<float>(params_.size()));
+    pending_.assign(update_.num_workers, std::vector<float>(n));
     received_.assign(update_.num_workers, false);
-    sum_.resize(params_.size());
+    sum_.resize(n);
   }
   initialized_ = true;
   return Status::Ok();
@@ -58,7 +60,7 @@ std::uint64_t ParameterStore::global_step() const {
 
 std::int64_t ParameterStore::size() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return static_cast<std::int64_t>(params_.size());
+  return current_ ? static_cast<std::int64_t>(current_->values.size()) : 0;
 }
 
 bool ParameterStore::sync() const {
@@ -74,22 +76,23 @@ int ParameterStore::to_aggregate() const {
 Result<ParameterStore::PushResult> ParameterStore::Push(const wire::Push& push) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!initialized_) return Status::FailedPrecondition("PUSH before INIT");
-  if (push.grads.size() != params_.size() * 4)
-    return Status::InvalidArgument(fmt::format("PUSH of {} floats to a shard of {}", push.grads.size() / 4, params_.size()));
+  const std::size_t n = current_->values.size();
+  if (push.grads.size() != n * 4)
+    return Status::InvalidArgument(fmt::format("PUSH of {} floats to a shard of {}", push.grads.size() / 4, n));
   if (push.worker >= update_.num_workers)
     return Status::InvalidArgument(fmt::format("PUSH from worker rank {} of a cluster with {} workers", push.worker, update_.num_workers));
   PushResult r;
   if (update_.mode == 0) {  // async: apply in place, straight from the frame's bytes
+    PrepareWrite();
     const bool aligned = reinterpret_cast<std::uintptr_t>(push.grads.data()) % alignof(float) == 0;
     if (aligned) {
-      state_->Apply(params_, std::span(reinterpret_cast<const float*>(push.grads.data()), params_.size()));
+      state_->Apply(Params(), std::span(reinterpret_cast<const float*>(push.grads.data()), n));
     } else {
-      sum_.resize(params_.size());
+      sum_.resize(n);
       wire::CopyFloats(push.grads, sum_);
-      state_->Apply(params_, sum_);
+      state_->Apply(Params(), sum_);
     }
-    ++global_step_;
-    snapshot_.reset();
+    current_->global_step = ++global_step_;
     r.global_step = global_step_;
     r.step_advanced = true;
     return r;
@@ -121,23 +124,27 @@ Result<ParameterStore::PushResult> ParameterStore::Push(const wire::Push& push) 
         for (std::size_t i = 0; i < sum_.size(); ++i) sum_[i] += pending_[w][i];
       }
     }
-    const auto n = static_cast<float>(received_count_);
-    for (float& g : sum_) g /= n;
-    state_->Apply(params_, sum_);
-    ++global_step_;
+    const auto count = static_cast<float>(received_count_);
+    for (float& g : sum_) g /= count;
+    PrepareWrite();
+    state_->Apply(Params(), sum_);
+    current_->global_step = ++global_step_;
     std::fill(received_.begin(), received_.end(), false);
     received_count_ = 0;
-    snapshot_.reset();
     r.step_advanced = true;
   }
   r.global_step = global_step_;
   return r;
 }
 
+void ParameterStore::PrepareWrite() {
+  if (current_.use_count() > 1) current_ = std::make_shared<Snapshot>(*current_);  // a reader holds it: copy
+}
+
 std::shared_ptr<const ParameterStore::Snapshot> ParameterStore::Read() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!snapshot_) snapshot_ = std::make_shared<const Snapshot>(Snapshot{global_step_, params_});
-  return snapshot_;
+  if (!current_) return std::make_shared<const Snapshot>();
+  return current_;
 }
 
 std::vector<std::uint64_t> ParameterStore::stale_counts() const {

@@ -48,7 +48,7 @@ class ParameterStore {
     std::uint64_t global_step = 0;
     std::vector<float> values;
   };
-  std::shared_ptr<const Snapshot> Read();
+  std::shared_ptr<const Snapshot> Read();  // no copy while no push has come since the last Read
 
   std::vector<std::uint64_t> stale_counts() const;  // per worker rank
   std::vector<wire::Chunk> chunks() const;
@@ -58,7 +58,12 @@ class ParameterStore {
   bool initialized_ = false;
   std::uint64_t layout_hash_ = 0;
   std::vector<wire::Chunk> chunks_;
-  std::vector<float> params_;
+  // The parameters live in the current snapshot's buffer. A push that finds the snapshot still
+  // shared (a PARAMS frame is being sent from it) copies it into a fresh one first, so readers
+  // never see a torn update and the common case copies nothing.
+  std::shared_ptr<Snapshot> current_;
+  std::span<float> Params() { return current_->values; }
+  void PrepareWrite();
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<optim::OptimizerState> state_;
   wire::UpdateParams update_;
@@ -70,7 +75,6 @@ class ParameterStore {
   int received_count_ = 0;
   std::vector<float> sum_;
   std::vector<std::uint64_t> stale_;
-  std::shared_ptr<const Snapshot> snapshot_;  // of global_step_, or null when out of date
 };
 
 }  // namespace tfd::ps

@@ -125,12 +125,14 @@ Result<PsClient::StepResult> PsClient::PushPull(const wire::Push& tag, std::span
   }
   StepResult r;
   for (std::size_t i = 0; i < ps_.size(); ++i) {
+    // Wait for the parameters first: the ack was sent before them on the same connection, so it is
+    // there by then, and the training thread wakes once per ps instead of twice.
+    TFD_ASSIGN_OR_RETURN(wire::InFrame frame, Await(*ps_[i], pulls[i], options_.step_timeout, "PULL"));
     TFD_ASSIGN_OR_RETURN(wire::InFrame ack_frame, Await(*ps_[i], acks[i], options_.step_timeout, "PUSH"));
     TFD_RETURN_IF_ERROR(Expect(ack_frame, wire::MessageType::kPushAck, ps_[i]->peer()));
     wire::PushAck ack;
     TFD_RETURN_IF_ERROR(wire::Decode(ack_frame.payload, &ack).WithContext(ps_[i]->peer()));
     r.stale += ack.outcome == wire::PushOutcome::kStale;
-    TFD_ASSIGN_OR_RETURN(wire::InFrame frame, Await(*ps_[i], pulls[i], options_.step_timeout, "PULL"));
     TFD_ASSIGN_OR_RETURN(std::uint64_t step, TakeParams(i, frame, params));
     if (i == 0) r.global_step = step;
   }
