@@ -115,14 +115,23 @@ Result<std::uint64_t> PsClient::TakeParams(std::size_t ps, const wire::InFrame& 
   return p.global_step;
 }
 
-Result<PsClient::StepResult> PsClient::PushPull(const wire::Push& tag, std::span<const float> grads, std::span<float> params,
-                                                std::uint64_t min_step) {
-  std::vector<std::future<Result<wire::InFrame>>> acks(ps_.size()), pulls(ps_.size());
+void PsClient::StartPushPull(const wire::Push& tag, std::span<const float> grads, std::uint64_t min_step) {
+  TFD_CHECK(!in_flight());
+  acks_.resize(ps_.size());
+  pulls_.resize(ps_.size());
   for (std::size_t i = 0; i < ps_.size(); ++i) {
     auto slices = Slices(i, grads);
-    acks[i] = ps_[i]->Call(wire::Encode(tag, slices));
-    pulls[i] = ps_[i]->Call(wire::Encode(wire::Pull{min_step}));
+    acks_[i] = ps_[i]->Call(wire::Encode(tag, slices));
+    pulls_[i] = ps_[i]->Call(wire::Encode(wire::Pull{min_step}));
   }
+}
+
+Result<PsClient::StepResult> PsClient::CompletePushPull(std::span<float> params) {
+  TFD_CHECK(in_flight());
+  auto acks = std::move(acks_);
+  auto pulls = std::move(pulls_);
+  acks_.clear();
+  pulls_.clear();
   StepResult r;
   for (std::size_t i = 0; i < ps_.size(); ++i) {
     // Wait for the parameters first: the ack was sent before them on the same connection, so it is
@@ -137,6 +146,12 @@ Result<PsClient::StepResult> PsClient::PushPull(const wire::Push& tag, std::span
     if (i == 0) r.global_step = step;
   }
   return r;
+}
+
+Result<PsClient::StepResult> PsClient::PushPull(const wire::Push& tag, std::span<const float> grads, std::span<float> params,
+                                                std::uint64_t min_step) {
+  StartPushPull(tag, grads, min_step);
+  return CompletePushPull(params);
 }
 
 Result<std::uint64_t> PsClient::Pull(std::span<float> params, std::uint64_t min_step) {

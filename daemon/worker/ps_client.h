@@ -43,6 +43,12 @@ class PsClient {
   };
   Result<StepResult> PushPull(const wire::Push& tag, std::span<const float> grads, std::span<float> params,
                               std::uint64_t min_step);
+  // PushPull in two halves, so a step can compute while its predecessor's exchange is in flight:
+  // Start sends (`grads` must stay unchanged until Complete returns), Complete waits for the
+  // replies and writes the parameters into `params`.
+  void StartPushPull(const wire::Push& tag, std::span<const float> grads, std::uint64_t min_step);
+  Result<StepResult> CompletePushPull(std::span<float> params);
+  bool in_flight() const { return !pulls_.empty(); }
   // Pulls every ps's parameters at global step >= min_step into `params`; returns ps:0's step.
   Result<std::uint64_t> Pull(std::span<float> params, std::uint64_t min_step);
   // Tells every ps this worker is done.
@@ -60,6 +66,7 @@ class PsClient {
   PsClientOptions options_;
   std::vector<std::shared_ptr<transport::RpcClient>> ps_;
   std::vector<bool> initialized_;
+  std::vector<std::future<Result<wire::InFrame>>> acks_, pulls_;  // of the exchange in flight
 };
 
 }  // namespace tfd::worker

@@ -27,10 +27,16 @@ wire::OptimizerParams ToWire(const config::OptimizerSpec& o) {
 }
 
 // Pushes each step's gradient to the ps tasks and pulls the parameters to use next.
+//
+// sync: push, then wait for the step this gradient completes (with the others') and take its
+// parameters. async: the exchange of step t travels while step t+1 computes on the parameters
+// pulled at step t-1, so the worker never waits on the network; its gradients are one step older
+// than a blocking exchange would make them, which async updates already tolerate.
 class PsUpdater final : public daemon::Updater {
  public:
-  PsUpdater(PsClient& client, std::uint32_t rank, std::uint64_t incarnation, bool sync, std::uint64_t start_step)
-      : client_(client), rank_(rank), incarnation_(incarnation), sync_(sync), step_(start_step) {}
+  PsUpdater(PsClient& client, std::uint32_t rank, std::uint64_t incarnation, bool sync, std::uint64_t start_step,
+            std::size_t num_params)
+      : client_(client), rank_(rank), incarnation_(incarnation), sync_(sync), step_(start_step), sending_(num_params) {}
 
   Result<std::int64_t> Step(model::Model& model, std::int64_t local_step) override {
     wire::Push tag;
@@ -38,14 +44,18 @@ class PsUpdater final : public daemon::Updater {
     tag.incarnation = incarnation_;
     tag.local_step = static_cast<std::uint64_t>(local_step);
     tag.based_on_step = step_;
-    // sync: wait for the step this gradient completes (with the others'); async: take what is there.
-    TFD_ASSIGN_OR_RETURN(PsClient::StepResult r, client_.PushPull(tag, model.grads(), model.params(), sync_ ? step_ + 1 : 0));
-    stale_ += r.stale > 0;
-    epoch_stale_ += r.stale > 0;
-    step_ = r.global_step;
+    if (sync_) {
+      TFD_ASSIGN_OR_RETURN(PsClient::StepResult r, client_.PushPull(tag, model.grads(), model.params(), step_ + 1));
+      Count(r);
+      return static_cast<std::int64_t>(step_);
+    }
+    TFD_RETURN_IF_ERROR(CompleteInFlight(model));
+    std::copy(model.grads().begin(), model.grads().end(), sending_.begin());  // the next step overwrites grads()
+    client_.StartPushPull(tag, sending_, 0);
     return static_cast<std::int64_t>(step_);
   }
   Result<std::int64_t> Finish(model::Model& model) override {
+    TFD_RETURN_IF_ERROR(CompleteInFlight(model));
     TFD_ASSIGN_OR_RETURN(step_, client_.Pull(model.params(), sync_ ? step_ : 0));
     return static_cast<std::int64_t>(step_);
   }
@@ -58,12 +68,25 @@ class PsUpdater final : public daemon::Updater {
   std::uint64_t stale() const { return stale_; }
 
  private:
+  Status CompleteInFlight(model::Model& model) {
+    if (!client_.in_flight()) return Status::Ok();
+    TFD_ASSIGN_OR_RETURN(PsClient::StepResult r, client_.CompletePushPull(model.params()));
+    Count(r);
+    return Status::Ok();
+  }
+  void Count(const PsClient::StepResult& r) {
+    stale_ += r.stale > 0;
+    epoch_stale_ += r.stale > 0;
+    step_ = r.global_step;
+  }
+
   PsClient& client_;
   std::uint32_t rank_;
   std::uint64_t incarnation_;
   bool sync_;
   std::uint64_t step_;
   std::uint64_t stale_ = 0, epoch_stale_ = 0;
+  std::vector<float> sending_;  // async: the gradient of the exchange in flight
 };
 
 }  // namespace
@@ -125,7 +148,7 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
   spdlog::info("ready: training from global_step {}", start_step);
   events.Emit("ready", {{"global_step", static_cast<std::int64_t>(start_step)}});
 
-  PsUpdater updater(*client, static_cast<std::uint32_t>(rank), incarnation, sync, start_step);
+  PsUpdater updater(*client, static_cast<std::uint32_t>(rank), incarnation, sync, start_step, model.params().size());
   daemon::TrainerOptions topts;
   topts.task = config.task.ToString();
   topts.rank = rank;
