@@ -17,7 +17,7 @@ std::int64_t Placement::ShardSize(std::size_t ps) const {
 }
 
 std::uint64_t Placement::LayoutHash() const {
-  std::string canonical;
+  std::string canonical = fmt::format("{} ps;", shards.size());  // an empty shard still counts
   for (std::size_t ps = 0; ps < shards.size(); ++ps)
     for (const Slice& s : shards[ps]) canonical += fmt::format("{}|{}|{}|{};", ps, s.name, s.flat_offset, s.length);
   Sha256 h;
@@ -31,7 +31,7 @@ std::vector<std::string> Placement::Describe() const {
     std::vector<std::string> names;
     for (const Slice& s : shards[ps]) names.push_back(s.name);
     const std::int64_t n = ShardSize(ps);
-    lines.push_back(fmt::format("ps:{} holds {} floats ({:.1f} KB): {}", ps, n, static_cast<double>(n) * 4 / 1024,
+    lines.push_back(fmt::format("ps:{} holds {} floats ({:.1f} KiB): {}", ps, n, static_cast<double>(n) * 4 / 1024,
                                 names.empty() ? "nothing" : fmt::format("{}", fmt::join(names, ", "))));
   }
   return lines;

@@ -28,7 +28,7 @@ struct Placement {
   std::int64_t ShardSize(std::size_t ps) const;
   // A fingerprint of the whole layout: a ps initialised with another layout refuses workers.
   std::uint64_t LayoutHash() const;
-  // One line per ps: "ps:0 holds 39755 floats (159 KB): dense/kernel[0:39755]".
+  // One line per ps: "ps:0 holds 39755 floats (155.3 KiB): dense/kernel[0:39755]".
   std::vector<std::string> Describe() const;
 };
 

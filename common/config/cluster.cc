@@ -80,9 +80,11 @@ Result<Endpoint> ParseEndpoint(std::string_view text) {
     port = text.substr(colon + 1);
   }
   if (ep.host.empty()) return Status::InvalidArgument(fmt::format("\"{}\" has no host", text));
+  const bool bracketed = text.starts_with('[');
   for (char c : ep.host) {
-    if (static_cast<unsigned char>(c) <= ' ' || c == '/' || c == '\'' || c == '"')
-      return Status::InvalidArgument(fmt::format("\"{}\": the host has a character a host name cannot have", text));
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-' ||
+                    c == '_' || (bracketed && (c == ':' || c == '%'));
+    if (!ok) return Status::InvalidArgument(fmt::format("\"{}\": '{}' cannot be part of a host name or address", text, c));
   }
   int p = 0;
   auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), p);
@@ -210,6 +212,8 @@ Result<TfConfig> TfConfigFromFlags(std::string_view job_name, int task_index, st
     while (!list.empty()) {
       auto comma = list.find(',');
       std::string_view item = list.substr(0, comma);
+      if (item.empty() || (comma != std::string_view::npos && comma + 1 == list.size()))
+        return Status::InvalidArgument(fmt::format("{}: entry {} is empty (a stray comma?)", flag, item.empty() ? i : i + 1));
       Result<Endpoint> ep = ParseEndpoint(item);
       if (!ep.ok()) return Status::InvalidArgument(fmt::format("{}: entry {}: {}", flag, i, ep.status().message()));
       out->push_back(*ep);

@@ -38,14 +38,22 @@ void Connection::set_peer_name(std::string name) {
   peer_name_ = std::move(name);
 }
 
-void Connection::Start() {
+void Connection::Start(bool established) {
   error_code ec;
   socket_.set_option(tcp::no_delay(true), ec);  // small request frames must not wait for Nagle
-  asio::dispatch(socket_.get_executor(), [self = shared_from_this()] {
-    self->last_heard_ = Clock::now();
+  asio::dispatch(socket_.get_executor(), [self = shared_from_this(), established] {
+    self->established_ = established;
+    self->last_heard_ = self->started_ = Clock::now();
     asio::co_spawn(self->socket_.get_executor(), self->ReadLoop(), asio::detached);
     asio::co_spawn(self->socket_.get_executor(), self->WriteLoop(), asio::detached);
     asio::co_spawn(self->socket_.get_executor(), self->Watchdog(), asio::detached);
+  });
+}
+
+void Connection::MarkEstablished() {
+  asio::dispatch(socket_.get_executor(), [self = shared_from_this()] {
+    self->established_ = true;
+    self->watchdog_.cancel();  // re-arm with the peer timeout
   });
 }
 
@@ -106,7 +114,7 @@ asio::awaitable<void> Connection::ReadLoop() {
       }
       co_return;
     }
-    Result<wire::FrameHeader> header = wire::DecodeHeader(raw, options_.max_payload);
+    Result<wire::FrameHeader> header = wire::DecodeHeader(raw, established_ ? options_.max_payload : options_.max_handshake_payload);
     if (!header.ok()) {
       Status why = Status::Corruption(fmt::format("{}: {}", peer_name(), header.status().message()));
       spdlog::warn("{}", why.message());
@@ -150,7 +158,7 @@ asio::awaitable<void> Connection::WriteLoop() {
       error_code ec;
       co_await wake_writer_.async_wait(redirect_error(use_awaitable, ec));
       if (closed_) co_return;
-      if (!ec && outbox_.empty()) {  // a quiet interval: tell the peer we are alive
+      if (!ec && outbox_.empty() && established_) {  // a quiet interval: tell the peer we are alive
         Outgoing& hb = outbox_.emplace_back();
         hb.frame = wire::EncodeHeartbeat();
         (void)hb.frame.Seal();
@@ -181,7 +189,8 @@ asio::awaitable<void> Connection::WriteLoop() {
 asio::awaitable<void> Connection::Watchdog() {
   auto self = shared_from_this();
   while (!closed_) {
-    watchdog_.expires_at(close_after_flush_ ? flush_deadline_ : last_heard_ + options_.peer_timeout);
+    const auto limit = established_ ? options_.peer_timeout : options_.handshake_timeout;
+    watchdog_.expires_at(close_after_flush_ ? flush_deadline_ : (established_ ? last_heard_ : started_) + limit);
     error_code ec;
     co_await watchdog_.async_wait(redirect_error(use_awaitable, ec));
     if (closed_) co_return;
@@ -189,7 +198,10 @@ asio::awaitable<void> Connection::Watchdog() {
     const auto now = Clock::now();
     if (close_after_flush_ && now >= flush_deadline_) {
       CloseOnStrand(Status::Unavailable(fmt::format("{} did not take the error frame", peer_name())));
-    } else if (!close_after_flush_ && now - last_heard_ >= options_.peer_timeout) {
+    } else if (!close_after_flush_ && !established_ && now - started_ >= options_.handshake_timeout) {
+      CloseOnStrand(Status::DeadlineExceeded(fmt::format("{} did not complete the handshake within {:.1f} s", peer_name(),
+                                                         std::chrono::duration<double>(options_.handshake_timeout).count())));
+    } else if (!close_after_flush_ && established_ && now - last_heard_ >= options_.peer_timeout) {
       CloseOnStrand(Status::DeadlineExceeded(fmt::format(
           "{} sent nothing for {:.1f} s (not even a heartbeat): it is stopped, overloaded or unreachable", peer_name(),
           std::chrono::duration<double>(options_.peer_timeout).count())));

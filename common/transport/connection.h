@@ -28,6 +28,10 @@ struct ConnectionOptions {
   // Close the connection (DeadlineExceeded) when nothing has arrived for this long.
   std::chrono::milliseconds peer_timeout{10000};
   std::uint32_t max_payload = wire::kMaxPayloadBytes;
+  // Until MarkEstablished() (a server: the peer's HELLO checked out), frames are limited to a few
+  // KB, no heartbeats are sent, and the connection closes if the handshake takes longer than this.
+  std::chrono::milliseconds handshake_timeout{5000};
+  std::uint32_t max_handshake_payload = 4096;
 };
 
 class Connection;
@@ -52,7 +56,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Connection(tcp::socket socket, FrameHandler& handler, std::string peer_name, ConnectionOptions options,
              std::shared_ptr<void> handler_owner = nullptr);
 
-  void Start();
+  // `established`: the handshake is already done (the dialing side trusts the peer it dialed).
+  void Start(bool established = false);
+  // The peer has identified itself: lift the handshake limits. Any thread.
+  void MarkEstablished();
   // Seals `frame` (length, CRC) on the calling thread and queues it. Any thread. Frames are written
   // in the order sent, several per system call when they queue up.
   void Send(wire::OutFrame frame);
@@ -86,9 +93,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   asio::steady_timer watchdog_;
   std::deque<Outgoing> outbox_;  // strand only
   bool close_after_flush_ = false;  // strand only
+  bool established_ = false;        // strand only
   bool closed_ = false;             // strand only
   std::atomic<bool> closed_flag_{false};
   Clock::time_point last_heard_;    // strand only
+  Clock::time_point started_;       // strand only
   Clock::time_point flush_deadline_;  // strand only
   mutable std::mutex name_mu_;
   std::string peer_name_;

@@ -11,7 +11,7 @@ std::shared_ptr<RpcClient> RpcClient::Start(tcp::socket socket, std::string peer
   // The connection keeps its client alive until it has reported closing (the client owns the
   // connection too: the cycle ends in OnClosed).
   client->connection_ = std::make_shared<Connection>(std::move(socket), *client, std::move(peer), options, client);
-  client->connection_->Start();
+  client->connection_->Start(/*established=*/true);
   return client;
 }
 

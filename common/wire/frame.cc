@@ -85,6 +85,8 @@ Result<FrameHeader> DecodeHeader(std::span<const std::byte, kFrameHeaderBytes> r
   if (!IsKnownType(type)) return Status::Corruption(fmt::format("unknown message type {}", type));
   h.type = static_cast<MessageType>(type);
   h.flags = Get<std::uint16_t>(p + 8);
+  if (h.flags != 0) return Status::Corruption(fmt::format("unknown header flags 0x{:04x} (version 1 defines none)", h.flags));
+  if (Get<std::uint16_t>(p + 10) != 0) return Status::Corruption("reserved header bytes are not zero");
   h.request_id = Get<std::uint64_t>(p + 12);
   h.payload_len = Get<std::uint32_t>(p + 20);
   h.payload_crc = Get<std::uint32_t>(p + 24);

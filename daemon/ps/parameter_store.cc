@@ -11,6 +11,12 @@ Status ParameterStore::Init(const wire::Init& init) {
       return Status::InvalidArgument("already initialised with another variable layout (another job or model?)");
     return Status::FailedPrecondition("already initialised");
   }
+  if (init.optimizer.type > 2) return Status::InvalidArgument(fmt::format("INIT: unknown optimizer type {}", init.optimizer.type));
+  if (init.update.mode > 1) return Status::InvalidArgument(fmt::format("INIT: unknown update mode {}", init.update.mode));
+  std::uint64_t total = 0;
+  for (const wire::Chunk& c : init.chunks) total += c.length;
+  if (init.values.size() != total * 4)
+    return Status::InvalidArgument(fmt::format("INIT: {} values for chunks of {} floats", init.values.size() / 4, total));
   config::OptimizerSpec spec;
   spec.type = static_cast<config::OptimizerSpec::Type>(init.optimizer.type);
   spec.learning_rate = init.optimizer.learning_rate;
@@ -34,6 +40,7 @@ Status ParameterStore::Init(const wire::Init& init) {
   optimizer_ = optim::MakeOptimizer(spec);
   state_ = std::make_unique<optim::OptimizerState>(*optimizer_, n);
   stale_.assign(update_.num_workers, 0);
+  last_push_.assign(update_.num_workers, {0, 0});
   if (update_.mode == 1) {
     pending_.assign(update_.num_workers, std::vector<float>(n));
     received_.assign(update_.num_workers, false);
@@ -83,6 +90,15 @@ Result<ParameterStore::PushResult> ParameterStore::Push(const wire::Push& push) 
     return Status::InvalidArgument(fmt::format("PUSH from worker rank {} of a cluster with {} workers", push.worker, update_.num_workers));
   PushResult r;
   if (update_.mode == 0) {  // async: apply in place, straight from the frame's bytes
+    // At most once per (worker, incarnation, local step): a retried push is not applied again.
+    auto& [incarnation, local_step] = last_push_[push.worker];
+    if (incarnation == push.incarnation && push.local_step <= local_step) {
+      r.outcome = wire::PushOutcome::kDuplicate;
+      r.global_step = global_step_;
+      return r;
+    }
+    incarnation = push.incarnation;
+    local_step = push.local_step;
     PrepareWrite();
     const bool aligned = reinterpret_cast<std::uintptr_t>(push.grads.data()) % alignof(float) == 0;
     if (aligned) {

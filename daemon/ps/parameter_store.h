@@ -34,7 +34,8 @@ class ParameterStore {
   bool sync() const;
   int to_aggregate() const;
 
-  // async: applies the gradient (global_step + 1). sync: stores it for based_on_step; the
+  // async: applies the gradient (global_step + 1), unless this worker incarnation already pushed
+  // this or a later local step (kDuplicate: a retry is applied at most once). sync: stores it for based_on_step; the
   // replicas_to_aggregate-th gradient of a step completes it: the stored gradients are summed in
   // worker order, averaged, applied once, and the step advances. A gradient for an older step is
   // dropped (kStale, counted per worker); a second gradient from one worker for one step is
@@ -75,6 +76,7 @@ class ParameterStore {
   int received_count_ = 0;
   std::vector<float> sum_;
   std::vector<std::uint64_t> stale_;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> last_push_;  // async: per worker (incarnation, local step)
 };
 
 }  // namespace tfd::ps

@@ -63,6 +63,7 @@ void PsService::HandleHello(const std::shared_ptr<Connection>& from, const wire:
   if (peer.index < 0 || peer.index >= static_cast<int>(config_.cluster.Tasks(peer.type).size()))
     return refuse(fmt::format("{} is not in this cluster", peer.ToString()));
   from->set_peer_name(peer_name);
+  from->MarkEstablished();
   {
     std::lock_guard<std::mutex> lock(mu_);
     ranks_[from.get()] = config_.cluster.WorkerRank(peer);

@@ -278,6 +278,87 @@ TEST_CASE("a worker of another cluster is refused with both cluster ids named", 
   CHECK(c.process("ps", 0).err().find("refused worker:0") != std::string::npos);
 }
 
+// Connects to 127.0.0.1:port, sends `bytes`, and returns what comes back until the peer closes
+// (at most 64 KB, within 10 s).
+std::string Exchange(int port, const std::string& bytes) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  for (int i = 0; i < 200 && connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0; ++i) {
+    close(fd);
+    std::this_thread::sleep_for(50ms);
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+  }
+  timeval tv{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  (void)!write(fd, bytes.data(), bytes.size());
+  std::string got;
+  char buf[4096];
+  for (ssize_t n; got.size() < 65536 && (n = read(fd, buf, sizeof buf)) > 0;) got.append(buf, static_cast<std::size_t>(n));
+  close(fd);
+  return got;
+}
+
+std::string Le(std::uint64_t v, int bytes) {
+  std::string s;
+  for (int i = 0; i < bytes; ++i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  return s;
+}
+
+TEST_CASE("a ps answers malformed frames with an ERROR frame naming the fault, then closes", "[integration][cluster]") {
+  Cluster c(1, 1, Job("/nonexistent", R"({"mode": "async"})", 1, R"({"type": "sgd", "learning_rate": 0.1})"));
+  c.StartPs(0);
+  const std::string ep = c.cluster()["ps"][0].get<std::string>();
+  const int port = std::stoi(ep.substr(ep.rfind(':') + 1));
+  auto expect_error = [&](const std::string& sent, const std::string& fragment) {
+    const std::string got = Exchange(port, sent);
+    INFO("sent " << sent.size() << " bytes; got " << got.size());
+    REQUIRE(got.size() >= 28);
+    CHECK(got.substr(0, 4) == "TFD1");
+    CHECK(got[6] == 30);  // type ERROR
+    CHECK(got.find(fragment) != std::string::npos);
+  };
+  const std::string header_tail = Le(0, 2) + Le(0, 2) + Le(0, 8);  // flags, reserved, request id
+  expect_error("GET / HTTP/1.1\r\nHost: example\r\n\r\n", "bad magic");
+  // A HELLO-sized limit applies before the handshake: a big first frame is refused at once.
+  expect_error("TFD1" + Le(1, 2) + Le(1, 2) + header_tail + Le(5000, 4) + Le(0, 4), "over the limit of 4096");
+  expect_error("TFD1" + Le(2, 2) + Le(1, 2) + header_tail + Le(0, 4) + Le(0, 4), "protocol version 2");
+  expect_error("TFD1" + Le(1, 2) + Le(999, 2) + header_tail + Le(0, 4) + Le(0, 4), "unknown message type 999");
+  // A 4 GB length is refused from the header alone: nothing is allocated, nothing more is read.
+  expect_error("TFD1" + Le(1, 2) + Le(12, 2) + header_tail + Le(0xffffffffu, 4) + Le(0, 4), "over the limit");
+  expect_error("TFD1" + Le(1, 2) + Le(1, 2) + header_tail + Le(3, 4) + Le(0, 4) + "abc", "CRC");
+  // A well-formed frame before HELLO is refused too.
+  expect_error("TFD1" + Le(1, 2) + Le(10, 2) + Le(0, 2) + Le(0, 2) + Le(1, 8) + Le(8, 4) + Le(0x8c28b28au, 4) + Le(0, 8),
+               "before HELLO");
+  // A peer that sends a few bytes and then nothing is closed at the handshake deadline (5 s),
+  // without being sent heartbeats.
+  const auto start = std::chrono::steady_clock::now();
+  const std::string got = Exchange(port, "TFD1");
+  CHECK(got.empty());
+  CHECK(std::chrono::steady_clock::now() - start < 9s);
+  c.process("ps", 0).Signal(SIGTERM);
+  CHECK(c.Finish("ps", 0, 10s).exit_code == 128 + SIGTERM);
+}
+
+TEST_CASE("a worker whose ps stops answering (SIGSTOP) gets an error naming it within the peer timeout", "[integration][cluster]") {
+  TempDir data;
+  WriteSyntheticMnist(data.path(), 2000, 50);
+  Cluster c(1, 1, Job(data.path(), R"({"mode": "async"})", 1000, R"({"type": "sgd", "learning_rate": 0.1})", 20));
+  c.StartPs(0);
+  c.StartWorker(0, {"--peer-timeout", "2"});
+  const auto until = std::chrono::steady_clock::now() + 60s;
+  while (c.process("worker", 0).err().find("epoch=1 ") == std::string::npos && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(50ms);
+  c.process("ps", 0).Signal(SIGSTOP);
+  TaskResult w = c.Finish("worker", 0, 30s);
+  c.process("ps", 0).Signal(SIGCONT);
+  CHECK(w.exit_code == 1);
+  INFO(w.err);
+  CHECK(w.err.find("ps:0 (" + c.cluster()["ps"][0].get<std::string>() + ") sent nothing for 2.0 s") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace tfd::testing
 

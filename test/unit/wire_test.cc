@@ -102,10 +102,26 @@ void CheckMalformedRejected(const std::vector<std::byte>& payload) {
 // ---------------------------------------------------------------------------------------------
 // Frame header
 
+TEST_CASE("DecodeHeader refuses flags and reserved bytes that version 1 does not define", "[unit][wire]") {
+  FrameHeader h;
+  h.type = MessageType::kPull;
+  h.flags = 0x0001;
+  HeaderBytes raw = EncodedHeader(h);
+  Result<FrameHeader> got = DecodeHeader(raw);
+  REQUIRE_FALSE(got.ok());
+  CHECK(got.status().code() == Code::kCorruption);
+  CHECK(got.status().message() == "unknown header flags 0x0001 (version 1 defines none)");
+  h.flags = 0;
+  raw = EncodedHeader(h);
+  raw[10] = std::byte{1};
+  got = DecodeHeader(raw);
+  REQUIRE_FALSE(got.ok());
+  CHECK(got.status().message() == "reserved header bytes are not zero");
+}
+
 TEST_CASE("a frame header survives EncodeHeader then DecodeHeader with every field", "[unit][wire]") {
   FrameHeader h;
   h.type = MessageType::kPush;
-  h.flags = 0xA55A;
   h.request_id = 0x0123456789ABCDEFull;
   h.payload_len = 0x00ABCDEF;
   h.payload_crc = 0xFEDCBA98;
@@ -118,7 +134,7 @@ TEST_CASE("a frame header survives EncodeHeader then DecodeHeader with every fie
   REQUIRE(got.ok());
   CHECK(got->version == kProtocolVersion);
   CHECK(got->type == MessageType::kPush);
-  CHECK(got->flags == 0xA55A);
+  CHECK(got->flags == 0);
   CHECK(got->request_id == 0x0123456789ABCDEFull);
   CHECK(got->payload_len == 0x00ABCDEFu);
   CHECK(got->payload_crc == 0xFEDCBA98u);
@@ -668,6 +684,42 @@ TEST_CASE("Crc32c chains: Crc32c(b, Crc32c(a)) is the CRC of a then b", "[unit][
   // Three pieces, as Seal chains head and tails.
   const std::uint32_t three = Crc32c(all.subspan(40), Crc32c(all.subspan(13, 27), Crc32c(all.first(13))));
   CHECK(three == Crc32c(all));
+}
+
+TEST_CASE("Crc32c agrees with the table and the bitwise reference on long, interleaved lengths", "[unit][wire][crc]") {
+  // The hardware path runs three streams over blocks of 8192 and then 256 bytes while three blocks
+  // remain; these lengths land on, just short of and just past those thresholds, at every alignment.
+  std::vector<std::byte> buf(3 * 3 * 8192 + 3 * 256 + 64);
+  std::uint32_t x = 12345;
+  for (auto& b : buf) {
+    x = x * 1103515245u + 12345u;
+    b = static_cast<std::byte>(x >> 24);
+  }
+  const std::span<const std::byte> all(buf);
+  for (std::size_t len : {std::size_t{255}, std::size_t{256}, std::size_t{767}, std::size_t{768}, std::size_t{769},
+                          std::size_t{775}, std::size_t{776}, std::size_t{3 * 256 * 2 + 5}, std::size_t{8192},
+                          std::size_t{3 * 8192 - 1}, std::size_t{3 * 8192}, std::size_t{3 * 8192 + 1},
+                          std::size_t{3 * 8192 + 3 * 256 + 13}, std::size_t{2 * 3 * 8192 + 7}, std::size_t{3 * 3 * 8192 + 3 * 256 + 3}}) {
+    for (std::size_t start : {std::size_t{0}, std::size_t{1}, std::size_t{5}}) {
+      INFO("start " << start << " length " << len);
+      const auto s = all.subspan(start, len);
+      const std::uint32_t reference = ReferenceCrc32c(s);
+      CHECK(Crc32c(s) == reference);
+      CHECK(Crc32cPortable(s) == reference);
+    }
+  }
+  CHECK(Crc32cPortable(Bytes("123456789")) == 0xE3069283u);
+
+  // Chaining across block boundaries gives the same CRC as one pass.
+  const std::uint32_t whole = Crc32c(all);
+  CHECK(whole == ReferenceCrc32c(all));
+  for (std::size_t cut : {std::size_t{1}, std::size_t{8}, std::size_t{767}, std::size_t{768}, std::size_t{3 * 8192},
+                          std::size_t{3 * 8192 + 1}, std::size_t{buf.size() - 768}, std::size_t{buf.size() - 1}}) {
+    INFO("cut at " << cut);
+    CHECK(Crc32c(all.subspan(cut), Crc32c(all.first(cut))) == whole);
+    CHECK(Crc32cPortable(all.subspan(cut), Crc32c(all.first(cut))) == whole);
+    CHECK(Crc32c(all.subspan(cut), Crc32cPortable(all.first(cut))) == whole);
+  }
 }
 
 }  // namespace
