@@ -41,6 +41,9 @@ void Connection::set_peer_name(std::string name) {
 void Connection::Start(bool established) {
   error_code ec;
   socket_.set_option(tcp::no_delay(true), ec);  // small request frames must not wait for Nagle
+  // Room for a whole tensor frame each way, so a 318 KB push is one write and few reads.
+  socket_.set_option(asio::socket_base::send_buffer_size(4 << 20), ec);
+  socket_.set_option(asio::socket_base::receive_buffer_size(4 << 20), ec);
   asio::dispatch(socket_.get_executor(), [self = shared_from_this(), established] {
     self->established_ = established;
     self->last_heard_ = self->started_ = Clock::now();

@@ -128,7 +128,11 @@ double TfdPushPull(std::size_t floats, double seconds) {
       update.replicas_to_aggregate = update.total_num_replicas = 1;
       if ((*client)->Initialize(true, sgd, update, params).ok()) {
         tfd::wire::Push tag;
-        auto step = [&] { return (*client)->PushPull(tag, grads, params, 0).ok(); };
+        tag.incarnation = 7;
+        auto step = [&] {
+          ++tag.local_step;  // a new step each time, so the ps applies every push (no duplicates)
+          return (*client)->PushPull(tag, grads, params, 0).ok();
+        };
         for (int i = 0; i < 20; ++i) step();
         std::int64_t n = 0;
         const auto start = Clock::now();
