@@ -152,6 +152,14 @@ void ReadUpdate(ObjectReader& root, UpdateSpec* update) {
   else if (mode == "sync") update->mode = UpdateSpec::Mode::kSync;
   else if (mode == "allreduce") update->mode = UpdateSpec::Mode::kAllreduce;
   else if (r.status().ok()) r.Fail("update.mode", fmt::format("unknown mode \"{}\" (expected async, sync or allreduce)", mode));
+  if (update->mode == UpdateSpec::Mode::kAsync) {
+    std::string staleness = "scale";
+    r.String("staleness", &staleness);
+    if (staleness == "scale") update->scale_stale = true;
+    else if (staleness == "none") update->scale_stale = false;
+    else if (r.status().ok()) r.Fail("update.staleness", fmt::format("unknown staleness rule \"{}\" (expected scale or none)", staleness));
+    r.Bool("overlap", &update->overlap);
+  }
   if (update->mode == UpdateSpec::Mode::kSync) {
     r.Int("replicas_to_aggregate", 1, 1 << 16, &update->replicas_to_aggregate);
     r.Int("total_num_replicas", 1, 1 << 16, &update->total_num_replicas);

@@ -58,6 +58,12 @@ struct UpdateSpec {
   Mode mode = Mode::kAsync;
   int replicas_to_aggregate = 0;  // sync; 0 = every worker
   int total_num_replicas = 0;     // sync; 0 = every worker
+  // async: scale each gradient by 1 / (1 + staleness), staleness = updates applied since the
+  // worker read its parameters (Zhang et al., IJCAI 2016); false = TensorFlow's raw async.
+  bool scale_stale = true;
+  // async: let each step's exchange travel while the next step computes (one more step of
+  // staleness, no waiting on the network).
+  bool overlap = false;
 };
 
 enum class Placement { kBalanced, kRoundRobin, kGreedy };

@@ -98,6 +98,7 @@ OutFrame Encode(const Init& m, std::span<const float> values) {
   w.F64(m.optimizer.epsilon);
   w.U8(m.optimizer.use_nesterov ? 1 : 0);
   w.U8(m.update.mode);
+  w.U8(m.update.scale_stale ? 1 : 0);
   w.U32(m.update.replicas_to_aggregate);
   w.U32(m.update.total_num_replicas);
   w.U32(m.update.num_workers);
@@ -117,6 +118,7 @@ Status Decode(std::span<const std::byte> p, Init* m) {
   if (!r.U64(&m->layout_hash) || !r.U8(&m->optimizer.type) || !r.F64(&m->optimizer.learning_rate) ||
       !r.F64(&m->optimizer.momentum) || !r.F64(&m->optimizer.beta1) || !r.F64(&m->optimizer.beta2) ||
       !r.F64(&m->optimizer.epsilon) || !ReadBool(r, &m->optimizer.use_nesterov) || !r.U8(&m->update.mode) ||
+      !ReadBool(r, &m->update.scale_stale) ||
       !r.U32(&m->update.replicas_to_aggregate) || !r.U32(&m->update.total_num_replicas) || !r.U32(&m->update.num_workers) ||
       !r.U32(&chunks))
     return Short("INIT");

@@ -45,6 +45,7 @@ struct OptimizerParams {
 
 struct UpdateParams {
   std::uint8_t mode = 0;  // 0 async, 1 sync
+  bool scale_stale = false;  // async: scale each gradient by 1 / (1 + staleness)
   std::uint32_t replicas_to_aggregate = 0, total_num_replicas = 0, num_workers = 0;
 };
 

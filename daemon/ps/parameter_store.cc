@@ -100,12 +100,18 @@ Result<ParameterStore::PushResult> ParameterStore::Push(const wire::Push& push) 
     incarnation = push.incarnation;
     local_step = push.local_step;
     PrepareWrite();
+    // Staleness: updates applied since the worker read the parameters it computed on.
+    const std::uint64_t staleness = global_step_ > push.based_on_step ? global_step_ - push.based_on_step : 0;
     const bool aligned = reinterpret_cast<std::uintptr_t>(push.grads.data()) % alignof(float) == 0;
-    if (aligned) {
+    if (aligned && (!update_.scale_stale || staleness == 0)) {  // straight from the frame's bytes
       state_->Apply(Params(), std::span(reinterpret_cast<const float*>(push.grads.data()), n));
     } else {
       sum_.resize(n);
       wire::CopyFloats(push.grads, sum_);
+      if (update_.scale_stale && staleness > 0) {
+        const float scale = 1.0f / static_cast<float>(1 + staleness);
+        for (float& g : sum_) g *= scale;
+      }
       state_->Apply(Params(), sum_);
     }
     current_->global_step = ++global_step_;

@@ -34,7 +34,8 @@ class ParameterStore {
   bool sync() const;
   int to_aggregate() const;
 
-  // async: applies the gradient (global_step + 1), unless this worker incarnation already pushed
+  // async: applies the gradient (global_step + 1; scaled by 1 / (1 + staleness) when the INIT asked
+  // for it, staleness being global_step - based_on_step), unless this worker incarnation already pushed
   // this or a later local step (kDuplicate: a retry is applied at most once). sync: stores it for based_on_step; the
   // replicas_to_aggregate-th gradient of a step completes it: the stored gradients are summed in
   // worker order, averaged, applied once, and the step advances. A gradient for an older step is

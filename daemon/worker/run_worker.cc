@@ -29,14 +29,20 @@ wire::OptimizerParams ToWire(const config::OptimizerSpec& o) {
 // Pushes each step's gradient to the ps tasks and pulls the parameters to use next.
 //
 // sync: push, then wait for the step this gradient completes (with the others') and take its
-// parameters. async: the exchange of step t travels while step t+1 computes on the parameters
-// pulled at step t-1, so the worker never waits on the network; its gradients are one step older
-// than a blocking exchange would make them, which async updates already tolerate.
+// parameters. async: push and take the current parameters. async with overlap: the exchange of step
+// t travels while step t+1 computes on the parameters pulled at step t-1, so the worker never
+// waits on the network, at the price of one more step of staleness (which momentum tolerates badly).
 class PsUpdater final : public daemon::Updater {
  public:
-  PsUpdater(PsClient& client, std::uint32_t rank, std::uint64_t incarnation, bool sync, std::uint64_t start_step,
+  PsUpdater(PsClient& client, std::uint32_t rank, std::uint64_t incarnation, bool sync, bool overlap, std::uint64_t start_step,
             std::size_t num_params)
-      : client_(client), rank_(rank), incarnation_(incarnation), sync_(sync), step_(start_step), sending_(num_params) {}
+      : client_(client),
+        rank_(rank),
+        incarnation_(incarnation),
+        sync_(sync),
+        overlap_(overlap && !sync),
+        step_(start_step),
+        sending_(overlap_ ? num_params : 0) {}
 
   Result<std::int64_t> Step(model::Model& model, std::int64_t local_step) override {
     wire::Push tag;
@@ -44,8 +50,8 @@ class PsUpdater final : public daemon::Updater {
     tag.incarnation = incarnation_;
     tag.local_step = static_cast<std::uint64_t>(local_step);
     tag.based_on_step = step_;
-    if (sync_) {
-      TFD_ASSIGN_OR_RETURN(PsClient::StepResult r, client_.PushPull(tag, model.grads(), model.params(), step_ + 1));
+    if (!overlap_) {
+      TFD_ASSIGN_OR_RETURN(PsClient::StepResult r, client_.PushPull(tag, model.grads(), model.params(), sync_ ? step_ + 1 : 0));
       Count(r);
       return static_cast<std::int64_t>(step_);
     }
@@ -83,7 +89,7 @@ class PsUpdater final : public daemon::Updater {
   PsClient& client_;
   std::uint32_t rank_;
   std::uint64_t incarnation_;
-  bool sync_;
+  bool sync_, overlap_;
   std::uint64_t step_;
   std::uint64_t stale_ = 0, epoch_stale_ = 0;
   std::vector<float> sending_;  // async: the gradient of the exchange in flight
@@ -139,6 +145,7 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
   TFD_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client, PsClient::Connect(ioc, config, incarnation, placement, ps_options));
   wire::UpdateParams update;
   update.mode = sync ? 1 : 0;
+  update.scale_stale = !sync && job.update.scale_stale;
   update.num_workers = static_cast<std::uint32_t>(num_workers);
   update.replicas_to_aggregate = static_cast<std::uint32_t>(job.update.replicas_to_aggregate == 0 ? num_workers : job.update.replicas_to_aggregate);
   update.total_num_replicas = static_cast<std::uint32_t>(num_workers);
@@ -148,7 +155,8 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
   spdlog::info("ready: training from global_step {}", start_step);
   events.Emit("ready", {{"global_step", static_cast<std::int64_t>(start_step)}});
 
-  PsUpdater updater(*client, static_cast<std::uint32_t>(rank), incarnation, sync, start_step, model.params().size());
+  PsUpdater updater(*client, static_cast<std::uint32_t>(rank), incarnation, sync, job.update.overlap, start_step,
+                    model.params().size());
   daemon::TrainerOptions topts;
   topts.task = config.task.ToString();
   topts.rank = rank;

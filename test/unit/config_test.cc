@@ -29,6 +29,8 @@ TEST_CASE("a minimal job spec parses with documented defaults", "[unit][config]"
   CHECK(got->optimizer.type == OptimizerSpec::Type::kSgd);
   CHECK(got->optimizer.learning_rate == 0.5);
   CHECK(got->update.mode == UpdateSpec::Mode::kAsync);
+  CHECK(got->update.scale_stale);
+  CHECK_FALSE(got->update.overlap);
   CHECK(got->placement == Placement::kBalanced);
   CHECK(got->seed == 1);
   CHECK(got->device == "cpu");
@@ -96,6 +98,10 @@ TEST_CASE("job spec errors name the file and the JSON path", "[unit][config]") {
         "job.json: epochs: expected an integer in [1, 100000], got 1.5");
   CHECK(ErrorOf(With(R"("update": {"mode": "sync", "replicas_to_aggregate": 3, "total_num_replicas": 2})")) ==
         "job.json: update.replicas_to_aggregate: 3 is more than total_num_replicas 2");
+  CHECK(ErrorOf(With(R"("update": {"mode": "async", "staleness": "ignore"})")) ==
+        "job.json: update.staleness: unknown staleness rule \"ignore\" (expected scale or none)");
+  CHECK(ErrorOf(With(R"("update": {"mode": "sync", "overlap": true})")) ==
+        "job.json: update.overlap: unknown field (expected one of: mode, replicas_to_aggregate, total_num_replicas)");
   CHECK(ErrorOf(With(R"("update": {"mode": "ring"})")) ==
         "job.json: update.mode: unknown mode \"ring\" (expected async, sync or allreduce)");
   CHECK(ErrorOf(With(R"("device": "gpu0")")) == "job.json: device: expected \"cpu\" or \"cuda:N\", got \"gpu0\"");

@@ -115,6 +115,20 @@ TEST_CASE("async applies each push at once with sgd", "[unit][ps]") {
   CHECK(store.Read()->global_step == 2);
 }
 
+TEST_CASE("async with staleness scaling divides a stale gradient by 1 + staleness", "[unit][ps]") {
+  ParameterStore store;
+  wire::Init init = MakeInit(kInitial, {.mode = 0, .num_workers = 3});
+  init.update.scale_stale = true;
+  REQUIRE(store.Init(init).ok());
+  const std::vector<float> g = {2.0f, 4.0f, -2.0f, 0.0f};
+  PushOk(store, MakePush(0, 0, g));  // fresh: p - 0.5 g
+  CheckValues(store, {0.0f, 0.0f, 4.0f, 4.0f});
+  PushOk(store, MakePush(1, 0, g));  // computed on step 0, applied at step 1: staleness 1, half the step
+  CheckValues(store, {-0.5f, -1.0f, 4.5f, 4.0f});
+  PushOk(store, MakePush(2, 0, g));  // staleness 2: a third
+  CheckValues(store, {-0.5f - 1.0f / 3, -1.0f - 2.0f / 3, 4.5f + 1.0f / 3, 4.0f});
+}
+
 TEST_CASE("async applies a retried push at most once per worker incarnation and local step", "[unit][ps]") {
   ParameterStore store;
   REQUIRE(store.Init(MakeInit(kInitial, {.mode = 0, .num_workers = 2})).ok());

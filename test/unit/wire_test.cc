@@ -325,6 +325,7 @@ Init SampleInit() {
   m.optimizer.epsilon = 1e-7;
   m.optimizer.use_nesterov = true;
   m.update.mode = 1;
+  m.update.scale_stale = true;
   m.update.replicas_to_aggregate = 2;
   m.update.total_num_replicas = 3;
   m.update.num_workers = 3;
@@ -348,6 +349,7 @@ TEST_CASE("INIT round-trips the optimizer, update rule, several chunks and their
   CHECK(got.optimizer.epsilon == 1e-7);
   CHECK(got.optimizer.use_nesterov);
   CHECK(got.update.mode == 1);
+  CHECK(got.update.scale_stale);
   CHECK(got.update.replicas_to_aggregate == 2);
   CHECK(got.update.total_num_replicas == 3);
   CHECK(got.update.num_workers == 3);
@@ -368,8 +370,9 @@ TEST_CASE("INIT with a chunk count larger than the payload could hold is Corrupt
   OutFrame f = Encode(SampleInit(), kInitValues);
   REQUIRE(f.Seal().ok());
   const std::vector<std::byte> good = Flatten(f);
-  // layout_hash u64, optimizer (u8, 5 x f64, u8), update (u8, 3 x u32), then the chunk count u32.
-  constexpr std::size_t kChunkCountOffset = 8 + 1 + 5 * 8 + 1 + 1 + 3 * 4;
+  // layout_hash u64, optimizer (u8, 5 x f64, u8), update (u8 mode, u8 scale_stale, 3 x u32), then
+  // the chunk count u32.
+  constexpr std::size_t kChunkCountOffset = 8 + 1 + 5 * 8 + 1 + 1 + 1 + 3 * 4;
   std::uint32_t count = 0;
   std::memcpy(&count, good.data() + kChunkCountOffset, 4);
   REQUIRE(count == 3);  // the offset is right
