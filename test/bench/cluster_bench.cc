@@ -117,24 +117,36 @@ int main(int argc, char** argv) {
     std::printf("PyTorch not found (scripts/setup --bench installs python3-torch): tfd only\n");
     peer = false;
   }
-  const std::string job = R"({"model": "mlp", "data": ")" + data + R"(", "epochs": )" + std::to_string(epochs) +
-                          R"(, "batch_size": 100, "optimizer": {"type": "sgd", "learning_rate": 0.5}, "update": {"mode": ")" + mode +
-                          R"("}, "log_every_steps": 0})";
-  ClusterRun ours = RunCluster(job, 2, 2.0);
-  if (!ours.ok) {
-    std::fprintf(stderr, "tfd_bench_cluster: %s\n", ours.error.c_str());
-    return 1;
-  }
+  auto mlp_job = [&](const std::string& update) {
+    return R"({"model": "mlp", "data": ")" + data + R"(", "epochs": )" + std::to_string(epochs) +
+           R"(, "batch_size": 100, "optimizer": {"type": "sgd", "learning_rate": 0.5}, "update": )" + update +
+           R"(, "log_every_steps": 0})";
+  };
   std::printf("mlp, batch 100 per worker, sgd 0.5, 2 workers on this machine (aggregate samples/s)\n");
-  std::printf("  tfd 1 ps + 2 workers (%s)        %10.0f\n", mode.c_str(), ours.samples_per_sec);
+  double best = 0;
+  const std::vector<std::pair<std::string, std::string>> variants =
+      mode == "async" ? std::vector<std::pair<std::string, std::string>>{{"async", R"({"mode": "async"})"},
+                                                                         {"async, overlap", R"({"mode": "async", "overlap": true})"}}
+                      : std::vector<std::pair<std::string, std::string>>{{mode, R"({"mode": ")" + mode + R"("})"}};
+  for (const auto& [name, update] : variants) {
+    ClusterRun ours = RunCluster(mlp_job(update), 2, 2.0);
+    if (!ours.ok) {
+      std::fprintf(stderr, "tfd_bench_cluster: %s\n", ours.error.c_str());
+      return 1;
+    }
+    std::printf("  tfd 1 ps + 2 workers (%s)%*s%10.0f\n", name.c_str(), static_cast<int>(16 - name.size()), "", ours.samples_per_sec);
+    std::fflush(stdout);
+    best = std::max(best, ours.samples_per_sec);
+  }
   if (peer) {
     const std::string dir = TFD_SOURCE_DIR "/test/bench/";
     const std::string common = " --model mlp --optimizer sgd --lr 0.5 --batch 100 --threads 1 --seconds 3 --data " + data;
     const double ddp = Peer("/usr/bin/python3 " + dir + "torch_ddp_peer.py --ranks 2" + common);
     const double single = Peer("/usr/bin/python3 " + dir + "torch_peer.py" + common);
-    std::printf("  PyTorch DDP gloo, 2 processes    %10.0f   tfd/ddp    %.2fx (target >= 2.0)\n", ddp, ddp > 0 ? ours.samples_per_sec / ddp : 0);
-    std::printf("  PyTorch, one process, 1 thread   %10.0f   tfd/single %.2fx (target >= 1.3)\n", single,
-                single > 0 ? ours.samples_per_sec / single : 0);
+    std::printf("  PyTorch DDP gloo, 2 processes          %10.0f   best tfd/ddp    %.2fx (target >= 2.0)\n", ddp,
+                ddp > 0 ? best / ddp : 0);
+    std::printf("  PyTorch, one process, 1 thread         %10.0f   best tfd/single %.2fx (target >= 1.3)\n", single,
+                single > 0 ? best / single : 0);
   }
   if (dnn) {
     const std::string dnn_job = R"({"model": "dnn", "data": ")" + data +
