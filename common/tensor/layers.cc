@@ -42,7 +42,22 @@ std::string ActSuffix(Activation act) {
   return act == Activation::kNone ? std::string() : fmt::format(" {}", config::ActivationName(act));
 }
 
-class Dense final : public Layer {
+// A layer with a kernel and a bias (dense, conv2d): binds the two parameters and their gradients.
+class KernelBiasLayer : public Layer {
+ public:
+  void Bind(std::span<const std::span<float>> params, std::span<const std::span<float>> grads) override {
+    TFD_CHECK(params.size() == 2 && grads.size() == 2);
+    kernel_ = params[0].data();
+    bias_ = params[1].data();
+    dkernel_ = grads[0].data();
+    dbias_ = grads[1].data();
+  }
+
+ protected:
+  float *kernel_ = nullptr, *bias_ = nullptr, *dkernel_ = nullptr, *dbias_ = nullptr;
+};
+
+class Dense final : public KernelBiasLayer {
  public:
   Dense(ActShape in, int units, Activation act, InitSpec init)
       : in_(static_cast<int>(in.size())), units_(units), act_(act), init_(init) {}
@@ -51,13 +66,6 @@ class Dense final : public Layer {
   ActShape output_shape() const override { return {1, 1, units_}; }
   std::vector<ParamSpec> Params() const override {
     return {{"kernel", {in_, units_}, init_, in_, units_}, {"bias", {units_}, {config::InitKind::kZeros}, in_, units_}};
-  }
-  void Bind(std::span<const std::span<float>> params, std::span<const std::span<float>> grads) override {
-    TFD_CHECK(params.size() == 2 && grads.size() == 2);
-    kernel_ = params[0].data();
-    bias_ = params[1].data();
-    dkernel_ = grads[0].data();
-    dbias_ = grads[1].data();
   }
   void Forward(const float* in, float* out, int batch) override {
     Gemm(false, false, batch, units_, in_, 1.0f, in, in_, kernel_, units_, 0.0f, out, units_);
@@ -74,12 +82,11 @@ class Dense final : public Layer {
   int in_, units_;
   Activation act_;
   InitSpec init_;
-  float *kernel_ = nullptr, *bias_ = nullptr, *dkernel_ = nullptr, *dbias_ = nullptr;
 };
 
 // Convolution as im2col + one GEMM: every output pixel's k x k x c_in patch becomes a row of
 // `cols_` ([batch*oh*ow, k*k*c_in]), so out = cols . kernel is already NHWC.
-class Conv2D final : public Layer {
+class Conv2D final : public KernelBiasLayer {
  public:
   Conv2D(ActShape in, int filters, int k, Activation act, InitSpec init)
       : in_(in), out_{in.h - k + 1, in.w - k + 1, filters}, k_(k), act_(act), init_(init) {
@@ -94,13 +101,6 @@ class Conv2D final : public Layer {
     std::int64_t fan_in = std::int64_t{k_} * k_ * in_.c, fan_out = std::int64_t{k_} * k_ * out_.c;
     return {{"kernel", {k_, k_, in_.c, out_.c}, init_, fan_in, fan_out},
             {"bias", {out_.c}, {config::InitKind::kZeros}, fan_in, fan_out}};
-  }
-  void Bind(std::span<const std::span<float>> params, std::span<const std::span<float>> grads) override {
-    TFD_CHECK(params.size() == 2 && grads.size() == 2);
-    kernel_ = params[0].data();
-    bias_ = params[1].data();
-    dkernel_ = grads[0].data();
-    dbias_ = grads[1].data();
   }
   void Reserve(int max_batch) override {
     cols_.resize(static_cast<std::size_t>(max_batch) * out_.h * out_.w * patch());
@@ -163,7 +163,6 @@ class Conv2D final : public Layer {
   Activation act_;
   InitSpec init_;
   std::vector<float> cols_;
-  float *kernel_ = nullptr, *bias_ = nullptr, *dkernel_ = nullptr, *dbias_ = nullptr;
 };
 
 // Max pooling keeps no arg-max: Backward finds each window's first input equal to its output

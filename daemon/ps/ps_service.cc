@@ -38,6 +38,12 @@ PsService::PsService(const config::TfConfig& config, std::uint64_t incarnation, 
       on_all_done_(std::move(on_all_done)),
       self_(config.task.ToString()) {}
 
+Status PsService::LayoutMismatch(const Connection& worker) const {
+  return Status::InvalidArgument(fmt::format("{} holds another variable layout than {} expects (different model, placement or "
+                                             "ps count?)",
+                                             self_, worker.peer_name()));
+}
+
 int PsService::RankOf(const Connection* c) const {
   auto it = ranks_.find(c);
   return it == ranks_.end() ? -1 : it->second;
@@ -111,10 +117,7 @@ void PsService::OnFrame(const std::shared_ptr<Connection>& from, wire::InFrame f
       wire::WaitReady wait;
       if (!DecodeOrRefuse(*from, frame, &wait)) return;
       if (store_.initialized()) {
-        if (wait.layout_hash != store_.layout_hash())
-          return ReplyError(*from, id, Status::InvalidArgument(fmt::format("{} holds another variable layout than {} expects "
-                                                                          "(different model, placement or ps count?)",
-                                                                          self_, from->peer_name())));
+        if (wait.layout_hash != store_.layout_hash()) return ReplyError(*from, id, LayoutMismatch(*from));
         return Reply(*from, wire::Encode(wire::Ready{store_.global_step()}), id);
       }
       std::lock_guard<std::mutex> lock(mu_);
@@ -187,9 +190,7 @@ void PsService::ReleaseWaiters() {
   for (const Waiter& w : ready) {
     if (auto c = w.conn.lock()) {
       if (w.min_step != store_.layout_hash()) {  // min_step carries the layout hash for WAIT_READY
-        ReplyError(*c, w.request_id, Status::InvalidArgument(fmt::format("{} holds another variable layout than {} expects "
-                                                                        "(different model, placement or ps count?)",
-                                                                        self_, c->peer_name())));
+        ReplyError(*c, w.request_id, LayoutMismatch(*c));
       } else {
         Reply(*c, wire::Encode(wire::Ready{step}), w.request_id);
       }

@@ -35,6 +35,7 @@ class PsService : public transport::FrameHandler {
   void ReplyParams(transport::Connection& to, std::uint64_t request_id);
   void ReleaseWaiters();
   int RankOf(const transport::Connection* c) const;
+  Status LayoutMismatch(const transport::Connection& worker) const;
 
   const config::TfConfig& config_;
   std::uint64_t incarnation_;

@@ -122,17 +122,7 @@ def train(rank, a, port, q):
     torch.manual_seed(0)
     model = DDP(torch_peer.build_model(a.model))
     opt = torch_peer.build_optimizer(a.optimizer, model.parameters(), a.lr, a.momentum)
-    pos = 0
-
-    def step():
-        nonlocal pos
-        if pos + a.batch > m:  # wrap around, dropping the short tail
-            pos = 0
-        x, y = x_all[pos:pos + a.batch], y_all[pos:pos + a.batch]
-        pos += a.batch
-        opt.zero_grad()
-        F.cross_entropy(model(x), y).backward()
-        opt.step()
+    step = torch_peer.make_step(model, opt, x_all, y_all, a.batch)
 
     t0 = time.perf_counter()
     for _ in range(a.warmup):

@@ -57,6 +57,23 @@ def build_model(name):
         nn.Linear(32 * 13 * 13, 64), nn.ReLU(), nn.Linear(64, 10))
 
 
+def make_step(model, opt, x_all, y_all, batch):
+    """One training step per call over consecutive batches, wrapping around (short tail dropped)."""
+    pos = 0
+    n = len(x_all)
+
+    def step():
+        nonlocal pos
+        if pos + batch > n:
+            pos = 0
+        x, y = x_all[pos:pos + batch], y_all[pos:pos + batch]
+        pos += batch
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+    return step
+
+
 def build_optimizer(name, params, lr, momentum):
     if name == "sgd":
         return torch.optim.SGD(params, lr=lr)
@@ -100,17 +117,7 @@ def main():
     torch.manual_seed(0)
     model = build_model(a.model)
     opt = build_optimizer(a.optimizer, model.parameters(), a.lr, a.momentum)
-    pos = 0
-
-    def step():
-        nonlocal pos
-        if pos + a.batch > n:  # wrap around, dropping the short tail
-            pos = 0
-        x, y = x_all[pos:pos + a.batch], y_all[pos:pos + a.batch]
-        pos += a.batch
-        opt.zero_grad()
-        F.cross_entropy(model(x), y).backward()
-        opt.step()
+    step = make_step(model, opt, x_all, y_all, a.batch)
 
     for _ in range(a.warmup):
         step()

@@ -234,17 +234,26 @@ TEST_CASE("a ps that never starts makes the worker exit 1 naming it", "[integrat
   CHECK(w.err.find("ps:0 at " + ps + " did not accept a connection in time") != std::string::npos);
 }
 
+// Starts 1 ps and 1 worker on a long synthetic job and returns once the worker has finished its
+// first epoch (failing the test if that takes over a minute).
+std::unique_ptr<Cluster> StartTraining(const TempDir& data, std::vector<std::string> worker_extra = {}) {
+  WriteSyntheticMnist(data.path(), 2000, 50);
+  auto c = std::make_unique<Cluster>(1, 1, Job(data.path(), R"({"mode": "async"})", 1000, R"({"type": "sgd", "learning_rate": 0.1})", 20));
+  c->StartPs(0);
+  c->StartWorker(0, std::move(worker_extra));
+  const auto until = std::chrono::steady_clock::now() + 60s;
+  while (c->process("worker", 0).err().find("epoch=1 ") == std::string::npos && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(50ms);
+  INFO(c->process("worker", 0).err());
+  REQUIRE(c->process("worker", 0).err().find("epoch=1 ") != std::string::npos);
+  return c;
+}
+
 TEST_CASE("a worker whose ps dies gets an error naming the ps, not a hang", "[integration][cluster]") {
   TempDir data;
-  WriteSyntheticMnist(data.path(), 2000, 50);
-  Cluster c(1, 1, Job(data.path(), R"({"mode": "async"})", 1000, R"({"type": "sgd", "learning_rate": 0.1})", 20));
-  c.StartPs(0);
-  c.StartWorker(0);
-  // Let it train, then kill the ps outright.
-  const auto until = std::chrono::steady_clock::now() + 60s;
-  while (c.process("worker", 0).err().find("epoch=1 ") == std::string::npos && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(50ms);
-  c.process("ps", 0).Signal(SIGKILL);
+  auto cluster = StartTraining(data);
+  Cluster& c = *cluster;
+  c.process("ps", 0).Signal(SIGKILL);  // the ps dies outright
   TaskResult w = c.Finish("worker", 0, 30s);
   CHECK(w.exit_code == 1);
   INFO(w.err);
@@ -253,13 +262,8 @@ TEST_CASE("a worker whose ps dies gets an error naming the ps, not a hang", "[in
 
 TEST_CASE("SIGTERM stops a ps and a worker within a second each", "[integration][cluster]") {
   TempDir data;
-  WriteSyntheticMnist(data.path(), 2000, 50);
-  Cluster c(1, 1, Job(data.path(), R"({"mode": "async"})", 1000, R"({"type": "sgd", "learning_rate": 0.1})", 20));
-  c.StartPs(0);
-  c.StartWorker(0);
-  const auto until = std::chrono::steady_clock::now() + 60s;
-  while (c.process("worker", 0).err().find("epoch=1 ") == std::string::npos && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(50ms);
+  auto cluster = StartTraining(data);
+  Cluster& c = *cluster;
   c.process("worker", 0).Signal(SIGTERM);
   // Generous for a loaded machine; the design target is well under a second.
   TaskResult w = c.Finish("worker", 0, 5s);
@@ -357,13 +361,8 @@ TEST_CASE("a ps answers malformed frames with an ERROR frame naming the fault, t
 
 TEST_CASE("a worker whose ps stops answering (SIGSTOP) gets an error naming it within the peer timeout", "[integration][cluster]") {
   TempDir data;
-  WriteSyntheticMnist(data.path(), 2000, 50);
-  Cluster c(1, 1, Job(data.path(), R"({"mode": "async"})", 1000, R"({"type": "sgd", "learning_rate": 0.1})", 20));
-  c.StartPs(0);
-  c.StartWorker(0, {"--peer-timeout", "2"});
-  const auto until = std::chrono::steady_clock::now() + 60s;
-  while (c.process("worker", 0).err().find("epoch=1 ") == std::string::npos && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(50ms);
+  auto cluster = StartTraining(data, {"--peer-timeout", "2"});
+  Cluster& c = *cluster;
   c.process("ps", 0).Signal(SIGSTOP);
   TaskResult w = c.Finish("worker", 0, 30s);
   c.process("ps", 0).Signal(SIGCONT);
