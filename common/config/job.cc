@@ -86,24 +86,24 @@ void ReadLayer(const json& j, const std::string& path, LayerSpec* layer, const O
 
 void ReadModel(ObjectReader& root, ModelSpec* model) {
   const json* v = root.Get("model");
-  if (v == nullptr) return root.Fail("model", std::string("missing (expected ") + std::string(Known("model")) + ")");
+  if (v == nullptr) return root.Fail(root.PathOf("model"), std::string("missing (expected ") + std::string(Known("model")) + ")");
   if (v->is_string()) {
     model->name = v->get<std::string>();
     if (model->name != "softmax" && model->name != "mlp" && model->name != "dnn" && model->name != "cnn")
-      root.Fail("model", fmt::format("unknown model \"{}\" (expected {})", model->name, Known("model")));
+      root.Fail(root.PathOf("model"), fmt::format("unknown model \"{}\" (expected {})", model->name, Known("model")));
     return;
   }
-  if (!v->is_object()) return root.Fail("model", fmt::format("expected {}, got {}", Known("model"), Describe(*v)));
-  ObjectReader r = root.Child(*v, "model");
-  if (r.Has("name") && r.Has("layers")) r.Fail("model", "give either \"name\" or \"layers\", not both");
+  if (!v->is_object()) return root.Fail(root.PathOf("model"), fmt::format("expected {}, got {}", Known("model"), Describe(*v)));
+  ObjectReader r = root.Child(*v, root.PathOf("model"));
+  if (r.Has("name") && r.Has("layers")) r.Fail(root.PathOf("model"), "give either \"name\" or \"layers\", not both");
   if (r.Has("name")) {
     r.String("name", &model->name);
     if (r.status().ok() && model->name != "softmax" && model->name != "mlp" && model->name != "dnn" && model->name != "cnn")
-      r.Fail("model.name", fmt::format("unknown model \"{}\" (expected softmax, mlp, dnn or cnn)", model->name));
+      r.Fail(r.PathOf("name"), fmt::format("unknown model \"{}\" (expected softmax, mlp, dnn or cnn)", model->name));
   } else {
     const json* layers = r.Get("layers");
     if (layers == nullptr || !layers->is_array() || layers->empty()) {
-      r.Fail("model.layers", "expected a non-empty array of layers (or \"name\": one of softmax, mlp, dnn, cnn)");
+      r.Fail(r.PathOf("layers"), "expected a non-empty array of layers (or \"name\": one of softmax, mlp, dnn, cnn)");
     } else {
       model->name = "layers";
       model->layers.resize(layers->size());
@@ -117,8 +117,8 @@ void ReadModel(ObjectReader& root, ModelSpec* model) {
 
 void ReadOptimizer(ObjectReader& root, OptimizerSpec* opt) {
   const json* v = root.Get("optimizer");
-  if (v == nullptr) return root.Fail("optimizer", "missing (expected {\"type\": \"sgd\"|\"momentum\"|\"adam\", \"learning_rate\": ...})");
-  ObjectReader r = root.Child(*v, "optimizer");
+  if (v == nullptr) return root.Fail(root.PathOf("optimizer"), "missing (expected {\"type\": \"sgd\"|\"momentum\"|\"adam\", \"learning_rate\": ...})");
+  ObjectReader r = root.Child(*v, root.PathOf("optimizer"));
   std::string type;
   r.String("type", &type, /*required=*/true);
   if (type == "sgd") {
@@ -133,10 +133,10 @@ void ReadOptimizer(ObjectReader& root, OptimizerSpec* opt) {
     r.Double("beta1", 0, 1, false, &opt->beta1);
     r.Double("beta2", 0, 1, false, &opt->beta2);
     r.Double("epsilon", 0, 1, true, &opt->epsilon);
-    if (opt->beta1 >= 1) r.Fail("optimizer.beta1", "must be below 1");
-    if (opt->beta2 >= 1) r.Fail("optimizer.beta2", "must be below 1");
+    if (opt->beta1 >= 1) r.Fail(r.PathOf("beta1"), "must be below 1");
+    if (opt->beta2 >= 1) r.Fail(r.PathOf("beta2"), "must be below 1");
   } else if (r.status().ok()) {
-    r.Fail("optimizer.type", fmt::format("unknown optimizer \"{}\" (expected sgd, momentum or adam)", type));
+    r.Fail(r.PathOf("type"), fmt::format("unknown optimizer \"{}\" (expected sgd, momentum or adam)", type));
   }
   r.Double("learning_rate", 0, 1e6, /*min_exclusive=*/true, &opt->learning_rate, /*required=*/type != "adam");
   (void)r.Finish();
@@ -145,19 +145,19 @@ void ReadOptimizer(ObjectReader& root, OptimizerSpec* opt) {
 void ReadUpdate(ObjectReader& root, UpdateSpec* update) {
   const json* v = root.Get("update");
   if (v == nullptr) return;
-  ObjectReader r = root.Child(*v, "update");
+  ObjectReader r = root.Child(*v, root.PathOf("update"));
   std::string mode;
   r.String("mode", &mode, /*required=*/true);
   if (mode == "async") update->mode = UpdateSpec::Mode::kAsync;
   else if (mode == "sync") update->mode = UpdateSpec::Mode::kSync;
   else if (mode == "allreduce") update->mode = UpdateSpec::Mode::kAllreduce;
-  else if (r.status().ok()) r.Fail("update.mode", fmt::format("unknown mode \"{}\" (expected async, sync or allreduce)", mode));
+  else if (r.status().ok()) r.Fail(r.PathOf("mode"), fmt::format("unknown mode \"{}\" (expected async, sync or allreduce)", mode));
   if (update->mode == UpdateSpec::Mode::kAsync) {
     std::string staleness = "scale";
     r.String("staleness", &staleness);
     if (staleness == "scale") update->scale_stale = true;
     else if (staleness == "none") update->scale_stale = false;
-    else if (r.status().ok()) r.Fail("update.staleness", fmt::format("unknown staleness rule \"{}\" (expected scale or none)", staleness));
+    else if (r.status().ok()) r.Fail(r.PathOf("staleness"), fmt::format("unknown staleness rule \"{}\" (expected scale or none)", staleness));
     r.Bool("overlap", &update->overlap);
   }
   if (update->mode == UpdateSpec::Mode::kSync) {
@@ -165,7 +165,7 @@ void ReadUpdate(ObjectReader& root, UpdateSpec* update) {
     r.Int("total_num_replicas", 1, 1 << 16, &update->total_num_replicas);
     if (update->replicas_to_aggregate > 0 && update->total_num_replicas > 0 &&
         update->replicas_to_aggregate > update->total_num_replicas)
-      r.Fail("update.replicas_to_aggregate",
+      r.Fail(r.PathOf("replicas_to_aggregate"),
              fmt::format("{} is more than total_num_replicas {}", update->replicas_to_aggregate, update->total_num_replicas));
   }
   (void)r.Finish();
@@ -174,9 +174,9 @@ void ReadUpdate(ObjectReader& root, UpdateSpec* update) {
 void ReadCheckpoint(ObjectReader& root, CheckpointSpec* ckpt) {
   const json* v = root.Get("checkpoint");
   if (v == nullptr) return;
-  ObjectReader r = root.Child(*v, "checkpoint");
+  ObjectReader r = root.Child(*v, root.PathOf("checkpoint"));
   r.String("dir", &ckpt->dir, /*required=*/true);
-  if (r.status().ok() && ckpt->dir.empty()) r.Fail("checkpoint.dir", "must not be empty");
+  if (r.status().ok() && ckpt->dir.empty()) r.Fail(r.PathOf("dir"), "must not be empty");
   r.Int("every_steps", std::int64_t{0}, std::int64_t{1} << 40, &ckpt->every_steps);
   r.Double("every_secs", 0, 1e9, false, &ckpt->every_secs);
   r.Int("keep", 1, 1000, &ckpt->keep);
@@ -196,15 +196,11 @@ std::string_view ActivationName(Activation a) {
   return "?";
 }
 
-Result<JobSpec> ParseJobSpec(std::string_view text, std::string_view source) {
-  json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) return Status::InvalidArgument(fmt::format("{}: not valid JSON", source));
+JobSpec ReadJobSpec(ObjectReader& r) {
   JobSpec job;
-  Status status;
-  ObjectReader r(doc, std::string(source), "", &status);
   ReadModel(r, &job.model);
   r.String("data", &job.data, /*required=*/true);
-  if (r.status().ok() && job.data.empty()) r.Fail("data", "must name a folder with the MNIST IDX files");
+  if (r.status().ok() && job.data.empty()) r.Fail(r.PathOf("data"), "must name a folder with the MNIST IDX files");
   r.Int("epochs", 1, 100000, &job.epochs, /*required=*/true);
   r.Int("batch_size", 1, 1 << 16, &job.batch_size, /*required=*/true);
   ReadOptimizer(r, &job.optimizer);
@@ -214,7 +210,7 @@ Result<JobSpec> ParseJobSpec(std::string_view text, std::string_view source) {
   if (placement == "balanced") job.placement = Placement::kBalanced;
   else if (placement == "round_robin") job.placement = Placement::kRoundRobin;
   else if (placement == "greedy") job.placement = Placement::kGreedy;
-  else r.Fail("placement", fmt::format("unknown placement \"{}\" (expected balanced, round_robin or greedy)", placement));
+  else r.Fail(r.PathOf("placement"), fmt::format("unknown placement \"{}\" (expected balanced, round_robin or greedy)", placement));
   std::int64_t seed = static_cast<std::int64_t>(job.seed);
   r.Int("seed", std::int64_t{0}, INT64_MAX, &seed);
   job.seed = static_cast<std::uint64_t>(seed);
@@ -228,14 +224,24 @@ Result<JobSpec> ParseJobSpec(std::string_view text, std::string_view source) {
       auto [p, ec] = std::from_chars(d.data() + 5, d.data() + d.size(), n);
       ok = ec == std::errc() && p == d.data() + d.size() && n >= 0 && n < 64;
     }
-    if (!ok) r.Fail("device", fmt::format("expected \"cpu\" or \"cuda:N\", got \"{}\"", job.device));
+    if (!ok) r.Fail(r.PathOf("device"), fmt::format("expected \"cpu\" or \"cuda:N\", got \"{}\"", job.device));
     job.cuda_device = n;
   }
   r.Double("gpu_memory_fraction", 0, 1, /*min_exclusive=*/true, &job.gpu_memory_fraction);
   r.Int("threads", 1, 256, &job.threads);
   r.Bool("shuffle", &job.shuffle);
   ReadCheckpoint(r, &job.checkpoint);
-  TFD_RETURN_IF_ERROR(r.Finish());
+  (void)r.Finish();
+  return job;
+}
+
+Result<JobSpec> ParseJobSpec(std::string_view text, std::string_view source) {
+  json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) return Status::InvalidArgument(fmt::format("{}: not valid JSON", source));
+  Status status;
+  ObjectReader r(doc, std::string(source), "", &status);
+  JobSpec job = ReadJobSpec(r);
+  TFD_RETURN_IF_ERROR(status);
   return job;
 }
 

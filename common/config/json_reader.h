@@ -46,6 +46,11 @@ class ObjectReader {
   Status* status_;
 };
 
+struct JobSpec;
+// Reads a job spec from the object `r` reads (for a job file, or the "train" object of a cluster
+// file); errors go to r's status.
+JobSpec ReadJobSpec(ObjectReader& r);
+
 // A short description of a JSON value for error messages: `"abc"`, `-5`, `an object`.
 std::string Describe(const nlohmann::json& v);
 

@@ -1,0 +1,153 @@
+#include "common/config/cluster_file.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "common/config/json_reader.h"
+
+namespace tfd::config {
+namespace {
+
+using nlohmann::json;
+
+// Reads the fields of a host's launch settings over `h` (so per-host entries start from the defaults).
+void ReadHostLaunch(ObjectReader& r, HostLaunch* h) {
+  r.String("tfd", &h->tfd);
+  if (r.status().ok() && h->tfd.empty()) r.Fail(r.PathOf("tfd"), "must name the tfd binary");
+  r.String("workdir", &h->workdir);
+  if (const json* ssh = r.Get("ssh")) {
+    ObjectReader s = r.Child(*ssh, r.PathOf("ssh"));
+    s.String("user", &h->ssh_user);
+    s.Int("port", 1, 65535, &h->ssh_port);
+    s.String("identity_file", &h->ssh_identity);
+    if (const json* opts = s.Get("options")) {
+      if (!opts->is_array()) {
+        s.Fail(s.PathOf("options"), "expected a list of \"Option=value\" strings, got " + Describe(*opts));
+      } else {
+        h->ssh_options.clear();
+        for (std::size_t i = 0; i < opts->size(); ++i) {
+          const json& o = (*opts)[i];
+          if (!o.is_string() || o.get<std::string>().find('=') == std::string::npos) {
+            s.Fail(s.PathOf("options", i), "expected an \"Option=value\" string, got " + Describe(o));
+            break;
+          }
+          const std::string opt = o.get<std::string>();
+          const std::string key = opt.substr(0, opt.find('='));
+          if (key == "StrictHostKeyChecking" && opt.find("=no") != std::string::npos)
+            s.Fail(s.PathOf("options", i), "tfctl never turns host-key checking off (use --accept-new-hostkeys for new hosts)");
+          h->ssh_options.push_back(opt);
+        }
+      }
+    }
+    (void)s.Finish();
+  }
+}
+
+}  // namespace
+
+const HostLaunch& LaunchSpec::For(const std::string& host) const {
+  auto it = hosts.find(host);
+  return it == hosts.end() ? defaults : it->second;
+}
+
+Result<ClusterFile> ParseClusterFile(std::string_view text, std::string_view source) {
+  json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) return Status::InvalidArgument(fmt::format("{}: not valid JSON", source));
+  Status status;
+  ObjectReader r(doc, std::string(source), "", &status);
+  ClusterFile f;
+  f.source = std::string(source);
+  f.name = std::filesystem::path(std::string(source)).stem().string();
+  r.String("name", &f.name);
+  for (char c : f.name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
+      r.Fail("name", fmt::format("\"{}\": use letters, digits, '-', '_' and '.' (it names the run folder)", f.name));
+      break;
+    }
+  }
+  // The cluster: TF_CONFIG's, checked by the same parser (with a placeholder task).
+  if (const json* cluster = r.Get("cluster")) {
+    json tf = {{"cluster", *cluster}, {"task", {{"type", "worker"}, {"index", 0}}}};
+    if (cluster->is_object() && !cluster->contains("worker") && cluster->contains("chief")) tf["task"]["type"] = "chief";
+    Result<TfConfig> c = ParseTfConfig(tf.dump(), source);
+    if (!c.ok()) {
+      if (status.ok()) status = c.status();
+    } else {
+      f.cluster = c->cluster;
+    }
+  } else {
+    r.Fail("cluster", "missing (expected {\"ps\": [\"host:port\", ...], \"worker\": [...]})");
+  }
+  if (const json* train = r.Get("train")) {
+    ObjectReader t = r.Child(*train, "train");
+    f.train = ReadJobSpec(t);
+  } else {
+    r.Fail("train", "missing (expected the job spec: model, data, epochs, batch_size, optimizer, ...)");
+  }
+  if (const json* launch = r.Get("launch")) {
+    ObjectReader l = r.Child(*launch, "launch");
+    ReadHostLaunch(l, &f.launch.defaults);
+    l.String("run_dir", &f.launch.run_dir);
+    l.Double("start_timeout", 0, 3600, /*min_exclusive=*/true, &f.launch.start_timeout_secs);
+    if (const json* env = l.Get("env")) {
+      if (!env->is_object()) {
+        l.Fail(l.PathOf("env"), "expected an object of NAME: \"value\", got " + Describe(*env));
+      } else {
+        for (auto it = env->begin(); it != env->end(); ++it) {
+          const std::string& k = it.key();
+          bool name_ok = !k.empty() && !std::isdigit(static_cast<unsigned char>(k[0]));
+          for (char c : k) name_ok = name_ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
+          if (!name_ok) {
+            l.Fail(l.PathOf("env") + "." + k, "not an environment variable name");
+            break;
+          }
+          if (!it.value().is_string()) {
+            l.Fail(l.PathOf("env") + "." + k, "expected a string, got " + Describe(it.value()));
+            break;
+          }
+          if (k == "TF_CONFIG") {
+            l.Fail(l.PathOf("env") + "." + k, "tfctl sets TF_CONFIG for each task itself");
+            break;
+          }
+          f.launch.env[k] = it.value().get<std::string>();
+        }
+      }
+    }
+    if (const json* hosts = l.Get("hosts")) {
+      if (!hosts->is_object()) {
+        l.Fail(l.PathOf("hosts"), "expected an object of host: {settings}, got " + Describe(*hosts));
+      } else {
+        for (auto it = hosts->begin(); it != hosts->end(); ++it) {
+          HostLaunch h = f.launch.defaults;
+          ObjectReader hr = l.Child(it.value(), l.PathOf("hosts") + "." + it.key());
+          ReadHostLaunch(hr, &h);
+          (void)hr.Finish();
+          f.launch.hosts[it.key()] = h;
+        }
+      }
+    }
+    (void)l.Finish();
+  }
+  TFD_RETURN_IF_ERROR(r.Finish());
+  // Hosts named under launch.hosts must be hosts of the cluster: a typo there would silently not apply.
+  for (const auto& [host, settings] : f.launch.hosts) {
+    bool used = false;
+    for (TaskType t : {TaskType::kChief, TaskType::kWorker, TaskType::kPs, TaskType::kEvaluator})
+      for (const Endpoint& e : f.cluster.Tasks(t)) used = used || e.host == host;
+    if (!used) return Status::InvalidArgument(fmt::format("{}: launch.hosts.{}: no task of the cluster runs on \"{}\"", source, host, host));
+  }
+  return f;
+}
+
+Result<ClusterFile> LoadClusterFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::NotFound(fmt::format("{}: cannot open the cluster file", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ParseClusterFile(ss.str(), path);
+}
+
+}  // namespace tfd::config

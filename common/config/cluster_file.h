@@ -1,0 +1,47 @@
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/base/status.h"
+#include "common/config/cluster.h"
+#include "common/config/job.h"
+
+namespace tfd::config {
+
+// How tfctl reaches one host: where tfd is, where it runs, and the ssh settings for remote hosts.
+struct HostLaunch {
+  std::string tfd = "build/daemon/tfd";  // path of the tfd binary on that host
+  std::string workdir = ".";             // folder the task runs in (relative paths in the job resolve there)
+  std::string ssh_user;                  // empty: ssh's default
+  int ssh_port = 0;                      // 0: ssh's default
+  std::string ssh_identity;              // -i FILE; empty: ssh's default
+  std::vector<std::string> ssh_options;  // extra -o OPTION=VALUE entries
+};
+
+struct LaunchSpec {
+  HostLaunch defaults;
+  std::map<std::string, HostLaunch> hosts;  // per-host overrides, complete after parsing
+  std::map<std::string, std::string> env;   // extra environment for every task
+  std::string run_dir = "runs";             // where tfctl writes run folders
+  double start_timeout_secs = 30;           // how long tasks may take to come up
+
+  const HostLaunch& For(const std::string& host) const;
+};
+
+// tfctl's cluster file: the cluster (as TF_CONFIG has it), what to train, and how to launch it.
+struct ClusterFile {
+  std::string name;  // names the run folder; defaults to the file's base name
+  ClusterSpec cluster;
+  JobSpec train;
+  LaunchSpec launch;
+  std::string source;  // the file it came from
+};
+
+// Parses and validates a cluster file; every error is InvalidArgument naming `source` and the JSON
+// path (`cluster.json: launch.hosts.pc-02.ssh.port: expected an integer in [1, 65535], got 0`).
+Result<ClusterFile> ParseClusterFile(std::string_view text, std::string_view source);
+Result<ClusterFile> LoadClusterFile(const std::string& path);
+
+}  // namespace tfd::config
