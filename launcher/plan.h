@@ -1,0 +1,39 @@
+#pragma once
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/base/status.h"
+#include "common/config/cluster_file.h"
+
+namespace tfd::launcher {
+
+// How to start one task: pure data, built from the cluster file without touching any host.
+struct TaskPlan {
+  config::TaskId task;
+  std::string host;
+  bool local = true;              // a child of tfctl (else reached through ssh)
+  std::vector<std::string> argv;  // executed as is: no shell on this side
+  std::vector<std::string> env;   // NAME=value added to a local child's environment
+  std::string workdir;            // a local child's working folder
+  std::string tf_config;          // this task's TF_CONFIG
+};
+
+struct PlanOptions {
+  std::string job_path;          // where the job spec is written for local tasks
+  std::set<std::string> local_hosts = {"127.0.0.1", "localhost", "::1"};
+  bool accept_new_hostkeys = false;
+  int connect_timeout_secs = 10;
+};
+
+// ps tasks first, then the chief and the workers in rank order.
+std::vector<TaskPlan> MakePlan(const config::ClusterFile& file, const PlanOptions& options);
+
+// The TF_CONFIG of one task of `cluster`.
+std::string TfConfigFor(const config::ClusterSpec& cluster, const config::TaskId& task);
+
+// Quotes `s` for a POSIX shell: 'it'\''s' (ssh joins the remote words into one shell line).
+std::string ShellQuote(std::string_view s);
+
+}  // namespace tfd::launcher

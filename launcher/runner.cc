@@ -1,0 +1,297 @@
+#include "launcher/runner.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "common/base/logging.h"
+#include "common/config/cluster_file.h"
+
+namespace tfd::launcher {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Row {  // the live table's view of one worker
+  double epoch = 0, global_step = 0, loss = -1, accuracy = -1, test_accuracy = -1, samples_per_sec = 0;
+  std::string state = "starting";
+};
+
+struct Task {
+  const TaskPlan* plan = nullptr;
+  std::string name;
+  pid_t pid = -1;
+  int out_fd = -1, err_fd = -1;  // pipes from the child's stdout (events) and stderr (log lines)
+  std::string out_buf, err_buf;
+  std::ofstream log;
+  std::deque<std::string> last_lines;
+  bool running = false;
+  int exit_code = -1;
+  Row row;
+  std::string done_fields;  // the done event's accuracy and hash, for summary.json
+};
+
+// Starts one local task in its own process group; it gets SIGTERM if tfctl dies.
+Status Spawn(Task& t) {
+  int out[2], err[2];
+  if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0)
+    return Status::Internal(fmt::format("{}: pipe: {}", t.name, std::strerror(errno)));
+  const pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) return Status::Internal(fmt::format("{}: fork: {}", t.name, std::strerror(errno)));
+  if (pid == 0) {
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(127);  // tfctl died before the line above
+    dup2(out[1], 1);
+    dup2(err[1], 2);
+    int devnull = open("/dev/null", O_RDONLY);
+    dup2(devnull, 0);
+    if (!t.plan->workdir.empty() && chdir(t.plan->workdir.c_str()) != 0) {
+      std::fprintf(stderr, "tfctl: cannot enter %s: %s\n", t.plan->workdir.c_str(), std::strerror(errno));
+      _exit(2);
+    }
+    for (const std::string& e : t.plan->env) putenv(const_cast<char*>(e.c_str()));
+    std::vector<char*> argv;
+    for (const std::string& a : t.plan->argv) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    std::fprintf(stderr, "tfctl: cannot run %s: %s\n", argv[0], std::strerror(errno));
+    _exit(127);
+  }
+  setpgid(pid, pid);
+  close(out[1]);
+  close(err[1]);
+  t.pid = pid;
+  t.out_fd = out[0];
+  t.err_fd = err[0];
+  t.running = true;
+  t.row.state = "running";
+  return Status::Ok();
+}
+
+// "2026-11-22 03:46:02.971 [worker:1] info epoch=..." -> "info epoch=..." (tfctl prefixes the task).
+std::string_view Message(std::string_view line) {
+  auto tag = line.find("] ");
+  return tag != std::string_view::npos && line.size() > 24 && line[4] == '-' ? line.substr(tag + 2) : line;
+}
+
+class Display {
+ public:
+  explicit Display(bool tty) : tty_(tty) {}
+  void Line(const std::string& s) {
+    Clear();
+    std::fwrite(s.data(), 1, s.size(), stdout);
+    std::fputc('\n', stdout);
+    Draw();
+  }
+  void SetRows(std::vector<std::pair<std::string, Row>> rows) {
+    rows_ = std::move(rows);
+    Clear();
+    Draw();
+  }
+  std::vector<std::string> Table() const {
+    std::vector<std::string> lines = {fmt::format("{:<10} {:>5} {:>11} {:>8} {:>8} {:>9} {:>10}  {}", "worker", "epoch", "global_step",
+                                                  "loss", "accuracy", "test_acc", "samples/s", "state")};
+    for (const auto& [name, r] : rows_) {
+      auto num = [](double v, const char* f) { return v < 0 ? std::string("-") : fmt::format(fmt::runtime(f), v); };
+      lines.push_back(fmt::format("{:<10} {:>5} {:>11} {:>8} {:>8} {:>9} {:>10}  {}", name, num(r.epoch, "{:.0f}"),
+                                  num(r.global_step, "{:.0f}"), num(r.loss, "{:.4f}"), num(r.accuracy, "{:.4f}"),
+                                  num(r.test_accuracy, "{:.4f}"), num(r.samples_per_sec, "{:.0f}"), r.state));
+    }
+    return lines;
+  }
+
+ private:
+  void Clear() {
+    if (!tty_ || drawn_ == 0) return;
+    std::fprintf(stdout, "\x1b[%dA\x1b[J", drawn_);
+    drawn_ = 0;
+  }
+  void Draw() {
+    if (!tty_) {
+      std::fflush(stdout);
+      return;
+    }
+    for (const std::string& l : Table()) std::fprintf(stdout, "%s\n", l.c_str());
+    drawn_ = static_cast<int>(rows_.size()) + 1;
+    std::fflush(stdout);
+  }
+  bool tty_;
+  int drawn_ = 0;
+  std::vector<std::pair<std::string, Row>> rows_;
+};
+
+void SignalGroups(std::vector<Task>& tasks, int sig) {
+  for (Task& t : tasks)
+    if (t.running) kill(-t.pid, sig);
+}
+
+}  // namespace
+
+int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
+  std::vector<Task> tasks(plan.size());
+  std::ofstream metrics(options.run_dir + "/metrics.jsonl");
+  Display display(isatty(1) == 1);
+  auto rows = [&] {
+    std::vector<std::pair<std::string, Row>> r;
+    for (const Task& t : tasks)
+      if (t.plan->task.type != config::TaskType::kPs) r.emplace_back(t.name, t.row);
+    return r;
+  };
+  for (std::size_t i = 0; i < plan.size(); ++i) {
+    tasks[i].plan = &plan[i];
+    tasks[i].name = plan[i].task.ToString();
+    tasks[i].log.open(options.run_dir + "/" + tasks[i].name + ".log");
+  }
+  display.SetRows(rows());
+  int exit_code = 0;
+  std::string failure;
+  for (Task& t : tasks) {  // ps tasks come first in the plan
+    if (Status s = Spawn(t); !s.ok()) {
+      display.Line(fmt::format("[tfctl] {}", s.message()));
+      failure = s.message();
+      exit_code = 1;
+      break;
+    }
+  }
+  bool stopping = exit_code != 0;
+  Clock::time_point kill_at = Clock::time_point::max();
+  if (stopping) {
+    SignalGroups(tasks, SIGTERM);
+    kill_at = Clock::now() + std::chrono::milliseconds(static_cast<int>(options.grace_secs * 1000));
+  }
+  auto handle_line = [&](Task& t, bool is_stdout, const std::string& line) {
+    if (is_stdout) {
+      metrics << line << '\n';
+      Result<config::Event> e = config::ParseEvent(line);
+      if (!e.ok()) return;
+      Row& r = t.row;
+      if (e->event == "epoch") {
+        r.epoch = e->Number("epoch", r.epoch);
+        r.global_step = e->Number("global_step", r.global_step);
+        r.loss = e->Number("loss", r.loss);
+        r.accuracy = e->Number("accuracy", r.accuracy);
+        r.test_accuracy = e->Number("test_accuracy", r.test_accuracy);
+        r.samples_per_sec = e->Number("samples_per_sec", r.samples_per_sec);
+        r.state = "training";
+      } else if (e->event == "ready") {
+        r.state = "training";
+      } else if (e->event == "done") {
+        r.test_accuracy = e->Number("test_accuracy", r.test_accuracy);
+        r.global_step = e->Number("global_step", r.global_step);
+        r.state = "done";
+        std::string f;
+        if (e->numbers.contains("test_accuracy")) f += fmt::format(", \"test_accuracy\": {}", e->Number("test_accuracy"));
+        if (e->numbers.contains("global_step")) f += fmt::format(", \"global_step\": {:.0f}", e->Number("global_step"));
+        if (e->strings.contains("params_sha256")) {
+          f += ", \"params_sha256\": ";
+          AppendJsonString(e->strings["params_sha256"], &f);
+        }
+        t.done_fields = f;
+      }
+      display.SetRows(rows());
+      return;
+    }
+    t.log << line << '\n';
+    t.log.flush();
+    t.last_lines.push_back(line);
+    if (t.last_lines.size() > 5) t.last_lines.pop_front();
+    display.Line(fmt::format("[{}] {}", t.name, Message(line)));
+  };
+  auto drain = [&](Task& t, int& fd, std::string& buf, bool is_stdout) {
+    char chunk[65536];
+    ssize_t n = read(fd, chunk, sizeof chunk);
+    if (n <= 0) {
+      if (!buf.empty()) handle_line(t, is_stdout, buf);
+      buf.clear();
+      close(fd);
+      fd = -1;
+      return;
+    }
+    buf.append(chunk, static_cast<std::size_t>(n));
+    std::size_t start = 0;
+    for (std::size_t nl; (nl = buf.find('\n', start)) != std::string::npos; start = nl + 1)
+      handle_line(t, is_stdout, buf.substr(start, nl - start));
+    buf.erase(0, start);
+  };
+
+  for (;;) {
+    bool any_running = false;
+    std::vector<pollfd> fds;
+    std::vector<std::pair<Task*, bool>> owners;
+    for (Task& t : tasks) {
+      if (t.out_fd >= 0) fds.push_back({t.out_fd, POLLIN, 0}), owners.emplace_back(&t, true);
+      if (t.err_fd >= 0) fds.push_back({t.err_fd, POLLIN, 0}), owners.emplace_back(&t, false);
+      any_running = any_running || t.running;
+    }
+    if (!any_running && fds.empty()) break;
+    poll(fds.data(), fds.size(), 100);
+    for (std::size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      Task& t = *owners[i].first;
+      if (owners[i].second) drain(t, t.out_fd, t.out_buf, true);
+      else drain(t, t.err_fd, t.err_buf, false);
+    }
+    for (Task& t : tasks) {
+      if (!t.running) continue;
+      int status = 0;
+      if (waitpid(t.pid, &status, WNOHANG) != t.pid) continue;
+      t.running = false;
+      t.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      if (t.row.state != "done") t.row.state = t.exit_code == 0 ? "exited" : fmt::format("failed ({})", t.exit_code);
+      display.SetRows(rows());
+      if (t.exit_code != 0 && !stopping) {
+        std::string last;
+        for (const std::string& l : t.last_lines) last += "\n    " + l;
+        failure = fmt::format("{} failed with exit code {}; its last lines:{}", t.name, t.exit_code, last);
+        display.Line(fmt::format("[tfctl] {}; stopping the other tasks", failure.substr(0, failure.find(';'))));
+        exit_code = 1;
+        stopping = true;
+        SignalGroups(tasks, SIGTERM);
+        kill_at = Clock::now() + std::chrono::milliseconds(static_cast<int>(options.grace_secs * 1000));
+      }
+    }
+    if (!stopping && options.signal != nullptr && options.signal->load() != 0) {
+      display.Line("[tfctl] interrupted: stopping every task");
+      exit_code = 130;
+      stopping = true;
+      SignalGroups(tasks, SIGTERM);
+      kill_at = Clock::now() + std::chrono::milliseconds(static_cast<int>(options.grace_secs * 1000));
+    }
+    if (stopping && Clock::now() >= kill_at) {
+      SignalGroups(tasks, SIGKILL);
+      kill_at = Clock::time_point::max();
+    }
+  }
+
+  std::string summary = "{\"run_dir\": ";
+  AppendJsonString(options.run_dir, &summary);
+  summary += fmt::format(", \"exit_code\": {}, \"tasks\": [", exit_code);
+  for (std::size_t i = 0; i < tasks.size(); ++i) {
+    summary += i == 0 ? "\n  {\"task\": " : ",\n  {\"task\": ";
+    AppendJsonString(tasks[i].name, &summary);
+    summary += fmt::format(", \"exit_code\": {}{}}}", tasks[i].exit_code, tasks[i].done_fields);
+  }
+  summary += "\n]}\n";
+  std::ofstream(options.run_dir + "/summary.json") << summary;
+  if (!display.Table().empty() && isatty(1) != 1)
+    for (const std::string& l : display.Table()) std::printf("%s\n", l.c_str());
+  if (exit_code == 1) std::fprintf(stderr, "tfctl: %s\n", failure.c_str());
+  std::printf("tfctl: run folder %s\n", options.run_dir.c_str());
+  return exit_code;
+}
+
+}  // namespace tfd::launcher
