@@ -251,7 +251,11 @@ int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
       if (waitpid(t.pid, &status, WNOHANG) != t.pid) continue;
       t.running = false;
       t.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      if (t.row.state != "done") t.row.state = t.exit_code == 0 ? "exited" : fmt::format("failed ({})", t.exit_code);
+      if (t.row.state != "done") {
+        t.row.state = t.exit_code == 0                        ? "exited"
+                      : stopping && t.exit_code == 128 + SIGTERM ? "stopped"
+                                                                 : fmt::format("failed ({})", t.exit_code);
+      }
       display.SetRows(rows());
       if (t.exit_code != 0 && !stopping) {
         std::string last;

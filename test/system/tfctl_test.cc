@@ -1,0 +1,181 @@
+// tfctl as a user runs it: whole clusters of real tfd processes on this machine, from a cluster file.
+#include <dirent.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "test/test_util.h"
+
+namespace tfd::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+const std::string kTfctl = TFCTL_BINARY;
+const std::string kTfd = TFD_BINARY;
+
+// A cluster file for 1 ps + 2 workers on free loopback ports, training on synthetic data in `dir`.
+std::string ClusterFile(const TempDir& dir, int epochs, const std::string& tfd = kTfd) {
+  WriteSyntheticMnist(dir / "", 800, 100);
+  nlohmann::json f = {
+      {"name", "t"},
+      {"cluster",
+       {{"ps", {"127.0.0.1:" + std::to_string(FreePort())}},
+        {"worker", {"127.0.0.1:" + std::to_string(FreePort()), "127.0.0.1:" + std::to_string(FreePort())}}}},
+      {"train",
+       {{"model", {{"name", "mlp"}, {"init", "glorot_uniform"}}},
+        {"data", dir.path()},
+        {"epochs", epochs},
+        {"batch_size", 20},
+        {"optimizer", {{"type", "adam"}, {"learning_rate", 0.01}}}}},
+      {"launch", {{"tfd", tfd}, {"run_dir", dir / "runs"}}}};
+  WriteFile(dir / "cluster.json", f.dump(2));
+  return dir / "cluster.json";
+}
+
+std::string RunFolder(const TempDir& dir) {
+  for (const auto& e : std::filesystem::directory_iterator(dir / "runs")) return e.path().string();
+  return "";
+}
+
+// Processes whose command line mentions `needle` (a test's temp dir): what a run left behind.
+std::vector<std::string> ProcessesMentioning(const std::string& needle) {
+  std::vector<std::string> found;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string pid = e.path().filename().string();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmd = ReadAll(e.path().string() + "/cmdline");
+    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+    if (cmd.find(needle) != std::string::npos && cmd.find("tfctl_tests") == std::string::npos) found.push_back(pid + ": " + cmd);
+  }
+  return found;
+}
+
+bool WaitUntilNoneLeft(const std::string& needle, std::chrono::seconds limit) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (!ProcessesMentioning(needle).empty() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(50ms);
+  return ProcessesMentioning(needle).empty();
+}
+
+TEST_CASE("tfctl up trains a local cluster to completion and writes the run folder", "[system][tfctl]") {
+  TempDir dir;
+  const std::string file = ClusterFile(dir, 2);
+  Process p({kTfctl, "up", file}, {}, dir / "out", dir / "err");
+  auto code = p.Wait(120s);
+  INFO("stdout:\n" << p.out() << "\nstderr:\n" << p.err());
+  REQUIRE(code.has_value());
+  CHECK(*code == 0);
+  const std::string run = RunFolder(dir);
+  REQUIRE_FALSE(run.empty());
+  for (const char* f : {"cluster.json", "job.json", "metrics.jsonl", "summary.json", "ps:0.log", "worker:0.log", "worker:1.log"})
+    CHECK(std::filesystem::exists(run + "/" + f));
+  // Both workers' per-epoch metrics are there.
+  std::map<std::string, int> epochs;
+  std::istringstream metrics(ReadAll(run + "/metrics.jsonl"));
+  for (std::string line; std::getline(metrics, line);) {
+    auto e = nlohmann::json::parse(line);
+    if (e["event"] == "epoch") epochs[e["task"].get<std::string>()]++;
+  }
+  CHECK(epochs["worker:0"] == 2);
+  CHECK(epochs["worker:1"] == 2);
+  auto summary = nlohmann::json::parse(ReadAll(run + "/summary.json"));
+  CHECK(summary["exit_code"] == 0);
+  REQUIRE(summary["tasks"].size() == 3);
+  for (const auto& t : summary["tasks"]) {
+    CHECK(t["exit_code"] == 0);
+    if (t["task"] != "ps:0") CHECK(t["test_accuracy"].get<double>() > 0.5);
+  }
+  // Lines are streamed with the task's prefix, and the table ends the output.
+  CHECK(p.out().find("[worker:1] info worker=1 epoch=2 ") != std::string::npos);
+  CHECK(p.out().find("worker:0       2 ") != std::string::npos);
+}
+
+TEST_CASE("tfctl up names a failed task with its last lines and exits 1", "[system][tfctl]") {
+  TempDir dir;
+  const std::string file = ClusterFile(dir, 2);
+  std::filesystem::resize_file(dir / "train-images-idx3-ubyte", 100);  // every worker fails to load it
+  Process p({kTfctl, "up", file}, {}, dir / "out", dir / "err");
+  auto code = p.Wait(60s);
+  INFO("stdout:\n" << p.out() << "\nstderr:\n" << p.err());
+  REQUIRE(code.has_value());
+  CHECK(*code == 1);
+  CHECK(p.err().find("failed with exit code 2; its last lines:") != std::string::npos);
+  CHECK(p.err().find("truncated IDX file") != std::string::npos);
+  CHECK(WaitUntilNoneLeft(dir.path(), 10s));  // the ps was stopped too
+}
+
+TEST_CASE("Ctrl-C on tfctl stops every task and exits 130", "[system][tfctl]") {
+  TempDir dir;
+  const std::string file = ClusterFile(dir, 100000);
+  Process p({kTfctl, "up", file, "--grace", "5"}, {}, dir / "out", dir / "err");
+  const auto until = std::chrono::steady_clock::now() + 60s;
+  while (p.out().find("epoch=1 ") == std::string::npos && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(50ms);
+  REQUIRE(p.out().find("epoch=1 ") != std::string::npos);
+  p.Signal(SIGINT);
+  auto code = p.Wait(30s);
+  INFO("stdout:\n" << p.out());
+  REQUIRE(code.has_value());
+  CHECK(*code == 130);
+  CHECK(WaitUntilNoneLeft(dir.path(), 10s));
+  auto summary = nlohmann::json::parse(ReadAll(RunFolder(dir) + "/summary.json"));
+  CHECK(summary["exit_code"] == 130);
+}
+
+TEST_CASE("kill -9 of tfctl leaves no tfd behind", "[system][tfctl]") {
+  TempDir dir;
+  const std::string file = ClusterFile(dir, 100000);
+  Process p({kTfctl, "up", file}, {}, dir / "out", dir / "err");
+  const auto until = std::chrono::steady_clock::now() + 60s;
+  while (p.out().find("epoch=1 ") == std::string::npos && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(50ms);
+  REQUIRE(p.out().find("epoch=1 ") != std::string::npos);
+  p.Signal(SIGKILL);
+  p.Wait(10s);
+  INFO("left: " << ProcessesMentioning(dir.path()).size());
+  CHECK(WaitUntilNoneLeft(dir.path(), 10s));
+}
+
+TEST_CASE("tfctl validate refuses, in one line with exit 2, what would fail at start", "[system][tfctl]") {
+  TempDir dir;
+  auto validate = [&](const std::string& file) {
+    CommandResult r = RunCommand(kTfctl + " validate " + file, dir);
+    INFO(r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    return r.err;
+  };
+  SECTION("a good file") {
+    CommandResult r = RunCommand(kTfctl + " validate " + ClusterFile(dir, 1), dir);
+    CHECK(r.exit_code == 0);
+    CHECK(r.out.find("1 ps + 2 workers") != std::string::npos);
+  }
+  SECTION("a missing tfd") { CHECK(validate(ClusterFile(dir, 1, "/nonexistent/tfd")).find("launch.tfd: \"/nonexistent/tfd\" is not an executable file") != std::string::npos); }
+  SECTION("a ps port already in use") {
+    const std::string file = ClusterFile(dir, 1);
+    auto f = nlohmann::json::parse(ReadAll(file));
+    const std::string ep = f["cluster"]["ps"][0];
+    Process holder({kTfd}, {"TF_CONFIG=" + nlohmann::json{{"cluster", f["cluster"]}, {"task", {{"type", "ps"}, {"index", 0}}}}.dump()},
+                   dir / "h.out", dir / "h.err");
+    const auto until = std::chrono::steady_clock::now() + 20s;
+    while (ReadAll(dir / "h.err").find("listening") == std::string::npos && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(20ms);
+    CHECK(validate(file).find("cluster.ps[0]: " + ep + " is already in use on this machine") != std::string::npos);
+  }
+  SECTION("a remote host") {
+    const std::string file = ClusterFile(dir, 1);
+    auto f = nlohmann::json::parse(ReadAll(file));
+    f["cluster"]["worker"][1] = "pc-02:2222";
+    WriteFile(file, f.dump());
+    CHECK(validate(file).find("worker:1 runs on \"pc-02\": ssh launching of remote hosts is not available") != std::string::npos);
+  }
+  SECTION("a bad file") {
+    WriteFile(dir / "bad.json", R"({"cluster": {"worker": ["x:1"]}})");
+    CHECK(validate(dir / "bad.json").find("bad.json: train: missing") != std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace tfd::testing

@@ -1,0 +1,106 @@
+#include <catch2/catch.hpp>
+
+#include "common/config/cluster_file.h"
+#include "launcher/plan.h"
+
+namespace tfd::launcher {
+namespace {
+
+config::ClusterFile Parse(const std::string& text) {
+  auto f = config::ParseClusterFile(text, "c.json");
+  INFO(f.status().ToString());
+  REQUIRE(f.ok());
+  return *f;
+}
+
+std::string ErrorOf(const std::string& text) {
+  auto f = config::ParseClusterFile(text, "c.json");
+  REQUIRE_FALSE(f.ok());
+  CHECK(f.status().code() == Code::kInvalidArgument);
+  return f.status().message();
+}
+
+constexpr const char* kTrain = R"("train": {"model": "mlp", "data": "d", "epochs": 1, "batch_size": 10,
+  "optimizer": {"type": "sgd", "learning_rate": 0.1}})";
+
+TEST_CASE("ShellQuote survives spaces, quotes and shell syntax", "[unit][launcher]") {
+  CHECK(ShellQuote("plain") == "'plain'");
+  CHECK(ShellQuote("it's") == R"('it'\''s')");
+  CHECK(ShellQuote("a b; rm -rf / $(x) `y` \"z\"") == R"('a b; rm -rf / $(x) `y` "z"')");
+  CHECK(ShellQuote("") == "''");
+}
+
+TEST_CASE("a local cluster file plans ps first, then the chief and workers, each with its TF_CONFIG", "[unit][launcher]") {
+  auto f = Parse(std::string(R"({"cluster": {"ps": ["127.0.0.1:2000"], "worker": ["127.0.0.1:2001", "localhost:2002"]}, )") + kTrain +
+                 R"(, "launch": {"tfd": "/opt/tfd", "workdir": "/srv", "env": {"A": "1"}}})");
+  auto plan = MakePlan(f, {.job_path = "/runs/x/job.json"});
+  REQUIRE(plan.size() == 3);
+  CHECK(plan[0].task.ToString() == "ps:0");
+  CHECK(plan[1].task.ToString() == "worker:0");
+  CHECK(plan[2].task.ToString() == "worker:1");
+  CHECK(plan[0].argv == std::vector<std::string>{"/opt/tfd", "--log-format", "json"});
+  CHECK(plan[2].argv == std::vector<std::string>{"/opt/tfd", "--log-format", "json", "--job", "/runs/x/job.json"});
+  CHECK(plan[2].local);
+  CHECK(plan[2].workdir == "/srv");
+  CHECK(plan[2].tf_config ==
+        R"({"cluster":{"worker":["127.0.0.1:2001","localhost:2002"],"ps":["127.0.0.1:2000"]},"task":{"type":"worker","index":1}})");
+  CHECK(plan[2].env == std::vector<std::string>{"TF_CONFIG=" + plan[2].tf_config, "A=1"});
+}
+
+TEST_CASE("a remote task is one ssh argv with every remote word quoted and host keys checked", "[unit][launcher]") {
+  auto f = Parse(std::string(R"({"cluster": {"ps": ["pc-01:2000"], "worker": ["pc-02:2001"]}, )") + kTrain +
+                 R"(, "launch": {"tfd": "/opt/my tfd", "env": {"NOTE": "it's fine"},
+                     "hosts": {"pc-02": {"workdir": "/srv/a b", "ssh": {"user": "lab", "port": 2222, "identity_file": "/k",
+                                                                       "options": ["Compression=yes"]}}}}})");
+  auto plan = MakePlan(f, {.job_path = "/r/job.json"});
+  const TaskPlan& w = plan[1];
+  CHECK_FALSE(w.local);
+  const std::vector<std::string> head = {"ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=5",
+                                         "-o", "ServerAliveCountMax=3", "-p", "2222", "-i", "/k", "-l", "lab", "-o",
+                                         "Compression=yes", "--", "pc-02"};
+  REQUIRE(w.argv.size() == head.size() + 1);
+  CHECK(std::vector<std::string>(w.argv.begin(), w.argv.end() - 1) == head);
+  CHECK(w.argv.back() == "cd '/srv/a b' && exec env TF_CONFIG='" + w.tf_config +
+                             R"(' NOTE='it'\''s fine' '/opt/my tfd' '--log-format' 'json' '--job' '/r/job.json')");
+  for (const std::string& a : plan[0].argv) CHECK(a.find("StrictHostKeyChecking") == std::string::npos);
+  auto opt_in = MakePlan(f, {.job_path = "/r/job.json", .accept_new_hostkeys = true});
+  CHECK(std::find(opt_in[1].argv.begin(), opt_in[1].argv.end(), "StrictHostKeyChecking=accept-new") != opt_in[1].argv.end());
+}
+
+TEST_CASE("cluster file errors name the file and the JSON path", "[unit][launcher]") {
+  const std::string c = R"("cluster": {"ps": ["127.0.0.1:2000"], "worker": ["127.0.0.1:2001"]})";
+  CHECK(ErrorOf("[") == "c.json: not valid JSON");
+  CHECK(ErrorOf(std::string("{") + kTrain + "}") ==
+        "c.json: cluster: missing (expected {\"ps\": [\"host:port\", ...], \"worker\": [...]})");
+  CHECK(ErrorOf("{" + c + "}") == "c.json: train: missing (expected the job spec: model, data, epochs, batch_size, optimizer, ...)");
+  CHECK(ErrorOf(R"({"cluster": {"worker": ["127.0.0.1:2001", "127.0.0.1:2001"]}, )" + std::string(kTrain) + "}") ==
+        R"(c.json: cluster.worker[1]: "127.0.0.1:2001" is listed twice)");
+  CHECK(ErrorOf(R"({"cluster": {"worker": ["pc-03"]}, )" + std::string(kTrain) + "}") == R"(c.json: cluster.worker[0]: "pc-03" has no port)");
+  CHECK(ErrorOf("{" + c + R"(, "train": {"model": "mlp"}})") == "c.json: train.data: missing (expected a string)");
+  CHECK(ErrorOf("{" + c + "," + kTrain + R"(, "launch": {"ssh": {"port": 0}}})") ==
+        "c.json: launch.ssh.port: expected an integer in [1, 65535], got 0");
+  CHECK(ErrorOf("{" + c + "," + kTrain + R"(, "launch": {"ssh": {"options": ["StrictHostKeyChecking=no"]}}})") ==
+        "c.json: launch.ssh.options[0]: tfctl never turns host-key checking off (use --accept-new-hostkeys for new hosts)");
+  CHECK(ErrorOf("{" + c + "," + kTrain + R"(, "launch": {"env": {"TF_CONFIG": "x"}}})") ==
+        "c.json: launch.env.TF_CONFIG: tfctl sets TF_CONFIG for each task itself");
+  CHECK(ErrorOf("{" + c + "," + kTrain + R"(, "launch": {"hosts": {"pc-9": {"tfd": "x"}}}})") ==
+        R"(c.json: launch.hosts.pc-9: no task of the cluster runs on "pc-9")");
+  CHECK(ErrorOf("{" + c + "," + kTrain + R"(, "launch": {"tdf": "x"}})").rfind("c.json: launch.tdf: unknown field", 0) == 0);
+  CHECK(ErrorOf("{" + c + "," + kTrain + R"(, "name": "a/b"})") ==
+        R"(c.json: name: "a/b": use letters, digits, '-', '_' and '.' (it names the run folder))");
+}
+
+TEST_CASE("event lines parse into numbers and strings", "[unit][launcher]") {
+  auto e = config::ParseEvent(R"({"ts":1.5,"task":"worker:1","event":"epoch","epoch":3,"loss":0.25,"params_sha256":"ab"})");
+  REQUIRE(e.ok());
+  CHECK(e->task == "worker:1");
+  CHECK(e->event == "epoch");
+  CHECK(e->Number("epoch") == 3);
+  CHECK(e->Number("missing", 7) == 7);
+  CHECK(e->strings["params_sha256"] == "ab");
+  CHECK_FALSE(config::ParseEvent("2026-11-22 info epoch=3").ok());
+  CHECK_FALSE(config::ParseEvent(R"({"no_event": 1})").ok());
+}
+
+}  // namespace
+}  // namespace tfd::launcher
