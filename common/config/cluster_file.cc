@@ -84,6 +84,7 @@ Result<ClusterFile> ParseClusterFile(std::string_view text, std::string_view sou
   if (const json* train = r.Get("train")) {
     ObjectReader t = r.Child(*train, "train");
     f.train = ReadJobSpec(t);
+    f.train_json = train->dump(2);
   } else {
     r.Fail("train", "missing (expected the job spec: model, data, epochs, batch_size, optimizer, ...)");
   }
@@ -140,6 +141,20 @@ Result<ClusterFile> ParseClusterFile(std::string_view text, std::string_view sou
     if (!used) return Status::InvalidArgument(fmt::format("{}: launch.hosts.{}: no task of the cluster runs on \"{}\"", source, host, host));
   }
   return f;
+}
+
+Result<Event> ParseEvent(std::string_view line) {
+  json doc = json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object() || !doc.contains("event") || !doc["event"].is_string())
+    return Status::InvalidArgument("not an event line");
+  Event e;
+  for (auto it = doc.begin(); it != doc.end(); ++it) {
+    if (it.value().is_number()) e.numbers[it.key()] = it.value().get<double>();
+    else if (it.value().is_string()) e.strings[it.key()] = it.value().get<std::string>();
+  }
+  e.event = e.strings["event"];
+  e.task = e.strings["task"];
+  return e;
 }
 
 Result<ClusterFile> LoadClusterFile(const std::string& path) {

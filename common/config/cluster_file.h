@@ -35,6 +35,7 @@ struct ClusterFile {
   std::string name;  // names the run folder; defaults to the file's base name
   ClusterSpec cluster;
   JobSpec train;
+  std::string train_json;  // the "train" object as JSON text: the job file tfctl hands each worker
   LaunchSpec launch;
   std::string source;  // the file it came from
 };
@@ -43,5 +44,18 @@ struct ClusterFile {
 // path (`cluster.json: launch.hosts.pc-02.ssh.port: expected an integer in [1, 65535], got 0`).
 Result<ClusterFile> ParseClusterFile(std::string_view text, std::string_view source);
 Result<ClusterFile> LoadClusterFile(const std::string& path);
+
+// One JSON event line of a task (tfd --log-format json): its name, and its number and string fields.
+struct Event {
+  std::string task, event;
+  std::map<std::string, double> numbers;
+  std::map<std::string, std::string> strings;
+  double Number(const std::string& key, double fallback = -1) const {
+    auto it = numbers.find(key);
+    return it == numbers.end() ? fallback : it->second;
+  }
+};
+// InvalidArgument when the line is not a JSON object with "event".
+Result<Event> ParseEvent(std::string_view line);
 
 }  // namespace tfd::config
