@@ -47,9 +47,24 @@ void Connection::Start(bool established) {
   asio::dispatch(socket_.get_executor(), [self = shared_from_this(), established] {
     self->established_ = established;
     self->last_heard_ = self->started_ = Clock::now();
-    asio::co_spawn(self->socket_.get_executor(), self->ReadLoop(), asio::detached);
-    asio::co_spawn(self->socket_.get_executor(), self->WriteLoop(), asio::detached);
-    asio::co_spawn(self->socket_.get_executor(), self->Watchdog(), asio::detached);
+    // An exception out of a loop (bad_alloc for a large payload, say) closes the connection with
+    // the reason instead of vanishing with the coroutine.
+    auto on_exit = [self](std::exception_ptr e) {
+      if (!e) return;
+      std::string what = "unknown exception";
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& ex) {
+        what = ex.what();
+      } catch (...) {
+      }
+      asio::dispatch(self->socket_.get_executor(), [self, what] {
+        self->CloseOnStrand(Status::Internal(fmt::format("connection to {} failed: {}", self->peer_name(), what)));
+      });
+    };
+    asio::co_spawn(self->socket_.get_executor(), self->ReadLoop(), on_exit);
+    asio::co_spawn(self->socket_.get_executor(), self->WriteLoop(), on_exit);
+    asio::co_spawn(self->socket_.get_executor(), self->Watchdog(), on_exit);
   });
 }
 
@@ -230,9 +245,10 @@ Result<tcp::socket> Dial(asio::io_context& ioc, const std::string& host, std::ui
       asio::async_connect(socket, endpoints, [done](const error_code& e, const tcp::endpoint&) { done->set_value(e); });
       const auto attempt_deadline = std::min(deadline, Clock::now() + std::chrono::seconds(5));
       if (result.wait_until(attempt_deadline) != std::future_status::ready) {
+        // Close, not cancel: a cancelled attempt would move on to the host's next address.
         asio::post(socket.get_executor(), [&socket] {
           error_code ignored;
-          socket.cancel(ignored);
+          socket.close(ignored);
         });
         result.wait();
         last_error = "connect timed out";
@@ -293,8 +309,10 @@ asio::awaitable<void> Listener::AcceptLoop() {
     error_code ec;
     co_await acceptor_.async_accept(socket, redirect_error(use_awaitable, ec));
     if (ec == asio::error::operation_aborted || !acceptor_.is_open()) co_return;
-    if (ec) {
+    if (ec) {  // out of file descriptors, say: say so, and do not spin
       spdlog::warn("accept: {}", ec.message());
+      asio::steady_timer pause(acceptor_.get_executor(), std::chrono::milliseconds(100));
+      co_await pause.async_wait(redirect_error(use_awaitable, ec));
       continue;
     }
     on_accept_(std::move(socket));

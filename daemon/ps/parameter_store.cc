@@ -80,6 +80,11 @@ int ParameterStore::to_aggregate() const {
   return to_aggregate_;
 }
 
+std::vector<bool> ParameterStore::received() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return received_;
+}
+
 Result<ParameterStore::PushResult> ParameterStore::Push(const wire::Push& push) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!initialized_) return Status::FailedPrecondition("PUSH before INIT");

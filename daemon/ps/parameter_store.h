@@ -33,6 +33,8 @@ class ParameterStore {
   std::int64_t size() const;
   bool sync() const;
   int to_aggregate() const;
+  // sync: which worker ranks' gradients are held for the current step.
+  std::vector<bool> received() const;
 
   // async: applies the gradient (global_step + 1; scaled by 1 / (1 + staleness) when the INIT asked
   // for it, staleness being global_step - based_on_step), unless this worker incarnation already pushed

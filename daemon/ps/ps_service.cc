@@ -73,6 +73,7 @@ void PsService::HandleHello(const std::shared_ptr<Connection>& from, const wire:
   {
     std::lock_guard<std::mutex> lock(mu_);
     ranks_[from.get()] = config_.cluster.WorkerRank(peer);
+    gone_.erase(config_.cluster.WorkerRank(peer));  // back again
   }
   spdlog::debug("{} connected (incarnation {:016x})", peer_name, hello.incarnation);
   wire::Welcome w;
@@ -101,6 +102,11 @@ void PsService::OnFrame(const std::shared_ptr<Connection>& from, wire::InFrame f
     case wire::MessageType::kInit: {
       wire::Init init;
       if (!DecodeOrRefuse(*from, frame, &init)) return;
+      if (rank != 0)
+        return ReplyError(*from, id, Status::InvalidArgument(fmt::format("{}: INIT from {}, which is not the chief", self_, from->peer_name())));
+      if (init.update.num_workers != static_cast<std::uint32_t>(config_.cluster.num_workers()))
+        return ReplyError(*from, id, Status::InvalidArgument(fmt::format("{}: INIT for {} workers, but the cluster has {}", self_,
+                                                                        init.update.num_workers, config_.cluster.num_workers())));
       Status s = store_.Init(init);
       if (!s.ok() && s.code() != Code::kFailedPrecondition) return ReplyError(*from, id, s.WithContext(self_));
       if (s.ok()) {
@@ -128,9 +134,22 @@ void PsService::OnFrame(const std::shared_ptr<Connection>& from, wire::InFrame f
       wire::Pull pull;
       if (!DecodeOrRefuse(*from, frame, &pull)) return;
       if (!store_.initialized()) return ReplyError(*from, id, Status::FailedPrecondition(fmt::format("{}: PULL before INIT", self_)));
-      if (store_.global_step() >= pull.min_step) return ReplyParams(*from, id);
-      std::lock_guard<std::mutex> lock(mu_);
-      pull_waiters_.push_back({from, id, pull.min_step});
+      bool ready_now;
+      {
+        // Check and enqueue under one lock, so a step that completes in between cannot be missed.
+        std::lock_guard<std::mutex> lock(mu_);
+        const std::uint64_t step = store_.global_step();
+        ready_now = step >= pull.min_step;
+        if (!ready_now) {
+          // A worker only ever waits for the next step: anything further is refused, which also
+          // bounds the waiters a connection can leave here.
+          if (pull.min_step > step + 1)
+            return ReplyError(*from, id, Status::InvalidArgument(fmt::format("{}: PULL for step {} while at step {}", self_, pull.min_step, step)));
+          pull_waiters_.push_back({from, id, pull.min_step});
+        }
+      }
+      if (ready_now) return ReplyParams(*from, id);
+      FailPullsIfStepStuck();
       return;
     }
     case wire::MessageType::kPush: {
@@ -158,6 +177,7 @@ void PsService::OnFrame(const std::shared_ptr<Connection>& from, wire::InFrame f
       }
       spdlog::info("{} is done ({} of {} workers)", from->peer_name(), count, config_.cluster.num_workers());
       if (finished) on_all_done_();
+      FailPullsIfStepStuck();
       return;
     }
     default: {
@@ -178,10 +198,11 @@ void PsService::ReplyParams(Connection& to, std::uint64_t request_id) {
 
 void PsService::ReleaseWaiters() {
   std::vector<Waiter> ready, pulls;
-  const std::uint64_t step = store_.global_step();
-  const bool initialized = store_.initialized();
+  std::uint64_t step;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    step = store_.global_step();
+    const bool initialized = store_.initialized();
     if (initialized) ready.swap(ready_waiters_);
     auto keep = std::partition(pull_waiters_.begin(), pull_waiters_.end(), [step](const Waiter& w) { return w.min_step > step; });
     pulls.assign(keep, pull_waiters_.end());
@@ -212,20 +233,53 @@ void PsService::OnClosed(const std::shared_ptr<Connection>& from, const Status& 
   if (rank < 0 || done) return;
   spdlog::warn("lost {}: {}", from->peer_name(), why.message());
   events_.Emit("peer_lost", {{"peer", from->peer_name()}, {"message", why.message()}});
-  if (!store_.sync()) return;  // async: the others train on
-  // sync: when too few workers are left to complete a step, tell the waiting ones instead of
-  // letting them wait for a gradient that will not come.
-  std::vector<Waiter> pulls;
-  int live = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [conn, r] : ranks_) live += !done_.contains(r);
-    if (live + static_cast<int>(done_.size()) >= store_.to_aggregate() && live > 0) return;
+    gone_[rank] = from->peer_name();
+  }
+  FailPullsIfStepStuck();  // async: nothing waits on the others
+}
+
+void PsService::FailPullsIfStepStuck() {
+  if (!store_.sync()) return;
+  const std::vector<bool> received = store_.received();
+  std::vector<Waiter> pulls;
+  int held = 0, can_send = 0;
+  bool lost = false;
+  std::vector<std::string> missing;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (pull_waiters_.empty()) return;
+    std::set<int> live;
+    for (const auto& [conn, r] : ranks_) live.insert(r);
+    for (int r = 0; r < config_.cluster.num_workers(); ++r) {
+      const bool has = r < static_cast<int>(received.size()) && received[r];
+      held += has;
+      if (has) continue;
+      if (done_.contains(r)) {
+        missing.push_back(fmt::format("{} has finished", config_.cluster.WorkerTask(r).ToString()));
+      } else if (gone_.contains(r) && !live.contains(r)) {
+        missing.push_back(fmt::format("{} was lost", gone_[r]));
+        lost = true;
+      } else {
+        ++can_send;  // connected, or not connected yet: it may still send its gradient
+      }
+    }
+    if (held + can_send >= store_.to_aggregate()) return;
     pulls.swap(pull_waiters_);
   }
-  const Status fail = Status::Unavailable(fmt::format(
-      "{} lost {}: sync step {} needs {} gradients and only {} worker{} left", self_, from->peer_name(),
-      store_.global_step() + 1, store_.to_aggregate(), live, live == 1 ? " is" : "s are"));
+  if (!lost) {
+    // Only finished workers are missing (a backup worker's last steps, when the others are done):
+    // nothing more will be aggregated, so let it finish on the final parameters.
+    for (const Waiter& w : pulls)
+      if (auto c = w.conn.lock()) ReplyParams(*c, w.request_id);
+    return;
+  }
+  const Status fail = Status::Unavailable(fmt::format("{}: sync step {} cannot complete: it needs {} gradients, has {}, and {}", self_,
+                                                      store_.global_step() + 1, store_.to_aggregate(), held,
+                                                      missing.empty() ? std::string("no other worker can send one")
+                                                                      : fmt::format("{}", fmt::join(missing, ", "))));
+  spdlog::warn("{}", fail.message());
   for (const Waiter& w : pulls)
     if (auto c = w.conn.lock()) ReplyError(*c, w.request_id, fail);
 }

@@ -34,6 +34,10 @@ class PsService : public transport::FrameHandler {
   void HandleHello(const std::shared_ptr<transport::Connection>& from, const wire::InFrame& frame);
   void ReplyParams(transport::Connection& to, std::uint64_t request_id);
   void ReleaseWaiters();
+  // sync: when the current step can no longer complete (too few workers left that have not
+  // finished or already sent this step's gradient), fails the waiting pulls naming the lost
+  // workers, or, when the missing ones have only finished, answers them with the final parameters.
+  void FailPullsIfStepStuck();
   int RankOf(const transport::Connection* c) const;
   Status LayoutMismatch(const transport::Connection& worker) const;
 
@@ -48,6 +52,7 @@ class PsService : public transport::FrameHandler {
   std::map<const transport::Connection*, int> ranks_;  // handshaken workers -> rank; guarded by mu_
   std::vector<Waiter> ready_waiters_;                  // WAIT_READY before INIT; guarded by mu_
   std::vector<Waiter> pull_waiters_;                   // PULLs ahead of the global step; guarded by mu_
+  std::map<int, std::string> gone_;                    // ranks lost before DONE -> their names; guarded by mu_
   std::set<int> done_;                                 // guarded by mu_
   bool all_done_ = false;                              // guarded by mu_
 };

@@ -38,6 +38,7 @@ Status RunPs(const config::TfConfig& config, EventWriter& events, const PsOption
                              options.connection);
                          {
                            std::lock_guard<std::mutex> lock(connections_mu);
+                           std::erase_if(connections, [](const auto& c) { return c->closed(); });  // forget closed ones
                            connections.insert(conn);
                          }
                          conn->Start();

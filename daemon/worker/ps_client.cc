@@ -41,6 +41,7 @@ Result<std::unique_ptr<PsClient>> PsClient::Connect(transport::asio::io_context&
     wire::Welcome welcome;
     TFD_RETURN_IF_ERROR(wire::Decode(frame.payload, &welcome).WithContext(name));
     client->initialized_.push_back(welcome.initialized);
+    client->steps_.push_back(welcome.global_step);
     spdlog::info("connected to {} (incarnation {:016x}, {})", name, welcome.incarnation,
                  welcome.initialized ? fmt::format("initialised, global_step {}", welcome.global_step) : "not initialised yet");
   }
@@ -74,7 +75,8 @@ std::vector<std::span<const float>> PsClient::Slices(std::size_t ps, std::span<c
 Status PsClient::Initialize(bool chief, const wire::OptimizerParams& optimizer, const wire::UpdateParams& update,
                             std::span<const float> params) {
   const std::uint64_t layout = placement_.LayoutHash();
-  std::vector<std::vector<float>> init_values(ps_.size());
+  // The INIT values travel as frame tails: each frame owns its buffer (an early return must not
+  // free what the I/O thread is still writing).
   std::vector<std::future<Result<wire::InFrame>>> replies(ps_.size());
   for (std::size_t i = 0; i < ps_.size(); ++i) {
     if (chief && !initialized_[i]) {
@@ -82,12 +84,15 @@ Status PsClient::Initialize(bool chief, const wire::OptimizerParams& optimizer, 
       init.layout_hash = layout;
       init.optimizer = optimizer;
       init.update = update;
+      auto values = std::make_shared<std::vector<float>>();
       for (const daemon::Slice& s : placement_.shards[i]) {
         init.chunks.push_back({s.name, static_cast<std::uint64_t>(s.length)});
         auto src = params.subspan(static_cast<std::size_t>(s.flat_offset), static_cast<std::size_t>(s.length));
-        init_values[i].insert(init_values[i].end(), src.begin(), src.end());
+        values->insert(values->end(), src.begin(), src.end());
       }
-      replies[i] = ps_[i]->Call(wire::Encode(init, init_values[i]));
+      wire::OutFrame f = wire::Encode(init, *values);
+      f.keepalive = values;
+      replies[i] = ps_[i]->Call(std::move(f));
     } else {
       replies[i] = ps_[i]->Call(wire::Encode(wire::WaitReady{layout}));
     }
@@ -112,17 +117,22 @@ Result<std::uint64_t> PsClient::TakeParams(std::size_t ps, const wire::InFrame& 
     wire::CopyFloats(p.values.subspan(at, n), params.subspan(static_cast<std::size_t>(s.flat_offset), static_cast<std::size_t>(s.length)));
     at += n;
   }
+  steps_[ps] = p.global_step;
   return p.global_step;
 }
 
-void PsClient::StartPushPull(const wire::Push& tag, std::span<const float> grads, std::uint64_t min_step) {
+void PsClient::StartPushPull(const wire::Push& tag, std::span<const float> grads, bool sync,
+                             std::shared_ptr<const void> keepalive) {
   TFD_CHECK(!in_flight());
   acks_.resize(ps_.size());
   pulls_.resize(ps_.size());
   for (std::size_t i = 0; i < ps_.size(); ++i) {
-    auto slices = Slices(i, grads);
-    acks_[i] = ps_[i]->Call(wire::Encode(tag, slices));
-    pulls_[i] = ps_[i]->Call(wire::Encode(wire::Pull{min_step}));
+    wire::Push push = tag;
+    push.based_on_step = steps_[i];
+    wire::OutFrame f = wire::Encode(push, Slices(i, grads));
+    f.keepalive = keepalive;
+    acks_[i] = ps_[i]->Call(std::move(f));
+    pulls_[i] = ps_[i]->Call(wire::Encode(wire::Pull{sync ? steps_[i] + 1 : 0}));
   }
 }
 
@@ -134,14 +144,13 @@ Result<PsClient::StepResult> PsClient::CompletePushPull(std::span<float> params)
   pulls_.clear();
   StepResult r;
   for (std::size_t i = 0; i < ps_.size(); ++i) {
-    // Wait for the parameters first: the ack was sent before them on the same connection, so it is
-    // there by then, and the training thread wakes once per ps instead of twice.
-    TFD_ASSIGN_OR_RETURN(wire::InFrame frame, Await(*ps_[i], pulls[i], options_.step_timeout, "PULL"));
+    // The ack first: a refused push must be reported as such, not as a pull that never came.
     TFD_ASSIGN_OR_RETURN(wire::InFrame ack_frame, Await(*ps_[i], acks[i], options_.step_timeout, "PUSH"));
     TFD_RETURN_IF_ERROR(Expect(ack_frame, wire::MessageType::kPushAck, ps_[i]->peer()));
     wire::PushAck ack;
     TFD_RETURN_IF_ERROR(wire::Decode(ack_frame.payload, &ack).WithContext(ps_[i]->peer()));
     r.stale += ack.outcome == wire::PushOutcome::kStale;
+    TFD_ASSIGN_OR_RETURN(wire::InFrame frame, Await(*ps_[i], pulls[i], options_.step_timeout, "PULL"));
     TFD_ASSIGN_OR_RETURN(std::uint64_t step, TakeParams(i, frame, params));
     if (i == 0) r.global_step = step;
   }
@@ -149,14 +158,14 @@ Result<PsClient::StepResult> PsClient::CompletePushPull(std::span<float> params)
 }
 
 Result<PsClient::StepResult> PsClient::PushPull(const wire::Push& tag, std::span<const float> grads, std::span<float> params,
-                                                std::uint64_t min_step) {
-  StartPushPull(tag, grads, min_step);
+                                                bool sync) {
+  StartPushPull(tag, grads, sync, nullptr);
   return CompletePushPull(params);
 }
 
-Result<std::uint64_t> PsClient::Pull(std::span<float> params, std::uint64_t min_step) {
+Result<std::uint64_t> PsClient::Pull(std::span<float> params, bool sync) {
   std::vector<std::future<Result<wire::InFrame>>> pulls(ps_.size());
-  for (std::size_t i = 0; i < ps_.size(); ++i) pulls[i] = ps_[i]->Call(wire::Encode(wire::Pull{min_step}));
+  for (std::size_t i = 0; i < ps_.size(); ++i) pulls[i] = ps_[i]->Call(wire::Encode(wire::Pull{sync ? steps_[i] : 0}));
   std::uint64_t step0 = 0;
   for (std::size_t i = 0; i < ps_.size(); ++i) {
     TFD_ASSIGN_OR_RETURN(wire::InFrame frame, Await(*ps_[i], pulls[i], options_.step_timeout, "PULL"));

@@ -35,22 +35,25 @@ class PsClient {
   // initialised; then every worker waits until each ps is ready with this placement's layout.
   Status Initialize(bool chief, const wire::OptimizerParams& optimizer, const wire::UpdateParams& update,
                     std::span<const float> params);
-  // Pushes `grads` (tagged) to every ps and pulls back parameters at global step >= min_step into
-  // `params`: both requests go out back to back, one round trip. Returns ps:0's global step.
+  // Pushes `grads` to every ps, tagged with `tag` and with the global step of the parameters this
+  // worker last pulled from that ps (each ps counts its own steps), and pulls back parameters into
+  // `params`: sync waits for each ps's next step, async takes what is there. Both requests go out
+  // back to back: one round trip. Returns ps:0's global step.
   struct StepResult {
     std::uint64_t global_step = 0;
     int stale = 0;  // ps tasks that dropped this gradient as stale
   };
-  Result<StepResult> PushPull(const wire::Push& tag, std::span<const float> grads, std::span<float> params,
-                              std::uint64_t min_step);
+  Result<StepResult> PushPull(const wire::Push& tag, std::span<const float> grads, std::span<float> params, bool sync);
   // PushPull in two halves, so a step can compute while its predecessor's exchange is in flight:
-  // Start sends (`grads` must stay unchanged until Complete returns), Complete waits for the
-  // replies and writes the parameters into `params`.
-  void StartPushPull(const wire::Push& tag, std::span<const float> grads, std::uint64_t min_step);
+  // Start sends (`grads` must stay unchanged until Complete returns; `keepalive`, when given, owns
+  // their memory until the frames are written, even if this client goes away first), Complete
+  // waits for the replies and writes the parameters into `params`.
+  void StartPushPull(const wire::Push& tag, std::span<const float> grads, bool sync, std::shared_ptr<const void> keepalive);
   Result<StepResult> CompletePushPull(std::span<float> params);
   bool in_flight() const { return !pulls_.empty(); }
-  // Pulls every ps's parameters at global step >= min_step into `params`; returns ps:0's step.
-  Result<std::uint64_t> Pull(std::span<float> params, std::uint64_t min_step);
+  // Pulls every ps's parameters into `params` (sync: at least the step last seen from each ps);
+  // returns ps:0's step.
+  Result<std::uint64_t> Pull(std::span<float> params, bool sync);
   // Tells every ps this worker is done.
   Status Done(std::uint32_t rank);
   void Close();
@@ -66,6 +69,7 @@ class PsClient {
   PsClientOptions options_;
   std::vector<std::shared_ptr<transport::RpcClient>> ps_;
   std::vector<bool> initialized_;
+  std::vector<std::uint64_t> steps_;  // per ps: the global step of the parameters last pulled from it
   std::vector<std::future<Result<wire::InFrame>>> acks_, pulls_;  // of the exchange in flight
 };
 

@@ -42,27 +42,29 @@ class PsUpdater final : public daemon::Updater {
         sync_(sync),
         overlap_(overlap && !sync),
         step_(start_step),
-        sending_(overlap_ ? num_params : 0) {}
+        sending_(std::make_shared<std::vector<float>>(overlap_ ? num_params : 0)) {}
 
   Result<std::int64_t> Step(model::Model& model, std::int64_t local_step) override {
     wire::Push tag;
     tag.worker = rank_;
     tag.incarnation = incarnation_;
     tag.local_step = static_cast<std::uint64_t>(local_step);
-    tag.based_on_step = step_;
     if (!overlap_) {
-      TFD_ASSIGN_OR_RETURN(PsClient::StepResult r, client_.PushPull(tag, model.grads(), model.params(), sync_ ? step_ + 1 : 0));
+      TFD_ASSIGN_OR_RETURN(PsClient::StepResult r, client_.PushPull(tag, model.grads(), model.params(), sync_));
       Count(r);
       return static_cast<std::int64_t>(step_);
     }
     TFD_RETURN_IF_ERROR(CompleteInFlight(model));
-    std::copy(model.grads().begin(), model.grads().end(), sending_.begin());  // the next step overwrites grads()
-    client_.StartPushPull(tag, sending_, 0);
+    // The next step overwrites grads(): send a copy, owned by the frames until they are written
+    // (reused once they are; a new buffer only if a frame still holds the old one).
+    if (sending_.use_count() > 1) sending_ = std::make_shared<std::vector<float>>(model.grads().size());
+    std::copy(model.grads().begin(), model.grads().end(), sending_->begin());
+    client_.StartPushPull(tag, *sending_, false, sending_);
     return static_cast<std::int64_t>(step_);
   }
   Result<std::int64_t> Finish(model::Model& model) override {
     TFD_RETURN_IF_ERROR(CompleteInFlight(model));
-    TFD_ASSIGN_OR_RETURN(step_, client_.Pull(model.params(), sync_ ? step_ : 0));
+    TFD_ASSIGN_OR_RETURN(step_, client_.Pull(model.params(), sync_));
     return static_cast<std::int64_t>(step_);
   }
   std::string EpochNote() override {
@@ -92,7 +94,7 @@ class PsUpdater final : public daemon::Updater {
   bool sync_, overlap_;
   std::uint64_t step_;
   std::uint64_t stale_ = 0, epoch_stale_ = 0;
-  std::vector<float> sending_;  // async: the gradient of the exchange in flight
+  std::shared_ptr<std::vector<float>> sending_;  // overlap: the gradient of the exchange in flight
 };
 
 }  // namespace
@@ -151,7 +153,7 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
   update.total_num_replicas = static_cast<std::uint32_t>(num_workers);
   TFD_RETURN_IF_ERROR(client->Initialize(chief, ToWire(job.optimizer), update, model.params()));
   // Start from what the ps tasks hold (the chief's initial values, or further if others began).
-  TFD_ASSIGN_OR_RETURN(std::uint64_t start_step, client->Pull(model.params(), 0));
+  TFD_ASSIGN_OR_RETURN(std::uint64_t start_step, client->Pull(model.params(), false));
   spdlog::info("ready: training from global_step {}", start_step);
   events.Emit("ready", {{"global_step", static_cast<std::int64_t>(start_step)}});
 

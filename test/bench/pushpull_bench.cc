@@ -131,7 +131,7 @@ double TfdPushPull(std::size_t floats, double seconds) {
         tag.incarnation = 7;
         auto step = [&] {
           ++tag.local_step;  // a new step each time, so the ps applies every push (no duplicates)
-          return (*client)->PushPull(tag, grads, params, 0).ok();
+          return (*client)->PushPull(tag, grads, params, /*sync=*/false).ok();
         };
         for (int i = 0; i < 20; ++i) step();
         std::int64_t n = 0;

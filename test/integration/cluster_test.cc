@@ -12,6 +12,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "common/wire/messages.h"
 #include "test/test_util.h"
 
 namespace tfd::testing {
@@ -204,6 +205,34 @@ TEST_CASE("a sync run of 2 workers with batch b matches one process with batch 2
   CHECK(cluster != single);  // the sums really were ordered differently (else the test proves little)
 }
 
+TEST_CASE("sync with a backup worker (2 of 3 aggregated) lets every worker finish", "[integration][cluster]") {
+  TempDir data;
+  WriteSyntheticMnist(data.path(), 1200, 100);
+  Cluster c(1, 3, Job(data.path(), R"({"mode": "sync", "replicas_to_aggregate": 2, "total_num_replicas": 3})", 2,
+                      R"({"type": "sgd", "learning_rate": 0.1})", 20));
+  auto done = RunToCompletion(c, 1, 3);
+  for (const auto& d : done) CHECK(d["test_accuracy"].get<double>() > 0.5);
+}
+
+TEST_CASE("sync: a lost worker makes the others fail with its name instead of waiting", "[integration][cluster]") {
+  TempDir data;
+  WriteSyntheticMnist(data.path(), 2000, 50);
+  Cluster c(1, 2, Job(data.path(), R"({"mode": "sync"})", 1000, R"({"type": "sgd", "learning_rate": 0.1})", 20));
+  c.StartPs(0);
+  c.StartWorker(0);
+  c.StartWorker(1);
+  const auto until = std::chrono::steady_clock::now() + 60s;
+  while (c.process("worker", 0).err().find("epoch=1 ") == std::string::npos && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(50ms);
+  c.process("worker", 1).Signal(SIGKILL);
+  TaskResult w = c.Finish("worker", 0, 30s);
+  CHECK(w.exit_code == 1);
+  INFO(w.err);
+  CHECK(w.err.find("cannot complete: it needs 2 gradients") != std::string::npos);
+  CHECK(w.err.find("worker:1 (127.0.0.1:") != std::string::npos);
+  CHECK(w.err.find("was lost") != std::string::npos);
+}
+
 TEST_CASE("workers started before their ps wait for it and still train", "[integration][cluster]") {
   TempDir data;
   WriteSyntheticMnist(data.path(), 600, 100);
@@ -357,6 +386,44 @@ TEST_CASE("a ps answers malformed frames with an ERROR frame naming the fault, t
   CHECK(std::chrono::steady_clock::now() - start < 9s);
   c.process("ps", 0).Signal(SIGTERM);
   CHECK(c.Finish("ps", 0, 10s).exit_code == 128 + SIGTERM);
+}
+
+TEST_CASE("a worker refused by a peer with a nonsense error code reports it instead of aborting", "[integration][cluster]") {
+  // A fake "ps" that answers the worker's HELLO with ERROR code 0 (which is not an error code).
+  TempDir data;
+  WriteSyntheticMnist(data.path(), 200, 50);
+  Cluster c(1, 1, Job(data.path(), R"({"mode": "async"})", 1, R"({"type": "sgd", "learning_rate": 0.1})", 20));
+  const std::string ep = c.cluster()["ps"][0].get<std::string>();
+  const int port = std::stoi(ep.substr(ep.rfind(':') + 1));
+  int listener = socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  REQUIRE(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  listen(listener, 1);
+  std::thread fake([&] {
+    int fd = accept(listener, nullptr, nullptr);
+    char hello[64];
+    (void)!read(fd, hello, sizeof hello);
+    wire::OutFrame f = wire::Encode(wire::ErrorMessage{0, "go away"});
+    (void)f.Seal();
+    std::array<std::byte, wire::kFrameHeaderBytes> header;
+    wire::EncodeHeader(f.header, header);
+    (void)!write(fd, header.data(), header.size());
+    (void)!write(fd, f.head.data(), f.head.size());
+    std::this_thread::sleep_for(500ms);
+    close(fd);
+  });
+  c.StartWorker(0, {"--startup-timeout", "20"});
+  TaskResult w = c.Finish("worker", 0, 60s);
+  fake.join();
+  close(listener);
+  CHECK(w.exit_code == 1);
+  INFO(w.err);
+  CHECK(w.err.find("refused: go away") != std::string::npos);
 }
 
 TEST_CASE("a worker whose ps stops answering (SIGSTOP) gets an error naming it within the peer timeout", "[integration][cluster]") {
