@@ -3,6 +3,8 @@
 #include <thread>
 
 #include <fmt/format.h>
+
+#include "common/base/sha256.h"
 #include <spdlog/spdlog.h>
 
 namespace tfd::worker {
@@ -74,7 +76,14 @@ std::vector<std::span<const float>> PsClient::Slices(std::size_t ps, std::span<c
 
 Status PsClient::Initialize(bool chief, const wire::OptimizerParams& optimizer, const wire::UpdateParams& update,
                             std::span<const float> params) {
-  const std::uint64_t layout = placement_.LayoutHash();
+  // The placement and how the ps updates it: a worker whose job differs in any of them is refused.
+  const std::string settings =
+      fmt::format("{:016x}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", placement_.LayoutHash(), optimizer.type, optimizer.learning_rate,
+                  optimizer.momentum, optimizer.beta1, optimizer.beta2, optimizer.epsilon, optimizer.use_nesterov, update.mode,
+                  update.scale_stale, update.replicas_to_aggregate, update.total_num_replicas, update.num_workers);
+  Sha256 h;
+  h.Update(std::as_bytes(std::span(settings.data(), settings.size())));
+  const std::uint64_t layout = std::stoull(h.HexDigest().substr(0, 16), nullptr, 16);
   // The INIT values travel as frame tails: each frame owns its buffer (an early return must not
   // free what the I/O thread is still writing).
   std::vector<std::future<Result<wire::InFrame>>> replies(ps_.size());
