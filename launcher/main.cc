@@ -12,6 +12,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -33,13 +34,16 @@ extern "C" void OnSignal(int sig) { g_signal.store(sig); }
 constexpr const char* kUsage = R"(tfctl: start a tfd cluster and watch it train.
 
 Usage:
-  tfctl up CLUSTER.json [--run-dir DIR] [--grace SECS]   start every task, stream their logs, show a
-                                                          table of the workers, write a run folder
-  tfctl validate CLUSTER.json                             check the file and the hosts, start nothing
+  tfctl up CLUSTER.json [--run-dir DIR] [--grace SECS] [--accept-new-hostkeys]
+        start every task (a child for this machine, ssh for other hosts), stream their logs,
+        show a table of the workers, write a run folder
+  tfctl validate CLUSTER.json [--accept-new-hostkeys]
+        check the file and every host (ssh, tfd, data, ports); start nothing
 
 A cluster file has "cluster" (as TF_CONFIG's), "train" (the job spec) and "launch" (where tfd is,
-the working folder, environment, run folder). See docs/operations.md. This version starts tasks on
-this machine (127.0.0.1, localhost); ssh launching for remote hosts is not available yet.
+the working folder, environment, run folder, ssh settings). See docs/operations.md. Remote hosts
+are reached with ssh -o BatchMode=yes; host keys are always checked (--accept-new-hostkeys accepts
+keys of hosts not yet in known_hosts).
 
 Exit codes: 0 every task finished, 1 a task failed, 2 a bad file or usage, 130 after Ctrl-C.
 )";
@@ -76,16 +80,40 @@ bool PortFree(const std::string& host, std::uint16_t port) {
   return r == 0;
 }
 
-// The checks `up` makes before starting anything; each failure is one line naming the field.
-Status Validate(const tfd::config::ClusterFile& f, const std::vector<tfd::launcher::TaskPlan>& plan) {
+// Checks one remote host over ssh: reachable with these settings, the working folder there, tfd
+// executable there, and (for hosts with workers) the data folder.
+Status CheckRemoteHost(const tfd::config::ClusterFile& f, const std::string& host, bool has_workers,
+                       const tfd::launcher::PlanOptions& popts) {
+  const tfd::config::HostLaunch& h = f.launch.For(host);
+  using tfd::launcher::ShellQuote;
+  std::string check = fmt::format("cd {} 2>/dev/null || {{ echo no-workdir; exit 3; }}; test -x {} || {{ echo no-tfd; exit 3; }}",
+                                  ShellQuote(h.workdir), ShellQuote(h.tfd));
+  if (has_workers) check += fmt::format("; test -d {} || {{ echo no-data; exit 3; }}", ShellQuote(f.train.data));
+  check += "; echo tfd-ok";
+  const auto r = tfd::launcher::RunAndCapture(tfd::launcher::SshArgv(h, host, popts, check), popts.connect_timeout_secs + 20);
+  if (r.exit_code == 0 && r.out.find("tfd-ok") != std::string::npos) return Status::Ok();
+  if (r.out.find("no-workdir") != std::string::npos)
+    return Status::InvalidArgument(fmt::format("{}: launch.workdir: \"{}\" is not a folder on {}", f.source, h.workdir, host));
+  if (r.out.find("no-tfd") != std::string::npos)
+    return Status::InvalidArgument(fmt::format("{}: launch.tfd: \"{}\" is not an executable file on {}", f.source, h.tfd, host));
+  if (r.out.find("no-data") != std::string::npos)
+    return Status::InvalidArgument(fmt::format("{}: train.data: \"{}\" is not a folder on {}", f.source, f.train.data, host));
+  std::string err = r.err;
+  while (!err.empty() && (err.back() == '\n' || err.back() == '\r')) err.pop_back();
+  if (auto nl = err.find_last_of('\n'); nl != std::string::npos) err = err.substr(nl + 1);
+  return Status::Unavailable(fmt::format("{}: cannot reach {} with ssh (exit {}): {}", f.source, host, r.exit_code,
+                                         err.empty() ? "no message" : err));
+}
+
+// The checks `up` makes before starting anything; each failure is one line naming the field or host.
+Status Validate(const tfd::config::ClusterFile& f, const std::vector<tfd::launcher::TaskPlan>& plan,
+                const tfd::launcher::PlanOptions& popts) {
+  std::map<std::string, bool> remote;  // host -> runs a worker
   for (const auto& p : plan) {
     if (!p.local) {
-      return Status::InvalidArgument(fmt::format("{}: {} runs on \"{}\": ssh launching of remote hosts is not available in this "
-                                                 "version of tfctl (use 127.0.0.1 or localhost)",
-                                                 f.source, p.task.ToString(), p.host));
+      remote[p.host] = remote[p.host] || p.task.type != tfd::config::TaskType::kPs;
+      continue;
     }
-  }
-  for (const auto& p : plan) {
     const tfd::config::HostLaunch& h = f.launch.For(p.host);
     const fs::path workdir = h.workdir;
     if (!fs::is_directory(workdir))
@@ -97,24 +125,21 @@ Status Validate(const tfd::config::ClusterFile& f, const std::vector<tfd::launch
     if (p.task.type != tfd::config::TaskType::kPs && !fs::is_directory(data))
       return Status::InvalidArgument(fmt::format("{}: train.data: \"{}\" is not a folder (fetch MNIST with scripts/fetch_mnist.sh {})",
                                                  f.source, data.string(), f.train.data));
-  }
-  for (tfd::config::TaskType t : {tfd::config::TaskType::kChief, tfd::config::TaskType::kWorker, tfd::config::TaskType::kPs}) {
-    const auto& eps = f.cluster.Tasks(t);
-    for (std::size_t i = 0; i < eps.size(); ++i) {
-      if (t != tfd::config::TaskType::kPs) continue;  // only ps tasks listen in this version
-      if (!PortFree(eps[i].host, eps[i].port))
-        return Status::InvalidArgument(fmt::format("{}: cluster.{}[{}]: {} is already in use on this machine", f.source,
-                                                   tfd::config::TaskTypeName(t), i, eps[i].ToString()));
+    if (p.task.type == tfd::config::TaskType::kPs) {  // only ps tasks listen in this version
+      const tfd::config::Endpoint& ep = f.cluster.EndpointOf(p.task);
+      if (!PortFree(ep.host, ep.port))
+        return Status::InvalidArgument(fmt::format("{}: cluster.ps[{}]: {} is already in use on this machine", f.source, p.task.index,
+                                                   ep.ToString()));
     }
   }
+  for (const auto& [host, has_workers] : remote) TFD_RETURN_IF_ERROR(CheckRemoteHost(f, host, has_workers, popts));
   return Status::Ok();
 }
 
 std::string Describe(const tfd::config::ClusterFile& f) {
   const char* mode = f.train.update.mode == tfd::config::UpdateSpec::Mode::kSync ? "sync" : "async";
-  return fmt::format("{}: {} ps + {} workers on this machine; {} on {}, {} epochs, batch {} per worker, {} updates", f.source,
-                     f.cluster.ps.size(), f.cluster.num_workers(), f.train.model.name, f.train.data, f.train.epochs, f.train.batch_size,
-                     mode);
+  return fmt::format("{}: {} ps + {} workers; {} on {}, {} epochs, batch {} per worker, {} updates", f.source, f.cluster.ps.size(),
+                     f.cluster.num_workers(), f.train.model.name, f.train.data, f.train.epochs, f.train.batch_size, mode);
 }
 
 }  // namespace
@@ -129,6 +154,7 @@ int main(int argc, char** argv) {
   if (command != "up" && command != "validate") return Usage(fmt::format("unknown command \"{}\" (expected up or validate)", command));
   std::string file, run_dir_override;
   double grace = 10;
+  bool accept_new_hostkeys = false;
   for (std::size_t i = 1; i < args.size(); ++i) {
     if (args[i] == "--run-dir" && i + 1 < args.size()) {
       run_dir_override = args[++i];
@@ -139,6 +165,8 @@ int main(int argc, char** argv) {
         grace = -1;
       }
       if (!(grace >= 0 && grace < 3600)) return Usage("--grace: expected a number of seconds");
+    } else if (args[i] == "--accept-new-hostkeys") {
+      accept_new_hostkeys = true;
     } else if (!args[i].empty() && args[i][0] == '-') {
       return Usage(fmt::format("unknown option {}", args[i]));
     } else if (file.empty()) {
@@ -161,13 +189,17 @@ int main(int argc, char** argv) {
   const fs::path run_dir = fs::absolute(fs::path(run_root) / fmt::format("{}-{}", stamp, f->name));
   tfd::launcher::PlanOptions popts;
   popts.job_path = (run_dir / "job.json").string();
+  popts.job_json = f->train_json;
+  popts.accept_new_hostkeys = accept_new_hostkeys;
+  popts.remote_run_dir = (fs::path(f->launch.run_dir).is_relative() ? fs::path(f->launch.run_dir) : fs::path("runs")) / run_dir.filename();
   const std::vector<tfd::launcher::TaskPlan> plan = tfd::launcher::MakePlan(*f, popts);
-  if (Status s = Validate(*f, plan); !s.ok()) {
+  if (Status s = Validate(*f, plan, popts); !s.ok()) {
     std::fprintf(stderr, "tfctl: %s\n", s.message().c_str());
-    return 2;
+    return tfd::ExitCodeFor(s) == 2 ? 2 : 1;
   }
   if (command == "validate") {
-    std::printf("%s\nok: the file is valid, tfd is there, the data folder exists and every ps port is free\n", Describe(*f).c_str());
+    std::printf("%s\nok: the file is valid; on every host tfd is there and the data folder exists; every local ps port is free\n",
+                Describe(*f).c_str());
     return 0;
   }
 

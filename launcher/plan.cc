@@ -40,6 +40,21 @@ std::string TfConfigFor(const config::ClusterSpec& cluster, const config::TaskId
                      task.index);
 }
 
+std::vector<std::string> SshArgv(const config::HostLaunch& h, const std::string& host, const PlanOptions& options,
+                                 const std::string& remote_command) {
+  std::vector<std::string> argv = {"ssh", "-o", "BatchMode=yes", "-o", fmt::format("ConnectTimeout={}", options.connect_timeout_secs),
+                                   "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"};
+  if (options.accept_new_hostkeys) argv.insert(argv.end(), {"-o", "StrictHostKeyChecking=accept-new"});
+  if (h.ssh_port != 0) argv.insert(argv.end(), {"-p", std::to_string(h.ssh_port)});
+  if (!h.ssh_identity.empty()) argv.insert(argv.end(), {"-i", h.ssh_identity});
+  if (!h.ssh_user.empty()) argv.insert(argv.end(), {"-l", h.ssh_user});
+  for (const std::string& o : h.ssh_options) argv.insert(argv.end(), {"-o", o});
+  argv.push_back("--");
+  argv.push_back(host);
+  argv.push_back(remote_command);
+  return argv;
+}
+
 std::vector<TaskPlan> MakePlan(const config::ClusterFile& file, const PlanOptions& options) {
   std::vector<config::TaskId> order;
   for (int i = 0; i < static_cast<int>(file.cluster.ps.size()); ++i) order.push_back({config::TaskType::kPs, i});
@@ -49,35 +64,39 @@ std::vector<TaskPlan> MakePlan(const config::ClusterFile& file, const PlanOption
     TaskPlan p;
     p.task = task;
     p.host = file.cluster.EndpointOf(task).host;
-    p.local = options.local_hosts.contains(p.host);
-    p.tf_config = TfConfigFor(file.cluster, task);
     const config::HostLaunch& h = file.launch.For(p.host);
+    p.local = h.via == config::HostLaunch::Via::kLocal ||
+              (h.via == config::HostLaunch::Via::kAuto && options.local_hosts.contains(p.host));
+    p.tf_config = TfConfigFor(file.cluster, task);
     std::vector<std::string> tfd = {h.tfd, "--log-format", "json"};
-    if (task.type != config::TaskType::kPs) {
-      tfd.push_back("--job");
-      tfd.push_back(options.job_path);
-    }
     if (p.local) {
+      if (task.type != config::TaskType::kPs) tfd.insert(tfd.end(), {"--job", options.job_path});
       p.argv = tfd;
       p.workdir = h.workdir;
       p.env.push_back(fmt::format("TF_CONFIG={}", p.tf_config));
       for (const auto& [k, v] : file.launch.env) p.env.push_back(fmt::format("{}={}", k, v));
-    } else {
-      p.argv = {"ssh", "-o", "BatchMode=yes", "-o", fmt::format("ConnectTimeout={}", options.connect_timeout_secs),
-                "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"};
-      if (options.accept_new_hostkeys) p.argv.insert(p.argv.end(), {"-o", "StrictHostKeyChecking=accept-new"});
-      if (h.ssh_port != 0) p.argv.insert(p.argv.end(), {"-p", std::to_string(h.ssh_port)});
-      if (!h.ssh_identity.empty()) p.argv.insert(p.argv.end(), {"-i", h.ssh_identity});
-      if (!h.ssh_user.empty()) p.argv.insert(p.argv.end(), {"-l", h.ssh_user});
-      for (const std::string& o : h.ssh_options) p.argv.insert(p.argv.end(), {"-o", o});
-      p.argv.push_back("--");
-      p.argv.push_back(p.host);
-      // One shell line on the remote side, every word quoted.
-      std::string remote = fmt::format("cd {} && exec env TF_CONFIG={}", ShellQuote(h.workdir), ShellQuote(p.tf_config));
-      for (const auto& [k, v] : file.launch.env) remote += fmt::format(" {}={}", k, ShellQuote(v));
-      for (const std::string& w : tfd) remote += fmt::format(" {}", ShellQuote(w));
-      p.argv.push_back(remote);
+      plan.push_back(std::move(p));
+      continue;
     }
+    // One shell line on the remote host, every word quoted: write the job into the task's run
+    // folder, start tfd in its own session (pid file beside it), and stop that session when this
+    // ssh's stdin closes (tfctl gone, even by kill -9); the line's status is tfd's. (A background
+    // job's stdin is /dev/null in a shell without job control, hence ssh's stdin kept on fd 3.)
+    const std::string dir = ShellQuote(options.remote_run_dir);
+    const std::string name = task.ToString();
+    if (task.type != config::TaskType::kPs) tfd.insert(tfd.end(), {"--job", options.remote_run_dir + "/job.json"});
+    std::string start = fmt::format("env TF_CONFIG={}", ShellQuote(p.tf_config));
+    for (const auto& [k, v] : file.launch.env) start += fmt::format(" {}={}", k, ShellQuote(v));
+    start += " setsid";
+    for (const std::string& w : tfd) start += fmt::format(" {}", ShellQuote(w));
+    const std::string remote = fmt::format(
+        "cd {workdir} && mkdir -p {dir} && printf '%s\\n' {job} > {dir}/job.json && exec 3<&0 && "
+        "{{ {start} </dev/null 3<&- & pid=$!; echo $pid > {dir}/{pidfile}; "
+        "( cat <&3 >/dev/null; kill -TERM -$pid 2>/dev/null; sleep 5; kill -KILL -$pid 2>/dev/null ) >/dev/null 2>&1 & "
+        "wait $pid; }}",
+        fmt::arg("workdir", ShellQuote(h.workdir)), fmt::arg("dir", dir), fmt::arg("job", ShellQuote(options.job_json)),
+        fmt::arg("start", start), fmt::arg("pidfile", ShellQuote(name + ".pid")));
+    p.argv = SshArgv(h, p.host, options, remote);
     plan.push_back(std::move(p));
   }
   return plan;

@@ -22,6 +22,8 @@ struct TaskPlan {
 
 struct PlanOptions {
   std::string job_path;          // where the job spec is written for local tasks
+  std::string remote_run_dir;    // a remote task's run folder, relative to its workdir
+  std::string job_json;          // the job spec, written into remote_run_dir by each remote task
   std::set<std::string> local_hosts = {"127.0.0.1", "localhost", "::1"};
   bool accept_new_hostkeys = false;
   int connect_timeout_secs = 10;
@@ -32,6 +34,11 @@ std::vector<TaskPlan> MakePlan(const config::ClusterFile& file, const PlanOption
 
 // The TF_CONFIG of one task of `cluster`.
 std::string TfConfigFor(const config::ClusterSpec& cluster, const config::TaskId& task);
+
+// The ssh argv that runs `remote_command` on `host` with `h`'s settings (BatchMode, a connect
+// timeout, keep-alives; host keys checked unless `accept_new_hostkeys`).
+std::vector<std::string> SshArgv(const config::HostLaunch& h, const std::string& host, const PlanOptions& options,
+                                 const std::string& remote_command);
 
 // Quotes `s` for a POSIX shell: 'it'\''s' (ssh joins the remote words into one shell line).
 std::string ShellQuote(std::string_view s);

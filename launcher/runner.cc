@@ -34,6 +34,7 @@ struct Task {
   std::string name;
   pid_t pid = -1;
   int out_fd = -1, err_fd = -1;  // pipes from the child's stdout (events) and stderr (log lines)
+  int in_fd = -1;                // ssh's stdin, held open: a remote task stops when it closes
   std::string out_buf, err_buf;
   std::ofstream log;
   std::deque<std::string> last_lines;
@@ -45,8 +46,8 @@ struct Task {
 
 // Starts one local task in its own process group; it gets SIGTERM if tfctl dies.
 Status Spawn(Task& t) {
-  int out[2], err[2];
-  if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0)
+  int out[2], err[2], in[2] = {-1, -1};
+  if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0 || (!t.plan->local && pipe2(in, O_CLOEXEC) != 0))
     return Status::Internal(fmt::format("{}: pipe: {}", t.name, std::strerror(errno)));
   const pid_t parent = getpid();
   pid_t pid = fork();
@@ -57,8 +58,7 @@ Status Spawn(Task& t) {
     if (getppid() != parent) _exit(127);  // tfctl died before the line above
     dup2(out[1], 1);
     dup2(err[1], 2);
-    int devnull = open("/dev/null", O_RDONLY);
-    dup2(devnull, 0);
+    dup2(in[0] >= 0 ? in[0] : open("/dev/null", O_RDONLY), 0);
     if (!t.plan->workdir.empty() && chdir(t.plan->workdir.c_str()) != 0) {
       std::fprintf(stderr, "tfctl: cannot enter %s: %s\n", t.plan->workdir.c_str(), std::strerror(errno));
       _exit(2);
@@ -74,6 +74,8 @@ Status Spawn(Task& t) {
   setpgid(pid, pid);
   close(out[1]);
   close(err[1]);
+  if (in[0] >= 0) close(in[0]);
+  t.in_fd = in[1];
   t.pid = pid;
   t.out_fd = out[0];
   t.err_fd = err[0];
@@ -140,6 +142,55 @@ void SignalGroups(std::vector<Task>& tasks, int sig) {
 }
 
 }  // namespace
+
+CommandOutput RunAndCapture(const std::vector<std::string>& argv, double timeout_secs) {
+  CommandOutput r;
+  int out[2], err[2];
+  if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) return r;
+  pid_t pid = fork();
+  if (pid < 0) return r;
+  if (pid == 0) {
+    dup2(out[1], 1);
+    dup2(err[1], 2);
+    dup2(open("/dev/null", O_RDONLY), 0);
+    std::vector<char*> a;
+    for (const std::string& s : argv) a.push_back(const_cast<char*>(s.c_str()));
+    a.push_back(nullptr);
+    execvp(a[0], a.data());
+    std::fprintf(stderr, "cannot run %s: %s\n", a[0], std::strerror(errno));
+    _exit(127);
+  }
+  close(out[1]);
+  close(err[1]);
+  const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int>(timeout_secs * 1000));
+  int fds[2] = {out[0], err[0]};
+  std::string* bufs[2] = {&r.out, &r.err};
+  while (fds[0] >= 0 || fds[1] >= 0) {
+    pollfd p[2] = {{fds[0], POLLIN, 0}, {fds[1], POLLIN, 0}};
+    if (Clock::now() >= deadline) {
+      kill(pid, SIGKILL);
+      break;
+    }
+    poll(p, 2, 100);
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i] < 0 || p[i].revents == 0) continue;
+      char chunk[4096];
+      ssize_t n = read(fds[i], chunk, sizeof chunk);
+      if (n <= 0) {
+        close(fds[i]);
+        fds[i] = -1;
+      } else {
+        bufs[i]->append(chunk, static_cast<std::size_t>(n));
+      }
+    }
+  }
+  for (int fd : fds)
+    if (fd >= 0) close(fd);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
 
 int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
   std::vector<Task> tasks(plan.size());
@@ -251,9 +302,10 @@ int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
       if (waitpid(t.pid, &status, WNOHANG) != t.pid) continue;
       t.running = false;
       t.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      if (t.in_fd >= 0) close(t.in_fd), t.in_fd = -1;
       if (t.row.state != "done") {
         t.row.state = t.exit_code == 0                        ? "exited"
-                      : stopping && t.exit_code == 128 + SIGTERM ? "stopped"
+                      : stopping && (t.exit_code == 128 + SIGTERM || (!t.plan->local && t.exit_code == 255)) ? "stopped"
                                                                  : fmt::format("failed ({})", t.exit_code);
       }
       display.SetRows(rows());

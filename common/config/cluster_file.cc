@@ -15,6 +15,11 @@ using nlohmann::json;
 
 // Reads the fields of a host's launch settings over `h` (so per-host entries start from the defaults).
 void ReadHostLaunch(ObjectReader& r, HostLaunch* h) {
+  std::string via;
+  r.String("via", &via);
+  if (via == "local") h->via = HostLaunch::Via::kLocal;
+  else if (via == "ssh") h->via = HostLaunch::Via::kSsh;
+  else if (!via.empty() && via != "auto") r.Fail(r.PathOf("via"), fmt::format("\"{}\": expected auto, local or ssh", via));
   r.String("tfd", &h->tfd);
   if (r.status().ok() && h->tfd.empty()) r.Fail(r.PathOf("tfd"), "must name the tfd binary");
   r.String("workdir", &h->workdir);

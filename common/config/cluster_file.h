@@ -12,6 +12,8 @@ namespace tfd::config {
 
 // How tfctl reaches one host: where tfd is, where it runs, and the ssh settings for remote hosts.
 struct HostLaunch {
+  enum class Via { kAuto, kLocal, kSsh };
+  Via via = Via::kAuto;                  // auto: a child for loopback names, ssh otherwise
   std::string tfd = "build/daemon/tfd";  // path of the tfd binary on that host
   std::string workdir = ".";             // folder the task runs in (relative paths in the job resolve there)
   std::string ssh_user;                  // empty: ssh's default

@@ -1,5 +1,6 @@
 // tfctl as a user runs it: whole clusters of real tfd processes on this machine, from a cluster file.
 #include <dirent.h>
+#include <pwd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -50,7 +51,11 @@ std::vector<std::string> ProcessesMentioning(const std::string& needle) {
     if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
     std::string cmd = ReadAll(e.path().string() + "/cmdline");
     std::replace(cmd.begin(), cmd.end(), '\0', ' ');
-    if (cmd.find(needle) != std::string::npos && cmd.find("tfctl_tests") == std::string::npos) found.push_back(pid + ": " + cmd);
+    if (cmd.find("tfctl_tests") != std::string::npos || cmd.find("/usr/sbin/sshd") != std::string::npos) continue;  // the test, its sshd
+    std::error_code ec;
+    const std::string cwd = std::filesystem::read_symlink(e.path() / "cwd", ec).string();
+    // A task started through ssh runs in its workdir (the test's dir) with relative paths.
+    if (cmd.find(needle) != std::string::npos || (!ec && cwd.starts_with(needle))) found.push_back(pid + ": " + cmd);
   }
   return found;
 }
@@ -164,17 +169,132 @@ TEST_CASE("tfctl validate refuses, in one line with exit 2, what would fail at s
       std::this_thread::sleep_for(20ms);
     CHECK(validate(file).find("cluster.ps[0]: " + ep + " is already in use on this machine") != std::string::npos);
   }
-  SECTION("a remote host") {
+  SECTION("a host ssh cannot reach") {
     const std::string file = ClusterFile(dir, 1);
     auto f = nlohmann::json::parse(ReadAll(file));
-    f["cluster"]["worker"][1] = "pc-02:2222";
+    f["cluster"]["worker"][1] = "pc-02.invalid:2222";
     WriteFile(file, f.dump());
-    CHECK(validate(file).find("worker:1 runs on \"pc-02\": ssh launching of remote hosts is not available") != std::string::npos);
+    CommandResult r = RunCommand(kTfctl + " validate " + file, dir);
+    INFO(r.err);
+    CHECK(r.exit_code == 1);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK(r.err.find("cannot reach pc-02.invalid with ssh (exit 255): ssh: Could not resolve hostname pc-02.invalid") != std::string::npos);
   }
   SECTION("a bad file") {
     WriteFile(dir / "bad.json", R"({"cluster": {"worker": ["x:1"]}})");
     CHECK(validate(dir / "bad.json").find("bad.json: train: missing") != std::string::npos);
   }
+}
+
+// A real sshd on 127.0.0.1 (a child of the test, so it is reaped), with its own host key, a client
+// key, and a known_hosts file that holds the right host key for [localhost]:port.
+class LoopbackSshd {
+ public:
+  explicit LoopbackSshd(const TempDir& dir) : dir_(dir), port_(FreePort()) {
+    REQUIRE(std::filesystem::exists("/usr/sbin/sshd"));  // scripts/setup installs openssh-server
+    std::filesystem::create_directories("/run/sshd");
+    REQUIRE(std::system(("ssh-keygen -q -t ed25519 -N '' -f " + dir / "host_key").c_str()) == 0);
+    REQUIRE(std::system(("ssh-keygen -q -t ed25519 -N '' -f " + dir / "client_key").c_str()) == 0);
+    REQUIRE(std::system(("ssh-keygen -q -t ed25519 -N '' -f " + dir / "other_key").c_str()) == 0);
+    std::filesystem::copy_file(dir / "client_key.pub", dir / "authorized_keys");
+    WriteFile(dir / "sshd_config", "Port " + std::to_string(port_) + "\nListenAddress 127.0.0.1\nHostKey " + dir / "host_key" +
+                                       "\nPidFile " + dir / "sshd.pid" + "\nAuthorizedKeysFile " + dir / "authorized_keys" +
+                                       "\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
+                                       "PermitRootLogin prohibit-password\nUsePAM no\nStrictModes no\n");
+    auto key = [&](const std::string& pub) {
+      std::string k = ReadAll(dir / pub);
+      return k.substr(0, k.find(' ', k.find(' ') + 1));
+    };
+    WriteFile(dir / "known_hosts", "[localhost]:" + std::to_string(port_) + " " + key("host_key.pub") + "\n");
+    WriteFile(dir / "wrong_known_hosts", "[localhost]:" + std::to_string(port_) + " " + key("other_key.pub") + "\n");
+    sshd_ = std::make_unique<Process>(std::vector<std::string>{"/usr/sbin/sshd", "-D", "-e", "-f", dir / "sshd_config"},
+                                      std::vector<std::string>{}, dir / "sshd.out", dir / "sshd.err");
+    // Wait until it accepts logins.
+    const auto until = std::chrono::steady_clock::now() + 20s;
+    for (;;) {
+      CommandResult r = RunCommand("ssh -o BatchMode=yes -o UserKnownHostsFile=" + dir / "known_hosts" + " -p " + std::to_string(port_) +
+                                       " -i " + dir / "client_key" + " -l " + User() + " localhost true",
+                                   dir);
+      if (r.exit_code == 0) break;
+      INFO("sshd: " << ReadAll(dir / "sshd.err") << " ssh: " << r.err);
+      REQUIRE(std::chrono::steady_clock::now() < until);
+      std::this_thread::sleep_for(100ms);
+    }
+  }
+  ~LoopbackSshd() { sshd_->Signal(SIGTERM); }
+
+  static std::string User() {
+    const passwd* pw = getpwuid(getuid());
+    return pw != nullptr ? pw->pw_name : "root";
+  }
+  // launch.hosts entry reaching "localhost" through this sshd.
+  nlohmann::json HostEntry(const std::string& known_hosts_file) const {
+    return {{"via", "ssh"},
+            {"tfd", kTfd},
+            {"workdir", dir_.path()},
+            {"ssh", {{"user", User()}, {"port", port_}, {"identity_file", dir_ / "client_key"},
+                     {"options", {"UserKnownHostsFile=" + dir_ / known_hosts_file}}}}};
+  }
+
+ private:
+  const TempDir& dir_;
+  int port_;
+  std::unique_ptr<Process> sshd_;
+};
+
+// ClusterFile's cluster with both workers on "localhost", reached through `sshd`.
+std::string SshClusterFile(const TempDir& dir, const LoopbackSshd& sshd, int epochs, const std::string& known_hosts = "known_hosts") {
+  auto f = nlohmann::json::parse(ReadAll(ClusterFile(dir, epochs)));
+  for (auto& w : f["cluster"]["worker"]) w = "localhost:" + std::to_string(FreePort());
+  f["launch"]["hosts"] = {{"localhost", sshd.HostEntry(known_hosts)}};
+  WriteFile(dir / "ssh.json", f.dump(2));
+  return dir / "ssh.json";
+}
+
+TEST_CASE("tfctl up reaches worker hosts through a real sshd and trains to completion", "[system][tfctl][ssh]") {
+  TempDir dir;
+  LoopbackSshd sshd(dir);
+  const std::string file = SshClusterFile(dir, sshd, 2);
+  Process p({kTfctl, "up", file}, {}, dir / "out", dir / "err");
+  auto code = p.Wait(120s);
+  INFO("stdout:\n" << p.out() << "\nstderr:\n" << p.err());
+  REQUIRE(code.has_value());
+  CHECK(*code == 0);
+  auto summary = nlohmann::json::parse(ReadAll(RunFolder(dir) + "/summary.json"));
+  for (const auto& t : summary["tasks"]) CHECK(t["exit_code"] == 0);
+  CHECK(p.out().find("[worker:1] info worker=1 epoch=2 ") != std::string::npos);
+}
+
+TEST_CASE("kill -9 of tfctl leaves no tfd behind on an ssh host", "[system][tfctl][ssh]") {
+  TempDir dir;
+  LoopbackSshd sshd(dir);
+  const std::string file = SshClusterFile(dir, sshd, 100000);
+  Process p({kTfctl, "up", file}, {}, dir / "out", dir / "err");
+  const auto until = std::chrono::steady_clock::now() + 60s;
+  while (p.out().find("epoch=1 ") == std::string::npos && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(50ms);
+  REQUIRE(p.out().find("epoch=1 ") != std::string::npos);
+  // The remote tasks run in the test dir (found by their working folder): they are there now ...
+  const auto before = ProcessesMentioning(dir.path());
+  INFO("running before: " << before.size());
+  REQUIRE(before.size() >= 2);
+  p.Signal(SIGKILL);
+  p.Wait(10s);
+  // ... and none survives: their watchdog stops them when the dead tfctl's ssh closes their stdin.
+  const bool none_left = WaitUntilNoneLeft(dir.path(), 15s);
+  for (const auto& left : ProcessesMentioning(dir.path())) UNSCOPED_INFO("left: " << left);
+  CHECK(none_left);
+}
+
+TEST_CASE("a wrong host key fails closed with ssh's reason, before anything starts", "[system][tfctl][ssh]") {
+  TempDir dir;
+  LoopbackSshd sshd(dir);
+  const std::string file = SshClusterFile(dir, sshd, 1, "wrong_known_hosts");
+  CommandResult r = RunCommand(kTfctl + " up " + file, dir);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("cannot reach localhost with ssh (exit 255)") != std::string::npos);
+  CHECK(r.err.find("Host key verification failed") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir / "runs"));  // nothing started, no run folder
 }
 
 }  // namespace
