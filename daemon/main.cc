@@ -13,6 +13,7 @@
 
 #include "common/base/logging.h"
 #include "common/base/memory.h"
+#include "common/base/service.h"
 #include "common/config/cluster.h"
 #include "common/config/job.h"
 #include "daemon/ps/run_ps.h"
@@ -57,6 +58,7 @@ tfd::Status ReadFile(const std::string& path, std::string* out) {
 }
 
 int Fail(const tfd::Status& s, tfd::EventWriter& events) {
+  if (g_signal.load() != 0) tfd::NotifyStopping();
   spdlog::error("{}", s.message());
   events.Emit("error", {{"message", s.message()}});
   if (g_signal.load() != 0) return 128 + g_signal.load();

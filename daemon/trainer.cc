@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/base/service.h"
+
 namespace tfd::daemon {
 namespace {
 
@@ -75,6 +77,8 @@ Status Train(const config::JobSpec& job, const model::MnistData& data, model::Mo
                  worker_line ? fmt::format(" local_step={}", local_step) : "", loss, accuracy, eval, samples_per_sec,
                  note.empty() ? "" : " ", note);
     events.Emit("epoch", fields);
+    NotifyStatus(fmt::format("epoch {} of {}: global_step={} loss={:.4f} accuracy={:.4f}{}", epoch, job.epochs, global_step, loss,
+                             accuracy, eval));
   }
   TFD_ASSIGN_OR_RETURN(global_step, updater.Finish(model));
   if (updater.FinishChangesParams() || test_accuracy < 0) test_accuracy = model::Evaluate(model, data.test);

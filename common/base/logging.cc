@@ -1,16 +1,31 @@
 #include "common/base/logging.h"
+#include "common/base/service.h"
 
 #include <cmath>
 
 #include <fmt/format.h>
 #include <spdlog/sinks/stdout_sinks.h>
+#if TFD_HAVE_SYSTEMD
+#include <spdlog/sinks/systemd_sink.h>
+#endif
 #include <spdlog/spdlog.h>
 
 namespace tfd {
 
 void SetupLogging(std::string_view task, std::string_view level) {
-  auto logger = spdlog::stderr_logger_mt(fmt::format("tfd-{}", task));
-  logger->set_pattern(fmt::format("%Y-%m-%d %H:%M:%S.%e [{}] %^%l%$ %v", task));
+  std::shared_ptr<spdlog::logger> logger;
+#if TFD_HAVE_SYSTEMD
+  if (StderrIsJournal()) {
+    // Under systemd: structured journal entries with their priority; the journal keeps the time.
+    logger = std::make_shared<spdlog::logger>(fmt::format("tfd-{}", task),
+                                              std::make_shared<spdlog::sinks::systemd_sink_mt>("tfd"));
+    logger->set_pattern(fmt::format("[{}] %v", task));
+  }
+#endif
+  if (!logger) {
+    logger = spdlog::stderr_logger_mt(fmt::format("tfd-{}", task));
+    logger->set_pattern(fmt::format("%Y-%m-%d %H:%M:%S.%e [{}] %^%l%$ %v", task));
+  }
   logger->set_level(spdlog::level::from_str(std::string(level)));
   logger->flush_on(spdlog::level::info);
   spdlog::set_default_logger(std::move(logger));

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/base/service.h"
 #include "daemon/ps/parameter_store.h"
 #include "daemon/ps/ps_service.h"
 
@@ -48,6 +49,7 @@ Status RunPs(const config::TfConfig& config, EventWriter& events, const PsOption
                options.bind_address.empty() ? "*" : options.bind_address, self.port, incarnation, config.cluster.num_workers(),
                config.cluster.Id());
   events.Emit("start", {{"role", std::string("ps")}, {"port", std::int64_t{self.port}}});
+  NotifyReady(fmt::format("{} listening on port {}", config.task.ToString(), self.port));
 
   // Poll the signal flag; log while nobody has initialised the variables.
   asio::steady_timer poll(ioc);
@@ -59,6 +61,7 @@ Status RunPs(const config::TfConfig& config, EventWriter& events, const PsOption
     poll.async_wait([&](const boost::system::error_code& ec) {
       if (ec) return;
       if (options.stop != nullptr && options.stop->load()) {
+        NotifyStopping();
         stopped = true;
         ioc.stop();
         return;

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/base/service.h"
 #include "common/tensor/gemm.h"
 #include "daemon/placement.h"
 #include "daemon/standalone.h"
@@ -156,6 +157,7 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
   TFD_ASSIGN_OR_RETURN(std::uint64_t start_step, client->Pull(model.params(), false));
   spdlog::info("ready: training from global_step {}", start_step);
   events.Emit("ready", {{"global_step", static_cast<std::int64_t>(start_step)}});
+  NotifyReady(fmt::format("{} training from global step {}", config.task.ToString(), start_step));
 
   PsUpdater updater(*client, static_cast<std::uint32_t>(rank), incarnation, sync, job.update.overlap, start_step,
                     model.params().size());

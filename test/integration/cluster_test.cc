@@ -9,6 +9,8 @@
 #include <memory>
 #include <sstream>
 
+#include <sys/un.h>
+
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
@@ -425,6 +427,40 @@ TEST_CASE("a worker refused by a peer with a nonsense error code reports it inst
   CHECK(w.exit_code == 1);
   INFO(w.err);
   CHECK(w.err.find("refused: go away") != std::string::npos);
+}
+
+TEST_CASE("a ps and a worker tell systemd READY=1 through NOTIFY_SOCKET once they are up", "[integration][cluster]") {
+  TempDir data;
+  WriteSyntheticMnist(data.path(), 400, 50);
+  Cluster c(1, 1, Job(data.path(), R"({"mode": "async"})", 1, R"({"type": "sgd", "learning_rate": 0.1})", 20));
+  // The datagram socket systemd would provide.
+  const std::string path = c.dir() / "notify.sock";
+  int fd = socket(AF_UNIX, SOCK_DGRAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  timeval tv{30, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  Process ps({kTfd}, {"TF_CONFIG=" + c.TfConfig("ps", 0), "NOTIFY_SOCKET=" + path}, c.dir() / "ps.out", c.dir() / "ps.err");
+  auto receive = [&] {
+    char buf[1024];
+    ssize_t n = recv(fd, buf, sizeof buf, 0);
+    return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
+  };
+  const std::string from_ps = receive();
+  INFO(ps.err());
+  CHECK(from_ps.find("READY=1") != std::string::npos);
+  CHECK(from_ps.find("STATUS=ps:0 listening on port") != std::string::npos);
+  Process worker({kTfd, "--job", c.dir() / "job.json"}, {"TF_CONFIG=" + c.TfConfig("worker", 0), "NOTIFY_SOCKET=" + path},
+                 c.dir() / "w.out", c.dir() / "w.err");
+  std::string from_worker;
+  for (int i = 0; i < 5 && from_worker.find("READY=1") == std::string::npos; ++i) from_worker = receive();
+  INFO(worker.err());
+  CHECK(from_worker.find("STATUS=worker:0 training from global step 0") != std::string::npos);
+  CHECK(worker.Wait(60s) == std::optional<int>(0));
+  CHECK(ps.Wait(30s) == std::optional<int>(0));
+  close(fd);
 }
 
 TEST_CASE("a worker whose ps stops answering (SIGSTOP) gets an error naming it within the peer timeout", "[integration][cluster]") {
