@@ -227,6 +227,7 @@ int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
   auto handle_line = [&](Task& t, bool is_stdout, const std::string& line) {
     if (is_stdout) {
       metrics << line << '\n';
+      metrics.flush();  // status and up --detach read it while the run goes on
       Result<config::Event> e = config::ParseEvent(line);
       if (!e.ok()) return;
       Row& r = t.row;

@@ -143,6 +143,37 @@ TEST_CASE("kill -9 of tfctl leaves no tfd behind", "[system][tfctl]") {
   CHECK(WaitUntilNoneLeft(dir.path(), 10s));
 }
 
+TEST_CASE("tfctl up --detach returns with the run going on; status, logs and down act on it", "[system][tfctl]") {
+  TempDir dir;
+  const std::string file = ClusterFile(dir, 100000);
+  CommandResult up = RunCommand(kTfctl + " up " + file + " --detach", dir);
+  INFO(up.out << up.err);
+  REQUIRE(up.exit_code == 0);
+  CHECK(up.out.find("every task is up") != std::string::npos);
+  const std::string run = RunFolder(dir);
+  REQUIRE_FALSE(run.empty());
+  CHECK(ProcessesMentioning(dir.path()).size() >= 2);  // the workers train on after up returned
+  // Wait for an epoch, then look at it.
+  const auto until = std::chrono::steady_clock::now() + 60s;
+  while (ReadAll(run + "/worker:0.log").find("epoch=1 ") == std::string::npos && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(50ms);
+  CommandResult status = RunCommand(kTfctl + " status " + run, dir);
+  INFO(status.out);
+  CHECK(status.exit_code == 0);
+  CHECK(status.out.find(": running") != std::string::npos);
+  CHECK(status.out.find("worker:0   epoch") != std::string::npos);
+  CommandResult logs = RunCommand(kTfctl + " logs " + run + " worker:1", dir);
+  CHECK(logs.out.find("[worker:1] ") != std::string::npos);
+  CHECK(logs.out.find("[worker:0] ") == std::string::npos);
+  CommandResult down = RunCommand(kTfctl + " down " + run, dir);
+  INFO(down.out << down.err);
+  CHECK(down.exit_code == 0);
+  CHECK(WaitUntilNoneLeft(dir.path(), 10s));
+  auto summary = nlohmann::json::parse(ReadAll(run + "/summary.json"));
+  CHECK(summary["exit_code"] == 130);
+  CHECK(RunCommand(kTfctl + " status " + run, dir).out.find(": finished") != std::string::npos);
+}
+
 TEST_CASE("tfctl validate refuses, in one line with exit 2, what would fail at start", "[system][tfctl]") {
   TempDir dir;
   auto validate = [&](const std::string& file) {

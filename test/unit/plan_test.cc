@@ -52,7 +52,7 @@ TEST_CASE("a remote task is one ssh argv with every remote word quoted and host 
                  R"(, "launch": {"tfd": "/opt/my tfd", "env": {"NOTE": "it's fine"},
                      "hosts": {"pc-02": {"workdir": "/srv/a b", "ssh": {"user": "lab", "port": 2222, "identity_file": "/k",
                                                                        "options": ["Compression=yes"]}}}}})");
-  auto plan = MakePlan(f, {.job_path = "/r/job.json"});
+  auto plan = MakePlan(f, {.job_path = "/r/job.json", .remote_run_dir = "runs/r1", .job_json = R"({"a": "it's"})"});
   const TaskPlan& w = plan[1];
   CHECK_FALSE(w.local);
   const std::vector<std::string> head = {"ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=5",
@@ -60,8 +60,15 @@ TEST_CASE("a remote task is one ssh argv with every remote word quoted and host 
                                          "Compression=yes", "--", "pc-02"};
   REQUIRE(w.argv.size() == head.size() + 1);
   CHECK(std::vector<std::string>(w.argv.begin(), w.argv.end() - 1) == head);
-  CHECK(w.argv.back() == "cd '/srv/a b' && exec env TF_CONFIG='" + w.tf_config +
-                             R"(' NOTE='it'\''s fine' '/opt/my tfd' '--log-format' 'json' '--job' '/r/job.json')");
+  // Enter the workdir, write the job, start tfd in its own session with a pid file, and stop that
+  // session when ssh's stdin (kept on fd 3) closes; the line's status is tfd's.
+  CHECK(w.argv.back() ==
+        R"(cd '/srv/a b' && mkdir -p 'runs/r1' && printf '%s\n' '{"a": "it'\''s"}' > 'runs/r1'/job.json && exec 3<&0 && )"
+        R"({ env TF_CONFIG=')" + w.tf_config +
+            R"(' NOTE='it'\''s fine' setsid '/opt/my tfd' '--log-format' 'json' '--job' 'runs/r1/job.json' </dev/null 3<&- & )"
+            R"(pid=$!; echo $pid > 'runs/r1'/'worker:0.pid'; )"
+            R"(( cat <&3 >/dev/null; kill -TERM -$pid 2>/dev/null; sleep 5; kill -KILL -$pid 2>/dev/null ) >/dev/null 2>&1 & )"
+            R"(wait $pid; })");
   for (const std::string& a : plan[0].argv) CHECK(a.find("StrictHostKeyChecking") == std::string::npos);
   auto opt_in = MakePlan(f, {.job_path = "/r/job.json", .accept_new_hostkeys = true});
   CHECK(std::find(opt_in[1].argv.begin(), opt_in[1].argv.end(), "StrictHostKeyChecking=accept-new") != opt_in[1].argv.end());
