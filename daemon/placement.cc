@@ -20,9 +20,7 @@ std::uint64_t Placement::LayoutHash() const {
   std::string canonical = fmt::format("{} ps;", shards.size());  // an empty shard still counts
   for (std::size_t ps = 0; ps < shards.size(); ++ps)
     for (const Slice& s : shards[ps]) canonical += fmt::format("{}|{}|{}|{};", ps, s.name, s.flat_offset, s.length);
-  Sha256 h;
-  h.Update(std::as_bytes(std::span(canonical.data(), canonical.size())));
-  return std::stoull(h.HexDigest().substr(0, 16), nullptr, 16);
+  return Fingerprint64(canonical);
 }
 
 std::vector<std::string> Placement::Describe() const {

@@ -31,4 +31,10 @@ std::string Sha256::HexDigest() {
   return out;
 }
 
+std::uint64_t Fingerprint64(std::string_view text) {
+  Sha256 h;
+  h.Update(std::as_bytes(std::span(text.data(), text.size())));
+  return std::stoull(h.HexDigest().substr(0, 16), nullptr, 16);
+}
+
 }  // namespace tfd

@@ -2,7 +2,9 @@
 
 #include <cstddef>
 #include <span>
+#include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace tfd {
 
@@ -21,5 +23,8 @@ class Sha256 {
  private:
   void* ctx_;  // EVP_MD_CTX*, kept opaque so callers need no OpenSSL headers
 };
+
+// The first 8 bytes of SHA-256(text) as a number: a fingerprint for ids (cluster, layout).
+std::uint64_t Fingerprint64(std::string_view text);
 
 }  // namespace tfd

@@ -141,9 +141,7 @@ std::uint64_t ClusterSpec::Id() const {
     for (const Endpoint& e : Tasks(t)) canonical += e.ToString() + ',';
     canonical += ';';
   }
-  Sha256 h;
-  h.Update(std::as_bytes(std::span(canonical.data(), canonical.size())));
-  return std::stoull(h.HexDigest().substr(0, 16), nullptr, 16);
+  return Fingerprint64(canonical);
 }
 
 Result<TfConfig> ParseTfConfig(std::string_view text, std::string_view source) {

@@ -163,11 +163,8 @@ Result<Event> ParseEvent(std::string_view line) {
 }
 
 Result<ClusterFile> LoadClusterFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound(fmt::format("{}: cannot open the cluster file", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ParseClusterFile(ss.str(), path);
+  TFD_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path, "the cluster file"));
+  return ParseClusterFile(text, path);
 }
 
 }  // namespace tfd::config

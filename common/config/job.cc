@@ -246,11 +246,8 @@ Result<JobSpec> ParseJobSpec(std::string_view text, std::string_view source) {
 }
 
 Result<JobSpec> LoadJobSpec(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound(fmt::format("{}: cannot open the job file", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ParseJobSpec(ss.str(), path);
+  TFD_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path, "the job file"));
+  return ParseJobSpec(text, path);
 }
 
 }  // namespace tfd::config

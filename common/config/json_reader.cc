@@ -1,10 +1,20 @@
 #include "common/config/json_reader.h"
 
 #include <cmath>
+#include <fstream>
+#include <sstream>
 
 #include <fmt/format.h>
 
 namespace tfd::config {
+
+Result<std::string> ReadTextFile(const std::string& path, std::string_view what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::NotFound(fmt::format("{}: cannot open {}", path, what));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
 
 std::string Describe(const nlohmann::json& v) {
   switch (v.type()) {

@@ -46,6 +46,9 @@ class ObjectReader {
   Status* status_;
 };
 
+// The whole file at `path`; NotFound naming it and `what` ("the job file") when it cannot be read.
+Result<std::string> ReadTextFile(const std::string& path, std::string_view what);
+
 struct JobSpec;
 // Reads a job spec from the object `r` reads (for a job file, or the "train" object of a cluster
 // file); errors go to r's status.

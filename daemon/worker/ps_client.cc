@@ -81,9 +81,7 @@ Status PsClient::Initialize(bool chief, const wire::OptimizerParams& optimizer, 
       fmt::format("{:016x}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", placement_.LayoutHash(), optimizer.type, optimizer.learning_rate,
                   optimizer.momentum, optimizer.beta1, optimizer.beta2, optimizer.epsilon, optimizer.use_nesterov, update.mode,
                   update.scale_stale, update.replicas_to_aggregate, update.total_num_replicas, update.num_workers);
-  Sha256 h;
-  h.Update(std::as_bytes(std::span(settings.data(), settings.size())));
-  const std::uint64_t layout = std::stoull(h.HexDigest().substr(0, 16), nullptr, 16);
+  const std::uint64_t layout = Fingerprint64(settings);
   // The INIT values travel as frame tails: each frame owns its buffer (an early return must not
   // free what the I/O thread is still writing).
   std::vector<std::future<Result<wire::InFrame>>> replies(ps_.size());
