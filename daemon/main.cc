@@ -153,6 +153,7 @@ int main(int argc, char** argv) {
     job = std::move(loaded).value();
   }
   Status s;
+  try {
   if (standalone) {
     s = tfd::daemon::RunStandalone(job, events, {.stop = &g_stop, .params_out = params_out});
   } else {
@@ -170,6 +171,10 @@ int main(int argc, char** argv) {
       options.params_out = params_out;
       s = tfd::worker::RunWorker(*tf_config, job, events, options);
     }
+  }
+  } catch (const std::bad_alloc&) {
+    // A model, batch or layer list too large for this machine's memory.
+    s = Status::InvalidArgument(fmt::format("{}: out of memory: the model or batch_size is too large for this machine", job_path));
   }
   if (!s.ok()) return Fail(s, events);
   return 0;
