@@ -15,17 +15,21 @@ std::shared_ptr<RpcClient> RpcClient::Start(tcp::socket socket, std::string peer
   return client;
 }
 
-std::future<Result<wire::InFrame>> RpcClient::Call(wire::OutFrame request) {
-  std::promise<Result<wire::InFrame>> promise;
-  auto future = promise.get_future();
+std::future<Result<wire::InFrame>> RpcClient::Call(wire::OutFrame request) { return Call(std::move(request), 0, nullptr); }
+
+std::future<Result<wire::InFrame>> RpcClient::Call(wire::OutFrame request, std::uint64_t after, std::uint64_t* id) {
+  Pending p;
+  p.after = after;
+  auto future = p.promise.get_future();
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!closed_.ok()) {
-      promise.set_value(closed_);
+      p.promise.set_value(closed_);
       return future;
     }
     request.header.request_id = next_id_++;
-    pending_.emplace(request.header.request_id, std::move(promise));
+    if (id != nullptr) *id = request.header.request_id;
+    pending_.emplace(request.header.request_id, std::move(p));
   }
   connection_->Send(std::move(request));
   return future;
@@ -60,24 +64,33 @@ void RpcClient::OnFrame(const std::shared_ptr<Connection>& from, wire::InFrame f
       return;
     }
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = pending_.find(frame.header.request_id);
+    const std::uint64_t refused = frame.header.request_id;
+    auto it = pending_.find(refused);
     if (it != pending_.end()) {
-      it->second.set_value(why);
+      it->second.promise.set_value(why);
       pending_.erase(it);
+    }
+    for (auto dep = pending_.begin(); dep != pending_.end();) {  // calls queued behind the refused one
+      if (dep->second.after == refused) {
+        dep->second.promise.set_value(why);
+        dep = pending_.erase(dep);
+      } else {
+        ++dep;
+      }
     }
     return;
   }
   std::lock_guard<std::mutex> lock(mu_);
   auto it = pending_.find(frame.header.request_id);
   if (it == pending_.end()) return;  // a reply nobody waits for (the call gave up): drop it
-  it->second.set_value(std::move(frame));
+  it->second.promise.set_value(std::move(frame));
   pending_.erase(it);
 }
 
 void RpcClient::OnClosed(const std::shared_ptr<Connection>&, const Status& why) {
   std::lock_guard<std::mutex> lock(mu_);
   closed_ = why.ok() ? Status::Unavailable(fmt::format("{}: connection closed", peer_)) : why;
-  for (auto& [id, promise] : pending_) promise.set_value(closed_);
+  for (auto& [id, p] : pending_) p.promise.set_value(closed_);
   pending_.clear();
 }
 

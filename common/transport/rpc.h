@@ -21,6 +21,10 @@ class RpcClient : public FrameHandler, public std::enable_shared_from_this<RpcCl
   // Sends `request` and returns the reply's future. Memory referenced by the request's tail spans
   // must stay valid until the future is ready.
   std::future<Result<wire::InFrame>> Call(wire::OutFrame request);
+  // Call, where an ERROR answer to the call with id `after` (made earlier on this client) fails this
+  // call too: a request queued behind a refused one must not wait for an answer that cannot come.
+  // `id` receives this call's request id.
+  std::future<Result<wire::InFrame>> Call(wire::OutFrame request, std::uint64_t after, std::uint64_t* id);
   // Sends without expecting a reply.
   void Notify(wire::OutFrame message);
   // Waits for `reply` until `deadline`; DeadlineExceeded naming the peer and `what` otherwise.
@@ -40,7 +44,11 @@ class RpcClient : public FrameHandler, public std::enable_shared_from_this<RpcCl
   std::shared_ptr<Connection> connection_;
   mutable std::mutex mu_;
   std::uint64_t next_id_ = 1;                                                       // guarded by mu_
-  std::unordered_map<std::uint64_t, std::promise<Result<wire::InFrame>>> pending_;  // guarded by mu_
+  struct Pending {
+    std::promise<Result<wire::InFrame>> promise;
+    std::uint64_t after = 0;  // fail with that call's ERROR
+  };
+  std::unordered_map<std::uint64_t, Pending> pending_;  // guarded by mu_
   Status closed_;                                                                   // guarded by mu_
 };
 

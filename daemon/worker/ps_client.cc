@@ -138,8 +138,10 @@ void PsClient::StartPushPull(const wire::Push& tag, std::span<const float> grads
     push.based_on_step = steps_[i];
     wire::OutFrame f = wire::Encode(push, Slices(i, grads));
     f.keepalive = keepalive;
-    acks_[i] = ps_[i]->Call(std::move(f));
-    pulls_[i] = ps_[i]->Call(wire::Encode(wire::Pull{sync ? steps_[i] + 1 : 0}));
+    std::uint64_t push_id = 0;
+    acks_[i] = ps_[i]->Call(std::move(f), 0, &push_id);
+    // A refused push fails the pull behind it, so the pull can be awaited first.
+    pulls_[i] = ps_[i]->Call(wire::Encode(wire::Pull{sync ? steps_[i] + 1 : 0}), push_id, nullptr);
   }
 }
 
@@ -151,14 +153,17 @@ Result<PsClient::StepResult> PsClient::CompletePushPull(std::span<float> params)
   pulls_.clear();
   StepResult r;
   for (std::size_t i = 0; i < ps_.size(); ++i) {
-    // The ack first: a refused push must be reported as such, not as a pull that never came.
+    // The parameters first: the ack was sent before them on the same connection, so it is there
+    // by then, and the training thread wakes once per ps instead of twice. (A refused push fails
+    // its pull with the same error: see StartPushPull.)
+    Result<wire::InFrame> pulled = Await(*ps_[i], pulls[i], options_.step_timeout, "PULL");
     TFD_ASSIGN_OR_RETURN(wire::InFrame ack_frame, Await(*ps_[i], acks[i], options_.step_timeout, "PUSH"));
     TFD_RETURN_IF_ERROR(Expect(ack_frame, wire::MessageType::kPushAck, ps_[i]->peer()));
     wire::PushAck ack;
     TFD_RETURN_IF_ERROR(wire::Decode(ack_frame.payload, &ack).WithContext(ps_[i]->peer()));
     r.stale += ack.outcome == wire::PushOutcome::kStale;
-    TFD_ASSIGN_OR_RETURN(wire::InFrame frame, Await(*ps_[i], pulls[i], options_.step_timeout, "PULL"));
-    TFD_ASSIGN_OR_RETURN(std::uint64_t step, TakeParams(i, frame, params));
+    if (!pulled.ok()) return pulled.status();
+    TFD_ASSIGN_OR_RETURN(std::uint64_t step, TakeParams(i, *pulled, params));
     if (i == 0) r.global_step = step;
   }
   return r;
