@@ -24,10 +24,7 @@ Status Train(const config::JobSpec& job, const model::MnistData& data, model::Mo
              EventWriter& events, const TrainerOptions& options) {
   const int batch = job.batch_size;
   const std::int64_t steps = StepsPerEpoch(data.train.size, options.num_workers, batch);
-  if (steps == 0) {
-    return Status::InvalidArgument(fmt::format("batch_size: {} is more than the {} training examples each of {} worker(s) gets from {}",
-                                               batch, data.train.size / options.num_workers, options.num_workers, job.data));
-  }
+  TFD_CHECK(steps > 0);  // LoadJobData refused a batch larger than a worker's share
   const bool worker_line = options.task != "standalone";
   const std::string prefix = worker_line ? fmt::format("worker={} ", options.rank) : "";
   std::vector<float> x(static_cast<std::size_t>(batch * model.input_size()));

@@ -39,7 +39,8 @@ struct TrainerOptions {
 // The epoch loop shared by standalone and cluster workers: shards and batches the data, computes
 // gradients, hands them to `updater`, logs the seeds' per-epoch line and the JSON events, and at
 // the end evaluates the final parameters and emits `done` with params_sha256.
-// FailedPrecondition when stopped by a signal; the updater's errors as they come.
+// `data` must give every worker at least one full batch (LoadJobData checks it). FailedPrecondition
+// when stopped by a signal; the updater's errors as they come.
 Status Train(const config::JobSpec& job, const model::MnistData& data, model::Model& model, Updater& updater,
              EventWriter& events, const TrainerOptions& options);
 

@@ -344,7 +344,7 @@ int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
   }
   summary += "\n]}\n";
   std::ofstream(options.run_dir + "/summary.json") << summary;
-  if (!display.Table().empty() && isatty(1) != 1)
+  if (isatty(1) != 1)  // a terminal already shows the table; a log gets it once, at the end
     for (const std::string& l : display.Table()) std::printf("%s\n", l.c_str());
   if (exit_code == 1) std::fprintf(stderr, "tfctl: %s\n", failure.c_str());
   std::printf("tfctl: run folder %s\n", options.run_dir.c_str());
