@@ -261,4 +261,42 @@ Status Decode(std::span<const std::byte> p, ErrorMessage* m) {
   return Trailing("ERROR", r);
 }
 
+OutFrame Encode(const AuthHello& m) {
+  OutFrame f = Start(MessageType::kAuthHello);
+  ByteWriter(&f.head).Raw(m.nonce.data(), m.nonce.size());
+  return f;
+}
+
+Status Decode(std::span<const std::byte> p, AuthHello* m) {
+  ByteReader r(p);
+  if (!r.Bytes(m->nonce)) return Short("AUTH_HELLO");
+  return Trailing("AUTH_HELLO", r);
+}
+
+OutFrame Encode(const AuthChallenge& m) {
+  OutFrame f = Start(MessageType::kAuthChallenge);
+  ByteWriter w(&f.head);
+  w.Raw(m.nonce.data(), m.nonce.size());
+  w.Raw(m.proof.data(), m.proof.size());
+  return f;
+}
+
+Status Decode(std::span<const std::byte> p, AuthChallenge* m) {
+  ByteReader r(p);
+  if (!r.Bytes(m->nonce) || !r.Bytes(m->proof)) return Short("AUTH_CHALLENGE");
+  return Trailing("AUTH_CHALLENGE", r);
+}
+
+OutFrame Encode(const AuthProof& m) {
+  OutFrame f = Start(MessageType::kAuthProof);
+  ByteWriter(&f.head).Raw(m.proof.data(), m.proof.size());
+  return f;
+}
+
+Status Decode(std::span<const std::byte> p, AuthProof* m) {
+  ByteReader r(p);
+  if (!r.Bytes(m->proof)) return Short("AUTH_PROOF");
+  return Trailing("AUTH_PROOF", r);
+}
+
 }  // namespace tfd::wire
