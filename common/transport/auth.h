@@ -36,6 +36,13 @@ class ClusterToken {
   std::array<std::byte, kTokenBytes> key_{};
 };
 
+// Labels of the handshake's HMACs (docs/protocol.md, "Authentication"). The two proofs and the two
+// directions' keys differ, so nothing one side sends can be reflected back as the other's.
+inline constexpr std::string_view kServerProofLabel = "tfd1 server proof";
+inline constexpr std::string_view kClientProofLabel = "tfd1 client proof";
+inline constexpr std::string_view kServerToClientLabel = "tfd1 server-to-client key";
+inline constexpr std::string_view kClientToServerLabel = "tfd1 client-to-server key";
+
 // Constant-time comparison (CRYPTO_memcmp).
 bool SameBytes(std::span<const std::byte> a, std::span<const std::byte> b);
 // Fills `out` from OpenSSL's RAND_bytes.

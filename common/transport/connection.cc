@@ -49,12 +49,10 @@ bool IsAuthType(wire::MessageType t) {
   return t == wire::MessageType::kAuthHello || t == wire::MessageType::kAuthChallenge || t == wire::MessageType::kAuthProof;
 }
 
-// Labels of the handshake's HMACs: each proof and each direction's key differ, so nothing one side
-// sends can be reflected back as the other's.
-constexpr std::string_view kServerProof = "tfd1 server proof";
-constexpr std::string_view kClientProof = "tfd1 client proof";
-constexpr std::string_view kServerToClient = "tfd1 server-to-client key";
-constexpr std::string_view kClientToServer = "tfd1 client-to-server key";
+constexpr std::string_view kServerProof = kServerProofLabel;
+constexpr std::string_view kClientProof = kClientProofLabel;
+constexpr std::string_view kServerToClient = kServerToClientLabel;
+constexpr std::string_view kClientToServer = kClientToServerLabel;
 
 }  // namespace
 
