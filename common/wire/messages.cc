@@ -75,13 +75,14 @@ OutFrame Encode(const Welcome& m) {
   w.U64(m.incarnation);
   w.U8(m.initialized ? 1 : 0);
   w.U64(m.global_step);
+  w.U64(m.resume_step);
   return f;
 }
 
 Status Decode(std::span<const std::byte> p, Welcome* m) {
   ByteReader r(p);
   if (!ReadKind(r, &m->kind) || !r.U32(&m->index) || !r.U64(&m->incarnation) || !ReadBool(r, &m->initialized) ||
-      !r.U64(&m->global_step))
+      !r.U64(&m->global_step) || !r.U64(&m->resume_step))
     return Short("WELCOME");
   return Trailing("WELCOME", r);
 }

@@ -36,6 +36,9 @@ struct Welcome {  // server -> client, reply to HELLO
   std::uint64_t incarnation = 0;
   bool initialized = false;
   std::uint64_t global_step = 0;
+  // Where this worker rank resumes after a restart: async, the last local step the ps applied from
+  // any incarnation of it; sync, the global step. 0 for a worker new to the ps.
+  std::uint64_t resume_step = 0;
 };
 
 struct OptimizerParams {

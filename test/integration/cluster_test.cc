@@ -479,6 +479,49 @@ TEST_CASE("a worker whose ps stops answering (SIGSTOP) gets an error naming it w
 }
 
 // ---------------------------------------------------------------------------------------------
+// Worker failure
+
+// Waits until `p`'s stderr contains `text`; fails the test after `limit`.
+void AwaitLine(Process& p, const std::string& text, std::chrono::seconds limit = 60s) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (p.err().find(text) == std::string::npos && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(20ms);
+  INFO(p.err());
+  REQUIRE(p.err().find(text) != std::string::npos);
+}
+
+TEST_CASE("async: a worker killed mid-epoch and restarted resumes its shard; accuracy holds", "[integration][cluster][mnist][fault]") {
+  if (g_mnist.empty()) return;
+  const std::string job = Job(g_mnist, R"({"mode": "async"})", 3, R"({"type": "adam", "learning_rate": 0.002})");
+  Cluster undisturbed(1, 2, job);
+  const double reference = RunToCompletion(undisturbed, 1, 2)[0]["test_accuracy"].get<double>();
+
+  Cluster c(1, 2, job);
+  c.StartPs(0);
+  c.StartWorker(0);
+  c.StartWorker(1, {"--log-level", "info"});
+  AwaitLine(c.process("worker", 1), "worker=1 epoch=1 ");
+  c.process("worker", 1).Signal(SIGKILL);
+  AwaitLine(c.process("ps", 0), "lost worker:1");
+  // The others go on meanwhile; the restarted worker (a new incarnation) picks up where the ps
+  // says its last applied step was, in the same data order.
+  c.StartWorker(1);
+  TaskResult w1 = c.Finish("worker", 1);
+  CHECK(w1.exit_code == 0);
+  CHECK(w1.err.find("resuming at epoch 2 step ") != std::string::npos);
+  REQUIRE(w1.done.is_object());
+  CHECK(w1.done["local_step"] == 900);  // counted across both incarnations: no step taken twice
+  TaskResult w0 = c.Finish("worker", 0);
+  CHECK(w0.exit_code == 0);
+  REQUIRE(w0.done.is_object());
+  TaskResult ps = c.Finish("ps", 0, 30s);
+  CHECK(ps.exit_code == 0);
+  CHECK(ps.err.find("worker:1 (127.0.0.1:") != std::string::npos);
+  CHECK(ps.err.find(") rejoined (incarnation ") != std::string::npos);
+  INFO("undisturbed " << reference << ", disturbed " << w0.done["test_accuracy"].get<double>());
+  CHECK(std::abs(w0.done["test_accuracy"].get<double>() - reference) <= 0.01);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Authentication with a cluster token
 
 TEST_CASE("with a cluster token a cluster trains; a worker with another token or none is refused, named on both sides",
@@ -630,8 +673,8 @@ TEST_CASE("an authenticated ps refuses altered, replayed and unMAC'd frames, and
   SECTION("a correctly MAC'd HELLO is welcomed, with a MAC'd WELCOME") {
     HandAuthenticated a(port, token);
     a.Write(a.Seal(wire::Encode(hello)));
-    const std::string welcome = a.Read(28 + 22 + 16);
-    REQUIRE(welcome.size() == 28 + 22 + 16);
+    const std::string welcome = a.Read(28 + 30 + 16);
+    REQUIRE(welcome.size() == 28 + 30 + 16);
     CHECK(welcome[6] == static_cast<char>(wire::MessageType::kWelcome));
     CHECK(welcome[8] == static_cast<char>(wire::kFlagMac));
     CHECK(a.Verifies(welcome));
@@ -647,7 +690,7 @@ TEST_CASE("an authenticated ps refuses altered, replayed and unMAC'd frames, and
     HandAuthenticated a(port, token);
     const std::string bytes = a.Seal(wire::Encode(hello));
     a.Write(bytes);
-    REQUIRE(a.Read(28 + 22 + 16).size() == 28 + 22 + 16);
+    REQUIRE(a.Read(28 + 30 + 16).size() == 28 + 30 + 16);
     a.Write(bytes);  // same bytes again: the sequence number has moved on
     CHECK(a.Read().find("does not verify: the frame was altered, injected or replayed") != std::string::npos);
   }

@@ -83,7 +83,7 @@ TEST_CASE("the run's token reaches tasks as a file path or on ssh's stdin, never
   const TaskPlan& ps = plan[0];
   const TaskPlan& w = plan[1];
   REQUIRE(ps.local);
-  CHECK(ps.argv == std::vector<std::string>{"tfd", "--log-format", "json", "--token-file", "/r/token"});
+  CHECK(std::vector<std::string>(ps.argv.begin() + 1, ps.argv.end()) == std::vector<std::string>{"--log-format", "json", "--token-file", "/r/token"});
   CHECK(ps.stdin_data.empty());
   REQUIRE_FALSE(w.local);
   CHECK(w.stdin_data == hex + "\n");

@@ -305,6 +305,7 @@ TEST_CASE("WELCOME round-trips every field", "[unit][wire]") {
     m.incarnation = 0x1122334455667788ull;
     m.initialized = initialized;
     m.global_step = 0x8000000000000001ull;
+    m.resume_step = 0x0102030405060708ull;
     OutFrame f = Encode(m);
     const auto payload = Transmit(f, MessageType::kWelcome);
     Welcome got;
@@ -315,6 +316,7 @@ TEST_CASE("WELCOME round-trips every field", "[unit][wire]") {
     CHECK(got.incarnation == 0x1122334455667788ull);
     CHECK(got.initialized == initialized);
     CHECK(got.global_step == 0x8000000000000001ull);
+    CHECK(got.resume_step == 0x0102030405060708ull);
     CheckMalformedRejected<Welcome>(payload);
   }
 }
