@@ -167,6 +167,16 @@ void ReadUpdate(ObjectReader& root, UpdateSpec* update) {
         update->replicas_to_aggregate > update->total_num_replicas)
       r.Fail(r.PathOf("replicas_to_aggregate"),
              fmt::format("{} is more than total_num_replicas {}", update->replicas_to_aggregate, update->total_num_replicas));
+    std::string policy = "fail";
+    r.String("on_worker_loss", &policy);
+    if (policy == "fail") update->on_worker_loss = UpdateSpec::OnWorkerLoss::kFail;
+    else if (policy == "wait") update->on_worker_loss = UpdateSpec::OnWorkerLoss::kWait;
+    else if (policy == "shrink") update->on_worker_loss = UpdateSpec::OnWorkerLoss::kShrink;
+    else if (r.status().ok()) r.Fail(r.PathOf("on_worker_loss"), fmt::format("unknown policy \"{}\" (expected fail, wait or shrink)", policy));
+    r.Int("min_replicas", 1, 1 << 16, &update->min_replicas);
+    if (r.status().ok() && update->replicas_to_aggregate > 0 && update->min_replicas > update->replicas_to_aggregate)
+      r.Fail(r.PathOf("min_replicas"),
+             fmt::format("{} is more than replicas_to_aggregate {}", update->min_replicas, update->replicas_to_aggregate));
   }
   (void)r.Finish();
 }

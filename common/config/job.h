@@ -64,6 +64,12 @@ struct UpdateSpec {
   // async: let each step's exchange travel while the next step computes (one more step of
   // staleness, no waiting on the network).
   bool overlap = false;
+  // sync: what the ps does when a worker is lost for good mid-run: fail the step naming it (the
+  // default), wait for it to come back (a restarted worker resumes at the global step), or go on
+  // with the gradients of the workers left, never fewer than min_replicas.
+  enum class OnWorkerLoss { kFail, kWait, kShrink };
+  OnWorkerLoss on_worker_loss = OnWorkerLoss::kFail;
+  int min_replicas = 1;
 };
 
 enum class Placement { kBalanced, kRoundRobin, kGreedy };

@@ -51,6 +51,8 @@ struct UpdateParams {
   std::uint8_t mode = 0;  // 0 async, 1 sync
   bool scale_stale = false;  // async: scale each gradient by 1 / (1 + staleness)
   std::uint32_t replicas_to_aggregate = 0, total_num_replicas = 0, num_workers = 0;
+  std::uint8_t on_worker_loss = 0;  // sync: 0 fail the step naming the lost worker, 1 wait for it, 2 shrink the quorum
+  std::uint32_t min_replicas = 1;   // sync, shrink: never aggregate fewer gradients than this
 };
 
 struct Chunk {

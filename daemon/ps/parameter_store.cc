@@ -1,5 +1,7 @@
 #include "daemon/ps/parameter_store.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 namespace tfd::ps {
@@ -31,6 +33,7 @@ Status ParameterStore::Init(const wire::Init& init) {
   to_aggregate_ = static_cast<int>(update_.replicas_to_aggregate == 0 ? update_.num_workers : update_.replicas_to_aggregate);
   if (to_aggregate_ < 1 || to_aggregate_ > static_cast<int>(update_.num_workers))
     return Status::InvalidArgument(fmt::format("INIT: replicas_to_aggregate {} with {} workers", to_aggregate_, update_.num_workers));
+  quorum_ = to_aggregate_;
   chunks_ = init.chunks;
   layout_hash_ = init.layout_hash;
   const std::size_t n = init.values.size() / 4;
@@ -77,7 +80,7 @@ bool ParameterStore::sync() const {
 
 int ParameterStore::to_aggregate() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return to_aggregate_;
+  return quorum_;
 }
 
 std::uint64_t ParameterStore::ResumeStep(int rank) const {
@@ -146,29 +149,51 @@ Result<ParameterStore::PushResult> ParameterStore::Push(const wire::Push& push) 
   }
   wire::CopyFloats(push.grads, pending_[push.worker]);
   received_[push.worker] = true;
-  if (++received_count_ == to_aggregate_) {
-    // Sum in worker order (bit-for-bit reproducible when every worker contributes), then average.
-    bool first = true;
-    for (std::size_t w = 0; w < pending_.size(); ++w) {
-      if (!received_[w]) continue;
-      if (first) {
-        std::copy(pending_[w].begin(), pending_[w].end(), sum_.begin());
-        first = false;
-      } else {
-        for (std::size_t i = 0; i < sum_.size(); ++i) sum_[i] += pending_[w][i];
-      }
-    }
-    const auto count = static_cast<float>(received_count_);
-    for (float& g : sum_) g /= count;
-    PrepareWrite();
-    state_->Apply(Params(), sum_);
-    current_->global_step = ++global_step_;
-    std::fill(received_.begin(), received_.end(), false);
-    received_count_ = 0;
+  if (++received_count_ >= quorum_) {
+    CompleteStepLocked();
     r.step_advanced = true;
   }
   r.global_step = global_step_;
   return r;
+}
+
+void ParameterStore::CompleteStepLocked() {
+  // Sum in worker order (bit-for-bit reproducible when every worker contributes), then average.
+  bool first = true;
+  for (std::size_t w = 0; w < pending_.size(); ++w) {
+    if (!received_[w]) continue;
+    if (first) {
+      std::copy(pending_[w].begin(), pending_[w].end(), sum_.begin());
+      first = false;
+    } else {
+      for (std::size_t i = 0; i < sum_.size(); ++i) sum_[i] += pending_[w][i];
+    }
+  }
+  const auto count = static_cast<float>(received_count_);
+  for (float& g : sum_) g /= count;
+  PrepareWrite();
+  state_->Apply(Params(), sum_);
+  current_->global_step = ++global_step_;
+  std::fill(received_.begin(), received_.end(), false);
+  received_count_ = 0;
+}
+
+bool ParameterStore::SetQuorum(int quorum) {
+  std::lock_guard<std::mutex> lock(mu_);
+  quorum_ = std::clamp(quorum, 1, to_aggregate_);
+  if (update_.mode != 1 || received_count_ == 0 || received_count_ < quorum_) return false;
+  CompleteStepLocked();
+  return true;
+}
+
+int ParameterStore::configured_quorum() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return to_aggregate_;
+}
+
+wire::UpdateParams ParameterStore::update() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return update_;
 }
 
 void ParameterStore::PrepareWrite() {

@@ -32,7 +32,13 @@ class ParameterStore {
   std::uint64_t global_step() const;
   std::int64_t size() const;
   bool sync() const;
+  // sync: gradients that complete a step now (the quorum); configured_quorum(): as INIT set it.
   int to_aggregate() const;
+  int configured_quorum() const;
+  // sync: sets the quorum (clamped to [1, the configured one]); if the current step already holds
+  // that many gradients it completes now, and true is returned (waiting pulls may go).
+  bool SetQuorum(int quorum);
+  wire::UpdateParams update() const;
   // sync: which worker ranks' gradients are held for the current step.
   std::vector<bool> received() const;
 
@@ -75,6 +81,8 @@ class ParameterStore {
   std::unique_ptr<optim::OptimizerState> state_;
   wire::UpdateParams update_;
   int to_aggregate_ = 1;
+  int quorum_ = 1;  // sync: to_aggregate_, or fewer while workers are lost (on_worker_loss: shrink)
+  void CompleteStepLocked();
   std::uint64_t global_step_ = 0;
   // sync: one gradient buffer per worker rank for the current step, and who has filled theirs.
   std::vector<std::vector<float>> pending_;

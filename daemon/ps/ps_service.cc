@@ -77,6 +77,14 @@ void PsService::HandleHello(const std::shared_ptr<Connection>& from, const wire:
       spdlog::info("{} rejoined (incarnation {:016x}); it resumes after step {}", peer_name, hello.incarnation,
                    store_.ResumeStep(config_.cluster.WorkerRank(peer)));
       events_.Emit("peer_rejoined", {{"peer", peer_name}});
+      waiting_note_.clear();
+      const int quorum = store_.to_aggregate();
+      if (store_.sync() && quorum < store_.configured_quorum()) {  // on_worker_loss shrink: grow back
+        (void)store_.SetQuorum(quorum + 1);
+        spdlog::info("quorum: sync steps aggregate {} of {} gradients again from step {} ({} rejoined)", quorum + 1,
+                     store_.configured_quorum(), store_.global_step() + 1, peer_name);
+        events_.Emit("quorum", {{"quorum", std::int64_t{quorum + 1}}, {"global_step", static_cast<std::int64_t>(store_.global_step())}});
+      }
     }
   }
   spdlog::debug("{} connected (incarnation {:016x})", peer_name, hello.incarnation);
@@ -178,7 +186,9 @@ void PsService::OnFrame(const std::shared_ptr<Connection>& from, wire::InFrame f
         std::lock_guard<std::mutex> lock(mu_);
         done_.insert(rank);
         count = done_.size();
-        if (!all_done_ && static_cast<int>(done_.size()) == config_.cluster.num_workers()) finished = all_done_ = true;
+        // With on_worker_loss shrink, a lost worker is written off: the others' DONE ends the run.
+        const std::size_t written_off = store_.sync() && store_.update().on_worker_loss == 2 ? gone_.size() : 0;
+        if (!all_done_ && static_cast<int>(done_.size() + written_off) == config_.cluster.num_workers()) finished = all_done_ = true;
       }
       spdlog::info("{} is done ({} of {} workers)", from->peer_name(), count, config_.cluster.num_workers());
       if (finished) on_all_done_();
@@ -248,6 +258,7 @@ void PsService::OnClosed(const std::shared_ptr<Connection>& from, const Status& 
 void PsService::FailPullsIfStepStuck() {
   if (!store_.sync()) return;
   const std::vector<bool> received = store_.received();
+  const wire::UpdateParams update = store_.update();
   std::vector<Waiter> pulls;
   int held = 0, can_send = 0;
   bool lost = false;
@@ -271,7 +282,23 @@ void PsService::FailPullsIfStepStuck() {
       }
     }
     if (held + can_send >= store_.to_aggregate()) return;
-    pulls.swap(pull_waiters_);
+    if (lost && update.on_worker_loss == 1) {  // wait: a restarted worker resumes at this step
+      const std::string note = fmt::format("sync step {} waits for {} to come back (update.on_worker_loss: wait)",
+                                           store_.global_step() + 1, fmt::join(missing, ", "));
+      if (note != waiting_note_) spdlog::warn("{}", note);
+      waiting_note_ = note;
+      return;
+    }
+    if (!(lost && update.on_worker_loss == 2 && held + can_send >= static_cast<int>(update.min_replicas))) pulls.swap(pull_waiters_);
+  }
+  if (pulls.empty()) {  // shrink: go on with the gradients the workers left can send
+    const int quorum = held + can_send;
+    spdlog::warn("quorum: sync steps aggregate {} of {} gradients from step {} on ({}; update.on_worker_loss: shrink, "
+                 "min_replicas {})",
+                 quorum, store_.configured_quorum(), store_.global_step() + 1, fmt::join(missing, ", "), update.min_replicas);
+    events_.Emit("quorum", {{"quorum", std::int64_t{quorum}}, {"global_step", static_cast<std::int64_t>(store_.global_step())}});
+    if (store_.SetQuorum(quorum)) ReleaseWaiters();
+    return;
   }
   if (!lost) {
     // Only finished workers are missing (a backup worker's last steps, when the others are done):
@@ -280,10 +307,12 @@ void PsService::FailPullsIfStepStuck() {
       if (auto c = w.conn.lock()) ReplyParams(*c, w.request_id);
     return;
   }
-  const Status fail = Status::Unavailable(fmt::format("{}: sync step {} cannot complete: it needs {} gradients, has {}, and {}", self_,
+  const std::string below = update.on_worker_loss == 2 ? fmt::format(" (fewer than min_replicas {})", update.min_replicas) : "";
+  const Status fail = Status::Unavailable(fmt::format("{}: sync step {} cannot complete: it needs {} gradients, has {}, and {}{}", self_,
                                                       store_.global_step() + 1, store_.to_aggregate(), held,
                                                       missing.empty() ? std::string("no other worker can send one")
-                                                                      : fmt::format("{}", fmt::join(missing, ", "))));
+                                                                      : fmt::format("{}", fmt::join(missing, ", ")),
+                                                      below));
   spdlog::warn("{}", fail.message());
   for (const Waiter& w : pulls)
     if (auto c = w.conn.lock()) ReplyError(*c, w.request_id, fail);

@@ -53,6 +53,7 @@ class PsService : public transport::FrameHandler {
   std::vector<Waiter> ready_waiters_;                  // WAIT_READY before INIT; guarded by mu_
   std::vector<Waiter> pull_waiters_;                   // PULLs ahead of the global step; guarded by mu_
   std::map<int, std::string> gone_;                    // ranks lost before DONE -> their names; guarded by mu_
+  std::string waiting_note_;                           // on_worker_loss wait: what was last logged; guarded by mu_
   std::set<int> done_;                                 // guarded by mu_
   bool all_done_ = false;                              // guarded by mu_
 };

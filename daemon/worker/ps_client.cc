@@ -81,9 +81,10 @@ Status PsClient::Initialize(bool chief, const wire::OptimizerParams& optimizer, 
                             std::span<const float> params) {
   // The placement and how the ps updates it: a worker whose job differs in any of them is refused.
   const std::string settings =
-      fmt::format("{:016x}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", placement_.LayoutHash(), optimizer.type, optimizer.learning_rate,
+      fmt::format("{:016x}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", placement_.LayoutHash(), optimizer.type, optimizer.learning_rate,
                   optimizer.momentum, optimizer.beta1, optimizer.beta2, optimizer.epsilon, optimizer.use_nesterov, update.mode,
-                  update.scale_stale, update.replicas_to_aggregate, update.total_num_replicas, update.num_workers);
+                  update.scale_stale, update.replicas_to_aggregate, update.total_num_replicas, update.num_workers,
+                  update.on_worker_loss, update.min_replicas);
   const std::uint64_t layout = Fingerprint64(settings);
   // The INIT values travel as frame tails: each frame owns its buffer (an early return must not
   // free what the I/O thread is still writing).

@@ -114,6 +114,9 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
   if (sync && job.update.replicas_to_aggregate > num_workers)
     return Status::InvalidArgument(fmt::format("update.replicas_to_aggregate: {}, but the cluster has {} workers",
                                                job.update.replicas_to_aggregate, num_workers));
+  if (sync && job.update.min_replicas > num_workers)
+    return Status::InvalidArgument(fmt::format("update.min_replicas: {}, but the cluster has {} workers", job.update.min_replicas,
+                                               num_workers));
   TFD_ASSIGN_OR_RETURN(daemon::LoadedJob loaded, daemon::LoadJobData(job, num_workers));
   model::Model& model = *loaded.model;
   std::vector<daemon::VariableInfo> variables;
@@ -152,6 +155,8 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
   update.num_workers = static_cast<std::uint32_t>(num_workers);
   update.replicas_to_aggregate = static_cast<std::uint32_t>(job.update.replicas_to_aggregate == 0 ? num_workers : job.update.replicas_to_aggregate);
   update.total_num_replicas = static_cast<std::uint32_t>(num_workers);
+  update.on_worker_loss = static_cast<std::uint8_t>(job.update.on_worker_loss);
+  update.min_replicas = static_cast<std::uint32_t>(job.update.min_replicas);
   TFD_RETURN_IF_ERROR(client->Initialize(chief, ToWire(job.optimizer), update, model.params()));
   // Start from what the ps tasks hold (the chief's initial values, or further if others began).
   TFD_ASSIGN_OR_RETURN(std::uint64_t start_step, client->Pull(model.params(), false));

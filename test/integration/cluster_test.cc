@@ -521,6 +521,69 @@ TEST_CASE("async: a worker killed mid-epoch and restarted resumes its shard; acc
   CHECK(std::abs(w0.done["test_accuracy"].get<double>() - reference) <= 0.01);
 }
 
+TEST_CASE("sync, on_worker_loss wait: the others wait for a killed worker, which comes back and resumes", "[integration][cluster][fault]") {
+  TempDir data;
+  WriteSyntheticMnist(data.path(), 2000, 50);
+  // 2 workers x 50 steps per epoch (batch 20), 30 epochs.
+  Cluster c(1, 2, Job(data.path(), R"({"mode": "sync", "on_worker_loss": "wait"})", 30, R"({"type": "sgd", "learning_rate": 0.1})", 20));
+  c.StartPs(0);
+  c.StartWorker(0);
+  c.StartWorker(1);
+  AwaitLine(c.process("worker", 1), "worker=1 epoch=2 ");
+  c.process("worker", 1).Signal(SIGKILL);
+  AwaitLine(c.process("ps", 0), "waits for worker:1 (127.0.0.1:");
+  c.StartWorker(1);
+  TaskResult w1 = c.Finish("worker", 1);
+  TaskResult w0 = c.Finish("worker", 0);
+  CHECK(w0.exit_code == 0);
+  CHECK(w1.exit_code == 0);
+  CHECK(w1.err.find("resuming at epoch ") != std::string::npos);
+  REQUIRE(w0.done.is_object());
+  REQUIRE(w1.done.is_object());
+  CHECK(w0.done["global_step"] == 1500);  // every step aggregated both workers' gradients: none lost, none doubled
+  CHECK(w0.done["params_sha256"] == w1.done["params_sha256"]);
+  CHECK(c.Finish("ps", 0, 30s).exit_code == 0);
+}
+
+TEST_CASE("sync, on_worker_loss shrink: the others go on with a smaller quorum, logged, and the ps ends", "[integration][cluster][fault]") {
+  TempDir data;
+  WriteSyntheticMnist(data.path(), 3000, 50);
+  Cluster c(1, 3, Job(data.path(), R"({"mode": "sync", "on_worker_loss": "shrink", "min_replicas": 2})", 20,
+                      R"({"type": "sgd", "learning_rate": 0.1})", 20));
+  c.StartPs(0);
+  for (int i = 0; i < 3; ++i) c.StartWorker(i);
+  AwaitLine(c.process("worker", 2), "worker=2 epoch=1 ");
+  c.process("worker", 2).Signal(SIGKILL);
+  for (int i = 0; i < 2; ++i) {
+    TaskResult w = c.Finish("worker", i);
+    CHECK(w.exit_code == 0);
+    CHECK(w.done.is_object());
+  }
+  TaskResult ps = c.Finish("ps", 0, 30s);
+  CHECK(ps.exit_code == 0);
+  INFO(ps.err);
+  CHECK(ps.err.find("quorum: sync steps aggregate 2 of 3 gradients from step ") != std::string::npos);
+  CHECK(ps.err.find("worker:2 (127.0.0.1:") != std::string::npos);
+}
+
+TEST_CASE("sync, on_worker_loss shrink below min_replicas fails the step naming the lost worker", "[integration][cluster][fault]") {
+  TempDir data;
+  WriteSyntheticMnist(data.path(), 2000, 50);
+  Cluster c(1, 2, Job(data.path(), R"({"mode": "sync", "on_worker_loss": "shrink", "min_replicas": 2})", 1000,
+                      R"({"type": "sgd", "learning_rate": 0.1})", 20));
+  c.StartPs(0);
+  c.StartWorker(0);
+  c.StartWorker(1);
+  AwaitLine(c.process("worker", 1), "worker=1 epoch=1 ");
+  c.process("worker", 1).Signal(SIGKILL);
+  TaskResult w0 = c.Finish("worker", 0, 60s);
+  CHECK(w0.exit_code == 1);
+  INFO(w0.err);
+  CHECK(w0.err.find("was lost (fewer than min_replicas 2)") != std::string::npos);
+  c.process("ps", 0).Signal(SIGTERM);
+  c.Finish("ps", 0, 10s);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Authentication with a cluster token
 

@@ -101,7 +101,14 @@ TEST_CASE("job spec errors name the file and the JSON path", "[unit][config]") {
   CHECK(ErrorOf(With(R"("update": {"mode": "async", "staleness": "ignore"})")) ==
         "job.json: update.staleness: unknown staleness rule \"ignore\" (expected scale or none)");
   CHECK(ErrorOf(With(R"("update": {"mode": "sync", "overlap": true})")) ==
-        "job.json: update.overlap: unknown field (expected one of: mode, replicas_to_aggregate, total_num_replicas)");
+        "job.json: update.overlap: unknown field (expected one of: min_replicas, mode, on_worker_loss, replicas_to_aggregate, "
+        "total_num_replicas)");
+  CHECK(ErrorOf(With(R"("update": {"mode": "sync", "on_worker_loss": "retry"})")) ==
+        "job.json: update.on_worker_loss: unknown policy \"retry\" (expected fail, wait or shrink)");
+  CHECK(ErrorOf(With(R"("update": {"mode": "sync", "replicas_to_aggregate": 2, "min_replicas": 3})")) ==
+        "job.json: update.min_replicas: 3 is more than replicas_to_aggregate 2");
+  CHECK(ErrorOf(With(R"("update": {"mode": "sync", "min_replicas": 0})")) ==
+        "job.json: update.min_replicas: expected an integer in [1, 65536], got 0");
   CHECK(ErrorOf(With(R"("update": {"mode": "ring"})")) ==
         "job.json: update.mode: unknown mode \"ring\" (expected async, sync or allreduce)");
   CHECK(ErrorOf(With(R"("device": "gpu0")")) == "job.json: device: expected \"cpu\" or \"cuda:N\", got \"gpu0\"");

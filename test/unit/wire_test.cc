@@ -336,6 +336,8 @@ Init SampleInit() {
   m.update.replicas_to_aggregate = 2;
   m.update.total_num_replicas = 3;
   m.update.num_workers = 3;
+  m.update.on_worker_loss = 2;
+  m.update.min_replicas = 2;
   m.chunks = {{"dense/kernel[0:3]", 3}, {"dense/bias", 2}, {"dense_1/bias", 1}};
   return m;
 }
@@ -360,6 +362,8 @@ TEST_CASE("INIT round-trips the optimizer, update rule, several chunks and their
   CHECK(got.update.replicas_to_aggregate == 2);
   CHECK(got.update.total_num_replicas == 3);
   CHECK(got.update.num_workers == 3);
+  CHECK(got.update.on_worker_loss == 2);
+  CHECK(got.update.min_replicas == 2);
   REQUIRE(got.chunks.size() == 3);
   CHECK(got.chunks[0].name == "dense/kernel[0:3]");
   CHECK(got.chunks[0].length == 3);
@@ -377,9 +381,9 @@ TEST_CASE("INIT with a chunk count larger than the payload could hold is Corrupt
   OutFrame f = Encode(SampleInit(), kInitValues);
   REQUIRE(f.Seal().ok());
   const std::vector<std::byte> good = Flatten(f);
-  // layout_hash u64, optimizer (u8, 5 x f64, u8), update (u8 mode, u8 scale_stale, 3 x u32), then
-  // the chunk count u32.
-  constexpr std::size_t kChunkCountOffset = 8 + 1 + 5 * 8 + 1 + 1 + 1 + 3 * 4;
+  // layout_hash u64, optimizer (u8, 5 x f64, u8), update (u8 mode, u8 scale_stale, 3 x u32,
+  // u8 on_worker_loss, u32 min_replicas), then the chunk count u32.
+  constexpr std::size_t kChunkCountOffset = 8 + 1 + 5 * 8 + 1 + 1 + 1 + 3 * 4 + 1 + 4;
   std::uint32_t count = 0;
   std::memcpy(&count, good.data() + kChunkCountOffset, 4);
   REQUIRE(count == 3);  // the offset is right
@@ -464,13 +468,22 @@ TEST_CASE("INIT with an unknown optimizer, update mode or inconsistent worker co
   CHECK(decode(m).message() == "INIT: unknown optimizer type or update mode");
   m = SampleInit();
   m.update.num_workers = 0;
-  CHECK(decode(m).message() == "INIT: inconsistent worker counts");
+  CHECK(decode(m).message() == "INIT: inconsistent worker counts or worker-loss policy");
   m = SampleInit();
   m.update.num_workers = kMaxWorkers + 1;
-  CHECK(decode(m).message() == "INIT: inconsistent worker counts");
+  CHECK(decode(m).message() == "INIT: inconsistent worker counts or worker-loss policy");
   m = SampleInit();
   m.update.replicas_to_aggregate = 4;  // of total_num_replicas 3
-  CHECK(decode(m).message() == "INIT: inconsistent worker counts");
+  CHECK(decode(m).message() == "INIT: inconsistent worker counts or worker-loss policy");
+  m = SampleInit();
+  m.update.on_worker_loss = 3;
+  CHECK(decode(m).message() == "INIT: inconsistent worker counts or worker-loss policy");
+  m = SampleInit();
+  m.update.min_replicas = 0;
+  CHECK(decode(m).message() == "INIT: inconsistent worker counts or worker-loss policy");
+  m = SampleInit();
+  m.update.min_replicas = 4;  // of 3 workers
+  CHECK(decode(m).message() == "INIT: inconsistent worker counts or worker-loss policy");
   CHECK(decode(SampleInit()).ok());
 }
 
