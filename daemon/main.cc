@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
   po::options_description opts(kUsage);
   std::string job_path, params_out, tf_config_path, token_file, log_format = "text", log_level = "info", job_name, ps_hosts, worker_hosts, bind;
   int task_index = -1;
-  double peer_timeout = 8, startup_timeout = 120, step_timeout = 300;
+  double peer_timeout = 8, startup_timeout = 120, step_timeout = 300, reconnect_timeout = 60;
   bool standalone = false, insecure = false;
   opts.add_options()
       ("help,h", "print this help and exit")
@@ -90,6 +90,7 @@ int main(int argc, char** argv) {
       ("peer-timeout", po::value<double>(&peer_timeout)->value_name("SECS"), "a peer silent this long (no frame, no heartbeat) is lost (default 8)")
       ("startup-timeout", po::value<double>(&startup_timeout)->value_name("SECS"), "how long a worker waits for every ps to be up and initialised (default 120)")
       ("step-timeout", po::value<double>(&step_timeout)->value_name("SECS"), "how long one push/pull may take (default 300)")
+      ("reconnect-timeout", po::value<double>(&reconnect_timeout)->value_name("SECS"), "how long a worker redials a lost ps (restarted, or unreachable) before it gives up (default 60)")
       ("params-out", po::value<std::string>(&params_out)->value_name("FILE"), "write the final parameters to FILE (raw little-endian float32, in variable order)")
       ("log-format", po::value<std::string>(&log_format)->value_name("FMT"), "text (default): log lines on stderr; json: also one JSON event per line on stdout")
       ("log-level", po::value<std::string>(&log_level)->value_name("LEVEL"), "debug, info (default), warn or error");
@@ -112,7 +113,7 @@ int main(int argc, char** argv) {
   if (log_format != "text" && log_format != "json") return usage_error("--log-format: expected text or json, got \"" + log_format + "\"");
   if (log_level != "debug" && log_level != "info" && log_level != "warn" && log_level != "error")
     return usage_error("--log-level: expected debug, info, warn or error, got \"" + log_level + "\"");
-  for (auto [name, v] : {std::pair{"--peer-timeout", peer_timeout}, {"--startup-timeout", startup_timeout}, {"--step-timeout", step_timeout}})
+  for (auto [name, v] : {std::pair{"--peer-timeout", peer_timeout}, {"--startup-timeout", startup_timeout}, {"--step-timeout", step_timeout}, {"--reconnect-timeout", reconnect_timeout}})
     if (!(v > 0 && v < 1e6)) return usage_error(std::string(name) + ": expected a number of seconds above 0");
 
   // Which task is this? --standalone, the seeds' flags, --tf-config, or $TF_CONFIG.
@@ -191,6 +192,7 @@ int main(int argc, char** argv) {
       options.ps.connection = conn;
       options.ps.startup_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(startup_timeout * 1000));
       options.ps.step_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(step_timeout * 1000));
+      options.ps.reconnect_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(reconnect_timeout * 1000));
       options.stop = &g_stop;
       options.params_out = params_out;
       s = tfd::worker::RunWorker(*tf_config, job, events, options);

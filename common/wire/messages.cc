@@ -105,6 +105,7 @@ OutFrame Encode(const Init& m, std::span<const float> values) {
   w.U32(m.update.num_workers);
   w.U8(m.update.on_worker_loss);
   w.U32(m.update.min_replicas);
+  w.U64(m.global_step);
   w.U32(static_cast<std::uint32_t>(m.chunks.size()));
   for (const Chunk& c : m.chunks) {
     w.Str(c.name);
@@ -123,7 +124,7 @@ Status Decode(std::span<const std::byte> p, Init* m) {
       !r.F64(&m->optimizer.epsilon) || !ReadBool(r, &m->optimizer.use_nesterov) || !r.U8(&m->update.mode) ||
       !ReadBool(r, &m->update.scale_stale) ||
       !r.U32(&m->update.replicas_to_aggregate) || !r.U32(&m->update.total_num_replicas) || !r.U32(&m->update.num_workers) ||
-      !r.U8(&m->update.on_worker_loss) || !r.U32(&m->update.min_replicas) || !r.U32(&chunks))
+      !r.U8(&m->update.on_worker_loss) || !r.U32(&m->update.min_replicas) || !r.U64(&m->global_step) || !r.U32(&chunks))
     return Short("INIT");
   if (m->optimizer.type > 2 || m->update.mode > 1) return Status::Corruption("INIT: unknown optimizer type or update mode");
   if (m->update.num_workers == 0 || m->update.num_workers > kMaxWorkers ||

@@ -64,6 +64,7 @@ struct Init {  // chief -> ps: the ps's chunks, how to update them and their ini
   std::uint64_t layout_hash = 0;
   OptimizerParams optimizer;
   UpdateParams update;
+  std::uint64_t global_step = 0;  // where the ps's step count starts: 0, or a restarted ps's step
   std::vector<Chunk> chunks;
   std::span<const std::byte> values;  // sum of chunk lengths floats
 };

@@ -38,6 +38,7 @@ Status ParameterStore::Init(const wire::Init& init) {
   layout_hash_ = init.layout_hash;
   const std::size_t n = init.values.size() / 4;
   current_ = std::make_shared<Snapshot>();
+  global_step_ = current_->global_step = init.global_step;
   current_->values.resize(n);
   wire::CopyFloats(init.values, current_->values);
   optimizer_ = optim::MakeOptimizer(spec);

@@ -123,8 +123,8 @@ void PsService::OnFrame(const std::shared_ptr<Connection>& from, wire::InFrame f
       Status s = store_.Init(init);
       if (!s.ok() && s.code() != Code::kFailedPrecondition) return ReplyError(*from, id, s.WithContext(self_));
       if (s.ok()) {
-        spdlog::info("initialised by {}: {} chunks, {} floats, {} mode", from->peer_name(), init.chunks.size(), store_.size(),
-                     init.update.mode == 0 ? "async" : "sync");
+        spdlog::info("initialised by {}: {} chunks, {} floats, {} mode, at global_step {}", from->peer_name(), init.chunks.size(),
+                     store_.size(), init.update.mode == 0 ? "async" : "sync", init.global_step);
         for (const wire::Chunk& c : init.chunks) spdlog::info("  holds {} ({} floats)", c.name, c.length);
         events_.Emit("ready", {{"floats", store_.size()}, {"chunks", static_cast<std::int64_t>(init.chunks.size())}});
       }

@@ -24,34 +24,84 @@ Status Expect(const wire::InFrame& frame, wire::MessageType type, const std::str
 Result<std::unique_ptr<PsClient>> PsClient::Connect(transport::asio::io_context& ioc, const config::TfConfig& config,
                                                     std::uint64_t incarnation, const daemon::Placement& placement,
                                                     const PsClientOptions& options) {
-  std::unique_ptr<PsClient> client(new PsClient(placement, options));
+  std::unique_ptr<PsClient> client(new PsClient(ioc, config, incarnation, placement, options));
   const auto deadline = Clock::now() + options.startup_timeout;
-  for (std::size_t i = 0; i < config.cluster.ps.size(); ++i) {
-    const config::Endpoint& ep = config.cluster.ps[i];
-    const std::string name = fmt::format("ps:{} ({})", i, ep.ToString());
-    TFD_ASSIGN_OR_RETURN(transport::tcp::socket socket, transport::Dial(ioc, ep.host, ep.port, fmt::format("ps:{}", i), deadline));
-    auto rpc = transport::RpcClient::Start(std::move(socket), name, options.connection);
-    client->ps_.push_back(rpc);
-    wire::Hello hello;
-    hello.kind = static_cast<wire::TaskKind>(config.task.type);
-    hello.index = static_cast<std::uint32_t>(config.task.index);
-    hello.incarnation = incarnation;
-    hello.cluster_id = config.cluster.Id();
-    auto reply = rpc->Call(wire::Encode(hello));
-    TFD_ASSIGN_OR_RETURN(wire::InFrame frame, client->Await(*rpc, reply, options.startup_timeout, "HELLO"));
-    TFD_RETURN_IF_ERROR(Expect(frame, wire::MessageType::kWelcome, name));
-    wire::Welcome welcome;
-    TFD_RETURN_IF_ERROR(wire::Decode(frame.payload, &welcome).WithContext(name));
-    client->initialized_.push_back(welcome.initialized);
-    client->steps_.push_back(welcome.global_step);
+  const std::size_t n = config.cluster.ps.size();
+  client->ps_.resize(n);
+  client->initialized_.resize(n);
+  client->steps_.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    TFD_ASSIGN_OR_RETURN(wire::Welcome welcome, client->ConnectOne(i, deadline));
+    client->initialized_[i] = welcome.initialized;
+    client->steps_[i] = welcome.global_step;
     // The largest: a step some ps applied is never pushed again (at most one step's gradient is
     // missing on the others, if this worker died between its pushes).
     client->resume_step_ = std::max(client->resume_step_, welcome.resume_step);
-    spdlog::info("connected to {} (incarnation {:016x}, {})", name, welcome.incarnation,
+    spdlog::info("connected to {} (incarnation {:016x}, {})", client->ps_[i]->peer(), welcome.incarnation,
                  welcome.initialized ? fmt::format("initialised, global_step {}", welcome.global_step) : "not initialised yet");
   }
   return client;
 }
+
+Result<wire::Welcome> PsClient::ConnectOne(std::size_t i, Clock::time_point deadline) {
+  const config::Endpoint& ep = config_.cluster.ps[i];
+  const std::string name = fmt::format("ps:{} ({})", i, ep.ToString());
+  TFD_ASSIGN_OR_RETURN(transport::tcp::socket socket, transport::Dial(ioc_, ep.host, ep.port, fmt::format("ps:{}", i), deadline));
+  auto rpc = transport::RpcClient::Start(std::move(socket), name, options_.connection);
+  ps_[i] = rpc;
+  wire::Hello hello;
+  hello.kind = static_cast<wire::TaskKind>(config_.task.type);
+  hello.index = static_cast<std::uint32_t>(config_.task.index);
+  hello.incarnation = incarnation_;
+  hello.cluster_id = config_.cluster.Id();
+  auto reply = rpc->Call(wire::Encode(hello));
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  TFD_ASSIGN_OR_RETURN(wire::InFrame frame, Await(*rpc, reply, std::max(left, std::chrono::milliseconds(1000)), "HELLO"));
+  TFD_RETURN_IF_ERROR(Expect(frame, wire::MessageType::kWelcome, name));
+  wire::Welcome welcome;
+  TFD_RETURN_IF_ERROR(wire::Decode(frame.payload, &welcome).WithContext(name));
+  return welcome;
+}
+
+Status PsClient::Reconnect(std::size_t i, const Status& why, std::span<const float> params) {
+  const std::string name = ps_[i]->peer();
+  spdlog::warn("lost {}: {}; reconnecting (for up to {:.0f} s)", name, why.message(),
+               std::chrono::duration<double>(options_.reconnect_timeout).count());
+  ps_[i]->Close(why);
+  const auto deadline = Clock::now() + options_.reconnect_timeout;
+  Result<wire::Welcome> welcome = ConnectOne(i, deadline);
+  // A ps being torn down may still accept a connection and then reset it: try again until the deadline.
+  for (auto pause = std::chrono::milliseconds(100); !welcome.ok() && welcome.status().code() == Code::kUnavailable &&
+                                                    Clock::now() + pause < deadline;
+       pause = std::min(pause * 2, std::chrono::milliseconds(1000))) {
+    if (options_.stop != nullptr && options_.stop->load()) break;
+    std::this_thread::sleep_for(pause);
+    welcome = ConnectOne(i, deadline);
+  }
+  if (!welcome.ok()) {
+    return Status::Unavailable(fmt::format("lost {} ({}) and could not reconnect: {}", name, why.message(),
+                                           welcome.status().message()));
+  }
+  const bool restarted = !welcome->initialized;
+  if (!restarted) steps_[i] = welcome->global_step;
+  initialized_[i] = welcome->initialized;
+  // A restarted ps holds nothing: the chief initialises it again from the parameters it last pulled
+  // from it, at the step it last saw; the others wait until it has.
+  auto ready = InitOne(i, params);
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  TFD_ASSIGN_OR_RETURN(wire::InFrame frame, Await(*ps_[i], ready, std::max(left, std::chrono::milliseconds(1000)),
+                                                  chief_ ? "INIT" : "WAIT_READY (is the chief running?)"));
+  TFD_RETURN_IF_ERROR(Expect(frame, wire::MessageType::kReady, name));
+  spdlog::info("reconnected to {} (incarnation {:016x}{})", name, welcome->incarnation,
+               restarted ? fmt::format(", restarted: initialised again {} at global_step {}",
+                                       chief_ ? "from this chief's parameters" : "by the chief", steps_[i])
+                         : fmt::format(", global_step {}", steps_[i]));
+  return Status::Ok();
+}
+
+// A connection that closed (the ps died, restarted or was unreachable for --peer-timeout) is
+// worth reconnecting to; an ERROR answer on an open connection is the ps's verdict.
+bool PsClient::Lost(std::size_t i) const { return !ps_[i]->closed_reason().ok(); }
 
 PsClient::~PsClient() { Close(); }
 
@@ -79,41 +129,44 @@ std::vector<std::span<const float>> PsClient::Slices(std::size_t ps, std::span<c
 
 Status PsClient::Initialize(bool chief, const wire::OptimizerParams& optimizer, const wire::UpdateParams& update,
                             std::span<const float> params) {
+  chief_ = chief;
+  optimizer_ = optimizer;
+  update_ = update;
   // The placement and how the ps updates it: a worker whose job differs in any of them is refused.
   const std::string settings =
       fmt::format("{:016x}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", placement_.LayoutHash(), optimizer.type, optimizer.learning_rate,
                   optimizer.momentum, optimizer.beta1, optimizer.beta2, optimizer.epsilon, optimizer.use_nesterov, update.mode,
                   update.scale_stale, update.replicas_to_aggregate, update.total_num_replicas, update.num_workers,
                   update.on_worker_loss, update.min_replicas);
-  const std::uint64_t layout = Fingerprint64(settings);
-  // The INIT values travel as frame tails: each frame owns its buffer (an early return must not
-  // free what the I/O thread is still writing).
+  layout_ = Fingerprint64(settings);
   std::vector<std::future<Result<wire::InFrame>>> replies(ps_.size());
-  for (std::size_t i = 0; i < ps_.size(); ++i) {
-    if (chief && !initialized_[i]) {
-      wire::Init init;
-      init.layout_hash = layout;
-      init.optimizer = optimizer;
-      init.update = update;
-      auto values = std::make_shared<std::vector<float>>();
-      for (const daemon::Slice& s : placement_.shards[i]) {
-        init.chunks.push_back({s.name, static_cast<std::uint64_t>(s.length)});
-        auto src = params.subspan(static_cast<std::size_t>(s.flat_offset), static_cast<std::size_t>(s.length));
-        values->insert(values->end(), src.begin(), src.end());
-      }
-      wire::OutFrame f = wire::Encode(init, *values);
-      f.keepalive = values;
-      replies[i] = ps_[i]->Call(std::move(f));
-    } else {
-      replies[i] = ps_[i]->Call(wire::Encode(wire::WaitReady{layout}));
-    }
-  }
+  for (std::size_t i = 0; i < ps_.size(); ++i) replies[i] = InitOne(i, params);
   for (std::size_t i = 0; i < ps_.size(); ++i) {
     if (!chief) spdlog::debug("waiting for {} to be initialised by the chief", ps_[i]->peer());
     TFD_ASSIGN_OR_RETURN(wire::InFrame frame, Await(*ps_[i], replies[i], options_.startup_timeout, chief ? "INIT" : "WAIT_READY (is the chief running?)"));
     TFD_RETURN_IF_ERROR(Expect(frame, wire::MessageType::kReady, ps_[i]->peer()));
   }
   return Status::Ok();
+}
+
+std::future<Result<wire::InFrame>> PsClient::InitOne(std::size_t i, std::span<const float> params) {
+  if (!chief_ || initialized_[i]) return ps_[i]->Call(wire::Encode(wire::WaitReady{layout_}));
+  wire::Init init;
+  init.layout_hash = layout_;
+  init.optimizer = optimizer_;
+  init.update = update_;
+  init.global_step = steps_[i];
+  // The INIT values travel as frame tails: the frame owns its buffer (an early return must not
+  // free what the I/O thread is still writing).
+  auto values = std::make_shared<std::vector<float>>();
+  for (const daemon::Slice& s : placement_.shards[i]) {
+    init.chunks.push_back({s.name, static_cast<std::uint64_t>(s.length)});
+    auto src = params.subspan(static_cast<std::size_t>(s.flat_offset), static_cast<std::size_t>(s.length));
+    values->insert(values->end(), src.begin(), src.end());
+  }
+  wire::OutFrame f = wire::Encode(init, *values);
+  f.keepalive = values;
+  return ps_[i]->Call(std::move(f));
 }
 
 Result<std::uint64_t> PsClient::TakeParams(std::size_t ps, const wire::InFrame& frame, std::span<float> params) {
@@ -135,42 +188,71 @@ Result<std::uint64_t> PsClient::TakeParams(std::size_t ps, const wire::InFrame& 
 void PsClient::StartPushPull(const wire::Push& tag, std::span<const float> grads, bool sync,
                              std::shared_ptr<const void> keepalive) {
   TFD_CHECK(!in_flight());
+  tag_ = tag;
+  grads_ = grads;
+  sync_ = sync;
+  keepalive_ = std::move(keepalive);
   acks_.resize(ps_.size());
   pulls_.resize(ps_.size());
-  for (std::size_t i = 0; i < ps_.size(); ++i) {
-    wire::Push push = tag;
-    push.based_on_step = steps_[i];
-    wire::OutFrame f = wire::Encode(push, Slices(i, grads));
-    f.keepalive = keepalive;
-    std::uint64_t push_id = 0;
-    acks_[i] = ps_[i]->Call(std::move(f), 0, &push_id);
-    // A refused push fails the pull behind it, so the pull can be awaited first.
-    pulls_[i] = ps_[i]->Call(wire::Encode(wire::Pull{sync ? steps_[i] + 1 : 0}), push_id, nullptr);
-  }
+  for (std::size_t i = 0; i < ps_.size(); ++i) SendPushPull(i);
+}
+
+void PsClient::SendPushPull(std::size_t i) {
+  wire::Push push = tag_;
+  push.based_on_step = steps_[i];
+  wire::OutFrame f = wire::Encode(push, Slices(i, grads_));
+  f.keepalive = keepalive_;
+  std::uint64_t push_id = 0;
+  acks_[i] = ps_[i]->Call(std::move(f), 0, &push_id);
+  // A refused push fails the pull behind it, so the pull can be awaited first.
+  pulls_[i] = ps_[i]->Call(wire::Encode(wire::Pull{sync_ ? steps_[i] + 1 : 0}), push_id, nullptr);
 }
 
 Result<PsClient::StepResult> PsClient::CompletePushPull(std::span<float> params) {
   TFD_CHECK(in_flight());
-  auto acks = std::move(acks_);
-  auto pulls = std::move(pulls_);
+  StepResult r;
+  Status failed;
+  for (std::size_t i = 0; i < ps_.size(); ++i) {
+    for (int attempt = 0;; ++attempt) {
+      Result<bool> stale = AwaitPushPull(i, params, i == 0 ? &r.global_step : nullptr);
+      if (stale.ok()) {
+        r.stale += *stale;
+        break;
+      }
+      // A lost ps: reconnect and send this step's push again. Its (incarnation, local step) is the
+      // same, so a ps that had applied it before the loss drops it as a duplicate.
+      if (!Lost(i) || attempt >= 3) {
+        failed = stale.status();
+        break;
+      }
+      if (Status s = Reconnect(i, stale.status(), params); !s.ok()) {
+        failed = s;
+        break;
+      }
+      SendPushPull(i);
+    }
+    if (!failed.ok()) break;
+  }
   acks_.clear();
   pulls_.clear();
-  StepResult r;
-  for (std::size_t i = 0; i < ps_.size(); ++i) {
-    // The parameters first: the ack was sent before them on the same connection, so it is there
-    // by then, and the training thread wakes once per ps instead of twice. (A refused push fails
-    // its pull with the same error: see StartPushPull.)
-    Result<wire::InFrame> pulled = Await(*ps_[i], pulls[i], options_.step_timeout, "PULL");
-    TFD_ASSIGN_OR_RETURN(wire::InFrame ack_frame, Await(*ps_[i], acks[i], options_.step_timeout, "PUSH"));
-    TFD_RETURN_IF_ERROR(Expect(ack_frame, wire::MessageType::kPushAck, ps_[i]->peer()));
-    wire::PushAck ack;
-    TFD_RETURN_IF_ERROR(wire::Decode(ack_frame.payload, &ack).WithContext(ps_[i]->peer()));
-    r.stale += ack.outcome == wire::PushOutcome::kStale;
-    if (!pulled.ok()) return pulled.status();
-    TFD_ASSIGN_OR_RETURN(std::uint64_t step, TakeParams(i, *pulled, params));
-    if (i == 0) r.global_step = step;
-  }
+  keepalive_.reset();
+  if (!failed.ok()) return failed;
   return r;
+}
+
+Result<bool> PsClient::AwaitPushPull(std::size_t i, std::span<float> params, std::uint64_t* step) {
+  // The parameters first: the ack was sent before them on the same connection, so it is there by
+  // then, and the training thread wakes once per ps instead of twice. (A refused push fails its
+  // pull with the same error: see SendPushPull.)
+  Result<wire::InFrame> pulled = Await(*ps_[i], pulls_[i], options_.step_timeout, "PULL");
+  TFD_ASSIGN_OR_RETURN(wire::InFrame ack_frame, Await(*ps_[i], acks_[i], options_.step_timeout, "PUSH"));
+  TFD_RETURN_IF_ERROR(Expect(ack_frame, wire::MessageType::kPushAck, ps_[i]->peer()));
+  wire::PushAck ack;
+  TFD_RETURN_IF_ERROR(wire::Decode(ack_frame.payload, &ack).WithContext(ps_[i]->peer()));
+  if (!pulled.ok()) return pulled.status();
+  TFD_ASSIGN_OR_RETURN(std::uint64_t got, TakeParams(i, *pulled, params));
+  if (step != nullptr) *step = got;
+  return ack.outcome == wire::PushOutcome::kStale;
 }
 
 Result<PsClient::StepResult> PsClient::PushPull(const wire::Push& tag, std::span<const float> grads, std::span<float> params,
@@ -184,8 +266,14 @@ Result<std::uint64_t> PsClient::Pull(std::span<float> params, bool sync) {
   for (std::size_t i = 0; i < ps_.size(); ++i) pulls[i] = ps_[i]->Call(wire::Encode(wire::Pull{sync ? steps_[i] : 0}));
   std::uint64_t step0 = 0;
   for (std::size_t i = 0; i < ps_.size(); ++i) {
-    TFD_ASSIGN_OR_RETURN(wire::InFrame frame, Await(*ps_[i], pulls[i], options_.step_timeout, "PULL"));
-    TFD_ASSIGN_OR_RETURN(std::uint64_t step, TakeParams(i, frame, params));
+    Result<wire::InFrame> frame = Await(*ps_[i], pulls[i], options_.step_timeout, "PULL");
+    if (!frame.ok() && Lost(i)) {
+      TFD_RETURN_IF_ERROR(Reconnect(i, frame.status(), params));
+      auto again = ps_[i]->Call(wire::Encode(wire::Pull{sync ? steps_[i] : 0}));
+      frame = Await(*ps_[i], again, options_.step_timeout, "PULL");
+    }
+    if (!frame.ok()) return frame.status();
+    TFD_ASSIGN_OR_RETURN(std::uint64_t step, TakeParams(i, *frame, params));
     if (i == 0) step0 = step;
   }
   return step0;

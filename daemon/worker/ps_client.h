@@ -16,6 +16,9 @@ struct PsClientOptions {
   transport::ConnectionOptions connection;
   std::chrono::milliseconds startup_timeout{120000};  // to reach every ps and see it initialised
   std::chrono::milliseconds step_timeout{300000};     // one push/pull (sync waits for the others)
+  // A lost ps (its connection closed: it died, restarted, or was silent for the peer timeout) is
+  // dialed again, and the step retried, for this long before the worker gives up naming it.
+  std::chrono::milliseconds reconnect_timeout{60000};
   const std::atomic<bool>* stop = nullptr;
 };
 
@@ -62,14 +65,40 @@ class PsClient {
   void Close();
 
  private:
-  PsClient(const daemon::Placement& placement, const PsClientOptions& options) : placement_(placement), options_(options) {}
+  PsClient(transport::asio::io_context& ioc, const config::TfConfig& config, std::uint64_t incarnation,
+           const daemon::Placement& placement, const PsClientOptions& options)
+      : ioc_(ioc), config_(config), incarnation_(incarnation), placement_(placement), options_(options) {}
+  // Dials ps `i` and exchanges HELLO/WELCOME (ps_[i] is the new connection).
+  Result<wire::Welcome> ConnectOne(std::size_t i, transport::Clock::time_point deadline);
+  // After ps `i` was lost (`why`): dials it again until the reconnect timeout; if it restarted
+  // empty, the chief initialises it from `params` at the step last seen from it, and the others
+  // wait until it has.
+  Status Reconnect(std::size_t i, const Status& why, std::span<const float> params);
+  bool Lost(std::size_t i) const;
+  // The chief: INIT for an uninitialised ps; otherwise WAIT_READY. The reply is READY.
+  std::future<Result<wire::InFrame>> InitOne(std::size_t i, std::span<const float> params);
+  void SendPushPull(std::size_t i);
+  // Waits for ps `i`'s ack and parameters of the exchange in flight; true when the push was stale.
+  Result<bool> AwaitPushPull(std::size_t i, std::span<float> params, std::uint64_t* step);
   Result<wire::InFrame> Await(transport::RpcClient& ps, std::future<Result<wire::InFrame>>& reply,
                               std::chrono::milliseconds timeout, const char* what);
   Result<std::uint64_t> TakeParams(std::size_t ps, const wire::InFrame& frame, std::span<float> params);
   std::vector<std::span<const float>> Slices(std::size_t ps, std::span<const float> flat) const;
 
+  transport::asio::io_context& ioc_;
+  config::TfConfig config_;
+  std::uint64_t incarnation_;
   const daemon::Placement& placement_;
   PsClientOptions options_;
+  bool chief_ = false;
+  wire::OptimizerParams optimizer_;
+  wire::UpdateParams update_;
+  std::uint64_t layout_ = 0;
+  // The exchange in flight, kept so it can be sent again to a reconnected ps.
+  wire::Push tag_;
+  std::span<const float> grads_;
+  bool sync_ = false;
+  std::shared_ptr<const void> keepalive_;
   std::vector<std::shared_ptr<transport::RpcClient>> ps_;
   std::vector<bool> initialized_;
   std::vector<std::uint64_t> steps_;  // per ps: the global step of the parameters last pulled from it

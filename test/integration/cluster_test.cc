@@ -584,6 +584,61 @@ TEST_CASE("sync, on_worker_loss shrink below min_replicas fails the step naming 
   c.Finish("ps", 0, 10s);
 }
 
+TEST_CASE("a ps killed mid-run and restarted is initialised again by the chief; training goes on from its step",
+          "[integration][cluster][fault]") {
+  TempDir data;
+  WriteSyntheticMnist(data.path(), 2000, 200);
+  Cluster c(1, 2, Job(data.path(), R"({"mode": "async"})", 30, R"({"type": "sgd", "learning_rate": 0.1})", 20));
+  c.StartPs(0);
+  c.StartWorker(0);
+  c.StartWorker(1);
+  AwaitLine(c.process("worker", 0), "worker=0 epoch=3 ");
+  c.process("ps", 0).Signal(SIGKILL);
+  std::this_thread::sleep_for(500ms);
+  c.StartPs(0);  // as systemd's Restart=on-failure or tfctl would
+  TaskResult w0 = c.Finish("worker", 0);
+  TaskResult w1 = c.Finish("worker", 1);
+  CHECK(w0.exit_code == 0);
+  CHECK(w1.exit_code == 0);
+  INFO(w0.err);
+  CHECK(w0.err.find("reconnected to ps:0 (") != std::string::npos);
+  CHECK(w0.err.find("restarted: initialised again from this chief's parameters at global_step ") != std::string::npos);
+  CHECK(w1.err.find("restarted: initialised again by the chief at global_step ") != std::string::npos);
+  // No re-initialised weights: the chief's accuracy after the restart is as high as before it.
+  REQUIRE(w0.done.is_object());
+  CHECK(w0.done["test_accuracy"].get<double>() >= 0.9);
+  CHECK(w0.done["local_step"] == 1500);
+  TaskResult ps = c.Finish("ps", 0, 30s);
+  CHECK(ps.exit_code == 0);
+  // It starts counting at the step the chief last saw from the killed ps, not at 0.
+  const auto at = ps.err.find("async mode, at global_step ");
+  REQUIRE(at != std::string::npos);
+  CHECK(std::stoll(ps.err.substr(at + 27)) >= 2 * 50 * 3 - 60);
+}
+
+TEST_CASE("a worker stopped (SIGSTOP) past the peer timeout reconnects when continued and finishes", "[integration][cluster][fault]") {
+  TempDir data;
+  WriteSyntheticMnist(data.path(), 2000, 50);
+  Cluster c(1, 2, Job(data.path(), R"({"mode": "async"})", 40, R"({"type": "sgd", "learning_rate": 0.1})", 20));
+  c.StartPs(0, {"--peer-timeout", "2"});
+  c.StartWorker(0);
+  c.StartWorker(1, {"--peer-timeout", "2"});
+  AwaitLine(c.process("worker", 1), "worker=1 epoch=1 ");
+  c.process("worker", 1).Signal(SIGSTOP);
+  AwaitLine(c.process("ps", 0), "lost worker:1");
+  c.process("worker", 1).Signal(SIGCONT);
+  TaskResult w1 = c.Finish("worker", 1);
+  CHECK(w1.exit_code == 0);
+  INFO(w1.err);
+  CHECK(w1.err.find("reconnected to ps:0 (") != std::string::npos);
+  REQUIRE(w1.done.is_object());
+  CHECK(w1.done["local_step"] == 2000);
+  CHECK(c.Finish("worker", 0).exit_code == 0);
+  TaskResult ps = c.Finish("ps", 0, 30s);
+  CHECK(ps.exit_code == 0);
+  CHECK(ps.err.find("rejoined") != std::string::npos);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Authentication with a cluster token
 

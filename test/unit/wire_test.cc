@@ -338,6 +338,7 @@ Init SampleInit() {
   m.update.num_workers = 3;
   m.update.on_worker_loss = 2;
   m.update.min_replicas = 2;
+  m.global_step = 0x0a0b0c0d0e0f1011ull;
   m.chunks = {{"dense/kernel[0:3]", 3}, {"dense/bias", 2}, {"dense_1/bias", 1}};
   return m;
 }
@@ -364,6 +365,7 @@ TEST_CASE("INIT round-trips the optimizer, update rule, several chunks and their
   CHECK(got.update.num_workers == 3);
   CHECK(got.update.on_worker_loss == 2);
   CHECK(got.update.min_replicas == 2);
+  CHECK(got.global_step == 0x0a0b0c0d0e0f1011ull);
   REQUIRE(got.chunks.size() == 3);
   CHECK(got.chunks[0].name == "dense/kernel[0:3]");
   CHECK(got.chunks[0].length == 3);
@@ -382,8 +384,8 @@ TEST_CASE("INIT with a chunk count larger than the payload could hold is Corrupt
   REQUIRE(f.Seal().ok());
   const std::vector<std::byte> good = Flatten(f);
   // layout_hash u64, optimizer (u8, 5 x f64, u8), update (u8 mode, u8 scale_stale, 3 x u32,
-  // u8 on_worker_loss, u32 min_replicas), then the chunk count u32.
-  constexpr std::size_t kChunkCountOffset = 8 + 1 + 5 * 8 + 1 + 1 + 1 + 3 * 4 + 1 + 4;
+  // u8 on_worker_loss, u32 min_replicas), global_step u64, then the chunk count u32.
+  constexpr std::size_t kChunkCountOffset = 8 + 1 + 5 * 8 + 1 + 1 + 1 + 3 * 4 + 1 + 4 + 8;
   std::uint32_t count = 0;
   std::memcpy(&count, good.data() + kChunkCountOffset, 4);
   REQUIRE(count == 3);  // the offset is right
