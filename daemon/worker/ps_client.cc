@@ -106,7 +106,8 @@ bool PsClient::Lost(std::size_t i) const { return !ps_[i]->closed_reason().ok();
 PsClient::~PsClient() { Close(); }
 
 void PsClient::Close() {
-  for (auto& ps : ps_) ps->Close(Status::Unavailable("worker closing"));
+  for (auto& ps : ps_)
+    if (ps != nullptr) ps->Close(Status::Unavailable("worker closing"));
 }
 
 Result<wire::InFrame> PsClient::Await(transport::RpcClient& ps, std::future<Result<wire::InFrame>>& reply,
