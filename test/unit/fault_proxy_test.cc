@@ -51,7 +51,7 @@ class EchoServer {
           char buf[16384];
           for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) {
             for (ssize_t off = 0; off < n;) {
-              ssize_t w = write(fd, buf + off, static_cast<std::size_t>(n - off));
+              ssize_t w = send(fd, buf + off, static_cast<std::size_t>(n - off), MSG_NOSIGNAL);
               if (w <= 0) return;
               off += w;
             }
@@ -102,7 +102,7 @@ class Client {
 
   void Send(const std::string& bytes) {
     for (std::size_t off = 0; off < bytes.size();) {
-      ssize_t w = write(fd_, bytes.data() + off, bytes.size() - off);
+      ssize_t w = send(fd_, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);  // EPIPE, not SIGPIPE
       REQUIRE(w > 0);
       off += static_cast<std::size_t>(w);
     }
