@@ -79,7 +79,6 @@ class ProxyConnection : public std::enable_shared_from_this<ProxyConnection> {
     std::size_t held_bytes = 0;
     std::uint64_t read_offset = 0;  // stream bytes read so far
     bool eof = false;               // the sender half-closed; nothing more will be held
-    bool cut = false;               // drop_after reached; nothing more will be read
     Clock::time_point next_send{};  // throttle: earliest time of the next slice
     asio::steady_timer wake_reader, wake_writer;
   };
@@ -123,10 +122,7 @@ class ProxyConnection : public std::enable_shared_from_this<ProxyConnection> {
       const bool last = chunk.close_after;
       s.held.push_back(std::move(chunk));
       s.wake_writer.cancel();
-      if (last) {
-        s.cut = true;
-        co_return;
-      }
+      if (last) co_return;  // drop_after reached: nothing more is read
     }
   }
 

@@ -55,7 +55,8 @@ bool Apply(FaultProxy& p, const std::string& line) {
   std::string cmd, arg, dir_word;
   in >> cmd >> arg >> dir_word;
   Direction dir = Direction::kBoth;
-  const bool takes_arg = cmd == "delay" || cmd == "drop-after" || cmd == "corrupt-at" || cmd == "corrupt-every" || cmd == "throttle";
+  const bool takes_arg = cmd == "delay" || cmd == "drop-after" || cmd == "corrupt-at" || cmd == "corrupt-every" || cmd == "throttle" ||
+                        cmd == "refuse";
   if (!ParseDirection(takes_arg ? dir_word : arg, &dir)) return false;
   try {
     if (cmd == "delay") p.SetDelay(dir, std::chrono::milliseconds(std::stoll(arg)));
@@ -131,11 +132,12 @@ int main(int argc, char** argv) {
     return 0;
   }
   tfd::testing::FaultProxyOptions options;
+  const std::string listen_flag = listen;
   if (listen.find(':') == std::string::npos) listen = "127.0.0.1:" + listen;
   Direction dir;
   Refuse refuse_mode;
   if (!SplitHostPort(listen, /*allow_zero=*/true, &options.listen_address, &options.listen_port)) {
-    std::fprintf(stderr, "tfd_fault_proxy: --listen: expected [ADDR:]PORT, got \"%s\"\n", listen.c_str());
+    std::fprintf(stderr, "tfd_fault_proxy: --listen: expected [ADDR:]PORT, got \"%s\"\n", listen_flag.c_str());
     return 2;
   }
   if (!SplitHostPort(target, /*allow_zero=*/false, &options.target_host, &options.target_port)) {
