@@ -78,7 +78,8 @@ class ProxyConnection : public std::enable_shared_from_this<ProxyConnection> {
     std::deque<Chunk> held;
     std::size_t held_bytes = 0;
     std::uint64_t read_offset = 0;  // stream bytes read so far
-    bool eof = false;               // the sender half-closed; nothing more will be held
+    bool eof = false;               // the sender closed; nothing more will be held
+    bool reset = false;             // ... with an error (a reset), not a FIN
     Clock::time_point next_send{};  // throttle: earliest time of the next slice
     asio::steady_timer wake_reader, wake_writer;
   };
@@ -95,12 +96,10 @@ class ProxyConnection : public std::enable_shared_from_this<ProxyConnection> {
       std::size_t n = co_await sockets_[dir].async_read_some(asio::buffer(buf), redirect_error(use_awaitable, ec));
       if (closed_) co_return;
       if (ec) {
-        if (ec == asio::error::eof) {
-          s.eof = true;
-          s.wake_writer.cancel();
-        } else {
-          Close(/*reset=*/true);  // pass a reset on
-        }
+        // Passed on once what is held has been forwarded (a stall holds the end too).
+        s.eof = true;
+        s.reset = ec != asio::error::eof;
+        s.wake_writer.cancel();
         co_return;
       }
       const FaultProxy::Faults& f = proxy_.faults_[dir];
@@ -133,19 +132,20 @@ class ProxyConnection : public std::enable_shared_from_this<ProxyConnection> {
     for (;;) {
       if (closed_) co_return;
       const FaultProxy::Faults& f = proxy_.faults_[dir];
-      if (s.held.empty()) {
-        if (s.eof) {  // pass the half-close on; the connection ends when both ways have
-          error_code ec;
-          to.shutdown(tcp::socket::shutdown_send, ec);
-          if (++half_closed_ == 2) Close(/*reset=*/false);
-          co_return;
-        }
+      if (f.stalled || (s.held.empty() && !s.eof)) {
         co_await Sleep(s.wake_writer, Clock::time_point::max());
         continue;
       }
-      if (f.stalled) {
-        co_await Sleep(s.wake_writer, Clock::time_point::max());
-        continue;
+      if (s.held.empty()) {
+        if (s.reset) {  // pass a reset on
+          Close(/*reset=*/true);
+          co_return;
+        }
+        // Pass the half-close on; the connection ends when both ways have.
+        error_code ec;
+        to.shutdown(tcp::socket::shutdown_send, ec);
+        if (++half_closed_ == 2) Close(/*reset=*/false);
+        co_return;
       }
       Chunk& chunk = s.held.front();
       const auto now = Clock::now();

@@ -59,7 +59,8 @@ class FaultProxy {
   // already read keep the delay they were read with.
   void SetDelay(Direction d, std::chrono::milliseconds delay);
   // Stops forwarding while keeping the sockets open: a silent partition. The proxy keeps reading
-  // (up to 1 MiB per stream, then the sender's TCP window fills). Resume() forwards what it holds.
+  // (up to 1 MiB per stream, then the sender's TCP window fills); a sender's close (FIN or reset)
+  // is held too. Resume() forwards what it holds, then the close.
   void Stall(Direction d);
   void Resume(Direction d);
   // Closes every current connection with an RST (SO_LINGER 0) on both sides.

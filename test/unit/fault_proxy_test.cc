@@ -239,6 +239,21 @@ TEST_CASE("fault proxy: a stall holds the bytes with the connection open; resume
   CHECK(c.Read(5) == "later");
 }
 
+TEST_CASE("fault proxy: a stall holds a peer's close too, until resume", "[unit][fault_proxy]") {
+  EchoServer echo;
+  auto proxy = ProxyTo(echo.port());
+  Client c(proxy->port());
+  proxy->Stall(Direction::kServerToClient);
+  c.Send("abc");
+  c.CloseWrite();  // the echo server answers and closes
+  CHECK(WaitFor([&] { return proxy->bytes_forwarded(Direction::kClientToServer) == 3; }));
+  CHECK(c.Read(1, 500ms).empty());
+  CHECK_FALSE(c.eof);
+  proxy->Resume(Direction::kServerToClient);
+  CHECK(c.ReadToEnd() == "abc");
+  CHECK(c.eof);
+}
+
 TEST_CASE("fault proxy: reset closes every connection with an RST", "[unit][fault_proxy]") {
   EchoServer echo;
   auto proxy = ProxyTo(echo.port());
