@@ -71,10 +71,10 @@ using tfd::Status;
 
 int main(int argc, char** argv) {
   po::options_description opts(kUsage);
-  std::string job_path, params_out, tf_config_path, log_format = "text", log_level = "info", job_name, ps_hosts, worker_hosts, bind;
+  std::string job_path, params_out, tf_config_path, token_file, log_format = "text", log_level = "info", job_name, ps_hosts, worker_hosts, bind;
   int task_index = -1;
   double peer_timeout = 8, startup_timeout = 120, step_timeout = 300;
-  bool standalone = false;
+  bool standalone = false, insecure = false;
   opts.add_options()
       ("help,h", "print this help and exit")
       ("job", po::value<std::string>(&job_path)->value_name("FILE"), "the job spec (JSON): model, data, optimizer, update mode ...")
@@ -84,6 +84,8 @@ int main(int argc, char** argv) {
       ("task_index", po::value<int>(&task_index)->value_name("N"), "... its index ...")
       ("ps_hosts", po::value<std::string>(&ps_hosts)->value_name("H:P,..."), "... the ps tasks ...")
       ("worker_hosts", po::value<std::string>(&worker_hosts)->value_name("H:P,..."), "... and the worker tasks")
+      ("token-file", po::value<std::string>(&token_file)->value_name("FILE"), "the cluster token (tfctl gen-token FILE; mode 0600): peers prove they hold it and every frame is MAC'd (default: TF_CONFIG's tfd.token_file)")
+      ("insecure", po::bool_switch(&insecure), "without a token, still talk to peers on other hosts (a trusted network only: anyone who can connect can push gradients)")
       ("bind", po::value<std::string>(&bind)->value_name("ADDR"), "listen on this address only (default: every interface)")
       ("peer-timeout", po::value<double>(&peer_timeout)->value_name("SECS"), "a peer silent this long (no frame, no heartbeat) is lost (default 8)")
       ("startup-timeout", po::value<double>(&startup_timeout)->value_name("SECS"), "how long a worker waits for every ps to be up and initialised (default 120)")
@@ -138,6 +140,26 @@ int main(int argc, char** argv) {
     return usage_error("task.type: evaluator tasks are not available in this version (the chief evaluates)");
   if (!is_ps && job_path.empty()) return usage_error("--job FILE is required (see tfd --help)");
 
+  // The cluster token: from --token-file or TF_CONFIG's "tfd": {"token_file": ...}. Without one,
+  // tfd talks to this machine only, unless --insecure says the network is trusted.
+  std::shared_ptr<const tfd::transport::ClusterToken> token;
+  if (!standalone) {
+    if (token_file.empty()) token_file = tf_config->token_file;
+    if (!token_file.empty()) {
+      tfd::Result<tfd::transport::ClusterToken> read = tfd::transport::ClusterToken::ReadFile(token_file);
+      if (!read.ok()) return usage_error(read.status().message());
+      token = std::make_shared<const tfd::transport::ClusterToken>(std::move(read).value());
+    } else if (!insecure) {
+      for (tfd::config::TaskType t : tfd::config::kAllTypes)
+        for (const tfd::config::Endpoint& ep : tf_config->cluster.Tasks(t))
+          if (!ep.IsLoopback())
+            return usage_error(fmt::format("the cluster has tasks on other hosts ({} {}) and this task has no cluster token: give "
+                                           "every task --token-file FILE (made once by tfctl gen-token FILE), or --insecure on a "
+                                           "trusted network",
+                                           tfd::config::TaskTypeName(t), ep.ToString()));
+    }
+  }
+
   tfd::KeepLargeAllocationsInHeap();
   const std::string task = standalone ? "standalone" : tf_config->task.ToString();
   tfd::SetupLogging(task, log_level);
@@ -160,6 +182,8 @@ int main(int argc, char** argv) {
     tfd::transport::ConnectionOptions conn;
     conn.peer_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(peer_timeout * 1000));
     conn.heartbeat_interval = std::min(std::chrono::milliseconds(1000), conn.peer_timeout / 4);
+    conn.token = token;
+    conn.insecure = insecure;
     if (is_ps) {
       s = tfd::ps::RunPs(*tf_config, events, {.bind_address = bind, .connection = conn, .stop = &g_stop});
     } else {

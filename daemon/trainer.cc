@@ -29,15 +29,20 @@ Status Train(const config::JobSpec& job, const model::MnistData& data, model::Mo
   const std::string prefix = worker_line ? fmt::format("worker={} ", options.rank) : "";
   std::vector<float> x(static_cast<std::size_t>(batch * model.input_size()));
   std::vector<std::uint8_t> y(static_cast<std::size_t>(batch));
-  std::int64_t local_step = 0, global_step = 0;
+  std::int64_t local_step = std::min<std::int64_t>(options.start_local_step, steps * job.epochs), global_step = 0;
   double test_accuracy = -1;
-  for (int epoch = 1; epoch <= job.epochs; ++epoch) {
+  const int first_epoch = static_cast<int>(local_step / steps) + 1;
+  if (local_step > 0) {
+    spdlog::info("{}resuming at epoch {} step {} of {} (local_step {} was applied before this restart)", prefix, first_epoch,
+                 local_step % steps + 1, steps, local_step);
+  }
+  for (int epoch = first_epoch; epoch <= job.epochs; ++epoch) {
     std::vector<std::uint32_t> shard =
         model::EpochShard(data.train.size, job.seed, epoch, options.rank, options.num_workers, job.shuffle);
     double loss_sum = 0;
     std::int64_t correct = 0, seen = 0;
     const Clock::time_point start = Clock::now();
-    for (std::int64_t s = 0; s < steps; ++s) {
+    for (std::int64_t s = epoch == first_epoch ? local_step % steps : 0; s < steps; ++s) {
       if (options.stop != nullptr && options.stop->load(std::memory_order_relaxed)) {
         return Status::FailedPrecondition(fmt::format("stopped by a signal at epoch {} local_step {}", epoch, local_step));
       }

@@ -34,6 +34,9 @@ struct TrainerOptions {
   bool evaluate_each_epoch = true;  // the chief (or a standalone run) evaluates every epoch
   const std::atomic<bool>* stop = nullptr;
   std::string params_out;  // when set, the final parameters are written there (raw little-endian floats)
+  // Local steps a previous incarnation of this worker already took: a restarted worker goes on
+  // from there in the same data order instead of starting its shard again.
+  std::int64_t start_local_step = 0;
 };
 
 // The epoch loop shared by standalone and cluster workers: shards and batches the data, computes

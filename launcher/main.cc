@@ -25,6 +25,7 @@
 #include <fmt/format.h>
 
 #include "common/config/cluster_file.h"
+#include "common/transport/auth.h"
 #include "launcher/plan.h"
 #include "launcher/runner.h"
 
@@ -49,11 +50,13 @@ Usage:
   tfctl status [RUN]            each task's last event (RUN: a run folder; default the newest in ./runs)
   tfctl logs [RUN] [TASK] [-f]  the tasks' log lines (-f: follow while the run goes on)
   tfctl down [RUN]              stop a run: TERM every task, KILL after the grace period
+  tfctl gen-token FILE          write a new cluster token (mode 0600) for tfd --token-file
 
 A cluster file has "cluster" (as TF_CONFIG's), "train" (the job spec) and "launch" (where tfd is,
 the working folder, environment, run folder, ssh settings). See docs/operations.md. Remote hosts
 are reached with ssh -o BatchMode=yes; host keys are always checked (--accept-new-hostkeys accepts
-keys of hosts not yet in known_hosts).
+keys of hosts not yet in known_hosts). Every run gets a new cluster token: local tasks read it from
+the run folder's token file (mode 0600), remote ones from their ssh's stdin, never a command line.
 
 Exit codes: 0 every task finished, 1 a task failed, 2 a bad file or usage, 130 after Ctrl-C.
 )";
@@ -319,9 +322,20 @@ int main(int argc, char** argv) {
     return args.empty() ? 2 : 0;
   }
   const std::string command = args[0];
+  if (command == "gen-token") {
+    if (args.size() != 2 || args[1].empty() || args[1][0] == '-') return Usage("gen-token needs one FILE to write");
+    if (Status s = tfd::transport::ClusterToken::Generate().WriteFile(args[1]); !s.ok()) {
+      std::fprintf(stderr, "tfctl: %s\n", s.message().c_str());
+      return 1;
+    }
+    std::printf("tfctl: wrote a new cluster token to %s (mode 0600). Copy it to every host of the cluster (scp -p keeps the "
+                "mode) and start each tfd with --token-file %s\n",
+                args[1].c_str(), args[1].c_str());
+    return 0;
+  }
   if (command == "status" || command == "logs" || command == "down") return RunCommandOnRun(command, {args.begin() + 1, args.end()});
   if (command != "up" && command != "validate")
-    return Usage(fmt::format("unknown command \"{}\" (expected up, validate, status, logs or down)", command));
+    return Usage(fmt::format("unknown command \"{}\" (expected up, validate, status, logs, down or gen-token)", command));
   std::string file, run_dir_override;
   double grace = 10;
   bool accept_new_hostkeys = false, detach = false;
@@ -363,6 +377,11 @@ int main(int argc, char** argv) {
   popts.job_path = (run_dir / "job.json").string();
   popts.job_json = f->train_json;
   popts.accept_new_hostkeys = accept_new_hostkeys;
+  const tfd::transport::ClusterToken token = tfd::transport::ClusterToken::Generate();
+  if (command == "up") {
+    popts.token_path = (run_dir / "token").string();
+    popts.token_hex = token.Hex();
+  }
   popts.remote_run_dir = (fs::path(f->launch.run_dir).is_relative() ? fs::path(f->launch.run_dir) : fs::path("runs")) / run_dir.filename();
   const std::vector<tfd::launcher::TaskPlan> plan = tfd::launcher::MakePlan(*f, popts);
   if (Status s = Validate(*f, plan, popts); !s.ok()) {
@@ -379,6 +398,10 @@ int main(int argc, char** argv) {
   fs::create_directories(run_dir, ec);
   if (ec) {
     std::fprintf(stderr, "tfctl: cannot create the run folder %s: %s\n", run_dir.c_str(), ec.message().c_str());
+    return 1;
+  }
+  if (Status s = token.WriteFile(popts.token_path); !s.ok()) {
+    std::fprintf(stderr, "tfctl: %s\n", s.message().c_str());
     return 1;
   }
   fs::copy_file(file, run_dir / "cluster.json", fs::copy_options::overwrite_existing, ec);

@@ -71,6 +71,7 @@ std::vector<TaskPlan> MakePlan(const config::ClusterFile& file, const PlanOption
     std::vector<std::string> tfd = {h.tfd, "--log-format", "json"};
     if (p.local) {
       if (task.type != config::TaskType::kPs) tfd.insert(tfd.end(), {"--job", options.job_path});
+      if (!options.token_path.empty()) tfd.insert(tfd.end(), {"--token-file", options.token_path});
       p.argv = tfd;
       p.workdir = h.workdir;
       p.env.push_back(fmt::format("TF_CONFIG={}", p.tf_config));
@@ -85,17 +86,24 @@ std::vector<TaskPlan> MakePlan(const config::ClusterFile& file, const PlanOption
     const std::string dir = ShellQuote(options.remote_run_dir);
     const std::string name = task.ToString();
     if (task.type != config::TaskType::kPs) tfd.insert(tfd.end(), {"--job", options.remote_run_dir + "/job.json"});
+    // The token comes first on ssh's stdin, one line, into a file only its owner can read.
+    std::string take_token;
+    if (!options.token_hex.empty()) {
+      tfd.insert(tfd.end(), {"--token-file", options.remote_run_dir + "/token"});
+      take_token = fmt::format("( umask 077 && IFS= read -r t && printf '%s\\n' \"$t\" > {}/token ) && ", dir);
+      p.stdin_data = options.token_hex + "\n";
+    }
     std::string start = fmt::format("env TF_CONFIG={}", ShellQuote(p.tf_config));
     for (const auto& [k, v] : file.launch.env) start += fmt::format(" {}={}", k, ShellQuote(v));
     start += " setsid";
     for (const std::string& w : tfd) start += fmt::format(" {}", ShellQuote(w));
     const std::string remote = fmt::format(
-        "cd {workdir} && mkdir -p {dir} && printf '%s\\n' {job} > {dir}/job.json && exec 3<&0 && "
+        "cd {workdir} && mkdir -p {dir} && printf '%s\\n' {job} > {dir}/job.json && {take_token}exec 3<&0 && "
         "{{ {start} </dev/null 3<&- & pid=$!; echo $pid > {dir}/{pidfile}; "
         "( cat <&3 >/dev/null; kill -TERM -$pid 2>/dev/null; sleep 5; kill -KILL -$pid 2>/dev/null ) >/dev/null 2>&1 & "
         "wait $pid; }}",
         fmt::arg("workdir", ShellQuote(h.workdir)), fmt::arg("dir", dir), fmt::arg("job", ShellQuote(options.job_json)),
-        fmt::arg("start", start), fmt::arg("pidfile", ShellQuote(name + ".pid")));
+        fmt::arg("start", start), fmt::arg("pidfile", ShellQuote(name + ".pid")), fmt::arg("take_token", take_token));
     p.argv = SshArgv(h, p.host, options, remote);
     plan.push_back(std::move(p));
   }

@@ -18,12 +18,17 @@ struct TaskPlan {
   std::vector<std::string> env;   // NAME=value added to a local child's environment
   std::string workdir;            // a local child's working folder
   std::string tf_config;          // this task's TF_CONFIG
+  std::string stdin_data;         // written to a remote task's ssh first: the run's token, never on a command line
 };
 
 struct PlanOptions {
   std::string job_path;          // where the job spec is written for local tasks
   std::string remote_run_dir;    // a remote task's run folder, relative to its workdir
   std::string job_json;          // the job spec, written into remote_run_dir by each remote task
+  // The run's cluster token: local tasks read token_path (mode 0600); a remote task reads token_hex
+  // from its ssh's stdin into a 0600 file in its run folder. Empty: no token (tfctl validate).
+  std::string token_path;
+  std::string token_hex;
   std::set<std::string> local_hosts = {"127.0.0.1", "localhost", "::1"};
   bool accept_new_hostkeys = false;
   int connect_timeout_secs = 10;

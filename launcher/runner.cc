@@ -76,6 +76,11 @@ Status Spawn(Task& t) {
   close(err[1]);
   if (in[0] >= 0) close(in[0]);
   t.in_fd = in[1];
+  if (t.in_fd >= 0 && !t.plan->stdin_data.empty()) {  // a few bytes: the pipe holds them
+    const std::string& d = t.plan->stdin_data;
+    if (write(t.in_fd, d.data(), d.size()) != static_cast<ssize_t>(d.size()))
+      std::fprintf(stderr, "tfctl: %s: could not hand the token to ssh: %s\n", t.name.c_str(), std::strerror(errno));
+  }
   t.pid = pid;
   t.out_fd = out[0];
   t.err_fd = err[0];

@@ -15,6 +15,7 @@ std::string_view CodeName(Code code) {
     case Code::kDeadlineExceeded: return "DeadlineExceeded";
     case Code::kFailedPrecondition: return "FailedPrecondition";
     case Code::kInternal: return "Internal";
+    case Code::kPermissionDenied: return "PermissionDenied";
   }
   return "Unknown";
 }
@@ -37,6 +38,7 @@ int ExitCodeFor(const Status& status) {
     case Code::kOk: return 0;
     case Code::kInvalidArgument:
     case Code::kNotFound:
+    case Code::kPermissionDenied:
       return 2;
     default: return 1;
   }

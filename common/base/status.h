@@ -19,6 +19,8 @@ enum class Code {
   kDeadlineExceeded,
   kFailedPrecondition,
   kInternal,
+  kPermissionDenied,    // no or the wrong cluster token, or a token file others can read: exit code 2
+  // Values travel in ERROR frames: append, never renumber.
 };
 
 std::string_view CodeName(Code code);
@@ -38,6 +40,7 @@ class [[nodiscard]] Status {
   static Status DeadlineExceeded(std::string m) { return {Code::kDeadlineExceeded, std::move(m)}; }
   static Status FailedPrecondition(std::string m) { return {Code::kFailedPrecondition, std::move(m)}; }
   static Status Internal(std::string m) { return {Code::kInternal, std::move(m)}; }
+  static Status PermissionDenied(std::string m) { return {Code::kPermissionDenied, std::move(m)}; }
 
   bool ok() const { return code_ == Code::kOk; }
   Code code() const { return code_; }

@@ -13,8 +13,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr TaskType kAllTypes[] = {TaskType::kChief, TaskType::kWorker, TaskType::kPs, TaskType::kEvaluator};
-
 bool ParseTaskType(std::string_view s, TaskType* out) {
   for (TaskType t : kAllTypes) {
     if (TaskTypeName(t) == s) {
@@ -57,6 +55,8 @@ Status Validate(const TfConfig& c, std::string_view source) {
 }
 
 }  // namespace
+
+bool Endpoint::IsLoopback() const { return host == "localhost" || host == "::1" || host.starts_with("127."); }
 
 std::string Endpoint::ToString() const {
   return host.find(':') != std::string::npos ? fmt::format("[{}]:{}", host, port) : fmt::format("{}:{}", host, port);
@@ -193,7 +193,11 @@ Result<TfConfig> ParseTfConfig(std::string_view text, std::string_view source) {
   }
   r.Get("rpc_layer");
   r.Get("environment");
-  r.Get("tfd");  // our extensions: read by the reliability work
+  if (const json* ext = r.Get("tfd"); ext != nullptr) {  // our extensions
+    ObjectReader xr = r.Child(*ext, "tfd");
+    xr.String("token_file", &c.token_file, /*required=*/false);
+    (void)xr.Finish();
+  }
   TFD_RETURN_IF_ERROR(r.Finish());
   TFD_RETURN_IF_ERROR(Validate(c, source));
   return c;

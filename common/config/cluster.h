@@ -14,6 +14,8 @@ struct Endpoint {
   std::string host;  // name or address; IPv6 without brackets
   std::uint16_t port = 0;
   std::string ToString() const;  // "host:port" ("[::1]:port" for IPv6)
+  // "localhost", 127.0.0.0/8 or ::1: this machine only, by name alone (nothing is resolved).
+  bool IsLoopback() const;
   bool operator==(const Endpoint&) const = default;
 };
 
@@ -21,6 +23,7 @@ struct Endpoint {
 Result<Endpoint> ParseEndpoint(std::string_view text);
 
 enum class TaskType { kChief, kWorker, kPs, kEvaluator };
+inline constexpr TaskType kAllTypes[] = {TaskType::kChief, TaskType::kWorker, TaskType::kPs, TaskType::kEvaluator};
 std::string_view TaskTypeName(TaskType t);
 
 struct TaskId {
@@ -50,6 +53,7 @@ struct ClusterSpec {
 struct TfConfig {
   ClusterSpec cluster;
   TaskId task;
+  std::string token_file;  // "tfd": {"token_file": ...}, our extension; "" when absent
   bool is_chief() const { return task.type == TaskType::kChief || (task.type == TaskType::kWorker && task.index == 0 && cluster.chief.empty()); }
   const Endpoint& self() const { return cluster.EndpointOf(task); }
 };

@@ -38,6 +38,24 @@ void Connection::set_peer_name(std::string name) {
   peer_name_ = std::move(name);
 }
 
+namespace {
+
+bool IsLoopback(const asio::ip::address& a) {
+  if (a.is_loopback()) return true;
+  return a.is_v6() && a.to_v6().is_v4_mapped() && asio::ip::make_address_v4(asio::ip::v4_mapped, a.to_v6()).is_loopback();
+}
+
+bool IsAuthType(wire::MessageType t) {
+  return t == wire::MessageType::kAuthHello || t == wire::MessageType::kAuthChallenge || t == wire::MessageType::kAuthProof;
+}
+
+constexpr std::string_view kServerProof = kServerProofLabel;
+constexpr std::string_view kClientProof = kClientProofLabel;
+constexpr std::string_view kServerToClient = kServerToClientLabel;
+constexpr std::string_view kClientToServer = kClientToServerLabel;
+
+}  // namespace
+
 void Connection::Start(bool established) {
   error_code ec;
   socket_.set_option(tcp::no_delay(true), ec);  // small request frames must not wait for Nagle
@@ -46,6 +64,7 @@ void Connection::Start(bool established) {
   socket_.set_option(asio::socket_base::receive_buffer_size(4 << 20), ec);
   asio::dispatch(socket_.get_executor(), [self = shared_from_this(), established] {
     self->established_ = established;
+    self->dialed_ = established;
     self->last_heard_ = self->started_ = Clock::now();
     // An exception out of a loop (bad_alloc for a large payload, say) closes the connection with
     // the reason instead of vanishing with the coroutine.
@@ -65,6 +84,27 @@ void Connection::Start(bool established) {
     asio::co_spawn(self->socket_.get_executor(), self->ReadLoop(), on_exit);
     asio::co_spawn(self->socket_.get_executor(), self->WriteLoop(), on_exit);
     asio::co_spawn(self->socket_.get_executor(), self->Watchdog(), on_exit);
+    if (self->options_.token != nullptr) {
+      if (established) {  // we dialed: open the handshake
+        self->auth_ = Auth::kClientAwaitChallenge;
+        RandomBytes(self->client_nonce_);
+        self->QueueOnStrand(wire::Encode(wire::AuthHello{self->client_nonce_}), /*raw=*/true);
+      } else {
+        self->auth_ = Auth::kServerAwaitHello;
+      }
+      return;
+    }
+    error_code ec;
+    const tcp::endpoint remote = self->socket_.remote_endpoint(ec);
+    if (!ec && !self->options_.insecure && !IsLoopback(remote.address())) {
+      Status why = Status::PermissionDenied(fmt::format(
+          "{} is on another host and this task has no cluster token: give every task --token-file FILE (made by tfctl "
+          "gen-token), or --insecure on a trusted network",
+          established ? self->peer_name() : remote.address().to_string()));
+      if (established) return self->CloseOnStrand(why);
+      spdlog::warn("refused {}", why.message());
+      self->ErrorAndCloseOnStrand(why);
+    }
   });
 }
 
@@ -76,29 +116,44 @@ void Connection::MarkEstablished() {
 }
 
 void Connection::Send(wire::OutFrame frame) {
-  Status sealed = frame.Seal();
+  // An authenticated connection MACs every frame, which is the stronger check: no CRC then.
+  Status sealed = frame.Seal(/*with_crc=*/options_.token == nullptr);
   if (!sealed.ok()) {
     Close(sealed.WithContext(fmt::format("sending to {}", peer_name())));
     return;
   }
   asio::post(socket_.get_executor(), [self = shared_from_this(), frame = std::move(frame)]() mutable {
-    if (self->closed_) return;
-    Outgoing& out = self->outbox_.emplace_back();
-    out.frame = std::move(frame);
-    wire::EncodeHeader(out.frame.header, out.header);
-    self->wake_writer_.cancel();
+    self->QueueOnStrand(std::move(frame), /*raw=*/false);
   });
 }
 
+void Connection::QueueOnStrand(wire::OutFrame frame, bool raw) {
+  if (closed_) return;
+  if (raw) (void)frame.Seal();  // handshake frames are tiny
+  Outgoing& out = (raw ? control_ : outbox_).emplace_back();
+  out.frame = std::move(frame);
+  wake_writer_.cancel();
+}
+
 void Connection::SendErrorAndClose(const Status& why) {
+  asio::dispatch(socket_.get_executor(), [self = shared_from_this(), why] { self->ErrorAndCloseOnStrand(why); });
+}
+
+void Connection::ErrorAndCloseOnStrand(const Status& why) {
+  if (closed_ || close_after_flush_) return;
   wire::OutFrame f = wire::Encode(wire::ErrorMessage{static_cast<std::uint16_t>(why.code()), why.message()});
-  Send(std::move(f));
-  asio::post(socket_.get_executor(), [self = shared_from_this(), why] {
-    self->close_after_flush_ = true;
-    self->flush_deadline_ = Clock::now() + kErrorFlushLimit;  // do not wait on a peer that does not read
-    self->wake_writer_.cancel();
-    self->watchdog_.cancel();
-  });
+  if (app_frames_flow()) {
+    (void)f.Seal(/*with_crc=*/options_.token == nullptr);
+    QueueOnStrand(std::move(f), /*raw=*/false);
+  } else {  // the peer has no key yet, and takes only small frames
+    f = wire::Encode(wire::ErrorMessage{static_cast<std::uint16_t>(why.code()), why.message().substr(0, kPreAuthPayload - 8)});
+    QueueOnStrand(std::move(f), /*raw=*/true);
+  }
+  close_after_flush_ = true;
+  close_reason_ = why;
+  flush_deadline_ = Clock::now() + kErrorFlushLimit;  // do not wait on a peer that does not read
+  wake_writer_.cancel();
+  watchdog_.cancel();
 }
 
 void Connection::Close(const Status& why) {
@@ -115,13 +170,104 @@ void Connection::CloseOnStrand(const Status& why) {
   wake_writer_.cancel();
   watchdog_.cancel();
   outbox_.clear();
+  control_.clear();
   handler_.OnClosed(shared_from_this(), why);
   handler_owner_.reset();
+}
+
+void Connection::RefuseOnStrand(const Status& why) {
+  if (!dialed_) spdlog::warn("refused: {}", why.message());  // a dialing side's handler reports it
+  ErrorAndCloseOnStrand(why);
+}
+
+std::uint32_t Connection::payload_limit() const {
+  if (auth_ == Auth::kServerAwaitHello || auth_ == Auth::kServerAwaitProof) return kPreAuthPayload;
+  return established_ ? options_.max_payload : options_.max_handshake_payload;
+}
+
+bool Connection::OnHandshakeFrame(const wire::InFrame& frame) {
+  const wire::MessageType type = frame.header.type;
+  const ClusterToken& token = *options_.token;
+  if (type == wire::MessageType::kError) {
+    if (auth_ == Auth::kClientAwaitChallenge) return false;  // the server refused us: the handler reports why
+    wire::ErrorMessage err;
+    (void)wire::Decode(frame.payload, &err);
+    Status why = Status::PermissionDenied(fmt::format("{} refused to authenticate: {}", peer_name(), err.message));
+    spdlog::warn("refused: {}", why.message());
+    CloseOnStrand(why);
+    return true;
+  }
+  switch (auth_) {
+    case Auth::kServerAwaitHello: {
+      wire::AuthHello hello;
+      if (type != wire::MessageType::kAuthHello || !wire::Decode(frame.payload, &hello).ok()) {
+        RefuseOnStrand(Status::PermissionDenied(fmt::format(
+            "{} sent {} without authenticating, but this task requires the cluster token (start the peer with the cluster's "
+            "--token-file)",
+            peer_name(), wire::MessageTypeName(type))));
+        return true;
+      }
+      client_nonce_ = hello.nonce;
+      RandomBytes(server_nonce_);
+      wire::AuthChallenge challenge;
+      challenge.nonce = server_nonce_;
+      challenge.proof = token.Derive(kServerProof, client_nonce_, server_nonce_);
+      QueueOnStrand(wire::Encode(challenge), /*raw=*/true);
+      auth_ = Auth::kServerAwaitProof;
+      return true;
+    }
+    case Auth::kServerAwaitProof: {
+      wire::AuthProof proof;
+      if (type != wire::MessageType::kAuthProof || !wire::Decode(frame.payload, &proof).ok()) {
+        RefuseOnStrand(Status::PermissionDenied(fmt::format("{} sent {} where AUTH_PROOF was expected", peer_name(),
+                                                            wire::MessageTypeName(type))));
+        return true;
+      }
+      if (!SameBytes(proof.proof, token.Derive(kClientProof, client_nonce_, server_nonce_))) {
+        RefuseOnStrand(Status::PermissionDenied(
+            fmt::format("{} holds a different cluster token (its --token-file differs from this task's)", peer_name())));
+        return true;
+      }
+      send_mac_ = std::make_unique<FrameMac>(token.Derive(kServerToClient, client_nonce_, server_nonce_));
+      recv_mac_ = std::make_unique<FrameMac>(token.Derive(kClientToServer, client_nonce_, server_nonce_));
+      auth_ = Auth::kOn;
+      wake_writer_.cancel();
+      return true;
+    }
+    case Auth::kClientAwaitChallenge: {
+      wire::AuthChallenge challenge;
+      if (type != wire::MessageType::kAuthChallenge || !wire::Decode(frame.payload, &challenge).ok()) {
+        const std::string what = IsAuthType(type) ? wire::MessageTypeName(type)
+                                                  : fmt::format("{} (it has no cluster token: start it with --token-file)",
+                                                                wire::MessageTypeName(type));
+        RefuseOnStrand(Status::PermissionDenied(fmt::format("{} answered the token handshake with {}", peer_name(), what)));
+        return true;
+      }
+      server_nonce_ = challenge.nonce;
+      if (!SameBytes(challenge.proof, token.Derive(kServerProof, client_nonce_, server_nonce_))) {
+        RefuseOnStrand(Status::PermissionDenied(
+            fmt::format("{} holds a different cluster token (its --token-file differs from this task's)", peer_name())));
+        return true;
+      }
+      wire::AuthProof proof;
+      proof.proof = token.Derive(kClientProof, client_nonce_, server_nonce_);
+      QueueOnStrand(wire::Encode(proof), /*raw=*/true);
+      send_mac_ = std::make_unique<FrameMac>(token.Derive(kClientToServer, client_nonce_, server_nonce_));
+      recv_mac_ = std::make_unique<FrameMac>(token.Derive(kServerToClient, client_nonce_, server_nonce_));
+      auth_ = Auth::kOn;
+      return true;
+    }
+    case Auth::kOff:
+    case Auth::kOn:
+      break;
+  }
+  return false;
 }
 
 asio::awaitable<void> Connection::ReadLoop() {
   auto self = shared_from_this();
   std::array<std::byte, wire::kFrameHeaderBytes> raw;
+  std::array<std::byte, wire::kMacBytes> mac, expected_mac;
   for (;;) {
     error_code ec;
     co_await asio::async_read(socket_, asio::buffer(raw), redirect_error(use_awaitable, ec));
@@ -132,31 +278,68 @@ asio::awaitable<void> Connection::ReadLoop() {
       }
       co_return;
     }
-    Result<wire::FrameHeader> header = wire::DecodeHeader(raw, established_ ? options_.max_payload : options_.max_handshake_payload);
+    if (closed_ || close_after_flush_) co_return;  // refused: read nothing more
+    Result<wire::FrameHeader> header = wire::DecodeHeader(raw, payload_limit());
     if (!header.ok()) {
       Status why = Status::Corruption(fmt::format("{}: {}", peer_name(), header.status().message()));
       spdlog::warn("{}", why.message());
-      SendErrorAndClose(why);
+      ErrorAndCloseOnStrand(why);
+      co_return;
+    }
+    const bool has_mac = (header->flags & wire::kFlagMac) != 0;
+    // After the handshake every frame has a MAC, except the ERROR a server sends instead of
+    // accepting our proof (before it has sent any MAC'd frame); before it, none has.
+    const bool refused_proof = auth_ == Auth::kOn && dialed_ && recv_seq_ == 0 &&
+                               header->type == wire::MessageType::kError;
+    if (has_mac != (auth_ == Auth::kOn) && !(refused_proof && !has_mac)) {
+      Status why = Status::PermissionDenied(
+          has_mac ? fmt::format("{} sent a MAC'd {} frame before authenticating", peer_name(), wire::MessageTypeName(header->type))
+                  : fmt::format("{} sent a {} frame without a MAC on an authenticated connection: refused", peer_name(),
+                                wire::MessageTypeName(header->type)));
+      spdlog::warn("{}", why.message());
+      ErrorAndCloseOnStrand(why);
       co_return;
     }
     wire::InFrame frame;
     frame.header = *header;
-    frame.payload.resize(frame.header.payload_len);  // bounded by max_payload above
-    if (!frame.payload.empty()) {
-      co_await asio::async_read(socket_, asio::buffer(frame.payload), redirect_error(use_awaitable, ec));
+    frame.payload.resize(frame.header.payload_len);  // bounded by the limit above
+    if (!frame.payload.empty() || has_mac) {
+      const std::array<asio::mutable_buffer, 2> bufs = {asio::buffer(frame.payload), has_mac ? asio::buffer(mac) : asio::mutable_buffer()};
+      co_await asio::async_read(socket_, bufs, redirect_error(use_awaitable, ec));
       if (ec) {
         if (!closed_) CloseOnStrand(Status::Unavailable(fmt::format("{}: read: {} (in a {} frame)", peer_name(), ec.message(), wire::MessageTypeName(frame.header.type))));
         co_return;
       }
     }
     last_heard_ = Clock::now();
-    if (Status ok = wire::VerifyPayload(frame.header, frame.payload); !ok.ok()) {
+    if (closed_) co_return;
+    if (has_mac) {
+      const std::array<std::span<const std::byte>, 2> parts = {std::span<const std::byte>(raw), std::span<const std::byte>(frame.payload)};
+      recv_mac_->Tag(recv_seq_++, parts, expected_mac);
+      if (!SameBytes(mac, expected_mac)) {
+        Status why = Status::PermissionDenied(fmt::format(
+            "{}: the MAC of a {} frame does not verify: the frame was altered, injected or replayed on the way", peer_name(),
+            wire::MessageTypeName(frame.header.type)));
+        spdlog::warn("{}", why.message());
+        ErrorAndCloseOnStrand(why);
+        co_return;
+      }
+    } else if (Status ok = wire::VerifyPayload(frame.header, frame.payload); !ok.ok()) {
       Status why = Status::Corruption(fmt::format("{}: {}", peer_name(), ok.message()));
       spdlog::warn("{}", why.message());
-      SendErrorAndClose(why);
+      ErrorAndCloseOnStrand(why);
       co_return;
     }
-    if (closed_) co_return;
+    if (!app_frames_flow()) {
+      if (OnHandshakeFrame(frame)) continue;
+    } else if (IsAuthType(frame.header.type)) {
+      RefuseOnStrand(Status::PermissionDenied(
+          auth_ == Auth::kOff ? fmt::format("{} authenticates with a cluster token, but this task has none (start it with the "
+                                            "cluster's --token-file)",
+                                            peer_name())
+                              : fmt::format("{} sent {} after authenticating", peer_name(), wire::MessageTypeName(frame.header.type))));
+      co_return;
+    }
     if (frame.header.type == wire::MessageType::kHeartbeat) continue;
     handler_.OnFrame(self, std::move(frame));
     if (closed_) co_return;
@@ -166,33 +349,48 @@ asio::awaitable<void> Connection::ReadLoop() {
 asio::awaitable<void> Connection::WriteLoop() {
   auto self = shared_from_this();
   std::vector<asio::const_buffer> buffers;
+  std::vector<std::span<const std::byte>> parts;
   while (!closed_) {
-    if (outbox_.empty()) {
+    // Handshake frames first; the others wait until the handshake is done.
+    const bool raw = !control_.empty();
+    std::deque<Outgoing>& queue = raw ? control_ : outbox_;
+    if (!raw && (outbox_.empty() || !app_frames_flow())) {
       if (close_after_flush_) {
-        CloseOnStrand(Status::Unavailable(fmt::format("closed the connection to {} after an error", peer_name())));
+        CloseOnStrand(close_reason_.ok() ? Status::Unavailable(fmt::format("closed the connection to {} after an error", peer_name()))
+                                         : close_reason_);
         co_return;
       }
       wake_writer_.expires_after(options_.heartbeat_interval);
       error_code ec;
       co_await wake_writer_.async_wait(redirect_error(use_awaitable, ec));
       if (closed_) co_return;
-      if (!ec && outbox_.empty() && established_) {  // a quiet interval: tell the peer we are alive
+      if (!ec && outbox_.empty() && established_ && app_frames_flow()) {  // a quiet interval: tell the peer we are alive
         Outgoing& hb = outbox_.emplace_back();
         hb.frame = wire::EncodeHeartbeat();
-        (void)hb.frame.Seal();
-        wire::EncodeHeader(hb.frame.header, hb.header);
+        (void)hb.frame.Seal(/*with_crc=*/options_.token == nullptr);
       }
       continue;
     }
     // Gather every queued frame into one write: header, fields, then tensor data in place.
-    std::size_t count = outbox_.size();
+    const bool with_mac = !raw && auth_ == Auth::kOn;
+    std::size_t count = queue.size();
     buffers.clear();
     for (std::size_t i = 0; i < count; ++i) {
-      Outgoing& o = outbox_[i];
+      Outgoing& o = queue[i];
+      if (with_mac) o.frame.header.flags |= wire::kFlagMac;
+      wire::EncodeHeader(o.frame.header, o.header);
       buffers.emplace_back(o.header.data(), o.header.size());
       if (!o.frame.head.empty()) buffers.emplace_back(o.frame.head.data(), o.frame.head.size());
       for (const auto& t : o.frame.tail)
         if (!t.empty()) buffers.emplace_back(t.data(), t.size());
+      if (with_mac) {
+        parts.clear();
+        parts.emplace_back(o.header);
+        parts.emplace_back(o.frame.head);
+        parts.insert(parts.end(), o.frame.tail.begin(), o.frame.tail.end());
+        send_mac_->Tag(send_seq_++, parts, o.mac);
+        buffers.emplace_back(o.mac.data(), o.mac.size());
+      }
     }
     error_code ec;
     co_await asio::async_write(socket_, buffers, redirect_error(use_awaitable, ec));
@@ -200,7 +398,7 @@ asio::awaitable<void> Connection::WriteLoop() {
       if (!closed_) CloseOnStrand(Status::Unavailable(fmt::format("{}: write: {}", peer_name(), ec.message())));
       co_return;
     }
-    for (std::size_t i = 0; i < count && !outbox_.empty(); ++i) outbox_.pop_front();
+    for (std::size_t i = 0; i < count && !queue.empty(); ++i) queue.pop_front();
   }
 }
 

@@ -14,7 +14,9 @@
 #include <boost/asio.hpp>
 
 #include "common/base/status.h"
+#include "common/transport/auth.h"
 #include "common/wire/frame.h"
+#include "common/wire/messages.h"
 
 namespace tfd::transport {
 
@@ -32,7 +34,17 @@ struct ConnectionOptions {
   // KB, no heartbeats are sent, and the connection closes if the handshake takes longer than this.
   std::chrono::milliseconds handshake_timeout{5000};
   std::uint32_t max_handshake_payload = 4096;
+  // The cluster token. When set, both sides prove they hold it (docs/protocol.md, "Authentication")
+  // before any other frame, and every later frame carries a MAC; until then a frame is at most
+  // kPreAuthPayload bytes. A peer without the token, or with another, is refused with a reason.
+  std::shared_ptr<const ClusterToken> token;
+  // Without a token, only peers on this host (loopback) are accepted or dialed, unless this is set
+  // (tfd --insecure: a trusted network).
+  bool insecure = false;
 };
+
+// Before authentication a frame (28-byte header and payload) is under 256 bytes.
+inline constexpr std::uint32_t kPreAuthPayload = 224;
 
 class Connection;
 
@@ -78,12 +90,24 @@ class Connection : public std::enable_shared_from_this<Connection> {
   struct Outgoing {
     wire::OutFrame frame;
     std::array<std::byte, wire::kFrameHeaderBytes> header;
+    std::array<std::byte, wire::kMacBytes> mac;
   };
+  // Where the token handshake stands (strand only). kOff: no token; kOn: authenticated.
+  enum class Auth { kOff, kClientAwaitChallenge, kServerAwaitHello, kServerAwaitProof, kOn };
 
   asio::awaitable<void> ReadLoop();
   asio::awaitable<void> WriteLoop();
   asio::awaitable<void> Watchdog();
   void CloseOnStrand(const Status& why);
+  // Strand only. `raw`: a handshake frame (CRC, no MAC), written before any other queued frame.
+  void QueueOnStrand(wire::OutFrame frame, bool raw);
+  void ErrorAndCloseOnStrand(const Status& why);
+  // A frame that arrived before authentication finished: moves the handshake on, or refuses the
+  // peer. False when the frame is for the handler (an ERROR from the server we dialed).
+  bool OnHandshakeFrame(const wire::InFrame& frame);
+  void RefuseOnStrand(const Status& why);
+  bool app_frames_flow() const { return auth_ == Auth::kOff || auth_ == Auth::kOn; }
+  std::uint32_t payload_limit() const;
 
   tcp::socket socket_;
   FrameHandler& handler_;
@@ -91,9 +115,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
   ConnectionOptions options_;
   asio::steady_timer wake_writer_;
   asio::steady_timer watchdog_;
-  std::deque<Outgoing> outbox_;  // strand only
+  std::deque<Outgoing> outbox_;   // strand only
+  std::deque<Outgoing> control_;  // strand only: handshake frames, written before outbox_
+  Auth auth_ = Auth::kOff;        // strand only
+  wire::Nonce client_nonce_{}, server_nonce_{};  // strand only
+  std::unique_ptr<FrameMac> send_mac_, recv_mac_;  // strand only, once authenticated
+  std::uint64_t send_seq_ = 0, recv_seq_ = 0;      // strand only
+  Status close_reason_;           // strand only: why close_after_flush_ was set
   bool close_after_flush_ = false;  // strand only
   bool established_ = false;        // strand only
+  bool dialed_ = false;             // strand only: this side connected (the handshake's client)
   bool closed_ = false;             // strand only
   std::atomic<bool> closed_flag_{false};
   Clock::time_point last_heard_;    // strand only

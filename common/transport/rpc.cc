@@ -56,7 +56,7 @@ void RpcClient::OnFrame(const std::shared_ptr<Connection>& from, wire::InFrame f
     wire::ErrorMessage err;
     Status decoded = wire::Decode(frame.payload, &err);
     // A peer's code is untrusted: anything but a known failure code (0 is "OK") becomes Internal.
-    const bool known = err.code > 0 && err.code <= static_cast<std::uint16_t>(Code::kInternal);
+    const bool known = err.code > 0 && err.code <= static_cast<std::uint16_t>(Code::kPermissionDenied);
     Status why = decoded.ok() ? Status(known ? static_cast<Code>(err.code) : Code::kInternal, fmt::format("{} refused: {}", peer_, err.message))
                               : Status::Corruption(fmt::format("{}: malformed ERROR frame", peer_));
     if (frame.header.request_id == 0) {

@@ -68,6 +68,8 @@ class ByteReader {
     in_ = in_.subspan(static_cast<std::size_t>(count * 4));
     return true;
   }
+  // Exactly out.size() bytes, copied.
+  bool Bytes(std::span<std::byte> out) { return Raw(out.data(), out.size()); }
   std::size_t remaining() const { return in_.size(); }
 
  private:

@@ -29,6 +29,9 @@ bool IsKnownType(std::uint16_t t) {
     case MessageType::kInit:
     case MessageType::kWaitReady:
     case MessageType::kReady:
+    case MessageType::kAuthHello:
+    case MessageType::kAuthChallenge:
+    case MessageType::kAuthProof:
     case MessageType::kPull:
     case MessageType::kParams:
     case MessageType::kPush:
@@ -49,6 +52,9 @@ const char* MessageTypeName(MessageType t) {
     case MessageType::kInit: return "INIT";
     case MessageType::kWaitReady: return "WAIT_READY";
     case MessageType::kReady: return "READY";
+    case MessageType::kAuthHello: return "AUTH_HELLO";
+    case MessageType::kAuthChallenge: return "AUTH_CHALLENGE";
+    case MessageType::kAuthProof: return "AUTH_PROOF";
     case MessageType::kPull: return "PULL";
     case MessageType::kParams: return "PARAMS";
     case MessageType::kPush: return "PUSH";
@@ -85,7 +91,8 @@ Result<FrameHeader> DecodeHeader(std::span<const std::byte, kFrameHeaderBytes> r
   if (!IsKnownType(type)) return Status::Corruption(fmt::format("unknown message type {}", type));
   h.type = static_cast<MessageType>(type);
   h.flags = Get<std::uint16_t>(p + 8);
-  if (h.flags != 0) return Status::Corruption(fmt::format("unknown header flags 0x{:04x} (version 1 defines none)", h.flags));
+  if ((h.flags & ~kFlagMac) != 0)
+    return Status::Corruption(fmt::format("unknown header flags 0x{:04x} (version 1 defines only 0x{:04x}, MAC)", h.flags, kFlagMac));
   if (Get<std::uint16_t>(p + 10) != 0) return Status::Corruption("reserved header bytes are not zero");
   h.request_id = Get<std::uint64_t>(p + 12);
   h.payload_len = Get<std::uint32_t>(p + 20);
@@ -101,11 +108,15 @@ std::size_t OutFrame::payload_size() const {
   return n;
 }
 
-Status OutFrame::Seal() {
+Status OutFrame::Seal(bool with_crc) {
   const std::size_t n = payload_size();
   if (n > kMaxPayloadBytes)
     return Status::InvalidArgument(fmt::format("{} payload of {} bytes is over the limit of {}", MessageTypeName(header.type), n, kMaxPayloadBytes));
   header.payload_len = static_cast<std::uint32_t>(n);
+  if (!with_crc) {
+    header.payload_crc = 0;
+    return Status::Ok();
+  }
   std::uint32_t crc = Crc32c(head);
   for (const auto& t : tail) crc = Crc32c(t, crc);
   header.payload_crc = crc;

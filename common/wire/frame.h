@@ -21,6 +21,10 @@ inline constexpr std::uint32_t kMagic = 0x31444654;  // the bytes 'T' 'F' 'D' '1
 inline constexpr std::uint16_t kProtocolVersion = 1;
 inline constexpr std::size_t kFrameHeaderBytes = 28;
 inline constexpr std::uint32_t kMaxPayloadBytes = 256u << 20;
+// Header flag: a 16-byte MAC follows the payload (not counted in payload_len), and payload_crc is 0:
+// the MAC is the stronger check. Every frame after a token handshake carries one.
+inline constexpr std::uint16_t kFlagMac = 0x0001;
+inline constexpr std::size_t kMacBytes = 16;
 
 // Append-only: never renumber or reuse a value.
 enum class MessageType : std::uint16_t {
@@ -29,6 +33,9 @@ enum class MessageType : std::uint16_t {
   kInit = 3,
   kWaitReady = 4,
   kReady = 5,
+  kAuthHello = 6,
+  kAuthChallenge = 7,
+  kAuthProof = 8,
   kPull = 10,
   kParams = 11,
   kPush = 12,
@@ -65,9 +72,9 @@ struct OutFrame {
   std::vector<std::span<const std::byte>> tail;
   std::shared_ptr<const void> keepalive;
 
-  // Sets payload_len and payload_crc from head and tail; call once the payload is complete.
-  // InvalidArgument when the payload would exceed kMaxPayloadBytes.
-  Status Seal();
+  // Sets payload_len and payload_crc (0 unless `with_crc`: a MAC'd connection) from head and tail;
+  // call once the payload is complete. InvalidArgument when the payload would exceed kMaxPayloadBytes.
+  Status Seal(bool with_crc = true);
   std::size_t payload_size() const;
 };
 

@@ -75,13 +75,14 @@ OutFrame Encode(const Welcome& m) {
   w.U64(m.incarnation);
   w.U8(m.initialized ? 1 : 0);
   w.U64(m.global_step);
+  w.U64(m.resume_step);
   return f;
 }
 
 Status Decode(std::span<const std::byte> p, Welcome* m) {
   ByteReader r(p);
   if (!ReadKind(r, &m->kind) || !r.U32(&m->index) || !r.U64(&m->incarnation) || !ReadBool(r, &m->initialized) ||
-      !r.U64(&m->global_step))
+      !r.U64(&m->global_step) || !r.U64(&m->resume_step))
     return Short("WELCOME");
   return Trailing("WELCOME", r);
 }
@@ -259,6 +260,44 @@ Status Decode(std::span<const std::byte> p, ErrorMessage* m) {
   ByteReader r(p);
   if (!r.U16(&m->code) || !r.Str(&m->message, 0xffff)) return Short("ERROR");
   return Trailing("ERROR", r);
+}
+
+OutFrame Encode(const AuthHello& m) {
+  OutFrame f = Start(MessageType::kAuthHello);
+  ByteWriter(&f.head).Raw(m.nonce.data(), m.nonce.size());
+  return f;
+}
+
+Status Decode(std::span<const std::byte> p, AuthHello* m) {
+  ByteReader r(p);
+  if (!r.Bytes(m->nonce)) return Short("AUTH_HELLO");
+  return Trailing("AUTH_HELLO", r);
+}
+
+OutFrame Encode(const AuthChallenge& m) {
+  OutFrame f = Start(MessageType::kAuthChallenge);
+  ByteWriter w(&f.head);
+  w.Raw(m.nonce.data(), m.nonce.size());
+  w.Raw(m.proof.data(), m.proof.size());
+  return f;
+}
+
+Status Decode(std::span<const std::byte> p, AuthChallenge* m) {
+  ByteReader r(p);
+  if (!r.Bytes(m->nonce) || !r.Bytes(m->proof)) return Short("AUTH_CHALLENGE");
+  return Trailing("AUTH_CHALLENGE", r);
+}
+
+OutFrame Encode(const AuthProof& m) {
+  OutFrame f = Start(MessageType::kAuthProof);
+  ByteWriter(&f.head).Raw(m.proof.data(), m.proof.size());
+  return f;
+}
+
+Status Decode(std::span<const std::byte> p, AuthProof* m) {
+  ByteReader r(p);
+  if (!r.Bytes(m->proof)) return Short("AUTH_PROOF");
+  return Trailing("AUTH_PROOF", r);
 }
 
 }  // namespace tfd::wire

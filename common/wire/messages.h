@@ -1,5 +1,6 @@
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -35,6 +36,9 @@ struct Welcome {  // server -> client, reply to HELLO
   std::uint64_t incarnation = 0;
   bool initialized = false;
   std::uint64_t global_step = 0;
+  // Where this worker rank resumes after a restart: async, the last local step the ps applied from
+  // any incarnation of it; sync, the global step. 0 for a worker new to the ps.
+  std::uint64_t resume_step = 0;
 };
 
 struct OptimizerParams {
@@ -98,6 +102,25 @@ struct Done {
   std::uint32_t worker = 0;
 };
 
+// The token handshake (docs/protocol.md, "Authentication"): nonces and HMAC-SHA256 proofs.
+inline constexpr std::size_t kNonceBytes = 32;
+inline constexpr std::size_t kProofBytes = 32;
+using Nonce = std::array<std::byte, kNonceBytes>;
+using Proof = std::array<std::byte, kProofBytes>;
+
+struct AuthHello {  // client -> server, first frame when the cluster has a token
+  Nonce nonce{};
+};
+
+struct AuthChallenge {  // server -> client: its nonce and its proof of the token
+  Nonce nonce{};
+  Proof proof{};
+};
+
+struct AuthProof {  // client -> server: its proof of the token
+  Proof proof{};
+};
+
 struct ErrorMessage {
   std::uint16_t code = 0;  // tfd::Code
   std::string message;
@@ -117,6 +140,9 @@ OutFrame Encode(const Done& m);
 OutFrame EncodeDoneAck();
 OutFrame EncodeHeartbeat();
 OutFrame Encode(const ErrorMessage& m);
+OutFrame Encode(const AuthHello& m);
+OutFrame Encode(const AuthChallenge& m);
+OutFrame Encode(const AuthProof& m);
 
 Status Decode(std::span<const std::byte> payload, Hello* m);
 Status Decode(std::span<const std::byte> payload, Welcome* m);
@@ -129,6 +155,9 @@ Status Decode(std::span<const std::byte> payload, Push* m);
 Status Decode(std::span<const std::byte> payload, PushAck* m);
 Status Decode(std::span<const std::byte> payload, Done* m);
 Status Decode(std::span<const std::byte> payload, ErrorMessage* m);
+Status Decode(std::span<const std::byte> payload, AuthHello* m);
+Status Decode(std::span<const std::byte> payload, AuthChallenge* m);
+Status Decode(std::span<const std::byte> payload, AuthProof* m);
 
 // Copies little-endian floats from wire bytes (any alignment) into `out` (out.size() * 4 bytes).
 void CopyFloats(std::span<const std::byte> bytes, std::span<float> out);

@@ -80,6 +80,13 @@ int ParameterStore::to_aggregate() const {
   return to_aggregate_;
 }
 
+std::uint64_t ParameterStore::ResumeStep(int rank) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!initialized_) return 0;
+  if (update_.mode != 0) return global_step_;
+  return rank >= 0 && rank < static_cast<int>(last_push_.size()) ? last_push_[static_cast<std::size_t>(rank)].second : 0;
+}
+
 std::vector<bool> ParameterStore::received() const {
   std::lock_guard<std::mutex> lock(mu_);
   return received_;

@@ -55,6 +55,9 @@ class ParameterStore {
   std::shared_ptr<const Snapshot> Read();  // no copy while no push has come since the last Read
 
   std::vector<std::uint64_t> stale_counts() const;  // per worker rank
+  // Where worker `rank` resumes after a restart: async, the last local step applied from it (any
+  // incarnation); sync, the global step. 0 before INIT.
+  std::uint64_t ResumeStep(int rank) const;
   std::vector<wire::Chunk> chunks() const;
 
  private:

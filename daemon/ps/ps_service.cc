@@ -73,7 +73,11 @@ void PsService::HandleHello(const std::shared_ptr<Connection>& from, const wire:
   {
     std::lock_guard<std::mutex> lock(mu_);
     ranks_[from.get()] = config_.cluster.WorkerRank(peer);
-    gone_.erase(config_.cluster.WorkerRank(peer));  // back again
+    if (gone_.erase(config_.cluster.WorkerRank(peer)) > 0) {  // back again
+      spdlog::info("{} rejoined (incarnation {:016x}); it resumes after step {}", peer_name, hello.incarnation,
+                   store_.ResumeStep(config_.cluster.WorkerRank(peer)));
+      events_.Emit("peer_rejoined", {{"peer", peer_name}});
+    }
   }
   spdlog::debug("{} connected (incarnation {:016x})", peer_name, hello.incarnation);
   wire::Welcome w;
@@ -82,6 +86,7 @@ void PsService::HandleHello(const std::shared_ptr<Connection>& from, const wire:
   w.incarnation = incarnation_;
   w.initialized = store_.initialized();
   w.global_step = store_.global_step();
+  w.resume_step = store_.ResumeStep(config_.cluster.WorkerRank(peer));
   Reply(*from, wire::Encode(w), frame.header.request_id);
 }
 

@@ -44,6 +44,9 @@ Result<std::unique_ptr<PsClient>> PsClient::Connect(transport::asio::io_context&
     TFD_RETURN_IF_ERROR(wire::Decode(frame.payload, &welcome).WithContext(name));
     client->initialized_.push_back(welcome.initialized);
     client->steps_.push_back(welcome.global_step);
+    // The largest: a step some ps applied is never pushed again (at most one step's gradient is
+    // missing on the others, if this worker died between its pushes).
+    client->resume_step_ = std::max(client->resume_step_, welcome.resume_step);
     spdlog::info("connected to {} (incarnation {:016x}, {})", name, welcome.incarnation,
                  welcome.initialized ? fmt::format("initialised, global_step {}", welcome.global_step) : "not initialised yet");
   }

@@ -51,6 +51,9 @@ class PsClient {
   void StartPushPull(const wire::Push& tag, std::span<const float> grads, bool sync, std::shared_ptr<const void> keepalive);
   Result<StepResult> CompletePushPull(std::span<float> params);
   bool in_flight() const { return !pulls_.empty(); }
+  // Where this worker resumes (its local steps already applied, async; the global step, sync): 0
+  // unless it was here before and restarted.
+  std::uint64_t resume_step() const { return resume_step_; }
   // Pulls every ps's parameters into `params` (sync: at least the step last seen from each ps);
   // returns ps:0's step.
   Result<std::uint64_t> Pull(std::span<float> params, bool sync);
@@ -70,6 +73,7 @@ class PsClient {
   std::vector<std::shared_ptr<transport::RpcClient>> ps_;
   std::vector<bool> initialized_;
   std::vector<std::uint64_t> steps_;  // per ps: the global step of the parameters last pulled from it
+  std::uint64_t resume_step_ = 0;     // the largest WELCOME.resume_step: where a restarted worker goes on
   std::vector<std::future<Result<wire::InFrame>>> acks_, pulls_;  // of the exchange in flight
 };
 

@@ -168,6 +168,7 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
   topts.evaluate_each_epoch = chief;
   topts.stop = options.stop;
   topts.params_out = options.params_out;
+  topts.start_local_step = static_cast<std::int64_t>(client->resume_step());
   TFD_RETURN_IF_ERROR(daemon::Train(job, loaded.data, model, updater, events, topts));
   if (sync) spdlog::info("{} gradients of this worker were dropped as stale", updater.stale());
   TFD_RETURN_IF_ERROR(client->Done(static_cast<std::uint32_t>(rank)));

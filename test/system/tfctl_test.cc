@@ -1,6 +1,7 @@
 // tfctl as a user runs it: whole clusters of real tfd processes on this machine, from a cluster file.
 #include <dirent.h>
 #include <pwd.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -78,6 +79,14 @@ TEST_CASE("tfctl up trains a local cluster to completion and writes the run fold
   REQUIRE_FALSE(run.empty());
   for (const char* f : {"cluster.json", "job.json", "metrics.jsonl", "summary.json", "ps:0.log", "worker:0.log", "worker:1.log"})
     CHECK(std::filesystem::exists(run + "/" + f));
+  // The run's token: a file only its owner can read, and in no log.
+  struct stat st {};
+  REQUIRE(stat((run + "/token").c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+  const std::string token = ReadAll(run + "/token").substr(0, 64);
+  CHECK(token.size() == 64);
+  for (const char* f : {"ps:0.log", "worker:0.log", "worker:1.log", "metrics.jsonl"}) CHECK(ReadAll(run + "/" + f).find(token) == std::string::npos);
+  CHECK(p.out().find(token) == std::string::npos);
   // Both workers' per-epoch metrics are there.
   std::map<std::string, int> epochs;
   std::istringstream metrics(ReadAll(run + "/metrics.jsonl"));
@@ -238,6 +247,7 @@ class LoopbackSshd {
     };
     WriteFile(dir / "known_hosts", "[localhost]:" + std::to_string(port_) + " " + key("host_key.pub") + "\n");
     WriteFile(dir / "wrong_known_hosts", "[localhost]:" + std::to_string(port_) + " " + key("other_key.pub") + "\n");
+    std::filesystem::create_directories(dir / "remote");
     sshd_ = std::make_unique<Process>(std::vector<std::string>{"/usr/sbin/sshd", "-D", "-e", "-f", dir / "sshd_config"},
                                       std::vector<std::string>{}, dir / "sshd.out", dir / "sshd.err");
     // Wait until it accepts logins.
@@ -262,7 +272,7 @@ class LoopbackSshd {
   nlohmann::json HostEntry(const std::string& known_hosts_file) const {
     return {{"via", "ssh"},
             {"tfd", kTfd},
-            {"workdir", dir_.path()},
+            {"workdir", dir_ / "remote"},  // its own folder: what the remote side writes is told apart
             {"ssh", {{"user", User()}, {"port", port_}, {"identity_file", dir_ / "client_key"},
                      {"options", {"UserKnownHostsFile=" + dir_ / known_hosts_file}}}}};
   }
@@ -294,6 +304,13 @@ TEST_CASE("tfctl up reaches worker hosts through a real sshd and trains to compl
   auto summary = nlohmann::json::parse(ReadAll(RunFolder(dir) + "/summary.json"));
   for (const auto& t : summary["tasks"]) CHECK(t["exit_code"] == 0);
   CHECK(p.out().find("[worker:1] info worker=1 epoch=2 ") != std::string::npos);
+  // The remote tasks got the run's token over ssh's stdin, into a file only its owner can read.
+  const std::string run = RunFolder(dir);
+  const std::string remote_token = (std::filesystem::path(dir / "remote") / "runs" / std::filesystem::path(run).filename() / "token").string();
+  struct stat st {};
+  REQUIRE(stat(remote_token.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+  CHECK(ReadAll(remote_token) == ReadAll(run + "/token"));
 }
 
 TEST_CASE("kill -9 of tfctl leaves no tfd behind on an ssh host", "[system][tfctl][ssh]") {

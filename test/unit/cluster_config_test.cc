@@ -59,7 +59,9 @@ TEST_CASE("ParseTfConfig accepts TensorFlow's TF_CONFIG with chief, worker, ps a
 
   // An evaluator, our "tfd" extension block, and an index written as 1.0 are accepted too.
   const TfConfig e = Parsed(R"({"cluster": {"worker": ["a:1"], "evaluator": ["b:2"]},
-                                "task": {"type": "evaluator", "index": 0.0}, "tfd": {"anything": 1}})");
+                                "task": {"type": "evaluator", "index": 0.0}, "tfd": {"token_file": "/etc/tfd/token"}})");
+  CHECK(e.token_file == "/etc/tfd/token");
+  CHECK(c.token_file.empty());
   CHECK(e.task == TaskId{TaskType::kEvaluator, 0});
   CHECK(e.self() == Endpoint{"b", 2});
   CHECK(Parsed(TfConfigText(kCluster, R"({"type": "ps", "index": 1.0})")).task == TaskId{TaskType::kPs, 1});
@@ -155,6 +157,10 @@ TEST_CASE("TF_CONFIG errors name the source and the field exactly", "[unit][clus
   CHECK(ErrorOf(TfConfigText(kCluster, R"({"type": "worker"})")) == "TF_CONFIG: task.index: missing (expected an integer)");
   CHECK(ErrorOf(TfConfigText(kCluster, R"({"type": "worker", "index": 0, "port": 1})")) ==
         "TF_CONFIG: task.port: unknown field (expected one of: index, type)");
+  CHECK(ErrorOf(TfConfigText(kCluster, R"({"type": "worker", "index": 0})", R"(, "tfd": {"token": "abc"})")) ==
+        "TF_CONFIG: tfd.token: unknown field (expected one of: token_file)");
+  CHECK(ErrorOf(TfConfigText(kCluster, R"({"type": "worker", "index": 0})", R"(, "tfd": {"token_file": 7})")) ==
+        "TF_CONFIG: tfd.token_file: expected a string, got 7");
 }
 
 TEST_CASE("a task index out of range or not an integer is refused", "[unit][cluster]") {

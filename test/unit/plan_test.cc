@@ -74,6 +74,30 @@ TEST_CASE("a remote task is one ssh argv with every remote word quoted and host 
   CHECK(std::find(opt_in[1].argv.begin(), opt_in[1].argv.end(), "StrictHostKeyChecking=accept-new") != opt_in[1].argv.end());
 }
 
+TEST_CASE("the run's token reaches tasks as a file path or on ssh's stdin, never on a command line", "[unit][launcher]") {
+  auto f = Parse(std::string(R"({"cluster": {"ps": ["127.0.0.1:2000"], "worker": ["pc-02:2001"]}, )") + kTrain + "}");
+  const std::string hex(64, 'a');
+  auto plan = MakePlan(f, {.job_path = "/r/job.json", .remote_run_dir = "runs/r1", .job_json = "{}", .token_path = "/r/token",
+                           .token_hex = hex});
+  REQUIRE(plan.size() == 2);
+  const TaskPlan& ps = plan[0];
+  const TaskPlan& w = plan[1];
+  REQUIRE(ps.local);
+  CHECK(std::vector<std::string>(ps.argv.begin() + 1, ps.argv.end()) == std::vector<std::string>{"--log-format", "json", "--token-file", "/r/token"});
+  CHECK(ps.stdin_data.empty());
+  REQUIRE_FALSE(w.local);
+  CHECK(w.stdin_data == hex + "\n");
+  for (const TaskPlan& t : plan) {
+    for (const std::string& a : t.argv) CHECK(a.find(hex) == std::string::npos);
+    for (const std::string& e : t.env) CHECK(e.find(hex) == std::string::npos);
+  }
+  // The remote line reads one line of stdin into a file made under umask 077, before ssh's stdin
+  // is kept on fd 3, and tfd reads that file.
+  CHECK(w.argv.back().find(R"(> 'runs/r1'/job.json && ( umask 077 && IFS= read -r t && printf '%s\n' "$t" > 'runs/r1'/token ) && )"
+                           R"(exec 3<&0 && )") != std::string::npos);
+  CHECK(w.argv.back().find(R"('--token-file' 'runs/r1/token')") != std::string::npos);
+}
+
 TEST_CASE("cluster file errors name the file and the JSON path", "[unit][launcher]") {
   const std::string c = R"("cluster": {"ps": ["127.0.0.1:2000"], "worker": ["127.0.0.1:2001"]})";
   CHECK(ErrorOf("[") == "c.json: not valid JSON");

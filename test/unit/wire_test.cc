@@ -105,12 +105,16 @@ void CheckMalformedRejected(const std::vector<std::byte>& payload) {
 TEST_CASE("DecodeHeader refuses flags and reserved bytes that version 1 does not define", "[unit][wire]") {
   FrameHeader h;
   h.type = MessageType::kPull;
-  h.flags = 0x0001;
+  h.flags = 0x0002;
   HeaderBytes raw = EncodedHeader(h);
   Result<FrameHeader> got = DecodeHeader(raw);
   REQUIRE_FALSE(got.ok());
   CHECK(got.status().code() == Code::kCorruption);
-  CHECK(got.status().message() == "unknown header flags 0x0001 (version 1 defines none)");
+  CHECK(got.status().message() == "unknown header flags 0x0002 (version 1 defines only 0x0001, MAC)");
+  h.flags = kFlagMac;  // the one defined flag: whether a MAC is expected is the connection's business
+  got = DecodeHeader(EncodedHeader(h));
+  REQUIRE(got.ok());
+  CHECK(got->flags == kFlagMac);
   h.flags = 0;
   raw = EncodedHeader(h);
   raw[10] = std::byte{1};
@@ -144,7 +148,8 @@ TEST_CASE("every known message type is accepted in a header and named", "[unit][
   const MessageType all[] = {MessageType::kHello,    MessageType::kWelcome, MessageType::kInit,     MessageType::kWaitReady,
                              MessageType::kReady,    MessageType::kPull,    MessageType::kParams,   MessageType::kPush,
                              MessageType::kPushAck,  MessageType::kDone,    MessageType::kDoneAck,  MessageType::kHeartbeat,
-                             MessageType::kError};
+                             MessageType::kError,    MessageType::kAuthHello, MessageType::kAuthChallenge,
+                             MessageType::kAuthProof};
   for (MessageType t : all) {
     INFO("type " << static_cast<int>(t));
     CHECK(IsKnownType(static_cast<std::uint16_t>(t)));
@@ -155,7 +160,7 @@ TEST_CASE("every known message type is accepted in a header and named", "[unit][
     REQUIRE(got.ok());
     CHECK(got->type == t);
   }
-  for (std::uint16_t t : {0, 6, 9, 14, 19, 23, 29, 31, 0xffff}) CHECK_FALSE(IsKnownType(t));
+  for (std::uint16_t t : {0, 9, 14, 19, 23, 29, 31, 0xffff}) CHECK_FALSE(IsKnownType(t));
 }
 
 TEST_CASE("a header with bad magic is Corruption naming the magic", "[unit][wire]") {
@@ -182,7 +187,7 @@ TEST_CASE("a header of another protocol version is Corruption naming both versio
 }
 
 TEST_CASE("a header of an unknown message type is Corruption naming the type", "[unit][wire]") {
-  for (std::uint16_t t : {0, 7, 99, 0xffff}) {
+  for (std::uint16_t t : {0, 9, 99, 0xffff}) {
     HeaderBytes raw = EncodedHeader(FrameHeader{});
     Poke<std::uint16_t>(raw, 6, t);
     Result<FrameHeader> got = DecodeHeader(raw);
@@ -300,6 +305,7 @@ TEST_CASE("WELCOME round-trips every field", "[unit][wire]") {
     m.incarnation = 0x1122334455667788ull;
     m.initialized = initialized;
     m.global_step = 0x8000000000000001ull;
+    m.resume_step = 0x0102030405060708ull;
     OutFrame f = Encode(m);
     const auto payload = Transmit(f, MessageType::kWelcome);
     Welcome got;
@@ -310,6 +316,7 @@ TEST_CASE("WELCOME round-trips every field", "[unit][wire]") {
     CHECK(got.incarnation == 0x1122334455667788ull);
     CHECK(got.initialized == initialized);
     CHECK(got.global_step == 0x8000000000000001ull);
+    CHECK(got.resume_step == 0x0102030405060708ull);
     CheckMalformedRejected<Welcome>(payload);
   }
 }
