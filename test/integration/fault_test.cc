@@ -1,0 +1,218 @@
+// Real tfd processes with the fault proxy on the worker↔ps link: a partition longer than
+// --peer-timeout (both ways, and worker→ps only), a short one that heals, a reset and a flipped
+// bit. Synthetic data, so no MNIST is needed. Every wait has a deadline that fails the test instead of hanging.
+//
+// Placing the proxy: the cluster id is a hash of the TF_CONFIG cluster spec, so every task gets the
+// same spec, whose ps entry is 127.0.0.1:P. The ps binds 127.0.0.2:P instead (--bind takes an
+// address; the port always comes from TF_CONFIG) and the proxy listens on 127.0.0.1:P, forwarding
+// to 127.0.0.2:P. The worker dials 127.0.0.1:P and so reaches the ps through the proxy.
+#define CATCH_CONFIG_MAIN
+#include <map>
+#include <memory>
+#include <sstream>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "test/test_util.h"
+#include "test/tools/fault_proxy.h"
+
+namespace tfd::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+const std::string kTfd = TFD_BINARY;
+constexpr const char* kPsBindAddress = "127.0.0.2";
+
+// One ps and one worker with the proxy between them.
+class ProxiedCluster {
+ public:
+  explicit ProxiedCluster(int epochs) {
+    WriteSyntheticMnist(dir_.path(), 2000, 50);  // 100 steps an epoch at batch 20
+    WriteFile(dir_ / "job.json", R"({"model": {"name": "mlp", "init": "glorot_uniform"}, "data": ")" + dir_.path() +
+                                     R"(", "epochs": )" + std::to_string(epochs) +
+                                     R"(, "batch_size": 20, "optimizer": {"type": "sgd", "learning_rate": 0.1},)"
+                                     R"( "update": {"mode": "async"}, "seed": 5, "log_every_steps": 0})");
+    ps_port_ = static_cast<std::uint16_t>(FreePort());
+    cluster_ = {{"ps", {"127.0.0.1:" + std::to_string(ps_port_)}}, {"worker", {"127.0.0.1:" + std::to_string(FreePort())}}};
+    auto proxy = FaultProxy::Start(
+        {.listen_address = "127.0.0.1", .listen_port = ps_port_, .target_host = kPsBindAddress, .target_port = ps_port_});
+    INFO(proxy.status().message());
+    REQUIRE(proxy.ok());
+    proxy_ = std::move(proxy).value();
+  }
+
+  FaultProxy& proxy() { return *proxy_; }
+  std::string ps_address() const { return "127.0.0.1:" + std::to_string(ps_port_); }
+
+  void Start(std::vector<std::string> worker_extra) {
+    ps_ = Spawn("ps", {"--bind", kPsBindAddress, "--peer-timeout", std::to_string(kPeerTimeoutSecs)});
+    // The worker retries a refused connect, but the proxy always accepts and then resets the
+    // client when the ps is not up yet, which the worker takes as fatal: start it once the ps
+    // listens.
+    const auto until = Clock::now() + 30s;
+    while (ps_->out().find(R"("event":"start")") == std::string::npos && Clock::now() < until && !ps_->Wait(0ms))
+      std::this_thread::sleep_for(10ms);
+    INFO(ps_->err());
+    REQUIRE(ps_->out().find(R"("event":"start")") != std::string::npos);
+    std::vector<std::string> extra = {"--job", dir_ / "job.json", "--peer-timeout", std::to_string(kPeerTimeoutSecs)};
+    extra.insert(extra.end(), worker_extra.begin(), worker_extra.end());
+    worker_ = Spawn("worker", extra);
+  }
+
+  // Waits until the worker has pushed `bytes` through the proxy (training is under way).
+  void WaitForTraffic(std::uint64_t bytes) {
+    const auto until = Clock::now() + 60s;
+    while (proxy_->bytes_forwarded(Direction::kClientToServer) < bytes && Clock::now() < until && !worker_->Wait(0ms))
+      std::this_thread::sleep_for(10ms);
+    INFO(worker_->err());
+    REQUIRE(proxy_->bytes_forwarded(Direction::kClientToServer) >= bytes);
+    REQUIRE_FALSE(worker_->Wait(0ms).has_value());  // still training
+  }
+
+  Process& worker() { return *worker_; }
+  Process& ps() { return *ps_; }
+
+  // The worker's "done" event, or null.
+  nlohmann::json Done() const {
+    std::istringstream in(worker_->out());
+    for (std::string line; std::getline(in, line);) {
+      auto e = nlohmann::json::parse(line, nullptr, false);
+      if (!e.is_discarded() && e["event"] == "done") return e;
+    }
+    return nullptr;
+  }
+
+  static constexpr int kPeerTimeoutSecs = 2;
+
+ private:
+  std::unique_ptr<Process> Spawn(const std::string& type, const std::vector<std::string>& extra) {
+    std::vector<std::string> argv = {kTfd, "--log-format", "json"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    const std::string tf_config = nlohmann::json{{"cluster", cluster_}, {"task", {{"type", type}, {"index", 0}}}}.dump();
+    auto p = std::make_unique<Process>(argv, std::vector<std::string>{"TF_CONFIG=" + tf_config}, dir_ / (type + ".out"),
+                                       dir_ / (type + ".err"));
+    REQUIRE(p->started());
+    return p;
+  }
+
+  TempDir dir_;
+  std::uint16_t ps_port_ = 0;
+  nlohmann::json cluster_;
+  std::unique_ptr<FaultProxy> proxy_;
+  std::unique_ptr<Process> ps_, worker_;  // declared after proxy_: killed before it closes
+};
+
+// Whether `p`'s stderr shows `text` within 10 s (a peer's log line may trail what the test saw).
+bool LogsWithin(Process& p, const std::string& text) {
+  const auto until = Clock::now() + 10s;
+  while (p.err().find(text) == std::string::npos && Clock::now() < until) std::this_thread::sleep_for(20ms);
+  return p.err().find(text) != std::string::npos;
+}
+
+// Runs the same job with no fault and returns the final parameters' hash.
+std::string CleanRunHash(int epochs) {
+  ProxiedCluster c(epochs);
+  c.Start({});
+  std::optional<int> code = c.worker().Wait(60s);
+  INFO(c.worker().err());
+  REQUIRE(code == 0);
+  REQUIRE(c.Done().is_object());
+  return c.Done()["params_sha256"].get<std::string>();
+}
+
+TEST_CASE("a partition longer than --peer-timeout makes the worker exit 1 naming the ps", "[integration][fault]") {
+  ProxiedCluster c(/*epochs=*/1000);
+  c.Start({});
+  c.WaitForTraffic(1 << 20);
+  c.proxy().Stall(Direction::kBoth);
+  const auto stalled = Clock::now();
+  std::optional<int> code = c.worker().Wait(30s);
+  const double detect_s = std::chrono::duration<double>(Clock::now() - stalled).count();
+  const std::string err = c.worker().err();
+  INFO(err);
+  REQUIRE(code.has_value());
+  CHECK(*code == 1);
+  CHECK(err.find("ps:0 (" + c.ps_address() + ") sent nothing for 2.0 s") != std::string::npos);
+  CHECK(detect_s >= ProxiedCluster::kPeerTimeoutSecs);  // the peer timeout, not something sooner
+  // The ps, on its side of the partition, gives up on the worker too, and keeps running.
+  CHECK(LogsWithin(c.ps(), "lost worker:0"));
+  CHECK_FALSE(c.ps().Wait(0ms).has_value());
+}
+
+TEST_CASE("a stalled worker-to-ps link: the ps drops the silent worker, which exits 1 naming the ps", "[integration][fault]") {
+  ProxiedCluster c(/*epochs=*/1000);
+  c.Start({});
+  c.WaitForTraffic(1 << 20);
+  c.proxy().Stall(Direction::kClientToServer);  // the ps's heartbeats still reach the worker
+  const auto stalled = Clock::now();
+  std::optional<int> code = c.worker().Wait(30s);
+  const double detect_s = std::chrono::duration<double>(Clock::now() - stalled).count();
+  INFO(c.worker().err());
+  INFO(c.ps().err());
+  REQUIRE(code.has_value());
+  CHECK(*code == 1);
+  CHECK(LogsWithin(c.ps(), "lost worker:0 (127.0.0.1:"));
+  CHECK(c.ps().err().find("sent nothing for 2.0 s") != std::string::npos);
+  CHECK(c.worker().err().find("ps:0 (" + c.ps_address() + ") closed the connection") != std::string::npos);
+  CHECK(detect_s >= ProxiedCluster::kPeerTimeoutSecs);
+}
+
+TEST_CASE("a partition shorter than --peer-timeout heals: training completes with the same parameters", "[integration][fault]") {
+  const int epochs = 30;
+  const std::string clean = CleanRunHash(epochs);
+  ProxiedCluster c(epochs);
+  c.Start({});
+  c.WaitForTraffic(1 << 20);
+  c.proxy().Stall(Direction::kBoth);
+  std::this_thread::sleep_for(200ms);  // a write under way when the stall began may still finish
+  const std::uint64_t held = c.proxy().bytes_forwarded(Direction::kClientToServer);
+  std::this_thread::sleep_for(800ms);
+  CHECK(c.proxy().bytes_forwarded(Direction::kClientToServer) == held);  // nothing got through
+  CHECK_FALSE(c.worker().Wait(0ms).has_value());
+  c.proxy().Resume(Direction::kBoth);
+  std::optional<int> code = c.worker().Wait(60s);
+  INFO(c.worker().err());
+  REQUIRE(code.has_value());
+  CHECK(*code == 0);
+  const nlohmann::json done = c.Done();
+  REQUIRE(done.is_object());
+  CHECK(done["local_step"] == epochs * 100);
+  // One async worker is deterministic: a healed partition loses or repeats nothing.
+  CHECK(done["params_sha256"] == clean);
+  CHECK(c.ps().Wait(30s) == 0);
+  CHECK(c.proxy().connections_accepted() == 1);  // the same connection throughout
+}
+
+TEST_CASE("a reset link makes the worker exit 1 naming the ps at once", "[integration][fault]") {
+  ProxiedCluster c(/*epochs=*/1000);
+  c.Start({});
+  c.WaitForTraffic(1 << 20);
+  c.proxy().ResetAll();
+  std::optional<int> code = c.worker().Wait(30s);
+  INFO(c.worker().err());
+  REQUIRE(code.has_value());
+  CHECK(*code == 1);
+  CHECK(c.worker().err().find("ps:0 (" + c.ps_address() + "): read: Connection reset by peer") != std::string::npos);
+}
+
+TEST_CASE("a flipped bit on the worker-to-ps link ends the run with an error, not a wrong model", "[integration][fault]") {
+  ProxiedCluster c(/*epochs=*/1000);
+  // A bit in a request id would leave a request unanswered: the step timeout bounds that case too.
+  c.Start({"--step-timeout", "10"});
+  c.WaitForTraffic(1 << 20);
+  // A megabyte further on: nearly always inside a PUSH payload (30 KB of floats per 28-byte
+  // header), which the ps's CRC check catches; a header byte is refused as well.
+  c.proxy().CorruptAt(Direction::kClientToServer, c.proxy().bytes_forwarded(Direction::kClientToServer) + (1 << 20));
+  std::optional<int> code = c.worker().Wait(30s);
+  INFO(c.worker().err());
+  INFO(c.ps().err());
+  REQUIRE(code.has_value());
+  CHECK(*code == 1);
+  CHECK(c.worker().err().find("ps:0 (" + c.ps_address() + ")") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace tfd::testing
