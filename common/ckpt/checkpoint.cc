@@ -207,8 +207,9 @@ class Parser {
     std::uint32_t length = 0;
     (void)(in.U16(&type) && in.U16(&reserved) && in.U32(&length));
     r->type = type;
-    if (length > left - kRecordHeaderBytes || left - kRecordHeaderBytes - length < kRecordCrcBytes)
-      return Fault(*r, fmt::format("length {} is more than the {} bytes left in the file (truncated?)", length, left - kRecordHeaderBytes));
+    if (std::uint64_t{length} + kRecordCrcBytes > left - kRecordHeaderBytes)
+      return Fault(*r, fmt::format("length {} and the CRC need {} bytes, {} are left in the file (truncated?)", length,
+                                   std::uint64_t{length} + kRecordCrcBytes, left - kRecordHeaderBytes));
     const auto whole = bytes_.subspan(pos_, kRecordHeaderBytes + length);
     std::uint32_t stored = 0;
     std::memcpy(&stored, bytes_.data() + pos_ + kRecordHeaderBytes + length, 4);
