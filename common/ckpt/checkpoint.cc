@@ -56,6 +56,13 @@ std::uint8_t OptimizerCode(config::OptimizerSpec::Type t) {
 
 std::string ErrnoText(int err) { return std::generic_category().message(err); }
 
+// Little-endian floats from the file into `out` (memcpy of zero bytes from an empty vector's null
+// data() is undefined, so an empty tensor copies nothing).
+void CopyFloats(std::span<const std::byte> raw, std::vector<float>* out) {
+  out->resize(raw.size() / 4);
+  if (!raw.empty()) std::memcpy(out->data(), raw.data(), raw.size());
+}
+
 // --- Serialize -------------------------------------------------------------------------------
 
 class RecordWriter {
@@ -284,16 +291,14 @@ class Parser {
                                   slot_names.size(), r.payload.size()));
     std::span<const std::byte> raw;
     (void)in.FloatBytes(count, &raw);
-    t->values.resize(count);
-    std::memcpy(t->values.data(), raw.data(), raw.size());
+    CopyFloats(raw, &t->values);
     for (const std::string& want : slot_names) {
       Slot slot;
       if (!in.Str(&slot.name, kMaxNameBytes)) return Fault(r, fmt::format("tensor {}: slot name short or over {} bytes", t->name, kMaxNameBytes));
       if (slot.name != want)
         return Fault(r, fmt::format("tensor {}: slot \"{}\" where the optimizer keeps \"{}\"", t->name, slot.name.substr(0, 64), want));
       if (!in.FloatBytes(count, &raw)) return Fault(r, fmt::format("tensor {}: slot {} is short", t->name, want));
-      slot.values.resize(count);
-      std::memcpy(slot.values.data(), raw.data(), raw.size());
+      CopyFloats(raw, &slot.values);
       t->slots.push_back(std::move(slot));
     }
     return Finish(r, in);

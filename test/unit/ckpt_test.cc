@@ -117,6 +117,16 @@ TEST_CASE("a checkpoint with no tensors, slots or cursors round-trips", "[unit][
   RequireSame(c, *back);
 }
 
+TEST_CASE("a tensor with a zero dimension round-trips with its empty slots", "[unit][ckpt]") {
+  Checkpoint c = MakeCheckpoint();
+  c.tensors[1].shape = {3, 0};
+  c.tensors[1].values.clear();
+  for (Slot& s : c.tensors[1].slots) s.values.clear();
+  auto back = Parse(Bytes(c), "mem");
+  REQUIRE(back.ok());
+  RequireSame(c, *back);
+}
+
 TEST_CASE("Write then Load returns the checkpoint, named by its step", "[unit][ckpt]") {
   TempDir dir;
   const Checkpoint c = MakeCheckpoint(42);
