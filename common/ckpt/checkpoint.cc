@@ -102,6 +102,7 @@ Status CheckConsistent(const Checkpoint& c) {
     return Status::InvalidArgument(fmt::format("{} optimizer slots (at most {})", c.optimizer.slot_names.size(), kMaxSlots));
   for (const std::string& s : c.optimizer.slot_names)
     if (s.size() > kMaxNameBytes) return Status::InvalidArgument("an optimizer slot name is over 1024 bytes");
+  if (c.optimizer.updates < 0) return Status::InvalidArgument(fmt::format("negative optimizer update count {}", c.optimizer.updates));
   if (c.cursors.size() > kMaxCursors) return Status::InvalidArgument(fmt::format("{} data cursors (at most {})", c.cursors.size(), kMaxCursors));
   if (c.tensors.size() > kMaxTensors) return Status::InvalidArgument(fmt::format("{} tensors (at most {})", c.tensors.size(), kMaxTensors));
   for (const NamedTensor& t : c.tensors) {
@@ -399,7 +400,7 @@ Result<std::vector<std::byte>> Serialize(const Checkpoint& c) {
     w.F64(s.beta1);
     w.F64(s.beta2);
     w.F64(s.epsilon);
-    w.U64(static_cast<std::uint64_t>(std::max<std::int64_t>(c.optimizer.updates, 0)));
+    w.U64(static_cast<std::uint64_t>(c.optimizer.updates));
     w.U8(static_cast<std::uint8_t>(c.optimizer.slot_names.size()));
     for (const std::string& n : c.optimizer.slot_names) w.Str(n);
     TFD_RETURN_IF_ERROR(rw.End());
@@ -483,6 +484,13 @@ Result<std::string> Write(const std::string& dir, const Checkpoint& ckpt, int ke
   } else {
     spdlog::warn("{}", all.status().message());
   }
+  // Temporary files left by a writer that died mid-save are never read; remove them.
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string n = it->path().filename().string();
+    if (n.starts_with(kPrefix) && n.ends_with(kTempSuffix) && ::unlink(it->path().c_str()) != 0)
+      spdlog::warn("{}: cannot delete a stale temporary checkpoint: {}", it->path().string(), ErrnoText(errno));
+  }
   return path;
 }
 
@@ -537,6 +545,19 @@ Status CheckOptimizer(const Checkpoint& ckpt, const config::OptimizerSpec& wante
     return Status::FailedPrecondition(fmt::format("{}: holds {} optimizer slots, \"{}\" keeps {}", source,
                                                   ckpt.optimizer.slot_names.size(), b, now->num_slots()));
   return Status::Ok();
+}
+
+Schedule::Schedule(const config::CheckpointSpec& spec, std::uint64_t start_step, Clock::time_point start)
+    : every_steps_(spec.every_steps), every_secs_(spec.every_secs), last_step_(start_step), last_time_(start) {}
+
+bool Schedule::Due(std::uint64_t global_step, Clock::time_point now) const {
+  if (every_steps_ > 0 && global_step >= last_step_ + static_cast<std::uint64_t>(every_steps_)) return true;
+  return every_secs_ > 0 && std::chrono::duration<double>(now - last_time_).count() >= every_secs_;
+}
+
+void Schedule::Saved(std::uint64_t global_step, Clock::time_point now) {
+  last_step_ = global_step;
+  last_time_ = now;
 }
 
 // --- Re-sharding -----------------------------------------------------------------------------

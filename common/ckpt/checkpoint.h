@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -101,6 +102,23 @@ Result<std::vector<std::string>> List(const std::string& dir);
 // FailedPrecondition when `ckpt` was saved under another optimizer or other hyper-parameters, or
 // its slots are not the ones `wanted` keeps: the message names `source` and both optimizers.
 Status CheckOptimizer(const Checkpoint& ckpt, const config::OptimizerSpec& wanted, std::string_view source);
+
+// When the chief saves: after every `every_steps` global steps and/or every `every_secs` seconds
+// since the last save (a rule whose setting is 0 never fires). The final save at the end of a run
+// is the caller's. Not thread-safe.
+class Schedule {
+ public:
+  using Clock = std::chrono::steady_clock;
+  Schedule(const config::CheckpointSpec& spec, std::uint64_t start_step, Clock::time_point start);
+  bool Due(std::uint64_t global_step, Clock::time_point now) const;
+  void Saved(std::uint64_t global_step, Clock::time_point now);
+
+ private:
+  std::int64_t every_steps_;
+  double every_secs_;
+  std::uint64_t last_step_;
+  Clock::time_point last_time_;
+};
 
 // --- Re-sharding -----------------------------------------------------------------------------
 

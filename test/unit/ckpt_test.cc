@@ -152,6 +152,10 @@ TEST_CASE("Write keeps only the newest K checkpoints and no temporary file", "[u
     ++entries;
   }
   CHECK(entries == 3);
+  // A temporary file left by a writer that died is removed by the next save.
+  tfd::testing::WriteFile(dir / "ckpt-000000000055.tfdckpt.tmp", "partial");
+  REQUIRE(Write(dir.path(), MakeCheckpoint(57), 3).ok());
+  CHECK_FALSE(std::filesystem::exists(dir / "ckpt-000000000055.tfdckpt.tmp"));
   CHECK_FALSE(Write(dir.path(), MakeCheckpoint(60), 0).ok());
 }
 
@@ -314,6 +318,30 @@ TEST_CASE("CheckOptimizer refuses another optimizer or other hyper-parameters", 
   config::OptimizerSpec lr = same;
   lr.learning_rate = 0.01;
   CHECK_FALSE(CheckOptimizer(c, lr, "x").ok());
+}
+
+TEST_CASE("the schedule saves every N steps or every T seconds since the last save", "[unit][ckpt]") {
+  using namespace std::chrono_literals;
+  const Schedule::Clock::time_point t0{};
+  config::CheckpointSpec spec;
+  spec.every_steps = 100;
+  Schedule steps(spec, 0, t0);
+  CHECK_FALSE(steps.Due(99, t0 + 1h));
+  CHECK(steps.Due(100, t0));
+  steps.Saved(103, t0);
+  CHECK_FALSE(steps.Due(202, t0));
+  CHECK(steps.Due(203, t0));
+
+  spec.every_steps = 0;
+  spec.every_secs = 30;
+  Schedule secs(spec, 500, t0);
+  CHECK_FALSE(secs.Due(10000, t0 + 29s));
+  CHECK(secs.Due(501, t0 + 30s));
+  secs.Saved(501, t0 + 31s);
+  CHECK_FALSE(secs.Due(502, t0 + 60s));
+
+  Schedule never(config::CheckpointSpec{}, 0, t0);
+  CHECK_FALSE(never.Due(1u << 30, t0 + 100h));
 }
 
 // The test model's variables in flat order: 12 + 5 + 7 = 24 floats.
