@@ -239,6 +239,8 @@ TEST_CASE("LoadNewestValid skips corrupt and truncated files and uses the previo
   std::vector<std::byte> b2 = Bytes(MakeCheckpoint(2));
   b2.resize(b2.size() - 3);
   WriteBytes(dir / FileName(2), b2);
+  // A save killed before its rename leaves only a temporary file, which is never read.
+  tfd::testing::WriteFile(dir / "ckpt-000000000009.tfdckpt.tmp", "partial");
 
   auto got = LoadNewestValid(dir.path());
   REQUIRE(got.ok());
