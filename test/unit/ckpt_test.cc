@@ -257,6 +257,41 @@ TEST_CASE("LoadNewestValid skips corrupt and truncated files and uses the previo
   CHECK_THAT(none.status().message(), Contains("none of the 3 checkpoint files is valid"));
 }
 
+TEST_CASE("LoadNewestValid falls back to the previous checkpoint for every kind of damage", "[unit][ckpt]") {
+  TempDir dir;
+  REQUIRE(Write(dir.path(), MakeCheckpoint(1), 5).ok());
+  const std::vector<std::byte> good = Bytes(MakeCheckpoint(2));
+  const auto starts = RecordStarts(good);
+  std::vector<std::pair<std::string, std::vector<std::byte>>> damaged;
+  for (std::size_t i = 0; i + 1 < starts.size(); ++i) {
+    damaged.emplace_back("truncated at record " + std::to_string(i), std::vector<std::byte>(good.begin(), good.begin() + starts[i]));
+    damaged.emplace_back("truncated inside record " + std::to_string(i),
+                         std::vector<std::byte>(good.begin(), good.begin() + (starts[i] + starts[i + 1]) / 2));
+    std::vector<std::byte> flipped = good;
+    flipped[(starts[i] + starts[i + 1]) / 2] ^= std::byte{0x80};
+    damaged.emplace_back("flipped in record " + std::to_string(i), flipped);
+    std::vector<std::byte> huge = good;
+    const std::uint32_t len = 0x7fffffffu;
+    std::memcpy(huge.data() + starts[i] + 4, &len, 4);
+    damaged.emplace_back("huge length in record " + std::to_string(i), huge);
+  }
+  std::vector<std::byte> magic = good, version = good;
+  magic[1] = std::byte{0};
+  version[4] = std::byte{9};
+  damaged.emplace_back("bad magic", magic);
+  damaged.emplace_back("wrong version", version);
+  damaged.emplace_back("empty", std::vector<std::byte>{});
+  for (const auto& [what, bytes] : damaged) {
+    INFO(what);
+    WriteBytes(dir / FileName(2), bytes);
+    auto got = LoadNewestValid(dir.path());
+    REQUIRE(got.ok());
+    CHECK(got->checkpoint.global_step == 1);
+    REQUIRE(got->skipped.size() == 1);
+    CHECK_THAT(got->skipped[0], Contains(FileName(2)));
+  }
+}
+
 TEST_CASE("a missing, empty or unwritable folder is a clear error", "[unit][ckpt]") {
   TempDir dir;
   const std::string missing = dir / "nope";
