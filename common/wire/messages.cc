@@ -46,7 +46,7 @@ bool ReadFloats(ByteReader& r, std::span<const std::byte>* out) {
 
 void CopyFloats(std::span<const std::byte> bytes, std::span<float> out) {
   TFD_CHECK(bytes.size() == out.size_bytes());
-  std::memcpy(out.data(), bytes.data(), bytes.size());
+  if (!bytes.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());  // an empty span's data() may be null
 }
 
 OutFrame Encode(const Hello& m) {

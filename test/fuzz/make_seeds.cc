@@ -1,0 +1,97 @@
+// Writes golden seed inputs for the fuzz targets: one valid frame of every message (with the
+// selector byte frame_fuzz.cc expects) and valid checkpoints. Usage: fuzz_make_seeds CORPUS_DIR
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "common/ckpt/checkpoint.h"
+#include "common/wire/frame.h"
+#include "common/wire/messages.h"
+
+namespace {
+
+using namespace tfd;
+namespace fs = std::filesystem;
+
+void Save(const fs::path& path, const std::vector<std::byte>& bytes) {
+  fs::create_directories(path.parent_path());
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+// selector: index into frame_fuzz.cc's kDecodable (low 5 bits), payload limit 8 KiB (top 3 bits).
+void SaveFrame(const fs::path& dir, const std::string& name, std::uint8_t index, wire::OutFrame f) {
+  if (!f.Seal().ok()) return;
+  f.header.request_id = 7;
+  std::vector<std::byte> bytes{std::byte{static_cast<std::uint8_t>(0xe0 | index)}};
+  std::array<std::byte, wire::kFrameHeaderBytes> raw{};
+  wire::EncodeHeader(f.header, raw);
+  bytes.insert(bytes.end(), raw.begin(), raw.end());
+  bytes.insert(bytes.end(), f.head.begin(), f.head.end());
+  for (auto t : f.tail) bytes.insert(bytes.end(), t.begin(), t.end());
+  Save(dir / name, bytes);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: fuzz_make_seeds CORPUS_DIR\n");
+    return 2;
+  }
+  const fs::path corpus(argv[1]);
+  const fs::path frames = corpus / "frame";
+  const std::vector<float> values = {1.5f, -2.0f, 0.25f, 3.0f};
+  const std::span<const float> v(values);
+
+  SaveFrame(frames, "hello", 0, wire::Encode(wire::Hello{.index = 1, .incarnation = 3, .cluster_id = 0x1234}));
+  SaveFrame(frames, "welcome", 1, wire::Encode(wire::Welcome{.index = 0, .incarnation = 9, .initialized = true, .global_step = 5}));
+  wire::Init init;
+  init.layout_hash = 42;
+  init.optimizer = {.type = 2, .learning_rate = 0.001, .beta1 = 0.9, .beta2 = 0.999, .epsilon = 1e-7};
+  init.update = {.mode = 1, .replicas_to_aggregate = 2, .total_num_replicas = 2, .num_workers = 2};
+  init.chunks = {{"dense/kernel[0:3]", 3}, {"dense/bias", 1}};
+  SaveFrame(frames, "init", 2, wire::Encode(init, v));
+  SaveFrame(frames, "wait_ready", 3, wire::Encode(wire::WaitReady{.layout_hash = 42}));
+  SaveFrame(frames, "ready", 4, wire::Encode(wire::Ready{.global_step = 5}));
+  SaveFrame(frames, "pull", 5, wire::Encode(wire::Pull{.min_step = 4}));
+  SaveFrame(frames, "params", 6, wire::Encode(wire::Params{.global_step = 5}, v));
+  const std::vector<std::span<const float>> grads = {v.first(3), v.subspan(3)};
+  SaveFrame(frames, "push", 7, wire::Encode(wire::Push{.worker = 1, .incarnation = 2, .local_step = 3, .based_on_step = 4}, grads));
+  SaveFrame(frames, "push_ack", 8, wire::Encode(wire::PushAck{.global_step = 6, .outcome = wire::PushOutcome::kStale}));
+  SaveFrame(frames, "done", 9, wire::Encode(wire::Done{.worker = 1}));
+  SaveFrame(frames, "error", 10, wire::Encode(wire::ErrorMessage{.code = 3, .message = "PUSH payload CRC mismatch"}));
+  SaveFrame(frames, "heartbeat", 0, wire::EncodeHeartbeat());
+  SaveFrame(frames, "done_ack", 0, wire::EncodeDoneAck());
+
+  ckpt::Checkpoint c;
+  c.global_step = 1200;
+  c.num_workers = 2;
+  c.optimizer.spec.type = config::OptimizerSpec::Type::kAdam;
+  c.optimizer.spec.learning_rate = 0.001;
+  c.optimizer.updates = 1200;
+  c.optimizer.slot_names = {"m", "v"};
+  c.cursors = {{0, 1, 0, 30}, {1, 1, 0, 29}};
+  c.tensors.push_back({"dense/kernel", {2, 2}, values, {{"m", values}, {"v", values}}});
+  c.tensors.push_back({"dense/bias", {2}, {0.5f, -0.5f}, {{"m", {0.1f, 0.2f}}, {"v", {0.3f, 0.4f}}}});
+  auto adam = ckpt::Serialize(c);
+  ckpt::Checkpoint s;
+  s.global_step = 7;
+  s.num_workers = 1;
+  s.cursors = {{0, 0, 0, 3}};
+  s.optimizer.spec.type = config::OptimizerSpec::Type::kMomentum;
+  s.optimizer.slot_names = {"momentum"};
+  s.tensors.push_back({"w", {}, {1.0f}, {{"momentum", {0.5f}}}});
+  auto momentum = ckpt::Serialize(s);
+  if (!adam.ok() || !momentum.ok()) {
+    std::fprintf(stderr, "fuzz_make_seeds: cannot serialize the seed checkpoints\n");
+    return 1;
+  }
+  Save(corpus / "checkpoint" / "valid-adam.tfdckpt", *adam);
+  Save(corpus / "checkpoint" / "valid-momentum.tfdckpt", *momentum);
+  std::printf("fuzz_make_seeds: wrote seeds under %s\n", corpus.c_str());
+  return 0;
+}
