@@ -173,7 +173,16 @@ void Ring::OnFrame(const std::shared_ptr<Connection>& from, wire::InFrame frame)
   }
   if (is_prev && type == wire::MessageType::kRingChunk) {
     inbox_.push_back(std::move(frame));
-    lock.unlock();
+    Drain();
+    return;
+  }
+  if (type == wire::MessageType::kDone) {
+    wire::Done d;
+    if (Status s = wire::Decode(frame.payload, &d); !s.ok()) {
+      RecordFailure(Status::Corruption(fmt::format("{}: {}", from->peer_name(), s.message())));
+      return;
+    }
+    (is_prev ? prev_done_ : next_done_) = true;
     cv_.notify_all();
     return;
   }
@@ -193,11 +202,48 @@ void Ring::OnFrame(const std::shared_ptr<Connection>& from, wire::InFrame frame)
 
 void Ring::OnClosed(const std::shared_ptr<Connection>& from, const Status& why) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (from == prev_ || from == next_) {
+  if ((from == prev_ && !prev_done_) || (from == next_ && !next_done_)) {
     RecordFailure(why.ok() ? Status::Unavailable(fmt::format("{} closed the ring connection", from->peer_name())) : why);
   } else {
     std::erase(unidentified_, from);
   }
+}
+
+Status Ring::Finish() {
+  if (size() == 1) {
+    Close(Status::Ok());
+    return Status::Ok();
+  }
+  std::shared_ptr<Connection> next, prev;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    next = next_;
+    prev = prev_;
+  }
+  const wire::Done done{static_cast<std::uint32_t>(rank())};
+  if (next != nullptr) SendCounted(*next, wire::Encode(done));
+  if (prev != nullptr) SendCounted(*prev, wire::Encode(done));
+  const auto deadline = Clock::now() + options_.step_timeout;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!(prev_done_ && next_done_)) {
+    if (!failure_.ok()) {
+      Status why = failure_;
+      lock.unlock();
+      return Fail(why);
+    }
+    if (Clock::now() >= deadline) {
+      const std::string who = !prev_done_ ? MemberName(Prev()) : MemberName(Next());
+      lock.unlock();
+      return Fail(Status::DeadlineExceeded(fmt::format("{} did not finish its last collective within {:.0f} s", who,
+                                                       std::chrono::duration<double>(options_.step_timeout).count())));
+    }
+    cv_.wait_until(lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(100)));
+  }
+  lock.unlock();
+  // Our DONEs must be on the wire before the sockets close (a close drops unwritten frames).
+  Status sent = WaitSent();
+  Close(Status::Ok());
+  return sent;
 }
 
 void Ring::RecordFailure(Status why) {
@@ -236,7 +282,10 @@ void Ring::SendChunk(std::uint64_t collective, wire::RingPhase phase, int hop, i
   m.hop = static_cast<std::uint16_t>(hop);
   m.segment = static_cast<std::uint32_t>(segment);
   m.offset = offset;
-  wire::OutFrame f = wire::Encode(m, values);
+  SendCounted(*next_, wire::Encode(m, values));  // next_ is set once, before the first collective
+}
+
+void Ring::SendCounted(Connection& to, wire::OutFrame f) {
   {
     std::lock_guard<std::mutex> lock(in_flight_->mu);
     ++in_flight_->frames;
@@ -246,44 +295,86 @@ void Ring::SendChunk(std::uint64_t collective, wire::RingPhase phase, int hop, i
     std::lock_guard<std::mutex> lock(flight->mu);
     if (--flight->frames == 0) flight->cv.notify_all();
   });
-  next_->Send(std::move(f));  // next_ is set once, before the first collective
+  to.Send(std::move(f));
 }
 
-Result<Ring::Received> Ring::Receive(std::uint64_t collective, wire::RingPhase phase, int hop, int segment,
-                                     std::uint64_t offset, std::uint64_t count) {
-  const auto deadline = Clock::now() + options_.step_timeout;
-  wire::InFrame frame;
-  {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (inbox_.empty()) {
-      if (!failure_.ok()) return failure_;
-      if (closed_) return Status::FailedPrecondition("the ring is closed");
-      const auto now = Clock::now();
-      if (options_.stop != nullptr && options_.stop->load()) return Status::FailedPrecondition("stopped by a signal during an all-reduce");
-      if (now >= deadline) {
-        return Status::DeadlineExceeded(fmt::format("{} sent no ring chunk for {:.0f} s (collective {}, {} hop {})", MemberName(Prev()),
-                                                    std::chrono::duration<double>(options_.step_timeout).count(), collective,
-                                                    PhaseName(phase), hop));
-      }
-      cv_.wait_until(lock, std::min(deadline, now + std::chrono::milliseconds(100)));
-    }
-    frame = std::move(inbox_.front());
+void Ring::Drain() {
+  if (!active_.has_value() || !failure_.ok()) return;
+  Active& a = *active_;
+  while (a.done < a.plan.size() && !inbox_.empty()) {
+    wire::InFrame frame = std::move(inbox_.front());
     inbox_.pop_front();
+    const Expected& e = a.plan[a.done];
+    wire::RingChunk c;
+    if (Status s = wire::Decode(frame.payload, &c); !s.ok()) {
+      RecordFailure(Status::Corruption(fmt::format("{}: {}", MemberName(Prev()), s.message())));
+      return;
+    }
+    const std::uint64_t got_count = c.values.size() / 4;
+    if (c.collective != a.id || c.phase != e.phase || c.hop != e.hop || c.segment != e.segment || c.offset != e.offset ||
+        got_count != e.count) {
+      RecordFailure(Status::Corruption(fmt::format(
+          "{} sent RING_CHUNK (collective {}, {} hop {}, segment {}, floats [{}, {})) where (collective {}, {} hop {}, segment {}, "
+          "floats [{}, {})) was due: the members disagree on the buffer or the schedule",
+          MemberName(Prev()), c.collective, PhaseName(c.phase), c.hop, c.segment, c.offset, c.offset + got_count, a.id,
+          PhaseName(e.phase), e.hop, e.segment, e.offset, e.offset + e.count)));
+      return;
+    }
+    float* dst = a.data.data() + e.offset;
+    if (e.add) AddInto(c.values.data(), dst, static_cast<std::size_t>(e.count));
+    else std::memcpy(dst, c.values.data(), static_cast<std::size_t>(e.count) * 4);
+    if (e.forward)
+      SendChunk(a.id, e.forward_phase, e.forward_hop, static_cast<int>(e.segment), e.offset,
+                a.data.subspan(static_cast<std::size_t>(e.offset), static_cast<std::size_t>(e.count)));
+    if (++a.done == a.plan.size()) cv_.notify_all();
   }
-  Received r;
-  r.frame = std::move(frame);
-  if (Status s = wire::Decode(r.frame.payload, &r.chunk); !s.ok()) return Status::Corruption(fmt::format("{}: {}", MemberName(Prev()), s.message()));
-  const wire::RingChunk& c = r.chunk;
-  const std::uint64_t got_count = c.values.size() / 4;
-  if (c.collective != collective || c.phase != phase || c.hop != hop || c.segment != static_cast<std::uint32_t>(segment) ||
-      c.offset != offset || got_count != count) {
-    return Status::Corruption(fmt::format(
-        "{} sent RING_CHUNK (collective {}, {} hop {}, segment {}, floats [{}, {})) where (collective {}, {} hop {}, segment {}, "
-        "floats [{}, {})) was due: the members disagree on the buffer or the schedule",
-        MemberName(Prev()), c.collective, PhaseName(c.phase), c.hop, c.segment, c.offset, c.offset + got_count, collective,
-        PhaseName(phase), hop, segment, offset, offset + count));
+}
+
+Status Ring::Run(std::uint64_t id, std::span<float> data, std::vector<Expected> plan) {
+  std::unique_lock<std::mutex> lock(mu_);
+  active_.emplace();
+  active_->id = id;
+  active_->data = data;
+  active_->plan = std::move(plan);
+  Drain();  // chunks that came before this member got here
+  auto deadline = Clock::now() + options_.step_timeout;
+  std::size_t seen = active_->done;
+  Status result;
+  while (active_->done < active_->plan.size()) {
+    if (!failure_.ok()) {
+      result = failure_;
+      break;
+    }
+    if (closed_) {
+      result = Status::FailedPrecondition("the ring is closed");
+      break;
+    }
+    if (options_.stop != nullptr && options_.stop->load()) {
+      result = Status::FailedPrecondition("stopped by a signal during a collective");
+      break;
+    }
+    const auto now = Clock::now();
+    if (active_->done != seen) {
+      seen = active_->done;
+      deadline = now + options_.step_timeout;
+    } else if (now >= deadline) {
+      const Expected& e = active_->plan[active_->done];
+      result = Status::DeadlineExceeded(fmt::format("{} sent no ring chunk for {:.0f} s (collective {}, {} hop {})", MemberName(Prev()),
+                                                    std::chrono::duration<double>(options_.step_timeout).count(), id,
+                                                    PhaseName(e.phase), e.hop));
+      break;
+    }
+    cv_.wait_until(lock, std::min(deadline, now + std::chrono::milliseconds(100)));
   }
-  return r;
+  active_.reset();
+  lock.unlock();
+  if (!result.ok()) {
+    (void)Fail(result);
+    (void)WaitSent();  // the closed connections drop what they hold
+    return result;
+  }
+  if (Status s = WaitSent(); !s.ok()) return Fail(s);
+  return Status::Ok();
 }
 
 Status Ring::WaitSent() {
@@ -307,43 +398,36 @@ Status Ring::AllReduce(std::span<float> data) {
   auto seg = [&](int c) { return ((c % n) + n) % n; };
   auto begin = [&](int c) { return SegmentBegin(len, c, n); };
   auto end = [&](int c) { return SegmentBegin(len, c + 1, n); };
-  auto span_of = [&](std::uint64_t o, std::uint64_t count) { return data.subspan(static_cast<std::size_t>(o), static_cast<std::size_t>(count)); };
-  auto fail = [&](const Status& s) {
-    Status why = Fail(s);
-    (void)WaitSent();  // the closed connections drop what they hold
-    return why;
-  };
+  const auto last = static_cast<std::uint16_t>(n - 2);
 
-  // Reduce-scatter. Hop 0 sends this member's own values of segment r; at hop h it receives
-  // segment r - h - 1, adds its own values and passes the sum on, chunk by chunk, so the next hop
-  // (or, after the last hop, the all-gather) starts while later chunks are still arriving.
-  const int own = seg(r);
-  for (std::uint64_t o = begin(own); o < end(own); o += chunk)
-    SendChunk(id, wire::RingPhase::kReduceScatter, 0, own, o, span_of(o, std::min(chunk, end(own) - o)));
+  // Reduce-scatter: at hop h segment r - h - 1 arrives; this member adds its own values and
+  // passes the sum on at hop h + 1 (after the last hop it holds the final sum of segment r + 1,
+  // which starts the all-gather). All-gather: at hop h the final values of segment r - h arrive,
+  // are copied and passed on. Chunk by chunk: chunk k travels on while chunk k + 1 is reduced.
+  std::vector<Expected> plan;
   for (int hop = 0; hop < n - 1; ++hop) {
     const int s = seg(r - hop - 1);
+    const auto h = static_cast<std::uint16_t>(hop);
     for (std::uint64_t o = begin(s); o < end(s); o += chunk) {
-      const std::uint64_t count = std::min(chunk, end(s) - o);
-      Result<Received> got = Receive(id, wire::RingPhase::kReduceScatter, hop, s, o, count);
-      if (!got.ok()) return fail(got.status());
-      AddInto(got->chunk.values.data(), data.data() + o, static_cast<std::size_t>(count));
-      if (hop + 1 < n - 1) SendChunk(id, wire::RingPhase::kReduceScatter, hop + 1, s, o, span_of(o, count));
-      else SendChunk(id, wire::RingPhase::kAllGather, 0, s, o, span_of(o, count));  // final: segment r + 1
+      const bool final_sum = h == last;
+      plan.push_back({wire::RingPhase::kReduceScatter, h, static_cast<std::uint32_t>(s), o, std::min(chunk, end(s) - o), true, true,
+                      final_sum ? wire::RingPhase::kAllGather : wire::RingPhase::kReduceScatter,
+                      static_cast<std::uint16_t>(final_sum ? 0 : h + 1)});
     }
   }
-  // All-gather: at hop h the final values of segment r - h arrive and go on to the next member.
   for (int hop = 0; hop < n - 1; ++hop) {
     const int s = seg(r - hop);
-    for (std::uint64_t o = begin(s); o < end(s); o += chunk) {
-      const std::uint64_t count = std::min(chunk, end(s) - o);
-      Result<Received> got = Receive(id, wire::RingPhase::kAllGather, hop, s, o, count);
-      if (!got.ok()) return fail(got.status());
-      std::memcpy(data.data() + o, got->chunk.values.data(), static_cast<std::size_t>(count) * 4);
-      if (hop + 1 < n - 1) SendChunk(id, wire::RingPhase::kAllGather, hop + 1, s, o, span_of(o, count));
-    }
+    const auto h = static_cast<std::uint16_t>(hop);
+    for (std::uint64_t o = begin(s); o < end(s); o += chunk)
+      plan.push_back({wire::RingPhase::kAllGather, h, static_cast<std::uint32_t>(s), o, std::min(chunk, end(s) - o), false, h != last,
+                      wire::RingPhase::kAllGather, static_cast<std::uint16_t>(h + 1)});
   }
-  if (Status s = WaitSent(); !s.ok()) return fail(s);
-  return Status::Ok();
+  // Hop 0 of the reduce-scatter: this member's own values of segment r, sent before any chunk is
+  // applied (which sends from the I/O thread), so frames leave in schedule order.
+  const int own = seg(r);
+  for (std::uint64_t o = begin(own); o < end(own); o += chunk)
+    SendChunk(id, wire::RingPhase::kReduceScatter, 0, own, o, data.subspan(static_cast<std::size_t>(o), static_cast<std::size_t>(std::min(chunk, end(own) - o))));
+  return Run(id, data, std::move(plan));
 }
 
 Status Ring::Broadcast(std::span<float> data) {
@@ -351,21 +435,13 @@ Status Ring::Broadcast(std::span<float> data) {
   if (n == 1) return Status::Ok();
   const std::uint64_t id = collective_++;
   const std::uint64_t len = data.size(), chunk = options_.chunk_floats;
+  std::vector<Expected> plan;
   for (std::uint64_t o = 0; o < len; o += chunk) {
     const std::uint64_t count = std::min(chunk, len - o);
-    if (r != 0) {
-      Result<Received> got = Receive(id, wire::RingPhase::kBroadcast, 0, 0, o, count);
-      if (!got.ok()) {
-        Status why = Fail(got.status());
-        (void)WaitSent();
-        return why;
-      }
-      std::memcpy(data.data() + o, got->chunk.values.data(), static_cast<std::size_t>(count) * 4);
-    }
-    if (r != n - 1) SendChunk(id, wire::RingPhase::kBroadcast, 0, 0, o, data.subspan(static_cast<std::size_t>(o), static_cast<std::size_t>(count)));
+    if (r == 0) SendChunk(id, wire::RingPhase::kBroadcast, 0, 0, o, data.subspan(static_cast<std::size_t>(o), static_cast<std::size_t>(count)));
+    else plan.push_back({wire::RingPhase::kBroadcast, 0, 0, o, count, false, r != n - 1, wire::RingPhase::kBroadcast, 0});
   }
-  if (Status s = WaitSent(); !s.ok()) return Fail(s);
-  return Status::Ok();
+  return Run(id, data, std::move(plan));
 }
 
 }  // namespace tfd::collective

@@ -9,6 +9,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -55,7 +56,8 @@ struct RingOptions {
 // bits, run after run.
 //
 // Collectives are called by one thread (the training thread), in the same order on every member.
-// The io_context runs on another thread. Errors: Unavailable/DeadlineExceeded naming the
+// The io_context runs on another thread; it applies each chunk as it arrives and passes it on, so a
+// chunk costs no thread hand-off, and the calling thread only waits for the last one. Errors: Unavailable/DeadlineExceeded naming the
 // neighbour that was lost or silent, or the error another member reported (which names the member
 // that failed first); Corruption for a chunk that is not the one the schedule expects. After any
 // error the ring is closed, and both neighbours are told why.
@@ -73,6 +75,10 @@ class Ring final : public transport::FrameHandler, public std::enable_shared_fro
   Status AllReduce(std::span<float> data);
   // Copies rank 0's `data` to every member.
   Status Broadcast(std::span<float> data);
+  // After the last collective: tells both neighbours (DONE) and waits for theirs, so no worker
+  // closes a connection its neighbour still needs; then closes. A neighbour that closes without
+  // DONE is lost; one that closes after it has left in good order.
+  Status Finish();
   // Tells both neighbours `why` (an ERROR frame) unless it is Ok, and closes. Idempotent.
   void Close(const Status& why);
 
@@ -83,10 +89,25 @@ class Ring final : public transport::FrameHandler, public std::enable_shared_fro
   void OnClosed(const std::shared_ptr<transport::Connection>& from, const Status& why) override;
 
  private:
-  struct Received {
-    wire::InFrame frame;
-    wire::RingChunk chunk;
+  // One chunk the schedule expects from the previous member, and what to do with it.
+  struct Expected {
+    wire::RingPhase phase;
+    std::uint16_t hop;
+    std::uint32_t segment;
+    std::uint64_t offset, count;
+    bool add;      // add to this member's values (reduce-scatter), else copy over them
+    bool forward;  // then send the result on to the next member as (forward_phase, forward_hop)
+    wire::RingPhase forward_phase;
+    std::uint16_t forward_hop;
   };
+  // The collective in progress: chunks are applied as they arrive, on the I/O thread.
+  struct Active {
+    std::uint64_t id = 0;
+    std::span<float> data;
+    std::vector<Expected> plan;
+    std::size_t done = 0;  // chunks of `plan` applied
+  };
+
   // Counts frames handed to the next connection and not yet written (or dropped), so a
   // collective returns only once the transport no longer reads the caller's buffer.
   struct InFlight {
@@ -101,8 +122,11 @@ class Ring final : public transport::FrameHandler, public std::enable_shared_fro
   int Prev() const { return (rank() + size() - 1) % size(); }
   void SendChunk(std::uint64_t collective, wire::RingPhase phase, int hop, int segment, std::uint64_t offset,
                  std::span<const float> values);
-  Result<Received> Receive(std::uint64_t collective, wire::RingPhase phase, int hop, int segment, std::uint64_t offset,
-                           std::uint64_t count);
+  // Sends `f` on `to`, counted in in_flight_ until written.
+  void SendCounted(transport::Connection& to, wire::OutFrame f);
+  // Sends `initial`, then applies the chunks of `plan` as they come and waits for the last one.
+  Status Run(std::uint64_t id, std::span<float> data, std::vector<Expected> plan);
+  void Drain();  // mu_ held: applies queued chunks to the active collective
   Status WaitSent();
   Status Fail(const Status& why);  // closes the ring telling the neighbours; returns why
   void HandleHello(const std::shared_ptr<transport::Connection>& from, const wire::InFrame& frame);
@@ -118,7 +142,9 @@ class Ring final : public transport::FrameHandler, public std::enable_shared_fro
   std::shared_ptr<transport::Connection> next_, prev_;         // guarded by mu_
   std::vector<std::shared_ptr<transport::Connection>> unidentified_;  // guarded by mu_: accepted, no HELLO yet
   bool welcomed_ = false;                                       // guarded by mu_: next answered our HELLO
-  std::deque<wire::InFrame> inbox_;                             // guarded by mu_: chunks from prev
+  bool prev_done_ = false, next_done_ = false;                  // guarded by mu_: their DONE came
+  std::deque<wire::InFrame> inbox_;                             // guarded by mu_: chunks from prev, not yet applied
+  std::optional<Active> active_;                                // guarded by mu_
   Status failure_;                                              // guarded by mu_
   bool closed_ = false;                                         // guarded by mu_
 };

@@ -21,6 +21,11 @@ Result<std::int64_t> AllreduceUpdater::JoinStep(model::Model& model) {
   return Exchange(model, false);
 }
 
+Result<std::int64_t> AllreduceUpdater::Finish(model::Model&) {
+  TFD_RETURN_IF_ERROR(ring_.Finish().WithContext("leaving the ring"));
+  return global_step_;
+}
+
 std::string AllreduceUpdater::EpochNote() {
   std::string note = joined_ > 0 ? fmt::format("joined_without_data={}", joined_) : "";
   joined_ = 0;

@@ -25,7 +25,7 @@ class AllreduceUpdater final : public daemon::Updater {
   AllreduceUpdater(collective::Ring& ring, const optim::Optimizer& optimizer, std::size_t num_params);
 
   Result<std::int64_t> Step(model::Model& model, std::int64_t local_step) override;
-  Result<std::int64_t> Finish(model::Model&) override { return global_step_; }
+  Result<std::int64_t> Finish(model::Model&) override;
   bool FinishChangesParams() const override { return false; }
   bool JoinsUnevenShards() const override { return true; }
   void SetHasNextBatch(bool has) override { has_next_ = has; }
