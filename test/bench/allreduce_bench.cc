@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/base/memory.h"
 #include "test/ring_harness.h"
 
 namespace {
@@ -93,6 +94,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  tfd::KeepLargeAllocationsInHeap();  // as tfd's main() does
   std::string sizes;
   for (long b : kSizes) sizes += " " + std::to_string(b);
 
