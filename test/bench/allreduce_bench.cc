@@ -130,6 +130,7 @@ int main(int argc, char** argv) {
                      " 2>/dev/null");
     else
       std::printf("PyTorch not found (scripts/setup --bench installs python3-torch): no gloo column\n");
+    if (!gloo.is_object()) std::printf("the gloo peer gave no result this time (test/bench/torch_allreduce_peer.py)\n");
   }
   if (!mpi_note.empty()) std::printf("%s\n", mpi_note.c_str());
 
