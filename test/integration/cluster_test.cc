@@ -486,6 +486,17 @@ TEST_CASE("allreduce with uneven shards: the worker that runs out joins the rema
   CHECK(w[1].err.find("joined_without_data=15") != std::string::npos);
 }
 
+TEST_CASE("allreduce refuses a cluster with ps tasks, naming the field (exit 2)", "[integration][cluster][allreduce]") {
+  TempDir data;
+  WriteSyntheticMnist(data.path(), 200, 50);
+  Cluster c(1, 2, Job(data.path(), R"({"mode": "allreduce"})", 1, R"({"type": "sgd", "learning_rate": 0.1})", 20));
+  c.StartWorker(0);
+  TaskResult w = c.Finish("worker", 0, 30s);
+  INFO(w.err);
+  CHECK(w.exit_code == 2);
+  CHECK(w.err.find("cluster.ps: 1 ps tasks, but allreduce mode has none") != std::string::npos);
+}
+
 TEST_CASE("allreduce: a killed worker makes every other worker fail naming it, within the deadline", "[integration][cluster][allreduce]") {
   TempDir data;
   WriteSyntheticMnist(data.path(), 2000, 50);
