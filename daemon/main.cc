@@ -122,6 +122,7 @@ int main(int argc, char** argv) {
   const bool flags_given = !job_name.empty() || task_index >= 0 || !ps_hosts.empty() || !worker_hosts.empty();
   if (standalone) {
     if (flags_given || !tf_config_path.empty()) return usage_error("--standalone takes no cluster flags or --tf-config");
+    if (shard_limit > 0) return usage_error("--shard-limit: only for a worker in allreduce mode");
   } else if (flags_given) {
     if (job_name.empty() || task_index < 0 || worker_hosts.empty())
       return usage_error("--job_name, --task_index and --worker_hosts go together (and --ps_hosts for a ps cluster)");

@@ -105,6 +105,8 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
   const int num_workers = config.cluster.num_workers();
   const int rank = config.cluster.WorkerRank(config.task);
   if (job.update.mode == config::UpdateSpec::Mode::kAllreduce) return RunAllreduceWorker(config, job, events, options);
+  if (options.shard_limit > 0)
+    return Status::InvalidArgument("--shard-limit: only in allreduce mode (the ps modes need every worker to take the same steps)");
   if (config.cluster.ps.empty())
     return Status::InvalidArgument(fmt::format("cluster.ps: empty: {} mode needs at least one ps task", job.update.mode == config::UpdateSpec::Mode::kSync ? "sync" : "async"));
   const bool sync = job.update.mode == config::UpdateSpec::Mode::kSync;
