@@ -42,7 +42,8 @@ Usage:
 
 TF_CONFIG follows TensorFlow: {"cluster": {"chief": [...], "worker": ["host:port", ...],
 "ps": [...]}, "task": {"type": "worker", "index": 0}}. The chief is the "chief" task, else worker 0.
-A ps needs no --job: the chief sends it what it holds and how to update it.
+A ps needs no --job: the chief sends it what it holds and how to update it. In allreduce mode the
+cluster has no ps: each worker listens on its own address and the workers form a ring.
 
 Exit codes: 0 done, 1 runtime failure, 2 bad usage or configuration, 128+N after signal N.
 
@@ -72,6 +73,7 @@ using tfd::Status;
 int main(int argc, char** argv) {
   po::options_description opts(kUsage);
   std::string job_path, params_out, tf_config_path, token_file, log_format = "text", log_level = "info", job_name, ps_hosts, worker_hosts, bind;
+  std::int64_t shard_limit = 0;
   int task_index = -1;
   double peer_timeout = 8, startup_timeout = 120, step_timeout = 300, reconnect_timeout = 60;
   bool standalone = false, insecure = false;
@@ -91,6 +93,7 @@ int main(int argc, char** argv) {
       ("startup-timeout", po::value<double>(&startup_timeout)->value_name("SECS"), "how long a worker waits for every ps to be up and initialised (default 120)")
       ("step-timeout", po::value<double>(&step_timeout)->value_name("SECS"), "how long one push/pull may take (default 300)")
       ("reconnect-timeout", po::value<double>(&reconnect_timeout)->value_name("SECS"), "how long a worker redials a lost ps (restarted, or unreachable) before it gives up (default 60)")
+      ("shard-limit", po::value<std::int64_t>(&shard_limit)->value_name("N"), "allreduce: use at most N examples of this worker's shard each epoch (uneven shards)")
       ("params-out", po::value<std::string>(&params_out)->value_name("FILE"), "write the final parameters to FILE (raw little-endian float32, in variable order)")
       ("log-format", po::value<std::string>(&log_format)->value_name("FMT"), "text (default): log lines on stderr; json: also one JSON event per line on stdout")
       ("log-level", po::value<std::string>(&log_level)->value_name("LEVEL"), "debug, info (default), warn or error");
@@ -111,6 +114,7 @@ int main(int argc, char** argv) {
     return 2;
   };
   if (log_format != "text" && log_format != "json") return usage_error("--log-format: expected text or json, got \"" + log_format + "\"");
+  if (shard_limit < 0) return usage_error(fmt::format("--shard-limit: expected a count of examples >= 0, got {}", shard_limit));
   if (log_level != "debug" && log_level != "info" && log_level != "warn" && log_level != "error")
     return usage_error("--log-level: expected debug, info, warn or error, got \"" + log_level + "\"");
   for (auto [name, v] : {std::pair{"--peer-timeout", peer_timeout}, {"--startup-timeout", startup_timeout}, {"--step-timeout", step_timeout}, {"--reconnect-timeout", reconnect_timeout}})
@@ -121,6 +125,7 @@ int main(int argc, char** argv) {
   const bool flags_given = !job_name.empty() || task_index >= 0 || !ps_hosts.empty() || !worker_hosts.empty();
   if (standalone) {
     if (flags_given || !tf_config_path.empty()) return usage_error("--standalone takes no cluster flags or --tf-config");
+    if (shard_limit > 0) return usage_error("--shard-limit: only for a worker in allreduce mode");
   } else if (flags_given) {
     if (job_name.empty() || task_index < 0 || worker_hosts.empty())
       return usage_error("--job_name, --task_index and --worker_hosts go together (and --ps_hosts for a ps cluster)");
@@ -195,6 +200,8 @@ int main(int argc, char** argv) {
       options.ps.reconnect_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(reconnect_timeout * 1000));
       options.stop = &g_stop;
       options.params_out = params_out;
+      options.bind_address = bind;
+      options.shard_limit = shard_limit;
       s = tfd::worker::RunWorker(*tf_config, job, events, options);
     }
   }

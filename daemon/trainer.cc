@@ -41,8 +41,12 @@ Status Train(const config::JobSpec& job, const model::MnistData& data, model::Mo
         model::EpochShard(data.train.size, job.seed, epoch, options.rank, options.num_workers, job.shuffle);
     double loss_sum = 0;
     std::int64_t correct = 0, seen = 0;
+    if (options.shard_limit > 0 && static_cast<std::int64_t>(shard.size()) > options.shard_limit)
+      shard.resize(static_cast<std::size_t>(options.shard_limit));
+    const bool join = updater.JoinsUnevenShards();
+    const std::int64_t my_steps = join ? static_cast<std::int64_t>(shard.size()) / batch : steps;
     const Clock::time_point start = Clock::now();
-    for (std::int64_t s = epoch == first_epoch ? local_step % steps : 0; s < steps; ++s) {
+    for (std::int64_t s = epoch == first_epoch ? local_step % steps : 0; s < my_steps; ++s) {
       if (options.stop != nullptr && options.stop->load(std::memory_order_relaxed)) {
         return Status::FailedPrecondition(fmt::format("stopped by a signal at epoch {} local_step {}", epoch, local_step));
       }
@@ -53,6 +57,7 @@ Status Train(const config::JobSpec& job, const model::MnistData& data, model::Mo
                                             r.loss, epoch, local_step));
       }
       ++local_step;
+      if (join) updater.SetHasNextBatch(s + 1 < my_steps);
       TFD_ASSIGN_OR_RETURN(global_step, updater.Step(model, local_step));
       loss_sum += r.loss * batch;
       correct += r.correct;
@@ -61,6 +66,13 @@ Status Train(const config::JobSpec& job, const model::MnistData& data, model::Mo
         events.Emit("step", {{"epoch", std::int64_t{epoch}}, {"global_step", global_step}, {"local_step", local_step},
                              {"loss", r.loss}, {"accuracy", static_cast<double>(r.correct) / batch}});
       }
+    }
+    // Out of data: take part (with no gradient) in the steps of workers that still have some.
+    while (join && updater.OthersHaveData()) {
+      if (options.stop != nullptr && options.stop->load(std::memory_order_relaxed)) {
+        return Status::FailedPrecondition(fmt::format("stopped by a signal at epoch {} local_step {}", epoch, local_step));
+      }
+      TFD_ASSIGN_OR_RETURN(global_step, updater.JoinStep(model));
     }
     const double secs = std::chrono::duration<double>(Clock::now() - start).count();
     const double samples_per_sec = secs > 0 ? static_cast<double>(seen) / secs : 0;

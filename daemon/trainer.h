@@ -26,6 +26,17 @@ class Updater {
   virtual bool FinishChangesParams() const { return true; }
   // Extra `key=value` text for the epoch line (e.g. stale gradient counts), may be empty.
   virtual std::string EpochNote() { return ""; }
+
+  // Uneven shards (allreduce). When true, each worker takes every full batch of its own shard;
+  // before each Step the trainer says whether this worker has a batch for the step after it, and
+  // once out of data it calls JoinStep while OthersHaveData(), so the epoch ends for every worker
+  // at the same step. False (the ps modes): every worker takes StepsPerEpoch steps.
+  virtual bool JoinsUnevenShards() const { return false; }
+  virtual void SetHasNextBatch(bool) {}
+  // After a Step or JoinStep: whether some worker has a batch for the next step.
+  virtual bool OthersHaveData() const { return false; }
+  // Takes part in one step without a gradient of this worker's; returns the global step.
+  virtual Result<std::int64_t> JoinStep(model::Model&) { return Status::Internal("JoinStep: not supported by this update mode"); }
 };
 
 struct TrainerOptions {
@@ -37,6 +48,9 @@ struct TrainerOptions {
   // Local steps a previous incarnation of this worker already took: a restarted worker goes on
   // from there in the same data order instead of starting its shard again.
   std::int64_t start_local_step = 0;
+  // When > 0, this worker uses at most this many examples of its shard each epoch (uneven shards;
+  // only with an updater that JoinsUnevenShards).
+  std::int64_t shard_limit = 0;
 };
 
 // The epoch loop shared by standalone and cluster workers: shards and batches the data, computes

@@ -33,6 +33,10 @@ Status Status::WithContext(std::string_view context) const {
   return Status(code_, std::string(context) + ": " + message_);
 }
 
+Code CodeFromWire(std::uint16_t code) {
+  return code > 0 && code <= static_cast<std::uint16_t>(Code::kPermissionDenied) ? static_cast<Code>(code) : Code::kInternal;
+}
+
 int ExitCodeFor(const Status& status) {
   switch (status.code()) {
     case Code::kOk: return 0;

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -76,6 +77,10 @@ class [[nodiscard]] Result {
   Status status_;
   std::optional<T> value_;
 };
+
+// A failure code received from a peer (an ERROR frame), which is untrusted: anything but a known
+// failure code (0 is "OK") becomes kInternal.
+Code CodeFromWire(std::uint16_t code);
 
 // Process exit code for a failed Status: 2 for bad usage or configuration, 1 otherwise.
 int ExitCodeFor(const Status& status);

@@ -55,11 +55,10 @@ void RpcClient::OnFrame(const std::shared_ptr<Connection>& from, wire::InFrame f
   if (frame.header.type == wire::MessageType::kError) {
     wire::ErrorMessage err;
     Status decoded = wire::Decode(frame.payload, &err);
-    // A peer's code is untrusted: anything but a known failure code (0 is "OK") becomes Internal.
-    const bool known = err.code > 0 && err.code <= static_cast<std::uint16_t>(Code::kPermissionDenied);
-    Status why = decoded.ok() ? Status(known ? static_cast<Code>(err.code) : Code::kInternal, fmt::format("{} refused: {}", peer_, err.message))
+    Status why = decoded.ok() ? Status(CodeFromWire(err.code), fmt::format("{} refused: {}", peer_, err.message))
                               : Status::Corruption(fmt::format("{}: malformed ERROR frame", peer_));
     if (frame.header.request_id == 0) {
+      refused_.store(true);
       from->Close(why);  // a connection-level refusal: every call fails with it
       return;
     }
@@ -80,9 +79,16 @@ void RpcClient::OnFrame(const std::shared_ptr<Connection>& from, wire::InFrame f
     }
     return;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   auto it = pending_.find(frame.header.request_id);
-  if (it == pending_.end()) return;  // a reply nobody waits for (the call gave up): drop it
+  if (it == pending_.end()) {
+    // Every call waits for its reply (callers give up on the future, never on the id): a reply to
+    // no call is a peer bug or a header damaged on the way, and no later reply can be trusted.
+    lock.unlock();
+    from->Close(Status::Corruption(fmt::format("{} answered {} with request id {}, which no call has", peer_,
+                                               wire::MessageTypeName(frame.header.type), frame.header.request_id)));
+    return;
+  }
   it->second.promise.set_value(std::move(frame));
   pending_.erase(it);
 }

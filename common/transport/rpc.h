@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -33,6 +34,8 @@ class RpcClient : public FrameHandler, public std::enable_shared_from_this<RpcCl
   const std::string& peer() const { return peer_; }
   // Why the connection closed; Ok while it is open.
   Status closed_reason() const;
+  // The peer refused the whole connection (an ERROR frame without a request id).
+  bool refused() const { return refused_.load(); }
 
   void OnFrame(const std::shared_ptr<Connection>& from, wire::InFrame frame) override;
   void OnClosed(const std::shared_ptr<Connection>& from, const Status& why) override;
@@ -50,6 +53,7 @@ class RpcClient : public FrameHandler, public std::enable_shared_from_this<RpcCl
   };
   std::unordered_map<std::uint64_t, Pending> pending_;  // guarded by mu_
   Status closed_;                                                                   // guarded by mu_
+  std::atomic<bool> refused_{false};
 };
 
 }  // namespace tfd::transport

@@ -40,6 +40,7 @@ bool IsKnownType(std::uint16_t t) {
     case MessageType::kDoneAck:
     case MessageType::kHeartbeat:
     case MessageType::kError:
+    case MessageType::kRingChunk:
       return true;
   }
   return false;
@@ -63,6 +64,7 @@ const char* MessageTypeName(MessageType t) {
     case MessageType::kDoneAck: return "DONE_ACK";
     case MessageType::kHeartbeat: return "HEARTBEAT";
     case MessageType::kError: return "ERROR";
+    case MessageType::kRingChunk: return "RING_CHUNK";
   }
   return "UNKNOWN";
 }

@@ -44,6 +44,7 @@ enum class MessageType : std::uint16_t {
   kDoneAck = 21,
   kHeartbeat = 22,
   kError = 30,
+  kRingChunk = 40,  // 40-49: collectives between workers
 };
 bool IsKnownType(std::uint16_t type);
 const char* MessageTypeName(MessageType type);

@@ -304,4 +304,28 @@ Status Decode(std::span<const std::byte> p, AuthProof* m) {
   return Trailing("AUTH_PROOF", r);
 }
 
+OutFrame Encode(const RingChunk& m, std::span<const float> values) {
+  OutFrame f = Start(MessageType::kRingChunk);
+  ByteWriter w(&f.head);
+  w.U64(m.collective);
+  w.U8(static_cast<std::uint8_t>(m.phase));
+  w.U8(0);
+  w.U16(m.hop);
+  w.U32(m.segment);
+  w.U64(m.offset);
+  w.U64(values.size());  // the 32-byte head keeps the floats 4-byte aligned in the payload
+  f.tail.push_back(AsBytes(values));
+  return f;
+}
+
+Status Decode(std::span<const std::byte> p, RingChunk* m) {
+  ByteReader r(p);
+  std::uint8_t phase = 0, reserved = 0;
+  if (!r.U64(&m->collective) || !r.U8(&phase) || phase > 2 || !r.U8(&reserved) || reserved != 0 || !r.U16(&m->hop) ||
+      !r.U32(&m->segment) || !r.U64(&m->offset) || !ReadFloats(r, &m->values))
+    return Short("RING_CHUNK");
+  m->phase = static_cast<RingPhase>(phase);
+  return Trailing("RING_CHUNK", r);
+}
+
 }  // namespace tfd::wire

@@ -124,6 +124,18 @@ struct AuthProof {  // client -> server: its proof of the token
   Proof proof{};
 };
 
+// The phases of a ring collective; a chunk travels from a worker to the next one in the ring.
+enum class RingPhase : std::uint8_t { kReduceScatter = 0, kAllGather = 1, kBroadcast = 2 };
+
+struct RingChunk {  // worker -> next worker in the ring: floats [offset, offset + count) of a buffer
+  std::uint64_t collective = 0;  // the sequence number of the collective on this ring, from 0
+  RingPhase phase = RingPhase::kReduceScatter;
+  std::uint16_t hop = 0;      // the step of the phase, from 0
+  std::uint32_t segment = 0;  // the ring segment the floats belong to (0 for a broadcast)
+  std::uint64_t offset = 0;   // in floats, from the start of the whole buffer
+  std::span<const std::byte> values;  // count = values.size() / 4
+};
+
 struct ErrorMessage {
   std::uint16_t code = 0;  // tfd::Code
   std::string message;
@@ -146,6 +158,8 @@ OutFrame Encode(const ErrorMessage& m);
 OutFrame Encode(const AuthHello& m);
 OutFrame Encode(const AuthChallenge& m);
 OutFrame Encode(const AuthProof& m);
+// `values` is not copied: it must outlive the frame's sending.
+OutFrame Encode(const RingChunk& m, std::span<const float> values);
 
 Status Decode(std::span<const std::byte> payload, Hello* m);
 Status Decode(std::span<const std::byte> payload, Welcome* m);
@@ -161,6 +175,7 @@ Status Decode(std::span<const std::byte> payload, ErrorMessage* m);
 Status Decode(std::span<const std::byte> payload, AuthHello* m);
 Status Decode(std::span<const std::byte> payload, AuthChallenge* m);
 Status Decode(std::span<const std::byte> payload, AuthProof* m);
+Status Decode(std::span<const std::byte> payload, RingChunk* m);
 
 // Copies little-endian floats from wire bytes (any alignment) into `out` (out.size() * 4 bytes).
 void CopyFloats(std::span<const std::byte> bytes, std::span<float> out);

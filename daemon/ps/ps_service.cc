@@ -195,6 +195,12 @@ void PsService::OnFrame(const std::shared_ptr<Connection>& from, wire::InFrame f
       FailPullsIfStepStuck();
       return;
     }
+    case wire::MessageType::kError: {  // the worker refuses this ps: say why, and let it go
+      wire::ErrorMessage err;
+      (void)wire::Decode(frame.payload, &err);
+      spdlog::warn("{} refused this ps: {}", from->peer_name(), err.message);
+      return from->Close(Status::Unavailable(fmt::format("{} refused this ps: {}", from->peer_name(), err.message)));
+    }
     default: {
       Status why = Status::InvalidArgument(fmt::format("{} sent {}, which a ps does not take", from->peer_name(),
                                                        wire::MessageTypeName(frame.header.type)));

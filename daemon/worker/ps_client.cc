@@ -31,7 +31,7 @@ Result<std::unique_ptr<PsClient>> PsClient::Connect(transport::asio::io_context&
   client->initialized_.resize(n);
   client->steps_.resize(n);
   for (std::size_t i = 0; i < n; ++i) {
-    TFD_ASSIGN_OR_RETURN(wire::Welcome welcome, client->ConnectOne(i, deadline));
+    TFD_ASSIGN_OR_RETURN(wire::Welcome welcome, client->ConnectUntil(i, deadline));
     client->initialized_[i] = welcome.initialized;
     client->steps_[i] = welcome.global_step;
     // The largest: a step some ps applied is never pushed again (at most one step's gradient is
@@ -63,21 +63,28 @@ Result<wire::Welcome> PsClient::ConnectOne(std::size_t i, Clock::time_point dead
   return welcome;
 }
 
+Result<wire::Welcome> PsClient::ConnectUntil(std::size_t i, Clock::time_point deadline) {
+  Result<wire::Welcome> welcome = ConnectOne(i, deadline);
+  // A ps starting or being torn down may accept a connection and then reset it, and one across a
+  // partition may not answer: try again until the deadline. A refusal (an ERROR) is final.
+  for (auto pause = std::chrono::milliseconds(100);
+       !welcome.ok() && (welcome.status().code() == Code::kUnavailable || welcome.status().code() == Code::kDeadlineExceeded) &&
+       ps_[i] != nullptr && !ps_[i]->refused() && Clock::now() + pause < deadline;
+       pause = std::min(pause * 2, std::chrono::milliseconds(1000))) {
+    if (options_.stop != nullptr && options_.stop->load()) break;
+    std::this_thread::sleep_for(pause);
+    welcome = ConnectOne(i, deadline);
+  }
+  return welcome;
+}
+
 Status PsClient::Reconnect(std::size_t i, const Status& why, std::span<const float> params) {
   const std::string name = ps_[i]->peer();
   spdlog::warn("lost {}: {}; reconnecting (for up to {:.0f} s)", name, why.message(),
                std::chrono::duration<double>(options_.reconnect_timeout).count());
   ps_[i]->Close(why);
   const auto deadline = Clock::now() + options_.reconnect_timeout;
-  Result<wire::Welcome> welcome = ConnectOne(i, deadline);
-  // A ps being torn down may still accept a connection and then reset it: try again until the deadline.
-  for (auto pause = std::chrono::milliseconds(100); !welcome.ok() && welcome.status().code() == Code::kUnavailable &&
-                                                    Clock::now() + pause < deadline;
-       pause = std::min(pause * 2, std::chrono::milliseconds(1000))) {
-    if (options_.stop != nullptr && options_.stop->load()) break;
-    std::this_thread::sleep_for(pause);
-    welcome = ConnectOne(i, deadline);
-  }
+  Result<wire::Welcome> welcome = ConnectUntil(i, deadline);
   if (!welcome.ok()) {
     return Status::Unavailable(fmt::format("lost {} ({}) and could not reconnect: {}", name, why.message(),
                                            welcome.status().message()));

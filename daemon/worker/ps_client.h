@@ -70,6 +70,9 @@ class PsClient {
       : ioc_(ioc), config_(config), incarnation_(incarnation), placement_(placement), options_(options) {}
   // Dials ps `i` and exchanges HELLO/WELCOME (ps_[i] is the new connection).
   Result<wire::Welcome> ConnectOne(std::size_t i, transport::Clock::time_point deadline);
+  // ConnectOne, again with backoff while the ps is unreachable, resets the connection or does not
+  // answer, until `deadline`.
+  Result<wire::Welcome> ConnectUntil(std::size_t i, transport::Clock::time_point deadline);
   // After ps `i` was lost (`why`): dials it again until the reconnect timeout; if it restarted
   // empty, the chief initialises it from `params` at the step last seen from it, and the others
   // wait until it has.

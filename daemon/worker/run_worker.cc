@@ -11,6 +11,7 @@
 #include "daemon/placement.h"
 #include "daemon/standalone.h"
 #include "daemon/trainer.h"
+#include "daemon/worker/run_allreduce.h"
 
 namespace tfd::worker {
 namespace {
@@ -103,8 +104,9 @@ class PsUpdater final : public daemon::Updater {
 Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, EventWriter& events, const WorkerOptions& options) {
   const int num_workers = config.cluster.num_workers();
   const int rank = config.cluster.WorkerRank(config.task);
-  if (job.update.mode == config::UpdateSpec::Mode::kAllreduce)
-    return Status::InvalidArgument("update.mode: \"allreduce\" is not available in this version (use async or sync)");
+  if (job.update.mode == config::UpdateSpec::Mode::kAllreduce) return RunAllreduceWorker(config, job, events, options);
+  if (options.shard_limit > 0)
+    return Status::InvalidArgument("--shard-limit: only in allreduce mode (the ps modes need every worker to take the same steps)");
   if (config.cluster.ps.empty())
     return Status::InvalidArgument(fmt::format("cluster.ps: empty: {} mode needs at least one ps task", job.update.mode == config::UpdateSpec::Mode::kSync ? "sync" : "async"));
   const bool sync = job.update.mode == config::UpdateSpec::Mode::kSync;

@@ -1,9 +1,9 @@
 // Cluster throughput: 1 ps + 2 workers of tfd on this machine (async, the mlp, batch 100 per
-// worker), beside PyTorch DDP (gloo, 2 processes) and one single-threaded PyTorch process on the
+// worker; or, with --mode allreduce, 2 workers in a ring), beside PyTorch DDP (gloo, 2 processes) and one single-threaded PyTorch process on the
 // same model and batch, in the same run. With --dnn, also the time for the dnn seed configuration on
 // 1 ps + 2 workers to reach 98% test accuracy.
 //
-//   build/test/bench/tfd_bench_cluster [--data DIR] [--epochs N] [--mode async|sync] [--no-peer] [--dnn]
+//   build/test/bench/tfd_bench_cluster [--data DIR] [--epochs N] [--mode async|sync|allreduce] [--no-peer] [--dnn]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -29,17 +29,19 @@ struct ClusterRun {
   std::string error;
 };
 
-ClusterRun RunCluster(const std::string& job, int num_workers, double target_accuracy) {
+ClusterRun RunCluster(const std::string& job, int num_workers, double target_accuracy, bool with_ps = true) {
   tfd::testing::TempDir dir;
   tfd::testing::WriteFile(dir / "job.json", job);
   nlohmann::json cluster;
-  cluster["ps"].push_back("127.0.0.1:" + std::to_string(tfd::testing::FreePort()));
+  if (with_ps) cluster["ps"].push_back("127.0.0.1:" + std::to_string(tfd::testing::FreePort()));
   for (int i = 0; i < num_workers; ++i) cluster["worker"].push_back("127.0.0.1:" + std::to_string(tfd::testing::FreePort()));
   auto tf_config = [&](const char* type, int i) {
     return "TF_CONFIG=" + nlohmann::json{{"cluster", cluster}, {"task", {{"type", type}, {"index", i}}}}.dump();
   };
   const auto start = std::chrono::steady_clock::now();
-  Process ps({TFD_BINARY, "--log-format", "json"}, {tf_config("ps", 0)}, dir / "ps.out", dir / "ps.err");
+  std::unique_ptr<Process> ps;
+  if (with_ps) ps = std::make_unique<Process>(std::vector<std::string>{TFD_BINARY, "--log-format", "json"},
+                                              std::vector<std::string>{tf_config("ps", 0)}, dir / "ps.out", dir / "ps.err");
   std::vector<std::unique_ptr<Process>> workers;
   for (int i = 0; i < num_workers; ++i)
     workers.push_back(std::make_unique<Process>(std::vector<std::string>{TFD_BINARY, "--log-format", "json", "--job", dir / "job.json"},
@@ -67,7 +69,7 @@ ClusterRun RunCluster(const std::string& job, int num_workers, double target_acc
     }
     if (n > 0) r.samples_per_sec += sum / n;
   }
-  ps.Wait(30s);
+  if (ps != nullptr) ps->Wait(30s);
   if (r.seconds_to_target >= 0) {
     // ts is wall-clock seconds since the epoch: measure from this run's start.
     const double now_wall = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -104,7 +106,7 @@ int main(int argc, char** argv) {
     else if (a == "--no-peer") peer = false;
     else if (a == "--dnn") dnn = true;
     else {
-      std::fprintf(stderr, "usage: %s [--data DIR] [--epochs N] [--mode async|sync] [--no-peer] [--dnn]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--data DIR] [--epochs N] [--mode async|sync|allreduce] [--no-peer] [--dnn]\n", argv[0]);
       return 2;
     }
   }
@@ -129,12 +131,13 @@ int main(int argc, char** argv) {
                                                                          {"async, overlap", R"({"mode": "async", "overlap": true})"}}
                       : std::vector<std::pair<std::string, std::string>>{{mode, R"({"mode": ")" + mode + R"("})"}};
   for (const auto& [name, update] : variants) {
-    ClusterRun ours = RunCluster(mlp_job(update), 2, 2.0);
+    ClusterRun ours = RunCluster(mlp_job(update), 2, 2.0, mode != "allreduce");
     if (!ours.ok) {
       std::fprintf(stderr, "tfd_bench_cluster: %s\n", ours.error.c_str());
       return 1;
     }
-    std::printf("  tfd 1 ps + 2 workers (%s)%*s%10.0f\n", name.c_str(), static_cast<int>(16 - name.size()), "", ours.samples_per_sec);
+    std::printf("  tfd %s (%s)%*s%10.0f\n", mode == "allreduce" ? "2 workers, ring " : "1 ps + 2 workers", name.c_str(),
+                static_cast<int>(16 - name.size()), "", ours.samples_per_sec);
     std::fflush(stdout);
     best = std::max(best, ours.samples_per_sec);
   }
@@ -152,7 +155,7 @@ int main(int argc, char** argv) {
     const std::string dnn_job = R"({"model": "dnn", "data": ")" + data +
                                 R"(", "epochs": 30, "batch_size": 50, "optimizer": {"type": "momentum", "learning_rate": 0.01, "momentum": 0.95}, "update": {"mode": ")" +
                                 mode + R"("}, "log_every_steps": 0})";
-    ClusterRun d = RunCluster(dnn_job, 2, 0.98);
+    ClusterRun d = RunCluster(dnn_job, 2, 0.98, mode != "allreduce");
     if (!d.ok) {
       std::fprintf(stderr, "tfd_bench_cluster: dnn: %s\n", d.error.c_str());
       return 1;

@@ -31,6 +31,10 @@ void DecodeByType(MessageType type, std::span<const std::byte> payload) {
     case MessageType::kPushAck: DecodeAs<PushAck>(payload); break;
     case MessageType::kDone: DecodeAs<Done>(payload); break;
     case MessageType::kError: DecodeAs<ErrorMessage>(payload); break;
+    case MessageType::kAuthHello: DecodeAs<AuthHello>(payload); break;
+    case MessageType::kAuthChallenge: DecodeAs<AuthChallenge>(payload); break;
+    case MessageType::kAuthProof: DecodeAs<AuthProof>(payload); break;
+    case MessageType::kRingChunk: DecodeAs<RingChunk>(payload); break;
     case MessageType::kDoneAck:
     case MessageType::kHeartbeat: break;
   }
@@ -38,7 +42,8 @@ void DecodeByType(MessageType type, std::span<const std::byte> payload) {
 
 constexpr MessageType kDecodable[] = {MessageType::kHello,   MessageType::kWelcome, MessageType::kInit,  MessageType::kWaitReady,
                                       MessageType::kReady,   MessageType::kPull,    MessageType::kParams, MessageType::kPush,
-                                      MessageType::kPushAck, MessageType::kDone,    MessageType::kError};
+                                      MessageType::kPushAck, MessageType::kDone,    MessageType::kError, MessageType::kAuthHello,
+                                      MessageType::kAuthChallenge, MessageType::kAuthProof, MessageType::kRingChunk};
 
 }  // namespace
 }  // namespace tfd::wire

@@ -149,7 +149,7 @@ TEST_CASE("every known message type is accepted in a header and named", "[unit][
                              MessageType::kReady,    MessageType::kPull,    MessageType::kParams,   MessageType::kPush,
                              MessageType::kPushAck,  MessageType::kDone,    MessageType::kDoneAck,  MessageType::kHeartbeat,
                              MessageType::kError,    MessageType::kAuthHello, MessageType::kAuthChallenge,
-                             MessageType::kAuthProof};
+                             MessageType::kAuthProof, MessageType::kRingChunk};
   for (MessageType t : all) {
     INFO("type " << static_cast<int>(t));
     CHECK(IsKnownType(static_cast<std::uint16_t>(t)));
@@ -160,7 +160,7 @@ TEST_CASE("every known message type is accepted in a header and named", "[unit][
     REQUIRE(got.ok());
     CHECK(got->type == t);
   }
-  for (std::uint16_t t : {0, 9, 14, 19, 23, 29, 31, 0xffff}) CHECK_FALSE(IsKnownType(t));
+  for (std::uint16_t t : {0, 9, 14, 19, 23, 29, 31, 39, 41, 49, 0xffff}) CHECK_FALSE(IsKnownType(t));
 }
 
 TEST_CASE("a header with bad magic is Corruption naming the magic", "[unit][wire]") {
@@ -553,6 +553,41 @@ TEST_CASE("PUSH round-trips its fields and concatenates several gradient spans",
   CHECK(got.based_on_step == 76);
   CHECK(FloatsOf(got.grads) == std::vector<float>{0.1f, 0.2f, 0.3f, -4.0f, 5.5f, 6.5f});
   CheckMalformedRejected<Push>(payload);
+}
+
+TEST_CASE("RING_CHUNK round-trips every field; its floats start 4-byte aligned in the payload", "[unit][wire]") {
+  const std::vector<float> values = {1.0f, -2.5f, 1e-20f, 7.75f, 3.0f};
+  RingChunk m;
+  m.collective = 12345;
+  m.phase = RingPhase::kAllGather;
+  m.hop = 3;
+  m.segment = 4;
+  m.offset = 1000003;
+  OutFrame f = Encode(m, values);
+  CHECK(f.head.size() == 32);
+  const auto payload = Transmit(f, MessageType::kRingChunk);
+  RingChunk got;
+  REQUIRE(Decode(payload, &got).ok());
+  CHECK(got.collective == 12345);
+  CHECK(got.phase == RingPhase::kAllGather);
+  CHECK(got.hop == 3);
+  CHECK(got.segment == 4);
+  CHECK(got.offset == 1000003);
+  CHECK(FloatsOf(got.values) == values);
+  CheckMalformedRejected<RingChunk>(payload);
+
+  auto bad = payload;
+  bad[8] = std::byte{3};  // phase
+  CHECK(Decode(bad, &got).code() == Code::kCorruption);
+  bad = payload;
+  bad[9] = std::byte{1};  // reserved
+  CHECK(Decode(bad, &got).code() == Code::kCorruption);
+  bad = payload;
+  bad[24] = std::byte{6};  // count 6 where 5 floats follow
+  CHECK(Decode(bad, &got).code() == Code::kCorruption);
+  bad = payload;
+  bad.push_back(std::byte{0});  // a trailing byte
+  CHECK(Decode(bad, &got).code() == Code::kCorruption);
 }
 
 TEST_CASE("PUSH_ACK round-trips the step and every outcome", "[unit][wire]") {

@@ -1,0 +1,152 @@
+#pragma once
+
+#include <utility>  // before Asio: Boost 1.74's awaitable.hpp forgets it
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/base/status.h"
+#include "common/transport/connection.h"
+#include "common/wire/messages.h"
+
+namespace tfd::collective {
+
+// One worker of the ring, in ring order: rank r sends to rank (r + 1) % n and receives from
+// rank (r - 1 + n) % n.
+struct RingMember {
+  std::string task;  // "worker:1", for messages
+  std::string host;
+  std::uint16_t port = 0;
+  wire::TaskKind kind = wire::TaskKind::kWorker;  // what its HELLO must say
+  std::uint32_t index = 0;
+};
+
+struct RingOptions {
+  int rank = 0;
+  std::vector<RingMember> members;
+  std::uint64_t cluster_id = 0;  // HELLOs with another id are refused
+  std::uint64_t incarnation = 0;
+  // Passed to both ring connections (heartbeats, peer timeout, and whatever else the transport
+  // checks on every frame).
+  transport::ConnectionOptions connection;
+  std::chrono::milliseconds startup_timeout{120000};  // Connect: both neighbours connected
+  std::chrono::milliseconds step_timeout{300000};     // the longest wait for one chunk
+  // Pipelining granularity: a segment travels as chunks of at most this many floats, so a worker
+  // sends chunk k while it reduces chunk k+1.
+  std::size_t chunk_floats = 1 << 15;
+  const std::atomic<bool>* stop = nullptr;  // a signal: waits end with FailedPrecondition
+};
+
+// Ring collectives over two transport connections: the one this worker dials to the next member
+// and the one the previous member dials to it (handed over by a Listener through Accept).
+//
+// AllReduce sums by reduce-scatter then all-gather: the buffer is cut into n segments; segment c
+// is summed along the ring starting at rank c, each partial sum being `received + own`, and ends
+// complete at rank c - 1, which alone computes its final value and then sends those bits around.
+// So the summation order of every element is fixed by the ring and every rank ends with the same
+// bits, run after run.
+//
+// Collectives are called by one thread (the training thread), in the same order on every member.
+// The io_context runs on another thread; it applies each chunk as it arrives and passes it on, so a
+// chunk costs no thread hand-off, and the calling thread only waits for the last one. Errors: Unavailable/DeadlineExceeded naming the
+// neighbour that was lost or silent, or the error another member reported (which names the member
+// that failed first); Corruption for a chunk that is not the one the schedule expects. After any
+// error the ring is closed, and both neighbours are told why.
+class Ring final : public transport::FrameHandler, public std::enable_shared_from_this<Ring> {
+ public:
+  static std::shared_ptr<Ring> Create(transport::asio::io_context& ioc, RingOptions options);
+  ~Ring() override;
+
+  // An accepted connection, expected to be the previous member (its HELLO says). Any thread.
+  void Accept(transport::tcp::socket socket);
+  // Dials the next member (retrying until the startup timeout) and waits until both neighbours
+  // have shaken hands. Blocks the calling thread.
+  Status Connect();
+  // Sums `data` element-wise over all members, in place. Every member passes the same length.
+  Status AllReduce(std::span<float> data);
+  // Copies rank 0's `data` to every member.
+  Status Broadcast(std::span<float> data);
+  // After the last collective: tells both neighbours (DONE) and waits for theirs, so no worker
+  // closes a connection its neighbour still needs; then closes. A neighbour that closes without
+  // DONE is lost; one that closes after it has left in good order.
+  Status Finish();
+  // Tells both neighbours `why` (an ERROR frame) unless it is Ok, and closes. Idempotent.
+  void Close(const Status& why);
+
+  int rank() const { return options_.rank; }
+  int size() const { return static_cast<int>(options_.members.size()); }
+
+  void OnFrame(const std::shared_ptr<transport::Connection>& from, wire::InFrame frame) override;
+  void OnClosed(const std::shared_ptr<transport::Connection>& from, const Status& why) override;
+
+ private:
+  // One chunk the schedule expects from the previous member, and what to do with it.
+  struct Expected {
+    wire::RingPhase phase;
+    std::uint16_t hop;
+    std::uint32_t segment;
+    std::uint64_t offset, count;
+    bool add;      // add to this member's values (reduce-scatter), else copy over them
+    bool forward;  // then send the result on to the next member as (forward_phase, forward_hop)
+    wire::RingPhase forward_phase;
+    std::uint16_t forward_hop;
+  };
+  // The collective in progress: chunks are applied as they arrive, on the I/O thread.
+  struct Active {
+    std::uint64_t id = 0;
+    std::span<float> data;
+    std::vector<Expected> plan;
+    std::size_t done = 0;  // chunks of `plan` applied
+  };
+
+  // Counts frames handed to the next connection and not yet written (or dropped), so a
+  // collective returns only once the transport no longer reads the caller's buffer.
+  struct InFlight {
+    std::mutex mu;
+    std::condition_variable cv;
+    int frames = 0;
+  };
+
+  Ring(transport::asio::io_context& ioc, RingOptions options);
+  std::string MemberName(int rank) const;
+  int Next() const { return (rank() + 1) % size(); }
+  int Prev() const { return (rank() + size() - 1) % size(); }
+  void SendChunk(std::uint64_t collective, wire::RingPhase phase, int hop, int segment, std::uint64_t offset,
+                 std::span<const float> values);
+  // Sends `f` on `to`, counted in in_flight_ until written.
+  void SendCounted(transport::Connection& to, wire::OutFrame f);
+  // Sends `initial`, then applies the chunks of `plan` as they come and waits for the last one.
+  Status Run(std::uint64_t id, std::span<float> data, std::vector<Expected> plan);
+  void Drain();  // mu_ held: applies queued chunks to the active collective
+  Status WaitSent();
+  Status Fail(const Status& why);  // closes the ring telling the neighbours; returns why
+  void HandleHello(const std::shared_ptr<transport::Connection>& from, const wire::InFrame& frame);
+  void RecordFailure(Status why);  // mu_ held
+
+  transport::asio::io_context& ioc_;
+  const RingOptions options_;
+  std::shared_ptr<InFlight> in_flight_ = std::make_shared<InFlight>();
+  std::uint64_t collective_ = 0;  // collective thread only
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::shared_ptr<transport::Connection> next_, prev_;         // guarded by mu_
+  std::vector<std::shared_ptr<transport::Connection>> unidentified_;  // guarded by mu_: accepted, no HELLO yet
+  bool welcomed_ = false;                                       // guarded by mu_: next answered our HELLO
+  bool prev_done_ = false, next_done_ = false;                  // guarded by mu_: their DONE came
+  std::deque<wire::InFrame> inbox_;                             // guarded by mu_: chunks from prev, not yet applied
+  std::optional<Active> active_;                                // guarded by mu_
+  Status failure_;                                              // guarded by mu_
+  bool closed_ = false;                                         // guarded by mu_
+};
+
+}  // namespace tfd::collective

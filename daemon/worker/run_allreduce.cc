@@ -1,0 +1,137 @@
+#include "daemon/worker/run_allreduce.h"
+
+#include <random>
+#include <thread>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "common/base/service.h"
+#include "daemon/standalone.h"
+
+namespace tfd::worker {
+
+AllreduceUpdater::AllreduceUpdater(collective::Ring& ring, const optim::Optimizer& optimizer, std::size_t num_params)
+    : ring_(ring), state_(optimizer, num_params), buffer_(num_params + 2) {}
+
+Result<std::int64_t> AllreduceUpdater::Step(model::Model& model, std::int64_t) { return Exchange(model, true); }
+
+Result<std::int64_t> AllreduceUpdater::JoinStep(model::Model& model) {
+  ++joined_;
+  return Exchange(model, false);
+}
+
+Result<std::int64_t> AllreduceUpdater::Finish(model::Model&) {
+  TFD_RETURN_IF_ERROR(ring_.Finish().WithContext("leaving the ring"));
+  return global_step_;
+}
+
+std::string AllreduceUpdater::EpochNote() {
+  std::string note = joined_ > 0 ? fmt::format("joined_without_data={}", joined_) : "";
+  joined_ = 0;
+  return note;
+}
+
+Result<std::int64_t> AllreduceUpdater::Exchange(model::Model& model, bool contributes) {
+  std::span<float> grads = model.grads();
+  const std::size_t n = grads.size();
+  if (contributes) std::copy(grads.begin(), grads.end(), buffer_.begin());
+  else std::fill(buffer_.begin(), buffer_.begin() + static_cast<std::ptrdiff_t>(n), 0.0f);
+  buffer_[n] = contributes ? 1.0f : 0.0f;
+  buffer_[n + 1] = has_next_ ? 1.0f : 0.0f;
+  has_next_ = false;  // a join step never brings data of this worker's
+  TFD_RETURN_IF_ERROR(ring_.AllReduce(buffer_).WithContext(fmt::format("all-reduce of global step {}", global_step_ + 1)));
+  // Small integers: the sums are exact, and the same bits on every worker.
+  const float contributors = buffer_[n];
+  others_have_data_ = buffer_[n + 1] > 0.0f;
+  ++global_step_;
+  if (contributors > 0.0f) {
+    const float scale = 1.0f / contributors;
+    for (std::size_t i = 0; i < n; ++i) grads[i] = buffer_[i] * scale;
+    state_.Apply(model.params(), grads);
+  }
+  return global_step_;
+}
+
+Status RunAllreduceWorker(const config::TfConfig& config, const config::JobSpec& job, EventWriter& events,
+                          const WorkerOptions& options) {
+  const int num_workers = config.cluster.num_workers();
+  const int rank = config.cluster.WorkerRank(config.task);
+  if (!config.cluster.ps.empty())
+    return Status::InvalidArgument(fmt::format("cluster.ps: {} ps tasks, but allreduce mode has none (workers all-reduce among "
+                                               "themselves): remove them or use async or sync mode",
+                                               config.cluster.ps.size()));
+  TFD_ASSIGN_OR_RETURN(daemon::LoadedJob loaded, daemon::LoadJobData(job, num_workers));
+  if (options.shard_limit > 0 && options.shard_limit < job.batch_size)
+    return Status::InvalidArgument(fmt::format("--shard-limit: {} is less than one batch ({})", options.shard_limit, job.batch_size));
+  model::Model& model = *loaded.model;
+  std::unique_ptr<optim::Optimizer> optimizer = optim::MakeOptimizer(job.optimizer);
+  const bool chief = config.is_chief();
+  spdlog::info("{} (rank {} of {}{}); allreduce; model: {}", config.task.ToString(), rank, num_workers, chief ? ", chief" : "",
+               model.Summary());
+  events.Emit("start", {{"role", std::string("worker")}, {"rank", std::int64_t{rank}}, {"chief", chief},
+                        {"mode", std::string("allreduce")}});
+
+  transport::asio::io_context ioc(1);
+  auto work = transport::asio::make_work_guard(ioc);
+  std::thread io([&ioc] { ioc.run(); });
+  std::unique_ptr<transport::Listener> listener;
+  std::shared_ptr<collective::Ring> ring;
+  struct Joiner {
+    transport::asio::io_context& ioc;
+    decltype(work)& guard;
+    std::thread& thread;
+    std::unique_ptr<transport::Listener>& listener;
+    std::shared_ptr<collective::Ring>& ring;
+    ~Joiner() {
+      if (ring != nullptr) ring->Close(Status::Ok());
+      if (listener != nullptr) listener->Stop();
+      guard.reset();
+      transport::asio::steady_timer limit(ioc, std::chrono::milliseconds(200));
+      limit.async_wait([this](const boost::system::error_code&) { ioc.stop(); });
+      thread.join();
+    }
+  } joiner{ioc, work, io, listener, ring};
+
+  collective::RingOptions ro;
+  ro.rank = rank;
+  for (int r = 0; r < num_workers; ++r) {
+    const config::TaskId t = config.cluster.WorkerTask(r);
+    const config::Endpoint& ep = config.cluster.EndpointOf(t);
+    ro.members.push_back({t.ToString(), ep.host, ep.port, static_cast<wire::TaskKind>(t.type), static_cast<std::uint32_t>(t.index)});
+  }
+  ro.cluster_id = config.cluster.Id();
+  ro.incarnation = (static_cast<std::uint64_t>(std::random_device{}()) << 32) | std::random_device{}();
+  ro.connection = options.ps.connection;
+  ro.startup_timeout = options.ps.startup_timeout;
+  ro.step_timeout = options.ps.step_timeout;
+  ro.stop = options.stop;
+  ring = collective::Ring::Create(ioc, ro);
+  if (num_workers > 1) {
+    const config::Endpoint& self = config.self();
+    TFD_ASSIGN_OR_RETURN(listener, transport::Listener::Bind(ioc, options.bind_address, self.port,
+                                                             [r = ring](transport::tcp::socket s) { r->Accept(std::move(s)); }));
+    listener->Start();
+    spdlog::info("listening on {}:{} for {}", options.bind_address.empty() ? "*" : options.bind_address, self.port,
+                 ro.members[static_cast<std::size_t>((rank + num_workers - 1) % num_workers)].task);
+  }
+  TFD_RETURN_IF_ERROR(ring->Connect());
+  // Every worker starts from the chief's parameters.
+  TFD_RETURN_IF_ERROR(ring->Broadcast(model.params()).WithContext("broadcast of the initial parameters"));
+  spdlog::info("ready: ring of {} workers formed", num_workers);
+  events.Emit("ready", {{"global_step", std::int64_t{0}}});
+  NotifyReady(fmt::format("{} in a ring of {} workers", config.task.ToString(), num_workers));
+
+  AllreduceUpdater updater(*ring, *optimizer, model.params().size());
+  daemon::TrainerOptions topts;
+  topts.task = config.task.ToString();
+  topts.rank = rank;
+  topts.num_workers = num_workers;
+  topts.evaluate_each_epoch = chief;
+  topts.stop = options.stop;
+  topts.params_out = options.params_out;
+  topts.shard_limit = options.shard_limit;
+  return daemon::Train(job, loaded.data, model, updater, events, topts);
+}
+
+}  // namespace tfd::worker

@@ -1,0 +1,51 @@
+#pragma once
+
+#include "common/base/logging.h"
+#include "common/base/status.h"
+#include "common/collective/ring.h"
+#include "common/config/cluster.h"
+#include "common/config/job.h"
+#include "common/model/model.h"
+#include "common/optim/optimizer.h"
+#include "daemon/trainer.h"
+#include "daemon/worker/run_worker.h"
+
+namespace tfd::worker {
+
+// All-reduces each step's gradient over the ring and applies the average locally, so every
+// worker holds the same parameters after every step.
+//
+// Each contribution is the gradient followed by two floats: this worker's weight (1, or 0 for a
+// worker that has run out of data and only joins the step) and whether it has a batch for the next
+// step. After the all-reduce every worker holds the same sums, divides by the same count of
+// contributing workers and knows whether another step follows. The whole gradient (every tensor)
+// is one fused buffer, cut into ring segments and pipelined chunks.
+class AllreduceUpdater final : public daemon::Updater {
+ public:
+  AllreduceUpdater(collective::Ring& ring, const optim::Optimizer& optimizer, std::size_t num_params);
+
+  Result<std::int64_t> Step(model::Model& model, std::int64_t local_step) override;
+  Result<std::int64_t> Finish(model::Model&) override;
+  bool FinishChangesParams() const override { return false; }
+  bool JoinsUnevenShards() const override { return true; }
+  void SetHasNextBatch(bool has) override { has_next_ = has; }
+  bool OthersHaveData() const override { return others_have_data_; }
+  Result<std::int64_t> JoinStep(model::Model& model) override;
+  std::string EpochNote() override;
+
+ private:
+  Result<std::int64_t> Exchange(model::Model& model, bool contributes);
+
+  collective::Ring& ring_;
+  optim::OptimizerState state_;
+  std::vector<float> buffer_;  // gradient sum, then weight sum and next-step count
+  bool has_next_ = false, others_have_data_ = false;
+  std::int64_t global_step_ = 0, joined_ = 0;
+};
+
+// The allreduce mode of RunWorker: listens on this task's address, forms the ring with the other
+// workers (in rank order), takes the chief's initial parameters and trains.
+Status RunAllreduceWorker(const config::TfConfig& config, const config::JobSpec& job, EventWriter& events,
+                          const WorkerOptions& options);
+
+}  // namespace tfd::worker

@@ -1,0 +1,171 @@
+// Ring all-reduce and broadcast between threads over loopback TCP: exact sums for several ring
+// sizes, lengths and chunk sizes, identical bits on every member, and the errors of a broken ring.
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include <catch2/catch.hpp>
+
+#include "test/ring_harness.h"
+
+namespace tfd::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+collective::RingOptions Options(std::size_t chunk_floats) {
+  collective::RingOptions o;
+  o.chunk_floats = chunk_floats;
+  o.startup_timeout = 30s;
+  o.step_timeout = 30s;
+  return o;
+}
+
+bool AllOk(const std::vector<Status>& s) {
+  for (const auto& x : s) {
+    if (!x.ok()) {
+      UNSCOPED_INFO(x.message());
+      return false;
+    }
+  }
+  return true;
+}
+
+// Member r holds (i % 13) + r + 1 at index i: small integers, so every float sum is exact.
+void CheckSums(int n, std::size_t len, std::size_t chunk_floats, int repeats = 1) {
+  LocalRing ring(n, Options(chunk_floats));
+  REQUIRE(AllOk(ring.Connect()));
+  std::vector<std::vector<float>> data(static_cast<std::size_t>(n), std::vector<float>(len));
+  for (int rep = 0; rep < repeats; ++rep) {
+    for (int r = 0; r < n; ++r)
+      for (std::size_t i = 0; i < len; ++i) data[static_cast<std::size_t>(r)][i] = static_cast<float>(i % 13 + static_cast<std::size_t>(r) + 1 + static_cast<std::size_t>(rep));
+    REQUIRE(AllOk(ring.OnEach([&](int r) { return ring.ring(r).AllReduce(data[static_cast<std::size_t>(r)]); })));
+    const float base = static_cast<float>(n * (n + 1) / 2 + n * rep);
+    for (int r = 0; r < n; ++r) {
+      std::size_t bad = 0;
+      for (std::size_t i = 0; i < len; ++i)
+        if (data[static_cast<std::size_t>(r)][i] != static_cast<float>(n) * static_cast<float>(i % 13) + base) ++bad;
+      INFO("n=" << n << " len=" << len << " chunk=" << chunk_floats << " rank=" << r << " repeat=" << rep);
+      CHECK(bad == 0);
+    }
+  }
+}
+
+TEST_CASE("ring all-reduce sums exactly at every index for 2 to 5 members and odd lengths", "[unit][ring]") {
+  for (int n : {2, 3, 4, 5})
+    for (std::size_t len : {std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{1000003}}) CheckSums(n, len, 1 << 15);
+}
+
+TEST_CASE("ring all-reduce chunking: one-float chunks, chunks that do not divide segments, empty segments", "[unit][ring]") {
+  CheckSums(3, 7, 1);         // every float its own frame
+  CheckSums(4, 1000, 7);      // 250-float segments in chunks of 7 and a short last chunk
+  CheckSums(5, 3, 2);         // fewer floats than members: two segments are empty
+  CheckSums(2, 0, 16);        // nothing to reduce
+  CheckSums(3, 100000, 1000, /*repeats=*/3);  // several collectives in a row on one ring
+}
+
+TEST_CASE("ring all-reduce leaves the same bits on every member, run after run", "[unit][ring]") {
+  const int n = 3;
+  const std::size_t len = 10007;
+  auto run = [&] {
+    LocalRing ring(n, Options(1000));
+    REQUIRE(AllOk(ring.Connect()));
+    std::vector<std::vector<float>> data(n, std::vector<float>(len));
+    for (int r = 0; r < n; ++r) {
+      std::mt19937 gen(static_cast<unsigned>(r + 1));
+      std::normal_distribution<float> d(0.0f, 1.0f);
+      for (auto& v : data[static_cast<std::size_t>(r)]) v = d(gen) * 1e-3f;
+    }
+    REQUIRE(AllOk(ring.OnEach([&](int r) { return ring.ring(r).AllReduce(data[static_cast<std::size_t>(r)]); })));
+    return data;
+  };
+  auto a = run(), b = run();
+  for (int r = 0; r < n; ++r) {
+    CHECK(std::memcmp(a[0].data(), a[static_cast<std::size_t>(r)].data(), len * 4) == 0);
+    CHECK(std::memcmp(a[static_cast<std::size_t>(r)].data(), b[static_cast<std::size_t>(r)].data(), len * 4) == 0);
+  }
+}
+
+TEST_CASE("ring broadcast copies rank 0's values to every member", "[unit][ring]") {
+  for (int n : {2, 4}) {
+    LocalRing ring(n, Options(100));
+    REQUIRE(AllOk(ring.Connect()));
+    std::vector<std::vector<float>> data(static_cast<std::size_t>(n), std::vector<float>(1001, -1.0f));
+    for (std::size_t i = 0; i < 1001; ++i) data[0][i] = static_cast<float>(i) * 0.37f;
+    REQUIRE(AllOk(ring.OnEach([&](int r) { return ring.ring(r).Broadcast(data[static_cast<std::size_t>(r)]); })));
+    for (int r = 1; r < n; ++r) CHECK(data[static_cast<std::size_t>(r)] == data[0]);
+  }
+}
+
+TEST_CASE("a member that leaves the ring fails the collective on every other member, naming it", "[unit][ring]") {
+  LocalRing ring(4, Options(100));
+  REQUIRE(AllOk(ring.Connect()));
+  std::vector<std::vector<float>> data(4, std::vector<float>(5000, 1.0f));
+  auto got = ring.OnEach([&](int r) {
+    if (r == 2) {
+      ring.ring(r).Close(Status::Ok());  // as if the process died: the sockets close
+      return Status::Ok();
+    }
+    return ring.ring(r).AllReduce(data[static_cast<std::size_t>(r)]);
+  });
+  for (int r : {0, 1, 3}) {
+    INFO("rank " << r << ": " << got[static_cast<std::size_t>(r)].message());
+    CHECK_FALSE(got[static_cast<std::size_t>(r)].ok());
+    CHECK(got[static_cast<std::size_t>(r)].message().find("worker:2 (127.0.0.1:") != std::string::npos);
+  }
+}
+
+TEST_CASE("members leave the ring in good order after their last collective, whatever their pace", "[unit][ring]") {
+  for (int rep = 0; rep < 5; ++rep) {
+    LocalRing ring(3, Options(100));
+    REQUIRE(AllOk(ring.Connect()));
+    std::vector<std::vector<float>> data(3, std::vector<float>(1000, 1.0f));
+    auto got = ring.OnEach([&](int r) {
+      TFD_RETURN_IF_ERROR(ring.ring(r).AllReduce(data[static_cast<std::size_t>(r)]));
+      if (r == rep % 3) std::this_thread::sleep_for(50ms);  // one member is slow to leave
+      return ring.ring(r).Finish();
+    });
+    REQUIRE(AllOk(got));
+    for (int r = 0; r < 3; ++r) CHECK(data[static_cast<std::size_t>(r)][999] == 3.0f);
+  }
+}
+
+TEST_CASE("a silent neighbour ends the collective at the step deadline, named", "[unit][ring]") {
+  collective::RingOptions o = Options(100);
+  o.step_timeout = 500ms;
+  LocalRing ring(2, o);
+  REQUIRE(AllOk(ring.Connect()));
+  std::vector<float> data(10, 1.0f);
+  Status s = ring.ring(0).AllReduce(data);  // worker:1 never joins
+  CHECK(s.code() == Code::kDeadlineExceeded);
+  CHECK(s.message().find("worker:1 (127.0.0.1:") != std::string::npos);
+}
+
+TEST_CASE("members that disagree on the buffer length fail with a Corruption naming the sender", "[unit][ring]") {
+  LocalRing ring(2, Options(100));
+  REQUIRE(AllOk(ring.Connect()));
+  std::vector<float> a(1000, 1.0f), b(999, 1.0f);
+  auto got = ring.OnEach([&](int r) { return ring.ring(r).AllReduce(r == 0 ? std::span<float>(a) : std::span<float>(b)); });
+  CHECK_FALSE(got[0].ok());
+  CHECK_FALSE(got[1].ok());
+  const bool named = got[0].message().find("RING_CHUNK") != std::string::npos || got[1].message().find("RING_CHUNK") != std::string::npos;
+  CHECK(named);
+}
+
+TEST_CASE("a ring member of another cluster is refused with the cluster ids named", "[unit][ring]") {
+  collective::RingOptions o = Options(100);
+  o.startup_timeout = 10s;
+  LocalRing ring(2, o, /*stranger_id=*/7);
+  auto got = ring.Connect();
+  for (const Status& s : got) {
+    INFO(s.message());
+    CHECK_FALSE(s.ok());
+  }
+  const std::string all = got[0].message() + " | " + got[1].message();
+  INFO(all);
+  CHECK(all.find("cluster id mismatch") != std::string::npos);
+  CHECK(all.find("0000000000000007") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace tfd::testing
