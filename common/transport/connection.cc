@@ -1,8 +1,10 @@
 #include "common/transport/connection.h"
 
+#include <map>
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "common/wire/messages.h"
@@ -54,7 +56,62 @@ constexpr std::string_view kClientProof = kClientProofLabel;
 constexpr std::string_view kServerToClient = kServerToClientLabel;
 constexpr std::string_view kClientToServer = kClientToServerLabel;
 
+// Handshakes in progress per remote address, over every accepted connection of the process.
+class HandshakeSlots {
+ public:
+  bool Take(const std::string& address, int limit) {
+    std::lock_guard<std::mutex> lock(mu_);
+    int& n = counts_[address];
+    if (n >= limit) return false;
+    ++n;
+    return true;
+  }
+  void Release(const std::string& address) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = counts_.find(address);
+    if (it != counts_.end() && --it->second <= 0) counts_.erase(it);
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, int> counts_;
+};
+
+HandshakeSlots& Slots() {
+  static HandshakeSlots slots;
+  return slots;
+}
+
+std::atomic<std::uint64_t> g_refusals[5];
+std::atomic<std::int64_t> g_last_busy_log{0};
+
 }  // namespace
+
+void CountRefusal(Refusal why) { g_refusals[static_cast<int>(why)].fetch_add(1, std::memory_order_relaxed); }
+
+RefusalCounts Refusals() {
+  RefusalCounts c;
+  c.malformed = g_refusals[static_cast<int>(Refusal::kMalformed)].load();
+  c.authentication = g_refusals[static_cast<int>(Refusal::kAuthentication)].load();
+  c.handshake_timeout = g_refusals[static_cast<int>(Refusal::kHandshakeTimeout)].load();
+  c.busy = g_refusals[static_cast<int>(Refusal::kBusy)].load();
+  c.mismatch = g_refusals[static_cast<int>(Refusal::kMismatch)].load();
+  return c;
+}
+
+std::string RefusalCounts::ToString() const {
+  std::vector<std::string> parts;
+  for (auto [n, what] : {std::pair{malformed, "malformed"}, {authentication, "authentication"}, {handshake_timeout, "handshake timeout"},
+                         {busy, "busy (too many handshakes from one address)"}, {mismatch, "another cluster or task"}})
+    if (n > 0) parts.push_back(fmt::format("{} {}", n, what));
+  return parts.empty() ? "none" : fmt::format("{}", fmt::join(parts, ", "));
+}
+
+void Connection::ReleaseHandshakeSlot() {
+  if (handshake_slot_.empty()) return;
+  Slots().Release(handshake_slot_);
+  handshake_slot_.clear();
+}
 
 void Connection::Start(bool established) {
   error_code ec;
@@ -84,6 +141,21 @@ void Connection::Start(bool established) {
     asio::co_spawn(self->socket_.get_executor(), self->ReadLoop(), on_exit);
     asio::co_spawn(self->socket_.get_executor(), self->WriteLoop(), on_exit);
     asio::co_spawn(self->socket_.get_executor(), self->Watchdog(), on_exit);
+    if (!established) {
+      error_code ec;
+      const tcp::endpoint remote = self->socket_.remote_endpoint(ec);
+      const std::string address = ec ? std::string("?") : remote.address().to_string();
+      if (!Slots().Take(address, self->options_.max_handshakes_per_address)) {
+        CountRefusal(Refusal::kBusy);
+        // One line a second at most: a flood must not become a flood of log lines.
+        const std::int64_t now_s = std::chrono::duration_cast<std::chrono::seconds>(Clock::now().time_since_epoch()).count();
+        if (g_last_busy_log.exchange(now_s) != now_s)
+          spdlog::warn("refused connections from {}: {} handshakes from it are in progress already", address,
+                       self->options_.max_handshakes_per_address);
+        return self->CloseOnStrand(Status::Unavailable(fmt::format("{}: too many handshakes in progress", address)));
+      }
+      self->handshake_slot_ = address;
+    }
     if (self->options_.token != nullptr) {
       if (established) {  // we dialed: open the handshake
         self->auth_ = Auth::kClientAwaitChallenge;
@@ -102,6 +174,7 @@ void Connection::Start(bool established) {
           "gen-token), or --insecure on a trusted network",
           established ? self->peer_name() : remote.address().to_string()));
       if (established) return self->CloseOnStrand(why);
+      CountRefusal(Refusal::kAuthentication);
       spdlog::warn("refused {}", why.message());
       self->ErrorAndCloseOnStrand(why);
     }
@@ -111,6 +184,7 @@ void Connection::Start(bool established) {
 void Connection::MarkEstablished() {
   asio::dispatch(socket_.get_executor(), [self = shared_from_this()] {
     self->established_ = true;
+    self->ReleaseHandshakeSlot();
     self->watchdog_.cancel();  // re-arm with the peer timeout
   });
 }
@@ -171,12 +245,16 @@ void Connection::CloseOnStrand(const Status& why) {
   watchdog_.cancel();
   outbox_.clear();
   control_.clear();
+  ReleaseHandshakeSlot();
   handler_.OnClosed(shared_from_this(), why);
   handler_owner_.reset();
 }
 
 void Connection::RefuseOnStrand(const Status& why) {
-  if (!dialed_) spdlog::warn("refused: {}", why.message());  // a dialing side's handler reports it
+  if (!dialed_) {  // a dialing side's handler reports it
+    CountRefusal(Refusal::kAuthentication);
+    spdlog::warn("refused: {}", why.message());
+  }
   ErrorAndCloseOnStrand(why);
 }
 
@@ -282,6 +360,7 @@ asio::awaitable<void> Connection::ReadLoop() {
     Result<wire::FrameHeader> header = wire::DecodeHeader(raw, payload_limit());
     if (!header.ok()) {
       Status why = Status::Corruption(fmt::format("{}: {}", peer_name(), header.status().message()));
+      CountRefusal(Refusal::kMalformed);
       spdlog::warn("{}", why.message());
       ErrorAndCloseOnStrand(why);
       co_return;
@@ -296,6 +375,7 @@ asio::awaitable<void> Connection::ReadLoop() {
           has_mac ? fmt::format("{} sent a MAC'd {} frame before authenticating", peer_name(), wire::MessageTypeName(header->type))
                   : fmt::format("{} sent a {} frame without a MAC on an authenticated connection: refused", peer_name(),
                                 wire::MessageTypeName(header->type)));
+      CountRefusal(Refusal::kAuthentication);
       spdlog::warn("{}", why.message());
       ErrorAndCloseOnStrand(why);
       co_return;
@@ -320,12 +400,14 @@ asio::awaitable<void> Connection::ReadLoop() {
         Status why = Status::PermissionDenied(fmt::format(
             "{}: the MAC of a {} frame does not verify: the frame was altered, injected or replayed on the way", peer_name(),
             wire::MessageTypeName(frame.header.type)));
+        CountRefusal(Refusal::kAuthentication);
         spdlog::warn("{}", why.message());
         ErrorAndCloseOnStrand(why);
         co_return;
       }
     } else if (Status ok = wire::VerifyPayload(frame.header, frame.payload); !ok.ok()) {
       Status why = Status::Corruption(fmt::format("{}: {}", peer_name(), ok.message()));
+      CountRefusal(Refusal::kMalformed);
       spdlog::warn("{}", why.message());
       ErrorAndCloseOnStrand(why);
       co_return;
@@ -415,6 +497,7 @@ asio::awaitable<void> Connection::Watchdog() {
     if (close_after_flush_ && now >= flush_deadline_) {
       CloseOnStrand(Status::Unavailable(fmt::format("{} did not take the error frame", peer_name())));
     } else if (!close_after_flush_ && !established_ && now - started_ >= options_.handshake_timeout) {
+      CountRefusal(Refusal::kHandshakeTimeout);
       CloseOnStrand(Status::DeadlineExceeded(fmt::format("{} did not complete the handshake within {:.1f} s", peer_name(),
                                                          std::chrono::duration<double>(options_.handshake_timeout).count())));
     } else if (!close_after_flush_ && established_ && now - last_heard_ >= options_.peer_timeout) {

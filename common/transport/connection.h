@@ -41,7 +41,25 @@ struct ConnectionOptions {
   // Without a token, only peers on this host (loopback) are accepted or dialed, unless this is set
   // (tfd --insecure: a trusted network).
   bool insecure = false;
+  // An accepted connection that has not finished its handshake holds one of its address's slots;
+  // with this many taken, further connections from that address are refused at once, so a flood
+  // of idle or slow connections from one host cannot use up the process's file descriptors.
+  int max_handshakes_per_address = 64;
 };
+
+// Why this process refused peers, counted since it started (a ps logs them when it ends).
+enum class Refusal { kMalformed, kAuthentication, kHandshakeTimeout, kBusy, kMismatch };
+void CountRefusal(Refusal why);
+struct RefusalCounts {
+  std::uint64_t malformed = 0;          // bad magic, version, type, flags, length or CRC
+  std::uint64_t authentication = 0;     // no, another or a wrong token; a frame whose MAC does not verify
+  std::uint64_t handshake_timeout = 0;  // a handshake not done within the deadline (slow or idle peers)
+  std::uint64_t busy = 0;               // too many handshakes in progress from one address
+  std::uint64_t mismatch = 0;           // another cluster id, or a task that is not a worker of this cluster
+  std::uint64_t total() const { return malformed + authentication + handshake_timeout + busy + mismatch; }
+  std::string ToString() const;         // "3 malformed, 1 busy" (only the non-zero ones)
+};
+RefusalCounts Refusals();
 
 // Before authentication a frame (28-byte header and payload) is under 256 bytes.
 inline constexpr std::uint32_t kPreAuthPayload = 224;
@@ -125,6 +143,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool close_after_flush_ = false;  // strand only
   bool established_ = false;        // strand only
   bool dialed_ = false;             // strand only: this side connected (the handshake's client)
+  std::string handshake_slot_;      // strand only: the address whose handshake slot this holds, or ""
+  void ReleaseHandshakeSlot();
   bool closed_ = false;             // strand only
   std::atomic<bool> closed_flag_{false};
   Clock::time_point last_heard_;    // strand only

@@ -86,12 +86,15 @@ Status RunPs(const config::TfConfig& config, EventWriter& events, const PsOption
   poll.cancel();
   ioc.restart();
   ioc.run_for(std::chrono::milliseconds(100));
+  const transport::RefusalCounts refused = transport::Refusals();
+  if (refused.total() > 0) spdlog::info("refused connections: {}", refused.ToString());
   const auto stale = store.stale_counts();
   for (std::size_t w = 0; w < stale.size(); ++w)
     if (stale[w] > 0) spdlog::info("dropped {} stale gradients from {}", stale[w], config.cluster.WorkerTask(static_cast<int>(w)).ToString());
   if (stopped && !all_done) return Status::FailedPrecondition(fmt::format("stopped by a signal at global_step {}", store.global_step()));
   spdlog::info("every worker is done: global_step={}; exiting", store.global_step());
-  events.Emit("done", {{"global_step", static_cast<std::int64_t>(store.global_step())}});
+  events.Emit("done", {{"global_step", static_cast<std::int64_t>(store.global_step())},
+                       {"refused_connections", static_cast<std::int64_t>(refused.total())}});
   return Status::Ok();
 }
 

@@ -9,6 +9,8 @@
 #include <memory>
 #include <sstream>
 
+#include <poll.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 
@@ -925,6 +927,93 @@ TEST_CASE("an authenticated ps refuses altered, replayed and unMAC'd frames, and
   }
   c.process("ps", 0).Signal(SIGTERM);
   CHECK(c.Finish("ps", 0, 10s).exit_code == 128 + SIGTERM);
+}
+
+TEST_CASE("abuse against a live ps: 1,000 connections at once, a byte a second, a wrong token; honest workers train on",
+          "[integration][cluster][auth][fault]") {
+  rlimit files{};
+  getrlimit(RLIMIT_NOFILE, &files);
+  files.rlim_cur = std::min<rlim_t>(files.rlim_max, 4096);
+  REQUIRE(setrlimit(RLIMIT_NOFILE, &files) == 0);
+  REQUIRE(files.rlim_cur >= 1100);
+  TempDir data;
+  WriteSyntheticMnist(data.path(), 2000, 50);
+  Cluster c(1, 2, Job(data.path(), R"({"mode": "async"})", 100000, R"({"type": "sgd", "learning_rate": 0.1})", 20));
+  const std::string token = c.dir() / "token";
+  REQUIRE(transport::ClusterToken::Generate().WriteFile(token).ok());
+  c.StartPs(0, {"--token-file", token});
+  c.StartWorker(0, {"--token-file", token});
+  c.StartWorker(1, {"--token-file", token});
+  AwaitLine(c.process("worker", 1), "worker=1 epoch=2 ");
+  const std::string ep = c.cluster()["ps"][0].get<std::string>();
+  const int port = std::stoi(ep.substr(ep.rfind(':') + 1));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+
+  // A stranger with another token (before the flood below takes this address's handshake slots).
+  {
+    HandAuthenticated stranger(port, transport::ClusterToken::Generate(), /*same_token=*/false);
+    CHECK(stranger.Read().find("holds a different cluster token") != std::string::npos);
+  }
+  // A byte a second: never a whole header. Closed at the handshake deadline (5 s).
+  bool slow_closed = false;
+  double slow_secs = 0;
+  int slow_fd = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(connect(slow_fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  std::thread slow([&] {  // no Catch2 macros off the main thread
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < 15 && !slow_closed; ++i) {
+      slow_closed = send(slow_fd, "T", 1, MSG_NOSIGNAL) != 1;
+      char b;
+      pollfd p{slow_fd, POLLIN, 0};
+      if (poll(&p, 1, 1000) > 0 && recv(slow_fd, &b, 1, 0) <= 0) slow_closed = true;
+    }
+    slow_secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    close(slow_fd);
+  });
+  // 1,000 connections at once, saying nothing.
+  std::vector<int> flood;
+  for (int i = 0; i < 1000; ++i) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    REQUIRE(fd >= 0);
+    (void)connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    flood.push_back(fd);
+  }
+  slow.join();
+  CHECK(slow_closed);
+  CHECK(slow_secs < 9);
+  // Most of the flood was turned away at once (64 handshakes per address at most), the rest at the
+  // handshake deadline: every one of them is closed by now.
+  int closed = 0;
+  for (int fd : flood) {
+    char b;
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 2000) > 0 && recv(fd, &b, 1, 0) <= 0) ++closed;
+    close(fd);
+  }
+  CHECK(closed == 1000);
+  // The honest workers went on training throughout.
+  const std::string before = c.process("worker", 1).err();
+  const auto epochs_logged = [](const std::string& log) { return std::count(log.begin(), log.end(), '\n'); };
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  while (epochs_logged(c.process("worker", 1).err()) <= epochs_logged(before) + 2 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(50ms);
+  CHECK(epochs_logged(c.process("worker", 1).err()) > epochs_logged(before) + 2);
+  CHECK_FALSE(c.process("worker", 0).Wait(0ms).has_value());
+  for (int i = 0; i < 2; ++i) c.process("worker", i).Signal(SIGTERM);
+  c.process("ps", 0).Signal(SIGTERM);
+  TaskResult ps = c.Finish("ps", 0, 20s);
+  CHECK(ps.exit_code == 128 + SIGTERM);
+  INFO(ps.err);
+  CHECK(ps.err.find("refused connections from 127.0.0.1: 64 handshakes from it are in progress already") != std::string::npos);
+  const auto at = ps.err.find("refused connections: ");
+  REQUIRE(at != std::string::npos);
+  const std::string counts = ps.err.substr(at, ps.err.find('\n', at) - at);
+  CHECK(counts.find("1 authentication") != std::string::npos);
+  CHECK(counts.find("busy (too many handshakes from one address)") != std::string::npos);
+  CHECK(counts.find("handshake timeout") != std::string::npos);
 }
 
 }  // namespace
