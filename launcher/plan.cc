@@ -68,6 +68,7 @@ std::vector<TaskPlan> MakePlan(const config::ClusterFile& file, const PlanOption
     p.local = h.via == config::HostLaunch::Via::kLocal ||
               (h.via == config::HostLaunch::Via::kAuto && options.local_hosts.contains(p.host));
     p.tf_config = TfConfigFor(file.cluster, task);
+    if (file.launch.restart_on_failure.contains(task.type)) p.max_restarts = file.launch.max_restarts;
     std::vector<std::string> tfd = {h.tfd, "--log-format", "json"};
     if (p.local) {
       if (task.type != config::TaskType::kPs) tfd.insert(tfd.end(), {"--job", options.job_path});

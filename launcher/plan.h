@@ -19,6 +19,7 @@ struct TaskPlan {
   std::string workdir;            // a local child's working folder
   std::string tf_config;          // this task's TF_CONFIG
   std::string stdin_data;         // written to a remote task's ssh first: the run's token, never on a command line
+  int max_restarts = 0;           // times tfctl starts it again after a failure (launch.restart)
 };
 
 struct PlanOptions {

@@ -40,6 +40,7 @@ struct Task {
   std::deque<std::string> last_lines;
   bool running = false;
   int exit_code = -1;
+  int restarts = 0;
   Row row;
   std::string done_fields;  // the done event's accuracy and hash, for summary.json
 };
@@ -315,6 +316,26 @@ int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
                                                                  : fmt::format("failed ({})", t.exit_code);
       }
       display.SetRows(rows());
+      // launch.restart: start it again (a bad configuration, exit 2, would only fail again).
+      if (t.exit_code != 0 && t.exit_code != 2 && !stopping && t.restarts < t.plan->max_restarts) {
+        for (int* fd : {&t.out_fd, &t.err_fd}) {  // its last lines first: the pipes end with it
+          std::string& buf = fd == &t.out_fd ? t.out_buf : t.err_buf;
+          for (int i = 0; i < 1000 && *fd >= 0; ++i) {
+            pollfd p{*fd, POLLIN, 0};
+            if (poll(&p, 1, 1000) <= 0) break;
+            drain(t, *fd, buf, fd == &t.out_fd);
+          }
+          if (*fd >= 0) close(*fd), *fd = -1;
+        }
+        ++t.restarts;
+        display.Line(fmt::format("[tfctl] {} failed with exit code {}; starting it again ({} of {})", t.name, t.exit_code, t.restarts,
+                                 t.plan->max_restarts));
+        if (Status s = Spawn(t); s.ok()) {
+          t.row.state = "restarted";
+          display.SetRows(rows());
+          continue;
+        }
+      }
       if (t.exit_code != 0 && !stopping) {
         std::string last;
         for (const std::string& l : t.last_lines) last += "\n    " + l;
@@ -345,7 +366,7 @@ int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
   for (std::size_t i = 0; i < tasks.size(); ++i) {
     summary += i == 0 ? "\n  {\"task\": " : ",\n  {\"task\": ";
     AppendJsonString(tasks[i].name, &summary);
-    summary += fmt::format(", \"exit_code\": {}{}}}", tasks[i].exit_code, tasks[i].done_fields);
+    summary += fmt::format(", \"exit_code\": {}, \"restarts\": {}{}}}", tasks[i].exit_code, tasks[i].restarts, tasks[i].done_fields);
   }
   summary += "\n]}\n";
   std::ofstream(options.run_dir + "/summary.json") << summary;

@@ -98,6 +98,18 @@ Result<ClusterFile> ParseClusterFile(std::string_view text, std::string_view sou
     ReadHostLaunch(l, &f.launch.defaults);
     l.String("run_dir", &f.launch.run_dir);
     l.Double("start_timeout", 0, 3600, /*min_exclusive=*/true, &f.launch.start_timeout_secs);
+    l.Int("max_restarts", 0, 100, &f.launch.max_restarts);
+    if (const json* restart = l.Get("restart")) {
+      ObjectReader rr = l.Child(*restart, l.PathOf("restart"));
+      for (TaskType t : {TaskType::kChief, TaskType::kWorker, TaskType::kPs}) {
+        std::string policy = "never";
+        rr.String(TaskTypeName(t), &policy);
+        if (policy == "on-failure") f.launch.restart_on_failure.insert(t);
+        else if (policy != "never" && rr.status().ok())
+          rr.Fail(rr.PathOf(TaskTypeName(t)), fmt::format("unknown policy \"{}\" (expected on-failure or never)", policy));
+      }
+      (void)rr.Finish();
+    }
     if (const json* env = l.Get("env")) {
       if (!env->is_object()) {
         l.Fail(l.PathOf("env"), "expected an object of NAME: \"value\", got " + Describe(*env));

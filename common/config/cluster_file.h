@@ -1,6 +1,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,10 @@ struct LaunchSpec {
   std::map<std::string, std::string> env;   // extra environment for every task
   std::string run_dir = "runs";             // where tfctl writes run folders
   double start_timeout_secs = 30;           // how long tasks may take to come up
+  // "restart": {"ps": "on-failure", ...}: tfctl starts a task of these roles again when it fails
+  // (not on exit 2, a bad configuration), at most max_restarts times each.
+  std::set<TaskType> restart_on_failure;
+  int max_restarts = 3;
 
   const HostLaunch& For(const std::string& host) const;
 };

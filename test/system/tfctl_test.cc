@@ -122,6 +122,37 @@ TEST_CASE("tfctl up names a failed task with its last lines and exits 1", "[syst
   CHECK(WaitUntilNoneLeft(dir.path(), 10s));  // the ps was stopped too
 }
 
+TEST_CASE("launch.restart on-failure: a ps killed mid-run is started again and the run completes", "[system][tfctl]") {
+  TempDir dir;
+  auto f = nlohmann::json::parse(ReadAll(ClusterFile(dir, 40)));
+  f["launch"]["restart"] = {{"ps", "on-failure"}};
+  f["launch"]["max_restarts"] = 2;
+  WriteFile(dir / "restart.json", f.dump(2));
+  Process p({kTfctl, "up", dir / "restart.json"}, {}, dir / "out", dir / "err");
+  const auto until = std::chrono::steady_clock::now() + 60s;
+  while (p.out().find("[worker:1] info worker=1 epoch=2 ") == std::string::npos && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(50ms);
+  REQUIRE(p.out().find("[worker:1] info worker=1 epoch=2 ") != std::string::npos);
+  // The ps is the task without --job.
+  std::string ps_pid;
+  for (const std::string& proc : ProcessesMentioning(dir.path()))
+    if (proc.find(kTfd) != std::string::npos && proc.find("--job") == std::string::npos) ps_pid = proc.substr(0, proc.find(':'));
+  REQUIRE_FALSE(ps_pid.empty());
+  kill(std::stoi(ps_pid), SIGKILL);
+  auto code = p.Wait(120s);
+  INFO("stdout:\n" << p.out() << "\nstderr:\n" << p.err());
+  REQUIRE(code.has_value());
+  CHECK(*code == 0);
+  CHECK(p.out().find("[tfctl] ps:0 failed with exit code 137; starting it again (1 of 2)") != std::string::npos);
+  CHECK(p.out().find("reconnected to ps:0 (") != std::string::npos);
+  auto summary = nlohmann::json::parse(ReadAll(RunFolder(dir) + "/summary.json"));
+  CHECK(summary["exit_code"] == 0);
+  for (const auto& t : summary["tasks"]) {
+    CHECK(t["exit_code"] == 0);
+    CHECK(t["restarts"] == (t["task"] == "ps:0" ? 1 : 0));
+  }
+}
+
 TEST_CASE("Ctrl-C on tfctl stops every task and exits 130", "[system][tfctl]") {
   TempDir dir;
   const std::string file = ClusterFile(dir, 100000);

@@ -98,6 +98,26 @@ TEST_CASE("the run's token reaches tasks as a file path or on ssh's stdin, never
   CHECK(w.argv.back().find(R"('--token-file' 'runs/r1/token')") != std::string::npos);
 }
 
+TEST_CASE("launch.restart gives the named roles max_restarts restarts each", "[unit][launcher]") {
+  auto f = Parse(std::string(R"({"cluster": {"ps": ["127.0.0.1:2000"], "worker": ["127.0.0.1:2001", "127.0.0.1:2002"]}, )") + kTrain +
+                 R"(, "launch": {"restart": {"ps": "on-failure", "worker": "never"}, "max_restarts": 5}})");
+  auto plan = MakePlan(f, {.job_path = "/r/job.json"});
+  REQUIRE(plan.size() == 3);
+  CHECK(plan[0].max_restarts == 5);
+  CHECK(plan[1].max_restarts == 0);
+  CHECK(plan[2].max_restarts == 0);
+  auto defaults = MakePlan(Parse(std::string(R"({"cluster": {"worker": ["127.0.0.1:2001"]}, )") + kTrain +
+                                 R"(, "launch": {"restart": {"worker": "on-failure"}}})"),
+                           {.job_path = "/r/job.json"});
+  CHECK(defaults[0].max_restarts == 3);
+  CHECK(ErrorOf(std::string(R"({"cluster": {"worker": ["a:1"]}, )") + kTrain + R"(, "launch": {"restart": {"ps": "always"}}})") ==
+        "c.json: launch.restart.ps: unknown policy \"always\" (expected on-failure or never)");
+  CHECK(ErrorOf(std::string(R"({"cluster": {"worker": ["a:1"]}, )") + kTrain + R"(, "launch": {"restart": {"evaluator": "never"}}})") ==
+        "c.json: launch.restart.evaluator: unknown field (expected one of: chief, ps, worker)");
+  CHECK(ErrorOf(std::string(R"({"cluster": {"worker": ["a:1"]}, )") + kTrain + R"(, "launch": {"max_restarts": 1000}})") ==
+        "c.json: launch.max_restarts: expected an integer in [0, 100], got 1000");
+}
+
 TEST_CASE("cluster file errors name the file and the JSON path", "[unit][launcher]") {
   const std::string c = R"("cluster": {"ps": ["127.0.0.1:2000"], "worker": ["127.0.0.1:2001"]})";
   CHECK(ErrorOf("[") == "c.json: not valid JSON");
