@@ -123,15 +123,7 @@ Status RunAllreduceWorker(const config::TfConfig& config, const config::JobSpec&
   NotifyReady(fmt::format("{} in a ring of {} workers", config.task.ToString(), num_workers));
 
   AllreduceUpdater updater(*ring, *optimizer, model.params().size());
-  daemon::TrainerOptions topts;
-  topts.task = config.task.ToString();
-  topts.rank = rank;
-  topts.num_workers = num_workers;
-  topts.evaluate_each_epoch = chief;
-  topts.stop = options.stop;
-  topts.params_out = options.params_out;
-  topts.shard_limit = options.shard_limit;
-  return daemon::Train(job, loaded.data, model, updater, events, topts);
+  return daemon::Train(job, loaded.data, model, updater, events, TrainerOptionsFor(config, options));
 }
 
 }  // namespace tfd::worker

@@ -101,6 +101,18 @@ class PsUpdater final : public daemon::Updater {
 
 }  // namespace
 
+daemon::TrainerOptions TrainerOptionsFor(const config::TfConfig& config, const WorkerOptions& options) {
+  daemon::TrainerOptions t;
+  t.task = config.task.ToString();
+  t.rank = config.cluster.WorkerRank(config.task);
+  t.num_workers = config.cluster.num_workers();
+  t.evaluate_each_epoch = config.is_chief();
+  t.stop = options.stop;
+  t.params_out = options.params_out;
+  t.shard_limit = options.shard_limit;
+  return t;
+}
+
 Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, EventWriter& events, const WorkerOptions& options) {
   const int num_workers = config.cluster.num_workers();
   const int rank = config.cluster.WorkerRank(config.task);
@@ -168,13 +180,7 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
 
   PsUpdater updater(*client, static_cast<std::uint32_t>(rank), incarnation, sync, job.update.overlap, start_step,
                     model.params().size());
-  daemon::TrainerOptions topts;
-  topts.task = config.task.ToString();
-  topts.rank = rank;
-  topts.num_workers = num_workers;
-  topts.evaluate_each_epoch = chief;
-  topts.stop = options.stop;
-  topts.params_out = options.params_out;
+  daemon::TrainerOptions topts = TrainerOptionsFor(config, options);
   topts.start_local_step = static_cast<std::int64_t>(client->resume_step());
   TFD_RETURN_IF_ERROR(daemon::Train(job, loaded.data, model, updater, events, topts));
   if (sync) spdlog::info("{} gradients of this worker were dropped as stale", updater.stale());

@@ -6,6 +6,7 @@
 #include "common/base/status.h"
 #include "common/config/cluster.h"
 #include "common/config/job.h"
+#include "daemon/trainer.h"
 #include "daemon/worker/ps_client.h"
 
 namespace tfd::worker {
@@ -23,5 +24,9 @@ struct WorkerOptions {
 // the chief evaluates each epoch, and every worker ends with its final test accuracy and
 // params_sha256. Errors name the ps or field concerned.
 Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, EventWriter& events, const WorkerOptions& options);
+
+// The trainer's options for this task: its rank and shard, evaluation on the chief, the stop flag,
+// --params-out and --shard-limit.
+daemon::TrainerOptions TrainerOptionsFor(const config::TfConfig& config, const WorkerOptions& options);
 
 }  // namespace tfd::worker

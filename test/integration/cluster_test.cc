@@ -337,9 +337,8 @@ TEST_CASE("a worker of another cluster is refused with both cluster ids named", 
   CHECK(c.process("ps", 0).err().find("refused worker:0") != std::string::npos);
 }
 
-// Connects to 127.0.0.1:port, sends `bytes`, and returns what comes back until the peer closes
-// (at most 64 KB, within 10 s).
-std::string Exchange(int port, const std::string& bytes) {
+// Connects to 127.0.0.1:port (retrying for 10 s while nothing listens); reads time out after 10 s.
+int ConnectLoopback(int port) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -352,6 +351,13 @@ std::string Exchange(int port, const std::string& bytes) {
   }
   timeval tv{10, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return fd;
+}
+
+// Connects to 127.0.0.1:port, sends `bytes`, and returns what comes back until the peer closes
+// (at most 64 KB, within 10 s).
+std::string Exchange(int port, const std::string& bytes) {
+  const int fd = ConnectLoopback(port);
   (void)!write(fd, bytes.data(), bytes.size());
   std::string got;
   char buf[4096];
@@ -795,7 +801,7 @@ TEST_CASE("with a cluster token a cluster trains; a worker with another token or
 class HandAuthenticated {
  public:
   HandAuthenticated(int port, const transport::ClusterToken& token, bool same_token = true) {
-    fd_ = Connect(port);
+    fd_ = ConnectLoopback(port);
     wire::AuthHello hello;
     transport::RandomBytes(hello.nonce);
     SendRaw(wire::Encode(hello));
@@ -850,21 +856,6 @@ class HandAuthenticated {
 
  private:
   static std::span<const std::byte> AsBytes(const std::string& s) { return std::as_bytes(std::span<const char>(s.data(), s.size())); }
-  static int Connect(int port) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(static_cast<std::uint16_t>(port));
-    for (int i = 0; i < 200 && connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0; ++i) {
-      close(fd);
-      std::this_thread::sleep_for(50ms);
-      fd = socket(AF_INET, SOCK_STREAM, 0);
-    }
-    timeval tv{10, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    return fd;
-  }
   void SendRaw(wire::OutFrame f) { Write(Seal(std::move(f), /*mac=*/false)); }
 
   int fd_ = -1;
