@@ -479,6 +479,29 @@ TEST_CASE("allreduce runs are bit-identical across repeats, whatever the start o
   }
 }
 
+TEST_CASE("allreduce with a cluster token: the ring authenticates, and a worker with another token is refused",
+          "[integration][cluster][allreduce][auth]") {
+  TempDir data;
+  WriteSyntheticMnist(data.path(), 600, 100);
+  const std::string job = Job(data.path(), R"({"mode": "allreduce"})", 2, R"({"type": "sgd", "learning_rate": 0.1})", 20);
+  Cluster a(0, 2, job);
+  const std::string token = a.dir() / "token", other = a.dir() / "other";
+  REQUIRE(transport::ClusterToken::Generate().WriteFile(token).ok());
+  REQUIRE(transport::ClusterToken::Generate().WriteFile(other).ok());
+  auto done = RunToCompletion(a, 0, 2, {"--token-file", token});
+  CHECK(done[0]["params_sha256"] == done[1]["params_sha256"]);
+
+  Cluster b(0, 2, job);
+  b.StartWorker(0, {"--token-file", token, "--startup-timeout", "20"});
+  b.StartWorker(1, {"--token-file", other, "--startup-timeout", "20"});
+  for (int i = 0; i < 2; ++i) {
+    TaskResult w = b.Finish("worker", i, 60s);
+    INFO(w.err);
+    CHECK(w.exit_code != 0);
+    CHECK(w.err.find("holds a different cluster token") != std::string::npos);
+  }
+}
+
 TEST_CASE("allreduce with uneven shards: the worker that runs out joins the remaining steps and all finish identical", "[integration][cluster][allreduce]") {
   TempDir data;
   WriteSyntheticMnist(data.path(), 1200, 100);
