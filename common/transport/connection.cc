@@ -20,6 +20,10 @@ constexpr auto kErrorFlushLimit = std::chrono::seconds(1);
 // How far ReadLoop reads past a frame: enough for the next header and the small frames (requests,
 // acks, heartbeats), little enough that copying a large payload's first bytes out of it is cheap.
 constexpr std::size_t kReadAhead = 8 << 10;
+// Payload bytes still to come above which ReadLoop asks the kernel (SO_RCVLOWAT) to wake it only
+// once they are all here (at most kMaxLowWatermark at a time, well under the receive buffer).
+constexpr std::size_t kWakeForAtLeast = 32 << 10;
+constexpr std::size_t kMaxLowWatermark = 256 << 10;
 
 }  // namespace
 
@@ -334,7 +338,17 @@ asio::awaitable<void> Connection::ReadLoop() {
       rx_begin += have[i];
     }
     if (rx_begin == rx_end) rx_begin = rx_end = 0;
+    bool low_watermark = false;
+    error_code ignored;  // without the option, the reads wake as before
     while (have[0] < parts[0].size() || have[1] < parts[1].size()) {  // rx is empty
+      // A large payload arrives in many segments: wake when the rest of it is here, not at each.
+      const std::size_t missing = parts[0].size() - have[0] + parts[1].size() - have[1];
+      if (missing >= kWakeForAtLeast || low_watermark) {
+        low_watermark = missing >= kWakeForAtLeast;
+        socket_.set_option(asio::socket_base::receive_low_watermark(
+                               static_cast<int>(low_watermark ? std::min(missing, kMaxLowWatermark) : 1)),
+                           ignored);
+      }
       const std::array<asio::mutable_buffer, 3> bufs = {asio::buffer(parts[0].subspan(have[0]).data(), parts[0].size() - have[0]),
                                                         asio::buffer(parts[1].subspan(have[1]).data(), parts[1].size() - have[1]),
                                                         asio::buffer(rx)};
@@ -350,6 +364,7 @@ asio::awaitable<void> Connection::ReadLoop() {
       }
       rx_end = n;  // read ahead into rx
     }
+    if (low_watermark) socket_.set_option(asio::socket_base::receive_low_watermark(1), ignored);
     last_heard_ = Clock::now();
     if (closed_) co_return;
     if (has_mac) {
