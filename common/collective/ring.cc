@@ -337,21 +337,25 @@ void Ring::Drain() {
 
 void Ring::SpinUntil(Clock::time_point t) {
   spin_until_.store(t.time_since_epoch().count(), std::memory_order_relaxed);
-  if (t > Clock::now() && !spinning_.exchange(true)) PostSpin();
-}
-
-void Ring::PostSpin() {
-  transport::asio::post(ioc_, [weak = weak_from_this()] {
-    if (auto self = weak.lock()) self->Spin();
-  });
+  if (t > Clock::now() && !spinning_.exchange(true)) transport::asio::post(ioc_, [weak = weak_from_this()] {
+      if (auto self = weak.lock()) self->Spin();
+    });
 }
 
 void Ring::Spin() {
-  auto spin_on = [this] { return Clock::now().time_since_epoch().count() < spin_until_.load(std::memory_order_relaxed); };
-  if (spin_on()) return PostSpin();
+  if (Clock::now().time_since_epoch().count() < spin_until_.load(std::memory_order_relaxed)) {
+    transport::asio::post(ioc_, [weak = weak_from_this()] {
+      if (auto self = weak.lock()) self->Spin();
+    });
+    return;
+  }
   spinning_.store(false);
   // SpinUntil may have moved the deadline after the check above and seen a Spin still posted.
-  if (spin_on() && !spinning_.exchange(true)) PostSpin();
+  if (Clock::now().time_since_epoch().count() < spin_until_.load(std::memory_order_relaxed) && !spinning_.exchange(true)) {
+    transport::asio::post(ioc_, [weak = weak_from_this()] {
+      if (auto self = weak.lock()) self->Spin();
+    });
+  }
 }
 
 Status Ring::Run(std::uint64_t id, std::span<float> data, std::vector<Expected> plan) {

@@ -134,7 +134,6 @@ class Ring final : public transport::FrameHandler, public std::enable_shared_fro
   // On the I/O thread: posts itself again until spin_until_ passes, so the io_context polls the
   // sockets (a queued handler makes it check them without blocking) instead of sleeping.
   void Spin();
-  void PostSpin();
   void SpinUntil(transport::Clock::time_point t);  // any thread; a past `t` stops the spin
   Status WaitSent();
   Status Fail(const Status& why);  // closes the ring telling the neighbours; returns why
