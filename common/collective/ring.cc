@@ -326,35 +326,7 @@ void Ring::Drain() {
     if (e.forward)
       SendChunk(a.id, e.forward_phase, e.forward_hop, static_cast<int>(e.segment), e.offset,
                 a.data.subspan(static_cast<std::size_t>(e.offset), static_cast<std::size_t>(e.count)));
-    if (++a.done == a.plan.size()) {
-      SpinUntil(Clock::time_point{});
-      cv_.notify_all();
-    } else {
-      SpinUntil(Clock::now() + options_.spin);
-    }
-  }
-}
-
-void Ring::SpinUntil(Clock::time_point t) {
-  spin_until_.store(t.time_since_epoch().count(), std::memory_order_relaxed);
-  if (t > Clock::now() && !spinning_.exchange(true)) transport::asio::post(ioc_, [weak = weak_from_this()] {
-      if (auto self = weak.lock()) self->Spin();
-    });
-}
-
-void Ring::Spin() {
-  if (Clock::now().time_since_epoch().count() < spin_until_.load(std::memory_order_relaxed)) {
-    transport::asio::post(ioc_, [weak = weak_from_this()] {
-      if (auto self = weak.lock()) self->Spin();
-    });
-    return;
-  }
-  spinning_.store(false);
-  // SpinUntil may have moved the deadline after the check above and seen a Spin still posted.
-  if (Clock::now().time_since_epoch().count() < spin_until_.load(std::memory_order_relaxed) && !spinning_.exchange(true)) {
-    transport::asio::post(ioc_, [weak = weak_from_this()] {
-      if (auto self = weak.lock()) self->Spin();
-    });
+    if (++a.done == a.plan.size()) cv_.notify_all();
   }
 }
 
@@ -364,7 +336,6 @@ Status Ring::Run(std::uint64_t id, std::span<float> data, std::vector<Expected> 
   active_->id = id;
   active_->data = data;
   active_->plan = std::move(plan);
-  if (options_.spin.count() > 0) SpinUntil(Clock::now() + options_.spin);
   Drain();  // chunks that came before this member got here
   auto deadline = Clock::now() + options_.step_timeout;
   std::size_t seen = active_->done;
@@ -396,7 +367,6 @@ Status Ring::Run(std::uint64_t id, std::span<float> data, std::vector<Expected> 
     cv_.wait_until(lock, std::min(deadline, now + std::chrono::milliseconds(100)));
   }
   active_.reset();
-  SpinUntil(Clock::time_point{});
   lock.unlock();
   if (!result.ok()) {
     (void)Fail(result);

@@ -44,10 +44,6 @@ struct RingOptions {
   // sends chunk k while it reduces chunk k+1.
   std::size_t chunk_floats = 1 << 15;
   const std::atomic<bool>* stop = nullptr;  // a signal: waits end with FailedPrecondition
-  // While a collective waits for chunks, the I/O thread polls its sockets instead of sleeping, for
-  // up to this long after the collective starts or a chunk arrives (then it sleeps as usual): a
-  // wake-up costs more than a chunk's transfer. It spins on a core of its own; 0: never.
-  std::chrono::microseconds spin{500};
 };
 
 // Ring collectives over two transport connections: the one this worker dials to the next member
@@ -131,10 +127,6 @@ class Ring final : public transport::FrameHandler, public std::enable_shared_fro
   // Sends `initial`, then applies the chunks of `plan` as they come and waits for the last one.
   Status Run(std::uint64_t id, std::span<float> data, std::vector<Expected> plan);
   void Drain();  // mu_ held: applies queued chunks to the active collective
-  // On the I/O thread: posts itself again until spin_until_ passes, so the io_context polls the
-  // sockets (a queued handler makes it check them without blocking) instead of sleeping.
-  void Spin();
-  void SpinUntil(transport::Clock::time_point t);  // any thread; a past `t` stops the spin
   Status WaitSent();
   Status Fail(const Status& why);  // closes the ring telling the neighbours; returns why
   void HandleHello(const std::shared_ptr<transport::Connection>& from, const wire::InFrame& frame);
@@ -144,8 +136,6 @@ class Ring final : public transport::FrameHandler, public std::enable_shared_fro
   const RingOptions options_;
   std::shared_ptr<InFlight> in_flight_ = std::make_shared<InFlight>();
   std::uint64_t collective_ = 0;  // collective thread only
-  std::atomic<transport::Clock::rep> spin_until_{0};
-  std::atomic<bool> spinning_{false};  // a Spin is posted
 
   std::mutex mu_;
   std::condition_variable cv_;
