@@ -1,6 +1,8 @@
 #include "common/collective/ring.h"
 
+#include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -397,6 +399,17 @@ Status Ring::AllReduce(std::span<float> data) {
   auto begin = [&](int c) { return SegmentBegin(len, c, n); };
   auto end = [&](int c) { return SegmentBegin(len, c + 1, n); };
   const auto last = static_cast<std::uint16_t>(n - 2);
+  // Segment c as (offset, count) chunks of at most `chunk` floats, all of about the same size: the
+  // first chunk, which the pipeline waits for, is no larger than it must be.
+  auto pieces = [&](int c) {
+    const std::uint64_t b = begin(c), size = end(c) - b, k = std::max<std::uint64_t>(1, (size + chunk - 1) / chunk);
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> out;
+    for (std::uint64_t j = 0; j < k; ++j) {
+      const std::uint64_t from = b + size * j / k, to = b + size * (j + 1) / k;
+      if (to > from) out.emplace_back(from, to - from);
+    }
+    return out;
+  };
 
   // Reduce-scatter: at hop h segment r - h - 1 arrives; this member adds its own values and
   // passes the sum on at hop h + 1 (after the last hop it holds the final sum of segment r + 1,
@@ -406,9 +419,9 @@ Status Ring::AllReduce(std::span<float> data) {
   for (int hop = 0; hop < n - 1; ++hop) {
     const int s = seg(r - hop - 1);
     const auto h = static_cast<std::uint16_t>(hop);
-    for (std::uint64_t o = begin(s); o < end(s); o += chunk) {
+    for (const auto& [o, count] : pieces(s)) {
       const bool final_sum = h == last;
-      plan.push_back({wire::RingPhase::kReduceScatter, h, static_cast<std::uint32_t>(s), o, std::min(chunk, end(s) - o), true, true,
+      plan.push_back({wire::RingPhase::kReduceScatter, h, static_cast<std::uint32_t>(s), o, count, true, true,
                       final_sum ? wire::RingPhase::kAllGather : wire::RingPhase::kReduceScatter,
                       static_cast<std::uint16_t>(final_sum ? 0 : h + 1)});
     }
@@ -416,15 +429,15 @@ Status Ring::AllReduce(std::span<float> data) {
   for (int hop = 0; hop < n - 1; ++hop) {
     const int s = seg(r - hop);
     const auto h = static_cast<std::uint16_t>(hop);
-    for (std::uint64_t o = begin(s); o < end(s); o += chunk)
-      plan.push_back({wire::RingPhase::kAllGather, h, static_cast<std::uint32_t>(s), o, std::min(chunk, end(s) - o), false, h != last,
+    for (const auto& [o, count] : pieces(s))
+      plan.push_back({wire::RingPhase::kAllGather, h, static_cast<std::uint32_t>(s), o, count, false, h != last,
                       wire::RingPhase::kAllGather, static_cast<std::uint16_t>(h + 1)});
   }
   // Hop 0 of the reduce-scatter: this member's own values of segment r, sent before any chunk is
   // applied (which sends from the I/O thread), so frames leave in schedule order.
   const int own = seg(r);
-  for (std::uint64_t o = begin(own); o < end(own); o += chunk)
-    SendChunk(id, wire::RingPhase::kReduceScatter, 0, own, o, data.subspan(static_cast<std::size_t>(o), static_cast<std::size_t>(std::min(chunk, end(own) - o))));
+  for (const auto& [o, count] : pieces(own))
+    SendChunk(id, wire::RingPhase::kReduceScatter, 0, own, o, data.subspan(static_cast<std::size_t>(o), static_cast<std::size_t>(count)));
   return Run(id, data, std::move(plan));
 }
 

@@ -1,5 +1,7 @@
 #include "common/transport/connection.h"
 
+#include <algorithm>
+#include <cstring>
 #include <map>
 #include <thread>
 
@@ -17,6 +19,13 @@ using asio::use_awaitable;
 using boost::system::error_code;
 
 constexpr auto kErrorFlushLimit = std::chrono::seconds(1);
+// How far ReadLoop reads past a frame: enough for the next header and the small frames (requests,
+// acks, heartbeats), little enough that copying a large payload's first bytes out of it is cheap.
+constexpr std::size_t kReadAhead = 8 << 10;
+// Payload bytes still to come above which ReadLoop asks the kernel (SO_RCVLOWAT) to wake it only
+// once they are all here (at most kMaxLowWatermark at a time, well under the receive buffer).
+constexpr std::size_t kWakeForAtLeast = 32 << 10;
+constexpr std::size_t kMaxLowWatermark = 256 << 10;
 
 }  // namespace
 
@@ -344,18 +353,34 @@ bool Connection::OnHandshakeFrame(const wire::InFrame& frame) {
 
 asio::awaitable<void> Connection::ReadLoop() {
   auto self = shared_from_this();
+  // Bytes read past the end of the last frame, [rx_begin, rx_end): the next header, or all of a
+  // small frame, so a stream of frames costs about one read each. A payload that is not all here
+  // yet is read straight into the frame, together with up to rx.size() bytes of what follows it.
+  std::vector<std::byte> rx(kReadAhead);
+  std::size_t rx_begin = 0, rx_end = 0;
   std::array<std::byte, wire::kFrameHeaderBytes> raw;
   std::array<std::byte, wire::kMacBytes> mac, expected_mac;
   for (;;) {
     error_code ec;
-    co_await asio::async_read(socket_, asio::buffer(raw), redirect_error(use_awaitable, ec));
-    if (ec) {
-      if (!closed_) {
-        CloseOnStrand(ec == asio::error::eof ? Status::Unavailable(fmt::format("{} closed the connection", peer_name()))
-                                             : Status::Unavailable(fmt::format("{}: read: {}", peer_name(), ec.message())));
+    while (rx_end - rx_begin < raw.size()) {
+      if (rx_begin > 0) {
+        std::memmove(rx.data(), rx.data() + rx_begin, rx_end - rx_begin);
+        rx_end -= rx_begin;
+        rx_begin = 0;
       }
-      co_return;
+      const std::size_t n = co_await socket_.async_read_some(asio::buffer(rx.data() + rx_end, rx.size() - rx_end),
+                                                             redirect_error(use_awaitable, ec));
+      if (ec) {
+        if (!closed_) {
+          CloseOnStrand(ec == asio::error::eof ? Status::Unavailable(fmt::format("{} closed the connection", peer_name()))
+                                               : Status::Unavailable(fmt::format("{}: read: {}", peer_name(), ec.message())));
+        }
+        co_return;
+      }
+      rx_end += n;
     }
+    std::memcpy(raw.data(), rx.data() + rx_begin, raw.size());
+    rx_begin += raw.size();
     if (closed_ || close_after_flush_) co_return;  // refused: read nothing more
     Result<wire::FrameHeader> header = wire::DecodeHeader(raw, payload_limit());
     if (!header.ok()) {
@@ -383,19 +408,48 @@ asio::awaitable<void> Connection::ReadLoop() {
     wire::InFrame frame;
     frame.header = *header;
     frame.payload.resize(frame.header.payload_len);  // bounded by the limit above
-    if (!frame.payload.empty() || has_mac) {
-      const std::array<asio::mutable_buffer, 2> bufs = {asio::buffer(frame.payload), has_mac ? asio::buffer(mac) : asio::mutable_buffer()};
-      co_await asio::async_read(socket_, bufs, redirect_error(use_awaitable, ec));
+    // The payload, then the MAC: first what is buffered, then from the socket.
+    const std::array<std::span<std::byte>, 2> parts = {std::span<std::byte>(frame.payload),
+                                                       has_mac ? std::span<std::byte>(mac) : std::span<std::byte>()};
+    std::array<std::size_t, 2> have = {0, 0};
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      have[i] = std::min(parts[i].size(), rx_end - rx_begin);
+      std::memcpy(parts[i].data(), rx.data() + rx_begin, have[i]);
+      rx_begin += have[i];
+    }
+    if (rx_begin == rx_end) rx_begin = rx_end = 0;
+    bool low_watermark = false;
+    error_code ignored;  // without the option, the reads wake as before
+    while (have[0] < parts[0].size() || have[1] < parts[1].size()) {  // rx is empty
+      // A large payload arrives in many segments: wake when the rest of it is here, not at each.
+      const std::size_t missing = parts[0].size() - have[0] + parts[1].size() - have[1];
+      if (missing >= kWakeForAtLeast || low_watermark) {
+        low_watermark = missing >= kWakeForAtLeast;
+        socket_.set_option(asio::socket_base::receive_low_watermark(
+                               static_cast<int>(low_watermark ? std::min(missing, kMaxLowWatermark) : 1)),
+                           ignored);
+      }
+      const std::array<asio::mutable_buffer, 3> bufs = {asio::buffer(parts[0].subspan(have[0]).data(), parts[0].size() - have[0]),
+                                                        asio::buffer(parts[1].subspan(have[1]).data(), parts[1].size() - have[1]),
+                                                        asio::buffer(rx)};
+      std::size_t n = co_await socket_.async_read_some(bufs, redirect_error(use_awaitable, ec));
       if (ec) {
         if (!closed_) CloseOnStrand(Status::Unavailable(fmt::format("{}: read: {} (in a {} frame)", peer_name(), ec.message(), wire::MessageTypeName(frame.header.type))));
         co_return;
       }
+      for (std::size_t i = 0; i < parts.size(); ++i) {
+        const std::size_t take = std::min(n, parts[i].size() - have[i]);
+        have[i] += take;
+        n -= take;
+      }
+      rx_end = n;  // read ahead into rx
     }
+    if (low_watermark) socket_.set_option(asio::socket_base::receive_low_watermark(1), ignored);
     last_heard_ = Clock::now();
     if (closed_) co_return;
     if (has_mac) {
-      const std::array<std::span<const std::byte>, 2> parts = {std::span<const std::byte>(raw), std::span<const std::byte>(frame.payload)};
-      recv_mac_->Tag(recv_seq_++, parts, expected_mac);
+      const std::array<std::span<const std::byte>, 2> tagged = {std::span<const std::byte>(raw), std::span<const std::byte>(frame.payload)};
+      recv_mac_->Tag(recv_seq_++, tagged, expected_mac);
       if (!SameBytes(mac, expected_mac)) {
         Status why = Status::PermissionDenied(fmt::format(
             "{}: the MAC of a {} frame does not verify: the frame was altered, injected or replayed on the way", peer_name(),

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #if defined(__x86_64__)
+#include <immintrin.h>
 #include <nmmintrin.h>
 #endif
 
@@ -118,6 +119,80 @@ __attribute__((target("sse4.2"))) std::uint32_t HardwareCrc(const unsigned char*
   return c32;
 }
 const bool kHaveSse42 = __builtin_cpu_supports("sse4.2");
+
+// Long inputs: carry-less multiplication folds 256 bytes per step (four 512-bit registers, each
+// four 128-bit lanes), about four times the crc32 instruction's 8 bytes per cycle (after Intel,
+// "Fast CRC Computation for Generic Polynomials Using PCLMULQDQ"). The folded 128-bit remainder is
+// congruent to the message modulo the polynomial, so the crc32 instruction finishes it.
+//
+// A 128-bit lane holds bytes in memory order with reflected bits: integer bit p is the coefficient
+// of x^(127-p). Moving a lane D bits towards the end multiplies its high-degree half (the low
+// quadword) by x^(64+D) and its low-degree half by x^D, each reduced modulo P first. With a
+// constant m stored as reg(m) << 32 (reg: the 32-bit CRC register form, bit 31-d = x^d), the
+// 64x64 product lands one degree low, so the constants are x^(64+D-1) and x^(D-1) mod P.
+std::uint32_t XPowModP(std::size_t e) {  // register form
+  std::uint32_t r = 0x80000000u;         // x^0
+  for (; e > 0; --e) r = (r & 1) ? (r >> 1) ^ kPoly : r >> 1;
+  return r;
+}
+
+struct FoldConstant {
+  std::uint64_t lo, hi;  // for the lane's low quadword (x^(64+D)) and its high quadword (x^D)
+};
+FoldConstant MakeFoldConstant(std::size_t d) {
+  return {std::uint64_t{XPowModP(64 + d - 1)} << 32, std::uint64_t{XPowModP(d - 1)} << 32};
+}
+const FoldConstant kFold2048 = MakeFoldConstant(2048), kFold512 = MakeFoldConstant(512), kFold128 = MakeFoldConstant(128);
+constexpr std::size_t kFoldMin = 1024;
+inline long long Lo(const FoldConstant& k) { return static_cast<long long>(k.lo); }
+inline long long Hi(const FoldConstant& k) { return static_cast<long long>(k.hi); }  // below this, the wide registers do not pay
+
+#define TFD_FOLD_TARGET __attribute__((target("avx512f,avx512vl,vpclmulqdq,pclmul,sse4.2")))
+
+TFD_FOLD_TARGET inline __m512i Fold512(__m512i x, __m512i k, __m512i next) {
+  return _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(x, k, 0x00), _mm512_clmulepi64_epi128(x, k, 0x11), next, 0x96);
+}
+
+TFD_FOLD_TARGET inline __m128i Fold128(__m128i x, __m128i k, __m128i next) {
+  return _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00), _mm_clmulepi64_si128(x, k, 0x11)), next);
+}
+
+// `crc` is the register (not inverted); n >= kFoldMin.
+TFD_FOLD_TARGET std::uint32_t FoldingCrc(const unsigned char* p, std::size_t n, std::uint32_t crc) {
+  const __m512i k2048 = _mm512_set_epi64(Hi(kFold2048), Lo(kFold2048), Hi(kFold2048), Lo(kFold2048), Hi(kFold2048), Lo(kFold2048),
+                                         Hi(kFold2048), Lo(kFold2048));
+  const __m512i k512 = _mm512_set_epi64(Hi(kFold512), Lo(kFold512), Hi(kFold512), Lo(kFold512), Hi(kFold512), Lo(kFold512),
+                                        Hi(kFold512), Lo(kFold512));
+  const __m128i k128 = _mm_set_epi64x(Hi(kFold128), Lo(kFold128));
+  __m512i x0 = _mm512_xor_si512(_mm512_loadu_si512(p), _mm512_set_epi64(0, 0, 0, 0, 0, 0, 0, crc));
+  __m512i x1 = _mm512_loadu_si512(p + 64), x2 = _mm512_loadu_si512(p + 128), x3 = _mm512_loadu_si512(p + 192);
+  p += 256;
+  n -= 256;
+  for (; n >= 256; p += 256, n -= 256) {
+    x0 = Fold512(x0, k2048, _mm512_loadu_si512(p));
+    x1 = Fold512(x1, k2048, _mm512_loadu_si512(p + 64));
+    x2 = Fold512(x2, k2048, _mm512_loadu_si512(p + 128));
+    x3 = Fold512(x3, k2048, _mm512_loadu_si512(p + 192));
+  }
+  x1 = Fold512(x0, k512, x1);
+  x2 = Fold512(x1, k512, x2);
+  x3 = Fold512(x2, k512, x3);
+  for (; n >= 64; p += 64, n -= 64) x3 = Fold512(x3, k512, _mm512_loadu_si512(p));
+  __m128i lane[4];  // through memory: GCC 12's lane extract intrinsics trip -Wuninitialized
+  _mm512_storeu_si512(lane, x3);
+  __m128i a = Fold128(Fold128(Fold128(lane[0], k128, lane[1]), k128, lane[2]), k128, lane[3]);
+  for (; n >= 16; p += 16, n -= 16) a = Fold128(a, k128, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  std::uint64_t c = _mm_crc32_u64(0, static_cast<std::uint64_t>(_mm_cvtsi128_si64(a)));
+  c = _mm_crc32_u64(c, static_cast<std::uint64_t>(_mm_extract_epi64(a, 1)));
+  for (; n >= 8; n -= 8, p += 8) c = Crc64(c, p);
+  auto c32 = static_cast<std::uint32_t>(c);
+  for (; n > 0; --n) c32 = _mm_crc32_u8(c32, *p++);
+  return c32;
+}
+#undef TFD_FOLD_TARGET
+
+const bool kHaveFolding = kHaveSse42 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+                          __builtin_cpu_supports("vpclmulqdq") && __builtin_cpu_supports("pclmul");
 #endif
 
 }  // namespace
@@ -128,6 +203,8 @@ std::uint32_t Crc32cPortable(std::span<const std::byte> data, std::uint32_t crc)
 
 std::uint32_t Crc32c(std::span<const std::byte> data, std::uint32_t crc) {
 #if defined(__x86_64__)
+  if (kHaveFolding && data.size() >= kFoldMin)
+    return ~FoldingCrc(reinterpret_cast<const unsigned char*>(data.data()), data.size(), ~crc);
   if (kHaveSse42) return ~HardwareCrc(reinterpret_cast<const unsigned char*>(data.data()), data.size(), ~crc);
 #endif
   return Crc32cPortable(data, crc);

@@ -782,5 +782,29 @@ TEST_CASE("Crc32c agrees with the table and the bitwise reference on long, inter
   }
 }
 
+TEST_CASE("Crc32c's folding path agrees with the table at its thresholds and at every lane alignment", "[unit][wire][crc]") {
+  // On CPUs with VPCLMULQDQ, 1024 bytes and more are folded 256, then 64, then 16 bytes at a time,
+  // and the last 0-15 bytes go through the crc32 instruction: lengths on and around each step.
+  std::vector<std::byte> buf(131072 + 64 + 300);
+  std::uint32_t x = 777;
+  for (auto& b : buf) {
+    x = x * 1103515245u + 12345u;
+    b = static_cast<std::byte>(x >> 24);
+  }
+  const std::span<const std::byte> all(buf);
+  for (std::size_t len : {std::size_t{1023}, std::size_t{1024}, std::size_t{1025}, std::size_t{1024 + 15}, std::size_t{1024 + 16},
+                          std::size_t{1024 + 63}, std::size_t{1024 + 64}, std::size_t{1024 + 255}, std::size_t{1280},
+                          std::size_t{1280 + 64 + 16 + 7}, std::size_t{4096 - 1}, std::size_t{32 + 32768 * 4},
+                          std::size_t{131072 + 64 + 17}}) {
+    for (std::size_t start : {std::size_t{0}, std::size_t{3}, std::size_t{16}, std::size_t{61}}) {
+      for (std::uint32_t crc : {0u, 0xdeadbeefu}) {
+        INFO("start " << start << " length " << len << " crc " << crc);
+        const auto s = all.subspan(start, len);
+        CHECK(Crc32c(s, crc) == Crc32cPortable(s, crc));
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tfd::wire
