@@ -718,8 +718,10 @@ TEST_CASE("a ps killed mid-run and restarted is initialised again by the chief; 
   WriteSyntheticMnist(data.path(), 2000, 200);
   Cluster c(1, 2, Job(data.path(), R"({"mode": "async"})", 30, R"({"type": "sgd", "learning_rate": 0.1})", 20));
   c.StartPs(0);
-  c.StartWorker(0);
+  // Worker 1 first, waiting for the chief's INIT, so neither can finish before the other starts.
   c.StartWorker(1);
+  AwaitLine(c.process("worker", 1), "connected to ps:0 (");
+  c.StartWorker(0);
   AwaitLine(c.process("worker", 1), "worker=1 epoch=1 ");  // both are training
   AwaitLine(c.process("worker", 0), "worker=0 epoch=3 ");
   c.process("ps", 0).Signal(SIGKILL);
