@@ -160,10 +160,11 @@ Status Decode(std::span<const std::byte> p, Init* m) {
   if (!r.FloatBytes(n, &m->values)) return Short("INIT");
   m->has_state = r.remaining() != 0;
   if (!m->has_state) return Status::Ok();
+  // The state section starts with the byte 1; anything else after the values is trailing bytes.
+  if (p[p.size() - r.remaining()] != std::byte{1}) return Trailing("INIT", r);
   std::uint8_t flag = 0;
   std::uint32_t resume = 0;
   if (!r.U8(&flag) || !r.U64(&m->updates) || !r.U32(&resume)) return Short("INIT");
-  if (flag != 1) return Status::Corruption(fmt::format("INIT: state flag {} (expected 1)", flag));
   if ((resume != 0 && resume != m->update.num_workers) || resume > r.remaining() / 8)
     return Status::Corruption(fmt::format("INIT: {} resume steps for {} workers", resume, m->update.num_workers));
   m->resume_steps.resize(resume);
