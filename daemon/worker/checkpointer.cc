@@ -104,52 +104,71 @@ void Checkpointer::Started(std::uint64_t global_step) {
 }
 
 Status Checkpointer::MaybeSave(std::uint64_t global_step) {
-  if (!enabled() || !schedule_ || !schedule_->Due(global_step, Clock::now())) return Status::Ok();
-  return Save();
+  if (!enabled() || !schedule_) return Status::Ok();
+  if (Status s = Collect(false); !s.ok()) spdlog::warn("checkpoint not written: {}; training goes on", s.message());
+  if (writing_.valid() || !schedule_->Due(global_step, Clock::now())) return Status::Ok();
+  return Take(false);
 }
 
 Status Checkpointer::Save() {
   if (!enabled()) return Status::Ok();
+  if (Status s = Collect(true); !s.ok()) spdlog::warn("checkpoint not written: {}", s.message());
+  return Take(true);
+}
+
+Status Checkpointer::Collect(bool wait) {
+  if (!writing_.valid()) return Status::Ok();
+  if (!wait && writing_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return Status::Ok();
+  return writing_.get();
+}
+
+Status Checkpointer::Take(bool wait) {
   const Clock::time_point start = Clock::now();
   Result<std::vector<PsClient::PsState>> fetched = client_.FetchState();
   if (!fetched.ok()) return fetched.status().WithContext("checkpoint");
   std::vector<PsClient::PsState> states = std::move(fetched).value();
-  const double fetch_ms = MsSince(start);
-  ckpt::Checkpoint ck;
-  ck.global_step = states[0].global_step;
-  if (ck.global_step == last_saved_) return Status::Ok();  // nothing new since the last save
-  ck.num_workers = static_cast<std::uint32_t>(num_workers_);
-  ck.optimizer.spec = job_.optimizer;
-  ck.optimizer.updates = static_cast<std::int64_t>(states[0].updates);
-  ck.optimizer.slot_names = slot_names_;
+  auto ck = std::make_shared<ckpt::Checkpoint>();
+  ck->global_step = states[0].global_step;
+  if (ck->global_step == last_saved_) return Status::Ok();  // nothing new since the last save
+  ck->num_workers = static_cast<std::uint32_t>(num_workers_);
+  ck->optimizer.spec = job_.optimizer;
+  ck->optimizer.updates = static_cast<std::int64_t>(states[0].updates);
+  ck->optimizer.slot_names = slot_names_;
   for (int r = 0; r < num_workers_; ++r) {
     std::uint64_t local = UINT64_MAX;
     for (const PsClient::PsState& s : states)
       local = std::min(local, static_cast<std::size_t>(r) < s.resume_steps.size() ? s.resume_steps[static_cast<std::size_t>(r)] : 0);
-    ck.cursors.push_back(CursorFor(static_cast<std::uint32_t>(r), local));
+    ck->cursors.push_back(CursorFor(static_cast<std::uint32_t>(r), local));
   }
-  std::vector<ckpt::ShardState> shards;
+  auto shards = std::make_shared<std::vector<ckpt::ShardState>>();
   std::vector<std::vector<float>> slots;
   for (PsClient::PsState& s : states) {
-    shards.push_back({std::move(s.values), s.slots});
-    slots.push_back(std::move(s.slots));
+    slots.push_back(s.slots);
+    shards->push_back({std::move(s.values), std::move(s.slots)});
   }
-  Result<std::vector<ckpt::NamedTensor>> tensors = ckpt::Assemble(variables_, shapes_, slot_names_, ranges_, shards);
-  if (!tensors.ok()) return tensors.status().WithContext("checkpoint");
-  ck.tensors = std::move(tensors).value();
-  std::error_code ec;
-  std::filesystem::create_directories(spec_.dir, ec);
-  if (ec) return Status::Unavailable(fmt::format("checkpoint.dir {}: cannot create it: {}", spec_.dir, ec.message()));
-  TFD_ASSIGN_OR_RETURN(std::string path, ckpt::Write(spec_.dir, ck, spec_.keep));
-  const double ms = MsSince(start);
-  const auto bytes = static_cast<std::int64_t>(std::filesystem::file_size(path, ec));
-  spdlog::info("checkpoint {} global_step={} bytes={} ms={:.1f} (fetch {:.1f} ms)", path, ck.global_step, bytes, ms, fetch_ms);
-  events_.Emit("checkpoint", {{"path", path}, {"global_step", static_cast<std::int64_t>(ck.global_step)}, {"bytes", bytes},
-                              {"ms", ms}});
-  client_.SetRestartSlots(std::move(slots), static_cast<std::uint64_t>(ck.optimizer.updates));
-  last_saved_ = ck.global_step;
-  if (schedule_) schedule_->Saved(ck.global_step, Clock::now());
-  return Status::Ok();
+  // A ps that restarts from now on gets these slots back.
+  client_.SetRestartSlots(std::move(slots), static_cast<std::uint64_t>(ck->optimizer.updates));
+  last_saved_ = ck->global_step;
+  if (schedule_) schedule_->Saved(ck->global_step, Clock::now());
+  const double paused_ms = MsSince(start);
+  // The rest reads only what it is given (and the Checkpointer's constant tables): it runs on its
+  // own thread while training goes on.
+  writing_ = std::async(std::launch::async, [this, ck, shards, start, paused_ms]() -> Status {
+    Result<std::vector<ckpt::NamedTensor>> tensors = ckpt::Assemble(variables_, shapes_, slot_names_, ranges_, *shards);
+    if (!tensors.ok()) return tensors.status().WithContext("checkpoint");
+    ck->tensors = std::move(tensors).value();
+    std::error_code ec;
+    std::filesystem::create_directories(spec_.dir, ec);
+    if (ec) return Status::Unavailable(fmt::format("checkpoint.dir {}: cannot create it: {}", spec_.dir, ec.message()));
+    TFD_ASSIGN_OR_RETURN(std::string path, ckpt::Write(spec_.dir, *ck, spec_.keep));
+    const double ms = MsSince(start);
+    const auto bytes = static_cast<std::int64_t>(std::filesystem::file_size(path, ec));
+    spdlog::info("checkpoint {} global_step={} bytes={} ms={:.1f} paused_ms={:.1f}", path, ck->global_step, bytes, ms, paused_ms);
+    events_.Emit("checkpoint", {{"path", path}, {"global_step", static_cast<std::int64_t>(ck->global_step)}, {"bytes", bytes},
+                                {"ms", ms}, {"paused_ms", paused_ms}});
+    return Status::Ok();
+  });
+  return wait ? Collect(true) : Status::Ok();
 }
 
 }  // namespace tfd::worker

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <future>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,8 +18,10 @@ namespace tfd::worker {
 
 // The chief's checkpoints (docs/config.md, "checkpoint"): restores the ps tasks from the newest
 // valid checkpoint at start, and saves one per the job's schedule and at the end of training.
-// A save asks every ps for its state (STATE_PULL: values and slots of one moment), assembles whole
-// named tensors and writes them with ckpt::Write; the training thread waits for it. The data
+// A save asks every ps for its state (STATE_PULL: values and slots of one moment): only that pauses
+// training. A background thread then assembles whole named tensors and writes them with
+// ckpt::Write; a save that falls due while the previous one is still being written waits for the
+// next step (the schedule stays due). The final save waits for its write. The data
 // cursors come from the ps: worker r's is the smallest ResumeStep(r) among the ps tasks (the last
 // local step every ps applied, async; the global step, sync), so a resumed worker never skips a
 // batch. Not thread-safe: the chief's training thread uses it.
@@ -34,12 +37,17 @@ class Checkpointer {
   Status PrepareRestore();
   // After Initialize: logs the restore when it happened, and starts the schedule at `global_step`.
   void Started(std::uint64_t global_step);
-  // After each step: saves when the schedule says so.
+  // After each step: saves when the schedule says so. A failed background write is logged, and
+  // training goes on.
   Status MaybeSave(std::uint64_t global_step);
-  // Saves now (the end of training).
+  // Saves now and waits until it is written (the end of training); its errors are returned.
   Status Save();
 
  private:
+  // Fetches the state and starts writing it; `wait`: and waits for the write.
+  Status Take(bool wait);
+  // The write in flight: if done (or `wait`), its outcome; Ok while it still runs.
+  Status Collect(bool wait);
   ckpt::DataCursor CursorFor(std::uint32_t rank, std::uint64_t local_step) const;
 
   config::CheckpointSpec spec_;
@@ -57,6 +65,7 @@ class Checkpointer {
   std::string restored_path_;
   std::uint64_t restored_step_ = 0;
   std::uint64_t last_saved_ = UINT64_MAX;
+  std::future<Status> writing_;
 };
 
 }  // namespace tfd::worker
