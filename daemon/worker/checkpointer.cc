@@ -107,7 +107,9 @@ Status Checkpointer::MaybeSave(std::uint64_t global_step) {
   if (!enabled() || !schedule_) return Status::Ok();
   if (Status s = Collect(false); !s.ok()) spdlog::warn("checkpoint not written: {}; training goes on", s.message());
   if (writing_.valid() || !schedule_->Due(global_step, Clock::now())) return Status::Ok();
-  return Take(false);
+  // A ps lost right now is reconnected by the next step; the save is tried again after it.
+  if (Status s = Take(false); !s.ok()) spdlog::warn("checkpoint skipped: {}; training goes on", s.message());
+  return Status::Ok();
 }
 
 Status Checkpointer::Save() {

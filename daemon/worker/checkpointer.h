@@ -37,8 +37,8 @@ class Checkpointer {
   Status PrepareRestore();
   // After Initialize: logs the restore when it happened, and starts the schedule at `global_step`.
   void Started(std::uint64_t global_step);
-  // After each step: saves when the schedule says so. A failed background write is logged, and
-  // training goes on.
+  // After each step: saves when the schedule says so. A failed fetch or write is logged, and
+  // training goes on (the save is tried again at the next step).
   Status MaybeSave(std::uint64_t global_step);
   // Saves now and waits until it is written (the end of training); its errors are returned.
   Status Save();

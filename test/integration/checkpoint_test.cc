@@ -178,7 +178,7 @@ TEST_CASE("a cluster killed (SIGKILL) after a checkpoint and started again resto
   TempDir dir;
   WriteSyntheticMnist(dir.path(), 2000, 200);
   const std::string ckpt_dir = dir / "ckpt";
-  const std::string job = WriteJob(dir, "job.json", 300, kAdam, R"({"dir": ")" + ckpt_dir + R"(", "every_steps": 1000})");
+  const std::string job = WriteJob(dir, "job.json", 200, kAdam, R"({"dir": ")" + ckpt_dir + R"(", "every_steps": 1000})");
   Cluster c(dir, 1, 2);
   c.StartAll(1, 2, job);
   AwaitLine(c.process("worker", 0), "info checkpoint " + ckpt_dir);
@@ -199,7 +199,7 @@ TEST_CASE("a cluster killed (SIGKILL) after a checkpoint and started again resto
   for (int i = 0; i < 2; ++i) {
     INFO("worker:" << i << "\n" << w[i].err);
     CHECK(w[i].err.find("resuming at epoch ") != std::string::npos);  // not from local step 0
-    CHECK(w[i].done["local_step"] == 300 * 50);
+    CHECK(w[i].done["local_step"] == 200 * 50);
     CHECK(w[i].done["global_step"].get<std::int64_t>() > restored);
   }
   CHECK(w[0].done["test_accuracy"].get<double>() >= 0.9);
