@@ -116,6 +116,12 @@ void AwaitLine(Process& p, const std::string& text, std::chrono::seconds limit =
   REQUIRE(p.err().find(text) != std::string::npos);
 }
 
+std::size_t Count(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
 // The number after `key` in the first line of `log` that holds `key`; -1 if none.
 long long NumberAfter(const std::string& log, const std::string& key) {
   const auto at = log.find(key);
@@ -181,8 +187,15 @@ TEST_CASE("a cluster killed (SIGKILL) after a checkpoint and started again resto
   const std::string job = WriteJob(dir, "job.json", 300, kAdam, R"({"dir": ")" + ckpt_dir + R"(", "every_steps": 500})");
   Cluster c(dir, 1, 2);
   c.StartAll(1, 2, job);
-  AwaitLine(c.process("worker", 0), "info checkpoint " + ckpt_dir);
-  // The fault must come mid-run (a slow disk makes the first checkpoint line late).
+  // A checkpoint taken once both workers have finished an epoch, so both have a cursor to resume at.
+  AwaitLine(c.process("worker", 1), "worker=1 epoch=1 ");
+  const std::string line = "info checkpoint " + ckpt_dir;
+  const std::size_t before = Count(c.process("worker", 0).err(), line);
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  while (Count(c.process("worker", 0).err(), line) <= before && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(10ms);
+  REQUIRE(Count(c.process("worker", 0).err(), line) > before);
+  // The fault must come mid-run (a slow disk makes a checkpoint line late).
   REQUIRE(c.process("worker", 0).err().find("done: ") == std::string::npos);
   for (auto [type, i] : {std::pair{"worker", 0}, {"worker", 1}, {"ps", 0}}) c.process(type, i).Signal(SIGKILL);
   for (auto [type, i] : {std::pair{"worker", 0}, {"worker", 1}, {"ps", 0}}) c.Finish(type, i, 10s);
