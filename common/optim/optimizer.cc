@@ -1,5 +1,6 @@
 #include "common/optim/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -101,6 +102,15 @@ std::unique_ptr<Optimizer> MakeOptimizer(const config::OptimizerSpec& spec) {
       return std::make_unique<Adam>(spec.learning_rate, spec.beta1, spec.beta2, spec.epsilon);
   }
   TFD_CHECK(false);
+}
+
+Status OptimizerState::Restore(std::span<const float> slots, std::int64_t updates) {
+  if (slots.size() != slots_.size())
+    return Status::InvalidArgument(fmt::format("optimizer state: {} slot floats where {} are kept", slots.size(), slots_.size()));
+  if (updates < 0) return Status::InvalidArgument(fmt::format("optimizer state: update count {}", updates));
+  std::copy(slots.begin(), slots.end(), slots_.begin());
+  t_ = updates;
+  return Status::Ok();
 }
 
 }  // namespace tfd::optim

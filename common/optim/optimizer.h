@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/base/status.h"
 #include "common/config/job.h"
 
 namespace tfd::optim {
@@ -44,6 +45,10 @@ class OptimizerState {
   void Apply(std::span<float> params, std::span<const float> grad) { opt_.Apply(params, grad, slots_, ++t_); }
   std::int64_t updates() const { return t_; }
   std::span<float> slots() { return slots_; }
+  std::span<const float> slots() const { return slots_; }
+  // Takes saved state back (a checkpoint's, or a restarted ps's): `slots` as slots() lays them out,
+  // and the count of updates they reflect. InvalidArgument when the size differs or updates < 0.
+  Status Restore(std::span<const float> slots, std::int64_t updates);
 
  private:
   const Optimizer& opt_;

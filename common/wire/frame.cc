@@ -36,6 +36,8 @@ bool IsKnownType(std::uint16_t t) {
     case MessageType::kParams:
     case MessageType::kPush:
     case MessageType::kPushAck:
+    case MessageType::kStatePull:
+    case MessageType::kState:
     case MessageType::kDone:
     case MessageType::kDoneAck:
     case MessageType::kHeartbeat:
@@ -60,6 +62,8 @@ const char* MessageTypeName(MessageType t) {
     case MessageType::kParams: return "PARAMS";
     case MessageType::kPush: return "PUSH";
     case MessageType::kPushAck: return "PUSH_ACK";
+    case MessageType::kStatePull: return "STATE_PULL";
+    case MessageType::kState: return "STATE";
     case MessageType::kDone: return "DONE";
     case MessageType::kDoneAck: return "DONE_ACK";
     case MessageType::kHeartbeat: return "HEARTBEAT";

@@ -40,6 +40,8 @@ enum class MessageType : std::uint16_t {
   kParams = 11,
   kPush = 12,
   kPushAck = 13,
+  kStatePull = 14,
+  kState = 15,
   kDone = 20,
   kDoneAck = 21,
   kHeartbeat = 22,

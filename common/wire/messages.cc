@@ -1,6 +1,7 @@
 #include "common/wire/messages.h"
 
 #include <cstring>
+#include <memory>
 
 #include <fmt/format.h>
 
@@ -87,7 +88,9 @@ Status Decode(std::span<const std::byte> p, Welcome* m) {
   return Trailing("WELCOME", r);
 }
 
-OutFrame Encode(const Init& m, std::span<const float> values) {
+int SlotsPerValue(std::uint8_t optimizer_type) { return optimizer_type <= 2 ? optimizer_type : 0; }
+
+OutFrame Encode(const Init& m, std::span<const float> values, std::span<const float> slots) {
   OutFrame f = Start(MessageType::kInit);
   ByteWriter w(&f.head);
   w.U64(m.layout_hash);
@@ -113,6 +116,18 @@ OutFrame Encode(const Init& m, std::span<const float> values) {
   }
   w.U64(values.size());
   f.tail.push_back(AsBytes(values));
+  if (m.has_state) {
+    auto trailer = std::make_shared<std::vector<std::byte>>();
+    ByteWriter t(trailer.get());
+    t.U8(1);
+    t.U64(m.updates);
+    t.U32(static_cast<std::uint32_t>(m.resume_steps.size()));
+    for (std::uint64_t s : m.resume_steps) t.U64(s);
+    t.U64(slots.size());
+    f.tail.push_back(*trailer);
+    f.tail.push_back(AsBytes(slots));
+    f.keepalive = trailer;
+  }
   return f;
 }
 
@@ -143,6 +158,23 @@ Status Decode(std::span<const std::byte> p, Init* m) {
   std::uint64_t n = 0;
   if (!r.U64(&n) || n != total) return Status::Corruption("INIT: value count does not match the chunks' lengths");
   if (!r.FloatBytes(n, &m->values)) return Short("INIT");
+  m->has_state = r.remaining() != 0;
+  if (!m->has_state) return Status::Ok();
+  // The state section starts with the byte 1; anything else after the values is trailing bytes.
+  if (p[p.size() - r.remaining()] != std::byte{1}) return Trailing("INIT", r);
+  std::uint8_t flag = 0;
+  std::uint32_t resume = 0;
+  if (!r.U8(&flag) || !r.U64(&m->updates) || !r.U32(&resume)) return Short("INIT");
+  if ((resume != 0 && resume != m->update.num_workers) || resume > r.remaining() / 8)
+    return Status::Corruption(fmt::format("INIT: {} resume steps for {} workers", resume, m->update.num_workers));
+  m->resume_steps.resize(resume);
+  for (std::uint64_t& s : m->resume_steps)
+    if (!r.U64(&s)) return Short("INIT");
+  std::uint64_t slots = 0;
+  if (!r.U64(&slots)) return Short("INIT");
+  if (slots != n * static_cast<std::uint64_t>(SlotsPerValue(m->optimizer.type)))
+    return Status::Corruption(fmt::format("INIT: {} slot floats for {} values and optimizer type {}", slots, n, m->optimizer.type));
+  if (!r.FloatBytes(slots, &m->slots)) return Short("INIT");
   return Trailing("INIT", r);
 }
 
@@ -160,14 +192,60 @@ Status Decode(std::span<const std::byte> p, WaitReady* m) {
 
 OutFrame Encode(const Ready& m) {
   OutFrame f = Start(MessageType::kReady);
-  ByteWriter(&f.head).U64(m.global_step);
+  ByteWriter w(&f.head);
+  w.U64(m.global_step);
+  w.U64(m.resume_step);
   return f;
 }
 
 Status Decode(std::span<const std::byte> p, Ready* m) {
   ByteReader r(p);
   if (!r.U64(&m->global_step)) return Short("READY");
+  m->resume_step = 0;
+  if (r.remaining() != 0 && !r.U64(&m->resume_step)) return Short("READY");
   return Trailing("READY", r);
+}
+
+OutFrame Encode(const StatePull&) { return Start(MessageType::kStatePull); }
+
+Status Decode(std::span<const std::byte> p, StatePull*) {
+  ByteReader r(p);
+  return Trailing("STATE_PULL", r);
+}
+
+OutFrame Encode(const State& m, std::span<const float> values, std::span<const float> slots) {
+  OutFrame f = Start(MessageType::kState);
+  ByteWriter w(&f.head);
+  w.U64(m.global_step);
+  w.U64(m.updates);
+  w.U32(static_cast<std::uint32_t>(m.resume_steps.size()));
+  for (std::uint64_t s : m.resume_steps) w.U64(s);
+  w.U64(values.size());
+  f.tail.push_back(AsBytes(values));
+  // The slot count goes with the slots: a second head is not possible, so it is the first 8 bytes
+  // of a small trailer owned by the frame.
+  auto count = std::make_shared<std::vector<std::byte>>();
+  ByteWriter(count.get()).U64(slots.size());
+  f.tail.push_back(*count);
+  f.tail.push_back(AsBytes(slots));
+  f.keepalive = count;
+  return f;
+}
+
+Status Decode(std::span<const std::byte> p, State* m) {
+  ByteReader r(p);
+  std::uint32_t workers = 0;
+  if (!r.U64(&m->global_step) || !r.U64(&m->updates) || !r.U32(&workers)) return Short("STATE");
+  if (workers > kMaxWorkers || workers > r.remaining() / 8) return Status::Corruption(fmt::format("STATE: {} resume steps is more than the payload can hold", workers));
+  m->resume_steps.resize(workers);
+  for (std::uint64_t& s : m->resume_steps)
+    if (!r.U64(&s)) return Short("STATE");
+  std::uint64_t n = 0, slots = 0;
+  if (!r.U64(&n) || !r.FloatBytes(n, &m->values) || !r.U64(&slots)) return Short("STATE");
+  if ((n == 0 ? slots != 0 : slots % n != 0 || slots / n > kMaxSlotsPerValue))
+    return Status::Corruption(fmt::format("STATE: {} slot floats for {} values", slots, n));
+  if (!r.FloatBytes(slots, &m->slots)) return Short("STATE");
+  return Trailing("STATE", r);
 }
 
 OutFrame Encode(const Pull& m) {

@@ -67,7 +67,16 @@ struct Init {  // chief -> ps: the ps's chunks, how to update them and their ini
   std::uint64_t global_step = 0;  // where the ps's step count starts: 0, or a restarted ps's step
   std::vector<Chunk> chunks;
   std::span<const std::byte> values;  // sum of chunk lengths floats
+  // Optional (a restore from a checkpoint, or a restarted ps given its slots back): the optimizer's
+  // state. Absent when the payload ends after `values`.
+  bool has_state = false;
+  std::uint64_t updates = 0;                // updates already applied (Adam's t)
+  std::vector<std::uint64_t> resume_steps;  // empty, or per worker rank: the local step it resumes after
+  std::span<const std::byte> slots;         // the optimizer's slot count x the value count floats
 };
+
+// Floats of optimizer state per parameter for OptimizerParams::type (sgd 0, momentum 1, adam 2).
+int SlotsPerValue(std::uint8_t optimizer_type);
 
 struct WaitReady {  // worker -> ps: reply (READY) once the ps is initialised with this layout
   std::uint64_t layout_hash = 0;
@@ -75,6 +84,9 @@ struct WaitReady {  // worker -> ps: reply (READY) once the ps is initialised wi
 
 struct Ready {
   std::uint64_t global_step = 0;
+  // Where the asking worker resumes (as WELCOME.resume_step, known only once the ps is initialised:
+  // after a restore). Optional on the wire: a READY of 8 bytes reads as 0.
+  std::uint64_t resume_step = 0;
 };
 
 struct Pull {  // worker -> ps: the ps's values once its global step is >= min_step
@@ -93,6 +105,17 @@ struct Push {  // worker -> ps: a gradient for the ps's chunks, computed on para
   std::uint64_t based_on_step = 0;
   std::span<const std::byte> grads;
 };
+
+struct StatePull {};  // chief -> ps: a consistent copy of the ps's whole state, for a checkpoint
+
+struct State {  // ps -> chief: values, slots and counts of one moment
+  std::uint64_t global_step = 0;
+  std::uint64_t updates = 0;                // updates applied (Adam's t)
+  std::vector<std::uint64_t> resume_steps;  // per worker rank: ParameterStore::ResumeStep
+  std::span<const std::byte> values;
+  std::span<const std::byte> slots;         // a whole multiple (<= kMaxSlotsPerValue) of the values
+};
+inline constexpr std::uint64_t kMaxSlotsPerValue = 8;
 
 enum class PushOutcome : std::uint8_t { kApplied = 0, kStale = 1, kDuplicate = 2 };
 
@@ -143,14 +166,19 @@ struct ErrorMessage {
 
 OutFrame Encode(const Hello& m);
 OutFrame Encode(const Welcome& m);
-// `values` is not copied: it must outlive the frame's sending.
-OutFrame Encode(const Init& m, std::span<const float> values);
+// `values` and `slots` are not copied: they must outlive the frame's sending. With m.has_state the
+// frame's keepalive owns the encoded trailer: a caller that sets its own must keep that one too.
+// m.values and m.slots are ignored.
+OutFrame Encode(const Init& m, std::span<const float> values, std::span<const float> slots = {});
 OutFrame Encode(const WaitReady& m);
 OutFrame Encode(const Ready& m);
 OutFrame Encode(const Pull& m);
 OutFrame Encode(const Params& m, std::span<const float> values);
 OutFrame Encode(const Push& m, std::span<const std::span<const float>> grads);
 OutFrame Encode(const PushAck& m);
+OutFrame Encode(const StatePull& m);
+// `values` and `slots` are not copied: they must outlive the frame's sending.
+OutFrame Encode(const State& m, std::span<const float> values, std::span<const float> slots);
 OutFrame Encode(const Done& m);
 OutFrame EncodeDoneAck();
 OutFrame EncodeHeartbeat();
@@ -170,6 +198,8 @@ Status Decode(std::span<const std::byte> payload, Pull* m);
 Status Decode(std::span<const std::byte> payload, Params* m);
 Status Decode(std::span<const std::byte> payload, Push* m);
 Status Decode(std::span<const std::byte> payload, PushAck* m);
+Status Decode(std::span<const std::byte> payload, StatePull* m);
+Status Decode(std::span<const std::byte> payload, State* m);
 Status Decode(std::span<const std::byte> payload, Done* m);
 Status Decode(std::span<const std::byte> payload, ErrorMessage* m);
 Status Decode(std::span<const std::byte> payload, AuthHello* m);

@@ -45,6 +45,24 @@ Status ParameterStore::Init(const wire::Init& init) {
   state_ = std::make_unique<optim::OptimizerState>(*optimizer_, n);
   stale_.assign(update_.num_workers, 0);
   last_push_.assign(update_.num_workers, {0, 0});
+  sync_offset_.assign(update_.num_workers, 0);
+  if (init.has_state) {
+    std::vector<float> slots(init.slots.size() / 4);
+    wire::CopyFloats(init.slots, slots);
+    if (Status s = state_->Restore(slots, static_cast<std::int64_t>(init.updates)); !s.ok()) {
+      current_.reset();
+      return s.WithContext("INIT");
+    }
+    if (!init.resume_steps.empty() && init.resume_steps.size() != update_.num_workers) {
+      current_.reset();
+      return Status::InvalidArgument(fmt::format("INIT: {} resume steps for {} workers", init.resume_steps.size(), update_.num_workers));
+    }
+    for (std::size_t r = 0; r < init.resume_steps.size(); ++r) {
+      // incarnation 0 is no worker's: the resumed worker's first push is applied.
+      last_push_[r] = {0, init.resume_steps[r]};
+      sync_offset_[r] = static_cast<std::int64_t>(init.resume_steps[r]) - static_cast<std::int64_t>(init.global_step);
+    }
+  }
   if (update_.mode == 1) {
     pending_.assign(update_.num_workers, std::vector<float>(n));
     received_.assign(update_.num_workers, false);
@@ -86,9 +104,28 @@ int ParameterStore::to_aggregate() const {
 
 std::uint64_t ParameterStore::ResumeStep(int rank) const {
   std::lock_guard<std::mutex> lock(mu_);
+  return ResumeStepLocked(rank);
+}
+
+std::uint64_t ParameterStore::ResumeStepLocked(int rank) const {
   if (!initialized_) return 0;
-  if (update_.mode != 0) return global_step_;
-  return rank >= 0 && rank < static_cast<int>(last_push_.size()) ? last_push_[static_cast<std::size_t>(rank)].second : 0;
+  const bool known = rank >= 0 && rank < static_cast<int>(last_push_.size());
+  if (update_.mode != 0) {
+    const std::int64_t step = static_cast<std::int64_t>(global_step_) + (known ? sync_offset_[static_cast<std::size_t>(rank)] : 0);
+    return step > 0 ? static_cast<std::uint64_t>(step) : 0;
+  }
+  return known ? last_push_[static_cast<std::size_t>(rank)].second : 0;
+}
+
+Result<ParameterStore::State> ParameterStore::ReadState() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!initialized_) return Status::FailedPrecondition("STATE_PULL before INIT");
+  State st;
+  st.params = current_;
+  st.slots = std::make_shared<const std::vector<float>>(state_->slots().begin(), state_->slots().end());
+  st.updates = static_cast<std::uint64_t>(state_->updates());
+  for (int r = 0; r < static_cast<int>(update_.num_workers); ++r) st.resume_steps.push_back(ResumeStepLocked(r));
+  return st;
 }
 
 std::vector<bool> ParameterStore::received() const {

@@ -24,8 +24,10 @@ class ParameterStore {
     bool step_advanced = false;  // this push completed a step: waiting pulls may go
   };
 
-  // Takes the chunks, initial values and update rule from the chief's INIT. FailedPrecondition if
-  // already initialised (with another layout: InvalidArgument); InvalidArgument on bad settings.
+  // Takes the chunks, initial values and update rule from the chief's INIT, and with has_state its
+  // optimizer slots, update count and per-worker resume steps (a restore). FailedPrecondition if
+  // already initialised (with another layout: InvalidArgument); InvalidArgument on bad settings or
+  // a state of the wrong size.
   Status Init(const wire::Init& init);
   bool initialized() const;
   std::uint64_t layout_hash() const;
@@ -60,6 +62,17 @@ class ParameterStore {
   };
   std::shared_ptr<const Snapshot> Read();  // no copy while no push has come since the last Read
 
+  // A consistent copy of the whole state (for a checkpoint): values (the current snapshot, shared,
+  // not copied), slots (copied), update count, global step and every rank's ResumeStep.
+  // FailedPrecondition before INIT.
+  struct State {
+    std::shared_ptr<const Snapshot> params;
+    std::shared_ptr<const std::vector<float>> slots;
+    std::uint64_t updates = 0;
+    std::vector<std::uint64_t> resume_steps;
+  };
+  Result<State> ReadState();
+
   std::vector<std::uint64_t> stale_counts() const;  // per worker rank
   // Where worker `rank` resumes after a restart: async, the last local step applied from it (any
   // incarnation); sync, the global step. 0 before INIT.
@@ -91,6 +104,10 @@ class ParameterStore {
   std::vector<float> sum_;
   std::vector<std::uint64_t> stale_;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> last_push_;  // async: per worker (incarnation, local step)
+  // sync: per worker, its local step minus the global step (nonzero after a restore that changed
+  // the worker count: local steps then no longer equal global steps).
+  std::vector<std::int64_t> sync_offset_;
+  std::uint64_t ResumeStepLocked(int rank) const;
 };
 
 }  // namespace tfd::ps

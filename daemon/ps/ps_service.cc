@@ -1,5 +1,7 @@
 #include "daemon/ps/ps_service.h"
 
+#include <tuple>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -124,12 +126,14 @@ void PsService::OnFrame(const std::shared_ptr<Connection>& from, wire::InFrame f
       Status s = store_.Init(init);
       if (!s.ok() && s.code() != Code::kFailedPrecondition) return ReplyError(*from, id, s.WithContext(self_));
       if (s.ok()) {
-        spdlog::info("initialised by {}: {} chunks, {} floats, {} mode, at global_step {}", from->peer_name(), init.chunks.size(),
-                     store_.size(), init.update.mode == 0 ? "async" : "sync", init.global_step);
+        spdlog::info("initialised by {}: {} chunks, {} floats, {} mode, at global_step {}{}", from->peer_name(), init.chunks.size(),
+                     store_.size(), init.update.mode == 0 ? "async" : "sync", init.global_step,
+                     init.has_state ? fmt::format(", with optimizer slots ({} floats, {} updates applied)", init.slots.size() / 4, init.updates)
+                                    : std::string());
         for (const wire::Chunk& c : init.chunks) spdlog::info("  holds {} ({} floats)", c.name, c.length);
         events_.Emit("ready", {{"floats", store_.size()}, {"chunks", static_cast<std::int64_t>(init.chunks.size())}});
       }
-      Reply(*from, wire::Encode(wire::Ready{store_.global_step()}), id);
+      Reply(*from, wire::Encode(wire::Ready{store_.global_step(), store_.ResumeStep(rank)}), id);
       ReleaseWaiters();
       return;
     }
@@ -138,7 +142,7 @@ void PsService::OnFrame(const std::shared_ptr<Connection>& from, wire::InFrame f
       if (!DecodeOrRefuse(*from, frame, &wait)) return;
       if (store_.initialized()) {
         if (wait.layout_hash != store_.layout_hash()) return ReplyError(*from, id, LayoutMismatch(*from));
-        return Reply(*from, wire::Encode(wire::Ready{store_.global_step()}), id);
+        return Reply(*from, wire::Encode(wire::Ready{store_.global_step(), store_.ResumeStep(rank)}), id);
       }
       std::lock_guard<std::mutex> lock(mu_);
       ready_waiters_.push_back({from, id, wait.layout_hash});
@@ -176,6 +180,21 @@ void PsService::OnFrame(const std::shared_ptr<Connection>& from, wire::InFrame f
       Reply(*from, wire::Encode(wire::PushAck{r->global_step, r->outcome}), id);
       if (r->step_advanced) ReleaseWaiters();
       return;
+    }
+    case wire::MessageType::kStatePull: {
+      wire::StatePull pull;
+      if (!DecodeOrRefuse(*from, frame, &pull)) return;
+      Result<ParameterStore::State> st = store_.ReadState();
+      if (!st.ok()) return ReplyError(*from, id, st.status().WithContext(self_));
+      wire::State m;
+      m.global_step = st->params->global_step;
+      m.updates = st->updates;
+      m.resume_steps = st->resume_steps;
+      wire::OutFrame f = wire::Encode(m, st->params->values, *st->slots);
+      // The tail points into the snapshot, the slots and the encoder's trailer: the frame owns all three.
+      f.keepalive = std::make_shared<std::tuple<std::shared_ptr<const void>, std::shared_ptr<const void>, std::shared_ptr<const void>>>(
+          std::move(f.keepalive), st->params, st->slots);
+      return Reply(*from, std::move(f), id);
     }
     case wire::MessageType::kDone: {
       wire::Done done;
@@ -235,7 +254,12 @@ void PsService::ReleaseWaiters() {
       if (w.min_step != store_.layout_hash()) {  // min_step carries the layout hash for WAIT_READY
         ReplyError(*c, w.request_id, LayoutMismatch(*c));
       } else {
-        Reply(*c, wire::Encode(wire::Ready{step}), w.request_id);
+        int rank;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          rank = RankOf(c.get());
+        }
+        Reply(*c, wire::Encode(wire::Ready{step, store_.ResumeStep(rank)}), w.request_id);
       }
     }
   }

@@ -100,8 +100,12 @@ Status PsClient::Reconnect(std::size_t i, const Status& why, std::span<const flo
                                                   chief_ ? "INIT" : "WAIT_READY (is the chief running?)"));
   TFD_RETURN_IF_ERROR(Expect(frame, wire::MessageType::kReady, name));
   spdlog::info("reconnected to {} (incarnation {:016x}{})", name, welcome->incarnation,
-               restarted ? fmt::format(", restarted: initialised again {} at global_step {}",
-                                       chief_ ? "from this chief's parameters" : "by the chief", steps_[i])
+               restarted ? fmt::format(", restarted: initialised again {} at global_step {}{}",
+                                       chief_ ? "from this chief's parameters" : "by the chief", steps_[i],
+                                       !chief_ ? ""
+                                       : restart_slots_.empty()
+                                           ? " (fresh optimizer slots: no checkpoint yet)"
+                                           : fmt::format(" with the latest checkpoint's optimizer slots ({} updates)", restart_updates_))
                          : fmt::format(", global_step {}", steps_[i]));
   return Status::Ok();
 }
@@ -148,17 +152,97 @@ Status PsClient::Initialize(bool chief, const wire::OptimizerParams& optimizer, 
                   update.on_worker_loss, update.min_replicas);
   layout_ = Fingerprint64(settings);
   std::vector<std::future<Result<wire::InFrame>>> replies(ps_.size());
-  for (std::size_t i = 0; i < ps_.size(); ++i) replies[i] = InitOne(i, params);
+  restored_ = 0;
+  for (std::size_t i = 0; i < ps_.size(); ++i) {
+    if (chief_ && !initialized_[i] && !restore_.values.empty()) {
+      ++restored_;
+      replies[i] = InitFromState(i, restore_.values[i], restore_.slots[i], restore_.updates, restore_.resume_steps, restore_.global_step);
+    } else {
+      replies[i] = InitOne(i, params);
+    }
+  }
   for (std::size_t i = 0; i < ps_.size(); ++i) {
     if (!chief) spdlog::debug("waiting for {} to be initialised by the chief", ps_[i]->peer());
     TFD_ASSIGN_OR_RETURN(wire::InFrame frame, Await(*ps_[i], replies[i], options_.startup_timeout, chief ? "INIT" : "WAIT_READY (is the chief running?)"));
     TFD_RETURN_IF_ERROR(Expect(frame, wire::MessageType::kReady, ps_[i]->peer()));
+    wire::Ready ready;
+    TFD_RETURN_IF_ERROR(wire::Decode(frame.payload, &ready).WithContext(ps_[i]->peer()));
+    resume_step_ = std::max(resume_step_, ready.resume_step);
+    initialized_[i] = true;
   }
   return Status::Ok();
 }
 
+void PsClient::SetRestore(Restore restore) {
+  TFD_CHECK(restore.values.size() == ps_.size() && restore.slots.size() == ps_.size());
+  for (std::size_t i = 0; i < ps_.size(); ++i) steps_[i] = initialized_[i] ? steps_[i] : restore.global_step;
+  restart_slots_ = restore.slots;
+  restart_updates_ = restore.updates;
+  restore_ = std::move(restore);
+}
+
+void PsClient::SetRestartSlots(std::vector<std::vector<float>> slots, std::uint64_t updates) {
+  TFD_CHECK(slots.size() == ps_.size());
+  restart_slots_ = std::move(slots);
+  restart_updates_ = updates;
+}
+
+std::future<Result<wire::InFrame>> PsClient::InitFromState(std::size_t i, std::span<const float> values, std::span<const float> slots,
+                                                           std::uint64_t updates, const std::vector<std::uint64_t>& resume_steps,
+                                                           std::uint64_t global_step) {
+  wire::Init init;
+  init.layout_hash = layout_;
+  init.optimizer = optimizer_;
+  init.update = update_;
+  init.global_step = global_step;
+  init.has_state = true;
+  init.updates = updates;
+  init.resume_steps = resume_steps;
+  for (const daemon::Slice& s : placement_.shards[i]) init.chunks.push_back({s.name, static_cast<std::uint64_t>(s.length)});
+  // The frame owns copies of what its tail points to, and the encoder's trailer.
+  auto held = std::make_shared<std::pair<std::vector<float>, std::vector<float>>>(std::vector<float>(values.begin(), values.end()),
+                                                                                   std::vector<float>(slots.begin(), slots.end()));
+  wire::OutFrame f = wire::Encode(init, held->first, held->second);
+  f.keepalive = std::make_shared<std::pair<std::shared_ptr<const void>, std::shared_ptr<const void>>>(std::move(f.keepalive), held);
+  return ps_[i]->Call(std::move(f));
+}
+
+Result<std::vector<PsClient::PsState>> PsClient::FetchState() {
+  std::vector<std::future<Result<wire::InFrame>>> replies(ps_.size());
+  for (std::size_t i = 0; i < ps_.size(); ++i) replies[i] = ps_[i]->Call(wire::Encode(wire::StatePull{}));
+  std::vector<PsState> out(ps_.size());
+  for (std::size_t i = 0; i < ps_.size(); ++i) {
+    TFD_ASSIGN_OR_RETURN(wire::InFrame frame, Await(*ps_[i], replies[i], options_.step_timeout, "STATE_PULL"));
+    TFD_RETURN_IF_ERROR(Expect(frame, wire::MessageType::kState, ps_[i]->peer()));
+    wire::State st;
+    TFD_RETURN_IF_ERROR(wire::Decode(frame.payload, &st).WithContext(ps_[i]->peer()));
+    const auto n = static_cast<std::size_t>(placement_.ShardSize(i));
+    const std::size_t slots = n * static_cast<std::size_t>(wire::SlotsPerValue(optimizer_.type));
+    if (st.values.size() != n * 4 || st.slots.size() != slots * 4)
+      return Status::Corruption(fmt::format("{} sent a state of {} values and {} slot floats for a shard of {} and {} slot floats",
+                                            ps_[i]->peer(), st.values.size() / 4, st.slots.size() / 4, n, slots));
+    PsState& p = out[i];
+    p.global_step = st.global_step;
+    p.updates = st.updates;
+    p.resume_steps = std::move(st.resume_steps);
+    p.values.resize(n);
+    wire::CopyFloats(st.values, p.values);
+    p.slots.resize(slots);
+    wire::CopyFloats(st.slots, p.slots);
+  }
+  return out;
+}
+
 std::future<Result<wire::InFrame>> PsClient::InitOne(std::size_t i, std::span<const float> params) {
   if (!chief_ || initialized_[i]) return ps_[i]->Call(wire::Encode(wire::WaitReady{layout_}));
+  if (!restart_slots_.empty()) {  // the latest checkpoint's slots, with these parameters
+    std::vector<float> values;
+    for (const daemon::Slice& s : placement_.shards[i]) {
+      auto src = params.subspan(static_cast<std::size_t>(s.flat_offset), static_cast<std::size_t>(s.length));
+      values.insert(values.end(), src.begin(), src.end());
+    }
+    return InitFromState(i, values, restart_slots_[i], restart_updates_, {}, steps_[i]);
+  }
   wire::Init init;
   init.layout_hash = layout_;
   init.optimizer = optimizer_;

@@ -60,6 +60,34 @@ class PsClient {
   // Pulls every ps's parameters into `params` (sync: at least the step last seen from each ps);
   // returns ps:0's step.
   Result<std::uint64_t> Pull(std::span<float> params, bool sync);
+  // The chief, before Initialize: INIT each uninitialised ps from this saved state instead of
+  // `params` (values[ps] and slots[ps] in the ps's slice order, as ckpt::Reshard gives them), at
+  // `global_step`, with `updates` and each worker rank's resume step. Also kept for Reconnect.
+  struct Restore {
+    std::uint64_t global_step = 0;
+    std::uint64_t updates = 0;
+    std::vector<std::uint64_t> resume_steps;  // per worker rank
+    std::vector<std::vector<float>> values, slots;  // per ps
+  };
+  void SetRestore(Restore restore);
+  // How many ps tasks the last Initialize initialised from the Restore (0 without one).
+  int restored() const { return restored_; }
+  // The chief: the optimizer slots (per ps, in its slice order) and update count of the latest
+  // checkpoint. A ps that restarts empty is initialised again with them and the chief's latest
+  // parameters; without them, with fresh slots.
+  void SetRestartSlots(std::vector<std::vector<float>> slots, std::uint64_t updates);
+
+  // One ps's whole state at one moment (STATE_PULL), for a checkpoint.
+  struct PsState {
+    std::uint64_t global_step = 0;
+    std::uint64_t updates = 0;
+    std::vector<std::uint64_t> resume_steps;  // per worker rank: ParameterStore::ResumeStep
+    std::vector<float> values, slots;         // in the ps's slice order; slots as OptimizerState keeps them
+  };
+  // Every ps's state, asked of all at once. A lost ps is not reconnected here (the next step does):
+  // its error is returned.
+  Result<std::vector<PsState>> FetchState();
+
   // Tells every ps this worker is done.
   Status Done(std::uint32_t rank);
   void Close();
@@ -80,6 +108,10 @@ class PsClient {
   bool Lost(std::size_t i) const;
   // The chief: INIT for an uninitialised ps; otherwise WAIT_READY. The reply is READY.
   std::future<Result<wire::InFrame>> InitOne(std::size_t i, std::span<const float> params);
+  // The chief: INIT for ps `i` with these values and optimizer state.
+  std::future<Result<wire::InFrame>> InitFromState(std::size_t i, std::span<const float> values, std::span<const float> slots,
+                                                   std::uint64_t updates, const std::vector<std::uint64_t>& resume_steps,
+                                                   std::uint64_t global_step);
   void SendPushPull(std::size_t i);
   // Waits for ps `i`'s ack and parameters of the exchange in flight; true when the push was stale.
   Result<bool> AwaitPushPull(std::size_t i, std::span<float> params, std::uint64_t* step);
@@ -105,7 +137,11 @@ class PsClient {
   std::vector<std::shared_ptr<transport::RpcClient>> ps_;
   std::vector<bool> initialized_;
   std::vector<std::uint64_t> steps_;  // per ps: the global step of the parameters last pulled from it
-  std::uint64_t resume_step_ = 0;     // the largest WELCOME.resume_step: where a restarted worker goes on
+  std::uint64_t resume_step_ = 0;     // the largest WELCOME/READY resume_step: where a restarted worker goes on
+  Restore restore_;                   // values empty: none
+  int restored_ = 0;
+  std::vector<std::vector<float>> restart_slots_;  // per ps; empty: none
+  std::uint64_t restart_updates_ = 0;
   std::vector<std::future<Result<wire::InFrame>>> acks_, pulls_;  // of the exchange in flight
 };
 

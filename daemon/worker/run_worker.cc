@@ -11,6 +11,7 @@
 #include "daemon/placement.h"
 #include "daemon/standalone.h"
 #include "daemon/trainer.h"
+#include "daemon/worker/checkpointer.h"
 #include "daemon/worker/run_allreduce.h"
 
 namespace tfd::worker {
@@ -37,8 +38,9 @@ wire::OptimizerParams ToWire(const config::OptimizerSpec& o) {
 class PsUpdater final : public daemon::Updater {
  public:
   PsUpdater(PsClient& client, std::uint32_t rank, std::uint64_t incarnation, bool sync, bool overlap, std::uint64_t start_step,
-            std::size_t num_params)
-      : client_(client),
+            std::size_t num_params, Checkpointer* checkpointer)
+      : checkpointer_(checkpointer),
+        client_(client),
         rank_(rank),
         incarnation_(incarnation),
         sync_(sync),
@@ -54,6 +56,7 @@ class PsUpdater final : public daemon::Updater {
     if (!overlap_) {
       TFD_ASSIGN_OR_RETURN(PsClient::StepResult r, client_.PushPull(tag, model.grads(), model.params(), sync_));
       Count(r);
+      if (checkpointer_ != nullptr) TFD_RETURN_IF_ERROR(checkpointer_->MaybeSave(step_));
       return static_cast<std::int64_t>(step_);
     }
     TFD_RETURN_IF_ERROR(CompleteInFlight(model));
@@ -62,11 +65,13 @@ class PsUpdater final : public daemon::Updater {
     if (sending_.use_count() > 1) sending_ = std::make_shared<std::vector<float>>(model.grads().size());
     std::copy(model.grads().begin(), model.grads().end(), sending_->begin());
     client_.StartPushPull(tag, *sending_, false, sending_);
+    if (checkpointer_ != nullptr) TFD_RETURN_IF_ERROR(checkpointer_->MaybeSave(step_));
     return static_cast<std::int64_t>(step_);
   }
   Result<std::int64_t> Finish(model::Model& model) override {
     TFD_RETURN_IF_ERROR(CompleteInFlight(model));
     TFD_ASSIGN_OR_RETURN(step_, client_.Pull(model.params(), sync_));
+    if (checkpointer_ != nullptr) TFD_RETURN_IF_ERROR(checkpointer_->Save());
     return static_cast<std::int64_t>(step_);
   }
   std::string EpochNote() override {
@@ -90,6 +95,7 @@ class PsUpdater final : public daemon::Updater {
     step_ = r.global_step;
   }
 
+  Checkpointer* checkpointer_;  // the chief's, with a checkpoint.dir; else null
   PsClient& client_;
   std::uint32_t rank_;
   std::uint64_t incarnation_;
@@ -171,15 +177,20 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
   update.total_num_replicas = static_cast<std::uint32_t>(num_workers);
   update.on_worker_loss = static_cast<std::uint8_t>(job.update.on_worker_loss);
   update.min_replicas = static_cast<std::uint32_t>(job.update.min_replicas);
+  Checkpointer checkpointer(job, model, placement, *client, events, num_workers,
+                            daemon::StepsPerEpoch(loaded.data.train.size, num_workers, job.batch_size));
+  if (chief) TFD_RETURN_IF_ERROR(checkpointer.PrepareRestore());
   TFD_RETURN_IF_ERROR(client->Initialize(chief, ToWire(job.optimizer), update, model.params()));
-  // Start from what the ps tasks hold (the chief's initial values, or further if others began).
+  // Start from what the ps tasks hold (the chief's initial values, a checkpoint's, or further if
+  // others began).
   TFD_ASSIGN_OR_RETURN(std::uint64_t start_step, client->Pull(model.params(), false));
+  if (chief) checkpointer.Started(start_step);
   spdlog::info("ready: training from global_step {}", start_step);
   events.Emit("ready", {{"global_step", static_cast<std::int64_t>(start_step)}});
   NotifyReady(fmt::format("{} training from global step {}", config.task.ToString(), start_step));
 
   PsUpdater updater(*client, static_cast<std::uint32_t>(rank), incarnation, sync, job.update.overlap, start_step,
-                    model.params().size());
+                    model.params().size(), chief && checkpointer.enabled() ? &checkpointer : nullptr);
   daemon::TrainerOptions topts = TrainerOptionsFor(config, options);
   topts.start_local_step = static_cast<std::int64_t>(client->resume_step());
   TFD_RETURN_IF_ERROR(daemon::Train(job, loaded.data, model, updater, events, topts));

@@ -29,6 +29,8 @@ void DecodeByType(MessageType type, std::span<const std::byte> payload) {
     case MessageType::kParams: DecodeAs<Params>(payload); break;
     case MessageType::kPush: DecodeAs<Push>(payload); break;
     case MessageType::kPushAck: DecodeAs<PushAck>(payload); break;
+    case MessageType::kStatePull: DecodeAs<StatePull>(payload); break;
+    case MessageType::kState: DecodeAs<State>(payload); break;
     case MessageType::kDone: DecodeAs<Done>(payload); break;
     case MessageType::kError: DecodeAs<ErrorMessage>(payload); break;
     case MessageType::kAuthHello: DecodeAs<AuthHello>(payload); break;
@@ -43,7 +45,8 @@ void DecodeByType(MessageType type, std::span<const std::byte> payload) {
 constexpr MessageType kDecodable[] = {MessageType::kHello,   MessageType::kWelcome, MessageType::kInit,  MessageType::kWaitReady,
                                       MessageType::kReady,   MessageType::kPull,    MessageType::kParams, MessageType::kPush,
                                       MessageType::kPushAck, MessageType::kDone,    MessageType::kError, MessageType::kAuthHello,
-                                      MessageType::kAuthChallenge, MessageType::kAuthProof, MessageType::kRingChunk};
+                                      MessageType::kAuthChallenge, MessageType::kAuthProof, MessageType::kRingChunk, MessageType::kStatePull,
+                                      MessageType::kState};
 
 }  // namespace
 }  // namespace tfd::wire

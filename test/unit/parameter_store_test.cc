@@ -411,5 +411,67 @@ TEST_CASE("a snapshot from Read keeps its values and step after later pushes", "
   }
 }
 
+TEST_CASE("Init with state restores the slots and update count; ReadState gives them back with resume steps", "[unit][ps]") {
+  ParameterStore store;
+  wire::Init init = MakeInit(kInitial, {.mode = 0, .num_workers = 2});
+  init.optimizer.type = 1;  // momentum: one slot per value
+  init.optimizer.momentum = 0.5;
+  init.global_step = 40;
+  const std::vector<float> slots = {0.25f, -1.0f, 2.0f, 0.0f};
+  init.has_state = true;
+  init.updates = 40;
+  init.resume_steps = {30, 12};
+  init.slots = std::as_bytes(std::span(slots));
+  REQUIRE(store.Init(init).ok());
+  CHECK(store.ResumeStep(0) == 30);
+  CHECK(store.ResumeStep(1) == 12);
+  Result<ParameterStore::State> st = store.ReadState();
+  REQUIRE(st.ok());
+  CHECK(st->params->global_step == 40);
+  CHECK(st->params->values == kInitial);
+  CHECK(*st->slots == slots);
+  CHECK(st->updates == 40);
+  CHECK(st->resume_steps == std::vector<std::uint64_t>{30, 12});
+  // The restored accumulator is used: a = 0.5 * 0.25 + 1 = 1.125; p = 1 - 0.5 * 1.125.
+  const std::vector<float> grad = {1.0f, 0.0f, 0.0f, 0.0f};
+  wire::Push push = MakePush(0, 40, grad);
+  push.local_step = 31;
+  PushOk(store, push);
+  CheckValues(store, {1.0f - 0.5f * 1.125f, 2.0f + 0.5f * 0.5f, 3.0f - 0.5f * 1.0f, 4.0f});
+  CHECK(store.ResumeStep(0) == 31);
+  // ReadState copied the slots: the push did not change what was read.
+  CHECK(*st->slots == slots);
+}
+
+TEST_CASE("Init with state of the wrong size is refused and leaves the store uninitialised", "[unit][ps]") {
+  ParameterStore store;
+  wire::Init init = MakeInit(kInitial, {.mode = 0, .num_workers = 2});
+  init.optimizer.type = 1;
+  init.optimizer.momentum = 0.5;
+  const std::vector<float> slots = {0.25f, -1.0f};
+  init.has_state = true;
+  init.slots = std::as_bytes(std::span(slots));
+  Status s = store.Init(init);
+  CHECK(s.code() == Code::kInvalidArgument);
+  CHECK(s.message() == "INIT: optimizer state: 2 slot floats where 4 are kept");
+  CHECK_FALSE(store.initialized());
+  CHECK(store.ReadState().status().code() == Code::kFailedPrecondition);
+}
+
+TEST_CASE("sync: restored resume steps follow the global step", "[unit][ps]") {
+  ParameterStore store;
+  wire::Init init = MakeInit(kInitial, {.mode = 1, .num_workers = 2});
+  init.global_step = 100;
+  init.has_state = true;
+  init.resume_steps = {50, 50};  // the worker count changed: local steps restart at an epoch's start
+  REQUIRE(store.Init(init).ok());
+  CHECK(store.ResumeStep(1) == 50);
+  const std::vector<float> grad = {1.0f, 1.0f, 1.0f, 1.0f};
+  PushOk(store, MakePush(0, 100, grad));
+  PushOk(store, MakePush(1, 100, grad));
+  CHECK(store.global_step() == 101);
+  CHECK(store.ResumeStep(0) == 51);
+}
+
 }  // namespace
 }  // namespace tfd::ps

@@ -1,7 +1,9 @@
 // The frame header, every message's payload and CRC-32C: round trips, and every malformed input
 // rejected as Corruption with a message naming the fault.
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <limits>
@@ -78,6 +80,22 @@ void CheckEveryTruncationRejected(const std::vector<std::byte>& payload) {
   }
 }
 
+// As CheckEveryTruncationRejected, but the prefixes of the lengths in `valid` (an older form of
+// the message, without its optional fields) must decode.
+template <typename M>
+void CheckTruncationsRejectedExcept(const std::vector<std::byte>& payload, std::vector<std::size_t> valid) {
+  for (std::size_t n = 0; n < payload.size(); ++n) {
+    INFO("truncated to " << n << " of " << payload.size() << " bytes");
+    M m;
+    Status s = Decode(std::span(payload).first(n), &m);
+    if (std::find(valid.begin(), valid.end(), n) != valid.end()) {
+      CHECK(s.ok());
+    } else {
+      CHECK(s.code() == Code::kCorruption);
+    }
+  }
+}
+
 // `payload` with extra bytes after it decodes to Corruption naming the trailing bytes.
 template <typename M>
 void CheckTrailingBytesRejected(std::vector<std::byte> payload) {
@@ -149,7 +167,7 @@ TEST_CASE("every known message type is accepted in a header and named", "[unit][
                              MessageType::kReady,    MessageType::kPull,    MessageType::kParams,   MessageType::kPush,
                              MessageType::kPushAck,  MessageType::kDone,    MessageType::kDoneAck,  MessageType::kHeartbeat,
                              MessageType::kError,    MessageType::kAuthHello, MessageType::kAuthChallenge,
-                             MessageType::kAuthProof, MessageType::kRingChunk};
+                             MessageType::kAuthProof, MessageType::kRingChunk, MessageType::kStatePull, MessageType::kState};
   for (MessageType t : all) {
     INFO("type " << static_cast<int>(t));
     CHECK(IsKnownType(static_cast<std::uint16_t>(t)));
@@ -160,7 +178,7 @@ TEST_CASE("every known message type is accepted in a header and named", "[unit][
     REQUIRE(got.ok());
     CHECK(got->type == t);
   }
-  for (std::uint16_t t : {0, 9, 14, 19, 23, 29, 31, 39, 41, 49, 0xffff}) CHECK_FALSE(IsKnownType(t));
+  for (std::uint16_t t : {0, 9, 16, 19, 23, 29, 31, 39, 41, 49, 0xffff}) CHECK_FALSE(IsKnownType(t));
 }
 
 TEST_CASE("a header with bad magic is Corruption naming the magic", "[unit][wire]") {
@@ -230,16 +248,16 @@ TEST_CASE("a payload length over the limit is refused from the 28 header bytes a
 }
 
 TEST_CASE("VerifyPayload rejects a truncated payload and a flipped byte", "[unit][wire]") {
-  OutFrame f = Encode(Ready{42});
-  std::vector<std::byte> payload = Transmit(f, MessageType::kReady);
+  OutFrame f = Encode(Pull{42});
+  std::vector<std::byte> payload = Transmit(f, MessageType::kPull);
   REQUIRE(payload.size() == 8);
 
   Status s = VerifyPayload(f.header, std::span(payload).first(7));
   CHECK(s.code() == Code::kCorruption);
-  CHECK(s.message() == "READY payload is 7 bytes, header says 8");
+  CHECK(s.message() == "PULL payload is 7 bytes, header says 8");
   s = VerifyPayload(f.header, {});
   CHECK(s.code() == Code::kCorruption);
-  CHECK(s.message() == "READY payload is 0 bytes, header says 8");
+  CHECK(s.message() == "PULL payload is 0 bytes, header says 8");
 
   for (std::size_t i = 0; i < payload.size(); ++i) {
     std::vector<std::byte> bad = payload;
@@ -247,7 +265,7 @@ TEST_CASE("VerifyPayload rejects a truncated payload and a flipped byte", "[unit
     s = VerifyPayload(f.header, bad);
     INFO("flipped byte " << i);
     CHECK(s.code() == Code::kCorruption);
-    CHECK_THAT(s.message(), Contains("READY payload CRC") && Contains("does not match the header's"));
+    CHECK_THAT(s.message(), Contains("PULL payload CRC") && Contains("does not match the header's"));
   }
   // A wrong CRC in the header is caught the same way.
   FrameHeader wrong = f.header;
@@ -379,6 +397,111 @@ TEST_CASE("INIT round-trips the optimizer, update rule, several chunks and their
   CheckMalformedRejected<Init>(payload);
 }
 
+// Adam (2 slots per value) over SampleInit's 6 values: 12 slot floats.
+const std::vector<float> kInitSlots = {0.1f, 0.2f, -0.3f, 0.4f, 0.5f, 0.6f, 1e-8f, 2e-8f, 3.0f, 4.0f, 5.0f, 6.0f};
+
+TEST_CASE("INIT with optimizer state round-trips slots, update count and resume steps", "[unit][wire]") {
+  Init m = SampleInit();
+  m.has_state = true;
+  m.updates = 0x0102030405060708ull;
+  m.resume_steps = {7, 0, 0xfffffffffull};
+  OutFrame f = Encode(m, kInitValues, kInitSlots);
+  const auto payload = Transmit(f, MessageType::kInit);
+  Init got;
+  REQUIRE(Decode(payload, &got).ok());
+  CHECK(got.has_state);
+  CHECK(got.updates == 0x0102030405060708ull);
+  CHECK(got.resume_steps == m.resume_steps);
+  CHECK(FloatsOf(got.values) == kInitValues);
+  CHECK(FloatsOf(got.slots) == kInitSlots);
+  // Cut where the values end, it is an INIT without state; every other cut is Corruption.
+  OutFrame plain = Encode(SampleInit(), kInitValues);
+  REQUIRE(plain.Seal().ok());
+  const std::size_t plain_size = Flatten(plain).size();
+  Init cut;
+  REQUIRE(Decode(std::span(payload).first(plain_size), &cut).ok());
+  CHECK_FALSE(cut.has_state);
+  CheckTruncationsRejectedExcept<Init>(payload, {plain_size});
+  CheckTrailingBytesRejected<Init>(payload);
+
+  SECTION("no resume steps") {
+    m.resume_steps.clear();
+    OutFrame g = Encode(m, kInitValues, kInitSlots);
+    REQUIRE(g.Seal().ok());
+    Init back;
+    REQUIRE(Decode(Flatten(g), &back).ok());
+    CHECK(back.resume_steps.empty());
+    CHECK(FloatsOf(back.slots) == kInitSlots);
+  }
+  SECTION("a state flag other than 1") {
+    std::vector<std::byte> p = payload;
+    p[plain_size] = std::byte{2};
+    Init back;
+    CHECK(Decode(p, &back).message() == fmt::format("INIT: {} unexpected trailing bytes", payload.size() - plain_size));
+  }
+  SECTION("resume steps for another worker count") {
+    m.resume_steps = {1, 2};
+    OutFrame g = Encode(m, kInitValues, kInitSlots);
+    REQUIRE(g.Seal().ok());
+    Init back;
+    CHECK(Decode(Flatten(g), &back).message() == "INIT: 2 resume steps for 3 workers");
+  }
+  SECTION("slots that do not fit the optimizer") {
+    const std::vector<float> one_slot(kInitValues.size(), 1.0f);  // momentum's count, but the INIT says adam
+    OutFrame g = Encode(m, kInitValues, one_slot);
+    REQUIRE(g.Seal().ok());
+    Init back;
+    CHECK(Decode(Flatten(g), &back).message() == "INIT: 6 slot floats for 6 values and optimizer type 2");
+  }
+}
+
+TEST_CASE("STATE_PULL is empty; STATE round-trips values, slots, counts and resume steps", "[unit][wire]") {
+  {
+    OutFrame f = Encode(StatePull{});
+    const auto payload = Transmit(f, MessageType::kStatePull);
+    CHECK(payload.empty());
+    StatePull got;
+    CHECK(Decode(payload, &got).ok());
+    CheckTrailingBytesRejected<StatePull>(payload);
+  }
+  State m;
+  m.global_step = 0x1112131415161718ull;
+  m.updates = 0x2122232425262728ull;
+  m.resume_steps = {5, 0, 9};
+  OutFrame f = Encode(m, kInitValues, kInitSlots);
+  const auto payload = Transmit(f, MessageType::kState);
+  State got;
+  REQUIRE(Decode(payload, &got).ok());
+  CHECK(got.global_step == m.global_step);
+  CHECK(got.updates == m.updates);
+  CHECK(got.resume_steps == m.resume_steps);
+  CHECK(FloatsOf(got.values) == kInitValues);
+  CHECK(FloatsOf(got.slots) == kInitSlots);
+  CheckMalformedRejected<State>(payload);
+
+  SECTION("no slots (sgd)") {
+    OutFrame g = Encode(m, kInitValues, {});
+    REQUIRE(g.Seal().ok());
+    State back;
+    REQUIRE(Decode(Flatten(g), &back).ok());
+    CHECK(back.slots.empty());
+  }
+  SECTION("slots that are not a whole multiple of the values") {
+    const std::vector<float> odd(7, 1.0f);
+    OutFrame g = Encode(m, kInitValues, odd);
+    REQUIRE(g.Seal().ok());
+    State back;
+    CHECK(Decode(Flatten(g), &back).message() == "STATE: 7 slot floats for 6 values");
+  }
+  SECTION("a resume step count larger than the payload could hold") {
+    std::vector<std::byte> p = payload;
+    Poke<std::uint32_t>(p, 16, 0x10000u);
+    State back;
+    CHECK(Decode(p, &back).code() == Code::kCorruption);
+    CHECK(back.resume_steps.size() <= 3);
+  }
+}
+
 TEST_CASE("INIT with a chunk count larger than the payload could hold is Corruption", "[unit][wire]") {
   OutFrame f = Encode(SampleInit(), kInitValues);
   REQUIRE(f.Seal().ok());
@@ -500,12 +623,21 @@ TEST_CASE("WAIT_READY, READY and PULL round-trip their u64", "[unit][wire]") {
     CheckMalformedRejected<WaitReady>(payload);
   }
   {
-    OutFrame f = Encode(Ready{0x8877665544332211ull});
+    OutFrame f = Encode(Ready{0x8877665544332211ull, 0x0102030405060708ull});
     const auto payload = Transmit(f, MessageType::kReady);
     Ready got;
     REQUIRE(Decode(payload, &got).ok());
     CHECK(got.global_step == 0x8877665544332211ull);
-    CheckMalformedRejected<Ready>(payload);
+    CHECK(got.resume_step == 0x0102030405060708ull);
+    // The 8-byte READY of a ps without the resume step still decodes (resume_step 0); any other
+    // truncation is Corruption.
+    Ready old;
+    old.resume_step = 9;
+    REQUIRE(Decode(std::span(payload).first(8), &old).ok());
+    CHECK(old.global_step == 0x8877665544332211ull);
+    CHECK(old.resume_step == 0);
+    CheckTruncationsRejectedExcept<Ready>(payload, {8});
+    CheckTrailingBytesRejected<Ready>(payload);
   }
   {
     OutFrame f = Encode(Pull{12345});

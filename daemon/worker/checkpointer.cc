@@ -1,0 +1,176 @@
+#include "daemon/worker/checkpointer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "common/optim/optimizer.h"
+
+namespace tfd::worker {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double MsSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+}  // namespace
+
+Checkpointer::Checkpointer(const config::JobSpec& job, const model::Model& model, const daemon::Placement& placement,
+                           PsClient& client, EventWriter& events, int num_workers, std::int64_t steps_per_epoch)
+    : spec_(job.checkpoint),
+      job_(job),
+      placement_(placement),
+      client_(client),
+      events_(events),
+      num_workers_(num_workers),
+      steps_per_epoch_(steps_per_epoch) {
+  for (const model::Variable& v : model.variables()) {
+    variables_.push_back({v.name, v.offset, v.size});
+    shapes_.push_back(v.shape);
+  }
+  for (const std::vector<daemon::Slice>& shard : placement.shards) {
+    ranges_.emplace_back();
+    for (const daemon::Slice& s : shard) ranges_.back().push_back({s.flat_offset, s.length});
+  }
+  slot_names_ = optim::MakeOptimizer(job.optimizer)->SlotNames();
+}
+
+ckpt::DataCursor Checkpointer::CursorFor(std::uint32_t rank, std::uint64_t local_step) const {
+  const auto steps = static_cast<std::uint64_t>(steps_per_epoch_);
+  ckpt::DataCursor c;
+  c.rank = rank;
+  c.epoch = static_cast<std::uint32_t>(local_step / steps + 1);
+  c.base = 0;
+  c.next = (local_step % steps) * static_cast<std::uint64_t>(job_.batch_size);
+  return c;
+}
+
+Status Checkpointer::PrepareRestore() {
+  if (!enabled()) return Status::Ok();
+  Result<ckpt::Loaded> loaded = ckpt::LoadNewestValid(spec_.dir);
+  if (!loaded.ok()) {
+    if (loaded.status().code() != Code::kNotFound) return loaded.status().WithContext("checkpoint.dir");
+    spdlog::info("checkpoint.dir {}: no checkpoint to restore ({}); starting afresh", spec_.dir, loaded.status().message());
+    return Status::Ok();
+  }
+  const ckpt::Checkpoint& ck = loaded->checkpoint;
+  const std::string& path = loaded->path;
+  if (Status s = ckpt::CheckOptimizer(ck, job_.optimizer, path); !s.ok())
+    return Status::InvalidArgument(fmt::format("optimizer: {}", s.message()));
+  if (ck.tensors.size() != variables_.size())
+    return Status::InvalidArgument(fmt::format("model: {} holds {} tensors, the job's model has {} variables", path, ck.tensors.size(),
+                                               variables_.size()));
+  Result<std::vector<ckpt::ShardState>> shards = ckpt::Reshard(ck, variables_, ranges_);
+  if (!shards.ok()) return Status::InvalidArgument(fmt::format("model: {}: {}", path, shards.status().message()));
+  Result<std::vector<ckpt::DataCursor>> resharded = ckpt::ReshardCursors(ck, static_cast<std::uint32_t>(num_workers_));
+  if (!resharded.ok()) return resharded.status().WithContext(path);
+  const std::vector<ckpt::DataCursor>& cursors = *resharded;
+  PsClient::Restore r;
+  r.global_step = ck.global_step;
+  r.updates = static_cast<std::uint64_t>(ck.optimizer.updates);
+  const bool same_workers = ck.num_workers == static_cast<std::uint32_t>(num_workers_);
+  for (const ckpt::DataCursor& c : cursors) {
+    // Same worker count: each rank resumes after the batches its cursor has finished. Another
+    // count: the trainer starts an epoch only at its beginning, so every worker starts the oldest
+    // epoch any worker was in from the beginning (no example skipped; some read twice).
+    const std::uint64_t epoch_start = (c.epoch > 0 ? c.epoch - 1 : 0) * static_cast<std::uint64_t>(steps_per_epoch_);
+    const std::uint64_t batches = same_workers && c.base == 0 ? c.next / static_cast<std::uint64_t>(job_.batch_size) : 0;
+    r.resume_steps.push_back(epoch_start + batches);
+  }
+  for (ckpt::ShardState& s : *shards) {
+    r.values.push_back(std::move(s.values));
+    r.slots.push_back(std::move(s.slots));
+  }
+  if (!same_workers)
+    spdlog::info("{}: saved with {} workers, this cluster has {}: every worker starts epoch {} again", path, ck.num_workers,
+                 num_workers_, cursors.empty() ? 0 : cursors[0].epoch);
+  client_.SetRestore(std::move(r));
+  restored_path_ = path;
+  restored_step_ = ck.global_step;
+  return Status::Ok();
+}
+
+void Checkpointer::Started(std::uint64_t global_step) {
+  if (!enabled()) return;
+  if (!restored_path_.empty() && client_.restored() > 0) {
+    spdlog::info("restored {} at global_step {} ({} of {} ps)", restored_path_, restored_step_, client_.restored(),
+                 placement_.shards.size());
+    events_.Emit("restored", {{"path", restored_path_}, {"global_step", static_cast<std::int64_t>(restored_step_)}});
+  }
+  schedule_.emplace(spec_, global_step, Clock::now());
+}
+
+Status Checkpointer::MaybeSave(std::uint64_t global_step) {
+  if (!enabled() || !schedule_) return Status::Ok();
+  if (Status s = Collect(false); !s.ok()) spdlog::warn("checkpoint not written: {}; training goes on", s.message());
+  if (writing_.valid() || !schedule_->Due(global_step, Clock::now())) return Status::Ok();
+  // A ps lost right now is reconnected by the next step; the save is tried again after it.
+  if (Status s = Take(false); !s.ok()) spdlog::warn("checkpoint skipped: {}; training goes on", s.message());
+  return Status::Ok();
+}
+
+Status Checkpointer::Save() {
+  if (!enabled()) return Status::Ok();
+  if (Status s = Collect(true); !s.ok()) spdlog::warn("checkpoint not written: {}", s.message());
+  return Take(true);
+}
+
+Status Checkpointer::Collect(bool wait) {
+  if (!writing_.valid()) return Status::Ok();
+  if (!wait && writing_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return Status::Ok();
+  return writing_.get();
+}
+
+Status Checkpointer::Take(bool wait) {
+  const Clock::time_point start = Clock::now();
+  Result<std::vector<PsClient::PsState>> fetched = client_.FetchState();
+  if (!fetched.ok()) return fetched.status().WithContext("checkpoint");
+  std::vector<PsClient::PsState> states = std::move(fetched).value();
+  auto ck = std::make_shared<ckpt::Checkpoint>();
+  ck->global_step = states[0].global_step;
+  if (ck->global_step == last_saved_) return Status::Ok();  // nothing new since the last save
+  ck->num_workers = static_cast<std::uint32_t>(num_workers_);
+  ck->optimizer.spec = job_.optimizer;
+  ck->optimizer.updates = static_cast<std::int64_t>(states[0].updates);
+  ck->optimizer.slot_names = slot_names_;
+  for (int r = 0; r < num_workers_; ++r) {
+    std::uint64_t local = UINT64_MAX;
+    for (const PsClient::PsState& s : states)
+      local = std::min(local, static_cast<std::size_t>(r) < s.resume_steps.size() ? s.resume_steps[static_cast<std::size_t>(r)] : 0);
+    ck->cursors.push_back(CursorFor(static_cast<std::uint32_t>(r), local));
+  }
+  auto shards = std::make_shared<std::vector<ckpt::ShardState>>();
+  std::vector<std::vector<float>> slots;
+  for (PsClient::PsState& s : states) {
+    slots.push_back(s.slots);
+    shards->push_back({std::move(s.values), std::move(s.slots)});
+  }
+  // A ps that restarts from now on gets these slots back.
+  client_.SetRestartSlots(std::move(slots), static_cast<std::uint64_t>(ck->optimizer.updates));
+  last_saved_ = ck->global_step;
+  if (schedule_) schedule_->Saved(ck->global_step, Clock::now());
+  const double paused_ms = MsSince(start);
+  // The rest reads only what it is given (and the Checkpointer's constant tables): it runs on its
+  // own thread while training goes on.
+  writing_ = std::async(std::launch::async, [this, ck, shards, start, paused_ms]() -> Status {
+    Result<std::vector<ckpt::NamedTensor>> tensors = ckpt::Assemble(variables_, shapes_, slot_names_, ranges_, *shards);
+    if (!tensors.ok()) return tensors.status().WithContext("checkpoint");
+    ck->tensors = std::move(tensors).value();
+    std::error_code ec;
+    std::filesystem::create_directories(spec_.dir, ec);
+    if (ec) return Status::Unavailable(fmt::format("checkpoint.dir {}: cannot create it: {}", spec_.dir, ec.message()));
+    TFD_ASSIGN_OR_RETURN(std::string path, ckpt::Write(spec_.dir, *ck, spec_.keep));
+    const double ms = MsSince(start);
+    const auto bytes = static_cast<std::int64_t>(std::filesystem::file_size(path, ec));
+    spdlog::info("checkpoint {} global_step={} bytes={} ms={:.1f} paused_ms={:.1f}", path, ck->global_step, bytes, ms, paused_ms);
+    events_.Emit("checkpoint", {{"path", path}, {"global_step", static_cast<std::int64_t>(ck->global_step)}, {"bytes", bytes},
+                                {"ms", ms}, {"paused_ms", paused_ms}});
+    return Status::Ok();
+  });
+  return wait ? Collect(true) : Status::Ok();
+}
+
+}  // namespace tfd::worker

@@ -1,0 +1,71 @@
+#pragma once
+
+#include <cstdint>
+#include <future>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/base/logging.h"
+#include "common/base/status.h"
+#include "common/ckpt/checkpoint.h"
+#include "common/config/job.h"
+#include "common/model/model.h"
+#include "daemon/placement.h"
+#include "daemon/worker/ps_client.h"
+
+namespace tfd::worker {
+
+// The chief's checkpoints (docs/config.md, "checkpoint"): restores the ps tasks from the newest
+// valid checkpoint at start, and saves one per the job's schedule and at the end of training.
+// A save asks every ps for its state (STATE_PULL: values and slots of one moment): only that pauses
+// training. A background thread then assembles whole named tensors and writes them with
+// ckpt::Write; a save that falls due while the previous one is still being written waits for the
+// next step (the schedule stays due). The final save waits for its write. The data
+// cursors come from the ps: worker r's is the smallest ResumeStep(r) among the ps tasks (the last
+// local step every ps applied, async; the global step, sync), so a resumed worker never skips a
+// batch. Not thread-safe: the chief's training thread uses it.
+class Checkpointer {
+ public:
+  Checkpointer(const config::JobSpec& job, const model::Model& model, const daemon::Placement& placement, PsClient& client,
+               EventWriter& events, int num_workers, std::int64_t steps_per_epoch);
+
+  bool enabled() const { return !spec_.dir.empty(); }
+  // Before PsClient::Initialize: when checkpoint.dir holds a valid checkpoint, gives the client its
+  // state re-sharded for this placement (the ps tasks that are not initialised yet start from it).
+  // InvalidArgument naming the file and field when the model, optimizer or placement cannot take it.
+  Status PrepareRestore();
+  // After Initialize: logs the restore when it happened, and starts the schedule at `global_step`.
+  void Started(std::uint64_t global_step);
+  // After each step: saves when the schedule says so. A failed fetch or write is logged, and
+  // training goes on (the save is tried again at the next step).
+  Status MaybeSave(std::uint64_t global_step);
+  // Saves now and waits until it is written (the end of training); its errors are returned.
+  Status Save();
+
+ private:
+  // Fetches the state and starts writing it; `wait`: and waits for the write.
+  Status Take(bool wait);
+  // The write in flight: if done (or `wait`), its outcome; Ok while it still runs.
+  Status Collect(bool wait);
+  ckpt::DataCursor CursorFor(std::uint32_t rank, std::uint64_t local_step) const;
+
+  config::CheckpointSpec spec_;
+  config::JobSpec job_;
+  const daemon::Placement& placement_;
+  PsClient& client_;
+  EventWriter& events_;
+  int num_workers_;
+  std::int64_t steps_per_epoch_;
+  std::vector<ckpt::Variable> variables_;
+  std::vector<std::vector<std::int64_t>> shapes_;
+  std::vector<std::vector<ckpt::FlatRange>> ranges_;
+  std::vector<std::string> slot_names_;
+  std::optional<ckpt::Schedule> schedule_;
+  std::string restored_path_;
+  std::uint64_t restored_step_ = 0;
+  std::uint64_t last_saved_ = UINT64_MAX;
+  std::future<Status> writing_;
+};
+
+}  // namespace tfd::worker

@@ -1,0 +1,295 @@
+// Checkpoints with real tfd processes on synthetic data: what the chief writes, a whole cluster
+// killed and started again, a restore onto more ps tasks, a corrupted newest file, an optimizer
+// change refused, and a restarted ps given its optimizer slots back. Every wait has a deadline
+// that fails the test instead of hanging.
+#define CATCH_CONFIG_MAIN
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <sstream>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/ckpt/checkpoint.h"
+#include "test/test_util.h"
+
+namespace tfd::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+const std::string kTfd = TFD_BINARY;
+
+struct TaskResult {
+  int exit_code = -1;
+  std::string err;
+  nlohmann::json done;                     // the "done" event, or null
+  std::vector<nlohmann::json> checkpoints;  // the "checkpoint" events
+};
+
+// tfd processes on fixed loopback ports, so a task can be killed and started again in its place.
+// Each start of a task writes its own log files (worker0.1.err for the second start of worker:0).
+class Cluster {
+ public:
+  Cluster(const TempDir& dir, int num_ps, int num_workers) : dir_(dir) {
+    for (int i = 0; i < num_ps; ++i) cluster_["ps"].push_back("127.0.0.1:" + std::to_string(FreePort()));
+    for (int i = 0; i < num_workers; ++i) cluster_["worker"].push_back("127.0.0.1:" + std::to_string(FreePort()));
+  }
+
+  void Start(const std::string& type, int i, const std::string& job = "") {
+    std::vector<std::string> argv = {kTfd, "--log-format", "json"};
+    if (type != "ps") argv.insert(argv.end(), {"--job", job});
+    const std::string name = type + std::to_string(i);
+    const std::string file = name + "." + std::to_string(starts_[name]++);
+    const std::string tf_config = nlohmann::json{{"cluster", cluster_}, {"task", {{"type", type}, {"index", i}}}}.dump();
+    procs_[name] = std::make_unique<Process>(argv, std::vector<std::string>{"TF_CONFIG=" + tf_config}, dir_ / (file + ".out"),
+                                             dir_ / (file + ".err"));
+    REQUIRE(procs_[name]->started());
+  }
+  void StartAll(int num_ps, int num_workers, const std::string& job) {
+    for (int i = 0; i < num_ps; ++i) Start("ps", i);
+    for (int i = 0; i < num_workers; ++i) Start("worker", i, job);
+  }
+  Process& process(const std::string& type, int i) { return *procs_.at(type + std::to_string(i)); }
+
+  TaskResult Finish(const std::string& type, int i, std::chrono::milliseconds limit = 60s) {
+    Process& p = process(type, i);
+    std::optional<int> code = p.Wait(limit);
+    TaskResult r;
+    r.err = p.err();
+    INFO(type << ":" << i << " stderr:\n" << r.err);
+    REQUIRE(code.has_value());
+    r.exit_code = *code;
+    std::istringstream in(p.out());
+    for (std::string line; std::getline(in, line);) {
+      auto e = nlohmann::json::parse(line, nullptr, false);
+      if (e.is_discarded()) continue;
+      if (e["event"] == "done") r.done = e;
+      if (e["event"] == "checkpoint") r.checkpoints.push_back(e);
+    }
+    return r;
+  }
+  // Runs every task to the end; returns the workers' results, each exited 0 with a done event.
+  std::vector<TaskResult> Run(int num_ps, int num_workers, const std::string& job) {
+    StartAll(num_ps, num_workers, job);
+    return FinishAll(num_ps, num_workers);
+  }
+  std::vector<TaskResult> FinishAll(int num_ps, int num_workers) {
+    std::vector<TaskResult> out;
+    for (int i = 0; i < num_workers; ++i) {
+      out.push_back(Finish("worker", i));
+      INFO("worker:" << i << " stderr:\n" << out.back().err);
+      REQUIRE(out.back().exit_code == 0);
+      REQUIRE(out.back().done.is_object());
+    }
+    for (int i = 0; i < num_ps; ++i) CHECK(Finish("ps", i, 30s).exit_code == 0);
+    return out;
+  }
+
+ private:
+  const TempDir& dir_;
+  nlohmann::json cluster_;
+  std::map<std::string, std::unique_ptr<Process>> procs_;
+  std::map<std::string, int> starts_;
+};
+
+// Writes a job file and returns its path. Synthetic data of 2000 examples, batch 20: 100 steps an
+// epoch for one worker, 50 each for two.
+std::string WriteJob(const TempDir& dir, const std::string& name, int epochs, const std::string& optimizer,
+                     const std::string& checkpoint) {
+  const std::string path = dir / name;
+  WriteFile(path, R"({"model": {"name": "mlp", "init": "glorot_uniform"}, "data": ")" + dir.path() + R"(", "epochs": )" +
+                      std::to_string(epochs) + R"(, "batch_size": 20, "optimizer": )" + optimizer +
+                      R"(, "update": {"mode": "async"}, "seed": 5, "log_every_steps": 0)" +
+                      (checkpoint.empty() ? "" : R"(, "checkpoint": )" + checkpoint) + "}");
+  return path;
+}
+
+const std::string kAdam = R"({"type": "adam", "learning_rate": 0.01})";
+
+void AwaitLine(Process& p, const std::string& text, std::chrono::seconds limit = 30s) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (p.err().find(text) == std::string::npos && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(10ms);
+  INFO(p.err());
+  REQUIRE(p.err().find(text) != std::string::npos);
+}
+
+std::size_t Count(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// The number after `key` in the first line of `log` that holds `key`; -1 if none.
+long long NumberAfter(const std::string& log, const std::string& key) {
+  const auto at = log.find(key);
+  return at == std::string::npos ? -1 : std::stoll(log.substr(at + key.size()));
+}
+
+TEST_CASE("the chief keeps the newest checkpoints, each loadable; a restore onto 2 ps goes on exactly as an unbroken run",
+          "[integration][checkpoint]") {
+  TempDir dir;
+  WriteSyntheticMnist(dir.path(), 2000, 200);
+  const std::string ckpt_dir = dir / "ckpt";
+  const std::string spec = R"({"dir": ")" + ckpt_dir + R"(", "every_steps": 70, "keep": 2})";
+
+  Cluster first(dir, 1, 1);
+  std::vector<TaskResult> w = first.Run(1, 1, WriteJob(dir, "3.json", 3, kAdam, spec));
+  CHECK(w[0].done["global_step"] == 300);
+  // Due at 70, 140, 210 and 280 (or the first step after the previous write finished) and at the
+  // end (300); the newest 2 are kept.
+  REQUIRE(w[0].checkpoints.size() >= 2);
+  CHECK(w[0].checkpoints.size() <= 5);
+  CHECK(w[0].checkpoints.front()["global_step"].get<std::int64_t>() >= 70);
+  CHECK(w[0].checkpoints.back()["global_step"] == 300);
+  CHECK(w[0].checkpoints.back()["bytes"].get<std::int64_t>() > 0);
+  CHECK(w[0].err.find("checkpoint " + ckpt_dir + "/ckpt-000000000300.tfdckpt global_step=300 bytes=") != std::string::npos);
+  Result<std::vector<std::string>> files = ckpt::List(ckpt_dir);
+  REQUIRE(files.ok());
+  REQUIRE(files->size() == 2);
+  for (const std::string& f : *files) {
+    Result<ckpt::Checkpoint> c = ckpt::Load(f);
+    INFO(f << ": " << c.status().ToString());
+    REQUIRE(c.ok());
+    CHECK(c->tensors.size() == 4);
+    CHECK(c->optimizer.slot_names == std::vector<std::string>{"m", "v"});
+    CHECK(c->optimizer.updates == static_cast<std::int64_t>(c->global_step));
+  }
+  Result<ckpt::Checkpoint> last = ckpt::Load(files->front());
+  REQUIRE(last.ok());
+  CHECK(last->global_step == 300);
+  REQUIRE(last->cursors.size() == 1);
+  CHECK(last->cursors[0].epoch == 4);  // all 3 epochs finished
+  CHECK(last->cursors[0].next == 0);
+
+  // Two more epochs on 2 ps, from the checkpoint.
+  Cluster second(dir, 2, 1);
+  w = second.Run(2, 1, WriteJob(dir, "5.json", 5, kAdam, spec));
+  CHECK(w[0].err.find("restored " + ckpt_dir + "/ckpt-000000000300.tfdckpt at global_step 300 (2 of 2 ps)") != std::string::npos);
+  CHECK(w[0].err.find("resuming at epoch 4 step 1 of 100") != std::string::npos);
+  CHECK(w[0].done["global_step"] == 500);
+  CHECK(w[0].done["local_step"] == 500);
+
+  // The same 5 epochs in one go: the restored run's parameters are bit-identical (values, Adam's
+  // slots and update count all came back, and the data order went on where it stopped).
+  Cluster unbroken(dir, 1, 1);
+  std::vector<TaskResult> u = unbroken.Run(1, 1, WriteJob(dir, "5-plain.json", 5, kAdam, ""));
+  CHECK(u[0].done["params_sha256"] == w[0].done["params_sha256"]);
+}
+
+TEST_CASE("a cluster killed (SIGKILL) after a checkpoint and started again restores it and finishes its steps",
+          "[integration][checkpoint][fault]") {
+  TempDir dir;
+  WriteSyntheticMnist(dir.path(), 2000, 200);
+  const std::string ckpt_dir = dir / "ckpt";
+  const std::string job = WriteJob(dir, "job.json", 300, kAdam, R"({"dir": ")" + ckpt_dir + R"(", "every_steps": 500})");
+  Cluster c(dir, 1, 2);
+  c.StartAll(1, 2, job);
+  // A checkpoint taken once both workers have finished an epoch, so both have a cursor to resume at.
+  AwaitLine(c.process("worker", 1), "worker=1 epoch=1 ");
+  const std::string line = "info checkpoint " + ckpt_dir;
+  const std::size_t before = Count(c.process("worker", 0).err(), line);
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  while (Count(c.process("worker", 0).err(), line) <= before && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(10ms);
+  REQUIRE(Count(c.process("worker", 0).err(), line) > before);
+  // The fault must come mid-run (a slow disk makes a checkpoint line late).
+  REQUIRE(c.process("worker", 0).err().find("done: ") == std::string::npos);
+  for (auto [type, i] : {std::pair{"worker", 0}, {"worker", 1}, {"ps", 0}}) c.process(type, i).Signal(SIGKILL);
+  for (auto [type, i] : {std::pair{"worker", 0}, {"worker", 1}, {"ps", 0}}) c.Finish(type, i, 10s);
+  Result<std::vector<std::string>> files = ckpt::List(ckpt_dir);
+  REQUIRE(files.ok());
+  REQUIRE_FALSE(files->empty());
+  Result<ckpt::Checkpoint> saved = ckpt::Load(files->front());
+  REQUIRE(saved.ok());
+
+  c.StartAll(1, 2, job);
+  std::vector<TaskResult> w = c.FinishAll(1, 2);
+  INFO(w[0].err);
+  const long long restored = NumberAfter(w[0].err, "tfdckpt at global_step ");
+  CHECK(w[0].err.find("restored " + files->front()) != std::string::npos);
+  CHECK(restored >= static_cast<long long>(saved->global_step));
+  for (int i = 0; i < 2; ++i) {
+    INFO("worker:" << i << "\n" << w[i].err);
+    CHECK(w[i].err.find("resuming at epoch ") != std::string::npos);  // not from local step 0
+    CHECK(w[i].done["local_step"] == 300 * 50);
+    CHECK(w[i].done["global_step"].get<std::int64_t>() > restored);
+  }
+  CHECK(w[0].done["test_accuracy"].get<double>() >= 0.9);
+}
+
+TEST_CASE("a corrupted newest checkpoint is skipped with a warning; an optimizer change is refused (exit 2)",
+          "[integration][checkpoint]") {
+  TempDir dir;
+  WriteSyntheticMnist(dir.path(), 2000, 200);
+  const std::string ckpt_dir = dir / "ckpt";
+  const std::string spec = R"({"dir": ")" + ckpt_dir + R"(", "every_steps": 50})";
+  {
+    Cluster first(dir, 1, 1);
+    first.Run(1, 1, WriteJob(dir, "2.json", 2, kAdam, spec));
+  }
+  Result<std::vector<std::string>> files = ckpt::List(ckpt_dir);
+  REQUIRE(files.ok());
+  REQUIRE(files->size() >= 2);
+  const std::string newest = files->at(0), previous = files->at(1);
+  CHECK(newest == ckpt_dir + "/ckpt-000000000200.tfdckpt");
+  Result<ckpt::Checkpoint> fallback = ckpt::Load(previous);
+  REQUIRE(fallback.ok());
+  {
+    std::string bytes = ReadAll(newest);
+    REQUIRE(bytes.size() > 1000);
+    bytes[bytes.size() / 2] ^= 0x40;
+    WriteFile(newest, bytes);
+  }
+  {
+    Cluster second(dir, 1, 1);
+    std::vector<TaskResult> w = second.Run(1, 1, WriteJob(dir, "3.json", 3, kAdam, spec));
+    INFO(w[0].err);
+    CHECK(w[0].err.find("warning skipping checkpoint " + newest + ": record ") != std::string::npos);
+    CHECK(w[0].err.find(fmt::format("restored {} at global_step {}", previous, fallback->global_step)) != std::string::npos);
+    CHECK(w[0].done["global_step"] == 300);
+  }
+  Cluster third(dir, 1, 1);
+  third.Start("ps", 0);
+  third.Start("worker", 0, WriteJob(dir, "lr.json", 4, R"({"type": "adam", "learning_rate": 0.02})", spec));
+  TaskResult w = third.Finish("worker", 0, 30s);
+  CHECK(w.exit_code == 2);
+  INFO(w.err);
+  CHECK(w.err.find("optimizer: " + ckpt_dir + "/ckpt-000000000300.tfdckpt: saved with optimizer \"adam learning_rate=0.01 ") != std::string::npos);
+  CHECK(w.err.find("refusing to restore its slots") != std::string::npos);
+  third.process("ps", 0).Signal(SIGTERM);
+  third.Finish("ps", 0, 10s);
+}
+
+TEST_CASE("a ps killed and restarted gets the latest checkpoint's Adam slots back", "[integration][checkpoint][fault]") {
+  TempDir dir;
+  WriteSyntheticMnist(dir.path(), 2000, 200);
+  const std::string ckpt_dir = dir / "ckpt";
+  const std::string job = WriteJob(dir, "job.json", 300, kAdam, R"({"dir": ")" + ckpt_dir + R"(", "every_steps": 500})");
+  Cluster c(dir, 1, 2);
+  c.StartAll(1, 2, job);
+  AwaitLine(c.process("worker", 0), "info checkpoint " + ckpt_dir);
+  // The fault must come mid-run (a slow disk makes the first checkpoint line late).
+  REQUIRE(c.process("worker", 0).err().find("done: ") == std::string::npos);
+  c.process("ps", 0).Signal(SIGKILL);
+  c.Finish("ps", 0, 10s);
+  std::this_thread::sleep_for(200ms);
+  c.Start("ps", 0);
+  std::vector<TaskResult> w = c.FinishAll(1, 2);
+  INFO(w[0].err);
+  CHECK(w[0].err.find("restarted: initialised again from this chief's parameters at global_step ") != std::string::npos);
+  CHECK(w[0].err.find(" with the latest checkpoint's optimizer slots (") != std::string::npos);
+  const std::string ps = ReadAll(dir / "ps0.1.err");
+  INFO(ps);
+  CHECK(ps.find(", with optimizer slots (") != std::string::npos);
+  // The updates the slots belong to: at least the first checkpoint's.
+  const auto slots = ps.find("with optimizer slots (");
+  REQUIRE(slots != std::string::npos);
+  CHECK(NumberAfter(ps.substr(slots), "floats, ") >= 500);
+  CHECK(w[0].done["test_accuracy"].get<double>() >= 0.9);
+}
+
+}  // namespace
+}  // namespace tfd::testing
