@@ -3,9 +3,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 #include <string>
 
 #include <boost/program_options.hpp>
@@ -48,15 +46,6 @@ cluster has no ps: each worker listens on its own address and the workers form a
 Exit codes: 0 done, 1 runtime failure, 2 bad usage or configuration, 128+N after signal N.
 
 Options)";
-
-tfd::Status ReadFile(const std::string& path, std::string* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return tfd::Status::NotFound(path + ": cannot open");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  *out = ss.str();
-  return tfd::Status::Ok();
-}
 
 int Fail(const tfd::Status& s, tfd::EventWriter& events) {
   if (g_signal.load() != 0) tfd::NotifyStopping();
@@ -131,9 +120,7 @@ int main(int argc, char** argv) {
       return usage_error("--job_name, --task_index and --worker_hosts go together (and --ps_hosts for a ps cluster)");
     tf_config = tfd::config::TfConfigFromFlags(job_name, task_index, ps_hosts, worker_hosts);
   } else if (!tf_config_path.empty()) {
-    std::string text;
-    if (Status s = ReadFile(tf_config_path, &text); !s.ok()) return usage_error(s.message());
-    tf_config = tfd::config::ParseTfConfig(text, tf_config_path);
+    tf_config = tfd::config::LoadTfConfig(tf_config_path);
   } else if (const char* env = std::getenv("TF_CONFIG"); env != nullptr && *env != '\0') {
     tf_config = tfd::config::ParseTfConfig(env, "TF_CONFIG");
   } else {

@@ -203,6 +203,11 @@ Result<TfConfig> ParseTfConfig(std::string_view text, std::string_view source) {
   return c;
 }
 
+Result<TfConfig> LoadTfConfig(const std::string& path) {
+  TFD_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path, "the TF_CONFIG file"));
+  return ParseTfConfig(text, path);
+}
+
 Result<TfConfig> TfConfigFromFlags(std::string_view job_name, int task_index, std::string_view ps_hosts,
                                    std::string_view worker_hosts) {
   TfConfig c;

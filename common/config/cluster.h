@@ -61,6 +61,8 @@ struct TfConfig {
 // Parses and validates TF_CONFIG text. `source` names it in errors ("TF_CONFIG" or a path); every
 // error is InvalidArgument: `TF_CONFIG: cluster.worker[2]: "pc-03" has no port`.
 Result<TfConfig> ParseTfConfig(std::string_view text, std::string_view source);
+// ParseTfConfig of the file at `path` (tfd --tf-config); NotFound naming it when it cannot be read.
+Result<TfConfig> LoadTfConfig(const std::string& path);
 // The seeds' flags: --job_name, --task_index, --ps_hosts, --worker_hosts (comma-separated).
 Result<TfConfig> TfConfigFromFlags(std::string_view job_name, int task_index, std::string_view ps_hosts,
                                    std::string_view worker_hosts);

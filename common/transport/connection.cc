@@ -60,11 +60,6 @@ bool IsAuthType(wire::MessageType t) {
   return t == wire::MessageType::kAuthHello || t == wire::MessageType::kAuthChallenge || t == wire::MessageType::kAuthProof;
 }
 
-constexpr std::string_view kServerProof = kServerProofLabel;
-constexpr std::string_view kClientProof = kClientProofLabel;
-constexpr std::string_view kServerToClient = kServerToClientLabel;
-constexpr std::string_view kClientToServer = kClientToServerLabel;
-
 // Handshakes in progress per remote address, over every accepted connection of the process.
 class HandshakeSlots {
  public:
@@ -224,14 +219,12 @@ void Connection::SendErrorAndClose(const Status& why) {
 
 void Connection::ErrorAndCloseOnStrand(const Status& why) {
   if (closed_ || close_after_flush_) return;
-  wire::OutFrame f = wire::Encode(wire::ErrorMessage{static_cast<std::uint16_t>(why.code()), why.message()});
-  if (app_frames_flow()) {
-    (void)f.Seal(/*with_crc=*/options_.token == nullptr);
-    QueueOnStrand(std::move(f), /*raw=*/false);
-  } else {  // the peer has no key yet, and takes only small frames
-    f = wire::Encode(wire::ErrorMessage{static_cast<std::uint16_t>(why.code()), why.message().substr(0, kPreAuthPayload - 8)});
-    QueueOnStrand(std::move(f), /*raw=*/true);
-  }
+  // Before authentication the peer has no key yet, and takes only small frames.
+  const bool raw = !app_frames_flow();
+  wire::OutFrame f = wire::Encode(
+      wire::ErrorMessage{static_cast<std::uint16_t>(why.code()), raw ? why.message().substr(0, kPreAuthPayload - 8) : why.message()});
+  if (!raw) (void)f.Seal(/*with_crc=*/options_.token == nullptr);
+  QueueOnStrand(std::move(f), raw);
   close_after_flush_ = true;
   close_reason_ = why;
   flush_deadline_ = Clock::now() + kErrorFlushLimit;  // do not wait on a peer that does not read
@@ -298,7 +291,7 @@ bool Connection::OnHandshakeFrame(const wire::InFrame& frame) {
       RandomBytes(server_nonce_);
       wire::AuthChallenge challenge;
       challenge.nonce = server_nonce_;
-      challenge.proof = token.Derive(kServerProof, client_nonce_, server_nonce_);
+      challenge.proof = token.Derive(kServerProofLabel, client_nonce_, server_nonce_);
       QueueOnStrand(wire::Encode(challenge), /*raw=*/true);
       auth_ = Auth::kServerAwaitProof;
       return true;
@@ -310,13 +303,13 @@ bool Connection::OnHandshakeFrame(const wire::InFrame& frame) {
                                                             wire::MessageTypeName(type))));
         return true;
       }
-      if (!SameBytes(proof.proof, token.Derive(kClientProof, client_nonce_, server_nonce_))) {
+      if (!SameBytes(proof.proof, token.Derive(kClientProofLabel, client_nonce_, server_nonce_))) {
         RefuseOnStrand(Status::PermissionDenied(
             fmt::format("{} holds a different cluster token (its --token-file differs from this task's)", peer_name())));
         return true;
       }
-      send_mac_ = std::make_unique<FrameMac>(token.Derive(kServerToClient, client_nonce_, server_nonce_));
-      recv_mac_ = std::make_unique<FrameMac>(token.Derive(kClientToServer, client_nonce_, server_nonce_));
+      send_mac_ = std::make_unique<FrameMac>(token.Derive(kServerToClientLabel, client_nonce_, server_nonce_));
+      recv_mac_ = std::make_unique<FrameMac>(token.Derive(kClientToServerLabel, client_nonce_, server_nonce_));
       auth_ = Auth::kOn;
       wake_writer_.cancel();
       return true;
@@ -331,16 +324,16 @@ bool Connection::OnHandshakeFrame(const wire::InFrame& frame) {
         return true;
       }
       server_nonce_ = challenge.nonce;
-      if (!SameBytes(challenge.proof, token.Derive(kServerProof, client_nonce_, server_nonce_))) {
+      if (!SameBytes(challenge.proof, token.Derive(kServerProofLabel, client_nonce_, server_nonce_))) {
         RefuseOnStrand(Status::PermissionDenied(
             fmt::format("{} holds a different cluster token (its --token-file differs from this task's)", peer_name())));
         return true;
       }
       wire::AuthProof proof;
-      proof.proof = token.Derive(kClientProof, client_nonce_, server_nonce_);
+      proof.proof = token.Derive(kClientProofLabel, client_nonce_, server_nonce_);
       QueueOnStrand(wire::Encode(proof), /*raw=*/true);
-      send_mac_ = std::make_unique<FrameMac>(token.Derive(kClientToServer, client_nonce_, server_nonce_));
-      recv_mac_ = std::make_unique<FrameMac>(token.Derive(kServerToClient, client_nonce_, server_nonce_));
+      send_mac_ = std::make_unique<FrameMac>(token.Derive(kClientToServerLabel, client_nonce_, server_nonce_));
+      recv_mac_ = std::make_unique<FrameMac>(token.Derive(kServerToClientLabel, client_nonce_, server_nonce_));
       auth_ = Auth::kOn;
       return true;
     }

@@ -66,6 +66,10 @@ TEST_CASE("tfd rejects bad usage and bad files with one line and exit code 2", "
     ExpectUsageError(RunCommand(kTfd + " --standalone --job " + dir / "none.json", dir),
                      dir / "none.json" + ": cannot open the job file");
   }
+  SECTION("missing TF_CONFIG file") {
+    ExpectUsageError(RunCommand(kTfd + " --tf-config " + dir / "none.json" + " --job x", dir),
+                     dir / "none.json" + ": cannot open the TF_CONFIG file");
+  }
   SECTION("invalid JSON") { ExpectUsageError(RunJob(dir, "{\"model\": "), "job.json: not valid JSON"); }
   SECTION("unknown model") { ExpectUsageError(RunJob(dir, Job(data, "", "\"resnet\"")), "job.json: model: unknown model \"resnet\""); }
   SECTION("unknown optimizer") {
