@@ -1,5 +1,7 @@
 #include "common/collective/ring.h"
 
+#include <poll.h>
+
 #include <algorithm>
 #include <cstring>
 #include <utility>
@@ -32,11 +34,14 @@ void AddInto(const std::byte* __restrict src, float* __restrict dst, std::size_t
   }
 }
 
-Status FromErrorFrame(const Connection& from, const wire::InFrame& frame) {
+Status FromErrorFrame(const std::string& from, const wire::InFrame& frame) {
   wire::ErrorMessage err;
-  if (Status s = wire::Decode(frame.payload, &err); !s.ok()) return Status::Corruption(fmt::format("{}: {}", from.peer_name(), s.message()));
-  return Status(CodeFromWire(err.code), fmt::format("{} reports: {}", from.peer_name(), err.message));
+  if (Status s = wire::Decode(frame.payload, &err); !s.ok()) return Status::Corruption(fmt::format("{}: {}", from, s.message()));
+  return Status(CodeFromWire(err.code), fmt::format("{} reports: {}", from, err.message));
 }
+
+// How long Close() keeps writing an ERROR frame to a neighbour that is slow to read it.
+constexpr auto kErrorFlushLimit = std::chrono::seconds(1);
 
 // Segment c of n over `len` floats: [len * c / n, len * (c + 1) / n).
 std::uint64_t SegmentBegin(std::uint64_t len, int c, int n) { return len * static_cast<std::uint64_t>(c) / static_cast<std::uint64_t>(n); }
@@ -49,7 +54,12 @@ std::shared_ptr<Ring> Ring::Create(transport::asio::io_context& ioc, RingOptions
   return std::shared_ptr<Ring>(new Ring(ioc, std::move(options)));
 }
 
-Ring::Ring(transport::asio::io_context& ioc, RingOptions options) : ioc_(ioc), options_(std::move(options)) {}
+Ring::Ring(transport::asio::io_context& ioc, RingOptions options)
+    : ioc_(ioc),
+      options_(std::move(options)),
+      // A chunk's 32 bytes of fields and its floats, or an ERROR with a long message.
+      max_frame_(static_cast<std::uint32_t>(std::min<std::uint64_t>(wire::kMaxPayloadBytes, 32 + 4 * static_cast<std::uint64_t>(options_.chunk_floats) + (64 << 10)))),
+      heartbeat_(ioc) {}
 
 Ring::~Ring() { Close(Status::Ok()); }
 
@@ -80,7 +90,8 @@ Status Ring::Connect() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!failure_.ok()) return failure_;
-    next_ = conn;
+    if (closed_) return Status::FailedPrecondition("the ring is closed");
+    next_conn_ = conn;
   }
   conn->Start(/*established=*/true);  // we dialed the address of the member we expect
   const RingMember& self = options_.members[static_cast<std::size_t>(rank())];
@@ -93,15 +104,15 @@ Status Ring::Connect() {
 
   std::unique_lock<std::mutex> lock(mu_);
   auto next_log = Clock::now() + std::chrono::seconds(5);
-  while (failure_.ok() && !(welcomed_ && prev_ != nullptr)) {
+  while (failure_.ok() && !closed_ && !(next_ != nullptr && prev_ != nullptr)) {
     const auto now = Clock::now();
     if (options_.stop != nullptr && options_.stop->load()) {
       lock.unlock();
       return Fail(Status::FailedPrecondition("stopped by a signal while the ring was forming"));
     }
     if (now >= deadline) {
-      const std::string missing = !welcomed_ ? fmt::format("{} did not answer our HELLO", MemberName(Next()))
-                                             : fmt::format("{} did not connect to this worker", MemberName(Prev()));
+      const std::string missing = next_ == nullptr ? fmt::format("{} did not answer our HELLO", MemberName(Next()))
+                                                   : fmt::format("{} did not connect to this worker", MemberName(Prev()));
       lock.unlock();
       return Fail(Status::DeadlineExceeded(fmt::format("ring not formed within {:.0f} s: {}",
                                                        std::chrono::duration<double>(options_.startup_timeout).count(), missing)));
@@ -112,12 +123,46 @@ Status Ring::Connect() {
     }
     cv_.wait_until(lock, std::min(deadline, now + std::chrono::milliseconds(100)));
   }
-  if (!failure_.ok()) {
-    Status why = failure_;
+  if (!failure_.ok() || closed_) {
+    Status why = failure_.ok() ? Status::FailedPrecondition("the ring is closed") : failure_;
     lock.unlock();
     return Fail(why);
   }
+  lock.unlock();
+  transport::asio::post(ioc_, [self = shared_from_this()] { self->ScheduleHeartbeat(); });
   return Status::Ok();
+}
+
+void Ring::Adopt(bool next, transport::DetachedLink detached) {
+  auto link = std::make_unique<Link>(std::move(detached), MemberName(next ? Next() : Prev()), max_frame_);
+  std::lock_guard<std::mutex> io(io_mu_);
+  std::lock_guard<std::mutex> lock(mu_);
+  (next ? next_conn_ : prev_conn_).reset();
+  if (closed_) return;  // the socket closes with `link`
+  (next ? next_ : prev_) = std::move(link);
+  cv_.notify_all();
+}
+
+void Ring::ScheduleHeartbeat() {
+  heartbeat_.expires_after(options_.connection.heartbeat_interval);
+  heartbeat_.async_wait([weak = weak_from_this()](const boost::system::error_code& ec) {
+    auto self = weak.lock();
+    if (self == nullptr || ec || self->closed_flag_.load()) return;
+    self->Heartbeat();
+    self->ScheduleHeartbeat();
+  });
+}
+
+void Ring::Heartbeat() {
+  std::lock_guard<std::mutex> io(io_mu_);
+  if (closed_flag_.load()) return;
+  const auto now = Clock::now();
+  for (Link* link : {next_.get(), prev_.get()}) {
+    if (link == nullptr) continue;
+    if (!link->pending_write() && now - link->last_sent() >= options_.connection.heartbeat_interval) (void)link->Queue(wire::EncodeHeartbeat());
+    bool progress = false;
+    (void)link->Write(&progress);  // a broken link is the collective's to report
+  }
 }
 
 void Ring::HandleHello(const std::shared_ptr<Connection>& from, const wire::InFrame& frame) {
@@ -142,9 +187,9 @@ void Ring::HandleHello(const std::shared_ptr<Connection>& from, const wire::InFr
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (prev_ != nullptr) return refuse(fmt::format("{} is already connected to {}", self.task, prev.task));
+    if (prev_conn_ != nullptr || prev_ != nullptr) return refuse(fmt::format("{} is already connected to {}", self.task, prev.task));
     std::erase(unidentified_, from);
-    prev_ = from;
+    prev_conn_ = from;
   }
   from->set_peer_name(MemberName(Prev()));
   from->MarkEstablished();
@@ -153,56 +198,48 @@ void Ring::HandleHello(const std::shared_ptr<Connection>& from, const wire::InFr
   w.index = self.index;
   w.incarnation = options_.incarnation;
   from->Send(wire::Encode(w));
-  cv_.notify_all();
+  // The WELCOME is written first; then the collective thread drives the socket.
+  from->DetachAfterThisFrame([weak = weak_from_this()](transport::DetachedLink d) {
+    if (auto self = weak.lock()) self->Adopt(/*next=*/false, std::move(d));
+  });
 }
 
 void Ring::OnFrame(const std::shared_ptr<Connection>& from, wire::InFrame frame) {
   const wire::MessageType type = frame.header.type;
   std::unique_lock<std::mutex> lock(mu_);
-  const bool is_prev = from == prev_, is_next = from == next_;
+  const bool is_next = from == next_conn_, is_prev = from == prev_conn_;
+  lock.unlock();
   if (!is_prev && !is_next) {
-    lock.unlock();
     if (type == wire::MessageType::kHello) return HandleHello(from, frame);
     Status why = Status::FailedPrecondition(fmt::format("{} sent {} before HELLO", from->peer_name(), wire::MessageTypeName(type)));
     spdlog::warn("{}", why.message());
     return from->SendErrorAndClose(why);
   }
+  Status why;
   if (type == wire::MessageType::kError) {
-    RecordFailure(FromErrorFrame(*from, frame));
-    return;
-  }
-  if (is_prev && type == wire::MessageType::kRingChunk) {
-    inbox_.push_back(std::move(frame));
-    Drain();
-    return;
-  }
-  if (type == wire::MessageType::kDone) {
-    wire::Done d;
-    if (Status s = wire::Decode(frame.payload, &d); !s.ok()) {
-      RecordFailure(Status::Corruption(fmt::format("{}: {}", from->peer_name(), s.message())));
-      return;
-    }
-    (is_prev ? prev_done_ : next_done_) = true;
-    cv_.notify_all();
-    return;
-  }
-  if (is_next && type == wire::MessageType::kWelcome && !welcomed_) {
+    why = FromErrorFrame(from->peer_name(), frame);
+  } else if (is_next && type == wire::MessageType::kWelcome) {
     wire::Welcome w;
     if (Status s = wire::Decode(frame.payload, &w); !s.ok()) {
-      RecordFailure(Status::Corruption(fmt::format("{}: {}", from->peer_name(), s.message())));
+      why = Status::Corruption(fmt::format("{}: {}", from->peer_name(), s.message()));
     } else {
-      welcomed_ = true;
-      cv_.notify_all();
+      from->DetachAfterThisFrame([weak = weak_from_this()](transport::DetachedLink d) {
+        if (auto self = weak.lock()) self->Adopt(/*next=*/true, std::move(d));
+      });
+      return;
     }
-    return;
+  } else {
+    why = Status::Corruption(fmt::format("{} sent {} before its handshake was done", from->peer_name(), wire::MessageTypeName(type)));
   }
-  RecordFailure(Status::Corruption(fmt::format("{} sent {} on a ring connection where it has no place", from->peer_name(),
-                                               wire::MessageTypeName(type))));
+  lock.lock();
+  RecordFailure(why);
+  lock.unlock();
+  from->Close(why);
 }
 
 void Ring::OnClosed(const std::shared_ptr<Connection>& from, const Status& why) {
   std::lock_guard<std::mutex> lock(mu_);
-  if ((from == prev_ && !prev_done_) || (from == next_ && !next_done_)) {
+  if (from == prev_conn_ || from == next_conn_) {  // before its handshake was done
     RecordFailure(why.ok() ? Status::Unavailable(fmt::format("{} closed the ring connection", from->peer_name())) : why);
   } else {
     std::erase(unidentified_, from);
@@ -214,36 +251,20 @@ Status Ring::Finish() {
     Close(Status::Ok());
     return Status::Ok();
   }
-  std::shared_ptr<Connection> next, prev;
+  bool formed = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    next = next_;
-    prev = prev_;
+    std::lock_guard<std::mutex> io(io_mu_);
+    formed = next_ != nullptr && prev_ != nullptr;
+    const wire::Done done{static_cast<std::uint32_t>(rank())};
+    if (formed) (void)next_->Queue(wire::Encode(done));
+    if (formed) (void)prev_->Queue(wire::Encode(done));
   }
-  const wire::Done done{static_cast<std::uint32_t>(rank())};
-  if (next != nullptr) SendCounted(*next, wire::Encode(done));
-  if (prev != nullptr) SendCounted(*prev, wire::Encode(done));
-  const auto deadline = Clock::now() + options_.step_timeout;
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!(prev_done_ && next_done_)) {
-    if (!failure_.ok()) {
-      Status why = failure_;
-      lock.unlock();
-      return Fail(why);
-    }
-    if (Clock::now() >= deadline) {
-      const std::string who = !prev_done_ ? MemberName(Prev()) : MemberName(Next());
-      lock.unlock();
-      return Fail(Status::DeadlineExceeded(fmt::format("{} did not finish its last collective within {:.0f} s", who,
-                                                       std::chrono::duration<double>(options_.step_timeout).count())));
-    }
-    cv_.wait_until(lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(100)));
-  }
-  lock.unlock();
-  // Our DONEs must be on the wire before the sockets close (a close drops unwritten frames).
-  Status sent = WaitSent();
+  if (!formed) return Fail(Status::FailedPrecondition("Finish() before the ring was formed"));
+  Work w;
+  w.finishing = true;
+  TFD_RETURN_IF_ERROR(Drive(w));
   Close(Status::Ok());
-  return sent;
+  return Status::Ok();
 }
 
 void Ring::RecordFailure(Status why) {
@@ -258,7 +279,8 @@ void Ring::Close(const Status& why) {
     if (closed_) return;
     if (failure_.ok() && !why.ok()) failure_ = why;
     closed_ = true;
-    for (auto* c : {&next_, &prev_})
+    closed_flag_.store(true);
+    for (auto* c : {&next_conn_, &prev_conn_})
       if (*c != nullptr) conns.push_back(*c);
     conns.insert(conns.end(), unidentified_.begin(), unidentified_.end());
     cv_.notify_all();
@@ -267,6 +289,24 @@ void Ring::Close(const Status& why) {
     if (why.ok()) c->Close(Status::Unavailable("ring closed"));
     else c->SendErrorAndClose(why);
   }
+  std::lock_guard<std::mutex> io(io_mu_);
+  std::vector<Link*> links;
+  for (Link* link : {next_.get(), prev_.get()})
+    if (link != nullptr) links.push_back(link);
+  if (!why.ok()) {
+    for (Link* link : links) (void)link->Queue(wire::Encode(wire::ErrorMessage{static_cast<std::uint16_t>(why.code()), why.message()}));
+  }
+  // What is queued (an ERROR, a DONE) goes out before the sockets close, unless the peer does not read.
+  const auto deadline = Clock::now() + kErrorFlushLimit;
+  for (Link* link : links) {
+    bool progress = false;
+    while (link->pending_write() && link->Write(&progress).ok() && Clock::now() < deadline) {
+      if (!link->pending_write()) break;
+      pollfd p{link->fd(), POLLOUT, 0};
+      (void)::poll(&p, 1, 10);
+    }
+    link->Shutdown();
+  }
 }
 
 Status Ring::Fail(const Status& why) {
@@ -274,119 +314,165 @@ Status Ring::Fail(const Status& why) {
   return why;
 }
 
-void Ring::SendChunk(std::uint64_t collective, wire::RingPhase phase, int hop, int segment, std::uint64_t offset,
-                     std::span<const float> values) {
+Status Ring::SendChunk(std::uint64_t collective, wire::RingPhase phase, int hop, int segment, std::uint64_t offset,
+                       std::span<const float> values) {
   wire::RingChunk m;
   m.collective = collective;
   m.phase = phase;
   m.hop = static_cast<std::uint16_t>(hop);
   m.segment = static_cast<std::uint32_t>(segment);
   m.offset = offset;
-  SendCounted(*next_, wire::Encode(m, values));  // next_ is set once, before the first collective
+  return next_->Queue(wire::Encode(m, values));
 }
 
-void Ring::SendCounted(Connection& to, wire::OutFrame f) {
+Status Ring::OnControl(const Link& from, const wire::InFrame& frame, bool* done) {
+  switch (frame.header.type) {
+    case wire::MessageType::kError: return FromErrorFrame(from.peer_name(), frame);
+    case wire::MessageType::kDone: {
+      wire::Done d;
+      if (Status s = wire::Decode(frame.payload, &d); !s.ok()) return Status::Corruption(fmt::format("{}: {}", from.peer_name(), s.message()));
+      *done = true;
+      return Status::Ok();
+    }
+    default:
+      return Status::Corruption(fmt::format("{} sent {} on a ring connection where it has no place", from.peer_name(),
+                                            wire::MessageTypeName(frame.header.type)));
+  }
+}
+
+Status Ring::Apply(Work& w, const wire::InFrame& frame) {
+  if (w.finishing || w.done == w.plan.size()) {
+    return Status::Corruption(fmt::format("{} sent RING_CHUNK after this member's last collective: the members disagree on the "
+                                          "schedule", MemberName(Prev())));
+  }
+  const Expected& e = w.plan[w.done];
+  wire::RingChunk c;
+  if (Status s = wire::Decode(frame.payload, &c); !s.ok()) return Status::Corruption(fmt::format("{}: {}", MemberName(Prev()), s.message()));
+  const std::uint64_t got_count = c.values.size() / 4;
+  if (c.collective != w.id || c.phase != e.phase || c.hop != e.hop || c.segment != e.segment || c.offset != e.offset || got_count != e.count) {
+    return Status::Corruption(fmt::format(
+        "{} sent RING_CHUNK (collective {}, {} hop {}, segment {}, floats [{}, {})) where (collective {}, {} hop {}, segment {}, "
+        "floats [{}, {})) was due: the members disagree on the buffer or the schedule",
+        MemberName(Prev()), c.collective, PhaseName(c.phase), c.hop, c.segment, c.offset, c.offset + got_count, w.id, PhaseName(e.phase),
+        e.hop, e.segment, e.offset, e.offset + e.count));
+  }
+  float* dst = w.data.data() + e.offset;
+  if (e.add) AddInto(c.values.data(), dst, static_cast<std::size_t>(e.count));
+  else std::memcpy(dst, c.values.data(), static_cast<std::size_t>(e.count) * 4);
+  ++w.done;
+  if (!e.forward) return Status::Ok();
+  return SendChunk(w.id, e.forward_phase, e.forward_hop, static_cast<int>(e.segment), e.offset,
+                   w.data.subspan(static_cast<std::size_t>(e.offset), static_cast<std::size_t>(e.count)));
+}
+
+Status Ring::Pump(Work& w, bool* progress) {
+  TFD_RETURN_IF_ERROR(next_->Write(progress));
+  TFD_RETURN_IF_ERROR(prev_->Write(progress));
+  // From the next member only control frames come (ERROR, DONE); chunks come from the previous one.
+  while (!next_eof_) {
+    Result<const wire::InFrame*> f = next_->Read(progress);
+    if (!f.ok()) {
+      if (next_done_ && f.status().code() == Code::kUnavailable) {  // it left in good order
+        next_eof_ = true;
+        break;
+      }
+      return f.status();
+    }
+    if (*f == nullptr) break;
+    TFD_RETURN_IF_ERROR(OnControl(*next_, **f, &next_done_));
+  }
+  while (!prev_eof_ && (w.finishing || w.done < w.plan.size())) {
+    Result<const wire::InFrame*> f = prev_->Read(progress);
+    if (!f.ok()) {
+      if (prev_done_ && f.status().code() == Code::kUnavailable) {
+        prev_eof_ = true;
+        break;
+      }
+      return f.status();
+    }
+    if (*f == nullptr) break;
+    if ((*f)->header.type == wire::MessageType::kRingChunk) {
+      TFD_RETURN_IF_ERROR(Apply(w, **f));
+      TFD_RETURN_IF_ERROR(next_->Write(progress));  // on its way while the next chunk is read
+      continue;
+    }
+    TFD_RETURN_IF_ERROR(OnControl(*prev_, **f, &prev_done_));
+    if (prev_done_ && !w.finishing) {
+      return Status::FailedPrecondition(fmt::format("{} finished its last collective while this member still expected chunks of "
+                                                    "collective {}: the members disagree on the schedule",
+                                                    MemberName(Prev()), w.id));
+    }
+  }
+  return Status::Ok();
+}
+
+bool Ring::Complete(const Work& w) const {
+  if (w.finishing) return prev_done_ && next_done_ && !next_->pending_write() && !prev_->pending_write();
+  return w.done == w.plan.size() && !next_->pending_write();  // the tails point into the caller's buffer
+}
+
+Status Ring::Drive(Work& w) {
+  const auto seconds = [](auto d) { return std::chrono::duration<double>(d).count(); };
+  const auto peer_timeout = options_.connection.peer_timeout;
+  auto progress_deadline = Clock::now() + options_.step_timeout;
   {
-    std::lock_guard<std::mutex> lock(in_flight_->mu);
-    ++in_flight_->frames;
+    // Heartbeats wait in the socket between collectives: silence counts from here.
+    std::lock_guard<std::mutex> io(io_mu_);
+    next_->set_last_heard(Clock::now());
+    prev_->set_last_heard(Clock::now());
   }
-  // Released once the connection has written (or dropped) the frame.
-  f.keepalive = std::shared_ptr<const void>(static_cast<const void*>(nullptr), [flight = in_flight_](const void*) {
-    std::lock_guard<std::mutex> lock(flight->mu);
-    if (--flight->frames == 0) flight->cv.notify_all();
-  });
-  to.Send(std::move(f));
-}
-
-void Ring::Drain() {
-  if (!active_.has_value() || !failure_.ok()) return;
-  Active& a = *active_;
-  while (a.done < a.plan.size() && !inbox_.empty()) {
-    wire::InFrame frame = std::move(inbox_.front());
-    inbox_.pop_front();
-    const Expected& e = a.plan[a.done];
-    wire::RingChunk c;
-    if (Status s = wire::Decode(frame.payload, &c); !s.ok()) {
-      RecordFailure(Status::Corruption(fmt::format("{}: {}", MemberName(Prev()), s.message())));
-      return;
+  for (;;) {
+    bool progress = false, complete = false;
+    Status st;
+    Clock::time_point heard_next, heard_prev;
+    std::array<pollfd, 2> fds{};
+    {
+      std::lock_guard<std::mutex> io(io_mu_);
+      if (closed_flag_.load()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        return failure_.ok() ? Status::FailedPrecondition("the ring is closed") : failure_;
+      }
+      st = Pump(w, &progress);
+      complete = st.ok() && Complete(w);
+      heard_next = next_->last_heard();
+      heard_prev = prev_->last_heard();
+      fds[0] = {next_eof_ ? -1 : next_->fd(), static_cast<short>(POLLIN | (next_->pending_write() ? POLLOUT : 0)), 0};
+      const bool read_prev = !prev_eof_ && (w.finishing || w.done < w.plan.size());
+      fds[1] = {read_prev || prev_->pending_write() ? prev_->fd() : -1,
+                static_cast<short>((read_prev ? POLLIN : 0) | (prev_->pending_write() ? POLLOUT : 0)), 0};
     }
-    const std::uint64_t got_count = c.values.size() / 4;
-    if (c.collective != a.id || c.phase != e.phase || c.hop != e.hop || c.segment != e.segment || c.offset != e.offset ||
-        got_count != e.count) {
-      RecordFailure(Status::Corruption(fmt::format(
-          "{} sent RING_CHUNK (collective {}, {} hop {}, segment {}, floats [{}, {})) where (collective {}, {} hop {}, segment {}, "
-          "floats [{}, {})) was due: the members disagree on the buffer or the schedule",
-          MemberName(Prev()), c.collective, PhaseName(c.phase), c.hop, c.segment, c.offset, c.offset + got_count, a.id,
-          PhaseName(e.phase), e.hop, e.segment, e.offset, e.offset + e.count)));
-      return;
-    }
-    float* dst = a.data.data() + e.offset;
-    if (e.add) AddInto(c.values.data(), dst, static_cast<std::size_t>(e.count));
-    else std::memcpy(dst, c.values.data(), static_cast<std::size_t>(e.count) * 4);
-    if (e.forward)
-      SendChunk(a.id, e.forward_phase, e.forward_hop, static_cast<int>(e.segment), e.offset,
-                a.data.subspan(static_cast<std::size_t>(e.offset), static_cast<std::size_t>(e.count)));
-    if (++a.done == a.plan.size()) cv_.notify_all();
-  }
-}
-
-Status Ring::Run(std::uint64_t id, std::span<float> data, std::vector<Expected> plan) {
-  std::unique_lock<std::mutex> lock(mu_);
-  active_.emplace();
-  active_->id = id;
-  active_->data = data;
-  active_->plan = std::move(plan);
-  Drain();  // chunks that came before this member got here
-  auto deadline = Clock::now() + options_.step_timeout;
-  std::size_t seen = active_->done;
-  Status result;
-  while (active_->done < active_->plan.size()) {
-    if (!failure_.ok()) {
-      result = failure_;
-      break;
-    }
-    if (closed_) {
-      result = Status::FailedPrecondition("the ring is closed");
-      break;
-    }
-    if (options_.stop != nullptr && options_.stop->load()) {
-      result = Status::FailedPrecondition("stopped by a signal during a collective");
-      break;
-    }
+    if (!st.ok()) return Fail(st);
+    if (complete) return Status::Ok();
+    if (options_.stop != nullptr && options_.stop->load()) return Fail(Status::FailedPrecondition("stopped by a signal during a collective"));
     const auto now = Clock::now();
-    if (active_->done != seen) {
-      seen = active_->done;
-      deadline = now + options_.step_timeout;
-    } else if (now >= deadline) {
-      const Expected& e = active_->plan[active_->done];
-      result = Status::DeadlineExceeded(fmt::format("{} sent no ring chunk for {:.0f} s (collective {}, {} hop {})", MemberName(Prev()),
-                                                    std::chrono::duration<double>(options_.step_timeout).count(), id,
-                                                    PhaseName(e.phase), e.hop));
-      break;
+    if (progress) {
+      progress_deadline = now + options_.step_timeout;
+      continue;
     }
-    cv_.wait_until(lock, std::min(deadline, now + std::chrono::milliseconds(100)));
-  }
-  active_.reset();
-  lock.unlock();
-  if (!result.ok()) {
-    (void)Fail(result);
-    (void)WaitSent();  // the closed connections drop what they hold
-    return result;
-  }
-  if (Status s = WaitSent(); !s.ok()) return Fail(s);
-  return Status::Ok();
-}
-
-Status Ring::WaitSent() {
-  const auto deadline = Clock::now() + options_.step_timeout;
-  std::unique_lock<std::mutex> lock(in_flight_->mu);
-  while (in_flight_->frames > 0) {
-    if (in_flight_->cv.wait_until(lock, deadline) == std::cv_status::timeout && in_flight_->frames > 0) {
-      return Status::DeadlineExceeded(fmt::format("{} did not take the ring chunks sent to it within {:.0f} s", MemberName(Next()),
-                                                  std::chrono::duration<double>(options_.step_timeout).count()));
+    for (const auto& [heard, who] : {std::pair{heard_prev, Prev()}, std::pair{heard_next, Next()}}) {
+      if (now - heard >= peer_timeout && !(who == Next() && next_eof_) && !(who == Prev() && prev_eof_)) {
+        return Fail(Status::DeadlineExceeded(fmt::format(
+            "{} sent nothing for {:.1f} s (not even a heartbeat): it is stopped, overloaded or unreachable", MemberName(who),
+            seconds(peer_timeout))));
+      }
     }
+    if (now >= progress_deadline) {
+      if (w.finishing) {
+        const std::string who = !prev_done_ ? MemberName(Prev()) : MemberName(Next());
+        return Fail(Status::DeadlineExceeded(fmt::format("{} did not finish its last collective within {:.0f} s", who,
+                                                         seconds(options_.step_timeout))));
+      }
+      if (w.done < w.plan.size()) {
+        const Expected& e = w.plan[w.done];
+        return Fail(Status::DeadlineExceeded(fmt::format("{} sent no ring chunk for {:.0f} s (collective {}, {} hop {})", MemberName(Prev()),
+                                                         seconds(options_.step_timeout), w.id, PhaseName(e.phase), e.hop)));
+      }
+      return Fail(Status::DeadlineExceeded(fmt::format("{} did not take the ring chunks sent to it within {:.0f} s", MemberName(Next()),
+                                                       seconds(options_.step_timeout))));
+    }
+    const auto wait = std::min<Clock::duration>({std::chrono::milliseconds(100), progress_deadline - now});
+    (void)::poll(fds.data(), fds.size(), static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(wait).count()) + 1);
   }
-  return Status::Ok();
 }
 
 Status Ring::AllReduce(std::span<float> data) {
@@ -433,12 +519,24 @@ Status Ring::AllReduce(std::span<float> data) {
       plan.push_back({wire::RingPhase::kAllGather, h, static_cast<std::uint32_t>(s), o, count, false, h != last,
                       wire::RingPhase::kAllGather, static_cast<std::uint16_t>(h + 1)});
   }
-  // Hop 0 of the reduce-scatter: this member's own values of segment r, sent before any chunk is
-  // applied (which sends from the I/O thread), so frames leave in schedule order.
+  // Hop 0 of the reduce-scatter: this member's own values of segment r, queued before any chunk
+  // is applied (which queues what it forwards), so frames leave in schedule order.
   const int own = seg(r);
-  for (const auto& [o, count] : pieces(own))
-    SendChunk(id, wire::RingPhase::kReduceScatter, 0, own, o, data.subspan(static_cast<std::size_t>(o), static_cast<std::size_t>(count)));
-  return Run(id, data, std::move(plan));
+  Work w;
+  w.id = id;
+  w.data = data;
+  w.plan = std::move(plan);
+  Status queued;
+  {
+    std::lock_guard<std::mutex> io(io_mu_);
+    if (next_ == nullptr || prev_ == nullptr) queued = Status::FailedPrecondition("a collective before the ring was formed");
+    for (const auto& [o, count] : pieces(own)) {
+      if (!queued.ok()) break;
+      queued = SendChunk(id, wire::RingPhase::kReduceScatter, 0, own, o, data.subspan(static_cast<std::size_t>(o), static_cast<std::size_t>(count)));
+    }
+  }
+  if (!queued.ok()) return Fail(queued);
+  return Drive(w);
 }
 
 Status Ring::Broadcast(std::span<float> data) {
@@ -446,13 +544,21 @@ Status Ring::Broadcast(std::span<float> data) {
   if (n == 1) return Status::Ok();
   const std::uint64_t id = collective_++;
   const std::uint64_t len = data.size(), chunk = options_.chunk_floats;
-  std::vector<Expected> plan;
-  for (std::uint64_t o = 0; o < len; o += chunk) {
-    const std::uint64_t count = std::min(chunk, len - o);
-    if (r == 0) SendChunk(id, wire::RingPhase::kBroadcast, 0, 0, o, data.subspan(static_cast<std::size_t>(o), static_cast<std::size_t>(count)));
-    else plan.push_back({wire::RingPhase::kBroadcast, 0, 0, o, count, false, r != n - 1, wire::RingPhase::kBroadcast, 0});
+  Work w;
+  w.id = id;
+  w.data = data;
+  Status queued;
+  {
+    std::lock_guard<std::mutex> io(io_mu_);
+    if (next_ == nullptr || prev_ == nullptr) queued = Status::FailedPrecondition("a collective before the ring was formed");
+    for (std::uint64_t o = 0; o < len && queued.ok(); o += chunk) {
+      const std::uint64_t count = std::min(chunk, len - o);
+      if (r != 0) w.plan.push_back({wire::RingPhase::kBroadcast, 0, 0, o, count, false, r != n - 1, wire::RingPhase::kBroadcast, 0});
+      else queued = SendChunk(id, wire::RingPhase::kBroadcast, 0, 0, o, data.subspan(static_cast<std::size_t>(o), static_cast<std::size_t>(count)));
+    }
   }
-  return Run(id, data, std::move(plan));
+  if (!queued.ok()) return Fail(queued);
+  return Drive(w);
 }
 
 }  // namespace tfd::collective

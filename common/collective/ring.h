@@ -6,15 +6,14 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "common/base/status.h"
+#include "common/collective/link.h"
 #include "common/transport/connection.h"
 #include "common/wire/messages.h"
 
@@ -46,8 +45,8 @@ struct RingOptions {
   const std::atomic<bool>* stop = nullptr;  // a signal: waits end with FailedPrecondition
 };
 
-// Ring collectives over two transport connections: the one this worker dials to the next member
-// and the one the previous member dials to it (handed over by a Listener through Accept).
+// Ring collectives over two connections: the one this worker dials to the next member and the one
+// the previous member dials to it (handed over by a Listener through Accept).
 //
 // AllReduce sums by reduce-scatter then all-gather: the buffer is cut into n segments; segment c
 // is summed along the ring starting at rank c, each partial sum being `received + own`, and ends
@@ -55,12 +54,18 @@ struct RingOptions {
 // So the summation order of every element is fixed by the ring and every rank ends with the same
 // bits, run after run.
 //
+// The handshake (token, HELLO/WELCOME) runs on ordinary transport Connections; then each side takes
+// the socket over (Connection::DetachAfterThisFrame) and the thread that calls a collective drives
+// both sockets itself, non-blocking (Link): it writes chunks, reads the next one into a reused
+// buffer, reduces it and forwards it, waiting in poll() only when neither socket can move. Between
+// collectives a timer on the io_context sends HEARTBEATs, so a neighbour that is busy computing is
+// told apart from one that is stopped or gone.
+//
 // Collectives are called by one thread (the training thread), in the same order on every member.
-// The io_context runs on another thread; it applies each chunk as it arrives and passes it on, so a
-// chunk costs no thread hand-off, and the calling thread only waits for the last one. Errors: Unavailable/DeadlineExceeded naming the
-// neighbour that was lost or silent, or the error another member reported (which names the member
-// that failed first); Corruption for a chunk that is not the one the schedule expects. After any
-// error the ring is closed, and both neighbours are told why.
+// Errors: Unavailable/DeadlineExceeded naming the neighbour that was lost or silent (nothing, not
+// even a heartbeat, for the peer timeout; no progress for the step timeout), or the error another
+// member reported (which names the member that failed first); Corruption for a chunk that is not
+// the one the schedule expects. After any error the ring is closed, and both neighbours are told why.
 class Ring final : public transport::FrameHandler, public std::enable_shared_from_this<Ring> {
  public:
   static std::shared_ptr<Ring> Create(transport::asio::io_context& ioc, RingOptions options);
@@ -72,6 +77,7 @@ class Ring final : public transport::FrameHandler, public std::enable_shared_fro
   // have shaken hands. Blocks the calling thread.
   Status Connect();
   // Sums `data` element-wise over all members, in place. Every member passes the same length.
+  // After an error the contents of `data` are unspecified.
   Status AllReduce(std::span<float> data);
   // Copies rank 0's `data` to every member.
   Status Broadcast(std::span<float> data);
@@ -79,7 +85,8 @@ class Ring final : public transport::FrameHandler, public std::enable_shared_fro
   // closes a connection its neighbour still needs; then closes. A neighbour that closes without
   // DONE is lost; one that closes after it has left in good order.
   Status Finish();
-  // Tells both neighbours `why` (an ERROR frame) unless it is Ok, and closes. Idempotent.
+  // Tells both neighbours `why` (an ERROR frame) unless it is Ok, and closes. Idempotent. Any
+  // thread: a collective in progress ends with `why` (or FailedPrecondition when it is Ok).
   void Close(const Status& why);
 
   int rank() const { return options_.rank; }
@@ -100,53 +107,54 @@ class Ring final : public transport::FrameHandler, public std::enable_shared_fro
     wire::RingPhase forward_phase;
     std::uint16_t forward_hop;
   };
-  // The collective in progress: chunks are applied as they arrive, on the I/O thread.
-  struct Active {
+  // What Drive() works through: the chunks of a collective, or (finishing) the neighbours' DONEs.
+  struct Work {
     std::uint64_t id = 0;
     std::span<float> data;
     std::vector<Expected> plan;
     std::size_t done = 0;  // chunks of `plan` applied
-  };
-
-  // Counts frames handed to the next connection and not yet written (or dropped), so a
-  // collective returns only once the transport no longer reads the caller's buffer.
-  struct InFlight {
-    std::mutex mu;
-    std::condition_variable cv;
-    int frames = 0;
+    bool finishing = false;
   };
 
   Ring(transport::asio::io_context& ioc, RingOptions options);
   std::string MemberName(int rank) const;
   int Next() const { return (rank() + 1) % size(); }
   int Prev() const { return (rank() + size() - 1) % size(); }
-  void SendChunk(std::uint64_t collective, wire::RingPhase phase, int hop, int segment, std::uint64_t offset,
-                 std::span<const float> values);
-  // Sends `f` on `to`, counted in in_flight_ until written.
-  void SendCounted(transport::Connection& to, wire::OutFrame f);
-  // Sends `initial`, then applies the chunks of `plan` as they come and waits for the last one.
-  Status Run(std::uint64_t id, std::span<float> data, std::vector<Expected> plan);
-  void Drain();  // mu_ held: applies queued chunks to the active collective
-  Status WaitSent();
+  Status SendChunk(std::uint64_t collective, wire::RingPhase phase, int hop, int segment, std::uint64_t offset,
+                   std::span<const float> values);  // io_mu_ held
+  // Moves `w` on until it is complete, on the calling thread; closes the ring on any error.
+  Status Drive(Work& w);
+  Status Pump(Work& w, bool* progress);                   // io_mu_ held: one round of writes and reads
+  Status Apply(Work& w, const wire::InFrame& frame);      // io_mu_ held: a chunk from the previous member
+  Status OnControl(const Link& from, const wire::InFrame& frame, bool* done);  // io_mu_ held
+  bool Complete(const Work& w) const;                     // io_mu_ held
+  // A connection's handshake is done: its socket becomes the Link to that neighbour.
+  void Adopt(bool next, transport::DetachedLink detached);
+  void ScheduleHeartbeat();  // io_context thread (or before the timer is shared)
+  void Heartbeat();
   Status Fail(const Status& why);  // closes the ring telling the neighbours; returns why
   void HandleHello(const std::shared_ptr<transport::Connection>& from, const wire::InFrame& frame);
   void RecordFailure(Status why);  // mu_ held
 
   transport::asio::io_context& ioc_;
   const RingOptions options_;
-  std::shared_ptr<InFlight> in_flight_ = std::make_shared<InFlight>();
-  std::uint64_t collective_ = 0;  // collective thread only
+  const std::uint32_t max_frame_;  // the largest payload a neighbour may send: a chunk and its fields
+  std::uint64_t collective_ = 0;   // collective thread only
+
+  // Lock order: io_mu_ before mu_.
+  std::mutex io_mu_;               // the links' I/O: the collective thread, the heartbeat timer, Close
+  std::unique_ptr<Link> next_, prev_;  // guarded by io_mu_ and mu_ (set under both, once)
+  bool next_done_ = false, prev_done_ = false;  // guarded by io_mu_: their DONE came
+  bool next_eof_ = false, prev_eof_ = false;    // guarded by io_mu_: closed after their DONE
+  transport::asio::steady_timer heartbeat_;     // io_context thread
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::shared_ptr<transport::Connection> next_, prev_;         // guarded by mu_
+  std::shared_ptr<transport::Connection> next_conn_, prev_conn_;      // guarded by mu_: until their handshake is done
   std::vector<std::shared_ptr<transport::Connection>> unidentified_;  // guarded by mu_: accepted, no HELLO yet
-  bool welcomed_ = false;                                       // guarded by mu_: next answered our HELLO
-  bool prev_done_ = false, next_done_ = false;                  // guarded by mu_: their DONE came
-  std::deque<wire::InFrame> inbox_;                             // guarded by mu_: chunks from prev, not yet applied
-  std::optional<Active> active_;                                // guarded by mu_
-  Status failure_;                                              // guarded by mu_
-  bool closed_ = false;                                         // guarded by mu_
+  Status failure_;                                                    // guarded by mu_
+  bool closed_ = false;                                               // guarded by mu_
+  std::atomic<bool> closed_flag_{false};                              // closed_, for the collective loop
 };
 
 }  // namespace tfd::collective

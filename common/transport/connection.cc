@@ -252,6 +252,37 @@ void Connection::CloseOnStrand(const Status& why) {
   handler_owner_.reset();
 }
 
+void Connection::DetachAfterThisFrame(std::function<void(DetachedLink)> done) {
+  detach_done_ = std::move(done);  // on the strand: called from OnFrame
+  wake_writer_.cancel();
+  watchdog_.cancel();
+}
+
+void Connection::MaybeFinishDetach() {
+  if (closed_ || !read_stopped_ || !write_stopped_) return;
+  closed_ = true;  // to this object: the socket lives on with its new owner
+  closed_flag_.store(true);
+  watchdog_.cancel();
+  wake_writer_.cancel();
+  ReleaseHandshakeSlot();
+  DetachedLink link;
+  error_code ec;
+  link.fd = socket_.release(ec);
+  if (ec) {
+    closed_ = false;
+    CloseOnStrand(Status::Internal(fmt::format("{}: could not hand the socket over: {}", peer_name(), ec.message())));
+    return;
+  }
+  link.buffered = std::move(detach_buffered_);
+  link.send_mac = std::move(send_mac_);
+  link.recv_mac = std::move(recv_mac_);
+  link.send_seq = send_seq_;
+  link.recv_seq = recv_seq_;
+  auto done = std::move(detach_done_);
+  done(std::move(link));
+  handler_owner_.reset();
+}
+
 void Connection::RefuseOnStrand(const Status& why) {
   if (!dialed_) {  // a dialing side's handler reports it
     CountRefusal(Refusal::kAuthentication);
@@ -472,6 +503,12 @@ asio::awaitable<void> Connection::ReadLoop() {
     if (frame.header.type == wire::MessageType::kHeartbeat) continue;
     handler_.OnFrame(self, std::move(frame));
     if (closed_) co_return;
+    if (detach_done_) {  // the handler takes the socket from here
+      detach_buffered_.assign(rx.begin() + static_cast<std::ptrdiff_t>(rx_begin), rx.begin() + static_cast<std::ptrdiff_t>(rx_end));
+      read_stopped_ = true;
+      MaybeFinishDetach();
+      co_return;
+    }
   }
 }
 
@@ -480,6 +517,11 @@ asio::awaitable<void> Connection::WriteLoop() {
   std::vector<asio::const_buffer> buffers;
   std::vector<std::span<const std::byte>> parts;
   while (!closed_) {
+    if (detach_done_ && control_.empty() && outbox_.empty()) {  // all written: hand the socket over
+      write_stopped_ = true;
+      MaybeFinishDetach();
+      co_return;
+    }
     // Handshake frames first; the others wait until the handshake is done.
     const bool raw = !control_.empty();
     std::deque<Outgoing>& queue = raw ? control_ : outbox_;
@@ -493,7 +535,7 @@ asio::awaitable<void> Connection::WriteLoop() {
       error_code ec;
       co_await wake_writer_.async_wait(redirect_error(use_awaitable, ec));
       if (closed_) co_return;
-      if (!ec && outbox_.empty() && established_ && app_frames_flow()) {  // a quiet interval: tell the peer we are alive
+      if (!ec && outbox_.empty() && established_ && app_frames_flow() && !detach_done_) {  // a quiet interval: tell the peer we are alive
         Outgoing& hb = outbox_.emplace_back();
         hb.frame = wire::EncodeHeartbeat();
         (void)hb.frame.Seal(/*with_crc=*/options_.token == nullptr);
@@ -533,7 +575,7 @@ asio::awaitable<void> Connection::WriteLoop() {
 
 asio::awaitable<void> Connection::Watchdog() {
   auto self = shared_from_this();
-  while (!closed_) {
+  while (!closed_ && !detach_done_) {
     const auto limit = established_ ? options_.peer_timeout : options_.handshake_timeout;
     watchdog_.expires_at(close_after_flush_ ? flush_deadline_ : (established_ ? last_heard_ : started_) + limit);
     error_code ec;

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include <boost/asio.hpp>
 
@@ -66,6 +67,16 @@ inline constexpr std::uint32_t kPreAuthPayload = 224;
 
 class Connection;
 
+// A connection handed over to an owner that does its own I/O (the ring's collective thread): the
+// socket, the bytes already read past the last frame, and the frame MAC state, so the stream goes
+// on exactly where the connection left it.
+struct DetachedLink {
+  int fd = -1;                       // a connected TCP socket, now the receiver's to close
+  std::vector<std::byte> buffered;   // read from the socket, not yet parsed: the start of the next frames
+  std::unique_ptr<FrameMac> send_mac, recv_mac;  // both null without a token
+  std::uint64_t send_seq = 0, recv_seq = 0;
+};
+
 // Receives a connection's frames. Knows frames, never sockets.
 class FrameHandler {
  public:
@@ -98,6 +109,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void SendErrorAndClose(const Status& why);
   // Closes the socket and tells the handler, once. Any thread.
   void Close(const Status& why);
+  // From within the handler's OnFrame for this connection only: reads no frame after this one,
+  // writes what is queued, then stops its loops and passes the socket and its state to `done` (on
+  // the strand) instead of closing. The handler hears OnClosed only if the connection closes first.
+  void DetachAfterThisFrame(std::function<void(DetachedLink)> done);
 
   // "ps:0 (10.0.0.5:2222)"; a server learns the peer's task from its HELLO.
   std::string peer_name() const;
@@ -125,6 +140,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool OnHandshakeFrame(const wire::InFrame& frame);
   void RefuseOnStrand(const Status& why);
   bool app_frames_flow() const { return auth_ == Auth::kOff || auth_ == Auth::kOn; }
+  void MaybeFinishDetach();
   std::uint32_t payload_limit() const;
 
   tcp::socket socket_;
@@ -146,6 +162,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::string handshake_slot_;      // strand only: the address whose handshake slot this holds, or ""
   void ReleaseHandshakeSlot();
   bool closed_ = false;             // strand only
+  std::function<void(DetachedLink)> detach_done_;  // strand only: set by DetachAfterThisFrame
+  bool read_stopped_ = false, write_stopped_ = false;  // strand only: the loops have handed over
+  std::vector<std::byte> detach_buffered_;         // strand only
   std::atomic<bool> closed_flag_{false};
   Clock::time_point last_heard_;    // strand only
   Clock::time_point started_;       // strand only

@@ -1,0 +1,226 @@
+#include "common/collective/link.h"
+
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include <fmt/format.h>
+
+namespace tfd::collective {
+namespace {
+
+// How far a read goes past the frame being assembled: the next header and small frames, little
+// enough that copying a large payload's first bytes out of it costs next to nothing.
+constexpr std::size_t kReadAhead = 8 << 10;
+constexpr int kMaxIov = 64;
+
+}  // namespace
+
+Link::Link(transport::DetachedLink detached, std::string peer_name, std::uint32_t max_payload)
+    : fd_(detached.fd),
+      peer_name_(std::move(peer_name)),
+      max_payload_(max_payload),
+      send_mac_(std::move(detached.send_mac)),
+      recv_mac_(std::move(detached.recv_mac)),
+      send_seq_(detached.send_seq),
+      recv_seq_(detached.recv_seq),
+      rx_(std::max(kReadAhead, detached.buffered.size())) {
+  std::copy(detached.buffered.begin(), detached.buffered.end(), rx_.begin());
+  rx_end_ = detached.buffered.size();
+  const int flags = fcntl(fd_, F_GETFL);
+  if (flags >= 0) (void)fcntl(fd_, F_SETFL, flags | O_NONBLOCK);
+}
+
+Link::~Link() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void Link::Shutdown() {
+  if (shut_) return;
+  shut_ = true;
+  ::shutdown(fd_, SHUT_RDWR);
+}
+
+Status Link::Queue(wire::OutFrame frame) {
+  Outgoing& o = outbox_.emplace_back();
+  o.frame = std::move(frame);
+  o.with_mac = send_mac_ != nullptr;
+  if (Status s = o.frame.Seal(/*with_crc=*/!o.with_mac); !s.ok()) {
+    outbox_.pop_back();
+    return s.WithContext(fmt::format("sending to {}", peer_name_));
+  }
+  if (o.with_mac) o.frame.header.flags |= wire::kFlagMac;
+  wire::EncodeHeader(o.frame.header, o.header);
+  if (o.with_mac) {
+    std::vector<std::span<const std::byte>> parts;
+    parts.reserve(2 + o.frame.tail.size());
+    parts.emplace_back(o.header);
+    parts.emplace_back(o.frame.head);
+    parts.insert(parts.end(), o.frame.tail.begin(), o.frame.tail.end());
+    send_mac_->Tag(send_seq_++, parts, o.mac);
+  }
+  last_sent_ = Clock::now();
+  return Status::Ok();
+}
+
+Status Link::Write(bool* progress) {
+  std::array<iovec, kMaxIov> iov;
+  while (!outbox_.empty()) {
+    int count = 0;
+    std::size_t skip = written_;
+    auto add = [&](const void* p, std::size_t n) {
+      if (n == 0 || count == kMaxIov) return;
+      if (skip >= n) {
+        skip -= n;
+        return;
+      }
+      iov[static_cast<std::size_t>(count++)] = {const_cast<std::byte*>(static_cast<const std::byte*>(p)) + skip, n - skip};
+      skip = 0;
+    };
+    for (const Outgoing& o : outbox_) {
+      if (count == kMaxIov) break;
+      add(o.header.data(), o.header.size());
+      add(o.frame.head.data(), o.frame.head.size());
+      for (const auto& t : o.frame.tail) add(t.data(), t.size());
+      if (o.with_mac) add(o.mac.data(), o.mac.size());
+    }
+    msghdr msg{};
+    msg.msg_iov = iov.data();
+    msg.msg_iovlen = static_cast<std::size_t>(count);
+    const ssize_t n = ::sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return Status::Ok();
+      return Status::Unavailable(fmt::format("{}: write: {}", peer_name_, std::strerror(errno)));
+    }
+    *progress = true;
+    auto left = static_cast<std::size_t>(n);
+    while (left > 0 && !outbox_.empty()) {
+      const Outgoing& o = outbox_.front();
+      const std::size_t total = o.header.size() + o.frame.payload_size() + (o.with_mac ? o.mac.size() : 0);
+      const std::size_t rest = total - written_;
+      if (left < rest) {
+        written_ += left;
+        left = 0;
+      } else {
+        left -= rest;
+        written_ = 0;
+        outbox_.pop_front();
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Result<bool> Link::ParseHeader() {
+  std::memcpy(raw_header_.data(), rx_.data() + rx_begin_, raw_header_.size());
+  rx_begin_ += raw_header_.size();
+  Result<wire::FrameHeader> header = wire::DecodeHeader(raw_header_, max_payload_);
+  if (!header.ok()) return Status::Corruption(fmt::format("{}: {}", peer_name_, header.status().message()));
+  const bool has_mac = (header->flags & wire::kFlagMac) != 0;
+  if (has_mac != (recv_mac_ != nullptr)) {
+    return Status::PermissionDenied(has_mac ? fmt::format("{} sent a MAC'd {} frame on a connection without a token", peer_name_,
+                                                          wire::MessageTypeName(header->type))
+                                            : fmt::format("{} sent a {} frame without a MAC on an authenticated connection", peer_name_,
+                                                          wire::MessageTypeName(header->type)));
+  }
+  frame_.header = *header;
+  frame_.payload.resize(header->payload_len);  // bounded above; the capacity is kept frame to frame
+  payload_have_ = 0;
+  in_frame_ = true;
+  return true;
+}
+
+Result<const wire::InFrame*> Link::Read(bool* progress) {
+  for (;;) {
+    if (!in_frame_) {
+      if (rx_end_ - rx_begin_ >= raw_header_.size()) {
+        TFD_ASSIGN_OR_RETURN(bool ignored, ParseHeader());
+        (void)ignored;
+      } else {
+        if (rx_begin_ > 0) {
+          std::memmove(rx_.data(), rx_.data() + rx_begin_, rx_end_ - rx_begin_);
+          rx_end_ -= rx_begin_;
+          rx_begin_ = 0;
+        }
+        const ssize_t n = ::recv(fd_, rx_.data() + rx_end_, rx_.size() - rx_end_, MSG_DONTWAIT);
+        if (n < 0) {
+          if (errno == EINTR) continue;
+          if (errno == EAGAIN || errno == EWOULDBLOCK) return nullptr;
+          return Status::Unavailable(fmt::format("{}: read: {}", peer_name_, std::strerror(errno)));
+        }
+        if (n == 0) return Status::Unavailable(fmt::format("{} closed the connection", peer_name_));
+        *progress = true;
+        last_heard_ = Clock::now();
+        rx_end_ += static_cast<std::size_t>(n);
+        continue;
+      }
+    }
+    // The payload, then the MAC: first what is buffered, then straight from the socket.
+    const std::size_t payload = frame_.payload.size(), need = payload + (recv_mac_ != nullptr ? mac_.size() : 0);
+    auto place = [&](const std::byte* from, std::size_t n) {
+      while (n > 0) {
+        const bool in_payload = payload_have_ < payload;
+        std::byte* to = in_payload ? frame_.payload.data() + payload_have_ : mac_.data() + (payload_have_ - payload);
+        const std::size_t take = std::min(n, in_payload ? payload - payload_have_ : need - payload_have_);
+        std::memcpy(to, from, take);
+        from += take;
+        n -= take;
+        payload_have_ += take;
+      }
+    };
+    const std::size_t buffered = std::min(need - payload_have_, rx_end_ - rx_begin_);
+    place(rx_.data() + rx_begin_, buffered);
+    rx_begin_ += buffered;
+    if (rx_begin_ == rx_end_) rx_begin_ = rx_end_ = 0;
+    while (payload_have_ < need) {  // rx_ is empty
+      std::array<iovec, 3> iov;
+      int count = 0;
+      if (payload_have_ < payload) iov[static_cast<std::size_t>(count++)] = {frame_.payload.data() + payload_have_, payload - payload_have_};
+      const std::size_t mac_have = payload_have_ > payload ? payload_have_ - payload : 0;
+      if (need > payload) iov[static_cast<std::size_t>(count++)] = {mac_.data() + mac_have, need - payload - mac_have};
+      iov[static_cast<std::size_t>(count++)] = {rx_.data(), kReadAhead};
+      const ssize_t n = ::readv(fd_, iov.data(), count);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return nullptr;
+        return Status::Unavailable(fmt::format("{}: read: {} (in a {} frame)", peer_name_, std::strerror(errno),
+                                               wire::MessageTypeName(frame_.header.type)));
+      }
+      if (n == 0) {
+        return Status::Unavailable(fmt::format("{} closed the connection (in a {} frame)", peer_name_,
+                                               wire::MessageTypeName(frame_.header.type)));
+      }
+      *progress = true;
+      last_heard_ = Clock::now();
+      const auto got = static_cast<std::size_t>(n);
+      const std::size_t into_frame = std::min(got, need - payload_have_);
+      payload_have_ += into_frame;
+      rx_end_ = got - into_frame;  // read ahead into rx_
+    }
+    in_frame_ = false;
+    if (recv_mac_ != nullptr) {
+      std::array<std::byte, wire::kMacBytes> expected;
+      const std::array<std::span<const std::byte>, 2> tagged = {std::span<const std::byte>(raw_header_),
+                                                                std::span<const std::byte>(frame_.payload)};
+      recv_mac_->Tag(recv_seq_++, tagged, expected);
+      if (!transport::SameBytes(mac_, expected)) {
+        return Status::PermissionDenied(fmt::format("{}: the MAC of a {} frame does not verify: the frame was altered, injected or "
+                                                    "replayed on the way",
+                                                    peer_name_, wire::MessageTypeName(frame_.header.type)));
+      }
+    } else if (Status ok = wire::VerifyPayload(frame_.header, frame_.payload); !ok.ok()) {
+      return Status::Corruption(fmt::format("{}: {}", peer_name_, ok.message()));
+    }
+    if (frame_.header.type == wire::MessageType::kHeartbeat) continue;
+    return &frame_;
+  }
+}
+
+}  // namespace tfd::collective
