@@ -118,7 +118,7 @@ Status Link::Write(bool* progress) {
   return Status::Ok();
 }
 
-Result<bool> Link::ParseHeader() {
+Result<bool> Link::ParseHeader(const Placer* placer) {
   std::memcpy(raw_header_.data(), rx_.data() + rx_begin_, raw_header_.size());
   rx_begin_ += raw_header_.size();
   Result<wire::FrameHeader> header = wire::DecodeHeader(raw_header_, max_payload_);
@@ -133,15 +133,28 @@ Result<bool> Link::ParseHeader() {
   frame_.header = *header;
   frame_.payload.resize(header->payload_len);  // bounded above; the capacity is kept frame to frame
   payload_have_ = 0;
+  dest_ = {};
+  const bool placeable = placer != nullptr && placer->type == header->type && header->payload_len > placer->head;
+  split_ = placeable ? placer->head : header->payload_len;
+  decided_ = !placeable;
   in_frame_ = true;
   return true;
 }
 
-Result<const wire::InFrame*> Link::Read(bool* progress) {
+std::size_t Link::body_size() const { return frame_.payload.size() + (recv_mac_ != nullptr ? mac_.size() : 0); }
+
+std::span<std::byte> Link::RegionAt(std::size_t pos) {
+  const std::size_t len = frame_.payload.size();
+  if (pos < split_) return std::span<std::byte>(frame_.payload).subspan(pos, split_ - pos);
+  if (pos < len) return dest_.empty() ? std::span<std::byte>(frame_.payload).subspan(pos, len - pos) : dest_.subspan(pos - split_);
+  return std::span<std::byte>(mac_).subspan(pos - len, body_size() - pos);
+}
+
+Result<const wire::InFrame*> Link::Read(bool* progress, const Placer* placer) {
   for (;;) {
     if (!in_frame_) {
       if (rx_end_ - rx_begin_ >= raw_header_.size()) {
-        TFD_ASSIGN_OR_RETURN(bool ignored, ParseHeader());
+        TFD_ASSIGN_OR_RETURN(bool ignored, ParseHeader(placer));
         (void)ignored;
       } else {
         if (rx_begin_ > 0) {
@@ -162,29 +175,34 @@ Result<const wire::InFrame*> Link::Read(bool* progress) {
         continue;
       }
     }
-    // The payload, then the MAC: first what is buffered, then straight from the socket.
-    const std::size_t payload = frame_.payload.size(), need = payload + (recv_mac_ != nullptr ? mac_.size() : 0);
-    auto place = [&](const std::byte* from, std::size_t n) {
-      while (n > 0) {
-        const bool in_payload = payload_have_ < payload;
-        std::byte* to = in_payload ? frame_.payload.data() + payload_have_ : mac_.data() + (payload_have_ - payload);
-        const std::size_t take = std::min(n, in_payload ? payload - payload_have_ : need - payload_have_);
-        std::memcpy(to, from, take);
-        from += take;
-        n -= take;
-        payload_have_ += take;
+    // The payload (its head, then the rest, maybe where the placer says), then the MAC: first what
+    // is buffered, then straight from the socket.
+    const std::size_t need = body_size();
+    while (payload_have_ < need) {
+      if (!decided_ && payload_have_ >= split_) {
+        decided_ = true;
+        const std::size_t rest = frame_.payload.size() - split_;
+        std::span<std::byte> to =
+            placer != nullptr ? placer->place(std::span<const std::byte>(frame_.payload).first(split_), rest) : std::span<std::byte>();
+        if (to.size() == rest) dest_ = to;
       }
-    };
-    const std::size_t buffered = std::min(need - payload_have_, rx_end_ - rx_begin_);
-    place(rx_.data() + rx_begin_, buffered);
-    rx_begin_ += buffered;
-    if (rx_begin_ == rx_end_) rx_begin_ = rx_end_ = 0;
-    while (payload_have_ < need) {  // rx_ is empty
-      std::array<iovec, 3> iov;
+      const std::size_t limit = decided_ ? need : split_;
+      if (rx_end_ > rx_begin_) {
+        const std::span<std::byte> region = RegionAt(payload_have_);
+        const std::size_t take = std::min({region.size(), rx_end_ - rx_begin_, limit - payload_have_});
+        std::memcpy(region.data(), rx_.data() + rx_begin_, take);
+        rx_begin_ += take;
+        payload_have_ += take;
+        if (rx_begin_ == rx_end_) rx_begin_ = rx_end_ = 0;
+        continue;
+      }
+      std::array<iovec, 4> iov;
       int count = 0;
-      if (payload_have_ < payload) iov[static_cast<std::size_t>(count++)] = {frame_.payload.data() + payload_have_, payload - payload_have_};
-      const std::size_t mac_have = payload_have_ > payload ? payload_have_ - payload : 0;
-      if (need > payload) iov[static_cast<std::size_t>(count++)] = {mac_.data() + mac_have, need - payload - mac_have};
+      for (std::size_t pos = payload_have_; pos < limit;) {
+        const std::span<std::byte> region = RegionAt(pos).first(std::min(RegionAt(pos).size(), limit - pos));
+        iov[static_cast<std::size_t>(count++)] = {region.data(), region.size()};
+        pos += region.size();
+      }
       iov[static_cast<std::size_t>(count++)] = {rx_.data(), kReadAhead};
       const ssize_t n = ::readv(fd_, iov.data(), count);
       if (n < 0) {
@@ -200,23 +218,27 @@ Result<const wire::InFrame*> Link::Read(bool* progress) {
       *progress = true;
       last_heard_ = Clock::now();
       const auto got = static_cast<std::size_t>(n);
-      const std::size_t into_frame = std::min(got, need - payload_have_);
+      const std::size_t into_frame = std::min(got, limit - payload_have_);
       payload_have_ += into_frame;
-      rx_end_ = got - into_frame;  // read ahead into rx_
+      rx_begin_ = 0;  // rx_ was empty: what came past the frame is read ahead into it
+      rx_end_ = got - into_frame;
     }
     in_frame_ = false;
+    const std::span<const std::byte> head = std::span<const std::byte>(frame_.payload).first(split_);
+    const std::span<const std::byte> rest =
+        dest_.empty() ? std::span<const std::byte>(frame_.payload).subspan(split_) : std::span<const std::byte>(dest_);
     if (recv_mac_ != nullptr) {
       std::array<std::byte, wire::kMacBytes> expected;
-      const std::array<std::span<const std::byte>, 2> tagged = {std::span<const std::byte>(raw_header_),
-                                                                std::span<const std::byte>(frame_.payload)};
+      const std::array<std::span<const std::byte>, 3> tagged = {std::span<const std::byte>(raw_header_), head, rest};
       recv_mac_->Tag(recv_seq_++, tagged, expected);
       if (!transport::SameBytes(mac_, expected)) {
         return Status::PermissionDenied(fmt::format("{}: the MAC of a {} frame does not verify: the frame was altered, injected or "
                                                     "replayed on the way",
                                                     peer_name_, wire::MessageTypeName(frame_.header.type)));
       }
-    } else if (Status ok = wire::VerifyPayload(frame_.header, frame_.payload); !ok.ok()) {
-      return Status::Corruption(fmt::format("{}: {}", peer_name_, ok.message()));
+    } else {
+      const std::array<std::span<const std::byte>, 2> parts = {head, rest};
+      if (Status ok = wire::VerifyPayloadParts(frame_.header, parts); !ok.ok()) return Status::Corruption(fmt::format("{}: {}", peer_name_, ok.message()));
     }
     if (frame_.header.type == wire::MessageType::kHeartbeat) continue;
     return &frame_;

@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -45,11 +47,24 @@ class Link {
   // connection is gone. `progress` is set when any byte was written.
   Status Write(bool* progress);
 
+  // Where the payload of frames of one type goes past their first `head` bytes: once those are
+  // here, `place(head, rest)` returns a span of exactly `rest` bytes to read the remainder straight
+  // into (no copy afterwards; the CRC or MAC is still checked before Read returns the frame), or an
+  // empty span to keep the whole payload in the frame's own buffer.
+  struct Placer {
+    wire::MessageType type;
+    std::size_t head;
+    std::function<std::span<std::byte>(std::span<const std::byte> head, std::size_t rest)> place;
+  };
+
   // Reads until one whole frame is here and checked (HEARTBEATs are consumed), without blocking.
   // Returns the frame (valid until the next call), or nullptr when it is not all here yet.
   // Unavailable when the peer closed or reset the connection; Corruption / PermissionDenied when a
-  // header, CRC or MAC does not check out. `progress` is set when any byte was read.
-  Result<const wire::InFrame*> Read(bool* progress);
+  // header, CRC or MAC does not check out. `progress` is set when any byte was read. When `placer`
+  // put the payload's remainder elsewhere, placed() is true and the frame's buffer holds only the
+  // head's bytes in place (the rest of it is stale).
+  Result<const wire::InFrame*> Read(bool* progress, const Placer* placer = nullptr);
+  bool placed() const { return !dest_.empty(); }
 
   // When a byte last came from the peer (a frame, a heartbeat, part of either).
   Clock::time_point last_heard() const { return last_heard_; }
@@ -67,7 +82,10 @@ class Link {
     std::array<std::byte, wire::kMacBytes> mac;
     bool with_mac = false;
   };
-  Result<bool> ParseHeader();  // rx_ holds a header: decode it and size the payload
+  Result<bool> ParseHeader(const Placer* placer);  // rx_ holds a header: decode it and size the payload
+  // The rest of the region (head, remainder, MAC) that byte `pos` of the frame's body falls in.
+  std::span<std::byte> RegionAt(std::size_t pos);
+  std::size_t body_size() const;
 
   int fd_ = -1;
   std::string peer_name_;
@@ -82,6 +100,9 @@ class Link {
   std::array<std::byte, wire::kFrameHeaderBytes> raw_header_{};
   bool in_frame_ = false;  // the header is decoded; payload_have_ of the payload (then MAC) is here
   std::size_t payload_have_ = 0;
+  std::size_t split_ = 0;    // payload bytes that go to frame_.payload before the placer decides
+  bool decided_ = true;      // where the payload's remainder goes is settled
+  std::span<std::byte> dest_;  // the placer's span for the remainder, or empty
   std::array<std::byte, wire::kMacBytes> mac_{};
   wire::InFrame frame_;
   Clock::time_point last_heard_ = Clock::now(), last_sent_ = Clock::now();

@@ -358,16 +358,28 @@ Status Ring::Apply(Work& w, const wire::InFrame& frame) {
   }
   float* dst = w.data.data() + e.offset;
   if (e.add) AddInto(c.values.data(), dst, static_cast<std::size_t>(e.count));
-  else std::memcpy(dst, c.values.data(), static_cast<std::size_t>(e.count) * 4);
+  else if (!prev_->placed()) std::memcpy(dst, c.values.data(), static_cast<std::size_t>(e.count) * 4);
+  // (else the floats were read straight into place)
   ++w.done;
   if (!e.forward) return Status::Ok();
   return SendChunk(w.id, e.forward_phase, e.forward_hop, static_cast<int>(e.segment), e.offset,
                    w.data.subspan(static_cast<std::size_t>(e.offset), static_cast<std::size_t>(e.count)));
 }
 
+Status Ring::WriteOrExplain(Link& link, bool* progress) {
+  Status s = link.Write(progress);
+  if (s.ok()) return s;
+  // A neighbour that failed tells us why before it closes: that beats "broken pipe".
+  for (;;) {
+    Result<const wire::InFrame*> f = link.Read(progress);
+    if (!f.ok() || *f == nullptr) return s;
+    if ((*f)->header.type == wire::MessageType::kError) return FromErrorFrame(link.peer_name(), **f);
+  }
+}
+
 Status Ring::Pump(Work& w, bool* progress) {
-  TFD_RETURN_IF_ERROR(next_->Write(progress));
-  TFD_RETURN_IF_ERROR(prev_->Write(progress));
+  TFD_RETURN_IF_ERROR(WriteOrExplain(*next_, progress));
+  TFD_RETURN_IF_ERROR(WriteOrExplain(*prev_, progress));
   // From the next member only control frames come (ERROR, DONE); chunks come from the previous one.
   while (!next_eof_) {
     Result<const wire::InFrame*> f = next_->Read(progress);
@@ -381,8 +393,17 @@ Status Ring::Pump(Work& w, bool* progress) {
     if (*f == nullptr) break;
     TFD_RETURN_IF_ERROR(OnControl(*next_, **f, &next_done_));
   }
+  // Final values (all-gather, broadcast) are read straight into the caller's buffer; partial sums
+  // into the link's buffer, which stays in cache, to be added from there.
+  const Link::Placer placer{wire::MessageType::kRingChunk, wire::kRingChunkHeadBytes,
+                            [&w](std::span<const std::byte>, std::size_t rest) -> std::span<std::byte> {
+                              if (w.done >= w.plan.size()) return {};
+                              const Expected& e = w.plan[w.done];
+                              if (e.add || rest != e.count * 4) return {};
+                              return std::as_writable_bytes(w.data.subspan(static_cast<std::size_t>(e.offset), static_cast<std::size_t>(e.count)));
+                            }};
   while (!prev_eof_ && (w.finishing || w.done < w.plan.size())) {
-    Result<const wire::InFrame*> f = prev_->Read(progress);
+    Result<const wire::InFrame*> f = prev_->Read(progress, &placer);
     if (!f.ok()) {
       if (prev_done_ && f.status().code() == Code::kUnavailable) {
         prev_eof_ = true;
@@ -393,7 +414,7 @@ Status Ring::Pump(Work& w, bool* progress) {
     if (*f == nullptr) break;
     if ((*f)->header.type == wire::MessageType::kRingChunk) {
       TFD_RETURN_IF_ERROR(Apply(w, **f));
-      TFD_RETURN_IF_ERROR(next_->Write(progress));  // on its way while the next chunk is read
+      TFD_RETURN_IF_ERROR(WriteOrExplain(*next_, progress));  // on its way while the next chunk is read
       continue;
     }
     TFD_RETURN_IF_ERROR(OnControl(*prev_, **f, &prev_done_));
@@ -415,6 +436,7 @@ Status Ring::Drive(Work& w) {
   const auto seconds = [](auto d) { return std::chrono::duration<double>(d).count(); };
   const auto peer_timeout = options_.connection.peer_timeout;
   auto progress_deadline = Clock::now() + options_.step_timeout;
+  auto last_progress = Clock::now();
   {
     // Heartbeats wait in the socket between collectives: silence counts from here.
     std::lock_guard<std::mutex> io(io_mu_);
@@ -447,8 +469,10 @@ Status Ring::Drive(Work& w) {
     const auto now = Clock::now();
     if (progress) {
       progress_deadline = now + options_.step_timeout;
+      last_progress = now;
       continue;
     }
+    if (now - last_progress < options_.spin) continue;  // the next chunk is usually microseconds away
     for (const auto& [heard, who] : {std::pair{heard_prev, Prev()}, std::pair{heard_next, Next()}}) {
       if (now - heard >= peer_timeout && !(who == Next() && next_eof_) && !(who == Prev() && prev_eof_)) {
         return Fail(Status::DeadlineExceeded(fmt::format(

@@ -42,6 +42,9 @@ struct RingOptions {
   // Pipelining granularity: a segment travels as chunks of at most this many floats, so a worker
   // sends chunk k while it reduces chunk k+1.
   std::size_t chunk_floats = 1 << 15;
+  // A collective with nothing to read or write polls the sockets again for this long before it
+  // sleeps in poll(): a wake-up costs more than the gap between two chunks on a fast link.
+  std::chrono::microseconds spin{20};
   const std::atomic<bool>* stop = nullptr;  // a signal: waits end with FailedPrecondition
 };
 
@@ -125,6 +128,7 @@ class Ring final : public transport::FrameHandler, public std::enable_shared_fro
   // Moves `w` on until it is complete, on the calling thread; closes the ring on any error.
   Status Drive(Work& w);
   Status Pump(Work& w, bool* progress);                   // io_mu_ held: one round of writes and reads
+  Status WriteOrExplain(Link& link, bool* progress);      // io_mu_ held: a write error, or the peer's ERROR
   Status Apply(Work& w, const wire::InFrame& frame);      // io_mu_ held: a chunk from the previous member
   Status OnControl(const Link& from, const wire::InFrame& frame, bool* done);  // io_mu_ held
   bool Complete(const Work& w) const;                     // io_mu_ held

@@ -1,5 +1,6 @@
 #include "common/wire/frame.h"
 
+#include <array>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -130,9 +131,19 @@ Status OutFrame::Seal(bool with_crc) {
 }
 
 Status VerifyPayload(const FrameHeader& header, std::span<const std::byte> payload) {
-  if (payload.size() != header.payload_len)
-    return Status::Corruption(fmt::format("{} payload is {} bytes, header says {}", MessageTypeName(header.type), payload.size(), header.payload_len));
-  const std::uint32_t crc = Crc32c(payload);
+  const std::array<std::span<const std::byte>, 1> parts = {payload};
+  return VerifyPayloadParts(header, parts);
+}
+
+Status VerifyPayloadParts(const FrameHeader& header, std::span<const std::span<const std::byte>> parts) {
+  std::size_t size = 0;
+  std::uint32_t crc = 0;
+  for (const auto& p : parts) {
+    size += p.size();
+    crc = Crc32c(p, crc);
+  }
+  if (size != header.payload_len)
+    return Status::Corruption(fmt::format("{} payload is {} bytes, header says {}", MessageTypeName(header.type), size, header.payload_len));
   if (crc != header.payload_crc)
     return Status::Corruption(fmt::format("{} payload CRC 0x{:08x} does not match the header's 0x{:08x}", MessageTypeName(header.type), crc, header.payload_crc));
   return Status::Ok();

@@ -109,5 +109,7 @@ struct InFrame {
 
 // Checks `payload` against the header's length and CRC. Corruption when they differ.
 Status VerifyPayload(const FrameHeader& header, std::span<const std::byte> payload);
+// The same for a payload received in pieces, in order.
+Status VerifyPayloadParts(const FrameHeader& header, std::span<const std::span<const std::byte>> parts);
 
 }  // namespace tfd::wire

@@ -150,6 +150,8 @@ struct AuthProof {  // client -> server: its proof of the token
 // The phases of a ring collective; a chunk travels from a worker to the next one in the ring.
 enum class RingPhase : std::uint8_t { kReduceScatter = 0, kAllGather = 1, kBroadcast = 2 };
 
+// A RING_CHUNK payload is these fixed fields, then the floats (4-byte aligned in the payload).
+inline constexpr std::size_t kRingChunkHeadBytes = 32;
 struct RingChunk {  // worker -> next worker in the ring: floats [offset, offset + count) of a buffer
   std::uint64_t collective = 0;  // the sequence number of the collective on this ring, from 0
   RingPhase phase = RingPhase::kReduceScatter;
