@@ -63,6 +63,8 @@ class LocalRing {
     return OnEach([this](int r) { return ring(r).Connect(); });
   }
   collective::Ring& ring(int r) { return *members_[static_cast<std::size_t>(r)]->ring; }
+  // The member's I/O thread (its listener, handshakes and heartbeats run there).
+  transport::asio::io_context& ioc(int r) { return members_[static_cast<std::size_t>(r)]->ioc; }
   int size() const { return n_; }
 
  private:

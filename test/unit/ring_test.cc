@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <thread>
 
 #include <catch2/catch.hpp>
 
@@ -139,6 +140,57 @@ TEST_CASE("a silent neighbour ends the collective at the step deadline, named", 
   Status s = ring.ring(0).AllReduce(data);  // worker:1 never joins
   CHECK(s.code() == Code::kDeadlineExceeded);
   CHECK(s.message().find("worker:1 (127.0.0.1:") != std::string::npos);
+}
+
+TEST_CASE("a neighbour that computes longer than the peer timeout is alive: its heartbeats say so", "[unit][ring]") {
+  collective::RingOptions o = Options(100);
+  o.connection.heartbeat_interval = 50ms;
+  o.connection.peer_timeout = 400ms;
+  LocalRing ring(3, o);
+  REQUIRE(AllOk(ring.Connect()));
+  std::vector<std::vector<float>> data(3, std::vector<float>(1000, 1.0f));
+  auto got = ring.OnEach([&](int r) {
+    if (r == 1) std::this_thread::sleep_for(1500ms);  // a long backprop, say: the others wait for it
+    return ring.ring(r).AllReduce(data[static_cast<std::size_t>(r)]);
+  });
+  REQUIRE(AllOk(got));
+  for (int r = 0; r < 3; ++r) CHECK(data[static_cast<std::size_t>(r)][999] == 3.0f);
+}
+
+TEST_CASE("a stopped neighbour (no heartbeats) fails the collective at the peer timeout, named", "[unit][ring]") {
+  collective::RingOptions o = Options(100);
+  o.connection.heartbeat_interval = 50ms;
+  o.connection.peer_timeout = 500ms;
+  LocalRing ring(2, o);
+  REQUIRE(AllOk(ring.Connect()));
+  // worker:1's I/O thread stops (as under SIGSTOP) and it never joins the collective.
+  transport::asio::post(ring.ioc(1), [] { std::this_thread::sleep_for(3s); });
+  std::vector<float> data(10, 1.0f);
+  Status s = ring.ring(0).AllReduce(data);
+  INFO(s.message());
+  CHECK(s.code() == Code::kDeadlineExceeded);
+  CHECK(s.message().find("worker:1 (127.0.0.1:") != std::string::npos);
+  CHECK(s.message().find("not even a heartbeat") != std::string::npos);  // the peer timeout, not the 30 s step deadline
+}
+
+TEST_CASE("ring collectives with a cluster token: the MAC'd stream goes on after the handshake", "[unit][ring][auth]") {
+  collective::RingOptions o = Options(1000);
+  o.connection.token = std::make_shared<transport::ClusterToken>(transport::ClusterToken::Generate());
+  LocalRing ring(3, o);
+  REQUIRE(AllOk(ring.Connect()));
+  std::vector<std::vector<float>> data(3, std::vector<float>(100003));
+  for (int rep = 0; rep < 2; ++rep) {
+    for (int r = 0; r < 3; ++r)
+      for (std::size_t i = 0; i < data[0].size(); ++i) data[static_cast<std::size_t>(r)][i] = static_cast<float>(i % 7 + static_cast<std::size_t>(r));
+    REQUIRE(AllOk(ring.OnEach([&](int r) { return ring.ring(r).AllReduce(data[static_cast<std::size_t>(r)]); })));
+    for (int r = 0; r < 3; ++r) {
+      std::size_t bad = 0;
+      for (std::size_t i = 0; i < data[0].size(); ++i)
+        if (data[static_cast<std::size_t>(r)][i] != static_cast<float>(3 * (i % 7) + 3)) ++bad;
+      CHECK(bad == 0);
+    }
+  }
+  REQUIRE(AllOk(ring.OnEach([&](int r) { return ring.ring(r).Finish(); })));
 }
 
 TEST_CASE("members that disagree on the buffer length fail with a Corruption naming the sender", "[unit][ring]") {
