@@ -66,6 +66,7 @@ Status Link::Queue(wire::OutFrame frame) {
     send_mac_->Tag(send_seq_++, parts, o.mac);
   }
   last_sent_ = Clock::now();
+  ++frames_queued_;
   return Status::Ok();
 }
 
@@ -112,6 +113,7 @@ Status Link::Write(bool* progress) {
         left -= rest;
         written_ = 0;
         outbox_.pop_front();
+        ++frames_written_;
       }
     }
   }
@@ -151,6 +153,10 @@ std::span<std::byte> Link::RegionAt(std::size_t pos) {
 }
 
 Result<const wire::InFrame*> Link::Read(bool* progress, const Placer* placer) {
+  if (held_) {
+    held_ = false;
+    return &frame_;
+  }
   for (;;) {
     if (!in_frame_) {
       if (rx_end_ - rx_begin_ >= raw_header_.size()) {

@@ -43,6 +43,10 @@ class Link {
   // InvalidArgument when the payload is over the frame limit.
   Status Queue(wire::OutFrame frame);
   bool pending_write() const { return !outbox_.empty(); }
+  // Frames queued and frames written since the link was made: frame number k (from 1) is written
+  // once frames_written() >= k.
+  std::uint64_t frames_queued() const { return frames_queued_; }
+  std::uint64_t frames_written() const { return frames_written_; }
   // Writes as much of the queue as the socket takes now. Unavailable naming the peer when the
   // connection is gone. `progress` is set when any byte was written.
   Status Write(bool* progress);
@@ -65,6 +69,9 @@ class Link {
   // head's bytes in place (the rest of it is stale).
   Result<const wire::InFrame*> Read(bool* progress, const Placer* placer = nullptr);
   bool placed() const { return !dest_.empty(); }
+  // The frame Read() returned last is not taken yet: the next Read() returns it again.
+  void Hold() { held_ = true; }
+  bool held() const { return held_; }
 
   // When a byte last came from the peer (a frame, a heartbeat, part of either).
   Clock::time_point last_heard() const { return last_heard_; }
@@ -107,6 +114,8 @@ class Link {
   wire::InFrame frame_;
   Clock::time_point last_heard_ = Clock::now(), last_sent_ = Clock::now();
   bool shut_ = false;
+  bool held_ = false;
+  std::uint64_t frames_queued_ = 0, frames_written_ = 0;
 };
 
 }  // namespace tfd::collective

@@ -9,6 +9,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/wire/bytes.h"
+
 namespace tfd::collective {
 namespace {
 
@@ -251,6 +253,7 @@ Status Ring::Finish() {
     Close(Status::Ok());
     return Status::Ok();
   }
+  if (collective_ > 0) TFD_RETURN_IF_ERROR(Wait(collective_ - 1));
   bool formed = false;
   {
     std::lock_guard<std::mutex> io(io_mu_);
@@ -258,11 +261,10 @@ Status Ring::Finish() {
     const wire::Done done{static_cast<std::uint32_t>(rank())};
     if (formed) (void)next_->Queue(wire::Encode(done));
     if (formed) (void)prev_->Queue(wire::Encode(done));
+    finishing_ = true;
   }
   if (!formed) return Fail(Status::FailedPrecondition("Finish() before the ring was formed"));
-  Work w;
-  w.finishing = true;
-  TFD_RETURN_IF_ERROR(Drive(w));
+  TFD_RETURN_IF_ERROR(Drive([this] { return prev_done_ && next_done_ && !next_->pending_write() && !prev_->pending_write(); }));
   Close(Status::Ok());
   return Status::Ok();
 }
@@ -314,15 +316,16 @@ Status Ring::Fail(const Status& why) {
   return why;
 }
 
-Status Ring::SendChunk(std::uint64_t collective, wire::RingPhase phase, int hop, int segment, std::uint64_t offset,
-                       std::span<const float> values) {
+Status Ring::SendChunk(Work& w, wire::RingPhase phase, int hop, int segment, std::uint64_t offset, std::span<const float> values) {
   wire::RingChunk m;
-  m.collective = collective;
+  m.collective = w.id;
   m.phase = phase;
   m.hop = static_cast<std::uint16_t>(hop);
   m.segment = static_cast<std::uint32_t>(segment);
   m.offset = offset;
-  return next_->Queue(wire::Encode(m, values));
+  TFD_RETURN_IF_ERROR(next_->Queue(wire::Encode(m, values)));
+  w.last_frame = next_->frames_queued();
+  return Status::Ok();
 }
 
 Status Ring::OnControl(const Link& from, const wire::InFrame& frame, bool* done) {
@@ -340,16 +343,31 @@ Status Ring::OnControl(const Link& from, const wire::InFrame& frame, bool* done)
   }
 }
 
-Status Ring::Apply(Work& w, const wire::InFrame& frame) {
-  if (w.finishing || w.done == w.plan.size()) {
-    return Status::Corruption(fmt::format("{} sent RING_CHUNK after this member's last collective: the members disagree on the "
-                                          "schedule", MemberName(Prev())));
+Ring::Work* Ring::FindWork(std::uint64_t id) {
+  for (Work& w : works_)
+    if (w.id == id) return &w;
+  return nullptr;
+}
+
+bool Ring::ExpectingFromPrev() const {
+  if (finishing_) return true;
+  for (const Work& w : works_)
+    if (w.done < w.plan.size()) return true;
+  return false;
+}
+
+bool Ring::Complete(const Work& w) const {
+  return w.done == w.plan.size() && next_->frames_written() >= w.last_frame;  // its frames read the caller's buffer
+}
+
+Status Ring::Apply(Work& w, const wire::RingChunk& c) {
+  if (w.done == w.plan.size()) {
+    return Status::Corruption(fmt::format("{} sent more RING_CHUNKs of collective {} than the schedule has: the members disagree on "
+                                          "the buffer or the schedule", MemberName(Prev()), w.id));
   }
   const Expected& e = w.plan[w.done];
-  wire::RingChunk c;
-  if (Status s = wire::Decode(frame.payload, &c); !s.ok()) return Status::Corruption(fmt::format("{}: {}", MemberName(Prev()), s.message()));
   const std::uint64_t got_count = c.values.size() / 4;
-  if (c.collective != w.id || c.phase != e.phase || c.hop != e.hop || c.segment != e.segment || c.offset != e.offset || got_count != e.count) {
+  if (c.phase != e.phase || c.hop != e.hop || c.segment != e.segment || c.offset != e.offset || got_count != e.count) {
     return Status::Corruption(fmt::format(
         "{} sent RING_CHUNK (collective {}, {} hop {}, segment {}, floats [{}, {})) where (collective {}, {} hop {}, segment {}, "
         "floats [{}, {})) was due: the members disagree on the buffer or the schedule",
@@ -362,7 +380,7 @@ Status Ring::Apply(Work& w, const wire::InFrame& frame) {
   // (else the floats were read straight into place)
   ++w.done;
   if (!e.forward) return Status::Ok();
-  return SendChunk(w.id, e.forward_phase, e.forward_hop, static_cast<int>(e.segment), e.offset,
+  return SendChunk(w, e.forward_phase, e.forward_hop, static_cast<int>(e.segment), e.offset,
                    w.data.subspan(static_cast<std::size_t>(e.offset), static_cast<std::size_t>(e.count)));
 }
 
@@ -377,7 +395,7 @@ Status Ring::WriteOrExplain(Link& link, bool* progress) {
   }
 }
 
-Status Ring::Pump(Work& w, bool* progress) {
+Status Ring::Pump(bool* progress) {
   TFD_RETURN_IF_ERROR(WriteOrExplain(*next_, progress));
   TFD_RETURN_IF_ERROR(WriteOrExplain(*prev_, progress));
   // From the next member only control frames come (ERROR, DONE); chunks come from the previous one.
@@ -396,13 +414,16 @@ Status Ring::Pump(Work& w, bool* progress) {
   // Final values (all-gather, broadcast) are read straight into the caller's buffer; partial sums
   // into the link's buffer, which stays in cache, to be added from there.
   const Link::Placer placer{wire::MessageType::kRingChunk, wire::kRingChunkHeadBytes,
-                            [&w](std::span<const std::byte>, std::size_t rest) -> std::span<std::byte> {
-                              if (w.done >= w.plan.size()) return {};
-                              const Expected& e = w.plan[w.done];
+                            [this](std::span<const std::byte> head, std::size_t rest) -> std::span<std::byte> {
+                              std::uint64_t id = 0;
+                              wire::ByteReader(head).U64(&id);
+                              const Work* w = FindWork(id);
+                              if (w == nullptr || w->done >= w->plan.size()) return {};
+                              const Expected& e = w->plan[w->done];
                               if (e.add || rest != e.count * 4) return {};
-                              return std::as_writable_bytes(w.data.subspan(static_cast<std::size_t>(e.offset), static_cast<std::size_t>(e.count)));
+                              return std::as_writable_bytes(w->data.subspan(static_cast<std::size_t>(e.offset), static_cast<std::size_t>(e.count)));
                             }};
-  while (!prev_eof_ && (w.finishing || w.done < w.plan.size())) {
+  while (!prev_eof_ && ExpectingFromPrev()) {
     Result<const wire::InFrame*> f = prev_->Read(progress, &placer);
     if (!f.ok()) {
       if (prev_done_ && f.status().code() == Code::kUnavailable) {
@@ -413,26 +434,55 @@ Status Ring::Pump(Work& w, bool* progress) {
     }
     if (*f == nullptr) break;
     if ((*f)->header.type == wire::MessageType::kRingChunk) {
-      TFD_RETURN_IF_ERROR(Apply(w, **f));
+      wire::RingChunk c;
+      if (Status s = wire::Decode((*f)->payload, &c); !s.ok()) return Status::Corruption(fmt::format("{}: {}", MemberName(Prev()), s.message()));
+      if (c.collective >= started_) {  // the previous member is ahead: this member has not started it yet
+        prev_->Hold();
+        break;
+      }
+      Work* w = FindWork(c.collective);
+      if (w == nullptr) {
+        return Status::Corruption(fmt::format("{} sent RING_CHUNK of collective {}, which is over here: the members disagree on the "
+                                              "buffer or the schedule", MemberName(Prev()), c.collective));
+      }
+      TFD_RETURN_IF_ERROR(Apply(*w, c));
       TFD_RETURN_IF_ERROR(WriteOrExplain(*next_, progress));  // on its way while the next chunk is read
       continue;
     }
     TFD_RETURN_IF_ERROR(OnControl(*prev_, **f, &prev_done_));
-    if (prev_done_ && !w.finishing) {
-      return Status::FailedPrecondition(fmt::format("{} finished its last collective while this member still expected chunks of "
-                                                    "collective {}: the members disagree on the schedule",
-                                                    MemberName(Prev()), w.id));
+    if (prev_done_ && !finishing_) {
+      return Status::FailedPrecondition(fmt::format("{} finished its last collective while this member still expected chunks from it: "
+                                                    "the members disagree on the schedule", MemberName(Prev())));
     }
   }
   return Status::Ok();
 }
 
-bool Ring::Complete(const Work& w) const {
-  if (w.finishing) return prev_done_ && next_done_ && !next_->pending_write() && !prev_->pending_write();
-  return w.done == w.plan.size() && !next_->pending_write();  // the tails point into the caller's buffer
+Status Ring::Progress() {
+  if (size() == 1) return Status::Ok();
+  Status st;
+  {
+    std::lock_guard<std::mutex> io(io_mu_);
+    if (closed_flag_.load()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      return failure_.ok() ? Status::FailedPrecondition("the ring is closed") : failure_;
+    }
+    if (next_ == nullptr || prev_ == nullptr) return Status::FailedPrecondition("a collective before the ring was formed");
+    bool progress = false;
+    st = Pump(&progress);
+  }
+  return st.ok() ? st : Fail(st);
 }
 
-Status Ring::Drive(Work& w) {
+Status Ring::Wait(std::uint64_t id) {
+  if (size() == 1) return Status::Ok();
+  return Drive([this, id] {
+    while (!works_.empty() && Complete(works_.front())) works_.pop_front();
+    return works_.empty() || works_.front().id > id;
+  });
+}
+
+Status Ring::Drive(const std::function<bool()>& done) {
   const auto seconds = [](auto d) { return std::chrono::duration<double>(d).count(); };
   const auto peer_timeout = options_.connection.peer_timeout;
   auto progress_deadline = Clock::now() + options_.step_timeout;
@@ -440,6 +490,7 @@ Status Ring::Drive(Work& w) {
   {
     // Heartbeats wait in the socket between collectives: silence counts from here.
     std::lock_guard<std::mutex> io(io_mu_);
+    if (next_ == nullptr || prev_ == nullptr) return Fail(Status::FailedPrecondition("a collective before the ring was formed"));
     next_->set_last_heard(Clock::now());
     prev_->set_last_heard(Clock::now());
   }
@@ -448,20 +499,35 @@ Status Ring::Drive(Work& w) {
     Status st;
     Clock::time_point heard_next, heard_prev;
     std::array<pollfd, 2> fds{};
+    std::string waiting_for;  // for a deadline's message
     {
       std::lock_guard<std::mutex> io(io_mu_);
       if (closed_flag_.load()) {
         std::lock_guard<std::mutex> lock(mu_);
         return failure_.ok() ? Status::FailedPrecondition("the ring is closed") : failure_;
       }
-      st = Pump(w, &progress);
-      complete = st.ok() && Complete(w);
+      st = Pump(&progress);
+      complete = st.ok() && done();
       heard_next = next_->last_heard();
       heard_prev = prev_->last_heard();
+      const bool read_prev = !prev_eof_ && ExpectingFromPrev() && !prev_->held();
       fds[0] = {next_eof_ ? -1 : next_->fd(), static_cast<short>(POLLIN | (next_->pending_write() ? POLLOUT : 0)), 0};
-      const bool read_prev = !prev_eof_ && (w.finishing || w.done < w.plan.size());
       fds[1] = {read_prev || prev_->pending_write() ? prev_->fd() : -1,
                 static_cast<short>((read_prev ? POLLIN : 0) | (prev_->pending_write() ? POLLOUT : 0)), 0};
+      if (!complete && !progress) {
+        if (finishing_) {
+          waiting_for = fmt::format("{} did not finish its last collective within {:.0f} s", !prev_done_ ? MemberName(Prev()) : MemberName(Next()),
+                                    seconds(options_.step_timeout));
+        } else if (!works_.empty() && works_.front().done < works_.front().plan.size()) {
+          const Work& w = works_.front();
+          const Expected& e = w.plan[w.done];
+          waiting_for = fmt::format("{} sent no ring chunk for {:.0f} s (collective {}, {} hop {})", MemberName(Prev()),
+                                    seconds(options_.step_timeout), w.id, PhaseName(e.phase), e.hop);
+        } else {
+          waiting_for = fmt::format("{} did not take the ring chunks sent to it within {:.0f} s", MemberName(Next()),
+                                    seconds(options_.step_timeout));
+        }
+      }
     }
     if (!st.ok()) return Fail(st);
     if (complete) return Status::Ok();
@@ -480,29 +546,44 @@ Status Ring::Drive(Work& w) {
             seconds(peer_timeout))));
       }
     }
-    if (now >= progress_deadline) {
-      if (w.finishing) {
-        const std::string who = !prev_done_ ? MemberName(Prev()) : MemberName(Next());
-        return Fail(Status::DeadlineExceeded(fmt::format("{} did not finish its last collective within {:.0f} s", who,
-                                                         seconds(options_.step_timeout))));
-      }
-      if (w.done < w.plan.size()) {
-        const Expected& e = w.plan[w.done];
-        return Fail(Status::DeadlineExceeded(fmt::format("{} sent no ring chunk for {:.0f} s (collective {}, {} hop {})", MemberName(Prev()),
-                                                         seconds(options_.step_timeout), w.id, PhaseName(e.phase), e.hop)));
-      }
-      return Fail(Status::DeadlineExceeded(fmt::format("{} did not take the ring chunks sent to it within {:.0f} s", MemberName(Next()),
-                                                       seconds(options_.step_timeout))));
-    }
+    if (now >= progress_deadline) return Fail(Status::DeadlineExceeded(waiting_for));
     const auto wait = std::min<Clock::duration>({std::chrono::milliseconds(100), progress_deadline - now});
     (void)::poll(fds.data(), fds.size(), static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(wait).count()) + 1);
   }
 }
 
+Result<std::uint64_t> Ring::Start(Work w, const std::vector<std::pair<std::uint64_t, std::uint64_t>>& first_sends, wire::RingPhase phase) {
+  Status queued;
+  {
+    std::lock_guard<std::mutex> io(io_mu_);
+    if (next_ == nullptr || prev_ == nullptr) {
+      queued = Status::FailedPrecondition("a collective before the ring was formed");
+    } else {
+      Work& work = works_.emplace_back(std::move(w));
+      ++started_;
+      // This member's own first chunks, queued before any chunk of it is applied (which queues what
+      // it forwards), so frames leave in schedule order.
+      const int own = phase == wire::RingPhase::kBroadcast ? 0 : rank();
+      for (const auto& [o, count] : first_sends) {
+        queued = SendChunk(work, phase, 0, own, o, work.data.subspan(static_cast<std::size_t>(o), static_cast<std::size_t>(count)));
+        if (!queued.ok()) break;
+      }
+    }
+  }
+  if (!queued.ok()) return Fail(queued);
+  TFD_RETURN_IF_ERROR(Progress());  // on the wire now
+  return collective_++;
+}
+
 Status Ring::AllReduce(std::span<float> data) {
+  TFD_ASSIGN_OR_RETURN(std::uint64_t id, StartAllReduce(data));
+  return Wait(id);
+}
+
+Result<std::uint64_t> Ring::StartAllReduce(std::span<float> data) {
   const int n = size(), r = rank();
-  if (n == 1) return Status::Ok();
-  const std::uint64_t id = collective_++;
+  if (n == 1) return collective_++;
+  const std::uint64_t id = collective_;
   const std::uint64_t len = data.size();
   const std::uint64_t chunk = options_.chunk_floats;
   auto seg = [&](int c) { return ((c % n) + n) % n; };
@@ -525,64 +606,45 @@ Status Ring::AllReduce(std::span<float> data) {
   // passes the sum on at hop h + 1 (after the last hop it holds the final sum of segment r + 1,
   // which starts the all-gather). All-gather: at hop h the final values of segment r - h arrive,
   // are copied and passed on. Chunk by chunk: chunk k travels on while chunk k + 1 is reduced.
-  std::vector<Expected> plan;
+  Work w;
+  w.id = id;
+  w.data = data;
   for (int hop = 0; hop < n - 1; ++hop) {
     const int s = seg(r - hop - 1);
     const auto h = static_cast<std::uint16_t>(hop);
     for (const auto& [o, count] : pieces(s)) {
       const bool final_sum = h == last;
-      plan.push_back({wire::RingPhase::kReduceScatter, h, static_cast<std::uint32_t>(s), o, count, true, true,
-                      final_sum ? wire::RingPhase::kAllGather : wire::RingPhase::kReduceScatter,
-                      static_cast<std::uint16_t>(final_sum ? 0 : h + 1)});
+      w.plan.push_back({wire::RingPhase::kReduceScatter, h, static_cast<std::uint32_t>(s), o, count, true, true,
+                        final_sum ? wire::RingPhase::kAllGather : wire::RingPhase::kReduceScatter,
+                        static_cast<std::uint16_t>(final_sum ? 0 : h + 1)});
     }
   }
   for (int hop = 0; hop < n - 1; ++hop) {
     const int s = seg(r - hop);
     const auto h = static_cast<std::uint16_t>(hop);
     for (const auto& [o, count] : pieces(s))
-      plan.push_back({wire::RingPhase::kAllGather, h, static_cast<std::uint32_t>(s), o, count, false, h != last,
-                      wire::RingPhase::kAllGather, static_cast<std::uint16_t>(h + 1)});
+      w.plan.push_back({wire::RingPhase::kAllGather, h, static_cast<std::uint32_t>(s), o, count, false, h != last,
+                        wire::RingPhase::kAllGather, static_cast<std::uint16_t>(h + 1)});
   }
-  // Hop 0 of the reduce-scatter: this member's own values of segment r, queued before any chunk
-  // is applied (which queues what it forwards), so frames leave in schedule order.
-  const int own = seg(r);
-  Work w;
-  w.id = id;
-  w.data = data;
-  w.plan = std::move(plan);
-  Status queued;
-  {
-    std::lock_guard<std::mutex> io(io_mu_);
-    if (next_ == nullptr || prev_ == nullptr) queued = Status::FailedPrecondition("a collective before the ring was formed");
-    for (const auto& [o, count] : pieces(own)) {
-      if (!queued.ok()) break;
-      queued = SendChunk(id, wire::RingPhase::kReduceScatter, 0, own, o, data.subspan(static_cast<std::size_t>(o), static_cast<std::size_t>(count)));
-    }
-  }
-  if (!queued.ok()) return Fail(queued);
-  return Drive(w);
+  // Hop 0 of the reduce-scatter: this member's own values of segment r.
+  return Start(std::move(w), pieces(seg(r)), wire::RingPhase::kReduceScatter);
 }
 
 Status Ring::Broadcast(std::span<float> data) {
   const int n = size(), r = rank();
   if (n == 1) return Status::Ok();
-  const std::uint64_t id = collective_++;
   const std::uint64_t len = data.size(), chunk = options_.chunk_floats;
   Work w;
-  w.id = id;
+  w.id = collective_;
   w.data = data;
-  Status queued;
-  {
-    std::lock_guard<std::mutex> io(io_mu_);
-    if (next_ == nullptr || prev_ == nullptr) queued = Status::FailedPrecondition("a collective before the ring was formed");
-    for (std::uint64_t o = 0; o < len && queued.ok(); o += chunk) {
-      const std::uint64_t count = std::min(chunk, len - o);
-      if (r != 0) w.plan.push_back({wire::RingPhase::kBroadcast, 0, 0, o, count, false, r != n - 1, wire::RingPhase::kBroadcast, 0});
-      else queued = SendChunk(id, wire::RingPhase::kBroadcast, 0, 0, o, data.subspan(static_cast<std::size_t>(o), static_cast<std::size_t>(count)));
-    }
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> first;
+  for (std::uint64_t o = 0; o < len; o += chunk) {
+    const std::uint64_t count = std::min(chunk, len - o);
+    if (r == 0) first.emplace_back(o, count);
+    else w.plan.push_back({wire::RingPhase::kBroadcast, 0, 0, o, count, false, r != n - 1, wire::RingPhase::kBroadcast, 0});
   }
-  if (!queued.ok()) return Fail(queued);
-  return Drive(w);
+  TFD_ASSIGN_OR_RETURN(std::uint64_t id, Start(std::move(w), first, wire::RingPhase::kBroadcast));
+  return Wait(id);
 }
 
 }  // namespace tfd::collective

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -82,6 +84,15 @@ class Ring final : public transport::FrameHandler, public std::enable_shared_fro
   // Sums `data` element-wise over all members, in place. Every member passes the same length.
   // After an error the contents of `data` are unspecified.
   Status AllReduce(std::span<float> data);
+  // The same without blocking, so a collective can run while the caller computes (backprop: the
+  // last layers' gradients are summed while the first layers' are still being computed). Starts
+  // summing `data`, which must stay untouched until Wait(id) returns, and returns its id. Progress()
+  // moves every started collective on as far as the sockets allow now; Wait(id) blocks until that
+  // collective and every one started before it are done. Every member starts the same collectives
+  // in the same order; each one's result is the same bits, whatever the timing.
+  Result<std::uint64_t> StartAllReduce(std::span<float> data);
+  Status Progress();
+  Status Wait(std::uint64_t id);
   // Copies rank 0's `data` to every member.
   Status Broadcast(std::span<float> data);
   // After the last collective: tells both neighbours (DONE) and waits for theirs, so no worker
@@ -110,27 +121,32 @@ class Ring final : public transport::FrameHandler, public std::enable_shared_fro
     wire::RingPhase forward_phase;
     std::uint16_t forward_hop;
   };
-  // What Drive() works through: the chunks of a collective, or (finishing) the neighbours' DONEs.
+  // A collective in progress.
   struct Work {
     std::uint64_t id = 0;
     std::span<float> data;
     std::vector<Expected> plan;
-    std::size_t done = 0;  // chunks of `plan` applied
-    bool finishing = false;
+    std::size_t done = 0;         // chunks of `plan` applied
+    std::uint64_t last_frame = 0;  // the next link's number of its last frame (which reads `data`)
   };
 
   Ring(transport::asio::io_context& ioc, RingOptions options);
   std::string MemberName(int rank) const;
   int Next() const { return (rank() + 1) % size(); }
   int Prev() const { return (rank() + size() - 1) % size(); }
-  Status SendChunk(std::uint64_t collective, wire::RingPhase phase, int hop, int segment, std::uint64_t offset,
+  Status SendChunk(Work& w, wire::RingPhase phase, int hop, int segment, std::uint64_t offset,
                    std::span<const float> values);  // io_mu_ held
-  // Moves `w` on until it is complete, on the calling thread; closes the ring on any error.
-  Status Drive(Work& w);
-  Status Pump(Work& w, bool* progress);                   // io_mu_ held: one round of writes and reads
+  // Queues `w`'s first frames and adds it to works_; Progress() then moves it on.
+  Result<std::uint64_t> Start(Work w, const std::vector<std::pair<std::uint64_t, std::uint64_t>>& first_sends, wire::RingPhase phase);
+  // Pumps on the calling thread, waiting in poll(), until `done()` (io_mu_ held); closes the ring
+  // on any error.
+  Status Drive(const std::function<bool()>& done);
+  Status Pump(bool* progress);                            // io_mu_ held: one round of writes and reads
   Status WriteOrExplain(Link& link, bool* progress);      // io_mu_ held: a write error, or the peer's ERROR
-  Status Apply(Work& w, const wire::InFrame& frame);      // io_mu_ held: a chunk from the previous member
+  Status Apply(Work& w, const wire::RingChunk& c);        // io_mu_ held: a chunk from the previous member
   Status OnControl(const Link& from, const wire::InFrame& frame, bool* done);  // io_mu_ held
+  Work* FindWork(std::uint64_t id);                       // io_mu_ held
+  bool ExpectingFromPrev() const;                         // io_mu_ held
   bool Complete(const Work& w) const;                     // io_mu_ held
   // A connection's handshake is done: its socket becomes the Link to that neighbour.
   void Adopt(bool next, transport::DetachedLink detached);
@@ -143,13 +159,16 @@ class Ring final : public transport::FrameHandler, public std::enable_shared_fro
   transport::asio::io_context& ioc_;
   const RingOptions options_;
   const std::uint32_t max_frame_;  // the largest payload a neighbour may send: a chunk and its fields
-  std::uint64_t collective_ = 0;   // collective thread only
+  std::uint64_t collective_ = 0;   // collective thread only: the next collective's id
 
   // Lock order: io_mu_ before mu_.
   std::mutex io_mu_;               // the links' I/O: the collective thread, the heartbeat timer, Close
   std::unique_ptr<Link> next_, prev_;  // guarded by io_mu_ and mu_ (set under both, once)
   bool next_done_ = false, prev_done_ = false;  // guarded by io_mu_: their DONE came
   bool next_eof_ = false, prev_eof_ = false;    // guarded by io_mu_: closed after their DONE
+  std::deque<Work> works_;                      // guarded by io_mu_: started, not yet waited for, in order
+  std::uint64_t started_ = 0;                   // guarded by io_mu_: collectives started (ids below it)
+  bool finishing_ = false;                      // guarded by io_mu_: Finish() waits for the DONEs
   transport::asio::steady_timer heartbeat_;     // io_context thread
 
   std::mutex mu_;
