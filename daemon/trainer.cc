@@ -51,13 +51,17 @@ Status Train(const config::JobSpec& job, const model::MnistData& data, model::Mo
         return Status::FailedPrecondition(fmt::format("stopped by a signal at epoch {} local_step {}", epoch, local_step));
       }
       model::FillBatch(data.train, std::span(shard).subspan(static_cast<std::size_t>(s * batch), batch), x.data(), y.data());
-      tensor::LossResult r = model.ComputeGradients(x.data(), y);
+      if (join) updater.SetHasNextBatch(s + 1 < my_steps);
+      Status sending;
+      tensor::LossResult r = model.ComputeGradients(x.data(), y, [&](std::size_t from) {
+        if (sending.ok()) sending = updater.GradientsReady(model, from);
+      });
+      TFD_RETURN_IF_ERROR(sending);
       if (!std::isfinite(r.loss)) {
         return Status::Internal(fmt::format("loss is {} at epoch {} local_step {}: training diverged (lower the learning rate)",
                                             r.loss, epoch, local_step));
       }
       ++local_step;
-      if (join) updater.SetHasNextBatch(s + 1 < my_steps);
       TFD_ASSIGN_OR_RETURN(global_step, updater.Step(model, local_step));
       loss_sum += r.loss * batch;
       correct += r.correct;

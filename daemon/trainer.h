@@ -17,6 +17,9 @@ namespace tfd::daemon {
 class Updater {
  public:
   virtual ~Updater() = default;
+  // Called during backprop each time the gradients grads()[from, end) are final (Model's
+  // GradientsReady), before Step: an updater may start sending them while earlier layers compute.
+  virtual Status GradientsReady(model::Model&, std::size_t /*from*/) { return Status::Ok(); }
   // Called once the model's gradients for local step `local_step` are computed; leaves the
   // parameters to use next in model.params() and returns the global step they belong to.
   virtual Result<std::int64_t> Step(model::Model& model, std::int64_t local_step) = 0;

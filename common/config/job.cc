@@ -160,6 +160,7 @@ void ReadUpdate(ObjectReader& root, UpdateSpec* update) {
     else if (r.status().ok()) r.Fail(r.PathOf("staleness"), fmt::format("unknown staleness rule \"{}\" (expected scale or none)", staleness));
     r.Bool("overlap", &update->overlap);
   }
+  if (update->mode == UpdateSpec::Mode::kAllreduce) r.Int("bucket_kb", 0, 1 << 20, &update->bucket_kb);
   if (update->mode == UpdateSpec::Mode::kSync) {
     r.Int("replicas_to_aggregate", 1, 1 << 16, &update->replicas_to_aggregate);
     r.Int("total_num_replicas", 1, 1 << 16, &update->total_num_replicas);

@@ -70,6 +70,10 @@ struct UpdateSpec {
   enum class OnWorkerLoss { kFail, kWait, kShrink };
   OnWorkerLoss on_worker_loss = OnWorkerLoss::kFail;
   int min_replicas = 1;
+  // allreduce: the gradient is all-reduced in buckets of whole layers, filled from the last layer
+  // until they hold at least this many KB; a bucket starts while backprop computes the layers
+  // before it. 0: one bucket, after backprop.
+  int bucket_kb = 128;
 };
 
 enum class Placement { kBalanced, kRoundRobin, kGreedy };

@@ -157,6 +157,13 @@ Result<std::unique_ptr<Model>> Model::Build(const config::ModelSpec& spec, tenso
     m->acts_.emplace_back(static_cast<std::size_t>(out * max_batch));
   }
   for (auto& d : m->dbuf_) d.resize(static_cast<std::size_t>(widest * max_batch));
+  // Layer i's parameters start at its first variable, or (none) where layer i + 1's do.
+  m->layer_starts_.assign(m->layers_.size() + 1, static_cast<std::size_t>(total));
+  std::size_t first = m->variables_.size();
+  for (std::size_t i = m->layers_.size(); i-- > 0;) {
+    first -= m->layer_params_[i].size();
+    m->layer_starts_[i] = m->layer_params_[i].empty() ? m->layer_starts_[i + 1] : static_cast<std::size_t>(m->variables_[first].offset);
+  }
   return m;
 }
 
@@ -181,7 +188,7 @@ const float* Model::Forward(const float* x, int batch) {
   return in;
 }
 
-tensor::LossResult Model::ComputeGradients(const float* x, std::span<const std::uint8_t> y) {
+tensor::LossResult Model::ComputeGradients(const float* x, std::span<const std::uint8_t> y, const GradientsReady& ready) {
   const int batch = static_cast<int>(y.size());
   const float* logits = Forward(x, batch);
   float* dout = dbuf_[0].data();
@@ -190,6 +197,7 @@ tensor::LossResult Model::ComputeGradients(const float* x, std::span<const std::
     const float* in = i == 0 ? x : acts_[i - 1].data();
     float* din = i == 0 ? nullptr : dbuf_[(layers_.size() - i) % 2].data();  // the other buffer
     layers_[i]->Backward(in, acts_[i].data(), dout, din, batch);
+    if (ready) ready(layer_starts_[i]);
     dout = din;
   }
   return r;

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -36,8 +37,14 @@ class Model {
 
   // Logits [batch, classes] of the batch x [batch, input size]; valid until the next call.
   const float* Forward(const float* x, int batch);
+  // Called during backprop each time grads()[from, end) have become final; `from` only goes
+  // down, to 0. The last layers' gradients are ready while the first layers' are computed.
+  using GradientsReady = std::function<void(std::size_t from)>;
   // Forward and backward: writes the mean loss's gradient into grads() and returns loss and hits.
-  tensor::LossResult ComputeGradients(const float* x, std::span<const std::uint8_t> y);
+  tensor::LossResult ComputeGradients(const float* x, std::span<const std::uint8_t> y, const GradientsReady& ready = nullptr);
+  // Where each layer's parameters start in params() and grads(), in layer order (a layer without
+  // any starts where the next one does), then params().size().
+  const std::vector<std::size_t>& layer_starts() const { return layer_starts_; }
 
   const std::vector<Variable>& variables() const { return variables_; }
   std::span<float> params() { return params_; }
@@ -57,6 +64,7 @@ class Model {
   std::vector<std::unique_ptr<tensor::Layer>> layers_;
   std::vector<std::vector<tensor::ParamSpec>> layer_params_;
   std::vector<Variable> variables_;
+  std::vector<std::size_t> layer_starts_;
   std::vector<float> params_, grads_;
   std::vector<std::vector<float>> acts_;  // acts_[i]: output of layer i
   std::vector<float> dbuf_[2];            // ping-pong gradient buffers for backprop

@@ -18,12 +18,17 @@ namespace tfd::worker {
 // Each contribution is the gradient followed by two floats: this worker's weight (1, or 0 for a
 // worker that has run out of data and only joins the step) and whether it has a batch for the next
 // step. After the all-reduce every worker holds the same sums, divides by the same count of
-// contributing workers and knows whether another step follows. The whole gradient (every tensor)
-// is one fused buffer, cut into ring segments and pipelined chunks.
+// contributing workers and knows whether another step follows.
+//
+// The buffer is cut into buckets of whole layers, filled from the last layer until each holds at
+// least `bucket_kb` (the two floats ride in the last layers' bucket). A bucket's all-reduce starts
+// as soon as backprop has computed its layers, and runs while backprop computes the earlier ones;
+// Step waits for the last. Every worker cuts the same buckets, so the sums are the same bits.
 class AllreduceUpdater final : public daemon::Updater {
  public:
-  AllreduceUpdater(collective::Ring& ring, const optim::Optimizer& optimizer, std::size_t num_params);
+  AllreduceUpdater(collective::Ring& ring, const optim::Optimizer& optimizer, const model::Model& model, int bucket_kb);
 
+  Status GradientsReady(model::Model& model, std::size_t from) override;
   Result<std::int64_t> Step(model::Model& model, std::int64_t local_step) override;
   Result<std::int64_t> Finish(model::Model&) override;
   bool FinishChangesParams() const override { return false; }
@@ -35,10 +40,17 @@ class AllreduceUpdater final : public daemon::Updater {
 
  private:
   Result<std::int64_t> Exchange(model::Model& model, bool contributes);
+  Status StartBucket(model::Model& model, bool contributes);  // the next bucket of this step
 
+  struct Bucket {
+    std::size_t begin, end;  // floats of buffer_
+  };
   collective::Ring& ring_;
   optim::OptimizerState state_;
-  std::vector<float> buffer_;  // gradient sum, then weight sum and next-step count
+  std::vector<float> buffer_;     // gradient sum, then weight sum and next-step count
+  std::vector<Bucket> buckets_;   // in the order they start: the last layers' first
+  std::size_t next_bucket_ = 0;   // buckets of this step started
+  std::uint64_t last_id_ = 0;     // the ring's id of the last one started
   bool has_next_ = false, others_have_data_ = false;
   std::int64_t global_step_ = 0, joined_ = 0;
 };

@@ -479,6 +479,29 @@ TEST_CASE("allreduce runs are bit-identical across repeats, whatever the start o
   }
 }
 
+TEST_CASE("allreduce in buckets overlapped with backprop gives the same bits as one bucket after it", "[integration][cluster][allreduce]") {
+  TempDir data;
+  WriteSyntheticMnist(data.path(), 400, 100);
+  const std::string optimizer = R"({"type": "momentum", "learning_rate": 0.02, "momentum": 0.9})";
+  auto job = [&](int bucket_kb) {
+    return Job(data.path(), R"({"mode": "allreduce", "bucket_kb": )" + std::to_string(bucket_kb) + "}", 2, optimizer, 20, R"({"name": "dnn"})");
+  };
+  // Two workers: each float's sum is one addition, the same whichever bucket it travels in.
+  Cluster one(0, 2, job(0));
+  auto after = RunToCompletion(one, 0, 2);
+  Cluster overlapped(0, 2, job(16));  // the dnn's six layers in five buckets
+  auto during = RunToCompletion(overlapped, 0, 2);
+  REQUIRE(after[0]["params_sha256"].is_string());
+  CHECK(after[0]["params_sha256"] == during[0]["params_sha256"]);
+  CHECK(during[0]["params_sha256"] == during[1]["params_sha256"]);
+  // Three workers: another summation order than one bucket's, but the same bits every run.
+  Cluster a(0, 3, job(16));
+  auto first = RunToCompletion(a, 0, 3);
+  Cluster b(0, 3, job(16));
+  auto second = RunToCompletion(b, 0, 3);
+  for (int i = 0; i < 3; ++i) CHECK(second[static_cast<std::size_t>(i)]["params_sha256"] == first[0]["params_sha256"]);
+}
+
 TEST_CASE("allreduce with a cluster token: the ring authenticates, and a worker with another token is refused",
           "[integration][cluster][allreduce][auth]") {
   TempDir data;
