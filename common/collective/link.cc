@@ -19,6 +19,9 @@ namespace {
 // enough that copying a large payload's first bytes out of it costs next to nothing.
 constexpr std::size_t kReadAhead = 8 << 10;
 constexpr int kMaxIov = 64;
+// What one sendmsg() takes at most: enough for the socket buffer to stay fed, little enough that
+// the frames' checksums are computed while their bytes are still in cache for the kernel's copy.
+constexpr std::size_t kWriteWindow = 256 << 10;
 
 }  // namespace
 
@@ -48,13 +51,21 @@ void Link::Shutdown() {
 }
 
 Status Link::Queue(wire::OutFrame frame) {
+  // Only the length now: the CRC or MAC is computed just before the frame is written (SealFront),
+  // while its bytes are about to be copied by the kernel anyway, not when a whole segment is queued.
+  if (Status s = frame.Seal(/*with_crc=*/false); !s.ok()) return s.WithContext(fmt::format("sending to {}", peer_name_));
   Outgoing& o = outbox_.emplace_back();
   o.frame = std::move(frame);
   o.with_mac = send_mac_ != nullptr;
-  if (Status s = o.frame.Seal(/*with_crc=*/!o.with_mac); !s.ok()) {
-    outbox_.pop_back();
-    return s.WithContext(fmt::format("sending to {}", peer_name_));
-  }
+  last_sent_ = Clock::now();
+  ++frames_queued_;
+  return Status::Ok();
+}
+
+void Link::Seal(Outgoing& o) {
+  if (o.sealed) return;
+  o.sealed = true;
+  if (!o.with_mac) (void)o.frame.Seal(/*with_crc=*/true);  // the length was checked in Queue
   if (o.with_mac) o.frame.header.flags |= wire::kFlagMac;
   wire::EncodeHeader(o.frame.header, o.header);
   if (o.with_mac) {
@@ -63,11 +74,8 @@ Status Link::Queue(wire::OutFrame frame) {
     parts.emplace_back(o.header);
     parts.emplace_back(o.frame.head);
     parts.insert(parts.end(), o.frame.tail.begin(), o.frame.tail.end());
-    send_mac_->Tag(send_seq_++, parts, o.mac);
+    send_mac_->Tag(send_seq_++, parts, o.mac);  // frames are sealed in queue order: the sequence holds
   }
-  last_sent_ = Clock::now();
-  ++frames_queued_;
-  return Status::Ok();
 }
 
 Status Link::Write(bool* progress) {
@@ -84,8 +92,11 @@ Status Link::Write(bool* progress) {
       iov[static_cast<std::size_t>(count++)] = {const_cast<std::byte*>(static_cast<const std::byte*>(p)) + skip, n - skip};
       skip = 0;
     };
-    for (const Outgoing& o : outbox_) {
-      if (count == kMaxIov) break;
+    std::size_t window = 0;  // bytes in this write: a few frames, sealed just before the kernel copies them
+    for (Outgoing& o : outbox_) {
+      if (count == kMaxIov || window >= kWriteWindow) break;
+      Seal(o);
+      window += o.header.size() + o.frame.payload_size();
       add(o.header.data(), o.header.size());
       add(o.frame.head.data(), o.frame.head.size());
       for (const auto& t : o.frame.tail) add(t.data(), t.size());

@@ -38,8 +38,8 @@ class Link {
   int fd() const { return fd_; }
   const std::string& peer_name() const { return peer_name_; }
 
-  // Seals `frame` (CRC, or MAC and sequence number) and queues it; Write() sends it. Its tail
-  // spans must stay valid until pending_write() is false.
+  // Queues `frame`; Write() seals it (CRC, or MAC and sequence number) and sends it. Its tail
+  // spans must stay valid, and unchanged, until it is written (frames_written()).
   // InvalidArgument when the payload is over the frame limit.
   Status Queue(wire::OutFrame frame);
   bool pending_write() const { return !outbox_.empty(); }
@@ -88,7 +88,9 @@ class Link {
     std::array<std::byte, wire::kFrameHeaderBytes> header;
     std::array<std::byte, wire::kMacBytes> mac;
     bool with_mac = false;
+    bool sealed = false;  // CRC or MAC computed, header encoded
   };
+  void Seal(Outgoing& o);
   Result<bool> ParseHeader(const Placer* placer);  // rx_ holds a header: decode it and size the payload
   // The rest of the region (head, remainder, MAC) that byte `pos` of the frame's body falls in.
   std::span<std::byte> RegionAt(std::size_t pos);
