@@ -35,6 +35,20 @@ void SaveFrame(const fs::path& dir, const std::string& name, std::uint8_t index,
   Save(dir / name, bytes);
 }
 
+// The bytes of `frames` as they travel on a ring link, after link_fuzz.cc's two selector bytes.
+void SaveStream(const fs::path& path, std::uint8_t s0, std::uint8_t s1, std::vector<wire::OutFrame> frames) {
+  std::vector<std::byte> bytes{std::byte{s0}, std::byte{s1}};
+  for (auto& f : frames) {
+    if (!f.Seal().ok()) return;
+    std::array<std::byte, wire::kFrameHeaderBytes> raw{};
+    wire::EncodeHeader(f.header, raw);
+    bytes.insert(bytes.end(), raw.begin(), raw.end());
+    bytes.insert(bytes.end(), f.head.begin(), f.head.end());
+    for (auto t : f.tail) bytes.insert(bytes.end(), t.begin(), t.end());
+  }
+  Save(path, bytes);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -77,6 +91,24 @@ int main(int argc, char** argv) {
   SaveFrame(frames, "error", 10, wire::Encode(wire::ErrorMessage{.code = 3, .message = "PUSH payload CRC mismatch"}));
   SaveFrame(frames, "heartbeat", 0, wire::EncodeHeartbeat());
   SaveFrame(frames, "done_ack", 0, wire::EncodeDoneAck());
+
+  // Ring link streams: chunks (placed and not), heartbeats between them, DONE and ERROR.
+  auto chunk = [&](std::uint64_t id, wire::RingPhase phase, std::uint64_t offset, std::span<const float> f) {
+    return wire::Encode(wire::RingChunk{.collective = id, .phase = phase, .hop = 0, .segment = 1, .offset = offset}, f);
+  };
+  auto ring_stream = [&] {
+    std::vector<wire::OutFrame> fs;
+    fs.push_back(chunk(3, wire::RingPhase::kReduceScatter, 2, v.first(2)));
+    fs.push_back(wire::EncodeHeartbeat());
+    fs.push_back(chunk(3, wire::RingPhase::kAllGather, 0, v));
+    fs.push_back(chunk(4, wire::RingPhase::kBroadcast, 0, v.first(1)));
+    fs.push_back(wire::Encode(wire::Done{.worker = 2}));
+    fs.push_back(wire::Encode(wire::ErrorMessage{.code = 5, .message = "worker:2 (10.0.0.6:2222) closed the connection"}));
+    return fs;
+  };
+  SaveStream(corpus / "link" / "ring_bytewise_placed", 0x07, 0x0f, ring_stream());  // 1 byte at a time, 8 KiB limit
+  SaveStream(corpus / "link" / "ring_pieces", 0x3d, 0x00, ring_stream());           // 50-byte pieces, no placer
+  SaveStream(corpus / "link" / "ring_small_limit", 0x80, 0x09, ring_stream());      // 113-byte pieces, 64-byte limit
 
   ckpt::Checkpoint c;
   c.global_step = 1200;
