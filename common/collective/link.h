@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "common/base/status.h"
-#include "common/transport/connection.h"
+#include "common/transport/detached_link.h"
 #include "common/wire/frame.h"
 
 namespace tfd::collective {

@@ -16,6 +16,7 @@
 
 #include "common/base/status.h"
 #include "common/transport/auth.h"
+#include "common/transport/detached_link.h"
 #include "common/wire/frame.h"
 #include "common/wire/messages.h"
 
@@ -66,16 +67,6 @@ RefusalCounts Refusals();
 inline constexpr std::uint32_t kPreAuthPayload = 224;
 
 class Connection;
-
-// A connection handed over to an owner that does its own I/O (the ring's collective thread): the
-// socket, the bytes already read past the last frame, and the frame MAC state, so the stream goes
-// on exactly where the connection left it.
-struct DetachedLink {
-  int fd = -1;                       // a connected TCP socket, now the receiver's to close
-  std::vector<std::byte> buffered;   // read from the socket, not yet parsed: the start of the next frames
-  std::unique_ptr<FrameMac> send_mac, recv_mac;  // both null without a token
-  std::uint64_t send_seq = 0, recv_seq = 0;
-};
 
 // Receives a connection's frames. Knows frames, never sockets.
 class FrameHandler {
