@@ -38,6 +38,15 @@ TEST_CASE("a minimal job spec parses with documented defaults", "[unit][config]"
   CHECK(got->shuffle);
 }
 
+TEST_CASE("allreduce's bucket_kb defaults to 128 and takes 0 (one bucket)", "[unit][config]") {
+  auto def = ParseJobSpec(With(R"("update": {"mode": "allreduce"})"), "job.json");
+  REQUIRE(def.ok());
+  CHECK(def->update.bucket_kb == 128);
+  auto zero = ParseJobSpec(With(R"("update": {"mode": "allreduce", "bucket_kb": 0})"), "job.json");
+  REQUIRE(zero.ok());
+  CHECK(zero->update.bucket_kb == 0);
+}
+
 TEST_CASE("the canonical job spec of the design parses whole", "[unit][config]") {
   auto got = ParseJobSpec(R"({ "model": "mlp", "data": "data/mnist", "epochs": 5, "batch_size": 100,
     "optimizer": {"type": "adam", "learning_rate": 0.001, "beta1": 0.8, "epsilon": 1e-8},
@@ -109,6 +118,10 @@ TEST_CASE("job spec errors name the file and the JSON path", "[unit][config]") {
         "job.json: update.min_replicas: 3 is more than replicas_to_aggregate 2");
   CHECK(ErrorOf(With(R"("update": {"mode": "sync", "min_replicas": 0})")) ==
         "job.json: update.min_replicas: expected an integer in [1, 65536], got 0");
+  CHECK(ErrorOf(With(R"("update": {"mode": "allreduce", "bucket_kb": -1})")) ==
+        "job.json: update.bucket_kb: expected an integer in [0, 1048576], got -1");
+  CHECK(ErrorOf(With(R"("update": {"mode": "async", "bucket_kb": 64})")) ==
+        "job.json: update.bucket_kb: unknown field (expected one of: mode, overlap, staleness)");
   CHECK(ErrorOf(With(R"("update": {"mode": "ring"})")) ==
         "job.json: update.mode: unknown mode \"ring\" (expected async, sync or allreduce)");
   CHECK(ErrorOf(With(R"("device": "gpu0")")) == "job.json: device: expected \"cpu\" or \"cuda:N\", got \"gpu0\"");
