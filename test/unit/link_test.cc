@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <vector>
 
@@ -16,11 +17,15 @@ namespace {
 
 std::vector<std::byte> Bytes(wire::OutFrame f) {
   REQUIRE(f.Seal().ok());
-  std::array<std::byte, wire::kFrameHeaderBytes> raw{};
-  wire::EncodeHeader(f.header, raw);
-  std::vector<std::byte> out(raw.begin(), raw.end());
-  out.insert(out.end(), f.head.begin(), f.head.end());
-  for (auto t : f.tail) out.insert(out.end(), t.begin(), t.end());
+  std::vector<std::byte> out(wire::kFrameHeaderBytes + f.payload_size());
+  wire::EncodeHeader(f.header, std::span<std::byte, wire::kFrameHeaderBytes>(out.data(), wire::kFrameHeaderBytes));
+  // (Written into a buffer of the final size: GCC 12 misreads insert() after a 28-byte array.)
+  std::copy(f.head.begin(), f.head.end(), out.begin() + wire::kFrameHeaderBytes);
+  std::size_t at = wire::kFrameHeaderBytes + f.head.size();
+  for (std::span<const std::byte> part : f.tail) {
+    std::copy(part.begin(), part.end(), out.begin() + static_cast<std::ptrdiff_t>(at));
+    at += part.size();
+  }
   return out;
 }
 
