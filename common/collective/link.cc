@@ -51,7 +51,7 @@ void Link::Shutdown() {
 }
 
 Status Link::Queue(wire::OutFrame frame) {
-  // Only the length now: the CRC or MAC is computed just before the frame is written (SealFront),
+  // Only the length now: the CRC or MAC is computed just before the frame is written (Seal),
   // while its bytes are about to be copied by the kernel anyway, not when a whole segment is queued.
   if (Status s = frame.Seal(/*with_crc=*/false); !s.ok()) return s.WithContext(fmt::format("sending to {}", peer_name_));
   Outgoing& o = outbox_.emplace_back();
@@ -68,14 +68,8 @@ void Link::Seal(Outgoing& o) {
   if (!o.with_mac) (void)o.frame.Seal(/*with_crc=*/true);  // the length was checked in Queue
   if (o.with_mac) o.frame.header.flags |= wire::kFlagMac;
   wire::EncodeHeader(o.frame.header, o.header);
-  if (o.with_mac) {
-    std::vector<std::span<const std::byte>> parts;
-    parts.reserve(2 + o.frame.tail.size());
-    parts.emplace_back(o.header);
-    parts.emplace_back(o.frame.head);
-    parts.insert(parts.end(), o.frame.tail.begin(), o.frame.tail.end());
-    send_mac_->Tag(send_seq_++, parts, o.mac);  // frames are sealed in queue order: the sequence holds
-  }
+  // Frames are sealed in queue order, so the sequence numbers are the order they are written in.
+  if (o.with_mac) send_mac_->TagFrame(send_seq_++, o.header, o.frame.head, o.frame.tail, o.mac);
 }
 
 Status Link::Write(bool* progress) {
@@ -245,10 +239,8 @@ Result<const wire::InFrame*> Link::Read(bool* progress, const Placer* placer) {
     const std::span<const std::byte> rest =
         dest_.empty() ? std::span<const std::byte>(frame_.payload).subspan(split_) : std::span<const std::byte>(dest_);
     if (recv_mac_ != nullptr) {
-      std::array<std::byte, wire::kMacBytes> expected;
       const std::array<std::span<const std::byte>, 3> tagged = {std::span<const std::byte>(raw_header_), head, rest};
-      recv_mac_->Tag(recv_seq_++, tagged, expected);
-      if (!transport::SameBytes(mac_, expected)) {
+      if (!recv_mac_->Verify(recv_seq_++, tagged, mac_)) {
         return Status::PermissionDenied(fmt::format("{}: the MAC of a {} frame does not verify: the frame was altered, injected or "
                                                     "replayed on the way",
                                                     peer_name_, wire::MessageTypeName(frame_.header.type)));

@@ -489,8 +489,11 @@ Status Ring::Drive(const std::function<bool()>& done) {
   auto last_progress = Clock::now();
   {
     // Heartbeats wait in the socket between collectives: silence counts from here.
-    std::lock_guard<std::mutex> io(io_mu_);
-    if (next_ == nullptr || prev_ == nullptr) return Fail(Status::FailedPrecondition("a collective before the ring was formed"));
+    std::unique_lock<std::mutex> io(io_mu_);
+    if (next_ == nullptr || prev_ == nullptr) {
+      io.unlock();  // Fail takes it
+      return Fail(Status::FailedPrecondition("a collective before the ring was formed"));
+    }
     next_->set_last_heard(Clock::now());
     prev_->set_last_heard(Clock::now());
   }
@@ -499,7 +502,6 @@ Status Ring::Drive(const std::function<bool()>& done) {
     Status st;
     Clock::time_point heard_next, heard_prev;
     std::array<pollfd, 2> fds{};
-    std::string waiting_for;  // for a deadline's message
     {
       std::lock_guard<std::mutex> io(io_mu_);
       if (closed_flag_.load()) {
@@ -514,20 +516,6 @@ Status Ring::Drive(const std::function<bool()>& done) {
       fds[0] = {next_eof_ ? -1 : next_->fd(), static_cast<short>(POLLIN | (next_->pending_write() ? POLLOUT : 0)), 0};
       fds[1] = {read_prev || prev_->pending_write() ? prev_->fd() : -1,
                 static_cast<short>((read_prev ? POLLIN : 0) | (prev_->pending_write() ? POLLOUT : 0)), 0};
-      if (!complete && !progress) {
-        if (finishing_) {
-          waiting_for = fmt::format("{} did not finish its last collective within {:.0f} s", !prev_done_ ? MemberName(Prev()) : MemberName(Next()),
-                                    seconds(options_.step_timeout));
-        } else if (!works_.empty() && works_.front().done < works_.front().plan.size()) {
-          const Work& w = works_.front();
-          const Expected& e = w.plan[w.done];
-          waiting_for = fmt::format("{} sent no ring chunk for {:.0f} s (collective {}, {} hop {})", MemberName(Prev()),
-                                    seconds(options_.step_timeout), w.id, PhaseName(e.phase), e.hop);
-        } else {
-          waiting_for = fmt::format("{} did not take the ring chunks sent to it within {:.0f} s", MemberName(Next()),
-                                    seconds(options_.step_timeout));
-        }
-      }
     }
     if (!st.ok()) return Fail(st);
     if (complete) return Status::Ok();
@@ -546,10 +534,28 @@ Status Ring::Drive(const std::function<bool()>& done) {
             seconds(peer_timeout))));
       }
     }
-    if (now >= progress_deadline) return Fail(Status::DeadlineExceeded(waiting_for));
+    if (now >= progress_deadline) {
+      std::unique_lock<std::mutex> io(io_mu_);
+      Status stalled = Status::DeadlineExceeded(Stalled());
+      io.unlock();
+      return Fail(stalled);
+    }
     const auto wait = std::min<Clock::duration>({std::chrono::milliseconds(100), progress_deadline - now});
     (void)::poll(fds.data(), fds.size(), static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(wait).count()) + 1);
   }
+}
+
+std::string Ring::Stalled() const {
+  const double limit = std::chrono::duration<double>(options_.step_timeout).count();
+  if (finishing_)
+    return fmt::format("{} did not finish its last collective within {:.0f} s", MemberName(!prev_done_ ? Prev() : Next()), limit);
+  if (!works_.empty() && works_.front().done < works_.front().plan.size()) {
+    const Work& w = works_.front();
+    const Expected& e = w.plan[w.done];
+    return fmt::format("{} sent no ring chunk for {:.0f} s (collective {}, {} hop {})", MemberName(Prev()), limit, w.id,
+                       PhaseName(e.phase), e.hop);
+  }
+  return fmt::format("{} did not take the ring chunks sent to it within {:.0f} s", MemberName(Next()), limit);
 }
 
 Result<std::uint64_t> Ring::Start(Work w, const std::vector<std::pair<std::uint64_t, std::uint64_t>>& first_sends, wire::RingPhase phase) {

@@ -148,6 +148,7 @@ class Ring final : public transport::FrameHandler, public std::enable_shared_fro
   Work* FindWork(std::uint64_t id);                       // io_mu_ held
   bool ExpectingFromPrev() const;                         // io_mu_ held
   bool Complete(const Work& w) const;                     // io_mu_ held
+  std::string Stalled() const;                            // io_mu_ held: what the step deadline waited for
   // A connection's handshake is done: its socket becomes the Link to that neighbour.
   void Adopt(bool next, transport::DetachedLink detached);
   void ScheduleHeartbeat();  // io_context thread (or before the timer is shared)

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <vector>
@@ -124,20 +125,45 @@ FrameMac::FrameMac(const SessionKey& key) : impl_(std::make_unique<Impl>()) {
 
 FrameMac::~FrameMac() { EVP_CIPHER_CTX_free(impl_->ctx); }
 
-void FrameMac::Tag(std::uint64_t seq, std::span<const std::span<const std::byte>> parts, std::span<std::byte, 16> tag) {
+void FrameMac::Begin(std::uint64_t seq) {
   unsigned char iv[12] = {};
   for (int i = 0; i < 8; ++i) iv[i] = static_cast<unsigned char>(seq >> (8 * i));
-  EVP_CIPHER_CTX* ctx = impl_->ctx;
+  TFD_CHECK(EVP_EncryptInit_ex(impl_->ctx, nullptr, nullptr, nullptr, iv) == 1);
+}
+
+void FrameMac::Update(std::span<const std::byte> p) {
+  // Authenticated-only data (GMAC): nothing is encrypted. At most 256 MiB per frame, so int is safe.
   int len = 0;
-  TFD_CHECK(EVP_EncryptInit_ex(ctx, nullptr, nullptr, nullptr, iv) == 1);
-  for (std::span<const std::byte> p : parts) {
-    // Authenticated-only data (GMAC): nothing is encrypted. At most 256 MiB per frame, so int is safe.
-    if (!p.empty())
-      TFD_CHECK(EVP_EncryptUpdate(ctx, nullptr, &len, reinterpret_cast<const unsigned char*>(p.data()), static_cast<int>(p.size())) == 1);
-  }
+  if (!p.empty())
+    TFD_CHECK(EVP_EncryptUpdate(impl_->ctx, nullptr, &len, reinterpret_cast<const unsigned char*>(p.data()), static_cast<int>(p.size())) == 1);
+}
+
+void FrameMac::End(std::span<std::byte, 16> tag) {
   unsigned char none[16];
-  TFD_CHECK(EVP_EncryptFinal_ex(ctx, none, &len) == 1);
-  TFD_CHECK(EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, 16, tag.data()) == 1);
+  int len = 0;
+  TFD_CHECK(EVP_EncryptFinal_ex(impl_->ctx, none, &len) == 1);
+  TFD_CHECK(EVP_CIPHER_CTX_ctrl(impl_->ctx, EVP_CTRL_GCM_GET_TAG, 16, tag.data()) == 1);
+}
+
+void FrameMac::Tag(std::uint64_t seq, std::span<const std::span<const std::byte>> parts, std::span<std::byte, 16> tag) {
+  Begin(seq);
+  for (std::span<const std::byte> p : parts) Update(p);
+  End(tag);
+}
+
+void FrameMac::TagFrame(std::uint64_t seq, std::span<const std::byte> header, std::span<const std::byte> head,
+                        std::span<const std::span<const std::byte>> tail, std::span<std::byte, 16> tag) {
+  Begin(seq);
+  Update(header);
+  Update(head);
+  for (std::span<const std::byte> p : tail) Update(p);
+  End(tag);
+}
+
+bool FrameMac::Verify(std::uint64_t seq, std::span<const std::span<const std::byte>> parts, std::span<const std::byte, 16> tag) {
+  std::array<std::byte, 16> expected;
+  Tag(seq, parts, expected);
+  return SameBytes(expected, tag);
 }
 
 }  // namespace tfd::transport

@@ -60,8 +60,16 @@ class FrameMac {
 
   // The 16-byte tag of frame number `seq` over `parts` (the encoded header, then the payload's parts).
   void Tag(std::uint64_t seq, std::span<const std::span<const std::byte>> parts, std::span<std::byte, 16> tag);
+  // The same over a frame to send, as its writer holds it: header, encoded fields, tensor spans.
+  void TagFrame(std::uint64_t seq, std::span<const std::byte> header, std::span<const std::byte> head,
+                std::span<const std::span<const std::byte>> tail, std::span<std::byte, 16> tag);
+  // Whether `tag` is the tag of frame number `seq` over `parts` (compared in constant time).
+  bool Verify(std::uint64_t seq, std::span<const std::span<const std::byte>> parts, std::span<const std::byte, 16> tag);
 
  private:
+  void Begin(std::uint64_t seq);
+  void Update(std::span<const std::byte> part);
+  void End(std::span<std::byte, 16> tag);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

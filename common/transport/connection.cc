@@ -383,7 +383,7 @@ asio::awaitable<void> Connection::ReadLoop() {
   std::vector<std::byte> rx(kReadAhead);
   std::size_t rx_begin = 0, rx_end = 0;
   std::array<std::byte, wire::kFrameHeaderBytes> raw;
-  std::array<std::byte, wire::kMacBytes> mac, expected_mac;
+  std::array<std::byte, wire::kMacBytes> mac;
   for (;;) {
     error_code ec;
     while (rx_end - rx_begin < raw.size()) {
@@ -473,8 +473,7 @@ asio::awaitable<void> Connection::ReadLoop() {
     if (closed_) co_return;
     if (has_mac) {
       const std::array<std::span<const std::byte>, 2> tagged = {std::span<const std::byte>(raw), std::span<const std::byte>(frame.payload)};
-      recv_mac_->Tag(recv_seq_++, tagged, expected_mac);
-      if (!SameBytes(mac, expected_mac)) {
+      if (!recv_mac_->Verify(recv_seq_++, tagged, mac)) {
         Status why = Status::PermissionDenied(fmt::format(
             "{}: the MAC of a {} frame does not verify: the frame was altered, injected or replayed on the way", peer_name(),
             wire::MessageTypeName(frame.header.type)));
@@ -515,7 +514,6 @@ asio::awaitable<void> Connection::ReadLoop() {
 asio::awaitable<void> Connection::WriteLoop() {
   auto self = shared_from_this();
   std::vector<asio::const_buffer> buffers;
-  std::vector<std::span<const std::byte>> parts;
   while (!closed_) {
     if (detach_done_ && control_.empty() && outbox_.empty()) {  // all written: hand the socket over
       write_stopped_ = true;
@@ -555,11 +553,7 @@ asio::awaitable<void> Connection::WriteLoop() {
       for (const auto& t : o.frame.tail)
         if (!t.empty()) buffers.emplace_back(t.data(), t.size());
       if (with_mac) {
-        parts.clear();
-        parts.emplace_back(o.header);
-        parts.emplace_back(o.frame.head);
-        parts.insert(parts.end(), o.frame.tail.begin(), o.frame.tail.end());
-        send_mac_->Tag(send_seq_++, parts, o.mac);
+        send_mac_->TagFrame(send_seq_++, o.header, o.frame.head, o.frame.tail, o.mac);
         buffers.emplace_back(o.mac.data(), o.mac.size());
       }
     }

@@ -43,7 +43,7 @@ Status AllreduceUpdater::StartBucket(model::Model& model, bool contributes) {
 
 Status AllreduceUpdater::GradientsReady(model::Model& model, std::size_t from) {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].begin >= from) TFD_RETURN_IF_ERROR(StartBucket(model, true));
-  return ring_.Progress();
+  return next_bucket_ > 0 ? ring_.Progress() : Status::Ok();  // nothing in flight before the first bucket
 }
 
 Result<std::int64_t> AllreduceUpdater::Step(model::Model& model, std::int64_t) { return Exchange(model, true); }

@@ -22,16 +22,21 @@ void Save(const fs::path& path, const std::vector<std::byte>& bytes) {
   out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
 }
 
-// selector: index into frame_fuzz.cc's kDecodable (low 5 bits), payload limit 8 KiB (top 3 bits).
-void SaveFrame(const fs::path& dir, const std::string& name, std::uint8_t index, wire::OutFrame f) {
-  if (!f.Seal().ok()) return;
-  f.header.request_id = 7;
-  std::vector<std::byte> bytes{std::byte{static_cast<std::uint8_t>(0xe0 | index)}};
+// Appends `f` (sealed: length and CRC) to `bytes` as it travels on a socket.
+void AppendFrame(std::vector<std::byte>& bytes, const wire::OutFrame& f) {
   std::array<std::byte, wire::kFrameHeaderBytes> raw{};
   wire::EncodeHeader(f.header, raw);
   bytes.insert(bytes.end(), raw.begin(), raw.end());
   bytes.insert(bytes.end(), f.head.begin(), f.head.end());
   for (auto t : f.tail) bytes.insert(bytes.end(), t.begin(), t.end());
+}
+
+// selector: index into frame_fuzz.cc's kDecodable (low 5 bits), payload limit 8 KiB (top 3 bits).
+void SaveFrame(const fs::path& dir, const std::string& name, std::uint8_t index, wire::OutFrame f) {
+  if (!f.Seal().ok()) return;
+  f.header.request_id = 7;
+  std::vector<std::byte> bytes{std::byte{static_cast<std::uint8_t>(0xe0 | index)}};
+  AppendFrame(bytes, f);
   Save(dir / name, bytes);
 }
 
@@ -40,11 +45,7 @@ void SaveStream(const fs::path& path, std::uint8_t s0, std::uint8_t s1, std::vec
   std::vector<std::byte> bytes{std::byte{s0}, std::byte{s1}};
   for (auto& f : frames) {
     if (!f.Seal().ok()) return;
-    std::array<std::byte, wire::kFrameHeaderBytes> raw{};
-    wire::EncodeHeader(f.header, raw);
-    bytes.insert(bytes.end(), raw.begin(), raw.end());
-    bytes.insert(bytes.end(), f.head.begin(), f.head.end());
-    for (auto t : f.tail) bytes.insert(bytes.end(), t.begin(), t.end());
+    AppendFrame(bytes, f);
   }
   Save(path, bytes);
 }

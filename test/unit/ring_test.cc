@@ -183,11 +183,16 @@ TEST_CASE("overlapped all-reduces: several started at different paces, then one 
   REQUIRE(AllOk(ring.OnEach([&](int r) { return ring.ring(r).Finish(); })));
 }
 
-TEST_CASE("a neighbour that computes longer than the peer timeout is alive: its heartbeats say so", "[unit][ring]") {
+// Heartbeats every 50 ms, and a neighbour silent for `peer_timeout` is lost.
+collective::RingOptions FastHeartbeats(std::chrono::milliseconds peer_timeout) {
   collective::RingOptions o = Options(100);
   o.connection.heartbeat_interval = 50ms;
-  o.connection.peer_timeout = 400ms;
-  LocalRing ring(3, o);
+  o.connection.peer_timeout = peer_timeout;
+  return o;
+}
+
+TEST_CASE("a neighbour that computes longer than the peer timeout is alive: its heartbeats say so", "[unit][ring]") {
+  LocalRing ring(3, FastHeartbeats(400ms));
   REQUIRE(AllOk(ring.Connect()));
   std::vector<std::vector<float>> data(3, std::vector<float>(1000, 1.0f));
   auto got = ring.OnEach([&](int r) {
@@ -199,10 +204,7 @@ TEST_CASE("a neighbour that computes longer than the peer timeout is alive: its 
 }
 
 TEST_CASE("a stopped neighbour (no heartbeats) fails the collective at the peer timeout, named", "[unit][ring]") {
-  collective::RingOptions o = Options(100);
-  o.connection.heartbeat_interval = 50ms;
-  o.connection.peer_timeout = 500ms;
-  LocalRing ring(2, o);
+  LocalRing ring(2, FastHeartbeats(500ms));
   REQUIRE(AllOk(ring.Connect()));
   // worker:1's I/O thread stops (as under SIGSTOP) and it never joins the collective.
   transport::asio::post(ring.ioc(1), [] { std::this_thread::sleep_for(3s); });
