@@ -14,8 +14,10 @@
 #include "common/base/service.h"
 #include "common/config/cluster.h"
 #include "common/config/job.h"
+#include "daemon/allreduce/run_allreduce.h"
 #include "daemon/ps/run_ps.h"
-#include "daemon/standalone.h"
+#include "daemon/train/standalone.h"
+#include "daemon/train/task_options.h"
 #include "daemon/worker/run_worker.h"
 
 namespace po = boost::program_options;
@@ -170,7 +172,7 @@ int main(int argc, char** argv) {
   Status s;
   try {
   if (standalone) {
-    s = tfd::daemon::RunStandalone(job, events, {.stop = &g_stop, .params_out = params_out});
+    s = tfd::train::RunStandalone(job, events, {.stop = &g_stop, .params_out = params_out});
   } else {
     tfd::transport::ConnectionOptions conn;
     conn.peer_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(peer_timeout * 1000));
@@ -180,16 +182,18 @@ int main(int argc, char** argv) {
     if (is_ps) {
       s = tfd::ps::RunPs(*tf_config, events, {.bind_address = bind, .connection = conn, .stop = &g_stop});
     } else {
-      tfd::worker::WorkerOptions options;
-      options.ps.connection = conn;
-      options.ps.startup_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(startup_timeout * 1000));
-      options.ps.step_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(step_timeout * 1000));
-      options.ps.reconnect_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(reconnect_timeout * 1000));
+      tfd::train::WorkerTaskOptions options;
+      options.startup_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(startup_timeout * 1000));
+      options.step_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(step_timeout * 1000));
+      options.reconnect_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(reconnect_timeout * 1000));
       options.stop = &g_stop;
       options.params_out = params_out;
       options.bind_address = bind;
       options.shard_limit = shard_limit;
-      s = tfd::worker::RunWorker(*tf_config, job, events, options);
+      if (job.update.mode == tfd::config::UpdateSpec::Mode::kAllreduce)
+        s = tfd::allreduce::RunAllreduceWorker(*tf_config, job, events, options, conn);
+      else
+        s = tfd::worker::RunWorker(*tf_config, job, events, options, conn);
     }
   }
   } catch (const std::bad_alloc&) {

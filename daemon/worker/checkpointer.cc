@@ -18,7 +18,7 @@ double MsSince(Clock::time_point t) { return std::chrono::duration<double, std::
 
 }  // namespace
 
-Checkpointer::Checkpointer(const config::JobSpec& job, const model::Model& model, const daemon::Placement& placement,
+Checkpointer::Checkpointer(const config::JobSpec& job, const model::Model& model, const Placement& placement,
                            PsClient& client, EventWriter& events, int num_workers, std::int64_t steps_per_epoch)
     : spec_(job.checkpoint),
       job_(job),
@@ -31,9 +31,9 @@ Checkpointer::Checkpointer(const config::JobSpec& job, const model::Model& model
     variables_.push_back({v.name, v.offset, v.size});
     shapes_.push_back(v.shape);
   }
-  for (const std::vector<daemon::Slice>& shard : placement.shards) {
+  for (const std::vector<Slice>& shard : placement.shards) {
     ranges_.emplace_back();
-    for (const daemon::Slice& s : shard) ranges_.back().push_back({s.flat_offset, s.length});
+    for (const Slice& s : shard) ranges_.back().push_back({s.flat_offset, s.length});
   }
   slot_names_ = optim::MakeOptimizer(job.optimizer)->SlotNames();
 }

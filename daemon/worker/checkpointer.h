@@ -11,7 +11,7 @@
 #include "common/ckpt/checkpoint.h"
 #include "common/config/job.h"
 #include "common/model/model.h"
-#include "daemon/placement.h"
+#include "daemon/worker/placement.h"
 #include "daemon/worker/ps_client.h"
 
 namespace tfd::worker {
@@ -27,7 +27,7 @@ namespace tfd::worker {
 // batch. Not thread-safe: the chief's training thread uses it.
 class Checkpointer {
  public:
-  Checkpointer(const config::JobSpec& job, const model::Model& model, const daemon::Placement& placement, PsClient& client,
+  Checkpointer(const config::JobSpec& job, const model::Model& model, const Placement& placement, PsClient& client,
                EventWriter& events, int num_workers, std::int64_t steps_per_epoch);
 
   bool enabled() const { return !spec_.dir.empty(); }
@@ -52,7 +52,7 @@ class Checkpointer {
 
   config::CheckpointSpec spec_;
   config::JobSpec job_;
-  const daemon::Placement& placement_;
+  const Placement& placement_;
   PsClient& client_;
   EventWriter& events_;
   int num_workers_;

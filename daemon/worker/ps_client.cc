@@ -22,7 +22,7 @@ Status Expect(const wire::InFrame& frame, wire::MessageType type, const std::str
 }  // namespace
 
 Result<std::unique_ptr<PsClient>> PsClient::Connect(transport::asio::io_context& ioc, const config::TfConfig& config,
-                                                    std::uint64_t incarnation, const daemon::Placement& placement,
+                                                    std::uint64_t incarnation, const Placement& placement,
                                                     const PsClientOptions& options) {
   std::unique_ptr<PsClient> client(new PsClient(ioc, config, incarnation, placement, options));
   const auto deadline = Clock::now() + options.startup_timeout;
@@ -135,7 +135,7 @@ Result<wire::InFrame> PsClient::Await(transport::RpcClient& ps, std::future<Resu
 
 std::vector<std::span<const float>> PsClient::Slices(std::size_t ps, std::span<const float> flat) const {
   std::vector<std::span<const float>> out;
-  for (const daemon::Slice& s : placement_.shards[ps]) out.push_back(flat.subspan(static_cast<std::size_t>(s.flat_offset), static_cast<std::size_t>(s.length)));
+  for (const Slice& s : placement_.shards[ps]) out.push_back(flat.subspan(static_cast<std::size_t>(s.flat_offset), static_cast<std::size_t>(s.length)));
   return out;
 }
 
@@ -198,7 +198,7 @@ std::future<Result<wire::InFrame>> PsClient::InitFromState(std::size_t i, std::s
   init.has_state = true;
   init.updates = updates;
   init.resume_steps = resume_steps;
-  for (const daemon::Slice& s : placement_.shards[i]) init.chunks.push_back({s.name, static_cast<std::uint64_t>(s.length)});
+  for (const Slice& s : placement_.shards[i]) init.chunks.push_back({s.name, static_cast<std::uint64_t>(s.length)});
   // The frame owns copies of what its tail points to, and the encoder's trailer.
   auto held = std::make_shared<std::pair<std::vector<float>, std::vector<float>>>(std::vector<float>(values.begin(), values.end()),
                                                                                    std::vector<float>(slots.begin(), slots.end()));
@@ -237,7 +237,7 @@ std::future<Result<wire::InFrame>> PsClient::InitOne(std::size_t i, std::span<co
   if (!chief_ || initialized_[i]) return ps_[i]->Call(wire::Encode(wire::WaitReady{layout_}));
   if (!restart_slots_.empty()) {  // the latest checkpoint's slots, with these parameters
     std::vector<float> values;
-    for (const daemon::Slice& s : placement_.shards[i]) {
+    for (const Slice& s : placement_.shards[i]) {
       auto src = params.subspan(static_cast<std::size_t>(s.flat_offset), static_cast<std::size_t>(s.length));
       values.insert(values.end(), src.begin(), src.end());
     }
@@ -251,7 +251,7 @@ std::future<Result<wire::InFrame>> PsClient::InitOne(std::size_t i, std::span<co
   // The INIT values travel as frame tails: the frame owns its buffer (an early return must not
   // free what the I/O thread is still writing).
   auto values = std::make_shared<std::vector<float>>();
-  for (const daemon::Slice& s : placement_.shards[i]) {
+  for (const Slice& s : placement_.shards[i]) {
     init.chunks.push_back({s.name, static_cast<std::uint64_t>(s.length)});
     auto src = params.subspan(static_cast<std::size_t>(s.flat_offset), static_cast<std::size_t>(s.length));
     values->insert(values->end(), src.begin(), src.end());
@@ -268,7 +268,7 @@ Result<std::uint64_t> PsClient::TakeParams(std::size_t ps, const wire::InFrame& 
   if (static_cast<std::int64_t>(p.values.size() / 4) != placement_.ShardSize(ps))
     return Status::Corruption(fmt::format("{} sent {} floats for a shard of {}", ps_[ps]->peer(), p.values.size() / 4, placement_.ShardSize(ps)));
   std::size_t at = 0;
-  for (const daemon::Slice& s : placement_.shards[ps]) {
+  for (const Slice& s : placement_.shards[ps]) {
     const std::size_t n = static_cast<std::size_t>(s.length) * 4;
     wire::CopyFloats(p.values.subspan(at, n), params.subspan(static_cast<std::size_t>(s.flat_offset), static_cast<std::size_t>(s.length)));
     at += n;

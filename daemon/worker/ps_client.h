@@ -8,7 +8,7 @@
 #include "common/config/cluster.h"
 #include "common/transport/rpc.h"
 #include "common/wire/messages.h"
-#include "daemon/placement.h"
+#include "daemon/worker/placement.h"
 
 namespace tfd::worker {
 
@@ -30,7 +30,7 @@ class PsClient {
   // Connects to every ps (any start order: retries until startup_timeout, logging which ps it waits
   // for) and exchanges HELLO/WELCOME. `ioc` must be running on another thread.
   static Result<std::unique_ptr<PsClient>> Connect(transport::asio::io_context& ioc, const config::TfConfig& config,
-                                                   std::uint64_t incarnation, const daemon::Placement& placement,
+                                                   std::uint64_t incarnation, const Placement& placement,
                                                    const PsClientOptions& options);
   ~PsClient();
 
@@ -94,7 +94,7 @@ class PsClient {
 
  private:
   PsClient(transport::asio::io_context& ioc, const config::TfConfig& config, std::uint64_t incarnation,
-           const daemon::Placement& placement, const PsClientOptions& options)
+           const Placement& placement, const PsClientOptions& options)
       : ioc_(ioc), config_(config), incarnation_(incarnation), placement_(placement), options_(options) {}
   // Dials ps `i` and exchanges HELLO/WELCOME (ps_[i] is the new connection).
   Result<wire::Welcome> ConnectOne(std::size_t i, transport::Clock::time_point deadline);
@@ -123,7 +123,7 @@ class PsClient {
   transport::asio::io_context& ioc_;
   config::TfConfig config_;
   std::uint64_t incarnation_;
-  const daemon::Placement& placement_;
+  const Placement& placement_;
   PsClientOptions options_;
   bool chief_ = false;
   wire::OptimizerParams optimizer_;

@@ -8,11 +8,11 @@
 
 #include "common/base/service.h"
 #include "common/tensor/gemm.h"
-#include "daemon/placement.h"
-#include "daemon/standalone.h"
-#include "daemon/trainer.h"
+#include "daemon/train/job_data.h"
+#include "daemon/train/trainer.h"
 #include "daemon/worker/checkpointer.h"
-#include "daemon/worker/run_allreduce.h"
+#include "daemon/worker/placement.h"
+#include "daemon/worker/ps_client.h"
 
 namespace tfd::worker {
 namespace {
@@ -35,7 +35,7 @@ wire::OptimizerParams ToWire(const config::OptimizerSpec& o) {
 // parameters. async: push and take the current parameters. async with overlap: the exchange of step
 // t travels while step t+1 computes on the parameters pulled at step t-1, so the worker never
 // waits on the network, at the price of one more step of staleness (which momentum tolerates badly).
-class PsUpdater final : public daemon::Updater {
+class PsUpdater final : public train::Updater {
  public:
   PsUpdater(PsClient& client, std::uint32_t rank, std::uint64_t incarnation, bool sync, bool overlap, std::uint64_t start_step,
             std::size_t num_params, Checkpointer* checkpointer)
@@ -107,22 +107,12 @@ class PsUpdater final : public daemon::Updater {
 
 }  // namespace
 
-daemon::TrainerOptions TrainerOptionsFor(const config::TfConfig& config, const WorkerOptions& options) {
-  daemon::TrainerOptions t;
-  t.task = config.task.ToString();
-  t.rank = config.cluster.WorkerRank(config.task);
-  t.num_workers = config.cluster.num_workers();
-  t.evaluate_each_epoch = config.is_chief();
-  t.stop = options.stop;
-  t.params_out = options.params_out;
-  t.shard_limit = options.shard_limit;
-  return t;
-}
-
-Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, EventWriter& events, const WorkerOptions& options) {
+Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, EventWriter& events,
+                 const train::WorkerTaskOptions& options, const transport::ConnectionOptions& connection) {
   const int num_workers = config.cluster.num_workers();
   const int rank = config.cluster.WorkerRank(config.task);
-  if (job.update.mode == config::UpdateSpec::Mode::kAllreduce) return RunAllreduceWorker(config, job, events, options);
+  if (job.update.mode == config::UpdateSpec::Mode::kAllreduce)
+    return Status::InvalidArgument("update.mode: allreduce has no ps: run it with allreduce::RunAllreduceWorker");
   if (options.shard_limit > 0)
     return Status::InvalidArgument("--shard-limit: only in allreduce mode (the ps modes need every worker to take the same steps)");
   if (config.cluster.ps.empty())
@@ -137,11 +127,11 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
   if (sync && job.update.min_replicas > num_workers)
     return Status::InvalidArgument(fmt::format("update.min_replicas: {}, but the cluster has {} workers", job.update.min_replicas,
                                                num_workers));
-  TFD_ASSIGN_OR_RETURN(daemon::LoadedJob loaded, daemon::LoadJobData(job, num_workers));
+  TFD_ASSIGN_OR_RETURN(train::LoadedJob loaded, train::LoadJobData(job, num_workers));
   model::Model& model = *loaded.model;
-  std::vector<daemon::VariableInfo> variables;
+  std::vector<VariableInfo> variables;
   for (const model::Variable& v : model.variables()) variables.push_back({v.name, v.offset, v.size});
-  const daemon::Placement placement = daemon::Place(variables, static_cast<int>(config.cluster.ps.size()), job.placement);
+  const Placement placement = Place(variables, static_cast<int>(config.cluster.ps.size()), job.placement);
   const bool chief = config.is_chief();
   spdlog::info("{} (rank {} of {}{}); model: {}", config.task.ToString(), rank, num_workers, chief ? ", chief" : "", model.Summary());
   if (chief)
@@ -166,7 +156,11 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
   } joiner{ioc, work, io};
 
   const std::uint64_t incarnation = (static_cast<std::uint64_t>(std::random_device{}()) << 32) | std::random_device{}();
-  PsClientOptions ps_options = options.ps;
+  PsClientOptions ps_options;
+  ps_options.connection = connection;
+  ps_options.startup_timeout = options.startup_timeout;
+  ps_options.step_timeout = options.step_timeout;
+  ps_options.reconnect_timeout = options.reconnect_timeout;
   ps_options.stop = options.stop;
   TFD_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client, PsClient::Connect(ioc, config, incarnation, placement, ps_options));
   wire::UpdateParams update;
@@ -178,7 +172,7 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
   update.on_worker_loss = static_cast<std::uint8_t>(job.update.on_worker_loss);
   update.min_replicas = static_cast<std::uint32_t>(job.update.min_replicas);
   Checkpointer checkpointer(job, model, placement, *client, events, num_workers,
-                            daemon::StepsPerEpoch(loaded.data.train.size, num_workers, job.batch_size));
+                            train::StepsPerEpoch(loaded.data.train.size, num_workers, job.batch_size));
   if (chief) TFD_RETURN_IF_ERROR(checkpointer.PrepareRestore());
   TFD_RETURN_IF_ERROR(client->Initialize(chief, ToWire(job.optimizer), update, model.params()));
   // Start from what the ps tasks hold (the chief's initial values, a checkpoint's, or further if
@@ -191,9 +185,9 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
 
   PsUpdater updater(*client, static_cast<std::uint32_t>(rank), incarnation, sync, job.update.overlap, start_step,
                     model.params().size(), chief && checkpointer.enabled() ? &checkpointer : nullptr);
-  daemon::TrainerOptions topts = TrainerOptionsFor(config, options);
+  train::TrainerOptions topts = train::TrainerOptionsFor(config, options);
   topts.start_local_step = static_cast<std::int64_t>(client->resume_step());
-  TFD_RETURN_IF_ERROR(daemon::Train(job, loaded.data, model, updater, events, topts));
+  TFD_RETURN_IF_ERROR(train::Train(job, loaded.data, model, updater, events, topts));
   if (sync) spdlog::info("{} gradients of this worker were dropped as stale", updater.stale());
   TFD_RETURN_IF_ERROR(client->Done(static_cast<std::uint32_t>(rank)));
   client->Close();

@@ -17,7 +17,7 @@
 
 #include "common/base/logging.h"
 #include "common/base/memory.h"
-#include "daemon/placement.h"
+#include "daemon/worker/placement.h"
 #include "daemon/ps/parameter_store.h"
 #include "daemon/ps/ps_service.h"
 #include "daemon/worker/ps_client.h"
@@ -115,8 +115,8 @@ double TfdPushPull(std::size_t floats, double seconds, std::shared_ptr<const tfd
 
   tfd::config::TfConfig worker_config = ps_config;
   worker_config.task = {tfd::config::TaskType::kWorker, 0};
-  std::vector<tfd::daemon::VariableInfo> vars = {{"params", 0, static_cast<std::int64_t>(floats)}};
-  tfd::daemon::Placement placement = tfd::daemon::Place(vars, 1, tfd::config::Placement::kBalanced);
+  std::vector<tfd::worker::VariableInfo> vars = {{"params", 0, static_cast<std::int64_t>(floats)}};
+  tfd::worker::Placement placement = tfd::worker::Place(vars, 1, tfd::config::Placement::kBalanced);
   double rate = 0;
   {
     tfd::worker::PsClientOptions copts;

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "daemon/placement.h"
+#include "daemon/worker/placement.h"
 
-namespace tfd::daemon {
+namespace tfd::worker {
 namespace {
 
 using config::Placement;
@@ -232,4 +232,4 @@ TEST_CASE("Describe has one line per ps naming its floats and slices", "[unit][p
 }
 
 }  // namespace
-}  // namespace tfd::daemon
+}  // namespace tfd::worker

@@ -1,16 +1,17 @@
 #pragma once
 
-#include "common/base/logging.h"
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
 #include "common/base/status.h"
 #include "common/collective/ring.h"
-#include "common/config/cluster.h"
-#include "common/config/job.h"
 #include "common/model/model.h"
 #include "common/optim/optimizer.h"
-#include "daemon/trainer.h"
-#include "daemon/worker/run_worker.h"
+#include "daemon/train/updater.h"
 
-namespace tfd::worker {
+namespace tfd::allreduce {
 
 // All-reduces each step's gradient over the ring and applies the average locally, so every
 // worker holds the same parameters after every step.
@@ -24,7 +25,7 @@ namespace tfd::worker {
 // least `bucket_kb` (the two floats ride in the last layers' bucket). A bucket's all-reduce starts
 // as soon as backprop has computed its layers, and runs while backprop computes the earlier ones;
 // Step waits for the last. Every worker cuts the same buckets, so the sums are the same bits.
-class AllreduceUpdater final : public daemon::Updater {
+class AllreduceUpdater final : public train::Updater {
  public:
   AllreduceUpdater(collective::Ring& ring, const optim::Optimizer& optimizer, const model::Model& model, int bucket_kb);
 
@@ -55,9 +56,4 @@ class AllreduceUpdater final : public daemon::Updater {
   std::int64_t global_step_ = 0, joined_ = 0;
 };
 
-// The allreduce mode of RunWorker: listens on this task's address, forms the ring with the other
-// workers (in rank order), takes the chief's initial parameters and trains.
-Status RunAllreduceWorker(const config::TfConfig& config, const config::JobSpec& job, EventWriter& events,
-                          const WorkerOptions& options);
-
-}  // namespace tfd::worker
+}  // namespace tfd::allreduce

@@ -1,4 +1,4 @@
-#include "daemon/trainer.h"
+#include "daemon/train/trainer.h"
 
 #include <chrono>
 #include <cmath>
@@ -9,7 +9,7 @@
 
 #include "common/base/service.h"
 
-namespace tfd::daemon {
+namespace tfd::train {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -113,4 +113,4 @@ Status Train(const config::JobSpec& job, const model::MnistData& data, model::Mo
   return Status::Ok();
 }
 
-}  // namespace tfd::daemon
+}  // namespace tfd::train

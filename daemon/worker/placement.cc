@@ -1,4 +1,4 @@
-#include "daemon/placement.h"
+#include "daemon/worker/placement.h"
 
 #include <algorithm>
 #include <numeric>
@@ -8,7 +8,7 @@
 #include "common/base/check.h"
 #include "common/base/sha256.h"
 
-namespace tfd::daemon {
+namespace tfd::worker {
 
 std::int64_t Placement::ShardSize(std::size_t ps) const {
   std::int64_t n = 0;
@@ -77,4 +77,4 @@ Placement Place(const std::vector<VariableInfo>& variables, int num_ps, config::
   return p;
 }
 
-}  // namespace tfd::daemon
+}  // namespace tfd::worker

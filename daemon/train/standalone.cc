@@ -1,4 +1,4 @@
-#include "daemon/standalone.h"
+#include "daemon/train/standalone.h"
 
 #include <spdlog/spdlog.h>
 
@@ -6,9 +6,10 @@
 #include "common/model/model.h"
 #include "common/optim/optimizer.h"
 #include "common/tensor/gemm.h"
-#include "daemon/trainer.h"
+#include "daemon/train/job_data.h"
+#include "daemon/train/trainer.h"
 
-namespace tfd::daemon {
+namespace tfd::train {
 namespace {
 
 // Applies the gradient to the local parameters, as one process does.
@@ -28,29 +29,6 @@ class LocalUpdater final : public Updater {
 
 }  // namespace
 
-Result<LoadedJob> LoadJobData(const config::JobSpec& job, int num_workers) {
-  if (job.cuda_device >= 0) {
-    return Status::InvalidArgument(
-        fmt::format("device: \"{}\": this tfd trains on the CPU only (set \"device\": \"cpu\")", job.device));
-  }
-  LoadedJob loaded;
-  Result<model::MnistData> data = model::LoadMnist(job.data);
-  if (!data.ok()) {  // a corrupt input file is bad input, as a bad field is (exit code 2)
-    return data.status().code() == Code::kCorruption ? Status::InvalidArgument(data.status().message()) : data.status();
-  }
-  loaded.data = std::move(data).value();
-  if (StepsPerEpoch(loaded.data.train.size, num_workers, job.batch_size) == 0) {
-    return Status::InvalidArgument(fmt::format("batch_size: {} is more than the {} training examples in {}{}", job.batch_size,
-                                               loaded.data.train.size / num_workers, job.data,
-                                               num_workers > 1 ? fmt::format(" per worker ({} workers)", num_workers) : ""));
-  }
-  tensor::ActShape input{loaded.data.train.height, loaded.data.train.width, loaded.data.train.channels};
-  TFD_ASSIGN_OR_RETURN(loaded.model, model::Model::Build(job.model, input, loaded.data.train.num_classes, job.batch_size));
-  loaded.model->Initialize(job.seed);
-  tensor::SetComputeThreads(job.threads);
-  return loaded;
-}
-
 Status RunStandalone(const config::JobSpec& job, EventWriter& events, const StandaloneOptions& options) {
   TFD_ASSIGN_OR_RETURN(LoadedJob loaded, LoadJobData(job, 1));
   std::unique_ptr<optim::Optimizer> optimizer = optim::MakeOptimizer(job.optimizer);
@@ -68,4 +46,4 @@ Status RunStandalone(const config::JobSpec& job, EventWriter& events, const Stan
   return Train(job, loaded.data, *loaded.model, updater, events, topts);
 }
 
-}  // namespace tfd::daemon
+}  // namespace tfd::train

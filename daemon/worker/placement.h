@@ -6,7 +6,7 @@
 
 #include "common/config/job.h"
 
-namespace tfd::daemon {
+namespace tfd::worker {
 
 // A variable in the model's flat parameter buffer (the ps never sees more than name and size).
 struct VariableInfo {
@@ -38,4 +38,4 @@ struct Placement {
 // greedy: largest variable first onto the least-loaded ps, as TF's GreedyLoadBalancingStrategy.
 Placement Place(const std::vector<VariableInfo>& variables, int num_ps, config::Placement strategy);
 
-}  // namespace tfd::daemon
+}  // namespace tfd::worker

@@ -1,0 +1,89 @@
+#include "daemon/allreduce/run_allreduce.h"
+
+#include <random>
+#include <thread>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "common/base/service.h"
+#include "daemon/allreduce/allreduce_updater.h"
+#include "daemon/train/job_data.h"
+#include "daemon/train/trainer.h"
+
+namespace tfd::allreduce {
+
+Status RunAllreduceWorker(const config::TfConfig& config, const config::JobSpec& job, EventWriter& events,
+                          const train::WorkerTaskOptions& options, const transport::ConnectionOptions& connection) {
+  const int num_workers = config.cluster.num_workers();
+  const int rank = config.cluster.WorkerRank(config.task);
+  if (!config.cluster.ps.empty())
+    return Status::InvalidArgument(fmt::format("cluster.ps: {} ps tasks, but allreduce mode has none (workers all-reduce among "
+                                               "themselves): remove them or use async or sync mode",
+                                               config.cluster.ps.size()));
+  TFD_ASSIGN_OR_RETURN(train::LoadedJob loaded, train::LoadJobData(job, num_workers));
+  if (options.shard_limit > 0 && options.shard_limit < job.batch_size)
+    return Status::InvalidArgument(fmt::format("--shard-limit: {} is less than one batch ({})", options.shard_limit, job.batch_size));
+  model::Model& model = *loaded.model;
+  std::unique_ptr<optim::Optimizer> optimizer = optim::MakeOptimizer(job.optimizer);
+  const bool chief = config.is_chief();
+  spdlog::info("{} (rank {} of {}{}); allreduce; model: {}", config.task.ToString(), rank, num_workers, chief ? ", chief" : "",
+               model.Summary());
+  events.Emit("start", {{"role", std::string("worker")}, {"rank", std::int64_t{rank}}, {"chief", chief},
+                        {"mode", std::string("allreduce")}});
+
+  transport::asio::io_context ioc(1);
+  auto work = transport::asio::make_work_guard(ioc);
+  std::thread io([&ioc] { ioc.run(); });
+  std::unique_ptr<transport::Listener> listener;
+  std::shared_ptr<collective::Ring> ring;
+  struct Joiner {
+    transport::asio::io_context& ioc;
+    decltype(work)& guard;
+    std::thread& thread;
+    std::unique_ptr<transport::Listener>& listener;
+    std::shared_ptr<collective::Ring>& ring;
+    ~Joiner() {
+      if (ring != nullptr) ring->Close(Status::Ok());
+      if (listener != nullptr) listener->Stop();
+      guard.reset();
+      transport::asio::steady_timer limit(ioc, std::chrono::milliseconds(200));
+      limit.async_wait([this](const boost::system::error_code&) { ioc.stop(); });
+      thread.join();
+    }
+  } joiner{ioc, work, io, listener, ring};
+
+  collective::RingOptions ro;
+  ro.rank = rank;
+  for (int r = 0; r < num_workers; ++r) {
+    const config::TaskId t = config.cluster.WorkerTask(r);
+    const config::Endpoint& ep = config.cluster.EndpointOf(t);
+    ro.members.push_back({t.ToString(), ep.host, ep.port, static_cast<wire::TaskKind>(t.type), static_cast<std::uint32_t>(t.index)});
+  }
+  ro.cluster_id = config.cluster.Id();
+  ro.incarnation = (static_cast<std::uint64_t>(std::random_device{}()) << 32) | std::random_device{}();
+  ro.connection = connection;
+  ro.startup_timeout = options.startup_timeout;
+  ro.step_timeout = options.step_timeout;
+  ro.stop = options.stop;
+  ring = collective::Ring::Create(ioc, ro);
+  if (num_workers > 1) {
+    const config::Endpoint& self = config.self();
+    TFD_ASSIGN_OR_RETURN(listener, transport::Listener::Bind(ioc, options.bind_address, self.port,
+                                                             [r = ring](transport::tcp::socket s) { r->Accept(std::move(s)); }));
+    listener->Start();
+    spdlog::info("listening on {}:{} for {}", options.bind_address.empty() ? "*" : options.bind_address, self.port,
+                 ro.members[static_cast<std::size_t>((rank + num_workers - 1) % num_workers)].task);
+  }
+  TFD_RETURN_IF_ERROR(ring->Connect());
+  // Every worker starts from the chief's parameters.
+  TFD_RETURN_IF_ERROR(ring->Broadcast(model.params()).WithContext("broadcast of the initial parameters"));
+  spdlog::info("ready: ring of {} workers formed", num_workers);
+  events.Emit("ready", {{"global_step", std::int64_t{0}}});
+  NotifyReady(fmt::format("{} in a ring of {} workers", config.task.ToString(), num_workers));
+
+  AllreduceUpdater updater(*ring, *optimizer, model, job.update.bucket_kb);
+  return train::Train(job, loaded.data, model, updater, events, train::TrainerOptionsFor(config, options));
+}
+
+}  // namespace tfd::allreduce

@@ -1,0 +1,33 @@
+#include "daemon/train/job_data.h"
+
+#include <fmt/format.h>
+
+#include "common/tensor/gemm.h"
+#include "daemon/train/trainer.h"
+
+namespace tfd::train {
+
+Result<LoadedJob> LoadJobData(const config::JobSpec& job, int num_workers) {
+  if (job.cuda_device >= 0) {
+    return Status::InvalidArgument(
+        fmt::format("device: \"{}\": this tfd trains on the CPU only (set \"device\": \"cpu\")", job.device));
+  }
+  LoadedJob loaded;
+  Result<model::MnistData> data = model::LoadMnist(job.data);
+  if (!data.ok()) {  // a corrupt input file is bad input, as a bad field is (exit code 2)
+    return data.status().code() == Code::kCorruption ? Status::InvalidArgument(data.status().message()) : data.status();
+  }
+  loaded.data = std::move(data).value();
+  if (StepsPerEpoch(loaded.data.train.size, num_workers, job.batch_size) == 0) {
+    return Status::InvalidArgument(fmt::format("batch_size: {} is more than the {} training examples in {}{}", job.batch_size,
+                                               loaded.data.train.size / num_workers, job.data,
+                                               num_workers > 1 ? fmt::format(" per worker ({} workers)", num_workers) : ""));
+  }
+  tensor::ActShape input{loaded.data.train.height, loaded.data.train.width, loaded.data.train.channels};
+  TFD_ASSIGN_OR_RETURN(loaded.model, model::Model::Build(job.model, input, loaded.data.train.num_classes, job.batch_size));
+  loaded.model->Initialize(job.seed);
+  tensor::SetComputeThreads(job.threads);
+  return loaded;
+}
+
+}  // namespace tfd::train

@@ -1,0 +1,22 @@
+#pragma once
+
+#include <memory>
+
+#include "common/base/status.h"
+#include "common/config/job.h"
+#include "common/model/dataset.h"
+#include "common/model/model.h"
+
+namespace tfd::train {
+
+// A job's data and its model, built and initialised from the seed.
+struct LoadedJob {
+  model::MnistData data;
+  std::unique_ptr<model::Model> model;
+};
+
+// Loads the data and builds the model for one of `num_workers` workers. InvalidArgument/NotFound/
+// Corruption naming the file or field when the data or model does not fit (exit code 2).
+Result<LoadedJob> LoadJobData(const config::JobSpec& job, int num_workers);
+
+}  // namespace tfd::train

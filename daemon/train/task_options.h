@@ -1,0 +1,29 @@
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "common/config/cluster.h"
+#include "daemon/train/trainer.h"
+
+namespace tfd::train {
+
+// What main() gives every training role of a cluster (a worker of the ps modes, an allreduce
+// worker), from tfd's flags. The connection options travel beside it: train/ knows no sockets.
+struct WorkerTaskOptions {
+  const std::atomic<bool>* stop = nullptr;  // set by a signal handler: finish the step, then return
+  std::string params_out;                   // write the final parameters here (raw little-endian floats)
+  std::string bind_address;                 // allreduce: listen on this address only ("" = every interface)
+  std::int64_t shard_limit = 0;             // allreduce: use at most this many examples of the shard per epoch
+  std::chrono::milliseconds startup_timeout{120000};   // to reach every peer and see the cluster ready
+  std::chrono::milliseconds step_timeout{300000};      // one exchange (sync waits for the others)
+  std::chrono::milliseconds reconnect_timeout{60000};  // ps modes: how long a lost ps is dialed again
+};
+
+// The trainer's options for this task: its rank and shard, evaluation on the chief, the stop flag,
+// --params-out and --shard-limit.
+TrainerOptions TrainerOptionsFor(const config::TfConfig& config, const WorkerTaskOptions& options);
+
+}  // namespace tfd::train

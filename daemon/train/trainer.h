@@ -1,0 +1,42 @@
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "common/base/logging.h"
+#include "common/base/status.h"
+#include "common/config/job.h"
+#include "common/model/dataset.h"
+#include "common/model/model.h"
+#include "daemon/train/updater.h"
+
+namespace tfd::train {
+
+struct TrainerOptions {
+  std::string task = "standalone";  // for log lines: "worker:1"
+  int rank = 0, num_workers = 1;    // this worker's shard of the data
+  bool evaluate_each_epoch = true;  // the chief (or a standalone run) evaluates every epoch
+  const std::atomic<bool>* stop = nullptr;
+  std::string params_out;  // when set, the final parameters are written there (raw little-endian floats)
+  // Local steps a previous incarnation of this worker already took: a restarted worker goes on
+  // from there in the same data order instead of starting its shard again.
+  std::int64_t start_local_step = 0;
+  // When > 0, this worker uses at most this many examples of its shard each epoch (uneven shards;
+  // only with an updater that JoinsUnevenShards).
+  std::int64_t shard_limit = 0;
+};
+
+// The epoch loop shared by standalone and cluster workers: shards and batches the data, computes
+// gradients, hands them to `updater`, logs the seeds' per-epoch line and the JSON events, and at
+// the end evaluates the final parameters and emits `done` with params_sha256.
+// `data` must give every worker at least one full batch (train::LoadJobData checks it). FailedPrecondition
+// when stopped by a signal; the updater's errors as they come.
+Status Train(const config::JobSpec& job, const model::MnistData& data, model::Model& model, Updater& updater,
+             EventWriter& events, const TrainerOptions& options);
+
+// Steps per epoch for every worker: the smallest shard's full batches, so all workers take the
+// same number of steps (a sync step needs every worker's gradient).
+std::int64_t StepsPerEpoch(std::int64_t examples, int num_workers, int batch_size);
+
+}  // namespace tfd::train
