@@ -85,7 +85,7 @@ void EventWriter::Emit(std::string_view event, const std::vector<EventField>& fi
   double ts = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   std::string line = Format(ts, task_, event, fields);
   line.push_back('\n');
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::fwrite(line.data(), 1, line.size(), out_);
   std::fflush(out_);
 }
