@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "common/collective/ring.h"
+#include "common/transport/listener.h"
 
 namespace tfd::testing {
 

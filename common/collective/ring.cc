@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/transport/dial.h"
 #include "common/wire/bytes.h"
 
 namespace tfd::collective {

@@ -1,12 +1,13 @@
+// One class's strand: the read loop, write loop, watchdog, token handshake and closing all share
+// the strand-only state declared in connection.h, so they stay in one file that reads in the order
+// things happen on the strand (Dial, Listener and PeerGuard live in their own files).
+
 #include "common/transport/connection.h"
 
 #include <algorithm>
 #include <cstring>
-#include <map>
-#include <thread>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "common/wire/messages.h"
@@ -27,6 +28,15 @@ constexpr std::size_t kReadAhead = 8 << 10;
 constexpr std::size_t kWakeForAtLeast = 32 << 10;
 constexpr std::size_t kMaxLowWatermark = 256 << 10;
 
+bool IsLoopback(const asio::ip::address& a) {
+  if (a.is_loopback()) return true;
+  return a.is_v6() && a.to_v6().is_v4_mapped() && asio::ip::make_address_v4(asio::ip::v4_mapped, a.to_v6()).is_loopback();
+}
+
+bool IsAuthType(wire::MessageType t) {
+  return t == wire::MessageType::kAuthHello || t == wire::MessageType::kAuthChallenge || t == wire::MessageType::kAuthProof;
+}
+
 }  // namespace
 
 Connection::Connection(tcp::socket socket, FrameHandler& handler, std::string peer_name, ConnectionOptions options,
@@ -40,80 +50,22 @@ Connection::Connection(tcp::socket socket, FrameHandler& handler, std::string pe
       peer_name_(std::move(peer_name)) {}
 
 std::string Connection::peer_name() const {
-  std::lock_guard<std::mutex> lock(name_mu_);
+  MutexLock lock(&name_mu_);
   return peer_name_;
 }
 
 void Connection::set_peer_name(std::string name) {
-  std::lock_guard<std::mutex> lock(name_mu_);
+  MutexLock lock(&name_mu_);
   peer_name_ = std::move(name);
 }
 
-namespace {
-
-bool IsLoopback(const asio::ip::address& a) {
-  if (a.is_loopback()) return true;
-  return a.is_v6() && a.to_v6().is_v4_mapped() && asio::ip::make_address_v4(asio::ip::v4_mapped, a.to_v6()).is_loopback();
-}
-
-bool IsAuthType(wire::MessageType t) {
-  return t == wire::MessageType::kAuthHello || t == wire::MessageType::kAuthChallenge || t == wire::MessageType::kAuthProof;
-}
-
-// Handshakes in progress per remote address, over every accepted connection of the process.
-class HandshakeSlots {
- public:
-  bool Take(const std::string& address, int limit) {
-    std::lock_guard<std::mutex> lock(mu_);
-    int& n = counts_[address];
-    if (n >= limit) return false;
-    ++n;
-    return true;
-  }
-  void Release(const std::string& address) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = counts_.find(address);
-    if (it != counts_.end() && --it->second <= 0) counts_.erase(it);
-  }
-
- private:
-  std::mutex mu_;
-  std::map<std::string, int> counts_;
-};
-
-HandshakeSlots& Slots() {
-  static HandshakeSlots slots;
-  return slots;
-}
-
-std::atomic<std::uint64_t> g_refusals[5];
-std::atomic<std::int64_t> g_last_busy_log{0};
-
-}  // namespace
-
-void CountRefusal(Refusal why) { g_refusals[static_cast<int>(why)].fetch_add(1, std::memory_order_relaxed); }
-
-RefusalCounts Refusals() {
-  RefusalCounts c;
-  c.malformed = g_refusals[static_cast<int>(Refusal::kMalformed)].load();
-  c.authentication = g_refusals[static_cast<int>(Refusal::kAuthentication)].load();
-  c.handshake_timeout = g_refusals[static_cast<int>(Refusal::kHandshakeTimeout)].load();
-  c.busy = g_refusals[static_cast<int>(Refusal::kBusy)].load();
-  c.mismatch = g_refusals[static_cast<int>(Refusal::kMismatch)].load();
-  return c;
-}
-
-std::string RefusalCounts::ToString() const {
-  std::vector<std::string> parts;
-  for (auto [n, what] : {std::pair{malformed, "malformed"}, {authentication, "authentication"}, {handshake_timeout, "handshake timeout"},
-                         {busy, "busy (too many handshakes from one address)"}, {mismatch, "another cluster or task"}})
-    if (n > 0) parts.push_back(fmt::format("{} {}", n, what));
-  return parts.empty() ? "none" : fmt::format("{}", fmt::join(parts, ", "));
+void Connection::CountRefusal(Refusal why) {
+  if (options_.guard != nullptr) options_.guard->Count(why);
 }
 
 void Connection::ReleaseHandshakeSlot() {
   if (handshake_slot_.empty()) return;
-  Slots().Release(handshake_slot_);
+  options_.guard->ReleaseHandshakeSlot(handshake_slot_);
   handshake_slot_.clear();
 }
 
@@ -145,19 +97,12 @@ void Connection::Start(bool established) {
     asio::co_spawn(self->socket_.get_executor(), self->ReadLoop(), on_exit);
     asio::co_spawn(self->socket_.get_executor(), self->WriteLoop(), on_exit);
     asio::co_spawn(self->socket_.get_executor(), self->Watchdog(), on_exit);
-    if (!established) {
+    if (!established && self->options_.guard != nullptr) {
       error_code ec;
       const tcp::endpoint remote = self->socket_.remote_endpoint(ec);
       const std::string address = ec ? std::string("?") : remote.address().to_string();
-      if (!Slots().Take(address, self->options_.max_handshakes_per_address)) {
-        CountRefusal(Refusal::kBusy);
-        // One line a second at most: a flood must not become a flood of log lines.
-        const std::int64_t now_s = std::chrono::duration_cast<std::chrono::seconds>(Clock::now().time_since_epoch()).count();
-        if (g_last_busy_log.exchange(now_s) != now_s)
-          spdlog::warn("refused connections from {}: {} handshakes from it are in progress already", address,
-                       self->options_.max_handshakes_per_address);
+      if (!self->options_.guard->TakeHandshakeSlot(address))  // counted and logged there
         return self->CloseOnStrand(Status::Unavailable(fmt::format("{}: too many handshakes in progress", address)));
-      }
       self->handshake_slot_ = address;
     }
     if (self->options_.token != nullptr) {
@@ -178,7 +123,7 @@ void Connection::Start(bool established) {
           "gen-token), or --insecure on a trusted network",
           established ? self->peer_name() : remote.address().to_string()));
       if (established) return self->CloseOnStrand(why);
-      CountRefusal(Refusal::kAuthentication);
+      self->CountRefusal(Refusal::kAuthentication);
       spdlog::warn("refused {}", why.message());
       self->ErrorAndCloseOnStrand(why);
     }
@@ -281,6 +226,12 @@ void Connection::MaybeFinishDetach() {
   auto done = std::move(detach_done_);
   done(std::move(link));
   handler_owner_.reset();
+}
+
+void Connection::RefuseFrame(Refusal why, const Status& status) {
+  CountRefusal(why);
+  spdlog::warn("{}", status.message());
+  ErrorAndCloseOnStrand(status);
 }
 
 void Connection::RefuseOnStrand(const Status& why) {
@@ -408,10 +359,7 @@ asio::awaitable<void> Connection::ReadLoop() {
     if (closed_ || close_after_flush_) co_return;  // refused: read nothing more
     Result<wire::FrameHeader> header = wire::DecodeHeader(raw, payload_limit());
     if (!header.ok()) {
-      Status why = Status::Corruption(fmt::format("{}: {}", peer_name(), header.status().message()));
-      CountRefusal(Refusal::kMalformed);
-      spdlog::warn("{}", why.message());
-      ErrorAndCloseOnStrand(why);
+      RefuseFrame(Refusal::kMalformed, Status::Corruption(fmt::format("{}: {}", peer_name(), header.status().message())));
       co_return;
     }
     const bool has_mac = (header->flags & wire::kFlagMac) != 0;
@@ -420,13 +368,12 @@ asio::awaitable<void> Connection::ReadLoop() {
     const bool refused_proof = auth_ == Auth::kOn && dialed_ && recv_seq_ == 0 &&
                                header->type == wire::MessageType::kError;
     if (has_mac != (auth_ == Auth::kOn) && !(refused_proof && !has_mac)) {
-      Status why = Status::PermissionDenied(
-          has_mac ? fmt::format("{} sent a MAC'd {} frame before authenticating", peer_name(), wire::MessageTypeName(header->type))
-                  : fmt::format("{} sent a {} frame without a MAC on an authenticated connection: refused", peer_name(),
-                                wire::MessageTypeName(header->type)));
-      CountRefusal(Refusal::kAuthentication);
-      spdlog::warn("{}", why.message());
-      ErrorAndCloseOnStrand(why);
+      RefuseFrame(Refusal::kAuthentication,
+                  Status::PermissionDenied(
+                      has_mac ? fmt::format("{} sent a MAC'd {} frame before authenticating", peer_name(),
+                                            wire::MessageTypeName(header->type))
+                              : fmt::format("{} sent a {} frame without a MAC on an authenticated connection: refused",
+                                            peer_name(), wire::MessageTypeName(header->type))));
       co_return;
     }
     wire::InFrame frame;
@@ -474,19 +421,14 @@ asio::awaitable<void> Connection::ReadLoop() {
     if (has_mac) {
       const std::array<std::span<const std::byte>, 2> tagged = {std::span<const std::byte>(raw), std::span<const std::byte>(frame.payload)};
       if (!recv_mac_->Verify(recv_seq_++, tagged, mac)) {
-        Status why = Status::PermissionDenied(fmt::format(
-            "{}: the MAC of a {} frame does not verify: the frame was altered, injected or replayed on the way", peer_name(),
-            wire::MessageTypeName(frame.header.type)));
-        CountRefusal(Refusal::kAuthentication);
-        spdlog::warn("{}", why.message());
-        ErrorAndCloseOnStrand(why);
+        RefuseFrame(Refusal::kAuthentication,
+                    Status::PermissionDenied(fmt::format(
+                        "{}: the MAC of a {} frame does not verify: the frame was altered, injected or replayed on the way",
+                        peer_name(), wire::MessageTypeName(frame.header.type))));
         co_return;
       }
     } else if (Status ok = wire::VerifyPayload(frame.header, frame.payload); !ok.ok()) {
-      Status why = Status::Corruption(fmt::format("{}: {}", peer_name(), ok.message()));
-      CountRefusal(Refusal::kMalformed);
-      spdlog::warn("{}", why.message());
-      ErrorAndCloseOnStrand(why);
+      RefuseFrame(Refusal::kMalformed, Status::Corruption(fmt::format("{}: {}", peer_name(), ok.message())));
       co_return;
     }
     if (!app_frames_flow()) {
@@ -588,98 +530,6 @@ asio::awaitable<void> Connection::Watchdog() {
           "{} sent nothing for {:.1f} s (not even a heartbeat): it is stopped, overloaded or unreachable", peer_name(),
           std::chrono::duration<double>(options_.peer_timeout).count())));
     }
-  }
-}
-
-Result<tcp::socket> Dial(asio::io_context& ioc, const std::string& host, std::uint16_t port, const std::string& peer,
-                         Clock::time_point deadline) {
-  auto backoff = std::chrono::milliseconds(50);
-  auto next_log = Clock::now() + std::chrono::seconds(2);
-  std::string last_error = "not tried";
-  tcp::resolver resolver(ioc);
-  for (;;) {
-    error_code ec;
-    auto endpoints = resolver.resolve(host, std::to_string(port), ec);
-    if (ec) {
-      last_error = fmt::format("cannot resolve {}: {}", host, ec.message());
-    } else {
-      tcp::socket socket(asio::make_strand(ioc));
-      auto done = std::make_shared<std::promise<error_code>>();
-      auto result = done->get_future();
-      asio::async_connect(socket, endpoints, [done](const error_code& e, const tcp::endpoint&) { done->set_value(e); });
-      const auto attempt_deadline = std::min(deadline, Clock::now() + std::chrono::seconds(5));
-      if (result.wait_until(attempt_deadline) != std::future_status::ready) {
-        // Close, not cancel: a cancelled attempt would move on to the host's next address.
-        asio::post(socket.get_executor(), [&socket] {
-          error_code ignored;
-          socket.close(ignored);
-        });
-        result.wait();
-        last_error = "connect timed out";
-      } else if (error_code e = result.get(); e) {
-        last_error = e.message();
-      } else {
-        return socket;
-      }
-    }
-    const auto now = Clock::now();
-    if (now >= deadline) {
-      return Status::Unavailable(fmt::format("{} at {}:{} did not accept a connection in time (last error: {})", peer, host, port,
-                                             last_error));
-    }
-    if (now >= next_log) {
-      spdlog::info("waiting for {} at {}:{} ({})", peer, host, port, last_error);
-      next_log = now + std::chrono::seconds(5);
-    }
-    std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
-  }
-}
-
-Listener::Listener(asio::io_context& ioc, tcp::acceptor acceptor, AcceptFn on_accept)
-    : ioc_(ioc), acceptor_(std::move(acceptor)), on_accept_(std::move(on_accept)) {}
-
-Result<std::unique_ptr<Listener>> Listener::Bind(asio::io_context& ioc, const std::string& address, std::uint16_t port,
-                                                 AcceptFn on_accept) {
-  error_code ec;
-  asio::ip::address addr = address.empty() ? asio::ip::address(asio::ip::address_v4::any()) : asio::ip::make_address(address, ec);
-  if (ec) return Status::InvalidArgument(fmt::format("--bind: \"{}\" is not an IP address", address));
-  tcp::endpoint ep(addr, port);
-  tcp::acceptor acceptor(ioc);
-  acceptor.open(ep.protocol(), ec);
-  if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) acceptor.bind(ep, ec);
-  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) {
-    return Status::Unavailable(fmt::format("cannot listen on {}:{}: {}", address.empty() ? "*" : address, port, ec.message()));
-  }
-  return std::unique_ptr<Listener>(new Listener(ioc, std::move(acceptor), std::move(on_accept)));
-}
-
-void Listener::Start() { asio::co_spawn(acceptor_.get_executor(), AcceptLoop(), asio::detached); }
-
-void Listener::Stop() {
-  asio::post(acceptor_.get_executor(), [this] {
-    error_code ec;
-    acceptor_.close(ec);
-  });
-}
-
-std::uint16_t Listener::port() const { return acceptor_.local_endpoint().port(); }
-
-asio::awaitable<void> Listener::AcceptLoop() {
-  for (;;) {
-    tcp::socket socket(asio::make_strand(ioc_));
-    error_code ec;
-    co_await acceptor_.async_accept(socket, redirect_error(use_awaitable, ec));
-    if (ec == asio::error::operation_aborted || !acceptor_.is_open()) co_return;
-    if (ec) {  // out of file descriptors, say: say so, and do not spin
-      spdlog::warn("accept: {}", ec.message());
-      asio::steady_timer pause(acceptor_.get_executor(), std::chrono::milliseconds(100));
-      co_await pause.async_wait(redirect_error(use_awaitable, ec));
-      continue;
-    }
-    on_accept_(std::move(socket));
   }
 }
 

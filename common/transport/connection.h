@@ -1,30 +1,24 @@
 #pragma once
 
-#include <utility>  // before Asio: Boost 1.74's awaitable.hpp forgets it
-
 #include <array>
 #include <atomic>
 #include <functional>
 #include <chrono>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
-#include <boost/asio.hpp>
-
+#include "common/base/mutex.h"
 #include "common/base/status.h"
+#include "common/transport/asio.h"
 #include "common/transport/auth.h"
 #include "common/transport/detached_link.h"
+#include "common/transport/peer_guard.h"
 #include "common/wire/frame.h"
 #include "common/wire/messages.h"
 
 namespace tfd::transport {
-
-namespace asio = boost::asio;
-using tcp = asio::ip::tcp;
-using Clock = std::chrono::steady_clock;
 
 struct ConnectionOptions {
   // An idle sender sends a HEARTBEAT this often, so a silent peer is a dead or stuck peer.
@@ -43,25 +37,13 @@ struct ConnectionOptions {
   // Without a token, only peers on this host (loopback) are accepted or dialed, unless this is set
   // (tfd --insecure: a trusted network).
   bool insecure = false;
-  // An accepted connection that has not finished its handshake holds one of its address's slots;
-  // with this many taken, further connections from that address are refused at once, so a flood
-  // of idle or slow connections from one host cannot use up the process's file descriptors.
-  int max_handshakes_per_address = 64;
+  // The server's admission control, shared by every connection it accepts: an accepted connection
+  // that has not finished its handshake holds one of its address's slots there (further ones from
+  // that address are refused at once while all are taken), and each refused peer is counted there
+  // by reason. Without a guard a connection has no per-address cap and counts nothing, so a server
+  // that accepts connections from the network gives every one of them its guard.
+  std::shared_ptr<PeerGuard> guard;
 };
-
-// Why this process refused peers, counted since it started (a ps logs them when it ends).
-enum class Refusal { kMalformed, kAuthentication, kHandshakeTimeout, kBusy, kMismatch };
-void CountRefusal(Refusal why);
-struct RefusalCounts {
-  std::uint64_t malformed = 0;          // bad magic, version, type, flags, length or CRC
-  std::uint64_t authentication = 0;     // no, another or a wrong token; a frame whose MAC does not verify
-  std::uint64_t handshake_timeout = 0;  // a handshake not done within the deadline (slow or idle peers)
-  std::uint64_t busy = 0;               // too many handshakes in progress from one address
-  std::uint64_t mismatch = 0;           // another cluster id, or a task that is not a worker of this cluster
-  std::uint64_t total() const { return malformed + authentication + handshake_timeout + busy + mismatch; }
-  std::string ToString() const;         // "3 malformed, 1 busy" (only the non-zero ones)
-};
-RefusalCounts Refusals();
 
 // Before authentication a frame (28-byte header and payload) is under 256 bytes.
 inline constexpr std::uint32_t kPreAuthPayload = 224;
@@ -81,6 +63,11 @@ class FrameHandler {
 
 // One TCP connection carrying frames. Owns its socket and runs its read loop, write loop and
 // watchdog on its own strand; other threads only post to it. Handlers hold shared_from_this().
+//
+// Threads: the loops, the handler's OnFrame/OnClosed and every *OnStrand function run on the
+// strand, and the members marked "strand only" are touched there alone, without a lock. Start,
+// MarkEstablished, Send, SendErrorAndClose, Close, CountRefusal and the peer name may be used from
+// any thread; name_mu_ guards only the name, which other threads read for their messages.
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   // `socket` must have been created on a strand. `handler` must outlive the connection, or be
@@ -105,9 +92,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // the strand) instead of closing. The handler hears OnClosed only if the connection closes first.
   void DetachAfterThisFrame(std::function<void(DetachedLink)> done);
 
+  // The handler refuses this peer (another cluster, say): counts `why` on the guard, if any. Any thread.
+  void CountRefusal(Refusal why);
+
   // "ps:0 (10.0.0.5:2222)"; a server learns the peer's task from its HELLO.
-  std::string peer_name() const;
-  void set_peer_name(std::string name);
+  std::string peer_name() const TFD_EXCLUDES(name_mu_);
+  void set_peer_name(std::string name) TFD_EXCLUDES(name_mu_);
   bool closed() const { return closed_flag_.load(); }
 
  private:
@@ -130,6 +120,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // peer. False when the frame is for the handler (an ERROR from the server we dialed).
   bool OnHandshakeFrame(const wire::InFrame& frame);
   void RefuseOnStrand(const Status& why);
+  // A frame that fails its checks (header, MAC or CRC): counts `why`, logs `status` and answers it
+  // with an ERROR frame before closing. The read loop reads nothing more. Strand only.
+  void RefuseFrame(Refusal why, const Status& status);
   bool app_frames_flow() const { return auth_ == Auth::kOff || auth_ == Auth::kOn; }
   void MaybeFinishDetach();
   std::uint32_t payload_limit() const;
@@ -160,34 +153,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Clock::time_point last_heard_;    // strand only
   Clock::time_point started_;       // strand only
   Clock::time_point flush_deadline_;  // strand only
-  mutable std::mutex name_mu_;
-  std::string peer_name_;
-};
-
-// Connects to `endpoint` (resolving the host), retrying with backoff until `deadline`, and logs
-// which peer it is waiting for every few seconds. Blocks the calling thread; `ioc` must be running
-// on another thread. Unavailable, naming `peer`, if no connection could be made in time.
-Result<tcp::socket> Dial(asio::io_context& ioc, const std::string& host, std::uint16_t port, const std::string& peer,
-                         Clock::time_point deadline);
-
-// Accepts connections on one endpoint and hands each socket (on its own strand) to `on_accept`.
-class Listener {
- public:
-  using AcceptFn = std::function<void(tcp::socket)>;
-  // Binds `address:port` (address "" = every interface). InvalidArgument/Unavailable naming the
-  // address when it cannot bind (in use, not local).
-  static Result<std::unique_ptr<Listener>> Bind(asio::io_context& ioc, const std::string& address, std::uint16_t port,
-                                                AcceptFn on_accept);
-  void Start();
-  void Stop();
-  std::uint16_t port() const;
-
- private:
-  Listener(asio::io_context& ioc, tcp::acceptor acceptor, AcceptFn on_accept);
-  asio::awaitable<void> AcceptLoop();
-  asio::io_context& ioc_;
-  tcp::acceptor acceptor_;
-  AcceptFn on_accept_;
+  mutable Mutex name_mu_;
+  std::string peer_name_ TFD_GUARDED_BY(name_mu_);
 };
 
 }  // namespace tfd::transport

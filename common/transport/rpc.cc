@@ -22,7 +22,7 @@ std::future<Result<wire::InFrame>> RpcClient::Call(wire::OutFrame request, std::
   p.after = after;
   auto future = p.promise.get_future();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!closed_.ok()) {
       p.promise.set_value(closed_);
       return future;
@@ -47,7 +47,7 @@ Result<wire::InFrame> RpcClient::Wait(std::future<Result<wire::InFrame>>& reply,
 void RpcClient::Close(const Status& why) { connection_->Close(why); }
 
 Status RpcClient::closed_reason() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return closed_;
 }
 
@@ -62,7 +62,7 @@ void RpcClient::OnFrame(const std::shared_ptr<Connection>& from, wire::InFrame f
       from->Close(why);  // a connection-level refusal: every call fails with it
       return;
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     const std::uint64_t refused = frame.header.request_id;
     auto it = pending_.find(refused);
     if (it != pending_.end()) {
@@ -79,22 +79,23 @@ void RpcClient::OnFrame(const std::shared_ptr<Connection>& from, wire::InFrame f
     }
     return;
   }
-  std::unique_lock<std::mutex> lock(mu_);
-  auto it = pending_.find(frame.header.request_id);
-  if (it == pending_.end()) {
-    // Every call waits for its reply (callers give up on the future, never on the id): a reply to
-    // no call is a peer bug or a header damaged on the way, and no later reply can be trusted.
-    lock.unlock();
-    from->Close(Status::Corruption(fmt::format("{} answered {} with request id {}, which no call has", peer_,
-                                               wire::MessageTypeName(frame.header.type), frame.header.request_id)));
-    return;
+  {
+    MutexLock lock(&mu_);
+    auto it = pending_.find(frame.header.request_id);
+    if (it != pending_.end()) {
+      it->second.promise.set_value(std::move(frame));
+      pending_.erase(it);
+      return;
+    }
   }
-  it->second.promise.set_value(std::move(frame));
-  pending_.erase(it);
+  // Every call waits for its reply (callers give up on the future, never on the id): a reply to
+  // no call is a peer bug or a header damaged on the way, and no later reply can be trusted.
+  from->Close(Status::Corruption(fmt::format("{} answered {} with request id {}, which no call has", peer_,
+                                             wire::MessageTypeName(frame.header.type), frame.header.request_id)));
 }
 
 void RpcClient::OnClosed(const std::shared_ptr<Connection>&, const Status& why) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   closed_ = why.ok() ? Status::Unavailable(fmt::format("{}: connection closed", peer_)) : why;
   for (auto& [id, p] : pending_) p.promise.set_value(closed_);
   pending_.clear();

@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/base/service.h"
+#include "common/transport/listener.h"
 #include "daemon/allreduce/allreduce_updater.h"
 #include "daemon/train/job_data.h"
 #include "daemon/train/trainer.h"
@@ -63,6 +64,8 @@ Status RunAllreduceWorker(const config::TfConfig& config, const config::JobSpec&
   ro.cluster_id = config.cluster.Id();
   ro.incarnation = (static_cast<std::uint64_t>(std::random_device{}()) << 32) | std::random_device{}();
   ro.connection = connection;
+  // The ring accepts its previous member's connection: strangers are capped and counted here.
+  if (ro.connection.guard == nullptr) ro.connection.guard = std::make_shared<transport::PeerGuard>();
   ro.startup_timeout = options.startup_timeout;
   ro.step_timeout = options.step_timeout;
   ro.stop = options.stop;

@@ -58,7 +58,7 @@ void PsService::HandleHello(const std::shared_ptr<Connection>& from, const wire:
   const std::string peer_name = fmt::format("{} ({})", peer.ToString(), from->peer_name());
   auto refuse = [&](const std::string& reason) {
     Status why = Status::FailedPrecondition(reason);
-    transport::CountRefusal(transport::Refusal::kMismatch);
+    from->CountRefusal(transport::Refusal::kMismatch);
     spdlog::warn("refused {}: {}", peer_name, reason);
     from->SendErrorAndClose(why);
   };

@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/base/service.h"
+#include "common/transport/listener.h"
 #include "daemon/ps/parameter_store.h"
 #include "daemon/ps/ps_service.h"
 
@@ -29,6 +30,10 @@ Status RunPs(const config::TfConfig& config, EventWriter& events, const PsOption
       stopper.async_wait([&](const boost::system::error_code&) { ioc.stop(); });
     });
   });
+  // This ps's admission control: every connection it accepts shares the per-address cap on
+  // handshakes in progress, and counts its refusals there.
+  transport::ConnectionOptions connection = options.connection;
+  if (connection.guard == nullptr) connection.guard = std::make_shared<transport::PeerGuard>();
   const config::Endpoint& self = config.self();
   TFD_ASSIGN_OR_RETURN(std::unique_ptr<transport::Listener> listener,
                        transport::Listener::Bind(ioc, options.bind_address, self.port, [&](transport::tcp::socket socket) {
@@ -36,7 +41,7 @@ Status RunPs(const config::TfConfig& config, EventWriter& events, const PsOption
                          auto remote = socket.remote_endpoint(ec);
                          auto conn = std::make_shared<transport::Connection>(
                              std::move(socket), service, ec ? std::string("a peer") : fmt::format("{}:{}", remote.address().to_string(), remote.port()),
-                             options.connection);
+                             connection);
                          {
                            std::lock_guard<std::mutex> lock(connections_mu);
                            std::erase_if(connections, [](const auto& c) { return c->closed(); });  // forget closed ones
@@ -86,7 +91,7 @@ Status RunPs(const config::TfConfig& config, EventWriter& events, const PsOption
   poll.cancel();
   ioc.restart();
   ioc.run_for(std::chrono::milliseconds(100));
-  const transport::RefusalCounts refused = transport::Refusals();
+  const transport::RefusalCounts refused = connection.guard->counts();
   if (refused.total() > 0) spdlog::info("refused connections: {}", refused.ToString());
   const auto stale = store.stale_counts();
   for (std::size_t w = 0; w < stale.size(); ++w)

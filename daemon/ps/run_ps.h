@@ -12,6 +12,8 @@ namespace tfd::ps {
 
 struct PsOptions {
   std::string bind_address;  // "" = every interface, as TensorFlow listens
+  // For every accepted connection. Without a guard RunPs makes its own; give one to share it or to
+  // read the refusal counts as they grow.
   transport::ConnectionOptions connection;
   const std::atomic<bool>* stop = nullptr;  // set by a signal handler
 };

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "common/base/sha256.h"
+#include "common/transport/dial.h"
 #include <spdlog/spdlog.h>
 
 namespace tfd::worker {

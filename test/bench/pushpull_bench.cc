@@ -17,6 +17,7 @@
 
 #include "common/base/logging.h"
 #include "common/base/memory.h"
+#include "common/transport/listener.h"
 #include "daemon/worker/placement.h"
 #include "daemon/ps/parameter_store.h"
 #include "daemon/ps/ps_service.h"

@@ -1,0 +1,59 @@
+#include "common/transport/listener.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace tfd::transport {
+
+using asio::redirect_error;
+using asio::use_awaitable;
+using boost::system::error_code;
+
+Listener::Listener(asio::io_context& ioc, tcp::acceptor acceptor, AcceptFn on_accept)
+    : ioc_(ioc), acceptor_(std::move(acceptor)), on_accept_(std::move(on_accept)) {}
+
+Result<std::unique_ptr<Listener>> Listener::Bind(asio::io_context& ioc, const std::string& address, std::uint16_t port,
+                                                 AcceptFn on_accept) {
+  error_code ec;
+  asio::ip::address addr = address.empty() ? asio::ip::address(asio::ip::address_v4::any()) : asio::ip::make_address(address, ec);
+  if (ec) return Status::InvalidArgument(fmt::format("--bind: \"{}\" is not an IP address", address));
+  tcp::endpoint ep(addr, port);
+  tcp::acceptor acceptor(ioc);
+  acceptor.open(ep.protocol(), ec);
+  if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor.bind(ep, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return Status::Unavailable(fmt::format("cannot listen on {}:{}: {}", address.empty() ? "*" : address, port, ec.message()));
+  }
+  return std::unique_ptr<Listener>(new Listener(ioc, std::move(acceptor), std::move(on_accept)));
+}
+
+void Listener::Start() { asio::co_spawn(acceptor_.get_executor(), AcceptLoop(), asio::detached); }
+
+void Listener::Stop() {
+  asio::post(acceptor_.get_executor(), [this] {
+    error_code ec;
+    acceptor_.close(ec);
+  });
+}
+
+std::uint16_t Listener::port() const { return acceptor_.local_endpoint().port(); }
+
+asio::awaitable<void> Listener::AcceptLoop() {
+  for (;;) {
+    tcp::socket socket(asio::make_strand(ioc_));
+    error_code ec;
+    co_await acceptor_.async_accept(socket, redirect_error(use_awaitable, ec));
+    if (ec == asio::error::operation_aborted || !acceptor_.is_open()) co_return;
+    if (ec) {  // out of file descriptors, say: say so, and do not spin
+      spdlog::warn("accept: {}", ec.message());
+      asio::steady_timer pause(acceptor_.get_executor(), std::chrono::milliseconds(100));
+      co_await pause.async_wait(redirect_error(use_awaitable, ec));
+      continue;
+    }
+    on_accept_(std::move(socket));
+  }
+}
+
+}  // namespace tfd::transport
