@@ -77,7 +77,7 @@ void Ring::Accept(transport::tcp::socket socket) {
   const std::string name = ec ? std::string("an unidentified peer") : fmt::format("an unidentified peer ({}:{})", remote.address().to_string(), remote.port());
   auto conn = std::make_shared<Connection>(std::move(socket), *this, name, options_.connection, shared_from_this());
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (closed_) return;  // the socket closes with `conn`
     unidentified_.push_back(conn);
   }
@@ -91,7 +91,7 @@ Status Ring::Connect() {
   TFD_ASSIGN_OR_RETURN(transport::tcp::socket socket, transport::Dial(ioc_, next.host, next.port, next.task, deadline));
   auto conn = std::make_shared<Connection>(std::move(socket), *this, MemberName(Next()), options_.connection, shared_from_this());
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!failure_.ok()) return failure_;
     if (closed_) return Status::FailedPrecondition("the ring is closed");
     next_conn_ = conn;
@@ -105,18 +105,18 @@ Status Ring::Connect() {
   hello.cluster_id = options_.cluster_id;
   conn->Send(wire::Encode(hello));
 
-  std::unique_lock<std::mutex> lock(mu_);
+  mu_.Lock();
   auto next_log = Clock::now() + std::chrono::seconds(5);
-  while (failure_.ok() && !closed_ && !(next_ != nullptr && prev_ != nullptr)) {
+  while (failure_.ok() && !closed_ && !(LinkedLocked(/*next=*/true) && LinkedLocked(/*next=*/false))) {
     const auto now = Clock::now();
     if (options_.stop != nullptr && options_.stop->load()) {
-      lock.unlock();
+      mu_.Unlock();
       return Fail(Status::FailedPrecondition("stopped by a signal while the ring was forming"));
     }
     if (now >= deadline) {
-      const std::string missing = next_ == nullptr ? fmt::format("{} did not answer our HELLO", MemberName(Next()))
-                                                   : fmt::format("{} did not connect to this worker", MemberName(Prev()));
-      lock.unlock();
+      const std::string missing = !LinkedLocked(/*next=*/true) ? fmt::format("{} did not answer our HELLO", MemberName(Next()))
+                                                               : fmt::format("{} did not connect to this worker", MemberName(Prev()));
+      mu_.Unlock();
       return Fail(Status::DeadlineExceeded(fmt::format("ring not formed within {:.0f} s: {}",
                                                        std::chrono::duration<double>(options_.startup_timeout).count(), missing)));
     }
@@ -124,26 +124,26 @@ Status Ring::Connect() {
       spdlog::info("waiting for {} to connect to this worker", MemberName(Prev()));
       next_log = now + std::chrono::seconds(5);
     }
-    cv_.wait_until(lock, std::min(deadline, now + std::chrono::milliseconds(100)));
+    cv_.WaitUntil(std::min(deadline, now + std::chrono::milliseconds(100)));
   }
   if (!failure_.ok() || closed_) {
     Status why = failure_.ok() ? Status::FailedPrecondition("the ring is closed") : failure_;
-    lock.unlock();
+    mu_.Unlock();
     return Fail(why);
   }
-  lock.unlock();
+  mu_.Unlock();
   transport::asio::post(ioc_, [self = shared_from_this()] { self->ScheduleHeartbeat(); });
   return Status::Ok();
 }
 
 void Ring::Adopt(bool next, transport::DetachedLink detached) {
   auto link = std::make_unique<Link>(std::move(detached), MemberName(next ? Next() : Prev()), max_frame_);
-  std::lock_guard<std::mutex> io(io_mu_);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock io(&io_mu_);
+  MutexLock lock(&mu_);
   (next ? next_conn_ : prev_conn_).reset();
   if (closed_) return;  // the socket closes with `link`
   (next ? next_ : prev_) = std::move(link);
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 void Ring::ScheduleHeartbeat() {
@@ -157,7 +157,7 @@ void Ring::ScheduleHeartbeat() {
 }
 
 void Ring::Heartbeat() {
-  std::lock_guard<std::mutex> io(io_mu_);
+  MutexLock io(&io_mu_);
   if (closed_flag_.load()) return;
   const auto now = Clock::now();
   for (Link* link : {next_.get(), prev_.get()}) {
@@ -189,8 +189,8 @@ void Ring::HandleHello(const std::shared_ptr<Connection>& from, const wire::InFr
     return refuse(fmt::format("{} takes ring connections from {} only", self.task, prev.task));
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (prev_conn_ != nullptr || prev_ != nullptr) return refuse(fmt::format("{} is already connected to {}", self.task, prev.task));
+    MutexLock lock(&mu_);
+    if (prev_conn_ != nullptr || LinkedLocked(/*next=*/false)) return refuse(fmt::format("{} is already connected to {}", self.task, prev.task));
     std::erase(unidentified_, from);
     prev_conn_ = from;
   }
@@ -209,9 +209,9 @@ void Ring::HandleHello(const std::shared_ptr<Connection>& from, const wire::InFr
 
 void Ring::OnFrame(const std::shared_ptr<Connection>& from, wire::InFrame frame) {
   const wire::MessageType type = frame.header.type;
-  std::unique_lock<std::mutex> lock(mu_);
+  mu_.Lock();
   const bool is_next = from == next_conn_, is_prev = from == prev_conn_;
-  lock.unlock();
+  mu_.Unlock();
   if (!is_prev && !is_next) {
     if (type == wire::MessageType::kHello) return HandleHello(from, frame);
     Status why = Status::FailedPrecondition(fmt::format("{} sent {} before HELLO", from->peer_name(), wire::MessageTypeName(type)));
@@ -234,14 +234,14 @@ void Ring::OnFrame(const std::shared_ptr<Connection>& from, wire::InFrame frame)
   } else {
     why = Status::Corruption(fmt::format("{} sent {} before its handshake was done", from->peer_name(), wire::MessageTypeName(type)));
   }
-  lock.lock();
+  mu_.Lock();
   RecordFailure(why);
-  lock.unlock();
+  mu_.Unlock();
   from->Close(why);
 }
 
 void Ring::OnClosed(const std::shared_ptr<Connection>& from, const Status& why) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (from == prev_conn_ || from == next_conn_) {  // before its handshake was done
     RecordFailure(why.ok() ? Status::Unavailable(fmt::format("{} closed the ring connection", from->peer_name())) : why);
   } else {
@@ -257,7 +257,7 @@ Status Ring::Finish() {
   if (collective_ > 0) TFD_RETURN_IF_ERROR(Wait(collective_ - 1));
   bool formed = false;
   {
-    std::lock_guard<std::mutex> io(io_mu_);
+    MutexLock io(&io_mu_);
     formed = next_ != nullptr && prev_ != nullptr;
     const wire::Done done{static_cast<std::uint32_t>(rank())};
     if (formed) (void)next_->Queue(wire::Encode(done));
@@ -265,20 +265,23 @@ Status Ring::Finish() {
     finishing_ = true;
   }
   if (!formed) return Fail(Status::FailedPrecondition("Finish() before the ring was formed"));
-  TFD_RETURN_IF_ERROR(Drive([this] { return prev_done_ && next_done_ && !next_->pending_write() && !prev_->pending_write(); }));
+  TFD_RETURN_IF_ERROR(Drive([this] {
+    io_mu_.AssertHeld();  // Drive calls it under io_mu_
+    return prev_done_ && next_done_ && !next_->pending_write() && !prev_->pending_write();
+  }));
   Close(Status::Ok());
   return Status::Ok();
 }
 
 void Ring::RecordFailure(Status why) {
   if (failure_.ok() && !closed_) failure_ = std::move(why);
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 void Ring::Close(const Status& why) {
   std::vector<std::shared_ptr<Connection>> conns;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (closed_) return;
     if (failure_.ok() && !why.ok()) failure_ = why;
     closed_ = true;
@@ -286,13 +289,13 @@ void Ring::Close(const Status& why) {
     for (auto* c : {&next_conn_, &prev_conn_})
       if (*c != nullptr) conns.push_back(*c);
     conns.insert(conns.end(), unidentified_.begin(), unidentified_.end());
-    cv_.notify_all();
+    cv_.SignalAll();
   }
   for (const auto& c : conns) {
     if (why.ok()) c->Close(Status::Unavailable("ring closed"));
     else c->SendErrorAndClose(why);
   }
-  std::lock_guard<std::mutex> io(io_mu_);
+  MutexLock io(&io_mu_);
   std::vector<Link*> links;
   for (Link* link : {next_.get(), prev_.get()})
     if (link != nullptr) links.push_back(link);
@@ -416,6 +419,7 @@ Status Ring::Pump(bool* progress) {
   // into the link's buffer, which stays in cache, to be added from there.
   const Link::Placer placer{wire::MessageType::kRingChunk, wire::kRingChunkHeadBytes,
                             [this](std::span<const std::byte> head, std::size_t rest) -> std::span<std::byte> {
+                              io_mu_.AssertHeld();  // Read calls it within Pump
                               std::uint64_t id = 0;
                               wire::ByteReader(head).U64(&id);
                               const Work* w = FindWork(id);
@@ -463,9 +467,9 @@ Status Ring::Progress() {
   if (size() == 1) return Status::Ok();
   Status st;
   {
-    std::lock_guard<std::mutex> io(io_mu_);
+    MutexLock io(&io_mu_);
     if (closed_flag_.load()) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       return failure_.ok() ? Status::FailedPrecondition("the ring is closed") : failure_;
     }
     if (next_ == nullptr || prev_ == nullptr) return Status::FailedPrecondition("a collective before the ring was formed");
@@ -478,6 +482,7 @@ Status Ring::Progress() {
 Status Ring::Wait(std::uint64_t id) {
   if (size() == 1) return Status::Ok();
   return Drive([this, id] {
+    io_mu_.AssertHeld();  // Drive calls it under io_mu_
     while (!works_.empty() && Complete(works_.front())) works_.pop_front();
     return works_.empty() || works_.front().id > id;
   });
@@ -488,31 +493,35 @@ Status Ring::Drive(const std::function<bool()>& done) {
   const auto peer_timeout = options_.connection.peer_timeout;
   auto progress_deadline = Clock::now() + options_.step_timeout;
   auto last_progress = Clock::now();
+  bool formed = false;
   {
     // Heartbeats wait in the socket between collectives: silence counts from here.
-    std::unique_lock<std::mutex> io(io_mu_);
-    if (next_ == nullptr || prev_ == nullptr) {
-      io.unlock();  // Fail takes it
-      return Fail(Status::FailedPrecondition("a collective before the ring was formed"));
+    MutexLock io(&io_mu_);
+    formed = next_ != nullptr && prev_ != nullptr;
+    if (formed) {
+      next_->set_last_heard(Clock::now());
+      prev_->set_last_heard(Clock::now());
     }
-    next_->set_last_heard(Clock::now());
-    prev_->set_last_heard(Clock::now());
   }
+  if (!formed) return Fail(Status::FailedPrecondition("a collective before the ring was formed"));
   for (;;) {
     bool progress = false, complete = false;
     Status st;
     Clock::time_point heard_next, heard_prev;
+    bool eof_next = false, eof_prev = false;
     std::array<pollfd, 2> fds{};
     {
-      std::lock_guard<std::mutex> io(io_mu_);
+      MutexLock io(&io_mu_);
       if (closed_flag_.load()) {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         return failure_.ok() ? Status::FailedPrecondition("the ring is closed") : failure_;
       }
       st = Pump(&progress);
       complete = st.ok() && done();
       heard_next = next_->last_heard();
       heard_prev = prev_->last_heard();
+      eof_next = next_eof_;
+      eof_prev = prev_eof_;
       const bool read_prev = !prev_eof_ && ExpectingFromPrev() && !prev_->held();
       fds[0] = {next_eof_ ? -1 : next_->fd(), static_cast<short>(POLLIN | (next_->pending_write() ? POLLOUT : 0)), 0};
       fds[1] = {read_prev || prev_->pending_write() ? prev_->fd() : -1,
@@ -529,16 +538,18 @@ Status Ring::Drive(const std::function<bool()>& done) {
     }
     if (now - last_progress < options_.spin) continue;  // the next chunk is usually microseconds away
     for (const auto& [heard, who] : {std::pair{heard_prev, Prev()}, std::pair{heard_next, Next()}}) {
-      if (now - heard >= peer_timeout && !(who == Next() && next_eof_) && !(who == Prev() && prev_eof_)) {
+      if (now - heard >= peer_timeout && !(who == Next() && eof_next) && !(who == Prev() && eof_prev)) {
         return Fail(Status::DeadlineExceeded(fmt::format(
             "{} sent nothing for {:.1f} s (not even a heartbeat): it is stopped, overloaded or unreachable", MemberName(who),
             seconds(peer_timeout))));
       }
     }
     if (now >= progress_deadline) {
-      std::unique_lock<std::mutex> io(io_mu_);
-      Status stalled = Status::DeadlineExceeded(Stalled());
-      io.unlock();
+      Status stalled;
+      {
+        MutexLock io(&io_mu_);
+        stalled = Status::DeadlineExceeded(Stalled());
+      }
       return Fail(stalled);
     }
     const auto wait = std::min<Clock::duration>({std::chrono::milliseconds(100), progress_deadline - now});
@@ -562,7 +573,7 @@ std::string Ring::Stalled() const {
 Result<std::uint64_t> Ring::Start(Work w, const std::vector<std::pair<std::uint64_t, std::uint64_t>>& first_sends, wire::RingPhase phase) {
   Status queued;
   {
-    std::lock_guard<std::mutex> io(io_mu_);
+    MutexLock io(&io_mu_);
     if (next_ == nullptr || prev_ == nullptr) {
       queued = Status::FailedPrecondition("a collective before the ring was formed");
     } else {

@@ -4,16 +4,15 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "common/base/mutex.h"
 #include "common/base/status.h"
 #include "common/collective/link.h"
 #include "common/transport/connection.h"
@@ -67,6 +66,13 @@ struct RingOptions {
 // told apart from one that is stopped or gone.
 //
 // Collectives are called by one thread (the training thread), in the same order on every member.
+// Threads: that collective thread calls Connect, AllReduce, StartAllReduce, Progress, Wait,
+// Broadcast and Finish; the io_context thread runs Accept (from the Listener), the connections'
+// OnFrame/OnClosed and Adopt, and the heartbeat timer; Close may come from any thread. io_mu_
+// guards the links and the collectives in flight, shared by the collective thread, the heartbeat
+// timer and Close; mu_ guards the handshakes' state, shared with the io_context thread, and cv_
+// wakes Connect when it changes. Lock order: io_mu_ before mu_; neither is held while calling
+// Fail or Close, nor a connection that could call back.
 // Errors: Unavailable/DeadlineExceeded naming the neighbour that was lost or silent (nothing, not
 // even a heartbeat, for the peer timeout; no progress for the step timeout), or the error another
 // member reported (which names the member that failed first); Corruption for a chunk that is not
@@ -77,37 +83,37 @@ class Ring final : public transport::FrameHandler, public std::enable_shared_fro
   ~Ring() override;
 
   // An accepted connection, expected to be the previous member (its HELLO says). Any thread.
-  void Accept(transport::tcp::socket socket);
+  void Accept(transport::tcp::socket socket) TFD_EXCLUDES(mu_);
   // Dials the next member (retrying until the startup timeout) and waits until both neighbours
   // have shaken hands. Blocks the calling thread.
-  Status Connect();
+  Status Connect() TFD_EXCLUDES(io_mu_, mu_);
   // Sums `data` element-wise over all members, in place. Every member passes the same length.
   // After an error the contents of `data` are unspecified.
-  Status AllReduce(std::span<float> data);
+  Status AllReduce(std::span<float> data) TFD_EXCLUDES(io_mu_, mu_);
   // The same without blocking, so a collective can run while the caller computes (backprop: the
   // last layers' gradients are summed while the first layers' are still being computed). Starts
   // summing `data`, which must stay untouched until Wait(id) returns, and returns its id. Progress()
   // moves every started collective on as far as the sockets allow now; Wait(id) blocks until that
   // collective and every one started before it are done. Every member starts the same collectives
   // in the same order; each one's result is the same bits, whatever the timing.
-  Result<std::uint64_t> StartAllReduce(std::span<float> data);
-  Status Progress();
-  Status Wait(std::uint64_t id);
+  Result<std::uint64_t> StartAllReduce(std::span<float> data) TFD_EXCLUDES(io_mu_, mu_);
+  Status Progress() TFD_EXCLUDES(io_mu_, mu_);
+  Status Wait(std::uint64_t id) TFD_EXCLUDES(io_mu_, mu_);
   // Copies rank 0's `data` to every member.
-  Status Broadcast(std::span<float> data);
+  Status Broadcast(std::span<float> data) TFD_EXCLUDES(io_mu_, mu_);
   // After the last collective: tells both neighbours (DONE) and waits for theirs, so no worker
   // closes a connection its neighbour still needs; then closes. A neighbour that closes without
   // DONE is lost; one that closes after it has left in good order.
-  Status Finish();
+  Status Finish() TFD_EXCLUDES(io_mu_, mu_);
   // Tells both neighbours `why` (an ERROR frame) unless it is Ok, and closes. Idempotent. Any
   // thread: a collective in progress ends with `why` (or FailedPrecondition when it is Ok).
-  void Close(const Status& why);
+  void Close(const Status& why) TFD_EXCLUDES(io_mu_, mu_);
 
   int rank() const { return options_.rank; }
   int size() const { return static_cast<int>(options_.members.size()); }
 
-  void OnFrame(const std::shared_ptr<transport::Connection>& from, wire::InFrame frame) override;
-  void OnClosed(const std::shared_ptr<transport::Connection>& from, const Status& why) override;
+  void OnFrame(const std::shared_ptr<transport::Connection>& from, wire::InFrame frame) TFD_EXCLUDES(io_mu_, mu_) override;
+  void OnClosed(const std::shared_ptr<transport::Connection>& from, const Status& why) TFD_EXCLUDES(mu_) override;
 
  private:
   // One chunk the schedule expects from the previous member, and what to do with it.
@@ -135,27 +141,33 @@ class Ring final : public transport::FrameHandler, public std::enable_shared_fro
   int Next() const { return (rank() + 1) % size(); }
   int Prev() const { return (rank() + size() - 1) % size(); }
   Status SendChunk(Work& w, wire::RingPhase phase, int hop, int segment, std::uint64_t offset,
-                   std::span<const float> values);  // io_mu_ held
+                   std::span<const float> values) TFD_REQUIRES(io_mu_);
   // Queues `w`'s first frames and adds it to works_; Progress() then moves it on.
-  Result<std::uint64_t> Start(Work w, const std::vector<std::pair<std::uint64_t, std::uint64_t>>& first_sends, wire::RingPhase phase);
-  // Pumps on the calling thread, waiting in poll(), until `done()` (io_mu_ held); closes the ring
-  // on any error.
-  Status Drive(const std::function<bool()>& done);
-  Status Pump(bool* progress);                            // io_mu_ held: one round of writes and reads
-  Status WriteOrExplain(Link& link, bool* progress);      // io_mu_ held: a write error, or the peer's ERROR
-  Status Apply(Work& w, const wire::RingChunk& c);        // io_mu_ held: a chunk from the previous member
-  Status OnControl(const Link& from, const wire::InFrame& frame, bool* done);  // io_mu_ held
-  Work* FindWork(std::uint64_t id);                       // io_mu_ held
-  bool ExpectingFromPrev() const;                         // io_mu_ held
-  bool Complete(const Work& w) const;                     // io_mu_ held
-  std::string Stalled() const;                            // io_mu_ held: what the step deadline waited for
+  Result<std::uint64_t> Start(Work w, const std::vector<std::pair<std::uint64_t, std::uint64_t>>& first_sends, wire::RingPhase phase)
+      TFD_EXCLUDES(io_mu_, mu_);
+  // Pumps on the calling thread, waiting in poll(), until `done()` (called with io_mu_ held);
+  // closes the ring on any error.
+  Status Drive(const std::function<bool()>& done) TFD_EXCLUDES(io_mu_, mu_);
+  Status Pump(bool* progress) TFD_REQUIRES(io_mu_);                        // one round of writes and reads
+  Status WriteOrExplain(Link& link, bool* progress) TFD_REQUIRES(io_mu_);  // a write error, or the peer's ERROR
+  Status Apply(Work& w, const wire::RingChunk& c) TFD_REQUIRES(io_mu_);    // a chunk from the previous member
+  Status OnControl(const Link& from, const wire::InFrame& frame, bool* done) TFD_REQUIRES(io_mu_);
+  Work* FindWork(std::uint64_t id) TFD_REQUIRES(io_mu_);
+  bool ExpectingFromPrev() const TFD_REQUIRES(io_mu_);
+  bool Complete(const Work& w) const TFD_REQUIRES(io_mu_);
+  std::string Stalled() const TFD_REQUIRES(io_mu_);  // what the step deadline waited for
+  // Whether that neighbour's Link is in place. next_ and prev_ are set once, under both locks, so
+  // mu_ alone is enough to see whether they are (the analysis knows one lock per member only).
+  bool LinkedLocked(bool next) const TFD_REQUIRES(mu_) TFD_NO_THREAD_SAFETY_ANALYSIS {
+    return (next ? next_ : prev_) != nullptr;
+  }
   // A connection's handshake is done: its socket becomes the Link to that neighbour.
-  void Adopt(bool next, transport::DetachedLink detached);
+  void Adopt(bool next, transport::DetachedLink detached) TFD_EXCLUDES(io_mu_, mu_);
   void ScheduleHeartbeat();  // io_context thread (or before the timer is shared)
-  void Heartbeat();
-  Status Fail(const Status& why);  // closes the ring telling the neighbours; returns why
-  void HandleHello(const std::shared_ptr<transport::Connection>& from, const wire::InFrame& frame);
-  void RecordFailure(Status why);  // mu_ held
+  void Heartbeat() TFD_EXCLUDES(io_mu_);
+  Status Fail(const Status& why) TFD_EXCLUDES(io_mu_, mu_);  // closes the ring telling the neighbours; returns why
+  void HandleHello(const std::shared_ptr<transport::Connection>& from, const wire::InFrame& frame) TFD_EXCLUDES(mu_);
+  void RecordFailure(Status why) TFD_REQUIRES(mu_);
 
   transport::asio::io_context& ioc_;
   const RingOptions options_;
@@ -163,22 +175,26 @@ class Ring final : public transport::FrameHandler, public std::enable_shared_fro
   std::uint64_t collective_ = 0;   // collective thread only: the next collective's id
 
   // Lock order: io_mu_ before mu_.
-  std::mutex io_mu_;               // the links' I/O: the collective thread, the heartbeat timer, Close
-  std::unique_ptr<Link> next_, prev_;  // guarded by io_mu_ and mu_ (set under both, once)
-  bool next_done_ = false, prev_done_ = false;  // guarded by io_mu_: their DONE came
-  bool next_eof_ = false, prev_eof_ = false;    // guarded by io_mu_: closed after their DONE
-  std::deque<Work> works_;                      // guarded by io_mu_: started, not yet waited for, in order
-  std::uint64_t started_ = 0;                   // guarded by io_mu_: collectives started (ids below it)
-  bool finishing_ = false;                      // guarded by io_mu_: Finish() waits for the DONEs
-  transport::asio::steady_timer heartbeat_;     // io_context thread
+  Mutex io_mu_;  // the links' I/O: the collective thread, the heartbeat timer, Close
+  std::unique_ptr<Link> next_ TFD_GUARDED_BY(io_mu_);  // set once, under mu_ as well (LinkedLocked)
+  std::unique_ptr<Link> prev_ TFD_GUARDED_BY(io_mu_);  // set once, under mu_ as well (LinkedLocked)
+  bool next_done_ TFD_GUARDED_BY(io_mu_) = false;  // its DONE came
+  bool prev_done_ TFD_GUARDED_BY(io_mu_) = false;
+  bool next_eof_ TFD_GUARDED_BY(io_mu_) = false;  // closed after its DONE
+  bool prev_eof_ TFD_GUARDED_BY(io_mu_) = false;
+  std::deque<Work> works_ TFD_GUARDED_BY(io_mu_);       // started, not yet waited for, in order
+  std::uint64_t started_ TFD_GUARDED_BY(io_mu_) = 0;    // collectives started (ids below it)
+  bool finishing_ TFD_GUARDED_BY(io_mu_) = false;       // Finish() waits for the DONEs
+  transport::asio::steady_timer heartbeat_;             // io_context thread
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::shared_ptr<transport::Connection> next_conn_, prev_conn_;      // guarded by mu_: until their handshake is done
-  std::vector<std::shared_ptr<transport::Connection>> unidentified_;  // guarded by mu_: accepted, no HELLO yet
-  Status failure_;                                                    // guarded by mu_
-  bool closed_ = false;                                               // guarded by mu_
-  std::atomic<bool> closed_flag_{false};                              // closed_, for the collective loop
+  Mutex mu_;
+  CondVar cv_{&mu_};  // signalled when a Link is adopted, a handshake fails or the ring closes
+  std::shared_ptr<transport::Connection> next_conn_ TFD_GUARDED_BY(mu_);  // until its handshake is done
+  std::shared_ptr<transport::Connection> prev_conn_ TFD_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<transport::Connection>> unidentified_ TFD_GUARDED_BY(mu_);  // accepted, no HELLO yet
+  Status failure_ TFD_GUARDED_BY(mu_);
+  bool closed_ TFD_GUARDED_BY(mu_) = false;
+  std::atomic<bool> closed_flag_{false};  // closed_, for the collective loop and the heartbeat timer
 };
 
 }  // namespace tfd::collective
