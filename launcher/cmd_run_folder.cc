@@ -131,7 +131,9 @@ int ShowStatus(const std::vector<std::string>& args) {
   }
   std::printf("%s: %s\n", run.path.c_str(), run.running ? "running" : "finished");
   std::printf("%-10s %-9s %5s %11s %8s %8s\n", "task", "last", "epoch", "global_step", "loss", "accuracy");
-  for (const auto& [task, e] : last) {
+  for (const auto& entry : last) {  // not a structured binding: clang 14 (scripts/thread_safety) cannot capture one
+    const std::string& task = entry.first;
+    const config::Event& e = entry.second;
     auto num = [&](const char* key, const char* f) {
       const double v = e.Number(key);
       return v < 0 ? std::string("-") : fmt::format(fmt::runtime(f), v);
