@@ -41,4 +41,9 @@ int UsageError(const std::string& message) {
   return 2;
 }
 
+int ReportFailure(const Status& s) {
+  std::fprintf(stderr, "tfctl: %s\n", s.message().c_str());
+  return ExitCodeFor(s);
+}
+
 }  // namespace tfd::launcher

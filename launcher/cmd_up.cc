@@ -14,14 +14,8 @@ namespace tfd::launcher {
 int Up(const ClusterArgs& args, const Interrupts& interrupts) {
   const transport::ClusterToken token = transport::ClusterToken::Generate();
   Result<RunSetup> run = SetUpRun(args, token.Hex());
-  if (!run.ok()) {
-    std::fprintf(stderr, "tfctl: %s\n", run.status().message().c_str());
-    return 2;
-  }
-  if (Status s = CheckCluster(*run); !s.ok()) {
-    std::fprintf(stderr, "tfctl: %s\n", s.message().c_str());
-    return ExitCodeFor(s) == 2 ? 2 : 1;
-  }
+  if (!run.ok()) return ReportFailure(run.status());
+  if (Status s = CheckCluster(*run); !s.ok()) return ReportFailure(s);
   const std::filesystem::path& run_dir = run->run_dir;
   std::error_code ec;
   std::filesystem::create_directories(run_dir, ec);

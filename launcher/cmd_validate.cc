@@ -132,14 +132,8 @@ std::string Describe(const config::ClusterFile& f) {
 
 int Validate(const ClusterArgs& args) {
   Result<RunSetup> run = SetUpRun(args, /*token_hex=*/"");
-  if (!run.ok()) {
-    std::fprintf(stderr, "tfctl: %s\n", run.status().message().c_str());
-    return 2;
-  }
-  if (Status s = CheckCluster(*run); !s.ok()) {
-    std::fprintf(stderr, "tfctl: %s\n", s.message().c_str());
-    return ExitCodeFor(s) == 2 ? 2 : 1;
-  }
+  if (!run.ok()) return ReportFailure(run.status());
+  if (Status s = CheckCluster(*run); !s.ok()) return ReportFailure(s);
   std::printf("%s\nok: the file is valid; on every host tfd is there and the data folder exists; every local ps port is free\n",
               Describe(run->file).c_str());
   return 0;

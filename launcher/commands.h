@@ -21,6 +21,8 @@ namespace tfd::launcher {
 int Help(bool asked);
 // Prints "tfctl: <message> (see tfctl --help)" on stderr and returns 2.
 int UsageError(const std::string& message);
+// Prints "tfctl: <s's message>" on stderr and returns ExitCodeFor(s): 2 for a bad file or field, else 1.
+int ReportFailure(const Status& s);
 
 // gen-token FILE: a new cluster token in a new file of mode 0600; 1 when it cannot be written.
 int GenToken(const std::string& path);
@@ -64,7 +66,7 @@ struct RunSetup {
   std::vector<TaskPlan> plan;
 };
 // Loads args.file and plans each task. `token_hex` empty: no token (validate). InvalidArgument (or
-// NotFound) naming the file or field when it cannot be loaded.
+// NotFound), so exit code 2, naming the file or field when it cannot be loaded.
 Result<RunSetup> SetUpRun(const ClusterArgs& args, const std::string& token_hex);
 
 // The checks up makes before starting anything: on this machine the workdir, tfd and data folder of

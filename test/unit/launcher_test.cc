@@ -1,12 +1,14 @@
 // tfctl's pieces below the command line: the background run of up --detach, process checks, and the
 // setup and checks that up and validate share.
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
+#include <memory>
+#include <utility>
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <catch2/catch.hpp>
 
 #include "launcher/commands.h"
@@ -82,18 +84,13 @@ TEST_CASE("ProcessAlive is false for no pid", "[unit][launcher]") {
 }
 
 TEST_CASE("PortFree sees a bound port and passes names it cannot test", "[unit][launcher]") {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  REQUIRE(listen(fd, 1) == 0);
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  const auto port = ntohs(addr.sin_port);
+  boost::asio::io_context io;
+  auto acceptor = std::make_unique<boost::asio::ip::tcp::acceptor>(
+      io, boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), 0));
+  const std::uint16_t port = acceptor->local_endpoint().port();
   CHECK_FALSE(PortFree("127.0.0.1", port));
   CHECK_FALSE(PortFree("localhost", port));
-  close(fd);
+  acceptor.reset();
   CHECK(PortFree("127.0.0.1", port));
   CHECK(PortFree("pc-02", port));
 }
