@@ -41,13 +41,14 @@ struct BackgroundOptions {
   void (*on_signal)(int) = nullptr;  // its SIGINT and SIGTERM handler (SIGPIPE and SIGHUP are ignored)
   double ready_timeout_secs = 30;
 };
-// Forks a background process in a new session (stdin /dev/null), which runs `body` and ends with its
-// return value; `body` never returns into the caller's code there. The calling process polls `ready`
+// Flushes stdio, then forks a background process in a new session (stdin /dev/null), which runs
+// `body` and ends with its return value; it never returns into the caller's code there. The calling process polls `ready`
 // every 50 ms and returns Ok once it is true, Unavailable when the background process ended first
 // (reaped), DeadlineExceeded after ready_timeout_secs (it goes on), Internal when fork fails.
 Status RunInBackground(const std::function<int()>& body, const std::function<bool()>& ready, const BackgroundOptions& options);
 
-// Whether a process `pid` exists (kill(pid, 0)); false for pid <= 0.
+// Whether a process `pid` exists (kill(pid, 0)); false for pid <= 0. A child of the caller that ended
+// but is not reaped yet still exists.
 bool ProcessAlive(pid_t pid);
 // Sends SIGTERM to `pid` (any process, not only a child) and waits up to `timeout_secs` for it to
 // end; false when it is still alive then.
