@@ -42,9 +42,10 @@ struct BackgroundOptions {
   double ready_timeout_secs = 30;
 };
 // Flushes stdio, then forks a background process in a new session (stdin /dev/null), which runs
-// `body` and ends with its return value; it never returns into the caller's code there. The calling process polls `ready`
-// every 50 ms and returns Ok once it is true, Unavailable when the background process ended first
-// (reaped), DeadlineExceeded after ready_timeout_secs (it goes on), Internal when fork fails.
+// `body` and ends with its return value; it never returns into the caller's code there. The calling
+// process polls `ready` every 50 ms and returns Ok once it is true, Unavailable when the background
+// process ended first (reaped), DeadlineExceeded after ready_timeout_secs (it goes on), Internal
+// when fork fails.
 Status RunInBackground(const std::function<int()>& body, const std::function<bool()>& ready, const BackgroundOptions& options);
 
 // Whether a process `pid` exists (kill(pid, 0)); false for pid <= 0. A child of the caller that ended
