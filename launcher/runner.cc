@@ -8,11 +8,13 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <deque>
 #include <fstream>
 #include <map>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -375,6 +377,51 @@ int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
   if (exit_code == 1) std::fprintf(stderr, "tfctl: %s\n", failure.c_str());
   std::printf("tfctl: run folder %s\n", options.run_dir.c_str());
   return exit_code;
+}
+
+Status RunInBackground(const std::function<int()>& body, const std::function<bool()>& ready, const BackgroundOptions& options) {
+  std::fflush(nullptr);  // else the child would write the parent's pending output too
+  const pid_t pid = fork();
+  if (pid < 0) return Status::Internal(fmt::format("fork: {}", std::strerror(errno)));
+  if (pid == 0) {
+    setsid();
+    const int log = open(options.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int null = open("/dev/null", O_RDONLY);
+    dup2(null, 0);
+    dup2(log, 1);
+    dup2(log, 2);
+    if (options.on_signal != nullptr) {
+      std::signal(SIGINT, options.on_signal);
+      std::signal(SIGTERM, options.on_signal);
+    }
+    std::signal(SIGPIPE, SIG_IGN);
+    std::signal(SIGHUP, SIG_IGN);
+    std::ofstream(options.pid_path) << getpid() << "\n";
+    const int code = body();
+    // The background process ends here: what follows the call in the caller (main's foreground
+    // work, a test runner) belongs to the parent, and so do the atexit handlers and static objects
+    // it registered, which _exit does not run twice. stdio is flushed first, as exit() would.
+    std::fflush(nullptr);
+    _exit(code);
+  }
+  const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int>(options.ready_timeout_secs * 1000));
+  for (;;) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) return Status::Unavailable("the background process ended before it was ready");
+    if (ready()) return Status::Ok();
+    if (Clock::now() >= deadline)
+      return Status::DeadlineExceeded(fmt::format("not ready within {:.0f} s; it goes on", options.ready_timeout_secs));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+bool ProcessAlive(pid_t pid) { return pid > 0 && kill(pid, 0) == 0; }
+
+bool TerminateAndWait(pid_t pid, double timeout_secs) {
+  kill(pid, SIGTERM);
+  const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int>(timeout_secs * 1000));
+  while (ProcessAlive(pid) && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  return !ProcessAlive(pid);
 }
 
 }  // namespace tfd::launcher

@@ -1,6 +1,11 @@
 #pragma once
 
+// tfctl's processes: every fork, wait and signal of the launcher goes through here.
+
+#include <sys/types.h>
+
 #include <atomic>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -29,5 +34,25 @@ CommandOutput RunAndCapture(const std::vector<std::string>& argv, double timeout
 // stopped. Returns tfctl's exit code: 0 all done, 1 a task failed (named, with its last lines),
 // 130 after Ctrl-C (every task stopped).
 int Run(const std::vector<TaskPlan>& plan, const RunOptions& options);
+
+struct BackgroundOptions {
+  std::string log_path;  // the background process's stdout and stderr (truncated)
+  std::string pid_path;  // where the background process writes its pid
+  void (*on_signal)(int) = nullptr;  // its SIGINT and SIGTERM handler (SIGPIPE and SIGHUP are ignored)
+  double ready_timeout_secs = 30;
+};
+// Flushes stdio, then forks a background process in a new session (stdin /dev/null), which runs
+// `body` and ends with its return value; it never returns into the caller's code there. The calling
+// process polls `ready` every 50 ms and returns Ok once it is true, Unavailable when the background
+// process ended first (reaped), DeadlineExceeded after ready_timeout_secs (it goes on), Internal
+// when fork fails.
+Status RunInBackground(const std::function<int()>& body, const std::function<bool()>& ready, const BackgroundOptions& options);
+
+// Whether a process `pid` exists (kill(pid, 0)); false for pid <= 0. A child of the caller that ended
+// but is not reaped yet still exists.
+bool ProcessAlive(pid_t pid);
+// Sends SIGTERM to `pid` (any process, not only a child) and waits up to `timeout_secs` for it to
+// end; false when it is still alive then.
+bool TerminateAndWait(pid_t pid, double timeout_secs);
 
 }  // namespace tfd::launcher

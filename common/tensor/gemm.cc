@@ -1,6 +1,6 @@
 #include "common/tensor/gemm.h"
 
-#include "common/tensor/tensor.h"
+#include <Eigen/Core>
 
 #if TFD_HAVE_OPENBLAS
 #include <cblas.h>
@@ -23,6 +23,7 @@ const char* GemmBackendName() { return "openblas"; }
 #else
 
 namespace {
+using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using Stride = Eigen::OuterStride<>;
 using ConstStrided = Eigen::Map<const RowMatrix, Eigen::Unaligned, Stride>;
 using Strided = Eigen::Map<RowMatrix, Eigen::Unaligned, Stride>;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include <Eigen/Core>
 #include <fmt/format.h>
 
 #include "common/base/check.h"
@@ -10,6 +11,9 @@
 
 namespace tfd::tensor {
 namespace {
+
+using MatrixMap = Eigen::Map<Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
+using ConstVectorMap = Eigen::Map<const Eigen::VectorXf>;
 
 // One window position of max-pooling's backward pass over c channels: the gradient goes to the
 // first position whose value equals the window's max (taken[ch] marks that it has been placed).
@@ -221,6 +225,15 @@ class MaxPool2D final : public Layer {
 };
 
 }  // namespace
+
+std::int64_t NumElements(const std::vector<std::int64_t>& shape) {
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) {
+    TFD_CHECK(d >= 0);
+    n *= d;
+  }
+  return n;
+}
 
 void BiasActivation(float* y, const float* bias, std::int64_t rows, std::int64_t cols, Activation act) {
   MatrixMap m(y, rows, cols);

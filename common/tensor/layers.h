@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "common/config/job.h"
-#include "common/tensor/tensor.h"
 
 namespace tfd::tensor {
 
@@ -21,6 +20,9 @@ struct ParamSpec {
   InitSpec init;  // biases: zeros
   std::int64_t fan_in = 0, fan_out = 0;
 };
+
+// Elements in a tensor of `shape` (1 for a scalar's []); dimensions must not be negative.
+std::int64_t NumElements(const std::vector<std::int64_t>& shape);
 
 // Per-sample activation shape: height x width x channels (NHWC without N); dense data has h = w = 1.
 struct ActShape {

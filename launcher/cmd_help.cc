@@ -1,0 +1,49 @@
+#include <cstdio>
+
+#include "launcher/commands.h"
+
+namespace tfd::launcher {
+namespace {
+
+constexpr const char* kUsage = R"(tfctl: start a tfd cluster and watch it train.
+
+Usage:
+  tfctl up CLUSTER.json [--run-dir DIR] [--grace SECS] [--accept-new-hostkeys]
+        start every task (a child for this machine, ssh for other hosts), stream their logs,
+        show a table of the workers, write a run folder
+  tfctl up CLUSTER.json --detach ...
+        the same, returning once every worker is ready; the run goes on in the background
+  tfctl validate CLUSTER.json [--accept-new-hostkeys]
+        check the file and every host (ssh, tfd, data, ports); start nothing
+  tfctl status [RUN]            each task's last event (RUN: a run folder; default the newest in ./runs)
+  tfctl logs [RUN] [TASK] [-f]  the tasks' log lines (-f: follow while the run goes on)
+  tfctl down [RUN]              stop a run: TERM every task, KILL after the grace period
+  tfctl gen-token FILE          write a new cluster token (mode 0600) for tfd --token-file
+
+A cluster file has "cluster" (as TF_CONFIG's), "train" (the job spec) and "launch" (where tfd is,
+the working folder, environment, run folder, ssh settings). See docs/operations.md. Remote hosts
+are reached with ssh -o BatchMode=yes; host keys are always checked (--accept-new-hostkeys accepts
+keys of hosts not yet in known_hosts). Every run gets a new cluster token: local tasks read it from
+the run folder's token file (mode 0600), remote ones from their ssh's stdin, never a command line.
+
+Exit codes: 0 every task finished, 1 a task failed, 2 a bad file or usage, 130 after Ctrl-C.
+)";
+
+}  // namespace
+
+int Help(bool asked) {
+  std::fputs(kUsage, asked ? stdout : stderr);
+  return asked ? 0 : 2;
+}
+
+int UsageError(const std::string& message) {
+  std::fprintf(stderr, "tfctl: %s (see tfctl --help)\n", message.c_str());
+  return 2;
+}
+
+int ReportFailure(const Status& s) {
+  std::fprintf(stderr, "tfctl: %s\n", s.message().c_str());
+  return ExitCodeFor(s);
+}
+
+}  // namespace tfd::launcher

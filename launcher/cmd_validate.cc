@@ -1,0 +1,142 @@
+// validate, and the setup and checks that up shares with it.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <map>
+
+#include <boost/asio/ip/address.hpp>
+#include <fmt/format.h>
+
+#include "launcher/commands.h"
+#include "launcher/runner.h"
+
+namespace tfd::launcher {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Checks one remote host over ssh: reachable with these settings, the working folder there, tfd
+// executable there, and (for hosts with workers) the data folder.
+Status CheckRemoteHost(const config::ClusterFile& f, const std::string& host, bool has_workers, const PlanOptions& popts) {
+  const config::HostLaunch& h = f.launch.For(host);
+  std::string check = fmt::format("cd {} 2>/dev/null || {{ echo no-workdir; exit 3; }}; test -x {} || {{ echo no-tfd; exit 3; }}",
+                                  ShellQuote(h.workdir), ShellQuote(h.tfd));
+  if (has_workers) check += fmt::format("; test -d {} || {{ echo no-data; exit 3; }}", ShellQuote(f.train.data));
+  check += "; echo tfd-ok";
+  const CommandOutput r = RunAndCapture(SshArgv(h, host, popts, check), popts.connect_timeout_secs + 20);
+  if (r.exit_code == 0 && r.out.find("tfd-ok") != std::string::npos) return Status::Ok();
+  if (r.out.find("no-workdir") != std::string::npos)
+    return Status::InvalidArgument(fmt::format("{}: launch.workdir: \"{}\" is not a folder on {}", f.source, h.workdir, host));
+  if (r.out.find("no-tfd") != std::string::npos)
+    return Status::InvalidArgument(fmt::format("{}: launch.tfd: \"{}\" is not an executable file on {}", f.source, h.tfd, host));
+  if (r.out.find("no-data") != std::string::npos)
+    return Status::InvalidArgument(fmt::format("{}: train.data: \"{}\" is not a folder on {}", f.source, f.train.data, host));
+  std::string err = r.err;
+  while (!err.empty() && (err.back() == '\n' || err.back() == '\r')) err.pop_back();
+  if (auto nl = err.find_last_of('\n'); nl != std::string::npos) err = err.substr(nl + 1);
+  return Status::Unavailable(fmt::format("{}: cannot reach {} with ssh (exit {}): {}", f.source, host, r.exit_code,
+                                         err.empty() ? "no message" : err));
+}
+
+}  // namespace
+
+bool PortFree(const std::string& host, std::uint16_t port) {
+  boost::system::error_code ec;
+  auto addr = boost::asio::ip::make_address(host == "localhost" ? "127.0.0.1" : host, ec);
+  if (ec) return true;  // not an address we can test
+  int fd = socket(addr.is_v6() ? AF_INET6 : AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  int r;
+  if (addr.is_v6()) {
+    sockaddr_in6 a{};
+    a.sin6_family = AF_INET6;
+    a.sin6_port = htons(port);
+    auto bytes = addr.to_v6().to_bytes();
+    std::memcpy(&a.sin6_addr, bytes.data(), 16);
+    r = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  } else {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(addr.to_v4().to_uint());
+    r = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  }
+  close(fd);
+  return r == 0;
+}
+
+Result<RunSetup> SetUpRun(const ClusterArgs& args, const std::string& token_hex) {
+  Result<config::ClusterFile> f = config::LoadClusterFile(args.file);
+  if (!f.ok()) return f.status();
+  RunSetup run;
+  run.file = std::move(*f);
+  const std::string run_root = args.run_dir_override.empty() ? run.file.launch.run_dir : args.run_dir_override;
+  char stamp[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
+  run.run_dir = fs::absolute(fs::path(run_root) / fmt::format("{}-{}", stamp, run.file.name));
+  PlanOptions& popts = run.options;
+  popts.job_path = (run.run_dir / "job.json").string();
+  popts.job_json = run.file.train_json;
+  popts.accept_new_hostkeys = args.accept_new_hostkeys;
+  if (!token_hex.empty()) {
+    popts.token_path = (run.run_dir / "token").string();
+    popts.token_hex = token_hex;
+  }
+  popts.remote_run_dir =
+      (fs::path(run.file.launch.run_dir).is_relative() ? fs::path(run.file.launch.run_dir) : fs::path("runs")) / run.run_dir.filename();
+  run.plan = MakePlan(run.file, popts);
+  return run;
+}
+
+Status CheckCluster(const RunSetup& run) {
+  const config::ClusterFile& f = run.file;
+  std::map<std::string, bool> remote;  // host -> runs a worker
+  for (const TaskPlan& p : run.plan) {
+    if (!p.local) {
+      remote[p.host] = remote[p.host] || p.task.type != config::TaskType::kPs;
+      continue;
+    }
+    const config::HostLaunch& h = f.launch.For(p.host);
+    const fs::path workdir = h.workdir;
+    if (!fs::is_directory(workdir))
+      return Status::InvalidArgument(fmt::format("{}: launch.workdir: \"{}\" is not a folder", f.source, h.workdir));
+    const fs::path tfd = fs::path(h.tfd).is_absolute() ? fs::path(h.tfd) : workdir / h.tfd;
+    if (access(tfd.c_str(), X_OK) != 0)
+      return Status::InvalidArgument(fmt::format("{}: launch.tfd: \"{}\" is not an executable file (run scripts/build)", f.source, tfd.string()));
+    const fs::path data = fs::path(f.train.data).is_absolute() ? fs::path(f.train.data) : workdir / f.train.data;
+    if (p.task.type != config::TaskType::kPs && !fs::is_directory(data))
+      return Status::InvalidArgument(fmt::format("{}: train.data: \"{}\" is not a folder (fetch MNIST with scripts/fetch_mnist.sh {})",
+                                                 f.source, data.string(), f.train.data));
+    if (p.task.type == config::TaskType::kPs) {  // only ps tasks listen in this version
+      const config::Endpoint& ep = f.cluster.EndpointOf(p.task);
+      if (!PortFree(ep.host, ep.port))
+        return Status::InvalidArgument(fmt::format("{}: cluster.ps[{}]: {} is already in use on this machine", f.source, p.task.index,
+                                                   ep.ToString()));
+    }
+  }
+  for (const auto& [host, has_workers] : remote) TFD_RETURN_IF_ERROR(CheckRemoteHost(f, host, has_workers, run.options));
+  return Status::Ok();
+}
+
+std::string Describe(const config::ClusterFile& f) {
+  const char* mode = f.train.update.mode == config::UpdateSpec::Mode::kSync ? "sync" : "async";
+  return fmt::format("{}: {} ps + {} workers; {} on {}, {} epochs, batch {} per worker, {} updates", f.source, f.cluster.ps.size(),
+                     f.cluster.num_workers(), f.train.model.name, f.train.data, f.train.epochs, f.train.batch_size, mode);
+}
+
+int Validate(const ClusterArgs& args) {
+  Result<RunSetup> run = SetUpRun(args, /*token_hex=*/"");
+  if (!run.ok()) return ReportFailure(run.status());
+  if (Status s = CheckCluster(*run); !s.ok()) return ReportFailure(s);
+  std::printf("%s\nok: the file is valid; on every host tfd is there and the data folder exists; every local ps port is free\n",
+              Describe(run->file).c_str());
+  return 0;
+}
+
+}  // namespace tfd::launcher

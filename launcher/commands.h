@@ -1,0 +1,88 @@
+#pragma once
+
+// tfctl's subcommands. main() parses the command line into these arguments and calls one; each
+// prints its own messages (stdout for results, stderr for errors, one line each) and returns tfctl's
+// exit code: 0 success, 1 a task, host or write failed, 2 a bad file or usage, 130 after Ctrl-C.
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "common/base/status.h"
+#include "common/config/cluster_file.h"
+#include "launcher/plan.h"
+
+namespace tfd::launcher {
+
+// help: the usage text, on stdout (exit 0) when asked for, on stderr (exit 2) when tfctl got no
+// arguments at all.
+int Help(bool asked);
+// Prints "tfctl: <message> (see tfctl --help)" on stderr and returns 2.
+int UsageError(const std::string& message);
+// Prints "tfctl: <s's message>" on stderr and returns ExitCodeFor(s): 2 for a bad file or field, else 1.
+int ReportFailure(const Status& s);
+
+// gen-token FILE: a new cluster token in a new file of mode 0600; 1 when it cannot be written.
+int GenToken(const std::string& path);
+
+// The command line of up and validate.
+struct ClusterArgs {
+  std::string file;              // the cluster file
+  std::string run_dir_override;  // --run-dir; empty: the file's launch.run_dir
+  double grace_secs = 10;        // --grace: TERM, then KILL after this long
+  bool accept_new_hostkeys = false;
+  bool detach = false;  // up --detach
+};
+
+// How up learns of Ctrl-C and TERM: `handler` (main's, async-signal-safe) sets `flag`; up installs it
+// for SIGINT and SIGTERM in the process that runs the cluster (with --detach, the background one).
+struct Interrupts {
+  const std::atomic<int>* flag = nullptr;
+  void (*handler)(int) = nullptr;
+};
+
+// validate: the file, then every host (validate's checks below); starts nothing.
+int Validate(const ClusterArgs& args);
+// up: validate's checks, a new run folder, every task started and watched until all are done (see
+// Run in runner.h). With args.detach the run goes on in a background tfctl (its output in the run
+// folder's tfctl.log) and this returns once every worker is ready.
+int Up(const ClusterArgs& args, const Interrupts& interrupts);
+
+// status, logs and down act on a run folder: the first of `args` (the words after the command) when
+// it is one (a folder holding cluster.json), else the newest folder under ./runs.
+int ShowStatus(const std::vector<std::string>& args);  // each task's last event; running or finished
+int ShowLogs(const std::vector<std::string>& args);    // [TASK] [-f]: every task's log lines, or one task's
+int Down(const std::vector<std::string>& args);        // TERM to the run's tfctl, which stops its tasks
+
+// Pieces of the commands, declared for tests.
+
+// A run as up and validate plan it; nothing is created yet.
+struct RunSetup {
+  config::ClusterFile file;
+  std::filesystem::path run_dir;  // absolute: <run root>/<local time>-<name>
+  PlanOptions options;
+  std::vector<TaskPlan> plan;
+};
+// Loads args.file and plans each task. `token_hex` empty: no token (validate). InvalidArgument (or
+// NotFound), so exit code 2, naming the file or field when it cannot be loaded.
+Result<RunSetup> SetUpRun(const ClusterArgs& args, const std::string& token_hex);
+
+// The checks up makes before starting anything: on this machine the workdir, tfd and data folder of
+// each local task and that each local ps port is free; over ssh (a check command on each remote
+// host) the same for remote hosts. InvalidArgument naming the field and host, or Unavailable with
+// ssh's last line when a host cannot be reached.
+Status CheckCluster(const RunSetup& run);
+
+// "c.json: 1 ps + 2 workers; mlp on data, 3 epochs, batch 20 per worker, sync updates".
+std::string Describe(const config::ClusterFile& f);
+
+// Whether host:port can be bound on this machine now (binds it for a moment); true for a host that
+// is not an IP address.
+bool PortFree(const std::string& host, std::uint16_t port);
+
+// The number of workers (not ps tasks) whose `ready` event is in run_dir/metrics.jsonl.
+int ReadyWorkers(const std::filesystem::path& run_dir);
+
+}  // namespace tfd::launcher

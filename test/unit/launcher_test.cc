@@ -1,0 +1,152 @@
+// tfctl's pieces below the command line: the background run of up --detach, process checks, and the
+// setup and checks that up and validate share.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <memory>
+#include <utility>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <catch2/catch.hpp>
+
+#include "launcher/commands.h"
+#include "launcher/runner.h"
+#include "test/test_util.h"
+
+namespace tfd::launcher {
+namespace {
+
+using testing::ReadAll;
+using testing::TempDir;
+
+bool Exists(const std::string& path) { return std::ifstream(path).good(); }
+
+// Reaps the background child a test started (tfctl leaves it to init; a test is its parent).
+int WaitExitCode(pid_t pid) {
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+pid_t PidFrom(const std::string& path) { return static_cast<pid_t>(std::atol(ReadAll(path).c_str())); }
+
+TEST_CASE("RunInBackground returns once ready; the background process logs, writes its pid and exits with body's code",
+          "[unit][launcher]") {
+  TempDir dir;
+  BackgroundOptions options{.log_path = dir / "bg.log", .pid_path = dir / "bg.pid", .ready_timeout_secs = 20};
+  const Status s = RunInBackground(
+      [&] {
+        std::printf("background says hi\n");
+        std::ofstream(dir / "ready") << "1";
+        while (!Exists(dir / "stop")) usleep(10'000);
+        return 3;
+      },
+      [&] { return Exists(dir / "ready"); }, options);
+  REQUIRE(s.ok());
+  const pid_t pid = PidFrom(dir / "bg.pid");
+  REQUIRE(pid > 0);
+  CHECK(pid != getpid());
+  CHECK(ProcessAlive(pid));
+  std::ofstream(dir / "stop") << "1";
+  CHECK(WaitExitCode(pid) == 3);
+  CHECK(ReadAll(dir / "bg.log") == "background says hi\n");
+}
+
+TEST_CASE("RunInBackground reports a background process that ends before it is ready", "[unit][launcher]") {
+  TempDir dir;
+  const Status s = RunInBackground([] { return 1; }, [] { return false; },
+                                   {.log_path = dir / "bg.log", .pid_path = dir / "bg.pid", .ready_timeout_secs = 20});
+  CHECK(s.code() == Code::kUnavailable);
+}
+
+TEST_CASE("RunInBackground gives up waiting after the timeout and leaves the process running", "[unit][launcher]") {
+  TempDir dir;
+  const Status s = RunInBackground(
+      [&] {
+        while (!Exists(dir / "stop")) usleep(10'000);
+        return 0;
+      },
+      [] { return false; }, {.log_path = dir / "bg.log", .pid_path = dir / "bg.pid", .ready_timeout_secs = 0.2});
+  CHECK(s.code() == Code::kDeadlineExceeded);
+  const pid_t pid = PidFrom(dir / "bg.pid");
+  REQUIRE(pid > 0);
+  CHECK(ProcessAlive(pid));
+  std::ofstream(dir / "stop") << "1";
+  CHECK(WaitExitCode(pid) == 0);
+}
+
+TEST_CASE("ProcessAlive is false for no pid", "[unit][launcher]") {
+  CHECK(ProcessAlive(getpid()));
+  CHECK_FALSE(ProcessAlive(0));
+  CHECK_FALSE(ProcessAlive(-1));
+}
+
+TEST_CASE("PortFree sees a bound port and passes names it cannot test", "[unit][launcher]") {
+  boost::asio::io_context io;
+  auto acceptor = std::make_unique<boost::asio::ip::tcp::acceptor>(
+      io, boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), 0));
+  const std::uint16_t port = acceptor->local_endpoint().port();
+  CHECK_FALSE(PortFree("127.0.0.1", port));
+  CHECK_FALSE(PortFree("localhost", port));
+  acceptor.reset();
+  CHECK(PortFree("127.0.0.1", port));
+  CHECK(PortFree("pc-02", port));
+}
+
+// A local cluster file in `dir`: 1 ps + 1 worker, tfd = /bin/true, data = dir.
+std::string LocalClusterFile(const TempDir& dir, const std::string& workdir) {
+  const std::string file = dir / "c.json";
+  testing::WriteFile(file, R"({"name": "t", "cluster": {"ps": ["127.0.0.1:)" + std::to_string(testing::FreePort()) +
+                               R"("], "worker": ["127.0.0.1:2001"]}, "train": {"model": "mlp", "data": ")" + dir.path() +
+                               R"(", "epochs": 3, "batch_size": 20, "optimizer": {"type": "sgd", "learning_rate": 0.1}},
+                               "launch": {"tfd": "/bin/true", "workdir": ")" + workdir + R"("}})");
+  return file;
+}
+
+TEST_CASE("SetUpRun names an absolute run folder and hands the token to the plan only when given", "[unit][launcher]") {
+  TempDir dir;
+  const ClusterArgs args{.file = LocalClusterFile(dir, dir.path()), .run_dir_override = dir / "runs"};
+  Result<RunSetup> validate = SetUpRun(args, "");
+  REQUIRE(validate.ok());
+  CHECK(validate->run_dir.is_absolute());
+  CHECK(validate->run_dir.parent_path() == std::filesystem::path(dir / "runs"));
+  CHECK(validate->run_dir.filename().string().ends_with("-t"));
+  CHECK(validate->options.token_path.empty());
+  CHECK(validate->options.job_path == (validate->run_dir / "job.json").string());
+  REQUIRE(validate->plan.size() == 2);
+  Result<RunSetup> up = SetUpRun(args, std::string(64, 'a'));
+  REQUIRE(up.ok());
+  CHECK(up->options.token_path == (up->run_dir / "token").string());
+  CHECK(Describe(up->file) == args.file + ": 1 ps + 1 workers; mlp on " + dir.path() + ", 3 epochs, batch 20 per worker, async updates");
+  CHECK(SetUpRun({.file = dir / "missing.json"}, "").status().code() == Code::kNotFound);
+}
+
+TEST_CASE("CheckCluster passes a runnable local cluster and names a missing workdir", "[unit][launcher]") {
+  TempDir dir;
+  Result<RunSetup> good = SetUpRun({.file = LocalClusterFile(dir, dir.path())}, "");
+  REQUIRE(good.ok());
+  const Status ok = CheckCluster(*good);
+  INFO(ok.ToString());
+  CHECK(ok.ok());
+  Result<RunSetup> bad = SetUpRun({.file = LocalClusterFile(dir, dir / "nowhere")}, "");
+  REQUIRE(bad.ok());
+  const Status s = CheckCluster(*bad);
+  CHECK(s.code() == Code::kInvalidArgument);
+  CHECK(s.message() == dir / "c.json" + ": launch.workdir: \"" + dir / "nowhere" + "\" is not a folder");
+}
+
+TEST_CASE("ReadyWorkers counts workers' ready events, not the ps's", "[unit][launcher]") {
+  TempDir dir;
+  CHECK(ReadyWorkers(dir.path()) == 0);
+  testing::WriteFile(dir / "metrics.jsonl", R"({"ts":1,"task":"ps:0","event":"ready"}
+{"ts":1,"task":"worker:0","event":"start"}
+{"ts":2,"task":"worker:0","event":"ready"}
+not json
+{"ts":2,"task":"worker:1","event":"ready"})");
+  CHECK(ReadyWorkers(dir.path()) == 2);
+}
+
+}  // namespace
+}  // namespace tfd::launcher
