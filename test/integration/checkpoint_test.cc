@@ -12,7 +12,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "common/ckpt/checkpoint.h"
+#include "common/ckpt/file.h"
 #include "test/test_util.h"
 
 namespace tfd::testing {
