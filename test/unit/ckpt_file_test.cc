@@ -20,10 +20,7 @@ namespace tfd::ckpt {
 namespace {
 
 using Catch::Matchers::Contains;
-using fixtures::Bytes;
-using fixtures::MakeCheckpoint;
-using fixtures::RecordStarts;
-using fixtures::RequireSame;
+using namespace fixtures;  // MakeCheckpoint, RequireSame, Bytes, RecordStarts
 using tfd::testing::TempDir;
 
 void WriteBytes(const std::string& path, const std::vector<std::byte>& b) {

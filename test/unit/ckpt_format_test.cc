@@ -16,10 +16,7 @@ namespace tfd::ckpt {
 namespace {
 
 using Catch::Matchers::Contains;
-using fixtures::Bytes;
-using fixtures::MakeCheckpoint;
-using fixtures::RecordStarts;
-using fixtures::RequireSame;
+using namespace fixtures;  // MakeCheckpoint, RequireSame, Bytes, RecordStarts
 
 TEST_CASE("a checkpoint survives Serialize and Parse unchanged", "[unit][ckpt]") {
   const Checkpoint c = MakeCheckpoint();

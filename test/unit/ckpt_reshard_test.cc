@@ -14,8 +14,7 @@ namespace tfd::ckpt {
 namespace {
 
 using Catch::Matchers::Contains;
-using fixtures::MakeCheckpoint;
-using fixtures::RequireSame;
+using namespace fixtures;  // MakeCheckpoint, RequireSame, Bytes, RecordStarts
 
 TEST_CASE("CheckOptimizer refuses another optimizer or other hyper-parameters", "[unit][ckpt]") {
   const Checkpoint c = MakeCheckpoint();
