@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <chrono>
@@ -86,6 +87,21 @@ inline void WriteSyntheticMnist(const std::string& dir, int train, int test, int
   make(test, "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte");
 }
 
+// The exit code that CMake's SKIP_RETURN_CODE reports as "Skipped" (Catch2 2.13 has no SKIP).
+inline constexpr int kSkipExitCode = 77;
+
+// Sets *dir to TFD_MNIST_DIR as an absolute path when that folder holds MNIST; otherwise says so
+// on stderr and returns false (a test binary whose every test needs MNIST then exits kSkipExitCode).
+inline bool FindMnist(std::string* dir) {
+  const char* env = std::getenv("TFD_MNIST_DIR");
+  if (env == nullptr || !std::filesystem::exists(std::filesystem::path(env) / "train-images-idx3-ubyte")) {
+    std::fprintf(stderr, "skipped: no MNIST in TFD_MNIST_DIR (%s); run scripts/fetch_mnist.sh\n", env ? env : "unset");
+    return false;
+  }
+  *dir = std::filesystem::absolute(env).string();
+  return true;
+}
+
 struct CommandResult {
   int exit_code = -1;
   std::string out;  // stdout
@@ -112,13 +128,19 @@ inline std::string ReadAll(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-// A port on 127.0.0.1 that was free a moment ago (bound to port 0, read back, released).
-inline int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
+// 127.0.0.1:port as a socket address.
+inline sockaddr_in LoopbackAddress(int port) {
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  return addr;
+}
+
+// A port on 127.0.0.1 that was free a moment ago (bound to port 0, read back, released).
+inline int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr = LoopbackAddress(0);
   bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
   socklen_t len = sizeof addr;
   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);

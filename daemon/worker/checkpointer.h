@@ -9,6 +9,8 @@
 #include "common/base/logging.h"
 #include "common/base/status.h"
 #include "common/ckpt/checkpoint.h"
+#include "common/ckpt/file.h"
+#include "common/ckpt/reshard.h"
 #include "common/config/job.h"
 #include "common/model/model.h"
 #include "daemon/worker/placement.h"

@@ -9,7 +9,8 @@
 #include <span>
 #include <vector>
 
-#include "common/ckpt/checkpoint.h"
+#include "common/ckpt/format.h"
+#include "common/ckpt/reshard.h"
 #include "common/wire/crc32c.h"
 
 namespace {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "common/ckpt/checkpoint.h"
+#include "common/ckpt/format.h"
 #include "common/wire/frame.h"
 #include "common/wire/messages.h"
 

@@ -3,16 +3,19 @@
 // change refused, and a restarted ps given its optimizer slots back. Every wait has a deadline
 // that fails the test instead of hanging.
 #define CATCH_CONFIG_MAIN
-#include <filesystem>
-#include <map>
-#include <memory>
-#include <sstream>
+#include <csignal>
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "common/ckpt/checkpoint.h"
+#include "common/ckpt/file.h"
+#include "test/local_cluster.h"
 #include "test/test_util.h"
 
 namespace tfd::testing {
@@ -20,101 +23,23 @@ namespace {
 
 using namespace std::chrono_literals;
 
-const std::string kTfd = TFD_BINARY;
-
-struct TaskResult {
-  int exit_code = -1;
-  std::string err;
-  nlohmann::json done;                     // the "done" event, or null
-  std::vector<nlohmann::json> checkpoints;  // the "checkpoint" events
-};
-
-// tfd processes on fixed loopback ports, so a task can be killed and started again in its place.
-// Each start of a task writes its own log files (worker0.1.err for the second start of worker:0).
-class Cluster {
- public:
-  Cluster(const TempDir& dir, int num_ps, int num_workers) : dir_(dir) {
-    for (int i = 0; i < num_ps; ++i) cluster_["ps"].push_back("127.0.0.1:" + std::to_string(FreePort()));
-    for (int i = 0; i < num_workers; ++i) cluster_["worker"].push_back("127.0.0.1:" + std::to_string(FreePort()));
-  }
-
-  void Start(const std::string& type, int i, const std::string& job = "") {
-    std::vector<std::string> argv = {kTfd, "--log-format", "json"};
-    if (type != "ps") argv.insert(argv.end(), {"--job", job});
-    const std::string name = type + std::to_string(i);
-    const std::string file = name + "." + std::to_string(starts_[name]++);
-    const std::string tf_config = nlohmann::json{{"cluster", cluster_}, {"task", {{"type", type}, {"index", i}}}}.dump();
-    procs_[name] = std::make_unique<Process>(argv, std::vector<std::string>{"TF_CONFIG=" + tf_config}, dir_ / (file + ".out"),
-                                             dir_ / (file + ".err"));
-    REQUIRE(procs_[name]->started());
-  }
-  void StartAll(int num_ps, int num_workers, const std::string& job) {
-    for (int i = 0; i < num_ps; ++i) Start("ps", i);
-    for (int i = 0; i < num_workers; ++i) Start("worker", i, job);
-  }
-  Process& process(const std::string& type, int i) { return *procs_.at(type + std::to_string(i)); }
-
-  TaskResult Finish(const std::string& type, int i, std::chrono::milliseconds limit = 60s) {
-    Process& p = process(type, i);
-    std::optional<int> code = p.Wait(limit);
-    TaskResult r;
-    r.err = p.err();
-    INFO(type << ":" << i << " stderr:\n" << r.err);
-    REQUIRE(code.has_value());
-    r.exit_code = *code;
-    std::istringstream in(p.out());
-    for (std::string line; std::getline(in, line);) {
-      auto e = nlohmann::json::parse(line, nullptr, false);
-      if (e.is_discarded()) continue;
-      if (e["event"] == "done") r.done = e;
-      if (e["event"] == "checkpoint") r.checkpoints.push_back(e);
-    }
-    return r;
-  }
-  // Runs every task to the end; returns the workers' results, each exited 0 with a done event.
-  std::vector<TaskResult> Run(int num_ps, int num_workers, const std::string& job) {
-    StartAll(num_ps, num_workers, job);
-    return FinishAll(num_ps, num_workers);
-  }
-  std::vector<TaskResult> FinishAll(int num_ps, int num_workers) {
-    std::vector<TaskResult> out;
-    for (int i = 0; i < num_workers; ++i) {
-      out.push_back(Finish("worker", i));
-      INFO("worker:" << i << " stderr:\n" << out.back().err);
-      REQUIRE(out.back().exit_code == 0);
-      REQUIRE(out.back().done.is_object());
-    }
-    for (int i = 0; i < num_ps; ++i) CHECK(Finish("ps", i, 30s).exit_code == 0);
-    return out;
-  }
-
- private:
-  const TempDir& dir_;
-  nlohmann::json cluster_;
-  std::map<std::string, std::unique_ptr<Process>> procs_;
-  std::map<std::string, int> starts_;
-};
+// A cluster whose logs go into `dir`, which also holds the data and the checkpoints, so several
+// clusters in turn share them; each worker's --job is given when it starts.
+LocalClusterOptions InDir(const TempDir& dir, int num_ps, int num_workers) {
+  return {.num_ps = num_ps, .num_workers = num_workers, .dir = &dir, .finish_limit = 60s};
+}
 
 // Writes a job file and returns its path. Synthetic data of 2000 examples, batch 20: 100 steps an
 // epoch for one worker, 50 each for two.
 std::string WriteJob(const TempDir& dir, const std::string& name, int epochs, const std::string& optimizer,
                      const std::string& checkpoint) {
   const std::string path = dir / name;
-  WriteFile(path, R"({"model": {"name": "mlp", "init": "glorot_uniform"}, "data": ")" + dir.path() + R"(", "epochs": )" +
-                      std::to_string(epochs) + R"(, "batch_size": 20, "optimizer": )" + optimizer +
-                      R"(, "update": {"mode": "async"}, "seed": 5, "log_every_steps": 0)" +
-                      (checkpoint.empty() ? "" : R"(, "checkpoint": )" + checkpoint) + "}");
+  WriteFile(path, Job(dir.path(), R"({"mode": "async"})", epochs, optimizer, 20, R"({"name": "mlp", "init": "glorot_uniform"})",
+                      checkpoint.empty() ? "" : R"(, "checkpoint": )" + checkpoint));
   return path;
 }
 
 const std::string kAdam = R"({"type": "adam", "learning_rate": 0.01})";
-
-void AwaitLine(Process& p, const std::string& text, std::chrono::seconds limit = 30s) {
-  const auto until = std::chrono::steady_clock::now() + limit;
-  while (p.err().find(text) == std::string::npos && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(10ms);
-  INFO(p.err());
-  REQUIRE(p.err().find(text) != std::string::npos);
-}
 
 std::size_t Count(const std::string& text, const std::string& what) {
   std::size_t n = 0;
@@ -135,8 +60,8 @@ TEST_CASE("the chief keeps the newest checkpoints, each loadable; a restore onto
   const std::string ckpt_dir = dir / "ckpt";
   const std::string spec = R"({"dir": ")" + ckpt_dir + R"(", "every_steps": 70, "keep": 2})";
 
-  Cluster first(dir, 1, 1);
-  std::vector<TaskResult> w = first.Run(1, 1, WriteJob(dir, "3.json", 3, kAdam, spec));
+  LocalCluster first(InDir(dir, 1, 1));
+  std::vector<TaskResult> w = first.Run({"--job", WriteJob(dir, "3.json", 3, kAdam, spec)});
   CHECK(w[0].done["global_step"] == 300);
   // Due at 70, 140, 210 and 280 (or the first step after the previous write finished) and at the
   // end (300); the newest 2 are kept.
@@ -165,8 +90,8 @@ TEST_CASE("the chief keeps the newest checkpoints, each loadable; a restore onto
   CHECK(last->cursors[0].next == 0);
 
   // Two more epochs on 2 ps, from the checkpoint.
-  Cluster second(dir, 2, 1);
-  w = second.Run(2, 1, WriteJob(dir, "5.json", 5, kAdam, spec));
+  LocalCluster second(InDir(dir, 2, 1));
+  w = second.Run({"--job", WriteJob(dir, "5.json", 5, kAdam, spec)});
   CHECK(w[0].err.find("restored " + ckpt_dir + "/ckpt-000000000300.tfdckpt at global_step 300 (2 of 2 ps)") != std::string::npos);
   CHECK(w[0].err.find("resuming at epoch 4 step 1 of 100") != std::string::npos);
   CHECK(w[0].done["global_step"] == 500);
@@ -174,8 +99,8 @@ TEST_CASE("the chief keeps the newest checkpoints, each loadable; a restore onto
 
   // The same 5 epochs in one go: the restored run's parameters are bit-identical (values, Adam's
   // slots and update count all came back, and the data order went on where it stopped).
-  Cluster unbroken(dir, 1, 1);
-  std::vector<TaskResult> u = unbroken.Run(1, 1, WriteJob(dir, "5-plain.json", 5, kAdam, ""));
+  LocalCluster unbroken(InDir(dir, 1, 1));
+  std::vector<TaskResult> u = unbroken.Run({"--job", WriteJob(dir, "5-plain.json", 5, kAdam, "")});
   CHECK(u[0].done["params_sha256"] == w[0].done["params_sha256"]);
 }
 
@@ -185,10 +110,10 @@ TEST_CASE("a cluster killed (SIGKILL) after a checkpoint and started again resto
   WriteSyntheticMnist(dir.path(), 2000, 200);
   const std::string ckpt_dir = dir / "ckpt";
   const std::string job = WriteJob(dir, "job.json", 300, kAdam, R"({"dir": ")" + ckpt_dir + R"(", "every_steps": 500})");
-  Cluster c(dir, 1, 2);
-  c.StartAll(1, 2, job);
+  LocalCluster c(InDir(dir, 1, 2));
+  c.StartAll({"--job", job});
   // A checkpoint taken once both workers have finished an epoch, so both have a cursor to resume at.
-  AwaitLine(c.process("worker", 1), "worker=1 epoch=1 ");
+  AwaitLine(c.process("worker", 1), "worker=1 epoch=1 ", 30s);
   const std::string line = "info checkpoint " + ckpt_dir;
   const std::size_t before = Count(c.process("worker", 0).err(), line);
   const auto until = std::chrono::steady_clock::now() + 30s;
@@ -205,8 +130,8 @@ TEST_CASE("a cluster killed (SIGKILL) after a checkpoint and started again resto
   Result<ckpt::Checkpoint> saved = ckpt::Load(files->front());
   REQUIRE(saved.ok());
 
-  c.StartAll(1, 2, job);
-  std::vector<TaskResult> w = c.FinishAll(1, 2);
+  c.StartAll({"--job", job});
+  std::vector<TaskResult> w = c.FinishAll();
   INFO(w[0].err);
   const long long restored = NumberAfter(w[0].err, "tfdckpt at global_step ");
   CHECK(w[0].err.find("restored " + files->front()) != std::string::npos);
@@ -227,8 +152,8 @@ TEST_CASE("a corrupted newest checkpoint is skipped with a warning; an optimizer
   const std::string ckpt_dir = dir / "ckpt";
   const std::string spec = R"({"dir": ")" + ckpt_dir + R"(", "every_steps": 50})";
   {
-    Cluster first(dir, 1, 1);
-    first.Run(1, 1, WriteJob(dir, "2.json", 2, kAdam, spec));
+    LocalCluster first(InDir(dir, 1, 1));
+    first.Run({"--job", WriteJob(dir, "2.json", 2, kAdam, spec)});
   }
   Result<std::vector<std::string>> files = ckpt::List(ckpt_dir);
   REQUIRE(files.ok());
@@ -244,16 +169,16 @@ TEST_CASE("a corrupted newest checkpoint is skipped with a warning; an optimizer
     WriteFile(newest, bytes);
   }
   {
-    Cluster second(dir, 1, 1);
-    std::vector<TaskResult> w = second.Run(1, 1, WriteJob(dir, "3.json", 3, kAdam, spec));
+    LocalCluster second(InDir(dir, 1, 1));
+    std::vector<TaskResult> w = second.Run({"--job", WriteJob(dir, "3.json", 3, kAdam, spec)});
     INFO(w[0].err);
     CHECK(w[0].err.find("warning skipping checkpoint " + newest + ": record ") != std::string::npos);
     CHECK(w[0].err.find(fmt::format("restored {} at global_step {}", previous, fallback->global_step)) != std::string::npos);
     CHECK(w[0].done["global_step"] == 300);
   }
-  Cluster third(dir, 1, 1);
-  third.Start("ps", 0);
-  third.Start("worker", 0, WriteJob(dir, "lr.json", 4, R"({"type": "adam", "learning_rate": 0.02})", spec));
+  LocalCluster third(InDir(dir, 1, 1));
+  third.StartPs(0);
+  third.StartWorker(0, {"--job", WriteJob(dir, "lr.json", 4, R"({"type": "adam", "learning_rate": 0.02})", spec)});
   TaskResult w = third.Finish("worker", 0, 30s);
   CHECK(w.exit_code == 2);
   INFO(w.err);
@@ -268,16 +193,16 @@ TEST_CASE("a ps killed and restarted gets the latest checkpoint's Adam slots bac
   WriteSyntheticMnist(dir.path(), 2000, 200);
   const std::string ckpt_dir = dir / "ckpt";
   const std::string job = WriteJob(dir, "job.json", 300, kAdam, R"({"dir": ")" + ckpt_dir + R"(", "every_steps": 500})");
-  Cluster c(dir, 1, 2);
-  c.StartAll(1, 2, job);
-  AwaitLine(c.process("worker", 0), "info checkpoint " + ckpt_dir);
+  LocalCluster c(InDir(dir, 1, 2));
+  c.StartAll({"--job", job});
+  AwaitLine(c.process("worker", 0), "info checkpoint " + ckpt_dir, 30s);
   // The fault must come mid-run (a slow disk makes the first checkpoint line late).
   REQUIRE(c.process("worker", 0).err().find("done: ") == std::string::npos);
   c.process("ps", 0).Signal(SIGKILL);
   c.Finish("ps", 0, 10s);
   std::this_thread::sleep_for(200ms);
-  c.Start("ps", 0);
-  std::vector<TaskResult> w = c.FinishAll(1, 2);
+  c.StartPs(0);
+  std::vector<TaskResult> w = c.FinishAll();
   INFO(w[0].err);
   CHECK(w[0].err.find("restarted: initialised again from this chief's parameters at global_step ") != std::string::npos);
   CHECK(w[0].err.find(" with the latest checkpoint's optimizer slots (") != std::string::npos);

@@ -7,13 +7,17 @@
 // address; the port always comes from TF_CONFIG) and the proxy listens on 127.0.0.1:P, forwarding
 // to 127.0.0.2:P. The worker dials 127.0.0.1:P and so reaches the ps through the proxy.
 #define CATCH_CONFIG_MAIN
-#include <map>
+#include <cstdint>
 #include <memory>
-#include <sstream>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "test/local_cluster.h"
 #include "test/test_util.h"
 #include "test/tools/fault_proxy.h"
 
@@ -23,94 +27,69 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-const std::string kTfd = TFD_BINARY;
 constexpr const char* kPsBindAddress = "127.0.0.2";
+constexpr auto kLogLag = 10s;  // how long a peer's log line may trail what the test saw
 
 // One ps and one worker with the proxy between them.
 class ProxiedCluster {
  public:
-  explicit ProxiedCluster(int epochs) {
-    WriteSyntheticMnist(dir_.path(), 2000, 50);  // 100 steps an epoch at batch 20
-    WriteFile(dir_ / "job.json", R"({"model": {"name": "mlp", "init": "glorot_uniform"}, "data": ")" + dir_.path() +
-                                     R"(", "epochs": )" + std::to_string(epochs) +
-                                     R"(, "batch_size": 20, "optimizer": {"type": "sgd", "learning_rate": 0.1},)"
-                                     R"( "update": {"mode": "async"}, "seed": 5, "log_every_steps": 0})");
-    ps_port_ = static_cast<std::uint16_t>(FreePort());
-    cluster_ = {{"ps", {"127.0.0.1:" + std::to_string(ps_port_)}}, {"worker", {"127.0.0.1:" + std::to_string(FreePort())}}};
+  explicit ProxiedCluster(int epochs)
+      : cluster_({.num_ps = 1,
+                  .num_workers = 1,
+                  .job = Job(data_.path(), R"({"mode": "async"})", epochs, R"({"type": "sgd", "learning_rate": 0.1})", 20)}) {
+    WriteSyntheticMnist(data_.path(), 2000, 50);  // 100 steps an epoch at batch 20
+    const auto ps_port = static_cast<std::uint16_t>(cluster_.port("ps", 0));
     auto proxy = FaultProxy::Start(
-        {.listen_address = "127.0.0.1", .listen_port = ps_port_, .target_host = kPsBindAddress, .target_port = ps_port_});
+        {.listen_address = "127.0.0.1", .listen_port = ps_port, .target_host = kPsBindAddress, .target_port = ps_port});
     INFO(proxy.status().message());
     REQUIRE(proxy.ok());
     proxy_ = std::move(proxy).value();
   }
 
   FaultProxy& proxy() { return *proxy_; }
-  std::string ps_address() const { return "127.0.0.1:" + std::to_string(ps_port_); }
+  std::string ps_address() const { return cluster_.endpoint("ps", 0); }
 
   void Start(std::vector<std::string> worker_extra) {
-    ps_ = Spawn("ps", {"--bind", kPsBindAddress, "--peer-timeout", std::to_string(kPeerTimeoutSecs)});
+    cluster_.StartPs(0, {"--bind", kPsBindAddress, "--peer-timeout", std::to_string(kPeerTimeoutSecs)});
     // The worker retries a refused connect, but the proxy always accepts and then resets the
     // client when the ps is not up yet, which the worker takes as fatal: start it once the ps
     // listens.
     const auto until = Clock::now() + 30s;
-    while (ps_->out().find(R"("event":"start")") == std::string::npos && Clock::now() < until && !ps_->Wait(0ms))
+    while (cluster_.Events("ps", 0, "start").empty() && Clock::now() < until && !ps().Wait(0ms))
       std::this_thread::sleep_for(10ms);
-    INFO(ps_->err());
-    REQUIRE(ps_->out().find(R"("event":"start")") != std::string::npos);
-    std::vector<std::string> extra = {"--job", dir_ / "job.json", "--peer-timeout", std::to_string(kPeerTimeoutSecs)};
+    INFO(ps().err());
+    REQUIRE_FALSE(cluster_.Events("ps", 0, "start").empty());
+    std::vector<std::string> extra = {"--peer-timeout", std::to_string(kPeerTimeoutSecs)};
     extra.insert(extra.end(), worker_extra.begin(), worker_extra.end());
-    worker_ = Spawn("worker", extra);
+    cluster_.StartWorker(0, extra);
   }
 
   // Waits until the worker has pushed `bytes` through the proxy (training is under way).
   void WaitForTraffic(std::uint64_t bytes) {
     const auto until = Clock::now() + 60s;
-    while (proxy_->bytes_forwarded(Direction::kClientToServer) < bytes && Clock::now() < until && !worker_->Wait(0ms))
+    while (proxy_->bytes_forwarded(Direction::kClientToServer) < bytes && Clock::now() < until && !worker().Wait(0ms))
       std::this_thread::sleep_for(10ms);
-    INFO(worker_->err());
+    INFO(worker().err());
     REQUIRE(proxy_->bytes_forwarded(Direction::kClientToServer) >= bytes);
-    REQUIRE_FALSE(worker_->Wait(0ms).has_value());  // still training
+    REQUIRE_FALSE(worker().Wait(0ms).has_value());  // still training
   }
 
-  Process& worker() { return *worker_; }
-  Process& ps() { return *ps_; }
+  Process& worker() { return cluster_.process("worker", 0); }
+  Process& ps() { return cluster_.process("ps", 0); }
 
   // The worker's "done" event, or null.
-  nlohmann::json Done() const {
-    std::istringstream in(worker_->out());
-    for (std::string line; std::getline(in, line);) {
-      auto e = nlohmann::json::parse(line, nullptr, false);
-      if (!e.is_discarded() && e["event"] == "done") return e;
-    }
-    return nullptr;
+  nlohmann::json Done() {
+    const std::vector<nlohmann::json> done = cluster_.Events("worker", 0, "done");
+    return done.empty() ? nlohmann::json(nullptr) : done.front();
   }
 
   static constexpr int kPeerTimeoutSecs = 2;
 
  private:
-  std::unique_ptr<Process> Spawn(const std::string& type, const std::vector<std::string>& extra) {
-    std::vector<std::string> argv = {kTfd, "--log-format", "json"};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    const std::string tf_config = nlohmann::json{{"cluster", cluster_}, {"task", {{"type", type}, {"index", 0}}}}.dump();
-    auto p = std::make_unique<Process>(argv, std::vector<std::string>{"TF_CONFIG=" + tf_config}, dir_ / (type + ".out"),
-                                       dir_ / (type + ".err"));
-    REQUIRE(p->started());
-    return p;
-  }
-
-  TempDir dir_;
-  std::uint16_t ps_port_ = 0;
-  nlohmann::json cluster_;
+  TempDir data_;
   std::unique_ptr<FaultProxy> proxy_;
-  std::unique_ptr<Process> ps_, worker_;  // declared after proxy_: killed before it closes
+  LocalCluster cluster_;  // declared after proxy_: its processes are killed before the proxy closes
 };
-
-// Whether `p`'s stderr shows `text` within 10 s (a peer's log line may trail what the test saw).
-bool LogsWithin(Process& p, const std::string& text) {
-  const auto until = Clock::now() + 10s;
-  while (p.err().find(text) == std::string::npos && Clock::now() < until) std::this_thread::sleep_for(20ms);
-  return p.err().find(text) != std::string::npos;
-}
 
 // Runs the same job with no fault and returns the final parameters' hash.
 std::string CleanRunHash(int epochs) {
@@ -141,7 +120,7 @@ TEST_CASE("a partition longer than --peer-timeout and --reconnect-timeout makes 
   CHECK(err.find(") and could not reconnect: ") != std::string::npos);
   CHECK(detect_s >= ProxiedCluster::kPeerTimeoutSecs + 3);  // the peer timeout, then the reconnect timeout
   // The ps, on its side of the partition, gives up on the worker too, and keeps running.
-  CHECK(LogsWithin(c.ps(), "lost worker:0"));
+  CHECK(LogsWithin(c.ps(), "lost worker:0", kLogLag));
   CHECK_FALSE(c.ps().Wait(0ms).has_value());
 }
 
@@ -157,7 +136,7 @@ TEST_CASE("a stalled worker-to-ps link: the ps drops the silent worker, which ex
   INFO(c.ps().err());
   REQUIRE(code.has_value());
   CHECK(*code == 1);
-  CHECK(LogsWithin(c.ps(), "lost worker:0 (127.0.0.1:"));
+  CHECK(LogsWithin(c.ps(), "lost worker:0 (127.0.0.1:", kLogLag));
   CHECK(c.ps().err().find("sent nothing for 2.0 s") != std::string::npos);
   CHECK(c.worker().err().find("ps:0 (" + c.ps_address() + ") closed the connection") != std::string::npos);
   CHECK(detect_s >= ProxiedCluster::kPeerTimeoutSecs);

@@ -2,10 +2,8 @@
 // binary. Thresholds sit below what these configurations reach, with margin for run-to-run noise
 // in nothing but the machine: the runs themselves are deterministic.
 #define CATCH_CONFIG_RUNNER
-#include <cstdio>
-#include <cstdlib>
-#include <filesystem>
 #include <sstream>
+#include <string>
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
@@ -60,11 +58,6 @@ TEST_CASE("dnn in the seed's configuration: at least 97% after four epochs", "[m
 }  // namespace tfd::testing
 
 int main(int argc, char** argv) {
-  const char* dir = std::getenv("TFD_MNIST_DIR");
-  if (dir == nullptr || !std::filesystem::exists(std::filesystem::path(dir) / "train-images-idx3-ubyte")) {
-    std::fprintf(stderr, "skipped: no MNIST in TFD_MNIST_DIR (%s); run scripts/fetch_mnist.sh\n", dir ? dir : "unset");
-    return 77;
-  }
-  tfd::testing::g_mnist = std::filesystem::absolute(dir).string();
+  if (!tfd::testing::FindMnist(&tfd::testing::g_mnist)) return tfd::testing::kSkipExitCode;
   return Catch::Session().run(argc, argv);
 }

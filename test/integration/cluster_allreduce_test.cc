@@ -1,0 +1,134 @@
+// Allreduce clusters of tfd processes (no ps, a ring of workers) on synthetic data: bit-identical
+// runs whatever the start order or bucket size, a cluster token, uneven shards, a refused ps task
+// and a killed worker. Every wait has a deadline that fails the test instead of hanging.
+#include <csignal>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "common/transport/auth.h"
+#include "test/integration/cluster_util.h"
+#include "test/local_cluster.h"
+#include "test/test_util.h"
+
+namespace tfd::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST_CASE("allreduce runs are bit-identical across repeats, whatever the start order", "[integration][cluster][allreduce]") {
+  TempDir data;
+  const std::string job =
+      SyntheticJob(data, 600, 100, R"({"mode": "allreduce"})", 2, R"({"type": "momentum", "learning_rate": 0.05, "momentum": 0.9})");
+  LocalCluster a({.num_ps = 0, .num_workers = 3, .job = job});
+  auto first = RunToCompletion(a);
+  LocalCluster b({.num_ps = 0, .num_workers = 3, .job = job});
+  for (int i : {2, 0, 1}) {
+    b.StartWorker(i);
+    std::this_thread::sleep_for(300ms);
+  }
+  for (int i = 0; i < 3; ++i) {
+    TaskResult w = b.Finish("worker", i);
+    INFO(w.err);
+    REQUIRE(w.exit_code == 0);
+    CHECK(w.done["params_sha256"] == first[0]["params_sha256"]);
+  }
+}
+
+TEST_CASE("allreduce in buckets overlapped with backprop gives the same bits as one bucket after it", "[integration][cluster][allreduce]") {
+  TempDir data;
+  WriteSyntheticMnist(data.path(), 400, 100);
+  const std::string optimizer = R"({"type": "momentum", "learning_rate": 0.02, "momentum": 0.9})";
+  auto job = [&](int bucket_kb) {
+    return Job(data.path(), R"({"mode": "allreduce", "bucket_kb": )" + std::to_string(bucket_kb) + "}", 2, optimizer, 20, R"({"name": "dnn"})");
+  };
+  // Two workers: each float's sum is one addition, the same whichever bucket it travels in.
+  LocalCluster one({.num_ps = 0, .num_workers = 2, .job = job(0)});
+  auto after = RunToCompletion(one);
+  LocalCluster overlapped({.num_ps = 0, .num_workers = 2, .job = job(16)});  // the dnn's six layers in five buckets
+  auto during = RunToCompletion(overlapped);
+  REQUIRE(after[0]["params_sha256"].is_string());
+  CHECK(after[0]["params_sha256"] == during[0]["params_sha256"]);
+  CHECK(during[0]["params_sha256"] == during[1]["params_sha256"]);
+  // Three workers: another summation order than one bucket's, but the same bits every run.
+  LocalCluster a({.num_ps = 0, .num_workers = 3, .job = job(16)});
+  auto first = RunToCompletion(a);
+  LocalCluster b({.num_ps = 0, .num_workers = 3, .job = job(16)});
+  auto second = RunToCompletion(b);
+  for (int i = 0; i < 3; ++i) CHECK(second[static_cast<std::size_t>(i)]["params_sha256"] == first[0]["params_sha256"]);
+}
+
+TEST_CASE("allreduce with a cluster token: the ring authenticates, and a worker with another token is refused",
+          "[integration][cluster][allreduce][auth]") {
+  TempDir data;
+  const std::string job = SyntheticJob(data, 600, 100, R"({"mode": "allreduce"})", 2);
+  LocalCluster a({.num_ps = 0, .num_workers = 2, .job = job});
+  const std::string token = a.dir() / "token", other = a.dir() / "other";
+  REQUIRE(transport::ClusterToken::Generate().WriteFile(token).ok());
+  REQUIRE(transport::ClusterToken::Generate().WriteFile(other).ok());
+  auto done = RunToCompletion(a, {"--token-file", token});
+  CHECK(done[0]["params_sha256"] == done[1]["params_sha256"]);
+
+  LocalCluster b({.num_ps = 0, .num_workers = 2, .job = job});
+  b.StartWorker(0, {"--token-file", token, "--startup-timeout", "20"});
+  b.StartWorker(1, {"--token-file", other, "--startup-timeout", "20"});
+  for (int i = 0; i < 2; ++i) {
+    TaskResult w = b.Finish("worker", i, 60s);
+    INFO(w.err);
+    CHECK(w.exit_code != 0);
+    CHECK(w.err.find("holds a different cluster token") != std::string::npos);
+  }
+}
+
+TEST_CASE("allreduce with uneven shards: the worker that runs out joins the remaining steps and all finish identical", "[integration][cluster][allreduce]") {
+  TempDir data;
+  LocalCluster c({.num_ps = 0, .num_workers = 3, .job = SyntheticJob(data, 1200, 100, R"({"mode": "allreduce"})", 2)});
+  c.StartWorker(0);
+  c.StartWorker(1, {"--shard-limit", "100"});  // 5 batches an epoch where the others have 20
+  c.StartWorker(2, {"--shard-limit", "250"});  // 12 batches (the last partial batch is dropped)
+  std::vector<TaskResult> w;
+  for (int i = 0; i < 3; ++i) {
+    w.push_back(c.Finish("worker", i));
+    INFO("worker:" << i << " " << w.back().err);
+    REQUIRE(w.back().exit_code == 0);
+  }
+  CHECK(w[0].done["local_step"] == 40);
+  CHECK(w[1].done["local_step"] == 10);
+  CHECK(w[2].done["local_step"] == 24);
+  for (int i = 0; i < 3; ++i) {
+    CHECK(w[static_cast<std::size_t>(i)].done["global_step"] == 40);
+    CHECK(w[static_cast<std::size_t>(i)].done["params_sha256"] == w[0].done["params_sha256"]);
+  }
+  CHECK(w[1].err.find("joined_without_data=15") != std::string::npos);
+}
+
+TEST_CASE("allreduce refuses a cluster with ps tasks, naming the field (exit 2)", "[integration][cluster][allreduce]") {
+  TempDir data;
+  LocalCluster c({.num_ps = 1, .num_workers = 2, .job = SyntheticJob(data, 200, 50, R"({"mode": "allreduce"})", 1)});
+  c.StartWorker(0);
+  TaskResult w = c.Finish("worker", 0, 30s);
+  INFO(w.err);
+  CHECK(w.exit_code == 2);
+  CHECK(w.err.find("cluster.ps: 1 ps tasks, but allreduce mode has none") != std::string::npos);
+}
+
+TEST_CASE("allreduce: a killed worker makes every other worker fail naming it, within the deadline", "[integration][cluster][allreduce]") {
+  TempDir data;
+  LocalCluster c({.num_ps = 0, .num_workers = 4, .job = SyntheticJob(data, 2000, 50, R"({"mode": "allreduce"})", 1000)});
+  for (int i = 0; i < 4; ++i) c.StartWorker(i, {"--peer-timeout", "5"});
+  AwaitLine(c.process("worker", 0), "epoch=1 ", 60s);
+  c.process("worker", 2).Signal(SIGKILL);
+  const std::string lost = "worker:2 (" + c.endpoint("worker", 2) + ")";
+  for (int i : {0, 1, 3}) {
+    TaskResult w = c.Finish("worker", i, 30s);
+    INFO("worker:" << i << " " << w.err);
+    CHECK(w.exit_code == 1);
+    CHECK(w.err.find(lost) != std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace tfd::testing

@@ -1,0 +1,187 @@
+// Faults in a ps cluster of tfd processes: a worker lost under each on_worker_loss rule, a ps
+// killed, dead or stopped, and a stopped worker that comes back. docs/reliability.md lists them.
+// Every wait has a deadline that fails the test instead of hanging.
+#include <csignal>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "test/integration/cluster_util.h"
+#include "test/local_cluster.h"
+#include "test/test_util.h"
+
+namespace tfd::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST_CASE("sync: a lost worker makes the others fail with its name instead of waiting", "[integration][cluster]") {
+  TempDir data;
+  LocalCluster c({.num_ps = 1, .num_workers = 2, .job = SyntheticJob(data, 2000, 50, R"({"mode": "sync"})", 1000)});
+  c.StartPs(0);
+  c.StartWorker(0);
+  c.StartWorker(1);
+  LogsWithin(c.process("worker", 0), "epoch=1 ", 60s);  // worker 1 is killed after a minute at most, epoch or not
+  c.process("worker", 1).Signal(SIGKILL);
+  TaskResult w = c.Finish("worker", 0, 30s);
+  CHECK(w.exit_code == 1);
+  INFO(w.err);
+  CHECK(w.err.find("cannot complete: it needs 2 gradients") != std::string::npos);
+  CHECK(w.err.find("worker:1 (127.0.0.1:") != std::string::npos);
+  CHECK(w.err.find("was lost") != std::string::npos);
+}
+
+TEST_CASE("a worker whose ps dies and stays dead gets an error naming the ps after the reconnect timeout", "[integration][cluster]") {
+  TempDir data;
+  auto cluster = StartTraining(data, {"--reconnect-timeout", "2"});
+  LocalCluster& c = *cluster;
+  c.process("ps", 0).Signal(SIGKILL);  // the ps dies outright
+  TaskResult w = c.Finish("worker", 0, 30s);
+  CHECK(w.exit_code == 1);
+  INFO(w.err);
+  const std::string ps = "ps:0 (" + c.endpoint("ps", 0) + ")";
+  CHECK(w.err.find("lost " + ps + ": ") != std::string::npos);
+  CHECK(w.err.find("reconnecting (for up to 2 s)") != std::string::npos);
+  CHECK(w.err.find("error lost " + ps + " (") != std::string::npos);
+  CHECK(w.err.find(") and could not reconnect: ps:0 at " + c.endpoint("ps", 0) +
+                   " did not accept a connection in time") != std::string::npos);
+}
+
+TEST_CASE("a worker whose ps stops answering (SIGSTOP) gets an error naming it after the peer and reconnect timeouts",
+          "[integration][cluster]") {
+  TempDir data;
+  auto cluster = StartTraining(data, {"--peer-timeout", "2", "--reconnect-timeout", "3"});
+  LocalCluster& c = *cluster;
+  c.process("ps", 0).Signal(SIGSTOP);
+  TaskResult w = c.Finish("worker", 0, 30s);
+  c.process("ps", 0).Signal(SIGCONT);
+  CHECK(w.exit_code == 1);
+  INFO(w.err);
+  CHECK(w.err.find("ps:0 (" + c.endpoint("ps", 0) + ") sent nothing for 2.0 s") != std::string::npos);
+  CHECK(w.err.find("could not reconnect") != std::string::npos);  // it accepts connections, but answers nothing
+}
+
+TEST_CASE("sync, on_worker_loss wait: the others wait for a killed worker, which comes back and resumes", "[integration][cluster][fault]") {
+  TempDir data;
+  // 2 workers x 50 steps per epoch (batch 20), 30 epochs.
+  LocalCluster c({.num_ps = 1, .num_workers = 2,
+                  .job = SyntheticJob(data, 2000, 50, R"({"mode": "sync", "on_worker_loss": "wait"})", 30)});
+  c.StartPs(0);
+  c.StartWorker(0);
+  c.StartWorker(1);
+  AwaitLine(c.process("worker", 1), "worker=1 epoch=2 ");
+  c.process("worker", 1).Signal(SIGKILL);
+  AwaitLine(c.process("ps", 0), "waits for worker:1 (127.0.0.1:");
+  c.StartWorker(1);
+  TaskResult w1 = c.Finish("worker", 1);
+  TaskResult w0 = c.Finish("worker", 0);
+  CHECK(w0.exit_code == 0);
+  CHECK(w1.exit_code == 0);
+  CHECK(w1.err.find("resuming at epoch ") != std::string::npos);
+  REQUIRE(w0.done.is_object());
+  REQUIRE(w1.done.is_object());
+  CHECK(w0.done["global_step"] == 1500);  // every step aggregated both workers' gradients: none lost, none doubled
+  CHECK(w0.done["params_sha256"] == w1.done["params_sha256"]);
+  CHECK(c.Finish("ps", 0, 30s).exit_code == 0);
+}
+
+TEST_CASE("sync, on_worker_loss shrink: the others go on with a smaller quorum, logged, and the ps ends", "[integration][cluster][fault]") {
+  TempDir data;
+  LocalCluster c({.num_ps = 1, .num_workers = 3,
+                  .job = SyntheticJob(data, 3000, 50, R"({"mode": "sync", "on_worker_loss": "shrink", "min_replicas": 2})", 20)});
+  c.StartPs(0);
+  for (int i = 0; i < 3; ++i) c.StartWorker(i);
+  AwaitLine(c.process("worker", 2), "worker=2 epoch=1 ");
+  c.process("worker", 2).Signal(SIGKILL);
+  for (int i = 0; i < 2; ++i) {
+    TaskResult w = c.Finish("worker", i);
+    CHECK(w.exit_code == 0);
+    CHECK(w.done.is_object());
+  }
+  TaskResult ps = c.Finish("ps", 0, 30s);
+  CHECK(ps.exit_code == 0);
+  INFO(ps.err);
+  CHECK(ps.err.find("quorum: sync steps aggregate 2 of 3 gradients from step ") != std::string::npos);
+  CHECK(ps.err.find("worker:2 (127.0.0.1:") != std::string::npos);
+}
+
+TEST_CASE("sync, on_worker_loss shrink below min_replicas fails the step naming the lost worker", "[integration][cluster][fault]") {
+  TempDir data;
+  LocalCluster c({.num_ps = 1, .num_workers = 2,
+                  .job = SyntheticJob(data, 2000, 50, R"({"mode": "sync", "on_worker_loss": "shrink", "min_replicas": 2})", 1000)});
+  c.StartPs(0);
+  c.StartWorker(0);
+  c.StartWorker(1);
+  AwaitLine(c.process("worker", 1), "worker=1 epoch=1 ");
+  c.process("worker", 1).Signal(SIGKILL);
+  TaskResult w0 = c.Finish("worker", 0, 60s);
+  CHECK(w0.exit_code == 1);
+  INFO(w0.err);
+  CHECK(w0.err.find("was lost (fewer than min_replicas 2)") != std::string::npos);
+  c.process("ps", 0).Signal(SIGTERM);
+  c.Finish("ps", 0, 10s);
+}
+
+TEST_CASE("a ps killed mid-run and restarted is initialised again by the chief; training goes on from its step",
+          "[integration][cluster][fault]") {
+  TempDir data;
+  LocalCluster c({.num_ps = 1, .num_workers = 2, .job = SyntheticJob(data, 2000, 200, R"({"mode": "async"})", 30)});
+  c.StartPs(0);
+  // Worker 1 first, waiting for the chief's INIT, so neither can finish before the other starts.
+  c.StartWorker(1);
+  AwaitLine(c.process("worker", 1), "connected to ps:0 (");
+  c.StartWorker(0);
+  AwaitLine(c.process("worker", 1), "worker=1 epoch=1 ");  // both are training
+  AwaitLine(c.process("worker", 0), "worker=0 epoch=3 ");
+  c.process("ps", 0).Signal(SIGKILL);
+  std::this_thread::sleep_for(500ms);
+  c.StartPs(0);  // as systemd's Restart=on-failure or tfctl would
+  TaskResult w0 = c.Finish("worker", 0);
+  TaskResult w1 = c.Finish("worker", 1);
+  CHECK(w0.exit_code == 0);
+  CHECK(w1.exit_code == 0);
+  INFO(w0.err);
+  CHECK(w0.err.find("reconnected to ps:0 (") != std::string::npos);
+  CHECK(w0.err.find("restarted: initialised again from this chief's parameters at global_step ") != std::string::npos);
+  INFO(w1.err);
+  CHECK(w1.err.find("reconnected to ps:0 (") != std::string::npos);  // restarted, or already initialised again by then
+  // No re-initialised weights: the chief's accuracy after the restart is as high as before it.
+  REQUIRE(w0.done.is_object());
+  CHECK(w0.done["test_accuracy"].get<double>() >= 0.9);
+  CHECK(w0.done["local_step"] == 1500);
+  TaskResult ps = c.Finish("ps", 0, 30s);
+  CHECK(ps.exit_code == 0);
+  INFO(ps.err);
+  // It starts counting at the step the chief last saw from the killed ps, not at 0.
+  const auto at = ps.err.find("async mode, at global_step ");
+  REQUIRE(at != std::string::npos);
+  CHECK(std::stoll(ps.err.substr(at + 27)) >= 2 * 50 * 3 - 60);
+}
+
+TEST_CASE("a worker stopped (SIGSTOP) past the peer timeout reconnects when continued and finishes", "[integration][cluster][fault]") {
+  TempDir data;
+  LocalCluster c({.num_ps = 1, .num_workers = 2, .job = SyntheticJob(data, 2000, 50, R"({"mode": "async"})", 40)});
+  c.StartPs(0, {"--peer-timeout", "2"});
+  c.StartWorker(0);
+  c.StartWorker(1, {"--peer-timeout", "2"});
+  AwaitLine(c.process("worker", 1), "worker=1 epoch=1 ");
+  c.process("worker", 1).Signal(SIGSTOP);
+  AwaitLine(c.process("ps", 0), "lost worker:1");
+  c.process("worker", 1).Signal(SIGCONT);
+  TaskResult w1 = c.Finish("worker", 1);
+  CHECK(w1.exit_code == 0);
+  INFO(w1.err);
+  CHECK(w1.err.find("reconnected to ps:0 (") != std::string::npos);
+  REQUIRE(w1.done.is_object());
+  CHECK(w1.done["local_step"] == 2000);
+  CHECK(c.Finish("worker", 0).exit_code == 0);
+  TaskResult ps = c.Finish("ps", 0, 30s);
+  CHECK(ps.exit_code == 0);
+  CHECK(ps.err.find("rejoined") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace tfd::testing

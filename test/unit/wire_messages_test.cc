@@ -1,0 +1,272 @@
+// Each message's payload except INIT and STATE (wire_state_test.cc): round trips of every field,
+// and truncations, trailing bytes, out-of-range enums and float counts refused as Corruption.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/wire/frame.h"
+#include "common/wire/messages.h"
+#include "test/unit/wire_fixtures.h"
+
+namespace tfd::wire {
+namespace {
+
+using Catch::Matchers::Contains;
+using namespace fixtures;  // Transmit, Flatten, Poke, CheckMalformedRejected, SampleInit, ...
+
+TEST_CASE("HELLO round-trips every field", "[unit][wire]") {
+  Hello m;
+  m.version = 1;
+  m.kind = TaskKind::kChief;
+  m.index = 0xDEADBEEF;
+  m.incarnation = 0x0123456789ABCDEFull;
+  m.cluster_id = 0xFEDCBA9876543210ull;
+  OutFrame f = Encode(m);
+  const auto payload = Transmit(f, MessageType::kHello);
+  Hello got;
+  REQUIRE(Decode(payload, &got).ok());
+  CHECK(got.version == 1);
+  CHECK(got.kind == TaskKind::kChief);
+  CHECK(got.index == 0xDEADBEEFu);
+  CHECK(got.incarnation == 0x0123456789ABCDEFull);
+  CHECK(got.cluster_id == 0xFEDCBA9876543210ull);
+  CheckMalformedRejected<Hello>(payload);
+}
+
+TEST_CASE("WELCOME round-trips every field", "[unit][wire]") {
+  for (bool initialized : {false, true}) {
+    Welcome m;
+    m.kind = TaskKind::kPs;
+    m.index = 3;
+    m.incarnation = 0x1122334455667788ull;
+    m.initialized = initialized;
+    m.global_step = 0x8000000000000001ull;
+    m.resume_step = 0x0102030405060708ull;
+    OutFrame f = Encode(m);
+    const auto payload = Transmit(f, MessageType::kWelcome);
+    Welcome got;
+    got.initialized = !initialized;
+    REQUIRE(Decode(payload, &got).ok());
+    CHECK(got.kind == TaskKind::kPs);
+    CHECK(got.index == 3);
+    CHECK(got.incarnation == 0x1122334455667788ull);
+    CHECK(got.initialized == initialized);
+    CHECK(got.global_step == 0x8000000000000001ull);
+    CHECK(got.resume_step == 0x0102030405060708ull);
+    CheckMalformedRejected<Welcome>(payload);
+  }
+}
+
+
+TEST_CASE("WAIT_READY, READY and PULL round-trip their u64", "[unit][wire]") {
+  {
+    OutFrame f = Encode(WaitReady{0x0102030405060708ull});
+    const auto payload = Transmit(f, MessageType::kWaitReady);
+    CHECK(payload.size() == 8);
+    WaitReady got;
+    REQUIRE(Decode(payload, &got).ok());
+    CHECK(got.layout_hash == 0x0102030405060708ull);
+    CheckMalformedRejected<WaitReady>(payload);
+  }
+  {
+    OutFrame f = Encode(Ready{0x8877665544332211ull, 0x0102030405060708ull});
+    const auto payload = Transmit(f, MessageType::kReady);
+    Ready got;
+    REQUIRE(Decode(payload, &got).ok());
+    CHECK(got.global_step == 0x8877665544332211ull);
+    CHECK(got.resume_step == 0x0102030405060708ull);
+    // The 8-byte READY of a ps without the resume step still decodes (resume_step 0); any other
+    // truncation is Corruption.
+    Ready old;
+    old.resume_step = 9;
+    REQUIRE(Decode(std::span(payload).first(8), &old).ok());
+    CHECK(old.global_step == 0x8877665544332211ull);
+    CHECK(old.resume_step == 0);
+    CheckTruncationsRejectedExcept<Ready>(payload, {8});
+    CheckTrailingBytesRejected<Ready>(payload);
+  }
+  {
+    OutFrame f = Encode(Pull{12345});
+    const auto payload = Transmit(f, MessageType::kPull);
+    Pull got;
+    REQUIRE(Decode(payload, &got).ok());
+    CHECK(got.min_step == 12345);
+    CheckMalformedRejected<Pull>(payload);
+  }
+}
+
+TEST_CASE("PARAMS round-trips the step and the values", "[unit][wire]") {
+  const std::vector<float> values = {1.0f, -2.5f, 1e-20f, 7.75f};
+  OutFrame f = Encode(Params{99, {}}, values);
+  const auto payload = Transmit(f, MessageType::kParams);
+  Params got;
+  REQUIRE(Decode(payload, &got).ok());
+  CHECK(got.global_step == 99);
+  CHECK(FloatsOf(got.values) == values);
+  CheckMalformedRejected<Params>(payload);
+
+  OutFrame empty = Encode(Params{5, {}}, {});
+  const auto empty_payload = Transmit(empty, MessageType::kParams);
+  Params got_empty;
+  REQUIRE(Decode(empty_payload, &got_empty).ok());
+  CHECK(got_empty.global_step == 5);
+  CHECK(got_empty.values.empty());
+}
+
+TEST_CASE("PUSH round-trips its fields and concatenates several gradient spans", "[unit][wire]") {
+  const std::vector<float> g0 = {0.1f, 0.2f, 0.3f}, g1 = {-4.0f}, g2 = {}, g3 = {5.5f, 6.5f};
+  const std::vector<std::span<const float>> grads = {g0, g1, g2, g3};
+  Push m;
+  m.worker = 2;
+  m.incarnation = 0xCAFEBABE12345678ull;
+  m.local_step = 77;
+  m.based_on_step = 76;
+  OutFrame f = Encode(m, grads);
+  const auto payload = Transmit(f, MessageType::kPush);
+  Push got;
+  REQUIRE(Decode(payload, &got).ok());
+  CHECK(got.worker == 2);
+  CHECK(got.incarnation == 0xCAFEBABE12345678ull);
+  CHECK(got.local_step == 77);
+  CHECK(got.based_on_step == 76);
+  CHECK(FloatsOf(got.grads) == std::vector<float>{0.1f, 0.2f, 0.3f, -4.0f, 5.5f, 6.5f});
+  CheckMalformedRejected<Push>(payload);
+}
+
+TEST_CASE("RING_CHUNK round-trips every field; its floats start 4-byte aligned in the payload", "[unit][wire]") {
+  const std::vector<float> values = {1.0f, -2.5f, 1e-20f, 7.75f, 3.0f};
+  RingChunk m;
+  m.collective = 12345;
+  m.phase = RingPhase::kAllGather;
+  m.hop = 3;
+  m.segment = 4;
+  m.offset = 1000003;
+  OutFrame f = Encode(m, values);
+  CHECK(f.head.size() == 32);
+  const auto payload = Transmit(f, MessageType::kRingChunk);
+  RingChunk got;
+  REQUIRE(Decode(payload, &got).ok());
+  CHECK(got.collective == 12345);
+  CHECK(got.phase == RingPhase::kAllGather);
+  CHECK(got.hop == 3);
+  CHECK(got.segment == 4);
+  CHECK(got.offset == 1000003);
+  CHECK(FloatsOf(got.values) == values);
+  CheckMalformedRejected<RingChunk>(payload);
+
+  auto bad = payload;
+  bad[8] = std::byte{3};  // phase
+  CHECK(Decode(bad, &got).code() == Code::kCorruption);
+  bad = payload;
+  bad[9] = std::byte{1};  // reserved
+  CHECK(Decode(bad, &got).code() == Code::kCorruption);
+  bad = payload;
+  bad[24] = std::byte{6};  // count 6 where 5 floats follow
+  CHECK(Decode(bad, &got).code() == Code::kCorruption);
+  bad = payload;
+  bad.push_back(std::byte{0});  // a trailing byte
+  CHECK(Decode(bad, &got).code() == Code::kCorruption);
+}
+
+TEST_CASE("PUSH_ACK round-trips the step and every outcome", "[unit][wire]") {
+  for (PushOutcome o : {PushOutcome::kApplied, PushOutcome::kStale, PushOutcome::kDuplicate}) {
+    OutFrame f = Encode(PushAck{1000, o});
+    const auto payload = Transmit(f, MessageType::kPushAck);
+    PushAck got;
+    got.outcome = o == PushOutcome::kApplied ? PushOutcome::kStale : PushOutcome::kApplied;
+    REQUIRE(Decode(payload, &got).ok());
+    CHECK(got.global_step == 1000);
+    CHECK(got.outcome == o);
+    CheckMalformedRejected<PushAck>(payload);
+  }
+}
+
+TEST_CASE("DONE round-trips the worker; DONE_ACK and HEARTBEAT are empty", "[unit][wire]") {
+  OutFrame f = Encode(Done{0xFFFFFFFEu});
+  const auto payload = Transmit(f, MessageType::kDone);
+  Done got;
+  REQUIRE(Decode(payload, &got).ok());
+  CHECK(got.worker == 0xFFFFFFFEu);
+  CheckMalformedRejected<Done>(payload);
+
+  OutFrame ack = EncodeDoneAck();
+  CHECK(Transmit(ack, MessageType::kDoneAck).empty());
+  OutFrame hb = EncodeHeartbeat();
+  CHECK(Transmit(hb, MessageType::kHeartbeat).empty());
+}
+
+TEST_CASE("ERROR round-trips the code and message", "[unit][wire]") {
+  ErrorMessage m;
+  m.code = static_cast<std::uint16_t>(Code::kFailedPrecondition);
+  m.message = "ps:1: not initialised \xe2\x9c\x97";
+  OutFrame f = Encode(m);
+  const auto payload = Transmit(f, MessageType::kError);
+  ErrorMessage got;
+  REQUIRE(Decode(payload, &got).ok());
+  CHECK(got.code == static_cast<std::uint16_t>(Code::kFailedPrecondition));
+  CHECK(got.message == m.message);
+  CheckMalformedRejected<ErrorMessage>(payload);
+
+  // An empty message, and one longer than a u16 length can say (cut at 65535 bytes).
+  OutFrame e = Encode(ErrorMessage{3, ""});
+  const auto empty_payload = Transmit(e, MessageType::kError);
+  ErrorMessage got_empty;
+  REQUIRE(Decode(empty_payload, &got_empty).ok());
+  CHECK(got_empty.code == 3);
+  CHECK(got_empty.message.empty());
+  OutFrame l = Encode(ErrorMessage{4, std::string(70000, 'x')});
+  const auto long_payload = Transmit(l, MessageType::kError);
+  ErrorMessage got_long;
+  REQUIRE(Decode(long_payload, &got_long).ok());
+  CHECK(got_long.message == std::string(65535, 'x'));
+}
+
+TEST_CASE("enum and bool fields out of range are Corruption", "[unit][wire]") {
+  {
+    OutFrame f = Encode(Hello{});
+    auto p = Flatten(f);
+    Poke<std::uint8_t>(p, 2, 4);  // kind after the u16 version
+    Hello got;
+    CHECK(Decode(p, &got).code() == Code::kCorruption);
+  }
+  {
+    OutFrame f = Encode(Welcome{});
+    auto p = Flatten(f);
+    Poke<std::uint8_t>(p, 0, 9);  // kind
+    Welcome got;
+    CHECK(Decode(p, &got).code() == Code::kCorruption);
+    p = Flatten(f);
+    Poke<std::uint8_t>(p, 1 + 4 + 8, 2);  // initialized
+    CHECK(Decode(p, &got).code() == Code::kCorruption);
+  }
+  {
+    OutFrame f = Encode(PushAck{1, PushOutcome::kApplied});
+    auto p = Flatten(f);
+    Poke<std::uint8_t>(p, 8, 3);  // outcome
+    PushAck got;
+    CHECK(Decode(p, &got).code() == Code::kCorruption);
+  }
+  {
+    OutFrame f = Encode(SampleInit(), kInitValues);
+    auto p = Flatten(f);
+    Poke<std::uint8_t>(p, 8 + 1 + 5 * 8, 2);  // use_nesterov
+    Init got;
+    CHECK(Decode(p, &got).code() == Code::kCorruption);
+  }
+}
+
+TEST_CASE("a float count larger than the bytes that remain is Corruption", "[unit][wire]") {
+  const std::vector<float> values = {1.0f, 2.0f};
+  OutFrame f = Encode(Params{3, {}}, values);
+  auto p = Flatten(f);
+  for (std::uint64_t n : {std::uint64_t{3}, std::uint64_t{1} << 62, ~std::uint64_t{0}}) {
+    Poke<std::uint64_t>(p, 8, n);
+    Params got;
+    CHECK(Decode(p, &got).code() == Code::kCorruption);
+  }
+}
+
+}  // namespace
+}  // namespace tfd::wire
