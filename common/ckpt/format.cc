@@ -30,6 +30,7 @@ const char* RecordName(std::uint16_t type) {
   return "unknown";
 }
 
+// The file's optimizer code (its own numbers, not the wire's), both ways; false for an unknown code.
 std::uint8_t OptimizerCode(config::OptimizerSpec::Type t) {
   switch (t) {
     case config::OptimizerSpec::Type::kSgd: return 0;
@@ -37,6 +38,14 @@ std::uint8_t OptimizerCode(config::OptimizerSpec::Type t) {
     case config::OptimizerSpec::Type::kAdam: return 2;
   }
   return 0;
+}
+bool OptimizerFromCode(std::uint8_t code, config::OptimizerSpec::Type* t) {
+  for (auto candidate : {config::OptimizerSpec::Type::kSgd, config::OptimizerSpec::Type::kMomentum, config::OptimizerSpec::Type::kAdam}) {
+    if (OptimizerCode(candidate) != code) continue;
+    *t = candidate;
+    return true;
+  }
+  return false;
 }
 
 // Little-endian floats from the file into `out` (memcpy of zero bytes from an empty vector's null
@@ -223,11 +232,10 @@ class Parser {
     if (!in.U8(&type) || !in.U8(&nesterov) || !in.F64(&s.learning_rate) || !in.F64(&s.momentum) || !in.F64(&s.beta1) ||
         !in.F64(&s.beta2) || !in.F64(&s.epsilon) || !in.U64(&updates) || !in.U8(&slots))
       return Fault(r, "payload too short");
-    if (type > 2) return Fault(r, fmt::format("unknown optimizer type {}", type));
+    if (!OptimizerFromCode(type, &s.type)) return Fault(r, fmt::format("unknown optimizer type {}", type));
     if (nesterov > 1) return Fault(r, fmt::format("use_nesterov is {}, expected 0 or 1", nesterov));
     if (updates > static_cast<std::uint64_t>(INT64_MAX)) return Fault(r, "update count out of range");
     if (slots > kMaxSlots) return Fault(r, fmt::format("{} slots is over the limit of {}", slots, kMaxSlots));
-    s.type = static_cast<config::OptimizerSpec::Type>(type);
     s.use_nesterov = nesterov == 1;
     o->updates = static_cast<std::int64_t>(updates);
     for (int k = 0; k < slots; ++k) {

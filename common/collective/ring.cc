@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/transport/dial.h"
+#include "common/transport/handshake.h"
 #include "common/wire/bytes.h"
 
 namespace tfd::collective {
@@ -66,6 +67,11 @@ Ring::Ring(transport::asio::io_context& ioc, RingOptions options)
 
 Ring::~Ring() { Close(Status::Ok()); }
 
+transport::HandshakeIdentity Ring::Identity() const {
+  const RingMember& self = options_.members[static_cast<std::size_t>(rank())];
+  return {.name = self.task, .kind = self.kind, .index = self.index, .incarnation = options_.incarnation, .cluster_id = options_.cluster_id};
+}
+
 std::string Ring::MemberName(int r) const {
   const RingMember& m = options_.members[static_cast<std::size_t>(r)];
   return fmt::format("{} ({}:{})", m.task, m.host, m.port);
@@ -97,13 +103,7 @@ Status Ring::Connect() {
     next_conn_ = conn;
   }
   conn->Start(/*established=*/true);  // we dialed the address of the member we expect
-  const RingMember& self = options_.members[static_cast<std::size_t>(rank())];
-  wire::Hello hello;
-  hello.kind = self.kind;
-  hello.index = self.index;
-  hello.incarnation = options_.incarnation;
-  hello.cluster_id = options_.cluster_id;
-  conn->Send(wire::Encode(hello));
+  conn->Send(wire::Encode(transport::MakeHello(Identity())));
 
   mu_.Lock();
   auto next_log = Clock::now() + std::chrono::seconds(5);
@@ -174,33 +174,25 @@ void Ring::HandleHello(const std::shared_ptr<Connection>& from, const wire::InFr
     from->SendErrorAndClose(Status::Corruption(fmt::format("{}: {}", from->peer_name(), s.message())));
     return;
   }
-  const RingMember& self = options_.members[static_cast<std::size_t>(rank())];
+  const transport::HandshakeIdentity self = Identity();
   const RingMember& prev = options_.members[static_cast<std::size_t>(Prev())];
-  auto refuse = [&](const std::string& reason) {
-    spdlog::warn("refused {}: {}", from->peer_name(), reason);
-    from->SendErrorAndClose(Status::FailedPrecondition(reason));
+  auto refuse = [&](const Status& why) {
+    spdlog::warn("refused {}: {}", from->peer_name(), why.message());
+    from->SendErrorAndClose(why);
   };
-  if (hello.cluster_id != options_.cluster_id) {
-    return refuse(fmt::format("cluster id mismatch: the peer has cluster id {:016x}, {} has {:016x}: their TF_CONFIG cluster "
-                              "specs differ",
-                              hello.cluster_id, self.task, options_.cluster_id));
-  }
-  if (hello.kind != prev.kind || hello.index != prev.index) {
-    return refuse(fmt::format("{} takes ring connections from {} only", self.task, prev.task));
-  }
+  if (Status s = transport::CheckHello(hello, self); !s.ok()) return refuse(s);
+  if (hello.kind != prev.kind || hello.index != prev.index)
+    return refuse(Status::FailedPrecondition(fmt::format("{} takes ring connections from {} only", self.name, prev.task)));
   {
     MutexLock lock(&mu_);
-    if (prev_conn_ != nullptr || LinkedLocked(/*next=*/false)) return refuse(fmt::format("{} is already connected to {}", self.task, prev.task));
+    if (prev_conn_ != nullptr || LinkedLocked(/*next=*/false))
+      return refuse(Status::FailedPrecondition(fmt::format("{} is already connected to {}", self.name, prev.task)));
     std::erase(unidentified_, from);
     prev_conn_ = from;
   }
   from->set_peer_name(MemberName(Prev()));
   from->MarkEstablished();
-  wire::Welcome w;
-  w.kind = self.kind;
-  w.index = self.index;
-  w.incarnation = options_.incarnation;
-  from->Send(wire::Encode(w));
+  from->Send(wire::Encode(transport::MakeWelcome(self)));
   // The WELCOME is written first; then the collective thread drives the socket.
   from->DetachAfterThisFrame([weak = weak_from_this()](transport::DetachedLink d) {
     if (auto self = weak.lock()) self->Adopt(/*next=*/false, std::move(d));
@@ -222,9 +214,12 @@ void Ring::OnFrame(const std::shared_ptr<Connection>& from, wire::InFrame frame)
   if (type == wire::MessageType::kError) {
     why = FromErrorFrame(from->peer_name(), frame);
   } else if (is_next && type == wire::MessageType::kWelcome) {
+    const RingMember& next = options_.members[static_cast<std::size_t>(Next())];
     wire::Welcome w;
     if (Status s = wire::Decode(frame.payload, &w); !s.ok()) {
       why = Status::Corruption(fmt::format("{}: {}", from->peer_name(), s.message()));
+    } else if (Status checked = transport::CheckWelcome(w, from->peer_name(), next.kind, next.index); !checked.ok()) {
+      why = checked;
     } else {
       from->DetachAfterThisFrame([weak = weak_from_this()](transport::DetachedLink d) {
         if (auto self = weak.lock()) self->Adopt(/*next=*/true, std::move(d));

@@ -16,6 +16,7 @@
 #include "common/base/status.h"
 #include "common/collective/link.h"
 #include "common/transport/connection.h"
+#include "common/transport/handshake.h"
 #include "common/wire/messages.h"
 
 namespace tfd::collective {
@@ -138,6 +139,7 @@ class Ring final : public transport::FrameHandler, public std::enable_shared_fro
 
   Ring(transport::asio::io_context& ioc, RingOptions options);
   std::string MemberName(int rank) const;
+  transport::HandshakeIdentity Identity() const;  // this member, as its HELLO and WELCOME present it
   int Next() const { return (rank() + 1) % size(); }
   int Prev() const { return (rank() + size() - 1) % size(); }
   Status SendChunk(Work& w, wire::RingPhase phase, int hop, int segment, std::uint64_t offset,

@@ -23,11 +23,13 @@ Status Trailing(const char* what, const ByteReader& r) {
   return Status::Ok();
 }
 
-bool ReadKind(ByteReader& r, TaskKind* k) {
-  std::uint8_t v = 0;
-  if (!r.U8(&v) || v > 3) return false;
-  *k = static_cast<TaskKind>(v);
-  return true;
+// A one-byte code read from the wire becomes its enum here and nowhere else: `last` is the enum's
+// highest value (codes are dense from 0); anything above it is Corruption naming the field.
+template <typename E>
+Status ToCode(std::uint8_t v, E last, const char* what, const char* field, E* out) {
+  if (v > static_cast<std::uint8_t>(last)) return Status::Corruption(fmt::format("{}: unknown {} {}", what, field, v));
+  *out = static_cast<E>(v);
+  return Status::Ok();
 }
 
 bool ReadBool(ByteReader& r, bool* b) {
@@ -63,8 +65,10 @@ OutFrame Encode(const Hello& m) {
 
 Status Decode(std::span<const std::byte> p, Hello* m) {
   ByteReader r(p);
-  if (!r.U16(&m->version) || !ReadKind(r, &m->kind) || !r.U32(&m->index) || !r.U64(&m->incarnation) || !r.U64(&m->cluster_id))
+  std::uint8_t kind = 0;
+  if (!r.U16(&m->version) || !r.U8(&kind) || !r.U32(&m->index) || !r.U64(&m->incarnation) || !r.U64(&m->cluster_id))
     return Short("HELLO");
+  TFD_RETURN_IF_ERROR(ToCode(kind, TaskKind::kEvaluator, "HELLO", "task kind", &m->kind));
   return Trailing("HELLO", r);
 }
 
@@ -82,31 +86,50 @@ OutFrame Encode(const Welcome& m) {
 
 Status Decode(std::span<const std::byte> p, Welcome* m) {
   ByteReader r(p);
-  if (!ReadKind(r, &m->kind) || !r.U32(&m->index) || !r.U64(&m->incarnation) || !ReadBool(r, &m->initialized) ||
+  std::uint8_t kind = 0;
+  if (!r.U8(&kind) || !r.U32(&m->index) || !r.U64(&m->incarnation) || !ReadBool(r, &m->initialized) ||
       !r.U64(&m->global_step) || !r.U64(&m->resume_step))
     return Short("WELCOME");
+  TFD_RETURN_IF_ERROR(ToCode(kind, TaskKind::kEvaluator, "WELCOME", "task kind", &m->kind));
   return Trailing("WELCOME", r);
 }
 
-int SlotsPerValue(std::uint8_t optimizer_type) { return optimizer_type <= 2 ? optimizer_type : 0; }
+std::string_view TaskKindName(TaskKind k) {
+  switch (k) {
+    case TaskKind::kChief: return "chief";
+    case TaskKind::kWorker: return "worker";
+    case TaskKind::kPs: return "ps";
+    case TaskKind::kEvaluator: return "evaluator";
+  }
+  return "unknown";
+}
+
+int SlotsPerValue(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::kSgd: return 0;
+    case OptimizerKind::kMomentum: return 1;
+    case OptimizerKind::kAdam: return 2;
+  }
+  return 0;
+}
 
 OutFrame Encode(const Init& m, std::span<const float> values, std::span<const float> slots) {
   OutFrame f = Start(MessageType::kInit);
   ByteWriter w(&f.head);
   w.U64(m.layout_hash);
-  w.U8(m.optimizer.type);
+  w.U8(static_cast<std::uint8_t>(m.optimizer.type));
   w.F64(m.optimizer.learning_rate);
   w.F64(m.optimizer.momentum);
   w.F64(m.optimizer.beta1);
   w.F64(m.optimizer.beta2);
   w.F64(m.optimizer.epsilon);
   w.U8(m.optimizer.use_nesterov ? 1 : 0);
-  w.U8(m.update.mode);
+  w.U8(static_cast<std::uint8_t>(m.update.mode));
   w.U8(m.update.scale_stale ? 1 : 0);
   w.U32(m.update.replicas_to_aggregate);
   w.U32(m.update.total_num_replicas);
   w.U32(m.update.num_workers);
-  w.U8(m.update.on_worker_loss);
+  w.U8(static_cast<std::uint8_t>(m.update.on_worker_loss));
   w.U32(m.update.min_replicas);
   w.U64(m.global_step);
   w.U32(static_cast<std::uint32_t>(m.chunks.size()));
@@ -134,16 +157,19 @@ OutFrame Encode(const Init& m, std::span<const float> values, std::span<const fl
 Status Decode(std::span<const std::byte> p, Init* m) {
   ByteReader r(p);
   std::uint32_t chunks = 0;
-  if (!r.U64(&m->layout_hash) || !r.U8(&m->optimizer.type) || !r.F64(&m->optimizer.learning_rate) ||
+  std::uint8_t optimizer = 0, mode = 0, on_worker_loss = 0;
+  if (!r.U64(&m->layout_hash) || !r.U8(&optimizer) || !r.F64(&m->optimizer.learning_rate) ||
       !r.F64(&m->optimizer.momentum) || !r.F64(&m->optimizer.beta1) || !r.F64(&m->optimizer.beta2) ||
-      !r.F64(&m->optimizer.epsilon) || !ReadBool(r, &m->optimizer.use_nesterov) || !r.U8(&m->update.mode) ||
+      !r.F64(&m->optimizer.epsilon) || !ReadBool(r, &m->optimizer.use_nesterov) || !r.U8(&mode) ||
       !ReadBool(r, &m->update.scale_stale) ||
       !r.U32(&m->update.replicas_to_aggregate) || !r.U32(&m->update.total_num_replicas) || !r.U32(&m->update.num_workers) ||
-      !r.U8(&m->update.on_worker_loss) || !r.U32(&m->update.min_replicas) || !r.U64(&m->global_step) || !r.U32(&chunks))
+      !r.U8(&on_worker_loss) || !r.U32(&m->update.min_replicas) || !r.U64(&m->global_step) || !r.U32(&chunks))
     return Short("INIT");
-  if (m->optimizer.type > 2 || m->update.mode > 1) return Status::Corruption("INIT: unknown optimizer type or update mode");
+  TFD_RETURN_IF_ERROR(ToCode(optimizer, OptimizerKind::kAdam, "INIT", "optimizer type", &m->optimizer.type));
+  TFD_RETURN_IF_ERROR(ToCode(mode, UpdateMode::kSync, "INIT", "update mode", &m->update.mode));
+  TFD_RETURN_IF_ERROR(ToCode(on_worker_loss, WorkerLossPolicy::kShrink, "INIT", "worker-loss policy", &m->update.on_worker_loss));
   if (m->update.num_workers == 0 || m->update.num_workers > kMaxWorkers ||
-      m->update.replicas_to_aggregate > m->update.total_num_replicas || m->update.on_worker_loss > 2 ||
+      m->update.replicas_to_aggregate > m->update.total_num_replicas ||
       m->update.min_replicas < 1 || m->update.min_replicas > m->update.num_workers)
     return Status::Corruption("INIT: inconsistent worker counts or worker-loss policy");
   // Each chunk takes at least 10 bytes, so this bounds the count by the payload before reserving.
@@ -173,7 +199,7 @@ Status Decode(std::span<const std::byte> p, Init* m) {
   std::uint64_t slots = 0;
   if (!r.U64(&slots)) return Short("INIT");
   if (slots != n * static_cast<std::uint64_t>(SlotsPerValue(m->optimizer.type)))
-    return Status::Corruption(fmt::format("INIT: {} slot floats for {} values and optimizer type {}", slots, n, m->optimizer.type));
+    return Status::Corruption(fmt::format("INIT: {} slot floats for {} values and optimizer type {}", slots, n, optimizer));
   if (!r.FloatBytes(slots, &m->slots)) return Short("INIT");
   return Trailing("INIT", r);
 }
@@ -310,8 +336,8 @@ OutFrame Encode(const PushAck& m) {
 Status Decode(std::span<const std::byte> p, PushAck* m) {
   ByteReader r(p);
   std::uint8_t outcome = 0;
-  if (!r.U64(&m->global_step) || !r.U8(&outcome) || outcome > 2) return Short("PUSH_ACK");
-  m->outcome = static_cast<PushOutcome>(outcome);
+  if (!r.U64(&m->global_step) || !r.U8(&outcome)) return Short("PUSH_ACK");
+  TFD_RETURN_IF_ERROR(ToCode(outcome, PushOutcome::kDuplicate, "PUSH_ACK", "outcome", &m->outcome));
   return Trailing("PUSH_ACK", r);
 }
 
@@ -399,10 +425,10 @@ OutFrame Encode(const RingChunk& m, std::span<const float> values) {
 Status Decode(std::span<const std::byte> p, RingChunk* m) {
   ByteReader r(p);
   std::uint8_t phase = 0, reserved = 0;
-  if (!r.U64(&m->collective) || !r.U8(&phase) || phase > 2 || !r.U8(&reserved) || reserved != 0 || !r.U16(&m->hop) ||
+  if (!r.U64(&m->collective) || !r.U8(&phase) || !r.U8(&reserved) || reserved != 0 || !r.U16(&m->hop) ||
       !r.U32(&m->segment) || !r.U64(&m->offset) || !ReadFloats(r, &m->values))
     return Short("RING_CHUNK");
-  m->phase = static_cast<RingPhase>(phase);
+  TFD_RETURN_IF_ERROR(ToCode(phase, RingPhase::kBroadcast, "RING_CHUNK", "phase", &m->phase));
   return Trailing("RING_CHUNK", r);
 }
 

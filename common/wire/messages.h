@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/base/status.h"
@@ -20,7 +21,14 @@ inline constexpr std::size_t kMaxNameBytes = 1024;
 inline constexpr std::uint32_t kMaxChunks = 1u << 20;
 inline constexpr std::uint32_t kMaxWorkers = 1u << 16;
 
+// The codes below are append-only numbers on the wire (never renumber or reuse one). Decode refuses
+// an unknown code as Corruption naming the field, so code past the decoder sees only these values.
 enum class TaskKind : std::uint8_t { kChief = 0, kWorker = 1, kPs = 2, kEvaluator = 3 };
+std::string_view TaskKindName(TaskKind k);  // "chief", "worker", "ps", "evaluator"
+enum class OptimizerKind : std::uint8_t { kSgd = 0, kMomentum = 1, kAdam = 2 };
+enum class UpdateMode : std::uint8_t { kAsync = 0, kSync = 1 };
+// sync: what the ps does when a worker is lost for good (docs/config.md, update.on_worker_loss).
+enum class WorkerLossPolicy : std::uint8_t { kFail = 0, kWait = 1, kShrink = 2 };
 
 struct Hello {  // client -> server, first frame on a connection
   std::uint16_t version = kProtocolVersion;
@@ -42,16 +50,16 @@ struct Welcome {  // server -> client, reply to HELLO
 };
 
 struct OptimizerParams {
-  std::uint8_t type = 0;  // 0 sgd, 1 momentum, 2 adam
+  OptimizerKind type = OptimizerKind::kSgd;
   double learning_rate = 0, momentum = 0, beta1 = 0, beta2 = 0, epsilon = 0;
   bool use_nesterov = false;
 };
 
 struct UpdateParams {
-  std::uint8_t mode = 0;  // 0 async, 1 sync
+  UpdateMode mode = UpdateMode::kAsync;
   bool scale_stale = false;  // async: scale each gradient by 1 / (1 + staleness)
   std::uint32_t replicas_to_aggregate = 0, total_num_replicas = 0, num_workers = 0;
-  std::uint8_t on_worker_loss = 0;  // sync: 0 fail the step naming the lost worker, 1 wait for it, 2 shrink the quorum
+  WorkerLossPolicy on_worker_loss = WorkerLossPolicy::kFail;  // sync
   std::uint32_t min_replicas = 1;   // sync, shrink: never aggregate fewer gradients than this
 };
 
@@ -75,8 +83,9 @@ struct Init {  // chief -> ps: the ps's chunks, how to update them and their ini
   std::span<const std::byte> slots;         // the optimizer's slot count x the value count floats
 };
 
-// Floats of optimizer state per parameter for OptimizerParams::type (sgd 0, momentum 1, adam 2).
-int SlotsPerValue(std::uint8_t optimizer_type);
+// Floats of optimizer state per parameter that an INIT's state section carries for `kind` (sgd 0,
+// momentum 1, adam 2).
+int SlotsPerValue(OptimizerKind kind);
 
 struct WaitReady {  // worker -> ps: reply (READY) once the ps is initialised with this layout
   std::uint64_t layout_hash = 0;

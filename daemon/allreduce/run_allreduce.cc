@@ -9,6 +9,7 @@
 #include "common/base/service.h"
 #include "common/transport/listener.h"
 #include "daemon/allreduce/allreduce_updater.h"
+#include "daemon/task_kind.h"
 #include "daemon/train/job_data.h"
 #include "daemon/train/trainer.h"
 
@@ -59,7 +60,7 @@ Status RunAllreduceWorker(const config::TfConfig& config, const config::JobSpec&
   for (int r = 0; r < num_workers; ++r) {
     const config::TaskId t = config.cluster.WorkerTask(r);
     const config::Endpoint& ep = config.cluster.EndpointOf(t);
-    ro.members.push_back({t.ToString(), ep.host, ep.port, static_cast<wire::TaskKind>(t.type), static_cast<std::uint32_t>(t.index)});
+    ro.members.push_back({t.ToString(), ep.host, ep.port, ToWireKind(t.type), static_cast<std::uint32_t>(t.index)});
   }
   ro.cluster_id = config.cluster.Id();
   ro.incarnation = (static_cast<std::uint64_t>(std::random_device{}()) << 32) | std::random_device{}();

@@ -1,32 +1,44 @@
 #include "daemon/ps/parameter_store.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include <fmt/format.h>
 
 namespace tfd::ps {
+namespace {
 
-Status ParameterStore::Init(const wire::Init& init) {
-  std::lock_guard<std::mutex> lock(mu_);
+using Mode = config::UpdateSpec::Mode;
+
+// Little-endian floats of any alignment (a frame's payload) into `out` (out.size() * 4 bytes).
+void CopyFloats(std::span<const std::byte> bytes, std::span<float> out) {
+  TFD_CHECK(bytes.size() == out.size_bytes());
+  if (!bytes.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());  // an empty span's data() may be null
+}
+
+bool KnownOptimizer(config::OptimizerSpec::Type t) {
+  using Type = config::OptimizerSpec::Type;
+  return t == Type::kSgd || t == Type::kMomentum || t == Type::kAdam;
+}
+
+}  // namespace
+
+Status ParameterStore::Init(const StoreInit& init) {
+  MutexLock lock(&mu_);
   if (initialized_) {
     if (init.layout_hash != layout_hash_)
       return Status::InvalidArgument("already initialised with another variable layout (another job or model?)");
     return Status::FailedPrecondition("already initialised");
   }
-  if (init.optimizer.type > 2) return Status::InvalidArgument(fmt::format("INIT: unknown optimizer type {}", init.optimizer.type));
-  if (init.update.mode > 1) return Status::InvalidArgument(fmt::format("INIT: unknown update mode {}", init.update.mode));
+  if (!KnownOptimizer(init.optimizer.type))
+    return Status::InvalidArgument(fmt::format("INIT: unknown optimizer type {}", static_cast<int>(init.optimizer.type)));
+  if (init.update.mode != Mode::kAsync && init.update.mode != Mode::kSync)
+    return Status::InvalidArgument(fmt::format("INIT: update mode {} is not a ps mode (async or sync)", static_cast<int>(init.update.mode)));
   std::uint64_t total = 0;
-  for (const wire::Chunk& c : init.chunks) total += c.length;
+  for (const Chunk& c : init.chunks) total += c.length;
   if (init.values.size() != total * 4)
     return Status::InvalidArgument(fmt::format("INIT: {} values for chunks of {} floats", init.values.size() / 4, total));
-  config::OptimizerSpec spec;
-  spec.type = static_cast<config::OptimizerSpec::Type>(init.optimizer.type);
-  spec.learning_rate = init.optimizer.learning_rate;
-  spec.momentum = init.optimizer.momentum;
-  spec.use_nesterov = init.optimizer.use_nesterov;
-  spec.beta1 = init.optimizer.beta1;
-  spec.beta2 = init.optimizer.beta2;
-  spec.epsilon = init.optimizer.epsilon;
+  const config::OptimizerSpec& spec = init.optimizer;
   if (!(spec.learning_rate > 0) || spec.momentum < 0 || spec.beta1 < 0 || spec.beta1 >= 1 || spec.beta2 < 0 || spec.beta2 >= 1)
     return Status::InvalidArgument("INIT: optimizer settings out of range");
   update_ = init.update;
@@ -40,7 +52,7 @@ Status ParameterStore::Init(const wire::Init& init) {
   current_ = std::make_shared<Snapshot>();
   global_step_ = current_->global_step = init.global_step;
   current_->values.resize(n);
-  wire::CopyFloats(init.values, current_->values);
+  CopyFloats(init.values, current_->values);
   optimizer_ = optim::MakeOptimizer(spec);
   state_ = std::make_unique<optim::OptimizerState>(*optimizer_, n);
   stale_.assign(update_.num_workers, 0);
@@ -48,7 +60,7 @@ Status ParameterStore::Init(const wire::Init& init) {
   sync_offset_.assign(update_.num_workers, 0);
   if (init.has_state) {
     std::vector<float> slots(init.slots.size() / 4);
-    wire::CopyFloats(init.slots, slots);
+    CopyFloats(init.slots, slots);
     if (Status s = state_->Restore(slots, static_cast<std::int64_t>(init.updates)); !s.ok()) {
       current_.reset();
       return s.WithContext("INIT");
@@ -63,7 +75,7 @@ Status ParameterStore::Init(const wire::Init& init) {
       sync_offset_[r] = static_cast<std::int64_t>(init.resume_steps[r]) - static_cast<std::int64_t>(init.global_step);
     }
   }
-  if (update_.mode == 1) {
+  if (SyncLocked()) {
     pending_.assign(update_.num_workers, std::vector<float>(n));
     received_.assign(update_.num_workers, false);
     sum_.resize(n);
@@ -73,44 +85,44 @@ Status ParameterStore::Init(const wire::Init& init) {
 }
 
 bool ParameterStore::initialized() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return initialized_;
 }
 
 std::uint64_t ParameterStore::layout_hash() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return layout_hash_;
 }
 
 std::uint64_t ParameterStore::global_step() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return global_step_;
 }
 
 std::int64_t ParameterStore::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return current_ ? static_cast<std::int64_t>(current_->values.size()) : 0;
 }
 
 bool ParameterStore::sync() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return initialized_ && update_.mode == 1;
+  MutexLock lock(&mu_);
+  return initialized_ && SyncLocked();
 }
 
 int ParameterStore::to_aggregate() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return quorum_;
 }
 
 std::uint64_t ParameterStore::ResumeStep(int rank) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return ResumeStepLocked(rank);
 }
 
 std::uint64_t ParameterStore::ResumeStepLocked(int rank) const {
   if (!initialized_) return 0;
   const bool known = rank >= 0 && rank < static_cast<int>(last_push_.size());
-  if (update_.mode != 0) {
+  if (SyncLocked()) {
     const std::int64_t step = static_cast<std::int64_t>(global_step_) + (known ? sync_offset_[static_cast<std::size_t>(rank)] : 0);
     return step > 0 ? static_cast<std::uint64_t>(step) : 0;
   }
@@ -118,7 +130,7 @@ std::uint64_t ParameterStore::ResumeStepLocked(int rank) const {
 }
 
 Result<ParameterStore::State> ParameterStore::ReadState() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!initialized_) return Status::FailedPrecondition("STATE_PULL before INIT");
   State st;
   st.params = current_;
@@ -129,12 +141,12 @@ Result<ParameterStore::State> ParameterStore::ReadState() {
 }
 
 std::vector<bool> ParameterStore::received() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return received_;
 }
 
-Result<ParameterStore::PushResult> ParameterStore::Push(const wire::Push& push) {
-  std::lock_guard<std::mutex> lock(mu_);
+Result<ParameterStore::PushResult> ParameterStore::Push(const PushRequest& push) {
+  MutexLock lock(&mu_);
   if (!initialized_) return Status::FailedPrecondition("PUSH before INIT");
   const std::size_t n = current_->values.size();
   if (push.grads.size() != n * 4)
@@ -142,30 +154,30 @@ Result<ParameterStore::PushResult> ParameterStore::Push(const wire::Push& push) 
   if (push.worker >= update_.num_workers)
     return Status::InvalidArgument(fmt::format("PUSH from worker rank {} of a cluster with {} workers", push.worker, update_.num_workers));
   PushResult r;
-  if (update_.mode == 0) {  // async: apply in place, straight from the frame's bytes
+  if (!SyncLocked()) {  // async: apply in place, straight from the frame's bytes
     // At most once per (worker, incarnation, local step): a retried push is not applied again.
     auto& [incarnation, local_step] = last_push_[push.worker];
     if (incarnation == push.incarnation && push.local_step <= local_step) {
-      r.outcome = wire::PushOutcome::kDuplicate;
+      r.outcome = PushOutcome::kDuplicate;
       r.global_step = global_step_;
       return r;
     }
     incarnation = push.incarnation;
     local_step = push.local_step;
-    PrepareWrite();
+    PrepareWriteLocked();
     // Staleness: updates applied since the worker read the parameters it computed on.
     const std::uint64_t staleness = global_step_ > push.based_on_step ? global_step_ - push.based_on_step : 0;
     const bool aligned = reinterpret_cast<std::uintptr_t>(push.grads.data()) % alignof(float) == 0;
     if (aligned && (!update_.scale_stale || staleness == 0)) {  // straight from the frame's bytes
-      state_->Apply(Params(), std::span(reinterpret_cast<const float*>(push.grads.data()), n));
+      state_->Apply(ParamsLocked(), std::span(reinterpret_cast<const float*>(push.grads.data()), n));
     } else {
       sum_.resize(n);
-      wire::CopyFloats(push.grads, sum_);
+      CopyFloats(push.grads, sum_);
       if (update_.scale_stale && staleness > 0) {
         const float scale = 1.0f / static_cast<float>(1 + staleness);
         for (float& g : sum_) g *= scale;
       }
-      state_->Apply(Params(), sum_);
+      state_->Apply(ParamsLocked(), sum_);
     }
     current_->global_step = ++global_step_;
     r.global_step = global_step_;
@@ -174,18 +186,18 @@ Result<ParameterStore::PushResult> ParameterStore::Push(const wire::Push& push) 
   }
   if (push.based_on_step < global_step_) {
     ++stale_[push.worker];
-    r.outcome = wire::PushOutcome::kStale;
+    r.outcome = PushOutcome::kStale;
     r.global_step = global_step_;
     return r;
   }
   if (push.based_on_step > global_step_)
     return Status::InvalidArgument(fmt::format("PUSH for step {} while the ps is at step {}", push.based_on_step, global_step_));
   if (received_[push.worker]) {
-    r.outcome = wire::PushOutcome::kDuplicate;
+    r.outcome = PushOutcome::kDuplicate;
     r.global_step = global_step_;
     return r;
   }
-  wire::CopyFloats(push.grads, pending_[push.worker]);
+  CopyFloats(push.grads, pending_[push.worker]);
   received_[push.worker] = true;
   if (++received_count_ >= quorum_) {
     CompleteStepLocked();
@@ -209,48 +221,48 @@ void ParameterStore::CompleteStepLocked() {
   }
   const auto count = static_cast<float>(received_count_);
   for (float& g : sum_) g /= count;
-  PrepareWrite();
-  state_->Apply(Params(), sum_);
+  PrepareWriteLocked();
+  state_->Apply(ParamsLocked(), sum_);
   current_->global_step = ++global_step_;
   std::fill(received_.begin(), received_.end(), false);
   received_count_ = 0;
 }
 
 bool ParameterStore::SetQuorum(int quorum) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   quorum_ = std::clamp(quorum, 1, to_aggregate_);
-  if (update_.mode != 1 || received_count_ == 0 || received_count_ < quorum_) return false;
+  if (!SyncLocked() || received_count_ == 0 || received_count_ < quorum_) return false;
   CompleteStepLocked();
   return true;
 }
 
 int ParameterStore::configured_quorum() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return to_aggregate_;
 }
 
-wire::UpdateParams ParameterStore::update() const {
-  std::lock_guard<std::mutex> lock(mu_);
+UpdateRule ParameterStore::update() const {
+  MutexLock lock(&mu_);
   return update_;
 }
 
-void ParameterStore::PrepareWrite() {
+void ParameterStore::PrepareWriteLocked() {
   if (current_.use_count() > 1) current_ = std::make_shared<Snapshot>(*current_);  // a reader holds it: copy
 }
 
 std::shared_ptr<const ParameterStore::Snapshot> ParameterStore::Read() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!current_) return std::make_shared<const Snapshot>();
   return current_;
 }
 
 std::vector<std::uint64_t> ParameterStore::stale_counts() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return stale_;
 }
 
-std::vector<wire::Chunk> ParameterStore::chunks() const {
-  std::lock_guard<std::mutex> lock(mu_);
+std::vector<Chunk> ParameterStore::chunks() const {
+  MutexLock lock(&mu_);
   return chunks_;
 }
 

@@ -1,25 +1,74 @@
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "common/base/mutex.h"
 #include "common/base/status.h"
+#include "common/config/job.h"
 #include "common/optim/optimizer.h"
-#include "common/wire/messages.h"
 
 namespace tfd::ps {
 
+// A named run of the store's floats, in the order the chief sent them: "dense/kernel[0:39200]".
+struct Chunk {
+  std::string name;
+  std::uint64_t length = 0;  // floats
+};
+
+// How the store applies gradients.
+struct UpdateRule {
+  config::UpdateSpec::Mode mode = config::UpdateSpec::Mode::kAsync;  // kAsync or kSync: a ps has no allreduce
+  bool scale_stale = false;  // async: scale each gradient by 1 / (1 + staleness)
+  std::uint32_t replicas_to_aggregate = 0;  // sync: gradients per step; 0 = num_workers
+  std::uint32_t total_num_replicas = 0;
+  std::uint32_t num_workers = 0;
+  config::UpdateSpec::OnWorkerLoss on_worker_loss = config::UpdateSpec::OnWorkerLoss::kFail;  // sync
+  std::uint32_t min_replicas = 1;  // sync, shrink: never aggregate fewer gradients than this
+};
+
+// What the chief initialises a store with. Float data is little-endian bytes of any alignment (a
+// frame's payload), read during Init and not kept.
+struct StoreInit {
+  std::uint64_t layout_hash = 0;
+  config::OptimizerSpec optimizer;
+  UpdateRule update;
+  std::uint64_t global_step = 0;  // where the step count starts: 0, or a restarted ps's step
+  std::vector<Chunk> chunks;
+  std::span<const std::byte> values;  // the sum of the chunk lengths floats
+  // A restore (from a checkpoint, or a restarted ps given its slots back): the optimizer's state.
+  bool has_state = false;
+  std::uint64_t updates = 0;                // updates already applied (Adam's t)
+  std::vector<std::uint64_t> resume_steps;  // empty, or per worker rank: the local step it resumes after
+  std::span<const std::byte> slots;         // the optimizer's slot count x the value count floats
+};
+
+// A worker's gradient for the store's chunks, computed on parameters of based_on_step.
+struct PushRequest {
+  std::uint32_t worker = 0;  // rank
+  std::uint64_t incarnation = 0;
+  std::uint64_t local_step = 0;
+  std::uint64_t based_on_step = 0;
+  std::span<const std::byte> grads;  // little-endian floats of any alignment, read during Push
+};
+
+enum class PushOutcome { kApplied, kStale, kDuplicate };
+
 // One ps's shard: named float chunks in one flat buffer, their optimizer slots, and the update
 // rule (async: apply every gradient as it comes; sync: SyncReplicasOptimizer without its traps).
-// Model-agnostic and socket-free. Thread-safe: every method takes the store's lock.
+// Model-agnostic and socket-free; it knows no wire message (PsService translates). Thread-safe:
+// every public method takes mu_ for its whole run, so each sees and leaves a consistent state;
+// the *Locked helpers run with it held. Snapshots handed out by Read are immutable and read
+// without the lock.
 class ParameterStore {
  public:
   struct PushResult {
-    wire::PushOutcome outcome = wire::PushOutcome::kApplied;
+    PushOutcome outcome = PushOutcome::kApplied;
     std::uint64_t global_step = 0;
     bool step_advanced = false;  // this push completed a step: waiting pulls may go
   };
@@ -28,7 +77,7 @@ class ParameterStore {
   // optimizer slots, update count and per-worker resume steps (a restore). FailedPrecondition if
   // already initialised (with another layout: InvalidArgument); InvalidArgument on bad settings or
   // a state of the wrong size.
-  Status Init(const wire::Init& init);
+  Status Init(const StoreInit& init);
   bool initialized() const;
   std::uint64_t layout_hash() const;
   std::uint64_t global_step() const;
@@ -40,7 +89,7 @@ class ParameterStore {
   // sync: sets the quorum (clamped to [1, the configured one]); if the current step already holds
   // that many gradients it completes now, and true is returned (waiting pulls may go).
   bool SetQuorum(int quorum);
-  wire::UpdateParams update() const;
+  UpdateRule update() const;
   // sync: which worker ranks' gradients are held for the current step.
   std::vector<bool> received() const;
 
@@ -52,7 +101,7 @@ class ParameterStore {
   // dropped (kStale, counted per worker); a second gradient from one worker for one step is
   // dropped (kDuplicate): each (worker, step) is applied at most once, retries included.
   // InvalidArgument when the gradient's length or the worker is wrong.
-  Result<PushResult> Push(const wire::Push& push);
+  Result<PushResult> Push(const PushRequest& push);
 
   // The parameters and their global step, as an immutable snapshot (shared by every reader of the
   // same version; a push never changes a snapshot that is being sent).
@@ -77,37 +126,40 @@ class ParameterStore {
   // Where worker `rank` resumes after a restart: async, the last local step applied from it (any
   // incarnation); sync, the global step. 0 before INIT.
   std::uint64_t ResumeStep(int rank) const;
-  std::vector<wire::Chunk> chunks() const;
+  std::vector<Chunk> chunks() const;
 
  private:
-  mutable std::mutex mu_;
-  bool initialized_ = false;
-  std::uint64_t layout_hash_ = 0;
-  std::vector<wire::Chunk> chunks_;
   // The parameters live in the current snapshot's buffer. A push that finds the snapshot still
   // shared (a PARAMS frame is being sent from it) copies it into a fresh one first, so readers
   // never see a torn update and the common case copies nothing.
-  std::shared_ptr<Snapshot> current_;
-  std::span<float> Params() { return current_->values; }
-  void PrepareWrite();
-  std::unique_ptr<optim::Optimizer> optimizer_;
-  std::unique_ptr<optim::OptimizerState> state_;
-  wire::UpdateParams update_;
-  int to_aggregate_ = 1;
-  int quorum_ = 1;  // sync: to_aggregate_, or fewer while workers are lost (on_worker_loss: shrink)
-  void CompleteStepLocked();
-  std::uint64_t global_step_ = 0;
+  std::span<float> ParamsLocked() TFD_REQUIRES(mu_) { return current_->values; }
+  void PrepareWriteLocked() TFD_REQUIRES(mu_);
+  void CompleteStepLocked() TFD_REQUIRES(mu_);
+  std::uint64_t ResumeStepLocked(int rank) const TFD_REQUIRES(mu_);
+  bool SyncLocked() const TFD_REQUIRES(mu_) { return update_.mode == config::UpdateSpec::Mode::kSync; }
+
+  mutable Mutex mu_;
+  bool initialized_ TFD_GUARDED_BY(mu_) = false;
+  std::uint64_t layout_hash_ TFD_GUARDED_BY(mu_) = 0;
+  std::vector<Chunk> chunks_ TFD_GUARDED_BY(mu_);
+  std::shared_ptr<Snapshot> current_ TFD_GUARDED_BY(mu_);
+  std::unique_ptr<optim::Optimizer> optimizer_ TFD_GUARDED_BY(mu_);
+  std::unique_ptr<optim::OptimizerState> state_ TFD_GUARDED_BY(mu_);
+  UpdateRule update_ TFD_GUARDED_BY(mu_);
+  int to_aggregate_ TFD_GUARDED_BY(mu_) = 1;
+  int quorum_ TFD_GUARDED_BY(mu_) = 1;  // sync: to_aggregate_, or fewer while workers are lost (on_worker_loss: shrink)
+  std::uint64_t global_step_ TFD_GUARDED_BY(mu_) = 0;
   // sync: one gradient buffer per worker rank for the current step, and who has filled theirs.
-  std::vector<std::vector<float>> pending_;
-  std::vector<bool> received_;
-  int received_count_ = 0;
-  std::vector<float> sum_;
-  std::vector<std::uint64_t> stale_;
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> last_push_;  // async: per worker (incarnation, local step)
+  std::vector<std::vector<float>> pending_ TFD_GUARDED_BY(mu_);
+  std::vector<bool> received_ TFD_GUARDED_BY(mu_);
+  int received_count_ TFD_GUARDED_BY(mu_) = 0;
+  std::vector<float> sum_ TFD_GUARDED_BY(mu_);
+  std::vector<std::uint64_t> stale_ TFD_GUARDED_BY(mu_);
+  // async: per worker (incarnation, local step) of the last push applied.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> last_push_ TFD_GUARDED_BY(mu_);
   // sync: per worker, its local step minus the global step (nonzero after a restore that changed
   // the worker count: local steps then no longer equal global steps).
-  std::vector<std::int64_t> sync_offset_;
-  std::uint64_t ResumeStepLocked(int rank) const;
+  std::vector<std::int64_t> sync_offset_ TFD_GUARDED_BY(mu_);
 };
 
 }  // namespace tfd::ps

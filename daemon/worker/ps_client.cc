@@ -4,14 +4,55 @@
 
 #include <fmt/format.h>
 
+#include <spdlog/spdlog.h>
+
 #include "common/base/sha256.h"
 #include "common/transport/dial.h"
-#include <spdlog/spdlog.h>
+#include "common/transport/handshake.h"
+#include "daemon/task_kind.h"
 
 namespace tfd::worker {
 namespace {
 
 using transport::Clock;
+
+// The worker's one conversion of the job's settings into their INIT form.
+wire::OptimizerParams ToWire(const config::OptimizerSpec& o) {
+  wire::OptimizerParams w;
+  switch (o.type) {
+    case config::OptimizerSpec::Type::kSgd: w.type = wire::OptimizerKind::kSgd; break;
+    case config::OptimizerSpec::Type::kMomentum: w.type = wire::OptimizerKind::kMomentum; break;
+    case config::OptimizerSpec::Type::kAdam: w.type = wire::OptimizerKind::kAdam; break;
+  }
+  w.learning_rate = o.learning_rate;
+  w.momentum = o.momentum;
+  w.use_nesterov = o.use_nesterov;
+  w.beta1 = o.beta1;
+  w.beta2 = o.beta2;
+  w.epsilon = o.epsilon;
+  return w;
+}
+
+Result<wire::UpdateParams> ToWire(const config::UpdateSpec& u, int num_workers) {
+  wire::UpdateParams w;
+  switch (u.mode) {
+    case config::UpdateSpec::Mode::kAsync: w.mode = wire::UpdateMode::kAsync; break;
+    case config::UpdateSpec::Mode::kSync: w.mode = wire::UpdateMode::kSync; break;
+    case config::UpdateSpec::Mode::kAllreduce: return Status::InvalidArgument("update.mode: allreduce has no ps");
+  }
+  switch (u.on_worker_loss) {
+    case config::UpdateSpec::OnWorkerLoss::kFail: w.on_worker_loss = wire::WorkerLossPolicy::kFail; break;
+    case config::UpdateSpec::OnWorkerLoss::kWait: w.on_worker_loss = wire::WorkerLossPolicy::kWait; break;
+    case config::UpdateSpec::OnWorkerLoss::kShrink: w.on_worker_loss = wire::WorkerLossPolicy::kShrink; break;
+  }
+  const bool sync = u.mode == config::UpdateSpec::Mode::kSync;
+  w.scale_stale = !sync && u.scale_stale;
+  w.num_workers = static_cast<std::uint32_t>(num_workers);
+  w.replicas_to_aggregate = static_cast<std::uint32_t>(u.replicas_to_aggregate == 0 ? num_workers : u.replicas_to_aggregate);
+  w.total_num_replicas = static_cast<std::uint32_t>(num_workers);
+  w.min_replicas = static_cast<std::uint32_t>(u.min_replicas);
+  return w;
+}
 
 // The reply must be of `type`; an ERROR has already failed the call in RpcClient.
 Status Expect(const wire::InFrame& frame, wire::MessageType type, const std::string& peer) {
@@ -50,17 +91,13 @@ Result<wire::Welcome> PsClient::ConnectOne(std::size_t i, Clock::time_point dead
   TFD_ASSIGN_OR_RETURN(transport::tcp::socket socket, transport::Dial(ioc_, ep.host, ep.port, fmt::format("ps:{}", i), deadline));
   auto rpc = transport::RpcClient::Start(std::move(socket), name, options_.connection);
   ps_[i] = rpc;
-  wire::Hello hello;
-  hello.kind = static_cast<wire::TaskKind>(config_.task.type);
-  hello.index = static_cast<std::uint32_t>(config_.task.index);
-  hello.incarnation = incarnation_;
-  hello.cluster_id = config_.cluster.Id();
-  auto reply = rpc->Call(wire::Encode(hello));
+  auto reply = rpc->Call(wire::Encode(transport::MakeHello(HandshakeIdentityOf(config_, incarnation_))));
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
   TFD_ASSIGN_OR_RETURN(wire::InFrame frame, Await(*rpc, reply, std::max(left, std::chrono::milliseconds(1000)), "HELLO"));
   TFD_RETURN_IF_ERROR(Expect(frame, wire::MessageType::kWelcome, name));
   wire::Welcome welcome;
   TFD_RETURN_IF_ERROR(wire::Decode(frame.payload, &welcome).WithContext(name));
+  TFD_RETURN_IF_ERROR(transport::CheckWelcome(welcome, name, wire::TaskKind::kPs, static_cast<std::uint32_t>(i)));
   return welcome;
 }
 
@@ -140,17 +177,19 @@ std::vector<std::span<const float>> PsClient::Slices(std::size_t ps, std::span<c
   return out;
 }
 
-Status PsClient::Initialize(bool chief, const wire::OptimizerParams& optimizer, const wire::UpdateParams& update,
+Status PsClient::Initialize(bool chief, const config::OptimizerSpec& optimizer_spec, const config::UpdateSpec& update_spec,
                             std::span<const float> params) {
+  TFD_ASSIGN_OR_RETURN(update_, ToWire(update_spec, config_.cluster.num_workers()));
+  optimizer_ = ToWire(optimizer_spec);
   chief_ = chief;
-  optimizer_ = optimizer;
-  update_ = update;
+  const wire::OptimizerParams& optimizer = optimizer_;
+  const wire::UpdateParams& update = update_;
   // The placement and how the ps updates it: a worker whose job differs in any of them is refused.
   const std::string settings =
-      fmt::format("{:016x}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", placement_.LayoutHash(), optimizer.type, optimizer.learning_rate,
-                  optimizer.momentum, optimizer.beta1, optimizer.beta2, optimizer.epsilon, optimizer.use_nesterov, update.mode,
-                  update.scale_stale, update.replicas_to_aggregate, update.total_num_replicas, update.num_workers,
-                  update.on_worker_loss, update.min_replicas);
+      fmt::format("{:016x}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", placement_.LayoutHash(), fmt::underlying(optimizer.type),
+                  optimizer.learning_rate, optimizer.momentum, optimizer.beta1, optimizer.beta2, optimizer.epsilon,
+                  optimizer.use_nesterov, fmt::underlying(update.mode), update.scale_stale, update.replicas_to_aggregate,
+                  update.total_num_replicas, update.num_workers, fmt::underlying(update.on_worker_loss), update.min_replicas);
   layout_ = Fingerprint64(settings);
   std::vector<std::future<Result<wire::InFrame>>> replies(ps_.size());
   restored_ = 0;

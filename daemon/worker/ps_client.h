@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/config/cluster.h"
+#include "common/config/job.h"
 #include "common/transport/rpc.h"
 #include "common/wire/messages.h"
 #include "daemon/worker/placement.h"
@@ -36,7 +37,8 @@ class PsClient {
 
   // The chief sends INIT (settings, and its initial `params`) to every ps that is not yet
   // initialised; then every worker waits until each ps is ready with this placement's layout.
-  Status Initialize(bool chief, const wire::OptimizerParams& optimizer, const wire::UpdateParams& update,
+  // InvalidArgument for an update mode that has no ps (allreduce).
+  Status Initialize(bool chief, const config::OptimizerSpec& optimizer, const config::UpdateSpec& update,
                     std::span<const float> params);
   // Pushes `grads` to every ps, tagged with `tag` and with the global step of the parameters this
   // worker last pulled from that ps (each ps counts its own steps), and pulls back parameters into
@@ -96,7 +98,8 @@ class PsClient {
   PsClient(transport::asio::io_context& ioc, const config::TfConfig& config, std::uint64_t incarnation,
            const Placement& placement, const PsClientOptions& options)
       : ioc_(ioc), config_(config), incarnation_(incarnation), placement_(placement), options_(options) {}
-  // Dials ps `i` and exchanges HELLO/WELCOME (ps_[i] is the new connection).
+  // Dials ps `i` and exchanges HELLO/WELCOME (ps_[i] is the new connection); FailedPrecondition
+  // when another task than ps `i` answers.
   Result<wire::Welcome> ConnectOne(std::size_t i, transport::Clock::time_point deadline);
   // ConnectOne, again with backoff while the ps is unreachable, resets the connection or does not
   // answer, until `deadline`.
@@ -126,7 +129,7 @@ class PsClient {
   const Placement& placement_;
   PsClientOptions options_;
   bool chief_ = false;
-  wire::OptimizerParams optimizer_;
+  wire::OptimizerParams optimizer_;  // as Initialize was given them, in their INIT form
   wire::UpdateParams update_;
   std::uint64_t layout_ = 0;
   // The exchange in flight, kept so it can be sent again to a reconnected ps.

@@ -17,18 +17,6 @@
 namespace tfd::worker {
 namespace {
 
-wire::OptimizerParams ToWire(const config::OptimizerSpec& o) {
-  wire::OptimizerParams w;
-  w.type = static_cast<std::uint8_t>(o.type);
-  w.learning_rate = o.learning_rate;
-  w.momentum = o.momentum;
-  w.use_nesterov = o.use_nesterov;
-  w.beta1 = o.beta1;
-  w.beta2 = o.beta2;
-  w.epsilon = o.epsilon;
-  return w;
-}
-
 // Pushes each step's gradient to the ps tasks and pulls the parameters to use next.
 //
 // sync: push, then wait for the step this gradient completes (with the others') and take its
@@ -163,18 +151,10 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
   ps_options.reconnect_timeout = options.reconnect_timeout;
   ps_options.stop = options.stop;
   TFD_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client, PsClient::Connect(ioc, config, incarnation, placement, ps_options));
-  wire::UpdateParams update;
-  update.mode = sync ? 1 : 0;
-  update.scale_stale = !sync && job.update.scale_stale;
-  update.num_workers = static_cast<std::uint32_t>(num_workers);
-  update.replicas_to_aggregate = static_cast<std::uint32_t>(job.update.replicas_to_aggregate == 0 ? num_workers : job.update.replicas_to_aggregate);
-  update.total_num_replicas = static_cast<std::uint32_t>(num_workers);
-  update.on_worker_loss = static_cast<std::uint8_t>(job.update.on_worker_loss);
-  update.min_replicas = static_cast<std::uint32_t>(job.update.min_replicas);
   Checkpointer checkpointer(job, model, placement, *client, events, num_workers,
                             train::StepsPerEpoch(loaded.data.train.size, num_workers, job.batch_size));
   if (chief) TFD_RETURN_IF_ERROR(checkpointer.PrepareRestore());
-  TFD_RETURN_IF_ERROR(client->Initialize(chief, ToWire(job.optimizer), update, model.params()));
+  TFD_RETURN_IF_ERROR(client->Initialize(chief, job.optimizer, job.update, model.params()));
   // Start from what the ps tasks hold (the chief's initial values, a checkpoint's, or further if
   // others began).
   TFD_ASSIGN_OR_RETURN(std::uint64_t start_step, client->Pull(model.params(), false));

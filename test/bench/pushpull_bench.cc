@@ -125,11 +125,10 @@ double TfdPushPull(std::size_t floats, double seconds, std::shared_ptr<const tfd
     auto client = tfd::worker::PsClient::Connect(worker_ioc, worker_config, 7, placement, copts);
     if (client.ok()) {
       std::vector<float> params(floats, 0.5f), grads(floats, 1e-9f);
-      tfd::wire::OptimizerParams sgd;
+      tfd::config::OptimizerSpec sgd;
       sgd.learning_rate = 1e-6;
-      tfd::wire::UpdateParams update;
-      update.num_workers = 1;
-      update.replicas_to_aggregate = update.total_num_replicas = 1;
+      tfd::config::UpdateSpec update;  // async, one worker
+      update.scale_stale = false;
       if ((*client)->Initialize(true, sgd, update, params).ok()) {
         tfd::wire::Push tag;
         tag.incarnation = 7;

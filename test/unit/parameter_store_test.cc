@@ -14,8 +14,10 @@ namespace {
 
 constexpr std::uint64_t kHash = 0x5eed5eed5eed5eedull;
 
+using Mode = config::UpdateSpec::Mode;
+
 struct InitSpec {
-  std::uint8_t mode = 0;  // 0 async, 1 sync
+  Mode mode = Mode::kAsync;
   std::uint32_t num_workers = 3;
   std::uint32_t replicas_to_aggregate = 0;
   double learning_rate = 0.5;
@@ -23,10 +25,10 @@ struct InitSpec {
 };
 
 // An INIT of one chunk "w" holding `values` (which must outlive the call to Init: not copied here).
-wire::Init MakeInit(const std::vector<float>& values, const InitSpec& spec) {
-  wire::Init init;
+StoreInit MakeInit(const std::vector<float>& values, const InitSpec& spec) {
+  StoreInit init;
   init.layout_hash = spec.layout_hash;
-  init.optimizer.type = 0;  // sgd
+  init.optimizer.type = config::OptimizerSpec::Type::kSgd;
   init.optimizer.learning_rate = spec.learning_rate;
   init.update.mode = spec.mode;
   init.update.num_workers = spec.num_workers;
@@ -37,8 +39,8 @@ wire::Init MakeInit(const std::vector<float>& values, const InitSpec& spec) {
   return init;
 }
 
-wire::Push MakePush(std::uint32_t worker, std::uint64_t based_on_step, const std::vector<float>& grads) {
-  wire::Push p;
+PushRequest MakePush(std::uint32_t worker, std::uint64_t based_on_step, const std::vector<float>& grads) {
+  PushRequest p;
   p.worker = worker;
   p.incarnation = 1;
   p.local_step = based_on_step + 1;
@@ -47,7 +49,7 @@ wire::Push MakePush(std::uint32_t worker, std::uint64_t based_on_step, const std
   return p;
 }
 
-ParameterStore::PushResult PushOk(ParameterStore& store, const wire::Push& p) {
+ParameterStore::PushResult PushOk(ParameterStore& store, const PushRequest& p) {
   auto r = store.Push(p);
   INFO(r.status().ToString());
   REQUIRE(r.ok());
@@ -68,7 +70,7 @@ const std::vector<float> kInitial = {1.0f, 2.0f, 3.0f, 4.0f};
 TEST_CASE("Init takes the chunks, values and update rule", "[unit][ps]") {
   ParameterStore store;
   CHECK_FALSE(store.initialized());
-  REQUIRE(store.Init(MakeInit(kInitial, {.mode = 1, .num_workers = 3})).ok());
+  REQUIRE(store.Init(MakeInit(kInitial, {.mode = Mode::kSync, .num_workers = 3})).ok());
   CHECK(store.initialized());
   CHECK(store.layout_hash() == kHash);
   CHECK(store.size() == 4);
@@ -94,12 +96,12 @@ TEST_CASE("a push before Init is FailedPrecondition", "[unit][ps]") {
 
 TEST_CASE("async applies each push at once with sgd", "[unit][ps]") {
   ParameterStore store;
-  REQUIRE(store.Init(MakeInit(kInitial, {.mode = 0, .num_workers = 3})).ok());
+  REQUIRE(store.Init(MakeInit(kInitial, {.mode = Mode::kAsync, .num_workers = 3})).ok());
   CHECK_FALSE(store.sync());
 
   const std::vector<float> g0 = {2.0f, 4.0f, -2.0f, 0.0f};
   auto r = PushOk(store, MakePush(0, 0, g0));
-  CHECK(r.outcome == wire::PushOutcome::kApplied);
+  CHECK(r.outcome == PushOutcome::kApplied);
   CHECK(r.step_advanced);
   CHECK(r.global_step == 1);
   CHECK(store.global_step() == 1);
@@ -108,7 +110,7 @@ TEST_CASE("async applies each push at once with sgd", "[unit][ps]") {
   // Another worker's gradient, computed on the old step 0: async applies it all the same.
   const std::vector<float> g1 = {1.0f, -1.0f, 1.0f, 2.0f};
   r = PushOk(store, MakePush(2, 0, g1));
-  CHECK(r.outcome == wire::PushOutcome::kApplied);
+  CHECK(r.outcome == PushOutcome::kApplied);
   CHECK(r.global_step == 2);
   CheckValues(store, {-0.5f, 0.5f, 3.5f, 3.0f});
   CHECK(store.stale_counts() == std::vector<std::uint64_t>{0, 0, 0});
@@ -117,7 +119,7 @@ TEST_CASE("async applies each push at once with sgd", "[unit][ps]") {
 
 TEST_CASE("async with staleness scaling divides a stale gradient by 1 + staleness", "[unit][ps]") {
   ParameterStore store;
-  wire::Init init = MakeInit(kInitial, {.mode = 0, .num_workers = 3});
+  StoreInit init = MakeInit(kInitial, {.mode = Mode::kAsync, .num_workers = 3});
   init.update.scale_stale = true;
   REQUIRE(store.Init(init).ok());
   const std::vector<float> g = {2.0f, 4.0f, -2.0f, 0.0f};
@@ -131,27 +133,27 @@ TEST_CASE("async with staleness scaling divides a stale gradient by 1 + stalenes
 
 TEST_CASE("async applies a retried push at most once per worker incarnation and local step", "[unit][ps]") {
   ParameterStore store;
-  REQUIRE(store.Init(MakeInit(kInitial, {.mode = 0, .num_workers = 2})).ok());
+  REQUIRE(store.Init(MakeInit(kInitial, {.mode = Mode::kAsync, .num_workers = 2})).ok());
   const std::vector<float> g = {2.0f, 4.0f, -2.0f, 0.0f};
-  wire::Push p = MakePush(0, 0, g);
-  CHECK(PushOk(store, p).outcome == wire::PushOutcome::kApplied);
-  CHECK(PushOk(store, p).outcome == wire::PushOutcome::kDuplicate);  // the same push again: a retry
+  PushRequest p = MakePush(0, 0, g);
+  CHECK(PushOk(store, p).outcome == PushOutcome::kApplied);
+  CHECK(PushOk(store, p).outcome == PushOutcome::kDuplicate);  // the same push again: a retry
   CheckValues(store, {0.0f, 0.0f, 4.0f, 4.0f});                       // applied once
   CHECK(store.global_step() == 1);
   p.incarnation = 2;  // the worker restarted: its step count starts over
-  CHECK(PushOk(store, p).outcome == wire::PushOutcome::kApplied);
+  CHECK(PushOk(store, p).outcome == PushOutcome::kApplied);
   CHECK(store.global_step() == 2);
 }
 
 TEST_CASE("Init refuses settings and values the decoder would also refuse", "[unit][ps]") {
   ParameterStore store;
-  wire::Init bad_mode = MakeInit(kInitial, {.mode = 0, .num_workers = 1});
-  bad_mode.update.mode = 2;
+  StoreInit bad_mode = MakeInit(kInitial, {.mode = Mode::kAsync, .num_workers = 1});
+  bad_mode.update.mode = Mode::kAllreduce;  // no ps mode
   CHECK(store.Init(bad_mode).code() == Code::kInvalidArgument);
-  wire::Init bad_opt = MakeInit(kInitial, {.mode = 0, .num_workers = 1});
-  bad_opt.optimizer.type = 9;
+  StoreInit bad_opt = MakeInit(kInitial, {.mode = Mode::kAsync, .num_workers = 1});
+  bad_opt.optimizer.type = static_cast<config::OptimizerSpec::Type>(9);
   CHECK(store.Init(bad_opt).code() == Code::kInvalidArgument);
-  wire::Init short_values = MakeInit(kInitial, {.mode = 0, .num_workers = 1});
+  StoreInit short_values = MakeInit(kInitial, {.mode = Mode::kAsync, .num_workers = 1});
   short_values.values = short_values.values.first(8);
   CHECK(store.Init(short_values).code() == Code::kInvalidArgument);
   CHECK_FALSE(store.initialized());
@@ -159,11 +161,11 @@ TEST_CASE("Init refuses settings and values the decoder would also refuse", "[un
 
 TEST_CASE("async applies a gradient whose bytes are not float-aligned", "[unit][ps]") {
   ParameterStore store;
-  REQUIRE(store.Init(MakeInit(kInitial, {.mode = 0, .num_workers = 1})).ok());
+  REQUIRE(store.Init(MakeInit(kInitial, {.mode = Mode::kAsync, .num_workers = 1})).ok());
   const std::vector<float> g = {2.0f, 4.0f, -2.0f, 0.0f};
   std::vector<std::byte> buffer(g.size() * 4 + 1);
   std::memcpy(buffer.data() + 1, g.data(), g.size() * 4);  // as a frame's payload may place them
-  wire::Push p = MakePush(0, 0, g);
+  PushRequest p = MakePush(0, 0, g);
   p.grads = std::span<const std::byte>(buffer).subspan(1);
   REQUIRE(reinterpret_cast<std::uintptr_t>(p.grads.data()) % alignof(float) != 0);
   auto r = PushOk(store, p);
@@ -173,24 +175,24 @@ TEST_CASE("async applies a gradient whose bytes are not float-aligned", "[unit][
 
 TEST_CASE("sync with 3 of 3 applies the average once, on the third gradient", "[unit][ps]") {
   ParameterStore store;
-  REQUIRE(store.Init(MakeInit(kInitial, {.mode = 1, .num_workers = 3, .replicas_to_aggregate = 3})).ok());
+  REQUIRE(store.Init(MakeInit(kInitial, {.mode = Mode::kSync, .num_workers = 3, .replicas_to_aggregate = 3})).ok());
   const std::vector<float> g0 = {1, 2, 3, 4}, g1 = {3, 0, -3, 2}, g2 = {2, 1, 0, 0};
 
   auto r = PushOk(store, MakePush(1, 0, g1));
-  CHECK(r.outcome == wire::PushOutcome::kApplied);
+  CHECK(r.outcome == PushOutcome::kApplied);
   CHECK_FALSE(r.step_advanced);
   CHECK(r.global_step == 0);
   CheckValues(store, kInitial);
 
   r = PushOk(store, MakePush(0, 0, g0));
-  CHECK(r.outcome == wire::PushOutcome::kApplied);
+  CHECK(r.outcome == PushOutcome::kApplied);
   CHECK_FALSE(r.step_advanced);
   CHECK(r.global_step == 0);
   CHECK(store.global_step() == 0);
   CheckValues(store, kInitial);
 
   r = PushOk(store, MakePush(2, 0, g2));
-  CHECK(r.outcome == wire::PushOutcome::kApplied);
+  CHECK(r.outcome == PushOutcome::kApplied);
   CHECK(r.step_advanced);
   CHECK(r.global_step == 1);
   CHECK(store.global_step() == 1);
@@ -207,19 +209,19 @@ TEST_CASE("sync with 3 of 3 applies the average once, on the third gradient", "[
 
 TEST_CASE("sync drops a gradient for an older step as stale and counts it for its worker", "[unit][ps]") {
   ParameterStore store;
-  REQUIRE(store.Init(MakeInit(kInitial, {.mode = 1, .num_workers = 3, .replicas_to_aggregate = 3})).ok());
+  REQUIRE(store.Init(MakeInit(kInitial, {.mode = Mode::kSync, .num_workers = 3, .replicas_to_aggregate = 3})).ok());
   const std::vector<float> g = {2, 2, 2, 2};
   for (std::uint32_t w = 0; w < 3; ++w) PushOk(store, MakePush(w, 0, g));
   REQUIRE(store.global_step() == 1);
   CheckValues(store, {0.0f, 1.0f, 2.0f, 3.0f});
 
   auto r = PushOk(store, MakePush(1, 0, g));  // computed on step 0; the ps is at step 1
-  CHECK(r.outcome == wire::PushOutcome::kStale);
+  CHECK(r.outcome == PushOutcome::kStale);
   CHECK_FALSE(r.step_advanced);
   CHECK(r.global_step == 1);
   CHECK(store.stale_counts() == std::vector<std::uint64_t>{0, 1, 0});
   r = PushOk(store, MakePush(1, 0, g));
-  CHECK(r.outcome == wire::PushOutcome::kStale);
+  CHECK(r.outcome == PushOutcome::kStale);
   CHECK(store.stale_counts() == std::vector<std::uint64_t>{0, 2, 0});
   CheckValues(store, {0.0f, 1.0f, 2.0f, 3.0f});
   CHECK(store.global_step() == 1);
@@ -236,17 +238,17 @@ TEST_CASE("sync drops a gradient for an older step as stale and counts it for it
 
 TEST_CASE("sync drops a second gradient from one worker for one step as a duplicate", "[unit][ps]") {
   ParameterStore store;
-  REQUIRE(store.Init(MakeInit(kInitial, {.mode = 1, .num_workers = 3, .replicas_to_aggregate = 3})).ok());
+  REQUIRE(store.Init(MakeInit(kInitial, {.mode = Mode::kSync, .num_workers = 3, .replicas_to_aggregate = 3})).ok());
   const std::vector<float> first = {3, 3, 3, 3}, retry = {300, 300, 300, 300}, g = {0, 0, 0, 0};
 
   auto r = PushOk(store, MakePush(1, 0, first));
-  CHECK(r.outcome == wire::PushOutcome::kApplied);
+  CHECK(r.outcome == PushOutcome::kApplied);
   r = PushOk(store, MakePush(1, 0, retry));
-  CHECK(r.outcome == wire::PushOutcome::kDuplicate);
+  CHECK(r.outcome == PushOutcome::kDuplicate);
   CHECK_FALSE(r.step_advanced);
   CHECK(r.global_step == 0);
   r = PushOk(store, MakePush(1, 0, first));  // an identical retry too
-  CHECK(r.outcome == wire::PushOutcome::kDuplicate);
+  CHECK(r.outcome == PushOutcome::kDuplicate);
   // Duplicates are neither stale nor a step's worth of gradients.
   CHECK(store.stale_counts() == std::vector<std::uint64_t>{0, 0, 0});
   CHECK(store.global_step() == 0);
@@ -261,13 +263,13 @@ TEST_CASE("sync drops a second gradient from one worker for one step as a duplic
 
   // A retry after the step completed is stale, still not applied.
   r = PushOk(store, MakePush(1, 0, first));
-  CHECK(r.outcome == wire::PushOutcome::kStale);
+  CHECK(r.outcome == PushOutcome::kStale);
   CheckValues(store, {0.5f, 1.5f, 2.5f, 3.5f});
 }
 
 TEST_CASE("sync with 2 of 3 completes on the second gradient; the third is stale", "[unit][ps]") {
   ParameterStore store;
-  REQUIRE(store.Init(MakeInit(kInitial, {.mode = 1, .num_workers = 3, .replicas_to_aggregate = 2})).ok());
+  REQUIRE(store.Init(MakeInit(kInitial, {.mode = Mode::kSync, .num_workers = 3, .replicas_to_aggregate = 2})).ok());
   CHECK(store.to_aggregate() == 2);
   const std::vector<float> g0 = {1, 2, 3, 4}, g1 = {100, 100, 100, 100}, g2 = {2, 1, 0, 0};
 
@@ -275,14 +277,14 @@ TEST_CASE("sync with 2 of 3 completes on the second gradient; the third is stale
   CHECK_FALSE(r.step_advanced);
   CheckValues(store, kInitial);
   r = PushOk(store, MakePush(0, 0, g0));
-  CHECK(r.outcome == wire::PushOutcome::kApplied);
+  CHECK(r.outcome == PushOutcome::kApplied);
   CHECK(r.step_advanced);
   CHECK(r.global_step == 1);
   // mean of g0 and g2 = (1.5, 1.5, 1.5, 2); p - 0.5 * mean.
   CheckValues(store, {0.25f, 1.25f, 2.25f, 3.0f});
 
   r = PushOk(store, MakePush(1, 0, g1));  // the slowest worker, for step 0
-  CHECK(r.outcome == wire::PushOutcome::kStale);
+  CHECK(r.outcome == PushOutcome::kStale);
   CHECK_FALSE(r.step_advanced);
   CHECK(r.global_step == 1);
   CHECK(store.stale_counts() == std::vector<std::uint64_t>{0, 1, 0});
@@ -291,7 +293,7 @@ TEST_CASE("sync with 2 of 3 completes on the second gradient; the third is stale
 
 TEST_CASE("sync refuses a gradient for a step the ps has not reached", "[unit][ps]") {
   ParameterStore store;
-  REQUIRE(store.Init(MakeInit(kInitial, {.mode = 1, .num_workers = 2})).ok());
+  REQUIRE(store.Init(MakeInit(kInitial, {.mode = Mode::kSync, .num_workers = 2})).ok());
   const std::vector<float> g = {1, 1, 1, 1};
   auto r = store.Push(MakePush(0, 1, g));
   REQUIRE_FALSE(r.ok());
@@ -301,8 +303,8 @@ TEST_CASE("sync refuses a gradient for a step the ps has not reached", "[unit][p
 }
 
 TEST_CASE("a push of the wrong length or from a worker out of range is InvalidArgument", "[unit][ps]") {
-  for (std::uint8_t mode : {std::uint8_t{0}, std::uint8_t{1}}) {
-    INFO((mode == 0 ? "async" : "sync"));
+  for (Mode mode : {Mode::kAsync, Mode::kSync}) {
+    INFO((mode == Mode::kAsync ? "async" : "sync"));
     ParameterStore store;
     REQUIRE(store.Init(MakeInit(kInitial, {.mode = mode, .num_workers = 3})).ok());
     const std::vector<float> short_g = {1, 1, 1}, long_g = {1, 1, 1, 1, 1}, g = {1, 1, 1, 1};
@@ -315,7 +317,7 @@ TEST_CASE("a push of the wrong length or from a worker out of range is InvalidAr
     REQUIRE_FALSE(r.ok());
     CHECK(r.status().code() == Code::kInvalidArgument);
     CHECK(r.status().message() == "PUSH of 5 floats to a shard of 4");
-    wire::Push ragged = MakePush(0, 0, g);
+    PushRequest ragged = MakePush(0, 0, g);
     ragged.grads = ragged.grads.first(15);  // not a whole number of floats
     r = store.Push(ragged);
     REQUIRE_FALSE(r.ok());
@@ -338,15 +340,15 @@ TEST_CASE("a push of the wrong length or from a worker out of range is InvalidAr
 
 TEST_CASE("a second Init is FailedPrecondition with the same layout, InvalidArgument with another", "[unit][ps]") {
   ParameterStore store;
-  REQUIRE(store.Init(MakeInit(kInitial, {.mode = 0, .num_workers = 2})).ok());
+  REQUIRE(store.Init(MakeInit(kInitial, {.mode = Mode::kAsync, .num_workers = 2})).ok());
   const std::vector<float> g = {2, 2, 2, 2};
   PushOk(store, MakePush(0, 0, g));
 
   const std::vector<float> other = {9, 9, 9, 9};
-  Status s = store.Init(MakeInit(other, {.mode = 1, .num_workers = 2}));
+  Status s = store.Init(MakeInit(other, {.mode = Mode::kSync, .num_workers = 2}));
   CHECK(s.code() == Code::kFailedPrecondition);
   CHECK(s.message() == "already initialised");
-  s = store.Init(MakeInit(other, {.mode = 0, .num_workers = 2, .layout_hash = kHash + 1}));
+  s = store.Init(MakeInit(other, {.mode = Mode::kAsync, .num_workers = 2, .layout_hash = kHash + 1}));
   CHECK(s.code() == Code::kInvalidArgument);
   CHECK(s.message() == "already initialised with another variable layout (another job or model?)");
 
@@ -367,12 +369,12 @@ TEST_CASE("Init refuses bad optimizer settings and replica counts", "[unit][ps]"
   }
   {
     ParameterStore store;
-    Status s = store.Init(MakeInit(kInitial, {.mode = 1, .num_workers = 3, .replicas_to_aggregate = 4}));
+    Status s = store.Init(MakeInit(kInitial, {.mode = Mode::kSync, .num_workers = 3, .replicas_to_aggregate = 4}));
     CHECK(s.code() == Code::kInvalidArgument);
     CHECK(s.message() == "INIT: replicas_to_aggregate 4 with 3 workers");
     CHECK_FALSE(store.initialized());
     // A failed Init leaves the store open for a good one.
-    REQUIRE(store.Init(MakeInit(kInitial, {.mode = 1, .num_workers = 3, .replicas_to_aggregate = 2})).ok());
+    REQUIRE(store.Init(MakeInit(kInitial, {.mode = Mode::kSync, .num_workers = 3, .replicas_to_aggregate = 2})).ok());
     CHECK(store.to_aggregate() == 2);
   }
 }
@@ -380,7 +382,7 @@ TEST_CASE("Init refuses bad optimizer settings and replica counts", "[unit][ps]"
 TEST_CASE("a snapshot from Read keeps its values and step after later pushes", "[unit][ps]") {
   SECTION("async") {
     ParameterStore store;
-    REQUIRE(store.Init(MakeInit(kInitial, {.mode = 0, .num_workers = 1})).ok());
+    REQUIRE(store.Init(MakeInit(kInitial, {.mode = Mode::kAsync, .num_workers = 1})).ok());
     auto before = store.Read();
     CHECK(store.Read() == before);  // readers of one version share it
     const std::vector<float> g = {2, 2, 2, 2};
@@ -398,7 +400,7 @@ TEST_CASE("a snapshot from Read keeps its values and step after later pushes", "
   }
   SECTION("sync") {
     ParameterStore store;
-    REQUIRE(store.Init(MakeInit(kInitial, {.mode = 1, .num_workers = 2})).ok());
+    REQUIRE(store.Init(MakeInit(kInitial, {.mode = Mode::kSync, .num_workers = 2})).ok());
     auto before = store.Read();
     const std::vector<float> g = {2, 2, 2, 2};
     PushOk(store, MakePush(0, 0, g));
@@ -413,8 +415,8 @@ TEST_CASE("a snapshot from Read keeps its values and step after later pushes", "
 
 TEST_CASE("Init with state restores the slots and update count; ReadState gives them back with resume steps", "[unit][ps]") {
   ParameterStore store;
-  wire::Init init = MakeInit(kInitial, {.mode = 0, .num_workers = 2});
-  init.optimizer.type = 1;  // momentum: one slot per value
+  StoreInit init = MakeInit(kInitial, {.mode = Mode::kAsync, .num_workers = 2});
+  init.optimizer.type = config::OptimizerSpec::Type::kMomentum;  // one slot per value
   init.optimizer.momentum = 0.5;
   init.global_step = 40;
   const std::vector<float> slots = {0.25f, -1.0f, 2.0f, 0.0f};
@@ -434,7 +436,7 @@ TEST_CASE("Init with state restores the slots and update count; ReadState gives 
   CHECK(st->resume_steps == std::vector<std::uint64_t>{30, 12});
   // The restored accumulator is used: a = 0.5 * 0.25 + 1 = 1.125; p = 1 - 0.5 * 1.125.
   const std::vector<float> grad = {1.0f, 0.0f, 0.0f, 0.0f};
-  wire::Push push = MakePush(0, 40, grad);
+  PushRequest push = MakePush(0, 40, grad);
   push.local_step = 31;
   PushOk(store, push);
   CheckValues(store, {1.0f - 0.5f * 1.125f, 2.0f + 0.5f * 0.5f, 3.0f - 0.5f * 1.0f, 4.0f});
@@ -445,8 +447,8 @@ TEST_CASE("Init with state restores the slots and update count; ReadState gives 
 
 TEST_CASE("Init with state of the wrong size is refused and leaves the store uninitialised", "[unit][ps]") {
   ParameterStore store;
-  wire::Init init = MakeInit(kInitial, {.mode = 0, .num_workers = 2});
-  init.optimizer.type = 1;
+  StoreInit init = MakeInit(kInitial, {.mode = Mode::kAsync, .num_workers = 2});
+  init.optimizer.type = config::OptimizerSpec::Type::kMomentum;
   init.optimizer.momentum = 0.5;
   const std::vector<float> slots = {0.25f, -1.0f};
   init.has_state = true;
@@ -460,7 +462,7 @@ TEST_CASE("Init with state of the wrong size is refused and leaves the store uni
 
 TEST_CASE("sync: restored resume steps follow the global step", "[unit][ps]") {
   ParameterStore store;
-  wire::Init init = MakeInit(kInitial, {.mode = 1, .num_workers = 2});
+  StoreInit init = MakeInit(kInitial, {.mode = Mode::kSync, .num_workers = 2});
   init.global_step = 100;
   init.has_state = true;
   init.resume_steps = {50, 50};  // the worker count changed: local steps restart at an epoch's start

@@ -119,19 +119,19 @@ void CheckMalformedRejected(const std::vector<std::byte>& payload) {
 inline Init SampleInit() {
   Init m;
   m.layout_hash = 0xABCDEF0123456789ull;
-  m.optimizer.type = 2;
+  m.optimizer.type = OptimizerKind::kAdam;
   m.optimizer.learning_rate = 0.001;
   m.optimizer.momentum = 0.9;
   m.optimizer.beta1 = 0.8;
   m.optimizer.beta2 = 0.999;
   m.optimizer.epsilon = 1e-7;
   m.optimizer.use_nesterov = true;
-  m.update.mode = 1;
+  m.update.mode = UpdateMode::kSync;
   m.update.scale_stale = true;
   m.update.replicas_to_aggregate = 2;
   m.update.total_num_replicas = 3;
   m.update.num_workers = 3;
-  m.update.on_worker_loss = 2;
+  m.update.on_worker_loss = WorkerLossPolicy::kShrink;
   m.update.min_replicas = 2;
   m.global_step = 0x0a0b0c0d0e0f1011ull;
   m.chunks = {{"dense/kernel[0:3]", 3}, {"dense/bias", 2}, {"dense_1/bias", 1}};

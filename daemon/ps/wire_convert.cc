@@ -1,0 +1,106 @@
+#include "daemon/ps/wire_convert.h"
+
+#include <tuple>
+#include <utility>
+
+namespace tfd::ps {
+namespace {
+
+config::OptimizerSpec::Type FromWire(wire::OptimizerKind kind) {
+  switch (kind) {
+    case wire::OptimizerKind::kSgd: return config::OptimizerSpec::Type::kSgd;
+    case wire::OptimizerKind::kMomentum: return config::OptimizerSpec::Type::kMomentum;
+    case wire::OptimizerKind::kAdam: return config::OptimizerSpec::Type::kAdam;
+  }
+  TFD_CHECK(false);  // the decoder admits no other code
+  return config::OptimizerSpec::Type::kSgd;
+}
+
+config::UpdateSpec::Mode FromWire(wire::UpdateMode mode) {
+  switch (mode) {
+    case wire::UpdateMode::kAsync: return config::UpdateSpec::Mode::kAsync;
+    case wire::UpdateMode::kSync: return config::UpdateSpec::Mode::kSync;
+  }
+  TFD_CHECK(false);
+  return config::UpdateSpec::Mode::kAsync;
+}
+
+config::UpdateSpec::OnWorkerLoss FromWire(wire::WorkerLossPolicy policy) {
+  switch (policy) {
+    case wire::WorkerLossPolicy::kFail: return config::UpdateSpec::OnWorkerLoss::kFail;
+    case wire::WorkerLossPolicy::kWait: return config::UpdateSpec::OnWorkerLoss::kWait;
+    case wire::WorkerLossPolicy::kShrink: return config::UpdateSpec::OnWorkerLoss::kShrink;
+  }
+  TFD_CHECK(false);
+  return config::UpdateSpec::OnWorkerLoss::kFail;
+}
+
+wire::PushOutcome ToWire(PushOutcome outcome) {
+  switch (outcome) {
+    case PushOutcome::kApplied: return wire::PushOutcome::kApplied;
+    case PushOutcome::kStale: return wire::PushOutcome::kStale;
+    case PushOutcome::kDuplicate: return wire::PushOutcome::kDuplicate;
+  }
+  TFD_CHECK(false);
+  return wire::PushOutcome::kApplied;
+}
+
+}  // namespace
+
+StoreInit FromWire(const wire::Init& init) {
+  StoreInit s;
+  s.layout_hash = init.layout_hash;
+  s.optimizer.type = FromWire(init.optimizer.type);
+  s.optimizer.learning_rate = init.optimizer.learning_rate;
+  s.optimizer.momentum = init.optimizer.momentum;
+  s.optimizer.use_nesterov = init.optimizer.use_nesterov;
+  s.optimizer.beta1 = init.optimizer.beta1;
+  s.optimizer.beta2 = init.optimizer.beta2;
+  s.optimizer.epsilon = init.optimizer.epsilon;
+  s.update.mode = FromWire(init.update.mode);
+  s.update.scale_stale = init.update.scale_stale;
+  s.update.replicas_to_aggregate = init.update.replicas_to_aggregate;
+  s.update.total_num_replicas = init.update.total_num_replicas;
+  s.update.num_workers = init.update.num_workers;
+  s.update.on_worker_loss = FromWire(init.update.on_worker_loss);
+  s.update.min_replicas = init.update.min_replicas;
+  s.global_step = init.global_step;
+  s.chunks.reserve(init.chunks.size());
+  for (const wire::Chunk& c : init.chunks) s.chunks.push_back({c.name, c.length});
+  s.values = init.values;
+  s.has_state = init.has_state;
+  s.updates = init.updates;
+  s.resume_steps = init.resume_steps;
+  s.slots = init.slots;
+  return s;
+}
+
+PushRequest FromWire(const wire::Push& push) {
+  return {.worker = push.worker,
+          .incarnation = push.incarnation,
+          .local_step = push.local_step,
+          .based_on_step = push.based_on_step,
+          .grads = push.grads};
+}
+
+wire::PushAck ToWire(const ParameterStore::PushResult& result) { return {result.global_step, ToWire(result.outcome)}; }
+
+wire::OutFrame EncodeState(const ParameterStore::State& state) {
+  wire::State m;
+  m.global_step = state.params->global_step;
+  m.updates = state.updates;
+  m.resume_steps = state.resume_steps;
+  wire::OutFrame f = wire::Encode(m, state.params->values, *state.slots);
+  // The tail points into the snapshot, the slots and the encoder's trailer: the frame owns all three.
+  f.keepalive = std::make_shared<std::tuple<std::shared_ptr<const void>, std::shared_ptr<const void>, std::shared_ptr<const void>>>(
+      std::move(f.keepalive), state.params, state.slots);
+  return f;
+}
+
+wire::OutFrame EncodeParams(std::shared_ptr<const ParameterStore::Snapshot> snapshot) {
+  wire::OutFrame f = wire::Encode(wire::Params{snapshot->global_step, {}}, snapshot->values);
+  f.keepalive = std::move(snapshot);  // the frame's tail points into the snapshot
+  return f;
+}
+
+}  // namespace tfd::ps

@@ -1,0 +1,23 @@
+#pragma once
+
+#include <memory>
+
+#include "common/wire/messages.h"
+#include "daemon/ps/parameter_store.h"
+
+namespace tfd::ps {
+
+// The ps's translation between decoded frames and the store's own types, used by PsService only:
+// the store never sees a wire message, and PsService never hands one to it. The wire structs have
+// been validated by their decoder, so every code is known; their byte spans are borrowed, not copied.
+
+StoreInit FromWire(const wire::Init& init);
+PushRequest FromWire(const wire::Push& push);
+
+wire::PushAck ToWire(const ParameterStore::PushResult& result);
+// A STATE frame of `state`; the frame owns (keeps alive) the snapshot and slots its tail points into.
+wire::OutFrame EncodeState(const ParameterStore::State& state);
+// A PARAMS frame of `snapshot`, which the frame keeps alive.
+wire::OutFrame EncodeParams(std::shared_ptr<const ParameterStore::Snapshot> snapshot);
+
+}  // namespace tfd::ps

@@ -1,0 +1,245 @@
+// A ps (ParameterStore + PsService behind a Listener on port 0) and one or two PsClients in this
+// one process, over loopback TCP: the INIT, pull, push and DONE conversation end to end, with no
+// tfd process and no model. The values are chosen so every expected parameter is exact in float.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "common/base/logging.h"
+#include "common/transport/listener.h"
+#include "daemon/ps/parameter_store.h"
+#include "daemon/ps/ps_service.h"
+#include "daemon/worker/placement.h"
+#include "daemon/worker/ps_client.h"
+
+namespace tfd::testing {
+namespace {
+
+using namespace std::chrono_literals;
+namespace asio = transport::asio;
+
+const std::vector<float> kInitial = {1.0f, 2.0f, 3.0f, 4.0f};
+
+// ps:0 of a cluster of `num_workers` workers, serving on an io_context thread of its own.
+class LoopbackPs {
+ public:
+  explicit LoopbackPs(int num_workers) : events_(stdout, "ps:0", /*enabled=*/false) {
+    for (int w = 0; w < num_workers; ++w) config_.cluster.worker.push_back({"127.0.0.1", static_cast<std::uint16_t>(1 + w)});
+    config_.task = {config::TaskType::kPs, 0};
+    auto listener = transport::Listener::Bind(ioc_, "127.0.0.1", 0, [this](transport::tcp::socket socket) {
+      auto conn = std::make_shared<transport::Connection>(std::move(socket), *service_, "a worker", transport::ConnectionOptions{});
+      {
+        std::lock_guard<std::mutex> lock(conns_mu_);
+        conns_.push_back(conn);
+      }
+      conn->Start();
+    });
+    REQUIRE(listener.ok());
+    listener_ = std::move(*listener);
+    config_.cluster.ps.push_back({"127.0.0.1", listener_->port()});
+    // The service takes the cluster id from the finished config, so it comes after the bind.
+    service_ = std::make_unique<ps::PsService>(config_, /*incarnation=*/0x5e, store_, events_, [this] { all_done_.store(true); });
+    listener_->Start();
+    thread_ = std::thread([this] { ioc_.run(); });
+  }
+
+  ~LoopbackPs() {
+    asio::post(ioc_, [this] {
+      listener_->Stop();
+      std::lock_guard<std::mutex> lock(conns_mu_);
+      for (const auto& c : conns_) c->Close(Status::Unavailable("test over"));
+    });
+    // Let the closes run, then stop.
+    asio::steady_timer stop(ioc_, 200ms);
+    stop.async_wait([this](const boost::system::error_code&) { ioc_.stop(); });
+    thread_.join();
+  }
+
+  // The TF_CONFIG of worker `rank` (worker 0 is the chief: the cluster has no chief task).
+  config::TfConfig WorkerConfig(int rank) const {
+    config::TfConfig c = config_;
+    c.task = {config::TaskType::kWorker, rank};
+    return c;
+  }
+  ps::ParameterStore& store() { return store_; }
+  bool all_done() const { return all_done_.load(); }
+
+ private:
+  config::TfConfig config_;
+  ps::ParameterStore store_;
+  EventWriter events_;
+  std::atomic<bool> all_done_{false};
+  std::unique_ptr<ps::PsService> service_;  // outlives the io_context, which may still hold connections
+  asio::io_context ioc_{1};
+  std::unique_ptr<transport::Listener> listener_;
+  std::mutex conns_mu_;
+  std::vector<std::shared_ptr<transport::Connection>> conns_;  // guarded by conns_mu_
+  std::thread thread_;
+};
+
+// The workers' side: an io_context thread shared by their clients, and one placement (one variable
+// of four floats on the one ps).
+class Workers {
+ public:
+  Workers() : guard_(asio::make_work_guard(ioc_)), thread_([this] { ioc_.run(); }) {
+    placement_ = worker::Place({{"w", 0, static_cast<std::int64_t>(kInitial.size())}}, 1, config::Placement::kBalanced);
+  }
+  ~Workers() {
+    for (auto& c : clients_) c->Close();
+    clients_.clear();
+    guard_.reset();
+    asio::steady_timer stop(ioc_, 200ms);
+    stop.async_wait([this](const boost::system::error_code&) { ioc_.stop(); });
+    thread_.join();
+  }
+
+  worker::PsClient& Connect(const config::TfConfig& config, std::uint64_t incarnation) {
+    worker::PsClientOptions options;
+    options.startup_timeout = 10s;
+    options.step_timeout = 10s;
+    options.reconnect_timeout = 1s;
+    auto client = worker::PsClient::Connect(ioc_, config, incarnation, placement_, options);
+    INFO(client.status().ToString());
+    REQUIRE(client.ok());
+    clients_.push_back(std::move(*client));
+    return *clients_.back();
+  }
+
+ private:
+  asio::io_context ioc_{1};
+  asio::executor_work_guard<asio::io_context::executor_type> guard_;
+  std::thread thread_;
+  worker::Placement placement_;
+  std::vector<std::unique_ptr<worker::PsClient>> clients_;
+};
+
+config::OptimizerSpec Sgd() {
+  config::OptimizerSpec sgd;
+  sgd.type = config::OptimizerSpec::Type::kSgd;
+  sgd.learning_rate = 0.5;
+  return sgd;
+}
+
+config::UpdateSpec Update(config::UpdateSpec::Mode mode) {
+  config::UpdateSpec u;
+  u.mode = mode;
+  u.scale_stale = false;  // async: plain p - lr * g, whatever the staleness
+  return u;
+}
+
+wire::Push Tag(std::uint32_t rank, std::uint64_t incarnation, std::uint64_t local_step) {
+  wire::Push tag;
+  tag.worker = rank;
+  tag.incarnation = incarnation;
+  tag.local_step = local_step;
+  return tag;
+}
+
+void Ok(const Status& s) {
+  INFO(s.ToString());
+  REQUIRE(s.ok());
+}
+
+// Waits (up to 5 s) until `done()`.
+template <typename F>
+bool Eventually(F done) {
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
+// ps:0 and both workers of its cluster, initialised with sgd (learning rate 0.5) in `mode`: the
+// chief's INIT carries kInitial, the other worker's WAIT_READY is answered once the ps holds them.
+struct TwoWorkers {
+  explicit TwoWorkers(config::UpdateSpec::Mode mode)
+      : chief(workers.Connect(ps.WorkerConfig(0), 11)), other(workers.Connect(ps.WorkerConfig(1), 22)) {
+    Ok(chief.Initialize(/*chief=*/true, Sgd(), Update(mode), kInitial));
+    CHECK(ps.store().initialized());
+    CHECK(ps.store().size() == 4);
+    std::vector<float> scratch(4, 9.0f);
+    Ok(other.Initialize(/*chief=*/false, Sgd(), Update(mode), scratch));
+  }
+  // DONE from one worker ends nothing; from both, the service calls on_all_done.
+  void DoneFromBoth() {
+    Ok(chief.Done(0));
+    std::this_thread::sleep_for(50ms);
+    CHECK_FALSE(ps.all_done());
+    Ok(other.Done(1));
+    CHECK(Eventually([&] { return ps.all_done(); }));
+  }
+
+  LoopbackPs ps{2};
+  Workers workers;  // closed before the ps stops
+  worker::PsClient& chief;
+  worker::PsClient& other;
+};
+
+TEST_CASE("async over loopback: INIT, pull, pushes applied as sgd says, a duplicate once, DONE from all", "[integration][ps]") {
+  TwoWorkers c(config::UpdateSpec::Mode::kAsync);
+  CHECK_FALSE(c.ps.store().sync());
+  std::vector<float> params(4, -1.0f);
+  Result<std::uint64_t> step = c.other.Pull(params, /*sync=*/false);
+  REQUIRE(step.ok());
+  CHECK(*step == 0);
+  CHECK(params == kInitial);
+
+  // p - 0.5 g, applied at once and pulled back in the same round trip.
+  const std::vector<float> g0 = {2.0f, 4.0f, -2.0f, 0.0f};
+  Result<worker::PsClient::StepResult> r = c.chief.PushPull(Tag(0, 11, 1), g0, params, /*sync=*/false);
+  REQUIRE(r.ok());
+  CHECK(r->global_step == 1);
+  CHECK(params == std::vector<float>{0.0f, 0.0f, 4.0f, 4.0f});
+  const std::vector<float> g1 = {1.0f, -1.0f, 1.0f, 2.0f};
+  r = c.other.PushPull(Tag(1, 22, 1), g1, params, /*sync=*/false);
+  REQUIRE(r.ok());
+  CHECK(r->global_step == 2);
+  CHECK(params == std::vector<float>{-0.5f, 0.5f, 3.5f, 3.0f});
+
+  // The same push again (same incarnation and local step: a retry) is not applied a second time.
+  r = c.other.PushPull(Tag(1, 22, 1), g1, params, /*sync=*/false);
+  REQUIRE(r.ok());
+  CHECK(r->global_step == 2);
+  CHECK(params == std::vector<float>{-0.5f, 0.5f, 3.5f, 3.0f});
+  CHECK(c.ps.store().global_step() == 2);
+
+  c.DoneFromBoth();
+}
+
+TEST_CASE("sync over loopback: a step of two workers applies the average of their gradients once", "[integration][ps]") {
+  TwoWorkers c(config::UpdateSpec::Mode::kSync);
+  CHECK(c.ps.store().sync());
+  CHECK(c.ps.store().to_aggregate() == 2);
+
+  // Both exchanges go out before either waits: each pull is answered once the second gradient
+  // has completed the step.
+  const std::vector<float> g0 = {2.0f, 4.0f, -2.0f, 0.0f}, g1 = {6.0f, 0.0f, 2.0f, 4.0f};
+  c.chief.StartPushPull(Tag(0, 11, 1), g0, /*sync=*/true, nullptr);
+  c.other.StartPushPull(Tag(1, 22, 1), g1, /*sync=*/true, nullptr);
+  std::vector<float> p0(4, -1.0f), p1(4, -1.0f);
+  Result<worker::PsClient::StepResult> r0 = c.chief.CompletePushPull(p0);
+  Result<worker::PsClient::StepResult> r1 = c.other.CompletePushPull(p1);
+  REQUIRE(r0.ok());
+  REQUIRE(r1.ok());
+  CHECK(r0->global_step == 1);
+  CHECK(r1->global_step == 1);
+  CHECK(r0->stale == 0);
+  CHECK(r1->stale == 0);
+  // mean = (4, 2, 0, 2); p - 0.5 * mean, once.
+  const std::vector<float> expected = {-1.0f, 1.0f, 3.0f, 3.0f};
+  CHECK(p0 == expected);
+  CHECK(p1 == expected);
+  CHECK(c.ps.store().global_step() == 1);
+
+  c.DoneFromBoth();
+}
+
+}  // namespace
+}  // namespace tfd::testing
