@@ -1,3 +1,7 @@
+// The whole Ring in one file (over ~500 lines): forming the ring, the reduce-scatter/all-gather
+// schedule and the drive loop all work on the lock-guarded state declared in ring.h, and read best
+// in the order a collective runs; the socket I/O itself is Link's (link.cc).
+
 #include "common/collective/ring.h"
 
 #include <poll.h>
