@@ -94,8 +94,10 @@ class LocalCluster {
         own_dir_(options_.dir == nullptr ? std::make_unique<TempDir>() : nullptr),
         dir_(options_.dir == nullptr ? *own_dir_ : *options_.dir) {
     if (!options_.job.empty()) WriteFile(dir_ / "job.json", options_.job);
-    for (int i = 0; i < options_.num_ps; ++i) cluster_["ps"].push_back("127.0.0.1:" + std::to_string(FreePort()));
-    for (int i = 0; i < options_.num_workers; ++i) cluster_["worker"].push_back("127.0.0.1:" + std::to_string(FreePort()));
+    const std::vector<int> ports = FreePorts(options_.num_ps + options_.num_workers);
+    for (int i = 0; i < options_.num_ps; ++i) cluster_["ps"].push_back("127.0.0.1:" + std::to_string(ports[i]));
+    for (int i = 0; i < options_.num_workers; ++i)
+      cluster_["worker"].push_back("127.0.0.1:" + std::to_string(ports[options_.num_ps + i]));
   }
   LocalCluster(const LocalCluster&) = delete;
   LocalCluster& operator=(const LocalCluster&) = delete;

@@ -138,15 +138,24 @@ inline sockaddr_in LoopbackAddress(int port) {
 }
 
 // A port on 127.0.0.1 that was free a moment ago (bound to port 0, read back, released).
-inline int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr = LoopbackAddress(0);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
+
+// `n` distinct free ports: every socket stays bound until all are chosen, so two calls of one
+// cluster cannot be handed the same port (consecutive FreePort() calls sometimes are).
+inline std::vector<int> FreePorts(int n) {
+  std::vector<int> fds, ports;
+  for (int i = 0; i < n; ++i) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr = LoopbackAddress(0);
+    bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    socklen_t len = sizeof addr;
+    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    fds.push_back(fd);
+    ports.push_back(ntohs(addr.sin_port));
+  }
+  for (int fd : fds) close(fd);
+  return ports;
 }
+inline int FreePort() { return FreePorts(1)[0]; }
 
 // A child process with its stdout and stderr in files. The destructor kills it if it still runs.
 class Process {
