@@ -24,7 +24,7 @@ namespace tfd::ps {
 //
 // Threads: OnFrame and OnClosed run on the strand of the connection concerned, one frame of that
 // connection at a time; the handlers run inside them. RunPs runs its io_context on one thread, so
-// there no two handlers ever overlap, but with several threads running the io_context the strands
+// two handlers never overlap there, but with several threads running the io_context the strands
 // of different connections run at once. mu_ serialises the service's own bookkeeping (which
 // connection is which worker, the requests waiting for INIT or a step, who is done or lost); the
 // store has its own lock, taken after mu_ when both are held and never the other way round.
