@@ -1,12 +1,12 @@
 #include "daemon/allreduce/run_allreduce.h"
 
 #include <random>
-#include <thread>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "common/base/service.h"
+#include "common/transport/io_thread.h"
 #include "common/transport/listener.h"
 #include "daemon/allreduce/allreduce_updater.h"
 #include "daemon/task_kind.h"
@@ -34,26 +34,13 @@ Status RunAllreduceWorker(const config::TfConfig& config, const config::JobSpec&
   events.Emit("start", {{"role", std::string("worker")}, {"rank", std::int64_t{rank}}, {"chief", chief},
                         {"mode", std::string("allreduce")}});
 
-  transport::asio::io_context ioc(1);
-  auto work = transport::asio::make_work_guard(ioc);
-  std::thread io([&ioc] { ioc.run(); });
   std::unique_ptr<transport::Listener> listener;
   std::shared_ptr<collective::Ring> ring;
-  struct Joiner {
-    transport::asio::io_context& ioc;
-    decltype(work)& guard;
-    std::thread& thread;
-    std::unique_ptr<transport::Listener>& listener;
-    std::shared_ptr<collective::Ring>& ring;
-    ~Joiner() {
-      if (ring != nullptr) ring->Close(Status::Ok());
-      if (listener != nullptr) listener->Stop();
-      guard.reset();
-      transport::asio::steady_timer limit(ioc, std::chrono::milliseconds(200));
-      limit.async_wait([this](const boost::system::error_code&) { ioc.stop(); });
-      thread.join();
-    }
-  } joiner{ioc, work, io, listener, ring};
+  // On every return: close the ring and the listener, let their closes run, stop the I/O thread.
+  transport::IoThread io([&] {
+    if (ring != nullptr) ring->Close(Status::Ok());
+    if (listener != nullptr) listener->Stop();
+  });
 
   collective::RingOptions ro;
   ro.rank = rank;
@@ -70,10 +57,10 @@ Status RunAllreduceWorker(const config::TfConfig& config, const config::JobSpec&
   ro.startup_timeout = options.startup_timeout;
   ro.step_timeout = options.step_timeout;
   ro.stop = options.stop;
-  ring = collective::Ring::Create(ioc, ro);
+  ring = collective::Ring::Create(io.context(), ro);
   if (num_workers > 1) {
     const config::Endpoint& self = config.self();
-    TFD_ASSIGN_OR_RETURN(listener, transport::Listener::Bind(ioc, options.bind_address, self.port,
+    TFD_ASSIGN_OR_RETURN(listener, transport::Listener::Bind(io.context(), options.bind_address, self.port,
                                                              [r = ring](transport::tcp::socket s) { r->Accept(std::move(s)); }));
     listener->Start();
     spdlog::info("listening on {}:{} for {}", options.bind_address.empty() ? "*" : options.bind_address, self.port,

@@ -1,12 +1,12 @@
 #include "daemon/worker/run_worker.h"
 
 #include <random>
-#include <thread>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "common/base/service.h"
+#include "common/transport/io_thread.h"
 #include "common/tensor/gemm.h"
 #include "daemon/train/job_data.h"
 #include "daemon/train/trainer.h"
@@ -100,7 +100,7 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
   const int num_workers = config.cluster.num_workers();
   const int rank = config.cluster.WorkerRank(config.task);
   if (job.update.mode == config::UpdateSpec::Mode::kAllreduce)
-    return Status::InvalidArgument("update.mode: allreduce has no ps: run it with allreduce::RunAllreduceWorker");
+    return Status::Internal("update.mode: allreduce runs without ps tasks; this worker serves the ps modes only");
   if (options.shard_limit > 0)
     return Status::InvalidArgument("--shard-limit: only in allreduce mode (the ps modes need every worker to take the same steps)");
   if (config.cluster.ps.empty())
@@ -127,21 +127,7 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
   events.Emit("start", {{"role", std::string("worker")}, {"rank", std::int64_t{rank}}, {"chief", chief},
                         {"mode", std::string(sync ? "sync" : "async")}});
 
-  transport::asio::io_context ioc(1);
-  auto work = transport::asio::make_work_guard(ioc);
-  std::thread io([&ioc] { ioc.run(); });
-  struct Joiner {
-    transport::asio::io_context& ioc;
-    decltype(work)& guard;
-    std::thread& thread;
-    ~Joiner() {
-      // Let the connections' closes run (they release their clients), then stop.
-      guard.reset();
-      transport::asio::steady_timer limit(ioc, std::chrono::milliseconds(200));
-      limit.async_wait([this](const boost::system::error_code&) { ioc.stop(); });
-      thread.join();
-    }
-  } joiner{ioc, work, io};
+  transport::IoThread io;  // destroyed after the client below: its connections close first
 
   const std::uint64_t incarnation = (static_cast<std::uint64_t>(std::random_device{}()) << 32) | std::random_device{}();
   PsClientOptions ps_options;
@@ -150,7 +136,7 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
   ps_options.step_timeout = options.step_timeout;
   ps_options.reconnect_timeout = options.reconnect_timeout;
   ps_options.stop = options.stop;
-  TFD_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client, PsClient::Connect(ioc, config, incarnation, placement, ps_options));
+  TFD_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client, PsClient::Connect(io.context(), config, incarnation, placement, ps_options));
   Checkpointer checkpointer(job, model, placement, *client, events, num_workers,
                             train::StepsPerEpoch(loaded.data.train.size, num_workers, job.batch_size));
   if (chief) TFD_RETURN_IF_ERROR(checkpointer.PrepareRestore());
