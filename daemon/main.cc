@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
       ("peer-timeout", po::value<double>(&peer_timeout)->value_name("SECS"), "a peer silent this long (no frame, no heartbeat) is lost (default 8)")
       ("startup-timeout", po::value<double>(&startup_timeout)->value_name("SECS"), "how long a worker waits for every ps to be up and initialised (default 120)")
       ("step-timeout", po::value<double>(&step_timeout)->value_name("SECS"), "how long one push/pull may take (default 300)")
-      ("reconnect-timeout", po::value<double>(&reconnect_timeout)->value_name("SECS"), "how long a worker redials a lost ps (restarted, or unreachable) before it gives up (default 60)")
+      ("reconnect-timeout", po::value<double>(&reconnect_timeout)->value_name("SECS"), "how long a worker redials a lost ps (restarted, or unreachable), and a ps waits for a lost worker, before giving up (default 60)")
       ("shard-limit", po::value<std::int64_t>(&shard_limit)->value_name("N"), "allreduce: use at most N examples of this worker's shard each epoch (uneven shards)")
       ("params-out", po::value<std::string>(&params_out)->value_name("FILE"), "write the final parameters to FILE (raw little-endian float32, in variable order)")
       ("log-format", po::value<std::string>(&log_format)->value_name("FMT"), "text (default): log lines on stderr; json: also one JSON event per line on stdout")
@@ -180,7 +180,11 @@ int main(int argc, char** argv) {
     conn.token = token;
     conn.insecure = insecure;
     if (is_ps) {
-      s = tfd::ps::RunPs(*tf_config, events, {.bind_address = bind, .connection = conn, .stop = &g_stop});
+      s = tfd::ps::RunPs(*tf_config, events,
+                         {.bind_address = bind,
+                          .connection = conn,
+                          .stop = &g_stop,
+                          .worker_return_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(reconnect_timeout * 1000))});
     } else {
       tfd::train::WorkerTaskOptions options;
       options.startup_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(startup_timeout * 1000));

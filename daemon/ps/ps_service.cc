@@ -35,12 +35,15 @@ void ReplyError(Connection& to, std::uint64_t request_id, const Status& why) {
 
 }  // namespace
 
+double Seconds(std::chrono::milliseconds d) { return std::chrono::duration<double>(d).count(); }
+
 PsService::PsService(const config::TfConfig& config, std::uint64_t incarnation, ParameterStore& store, EventWriter& events,
-                     std::function<void()> on_all_done)
+                     Limits limits, std::function<void(const Ending&)> on_end)
     : config_(config),
       store_(store),
       events_(events),
-      on_all_done_(std::move(on_all_done)),
+      limits_(limits),
+      on_end_(std::move(on_end)),
       self_(config.task.ToString()),
       identity_(HandshakeIdentityOf(config, incarnation)) {}
 
@@ -68,6 +71,14 @@ void PsService::OnFrame(const std::shared_ptr<Connection>& from, wire::InFrame f
     Status why = Status::FailedPrecondition(fmt::format("{} sent {} before HELLO", from->peer_name(), wire::MessageTypeName(type)));
     spdlog::warn("{}", why.message());
     return from->SendErrorAndClose(why);
+  }
+  if (type != wire::MessageType::kDone && type != wire::MessageType::kError) {
+    std::optional<Status> ended;
+    {
+      MutexLock lock(&mu_);
+      ended = ended_;
+    }
+    if (ended) return ReplyError(*from, frame.header.request_id, *ended);  // the run is over: say why
   }
   switch (type) {
     case wire::MessageType::kInit: return HandleInit(from, frame, rank);
@@ -111,6 +122,9 @@ void PsService::HandleHello(const ConnectionPtr& from, const wire::InFrame& fram
   {
     MutexLock lock(&mu_);
     ranks_[from.get()] = rank;
+    seen_.insert(rank);
+    if (!first_contact_) first_contact_ = Clock::now();
+    given_up_.erase(rank);
     if (gone_.erase(rank) > 0) RejoinedLocked(rank, peer_name, hello.incarnation);
   }
   spdlog::debug("{} connected (incarnation {:016x})", peer_name, hello.incarnation);
@@ -218,18 +232,18 @@ void PsService::HandleDone(const ConnectionPtr& from, const wire::InFrame& frame
   wire::Done done;
   if (!DecodeOrRefuse(*from, frame, &done)) return;
   Reply(*from, wire::EncodeDoneAck(), frame.header.request_id);
-  bool finished = false;
+  std::optional<Ending> finished;
   std::size_t count = 0;
   {
     MutexLock lock(&mu_);
     done_.insert(rank);
     count = done_.size();
-    // With on_worker_loss shrink, a lost worker is written off: the others' DONE ends the run.
-    const std::size_t written_off = store_.sync() && store_.update().on_worker_loss == OnWorkerLoss::kShrink ? gone_.size() : 0;
-    if (!all_done_ && static_cast<int>(done_.size() + written_off) == config_.cluster.num_workers()) finished = all_done_ = true;
+    finished = FinishedLocked();
   }
   spdlog::info("{} is done ({} of {} workers)", from->peer_name(), count, config_.cluster.num_workers());
-  if (finished) on_all_done_();
+  events_.Emit("worker_done", {{"peer", from->peer_name()}, {"done", static_cast<std::int64_t>(count)},
+                               {"global_step", static_cast<std::int64_t>(store_.global_step())}});
+  if (finished) return CallOnEnd(*finished);
   FailPullsIfStepStuck();
 }
 
@@ -282,22 +296,115 @@ void PsService::OnClosed(const std::shared_ptr<Connection>& from, const Status& 
   events_.Emit("peer_lost", {{"peer", from->peer_name()}, {"message", why.message()}});
   {
     MutexLock lock(&mu_);
-    gone_[rank] = from->peer_name();
+    gone_[rank] = Absence{from->peer_name(), store_.global_step(), Clock::now(), false};
   }
   FailPullsIfStepStuck();  // async: nothing waits on the others
+}
+
+void PsService::Tick(Clock::time_point now) {
+  std::optional<Ending> end;
+  {
+    MutexLock lock(&mu_);
+    if (end_called_) return;
+    if (!ended_ && first_contact_) {
+      std::set<int> live;
+      for (const auto& [conn, r] : ranks_) live.insert(r);
+      for (int r = 0; r < config_.cluster.num_workers(); ++r) {
+        if (done_.contains(r) || live.contains(r) || given_up_.contains(r)) continue;
+        auto it = gone_.find(r);
+        // Not connected since the first worker's HELLO: as good as lost then.
+        const Absence away = it != gone_.end() ? it->second
+                                               : Absence{fmt::format("{} (never connected)", config_.cluster.WorkerTask(r).ToString()),
+                                                         store_.global_step(), *first_contact_, true};
+        if (now - away.since < limits_.worker_return_timeout) continue;
+        given_up_.insert(r);
+        gone_[r] = away;
+        spdlog::warn("gave up on {}: {} at global_step {} and not back within {:.0f} s", away.name,
+                     away.never_connected ? "absent" : "lost", away.global_step, Seconds(limits_.worker_return_timeout));
+        events_.Emit("gave_up", {{"peer", away.name}, {"global_step", static_cast<std::int64_t>(away.global_step)}});
+      }
+      if (given_up_.contains(0)) {
+        const Absence& chief = gone_[0];
+        EndRunLocked(Status::FailedPrecondition(fmt::format(
+            "{}: the run is over: the chief {} {} at global_step {} and did not come back within {:.0f} s", self_, chief.name,
+            chief.never_connected ? "never connected" : "was lost", chief.global_step, Seconds(limits_.worker_return_timeout))));
+      } else {
+        end = FinishedLocked();
+      }
+    }
+    if (ended_ && !end && (ranks_.empty() || now >= *ended_at_ + limits_.end_grace)) {
+      end = Ending{false, fmt::format("{}{}; global_step={}", ended_->message(), GivenUpLocked(ended_->message()), store_.global_step())};
+    }
+  }
+  if (end) return CallOnEnd(*end);
+  FailPullsIfStepStuck();  // sync: a step may wait on a worker just given up on
+}
+
+std::optional<PsService::Ending> PsService::FinishedLocked() {
+  if (end_called_ || ended_ || !done_.contains(0)) return std::nullopt;  // the chief's DONE comes first
+  const bool shrink = store_.sync() && store_.update().on_worker_loss == OnWorkerLoss::kShrink;
+  std::set<int> live;
+  for (const auto& [conn, r] : ranks_) live.insert(r);
+  std::vector<std::string> written_off;
+  for (int r = 1; r < config_.cluster.num_workers(); ++r) {
+    if (done_.contains(r) || given_up_.contains(r)) continue;
+    // With on_worker_loss shrink, a lost worker is written off: the others' DONE ends the run.
+    if (shrink && gone_.contains(r) && !live.contains(r)) {
+      written_off.push_back(gone_[r].name);
+      continue;
+    }
+    return std::nullopt;
+  }
+  std::string gave_up = GivenUpLocked();
+  if (!written_off.empty()) gave_up += fmt::format("; wrote off {} (update.on_worker_loss: shrink)", fmt::join(written_off, ", "));
+  if (gave_up.empty()) return Ending{true, fmt::format("every worker is done: global_step={}; exiting", store_.global_step())};
+  return Ending{true, fmt::format("every live worker is done{}; global_step={}; exiting", gave_up, store_.global_step())};
+}
+
+std::string PsService::GivenUpLocked(std::string_view named) const {
+  std::vector<std::string> names;
+  for (int r : given_up_) {
+    const Absence& a = gone_.at(r);
+    if (!named.empty() && named.find(a.name) != std::string_view::npos) continue;
+    names.push_back(a.never_connected ? a.name : fmt::format("{} (lost at global_step {})", a.name, a.global_step));
+  }
+  if (names.empty()) return "";
+  return fmt::format("; gave up on {} (not back within {:.0f} s)", fmt::join(names, ", "), Seconds(limits_.worker_return_timeout));
+}
+
+void PsService::EndRunLocked(const Status& why) {
+  if (ended_ || end_called_) return;
+  ended_ = why;
+  ended_at_ = Clock::now();
+  spdlog::warn("{}", why.message());
+  events_.Emit("run_ended", {{"message", why.message()}, {"global_step", static_cast<std::int64_t>(store_.global_step())}});
+  for (std::vector<Waiter>* waiting : {&ready_waiters_, &pull_waiters_}) {
+    for (const Waiter& w : *waiting)
+      if (auto c = w.conn.lock()) ReplyError(*c, w.request_id, why);
+    waiting->clear();
+  }
+}
+
+void PsService::CallOnEnd(const Ending& ending) {
+  {
+    MutexLock lock(&mu_);
+    if (end_called_) return;
+    end_called_ = true;
+  }
+  on_end_(ending);
 }
 
 void PsService::FailPullsIfStepStuck() {
   if (!store_.sync()) return;
   const std::vector<bool> received = store_.received();
   const UpdateRule update = store_.update();
-  std::vector<Waiter> pulls;
+  std::vector<Waiter> finished_only;
   int held = 0, can_send = 0;
-  bool lost = false;
   std::vector<std::string> missing;
   {
     MutexLock lock(&mu_);
-    if (pull_waiters_.empty()) return;
+    if (pull_waiters_.empty() || ended_) return;
+    bool lost = false, for_good = false;
     std::set<int> live;
     for (const auto& [conn, r] : ranks_) live.insert(r);
     for (int r = 0; r < config_.cluster.num_workers(); ++r) {
@@ -307,48 +414,56 @@ void PsService::FailPullsIfStepStuck() {
       if (done_.contains(r)) {
         missing.push_back(fmt::format("{} has finished", config_.cluster.WorkerTask(r).ToString()));
       } else if (gone_.contains(r) && !live.contains(r)) {
-        missing.push_back(fmt::format("{} was lost", gone_[r]));
+        const Absence& a = gone_[r];
         lost = true;
+        if (given_up_.contains(r)) {
+          for_good = true;
+          missing.push_back(a.never_connected ? fmt::format("{} within {:.0f} s", a.name, Seconds(limits_.worker_return_timeout))
+                                              : fmt::format("{} was lost at global_step {} and did not come back within {:.0f} s",
+                                                            a.name, a.global_step, Seconds(limits_.worker_return_timeout)));
+        } else {
+          missing.push_back(fmt::format("{} was lost", a.name));
+        }
       } else {
         ++can_send;  // connected, or not connected yet: it may still send its gradient
       }
     }
     if (held + can_send >= store_.to_aggregate()) return;
-    if (lost && update.on_worker_loss == OnWorkerLoss::kWait) {  // wait: a restarted worker resumes at this step
-      const std::string note = fmt::format("sync step {} waits for {} to come back (update.on_worker_loss: wait)",
-                                           store_.global_step() + 1, fmt::join(missing, ", "));
+    if (lost && !for_good && update.on_worker_loss == OnWorkerLoss::kWait) {  // wait: a restarted worker resumes at this step
+      const std::string note = fmt::format("sync step {} waits for a lost worker to come back ({}; update.on_worker_loss: wait, for up to {:.0f} s)",
+                                           store_.global_step() + 1, fmt::join(missing, ", "), Seconds(limits_.worker_return_timeout));
       if (note != waiting_note_) spdlog::warn("{}", note);
       waiting_note_ = note;
       return;
     }
-    if (!(lost && update.on_worker_loss == OnWorkerLoss::kShrink && held + can_send >= static_cast<int>(update.min_replicas)))
-      pulls.swap(pull_waiters_);
+    const bool shrink = update.on_worker_loss == OnWorkerLoss::kShrink;
+    if (!lost) {
+      // Only finished workers are missing (a backup worker's last steps, when the others are done):
+      // nothing more will be aggregated, so let it finish on the final parameters.
+      finished_only.swap(pull_waiters_);
+    } else if (!(shrink && held + can_send >= static_cast<int>(update.min_replicas))) {
+      // The step can never complete: the run is over, and every worker hears why.
+      const std::string below = shrink ? fmt::format(" (fewer than min_replicas {})", update.min_replicas) : "";
+      EndRunLocked(Status::Unavailable(fmt::format("{}: sync step {} cannot complete: it needs {} gradients, has {}, and {}{}", self_,
+                                                   store_.global_step() + 1, store_.to_aggregate(), held,
+                                                   missing.empty() ? std::string("no other worker can send one")
+                                                                   : fmt::format("{}", fmt::join(missing, ", ")),
+                                                   below)));
+      return;
+    }
   }
-  if (pulls.empty()) {  // shrink: go on with the gradients the workers left can send
-    const int quorum = held + can_send;
-    spdlog::warn("quorum: sync steps aggregate {} of {} gradients from step {} on ({}; update.on_worker_loss: shrink, "
-                 "min_replicas {})",
-                 quorum, store_.configured_quorum(), store_.global_step() + 1, fmt::join(missing, ", "), update.min_replicas);
-    events_.Emit("quorum", {{"quorum", std::int64_t{quorum}}, {"global_step", static_cast<std::int64_t>(store_.global_step())}});
-    if (store_.SetQuorum(quorum)) ReleaseWaiters();
-    return;
-  }
-  if (!lost) {
-    // Only finished workers are missing (a backup worker's last steps, when the others are done):
-    // nothing more will be aggregated, so let it finish on the final parameters.
-    for (const Waiter& w : pulls)
+  if (!finished_only.empty()) {
+    for (const Waiter& w : finished_only)
       if (auto c = w.conn.lock()) ReplyParams(*c, w.request_id);
     return;
   }
-  const std::string below = update.on_worker_loss == OnWorkerLoss::kShrink ? fmt::format(" (fewer than min_replicas {})", update.min_replicas) : "";
-  const Status fail = Status::Unavailable(fmt::format("{}: sync step {} cannot complete: it needs {} gradients, has {}, and {}{}", self_,
-                                                      store_.global_step() + 1, store_.to_aggregate(), held,
-                                                      missing.empty() ? std::string("no other worker can send one")
-                                                                      : fmt::format("{}", fmt::join(missing, ", ")),
-                                                      below));
-  spdlog::warn("{}", fail.message());
-  for (const Waiter& w : pulls)
-    if (auto c = w.conn.lock()) ReplyError(*c, w.request_id, fail);
+  // shrink: go on with the gradients the workers left can send
+  const int quorum = held + can_send;
+  spdlog::warn("quorum: sync steps aggregate {} of {} gradients from step {} on ({}; update.on_worker_loss: shrink, "
+               "min_replicas {})",
+               quorum, store_.configured_quorum(), store_.global_step() + 1, fmt::join(missing, ", "), update.min_replicas);
+  events_.Emit("quorum", {{"quorum", std::int64_t{quorum}}, {"global_step", static_cast<std::int64_t>(store_.global_step())}});
+  if (store_.SetQuorum(quorum)) ReleaseWaiters();
 }
 
 }  // namespace tfd::ps

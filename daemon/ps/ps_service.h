@@ -1,7 +1,9 @@
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <set>
 #include <string>
@@ -18,9 +20,20 @@ namespace tfd::ps {
 
 // Serves one ps task's store to the workers: the handshake (HELLO -> WELCOME, refusing another
 // cluster or protocol version with a reason), INIT, WAIT_READY, PULL (held back until the step it
-// asks for), PUSH, STATE_PULL and DONE, one handler per message. Calls `on_all_done` once every
-// worker has sent DONE. PsService is the ps's only translator between frames and the store
-// (through wire_convert.h): the store takes and returns its own types.
+// asks for), PUSH, STATE_PULL and DONE, one handler per message. PsService is the ps's only
+// translator between frames and the store (through wire_convert.h): the store takes and returns
+// its own types.
+//
+// No wait is forever. A worker that is not connected (lost before its DONE, or, once any worker
+// has connected, never seen) is given up on when it has been away for `worker_return_timeout`:
+// - the chief given up on ends the run: every waiting and later request is answered with an error
+//   naming it, so the other workers stop and say why;
+// - sync: a step that can never complete (a lost worker under on_worker_loss fail, one given up on
+//   under wait, too few left under shrink) ends the run the same way;
+// - otherwise the run is over once the chief has sent DONE and every other worker has sent DONE or
+//   been given up on (or, under shrink, written off).
+// `on_end` is called once, with how the run ended: ok (exit 0) only when the chief finished; after
+// a failed end, once the workers have left or `end_grace` has passed, so they hear the reason.
 //
 // Threads: OnFrame and OnClosed run on the strand of the connection concerned, one frame of that
 // connection at a time; the handlers run inside them. RunPs runs its io_context on one thread, so
@@ -28,12 +41,26 @@ namespace tfd::ps {
 // of different connections run at once. mu_ serialises the service's own bookkeeping (which
 // connection is which worker, the requests waiting for INIT or a step, who is done or lost); the
 // store has its own lock, taken after mu_ when both are held and never the other way round.
-// Replies may be sent under mu_ (Connection::Send only queues); `on_all_done` is called without it.
+// Replies may be sent under mu_ (Connection::Send only queues); `on_end` is called without it.
 class PsService : public transport::FrameHandler {
  public:
+  using Clock = std::chrono::steady_clock;
+  struct Limits {
+    std::chrono::milliseconds worker_return_timeout{60000};  // a worker away this long is given up on
+    std::chrono::milliseconds end_grace{8000};               // after a failed end: how long the workers get to hear it
+  };
+  struct Ending {
+    bool ok = false;      // the chief finished: exit 0
+    std::string message;  // the ps's last line: what ended the run, who was given up on, the global step
+  };
+
   // `config`, `store` and `events` must outlive the service.
-  PsService(const config::TfConfig& config, std::uint64_t incarnation, ParameterStore& store, EventWriter& events,
-            std::function<void()> on_all_done);
+  PsService(const config::TfConfig& config, std::uint64_t incarnation, ParameterStore& store, EventWriter& events, Limits limits,
+            std::function<void(const Ending&)> on_end);
+
+  // Gives up on workers away past the return timeout and ends the run when nothing is left to wait
+  // for (see above). The caller calls it every few tens of milliseconds, on any thread.
+  void Tick(Clock::time_point now) TFD_EXCLUDES(mu_);
 
   void OnFrame(const std::shared_ptr<transport::Connection>& from, wire::InFrame frame) override TFD_EXCLUDES(mu_);
   void OnClosed(const std::shared_ptr<transport::Connection>& from, const Status& why) override TFD_EXCLUDES(mu_);
@@ -56,6 +83,14 @@ class PsService : public transport::FrameHandler {
   void HandleDone(const ConnectionPtr& from, const wire::InFrame& frame, int rank) TFD_EXCLUDES(mu_);
   void HandleError(const ConnectionPtr& from, const wire::InFrame& frame);
 
+  // A worker rank away from the run (lost before DONE, or never connected): since when, and its name.
+  struct Absence {
+    std::string name;
+    std::uint64_t global_step = 0;  // when it was lost
+    Clock::time_point since;
+    bool never_connected = false;
+  };
+
   // A worker rejoined after it was lost: forget the loss, and (on_worker_loss shrink) grow the quorum back.
   void RejoinedLocked(int rank, const std::string& peer_name, std::uint64_t incarnation) TFD_REQUIRES(mu_);
   void ReplyParams(transport::Connection& to, std::uint64_t request_id);
@@ -64,6 +99,13 @@ class PsService : public transport::FrameHandler {
   // finished or already sent this step's gradient), fails the waiting pulls naming the lost
   // workers, or, when the missing ones have only finished, answers them with the final parameters.
   void FailPullsIfStepStuck() TFD_EXCLUDES(mu_);
+  // Ends the run as failed: answers every waiting request with `why` and refuses later ones.
+  void EndRunLocked(const Status& why) TFD_REQUIRES(mu_);
+  // Once nothing is left to wait for, the successful end; nullopt while the run goes on.
+  std::optional<Ending> FinishedLocked() TFD_REQUIRES(mu_);
+  // "; gave up on worker:1 (...) (lost at ...)" for those not named in `named` already, or "".
+  std::string GivenUpLocked(std::string_view named = {}) const TFD_REQUIRES(mu_);
+  void CallOnEnd(const Ending& ending) TFD_EXCLUDES(mu_);
   int RankOf(const transport::Connection* c) TFD_EXCLUDES(mu_);
   int RankOfLocked(const transport::Connection* c) const TFD_REQUIRES(mu_);
   Status LayoutMismatch(const transport::Connection& worker) const;
@@ -71,7 +113,8 @@ class PsService : public transport::FrameHandler {
   const config::TfConfig& config_;
   ParameterStore& store_;
   EventWriter& events_;
-  std::function<void()> on_all_done_;
+  const Limits limits_;
+  std::function<void(const Ending&)> on_end_;
   const std::string self_;
   const transport::HandshakeIdentity identity_;
 
@@ -79,10 +122,15 @@ class PsService : public transport::FrameHandler {
   std::map<const transport::Connection*, int> ranks_ TFD_GUARDED_BY(mu_);  // handshaken workers -> rank
   std::vector<Waiter> ready_waiters_ TFD_GUARDED_BY(mu_);                  // WAIT_READY before INIT
   std::vector<Waiter> pull_waiters_ TFD_GUARDED_BY(mu_);                   // PULLs ahead of the global step
-  std::map<int, std::string> gone_ TFD_GUARDED_BY(mu_);                    // ranks lost before DONE -> their names
+  std::map<int, Absence> gone_ TFD_GUARDED_BY(mu_);                        // ranks lost before DONE
+  std::set<int> given_up_ TFD_GUARDED_BY(mu_);                             // away past the return timeout
+  std::set<int> seen_ TFD_GUARDED_BY(mu_);                                 // ranks that ever shook hands
+  std::optional<Clock::time_point> first_contact_ TFD_GUARDED_BY(mu_);     // the first worker's HELLO
   std::string waiting_note_ TFD_GUARDED_BY(mu_);                           // on_worker_loss wait: what was last logged
   std::set<int> done_ TFD_GUARDED_BY(mu_);
-  bool all_done_ TFD_GUARDED_BY(mu_) = false;
+  std::optional<Status> ended_ TFD_GUARDED_BY(mu_);  // the run ended as failed: why
+  std::optional<Clock::time_point> ended_at_ TFD_GUARDED_BY(mu_);
+  bool end_called_ TFD_GUARDED_BY(mu_) = false;  // on_end_ was called (or is being called)
 };
 
 }  // namespace tfd::ps

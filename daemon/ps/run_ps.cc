@@ -1,5 +1,6 @@
 #include "daemon/ps/run_ps.h"
 
+#include <optional>
 #include <random>
 #include <set>
 
@@ -18,14 +19,17 @@ Status RunPs(const config::TfConfig& config, EventWriter& events, const PsOption
   asio::io_context ioc(1);
   const std::uint64_t incarnation = (static_cast<std::uint64_t>(std::random_device{}()) << 32) | std::random_device{}();
   ParameterStore store;
-  bool all_done = false;
+  std::optional<PsService::Ending> ending;  // set on the io thread
   asio::steady_timer stopper(ioc);
   std::set<std::shared_ptr<transport::Connection>> connections;
   std::mutex connections_mu;
-  PsService service(config, incarnation, store, events, [&] {
-    // Let the last acknowledgements reach their workers, then stop.
-    asio::post(ioc, [&] {
-      all_done = true;
+  PsService::Limits limits;
+  limits.worker_return_timeout = options.worker_return_timeout;
+  limits.end_grace = options.connection.peer_timeout;
+  PsService service(config, incarnation, store, events, limits, [&](const PsService::Ending& end) {
+    // Let the last answers reach their workers, then stop.
+    asio::post(ioc, [&, end] {
+      ending = end;
       stopper.expires_after(std::chrono::milliseconds(200));
       stopper.async_wait([&](const boost::system::error_code&) { ioc.stop(); });
     });
@@ -72,6 +76,7 @@ Status RunPs(const config::TfConfig& config, EventWriter& events, const PsOption
         return;
       }
       const auto now = std::chrono::steady_clock::now();
+      service.Tick(now);
       if (!store.initialized() && now >= next_wait_log) {
         spdlog::info("waiting for the chief ({} at {}) to initialise the variables",
                      config.cluster.WorkerTask(0).ToString(), config.cluster.EndpointOf(config.cluster.WorkerTask(0)).ToString());
@@ -96,8 +101,9 @@ Status RunPs(const config::TfConfig& config, EventWriter& events, const PsOption
   const auto stale = store.stale_counts();
   for (std::size_t w = 0; w < stale.size(); ++w)
     if (stale[w] > 0) spdlog::info("dropped {} stale gradients from {}", stale[w], config.cluster.WorkerTask(static_cast<int>(w)).ToString());
-  if (stopped && !all_done) return Status::FailedPrecondition(fmt::format("stopped by a signal at global_step {}", store.global_step()));
-  spdlog::info("every worker is done: global_step={}; exiting", store.global_step());
+  if (!ending) return Status::FailedPrecondition(fmt::format("stopped by a signal at global_step {}", store.global_step()));
+  if (!ending->ok) return Status::FailedPrecondition(ending->message);
+  spdlog::info("{}", ending->message);
   events.Emit("done", {{"global_step", static_cast<std::int64_t>(store.global_step())},
                        {"refused_connections", static_cast<std::int64_t>(refused.total())}});
   return Status::Ok();

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <string>
 
 #include "common/base/logging.h"
@@ -16,11 +17,16 @@ struct PsOptions {
   // read the refusal counts as they grow.
   transport::ConnectionOptions connection;
   const std::atomic<bool>* stop = nullptr;  // set by a signal handler
+  // How long a lost (or never connected) worker may stay away before the ps gives up on it (tfd's
+  // --reconnect-timeout: the same deadline the workers give a lost ps).
+  std::chrono::milliseconds worker_return_timeout{60000};
 };
 
 // Runs this process as the ps task of `config`: listens on its endpoint's port, serves the workers
-// and returns Ok once every worker has sent DONE. Unavailable if it cannot listen;
-// FailedPrecondition when stopped by a signal.
+// and returns Ok once the chief and every other worker has sent DONE or been given up on (see
+// PsService). Unavailable if it cannot listen; FailedPrecondition when stopped by a signal, or when
+// the run ended without the chief finishing (the chief given up on, a sync step that can never
+// complete), with a message naming what was lost and the global step.
 Status RunPs(const config::TfConfig& config, EventWriter& events, const PsOptions& options);
 
 }  // namespace tfd::ps

@@ -32,11 +32,17 @@ Status Train(const config::JobSpec& job, const model::MnistData& data, model::Mo
   std::int64_t local_step = std::min<std::int64_t>(options.start_local_step, steps * job.epochs), global_step = 0;
   double test_accuracy = -1;
   const int first_epoch = static_cast<int>(local_step / steps) + 1;
+  int epoch = first_epoch;
+  // An updater's error (a lost peer, a ps that ended the run) says where this worker was.
+  auto where = [&](const Status& s) {
+    return Status(s.code(), fmt::format("{} (this worker was at epoch {}, local_step {}, global_step {})", s.message(), epoch,
+                                        local_step, global_step));
+  };
   if (local_step > 0) {
     spdlog::info("{}resuming at epoch {} step {} of {} (local_step {} was applied before this restart)", prefix, first_epoch,
                  local_step % steps + 1, steps, local_step);
   }
-  for (int epoch = first_epoch; epoch <= job.epochs; ++epoch) {
+  for (; epoch <= job.epochs; ++epoch) {
     std::vector<std::uint32_t> shard =
         model::EpochShard(data.train.size, job.seed, epoch, options.rank, options.num_workers, job.shuffle);
     double loss_sum = 0;
@@ -56,13 +62,15 @@ Status Train(const config::JobSpec& job, const model::MnistData& data, model::Mo
       tensor::LossResult r = model.ComputeGradients(x.data(), y, [&](std::size_t from) {
         if (sending.ok()) sending = updater.GradientsReady(model, from);
       });
-      TFD_RETURN_IF_ERROR(sending);
+      if (!sending.ok()) return where(sending);
       if (!std::isfinite(r.loss)) {
         return Status::Internal(fmt::format("loss is {} at epoch {} local_step {}: training diverged (lower the learning rate)",
                                             r.loss, epoch, local_step));
       }
       ++local_step;
-      TFD_ASSIGN_OR_RETURN(global_step, updater.Step(model, local_step));
+      Result<std::int64_t> stepped = updater.Step(model, local_step);
+      if (!stepped.ok()) return where(stepped.status());
+      global_step = *stepped;
       loss_sum += r.loss * batch;
       correct += r.correct;
       seen += batch;
@@ -76,7 +84,9 @@ Status Train(const config::JobSpec& job, const model::MnistData& data, model::Mo
       if (options.stop != nullptr && options.stop->load(std::memory_order_relaxed)) {
         return Status::FailedPrecondition(fmt::format("stopped by a signal at epoch {} local_step {}", epoch, local_step));
       }
-      TFD_ASSIGN_OR_RETURN(global_step, updater.JoinStep(model));
+      Result<std::int64_t> joined = updater.JoinStep(model);
+      if (!joined.ok()) return where(joined.status());
+      global_step = *joined;
     }
     const double secs = std::chrono::duration<double>(Clock::now() - start).count();
     const double samples_per_sec = secs > 0 ? static_cast<double>(seen) / secs : 0;
@@ -98,7 +108,10 @@ Status Train(const config::JobSpec& job, const model::MnistData& data, model::Mo
     NotifyStatus(fmt::format("epoch {} of {}: global_step={} loss={:.4f} accuracy={:.4f}{}", epoch, job.epochs, global_step, loss,
                              accuracy, eval));
   }
-  TFD_ASSIGN_OR_RETURN(global_step, updater.Finish(model));
+  epoch = job.epochs;
+  Result<std::int64_t> finished = updater.Finish(model);
+  if (!finished.ok()) return where(finished.status());
+  global_step = *finished;
   if (updater.FinishChangesParams() || test_accuracy < 0) test_accuracy = model::Evaluate(model, data.test);
   const std::string sha = model::ParamsSha256(model);
   if (!options.params_out.empty()) {

@@ -153,6 +153,7 @@ Status Checkpointer::Take(bool wait) {
   last_saved_ = ck->global_step;
   if (schedule_) schedule_->Saved(ck->global_step, Clock::now());
   const double paused_ms = MsSince(start);
+  events_.Emit("checkpoint_start", {{"global_step", static_cast<std::int64_t>(ck->global_step)}});
   // The rest reads only what it is given (and the Checkpointer's constant tables): it runs on its
   // own thread while training goes on.
   writing_ = std::async(std::launch::async, [this, ck, shards, start, paused_ms]() -> Status {

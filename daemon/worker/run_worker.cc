@@ -140,10 +140,13 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
   Checkpointer checkpointer(job, model, placement, *client, events, num_workers,
                             train::StepsPerEpoch(loaded.data.train.size, num_workers, job.batch_size));
   if (chief) TFD_RETURN_IF_ERROR(checkpointer.PrepareRestore());
-  TFD_RETURN_IF_ERROR(client->Initialize(chief, job.optimizer, job.update, model.params()));
+  auto at_start = [](const Status& s) { return Status(s.code(), s.message() + " (this worker was starting: no step taken yet)"); };
+  if (Status s = client->Initialize(chief, job.optimizer, job.update, model.params()); !s.ok()) return at_start(s);
   // Start from what the ps tasks hold (the chief's initial values, a checkpoint's, or further if
   // others began).
-  TFD_ASSIGN_OR_RETURN(std::uint64_t start_step, client->Pull(model.params(), false));
+  Result<std::uint64_t> pulled = client->Pull(model.params(), false);
+  if (!pulled.ok()) return at_start(pulled.status());
+  const std::uint64_t start_step = *pulled;
   if (chief) checkpointer.Started(start_step);
   spdlog::info("ready: training from global_step {}", start_step);
   events.Emit("ready", {{"global_step", static_cast<std::int64_t>(start_step)}});
@@ -155,7 +158,8 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
   topts.start_local_step = static_cast<std::int64_t>(client->resume_step());
   TFD_RETURN_IF_ERROR(train::Train(job, loaded.data, model, updater, events, topts));
   if (sync) spdlog::info("{} gradients of this worker were dropped as stale", updater.stale());
-  TFD_RETURN_IF_ERROR(client->Done(static_cast<std::uint32_t>(rank)));
+  if (Status s = client->Done(static_cast<std::uint32_t>(rank)); !s.ok())
+    return Status(s.code(), s.message() + " (this worker had finished training and was sending DONE)");
   client->Close();
   return Status::Ok();
 }

@@ -108,7 +108,7 @@ double TfdPushPull(std::size_t floats, double seconds, std::shared_ptr<const tfd
   });
   if (!listener.ok()) return 0;
   ps_config.cluster.ps.push_back({"127.0.0.1", (*listener)->port()});
-  service = std::make_unique<tfd::ps::PsService>(ps_config, 1, store, events, [] {});
+  service = std::make_unique<tfd::ps::PsService>(ps_config, 1, store, events, tfd::ps::PsService::Limits{}, [](const tfd::ps::PsService::Ending&) {});
   (*listener)->Start();
   std::thread ps_thread([&] { ps_ioc.run(); });
   auto guard = asio::make_work_guard(worker_ioc);

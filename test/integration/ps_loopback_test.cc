@@ -7,6 +7,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -28,7 +29,7 @@ const std::vector<float> kInitial = {1.0f, 2.0f, 3.0f, 4.0f};
 // ps:0 of a cluster of `num_workers` workers, serving on an io_context thread of its own.
 class LoopbackPs {
  public:
-  explicit LoopbackPs(int num_workers) : events_(stdout, "ps:0", /*enabled=*/false) {
+  explicit LoopbackPs(int num_workers, ps::PsService::Limits limits = {}) : events_(stdout, "ps:0", /*enabled=*/false) {
     for (int w = 0; w < num_workers; ++w) config_.cluster.worker.push_back({"127.0.0.1", static_cast<std::uint16_t>(1 + w)});
     config_.task = {config::TaskType::kPs, 0};
     auto listener = transport::Listener::Bind(ioc_, "127.0.0.1", 0, [this](transport::tcp::socket socket) {
@@ -43,7 +44,11 @@ class LoopbackPs {
     listener_ = std::move(*listener);
     config_.cluster.ps.push_back({"127.0.0.1", listener_->port()});
     // The service takes the cluster id from the finished config, so it comes after the bind.
-    service_ = std::make_unique<ps::PsService>(config_, /*incarnation=*/0x5e, store_, events_, [this] { all_done_.store(true); });
+    service_ = std::make_unique<ps::PsService>(config_, /*incarnation=*/0x5e, store_, events_, limits, [this](const ps::PsService::Ending& end) {
+      std::lock_guard<std::mutex> lock(ending_mu_);
+      ending_ = end;
+      all_done_.store(end.ok);
+    });
     listener_->Start();
     thread_ = std::thread([this] { ioc_.run(); });
   }
@@ -68,12 +73,20 @@ class LoopbackPs {
   }
   ps::ParameterStore& store() { return store_; }
   bool all_done() const { return all_done_.load(); }
+  // The service's clock check as if `later` had passed since now.
+  void Tick(std::chrono::seconds later) { service_->Tick(std::chrono::steady_clock::now() + later); }
+  std::optional<ps::PsService::Ending> ending() {
+    std::lock_guard<std::mutex> lock(ending_mu_);
+    return ending_;
+  }
 
  private:
   config::TfConfig config_;
   ps::ParameterStore store_;
   EventWriter events_;
   std::atomic<bool> all_done_{false};
+  std::mutex ending_mu_;
+  std::optional<ps::PsService::Ending> ending_;  // guarded by ending_mu_
   std::unique_ptr<ps::PsService> service_;  // outlives the io_context, which may still hold connections
   asio::io_context ioc_{1};
   std::unique_ptr<transport::Listener> listener_;
@@ -159,13 +172,15 @@ bool Eventually(F done) {
 // ps:0 and both workers of its cluster, initialised with sgd (learning rate 0.5) in `mode`: the
 // chief's INIT carries kInitial, the other worker's WAIT_READY is answered once the ps holds them.
 struct TwoWorkers {
-  explicit TwoWorkers(config::UpdateSpec::Mode mode)
+  explicit TwoWorkers(config::UpdateSpec::Mode mode, config::UpdateSpec::OnWorkerLoss on_loss = config::UpdateSpec::OnWorkerLoss::kFail)
       : chief(workers.Connect(ps.WorkerConfig(0), 11)), other(workers.Connect(ps.WorkerConfig(1), 22)) {
-    Ok(chief.Initialize(/*chief=*/true, Sgd(), Update(mode), kInitial));
+    config::UpdateSpec update = Update(mode);
+    update.on_worker_loss = on_loss;
+    Ok(chief.Initialize(/*chief=*/true, Sgd(), update, kInitial));
     CHECK(ps.store().initialized());
     CHECK(ps.store().size() == 4);
     std::vector<float> scratch(4, 9.0f);
-    Ok(other.Initialize(/*chief=*/false, Sgd(), Update(mode), scratch));
+    Ok(other.Initialize(/*chief=*/false, Sgd(), update, scratch));
   }
   // DONE from one worker ends nothing; from both, the service calls on_all_done.
   void DoneFromBoth() {
@@ -239,6 +254,85 @@ TEST_CASE("sync over loopback: a step of two workers applies the average of thei
   CHECK(c.ps.store().global_step() == 1);
 
   c.DoneFromBoth();
+}
+
+// No wait is forever: the ps gives up on a worker away past the return timeout (60 s by default;
+// Tick is handed a clock that far ahead instead of waiting for it).
+
+TEST_CASE("async: the ps gives up on a lost worker and, the chief done, ends with success naming it", "[integration][ps][fault]") {
+  TwoWorkers c(config::UpdateSpec::Mode::kAsync);
+  c.other.Close();  // lost before its DONE
+  Ok(c.chief.Done(0));
+  std::this_thread::sleep_for(100ms);
+  c.ps.Tick(0s);
+  CHECK_FALSE(c.ps.ending().has_value());  // within the timeout: it may come back
+  REQUIRE(Eventually([&] {
+    c.ps.Tick(120s);
+    return c.ps.ending().has_value();
+  }));
+  const ps::PsService::Ending end = *c.ps.ending();
+  INFO(end.message);
+  CHECK(end.ok);
+  CHECK(end.message.find("gave up on worker:1") != std::string::npos);
+  CHECK(end.message.find("global_step=0") != std::string::npos);
+}
+
+TEST_CASE("async: the chief lost for good ends the run, and the other worker's next request names it", "[integration][ps][fault]") {
+  TwoWorkers c(config::UpdateSpec::Mode::kAsync);
+  c.chief.Close();
+  std::vector<float> params(4);
+  Status pulled;
+  REQUIRE(Eventually([&] {
+    c.ps.Tick(120s);
+    pulled = c.other.Pull(params, /*sync=*/false).status();
+    return !pulled.ok();
+  }));
+  INFO(pulled.message());
+  CHECK(pulled.message().find("the chief worker:0") != std::string::npos);
+  CHECK(pulled.message().find("did not come back within 60 s") != std::string::npos);
+  c.other.Close();
+  REQUIRE(Eventually([&] {
+    c.ps.Tick(120s);
+    return c.ps.ending().has_value();
+  }));
+  CHECK_FALSE(c.ps.ending()->ok);  // the chief never finished: exit 1
+  CHECK(c.ps.ending()->message.find("global_step=0") != std::string::npos);
+}
+
+TEST_CASE("sync, on_worker_loss wait: a step waits for a lost worker, then fails naming it once it is given up on",
+          "[integration][ps][fault]") {
+  TwoWorkers c(config::UpdateSpec::Mode::kSync, config::UpdateSpec::OnWorkerLoss::kWait);
+  c.other.Close();
+  std::this_thread::sleep_for(100ms);
+  const std::vector<float> g = {1.0f, 1.0f, 1.0f, 1.0f};
+  std::vector<float> params(4);
+  c.chief.StartPushPull(Tag(0, 11, 1), g, /*sync=*/true, nullptr);
+  std::this_thread::sleep_for(200ms);
+  c.ps.Tick(0s);
+  CHECK_FALSE(c.ps.ending().has_value());
+  c.ps.Tick(120s);
+  Result<worker::PsClient::StepResult> r = c.chief.CompletePushPull(params);
+  REQUIRE_FALSE(r.ok());
+  INFO(r.status().message());
+  CHECK(r.status().message().find("sync step 1 cannot complete") != std::string::npos);
+  CHECK(r.status().message().find("worker:1") != std::string::npos);
+  CHECK(r.status().message().find("did not come back within 60 s") != std::string::npos);
+  CHECK(c.ps.store().global_step() == 0);  // the half step was never applied
+}
+
+TEST_CASE("a worker that never connects is given up on once the others have begun", "[integration][ps][fault]") {
+  LoopbackPs ps(2);
+  Workers workers;
+  worker::PsClient& chief = workers.Connect(ps.WorkerConfig(0), 11);
+  Ok(chief.Initialize(/*chief=*/true, Sgd(), Update(config::UpdateSpec::Mode::kAsync), kInitial));
+  Ok(chief.Done(0));
+  ps.Tick(0s);
+  CHECK_FALSE(ps.ending().has_value());
+  ps.Tick(120s);
+  REQUIRE(ps.ending().has_value());
+  INFO(ps.ending()->message);
+  CHECK(ps.ending()->ok);
+  CHECK(ps.ending()->message.find("worker:1 (never connected)") != std::string::npos);
 }
 
 }  // namespace
