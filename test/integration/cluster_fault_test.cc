@@ -74,7 +74,7 @@ TEST_CASE("sync, on_worker_loss wait: the others wait for a killed worker, which
   c.StartWorker(1);
   AwaitLine(c.process("worker", 1), "worker=1 epoch=2 ");
   c.process("worker", 1).Signal(SIGKILL);
-  AwaitLine(c.process("ps", 0), "waits for worker:1 (127.0.0.1:");
+  AwaitLine(c.process("ps", 0), "waits for a lost worker to come back (worker:1 (127.0.0.1:");
   c.StartWorker(1);
   TaskResult w1 = c.Finish("worker", 1);
   TaskResult w0 = c.Finish("worker", 0);
