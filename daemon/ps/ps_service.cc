@@ -314,20 +314,27 @@ void PsService::Tick(Clock::time_point now) {
         auto it = gone_.find(r);
         // Not connected since the first worker's HELLO: as good as lost then.
         const Absence away = it != gone_.end() ? it->second
-                                               : Absence{fmt::format("{} (never connected)", config_.cluster.WorkerTask(r).ToString()),
-                                                         store_.global_step(), *first_contact_, true};
+                                               : Absence{config_.cluster.WorkerTask(r).ToString(), store_.global_step(), *first_contact_, true};
         if (now - away.since < limits_.worker_return_timeout) continue;
         given_up_.insert(r);
         gone_[r] = away;
-        spdlog::warn("gave up on {}: {} at global_step {} and not back within {:.0f} s", away.name,
-                     away.never_connected ? "absent" : "lost", away.global_step, Seconds(limits_.worker_return_timeout));
+        if (away.never_connected) {
+          spdlog::warn("gave up on {}: it never connected, {:.0f} s after the first worker did", away.name,
+                       Seconds(limits_.worker_return_timeout));
+        } else {
+          spdlog::warn("gave up on {}: lost at global_step {} and not back within {:.0f} s", away.name, away.global_step,
+                       Seconds(limits_.worker_return_timeout));
+        }
         events_.Emit("gave_up", {{"peer", away.name}, {"global_step", static_cast<std::int64_t>(away.global_step)}});
       }
       if (given_up_.contains(0)) {
         const Absence& chief = gone_[0];
-        EndRunLocked(Status::FailedPrecondition(fmt::format(
-            "{}: the run is over: the chief {} {} at global_step {} and did not come back within {:.0f} s", self_, chief.name,
-            chief.never_connected ? "never connected" : "was lost", chief.global_step, Seconds(limits_.worker_return_timeout))));
+        EndRunLocked(Status::FailedPrecondition(
+            chief.never_connected
+                ? fmt::format("{}: the run is over: the chief {} never connected, {:.0f} s after the first worker did", self_, chief.name,
+                              Seconds(limits_.worker_return_timeout))
+                : fmt::format("{}: the run is over: the chief {} was lost at global_step {} and did not come back within {:.0f} s",
+                              self_, chief.name, chief.global_step, Seconds(limits_.worker_return_timeout))));
       } else {
         end = FinishedLocked();
       }
@@ -366,7 +373,7 @@ std::string PsService::GivenUpLocked(std::string_view named) const {
   for (int r : given_up_) {
     const Absence& a = gone_.at(r);
     if (!named.empty() && named.find(a.name) != std::string_view::npos) continue;
-    names.push_back(a.never_connected ? a.name : fmt::format("{} (lost at global_step {})", a.name, a.global_step));
+    names.push_back(a.never_connected ? a.name + " (never connected)" : fmt::format("{} (lost at global_step {})", a.name, a.global_step));
   }
   if (names.empty()) return "";
   return fmt::format("; gave up on {} (not back within {:.0f} s)", fmt::join(names, ", "), Seconds(limits_.worker_return_timeout));
@@ -418,7 +425,7 @@ void PsService::FailPullsIfStepStuck() {
         lost = true;
         if (given_up_.contains(r)) {
           for_good = true;
-          missing.push_back(a.never_connected ? fmt::format("{} within {:.0f} s", a.name, Seconds(limits_.worker_return_timeout))
+          missing.push_back(a.never_connected ? fmt::format("{} never connected within {:.0f} s", a.name, Seconds(limits_.worker_return_timeout))
                                               : fmt::format("{} was lost at global_step {} and did not come back within {:.0f} s",
                                                             a.name, a.global_step, Seconds(limits_.worker_return_timeout)));
         } else {
