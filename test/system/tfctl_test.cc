@@ -10,15 +10,13 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "test/system/tfctl_util.h"
 #include "test/test_util.h"
 
 namespace tfd::testing {
 namespace {
 
 using namespace std::chrono_literals;
-
-const std::string kTfctl = TFCTL_BINARY;
-const std::string kTfd = TFD_BINARY;
 
 // A cluster file for 1 ps + 2 workers on free loopback ports, training on synthetic data in `dir`.
 std::string ClusterFile(const TempDir& dir, int epochs, const std::string& tfd = kTfd) {
@@ -37,34 +35,6 @@ std::string ClusterFile(const TempDir& dir, int epochs, const std::string& tfd =
       {"launch", {{"tfd", tfd}, {"run_dir", dir / "runs"}}}};
   WriteFile(dir / "cluster.json", f.dump(2));
   return dir / "cluster.json";
-}
-
-std::string RunFolder(const TempDir& dir) {
-  for (const auto& e : std::filesystem::directory_iterator(dir / "runs")) return e.path().string();
-  return "";
-}
-
-// Processes whose command line mentions `needle` (a test's temp dir): what a run left behind.
-std::vector<std::string> ProcessesMentioning(const std::string& needle) {
-  std::vector<std::string> found;
-  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
-    const std::string pid = e.path().filename().string();
-    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::string cmd = ReadAll(e.path().string() + "/cmdline");
-    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
-    if (cmd.find("tfctl_tests") != std::string::npos || cmd.find("/usr/sbin/sshd") != std::string::npos) continue;  // the test, its sshd
-    std::error_code ec;
-    const std::string cwd = std::filesystem::read_symlink(e.path() / "cwd", ec).string();
-    // A task started through ssh runs in its workdir (the test's dir) with relative paths.
-    if (cmd.find(needle) != std::string::npos || (!ec && cwd.starts_with(needle))) found.push_back(pid + ": " + cmd);
-  }
-  return found;
-}
-
-bool WaitUntilNoneLeft(const std::string& needle, std::chrono::seconds limit) {
-  const auto until = std::chrono::steady_clock::now() + limit;
-  while (!ProcessesMentioning(needle).empty() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(50ms);
-  return ProcessesMentioning(needle).empty();
 }
 
 TEST_CASE("tfctl up trains a local cluster to completion and writes the run folder", "[system][tfctl]") {

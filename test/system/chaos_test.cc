@@ -1,0 +1,267 @@
+// The chaos matrix (ctest `chaos`, label chaos): real clusters under `tfctl chaos`, one fault each,
+// injected at a phase named by a task's own JSON event (so the case is the same on a loaded
+// machine), for every update mode, role, phase and fault. Each case checks the promise of
+// docs/reliability.md from the run folder itself, not only from tfctl's verdict:
+// - every task ended within its deadline (tfctl kills what outlives it and says so), and no
+//   process of the run is left;
+// - every task other than the one hit that exited non-zero names the lost task and a step in its
+//   last line;
+// - where the mode promises survival (a restart policy, a stop shorter than the reconnect
+//   timeout, a non-chief worker lost under async or sync shrink) the chief and the ps exit 0 and
+//   the final accuracy is within 2 points of the same job undisturbed.
+// By default a short set of cases runs (about two minutes); TFD_CHAOS=full runs the whole matrix.
+// With TFD_CHAOS_TABLE=FILE each case appends a row of the fault table to FILE
+// (scripts/chaos_table puts it into docs/reliability.md).
+#include <signal.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <tuple>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "test/system/tfctl_util.h"
+#include "test/test_util.h"
+
+namespace tfd::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr double kPeerTimeout = 1, kReconnectTimeout = 4, kStartupTimeout = 8;
+constexpr int kEpochs = 4, kBatch = 20, kTrain = 4000, kTest = 500;
+
+struct Case {
+  std::string mode;    // async | sync | sync-wait | sync-shrink | allreduce
+  std::string target;  // --kill: ps, chief, worker:1
+  std::string phase;   // for the table: what the run was doing
+  std::string at;      // --at EVENT[:N]
+  std::string from;    // --from TASK ("" = the target)
+  std::string fault;   // kill | term | stop
+  bool restart = false;  // launch.restart covers the target's role
+};
+
+std::string CaseName(const Case& c) {
+  return fmt::format("{} {} {} at {}{}{}", c.mode, c.fault, c.target, c.at, c.from.empty() ? "" : " from " + c.from,
+                     c.restart ? ", restarted" : "");
+}
+
+bool IsAllreduce(const Case& c) { return c.mode == "allreduce"; }
+
+nlohmann::json Update(const std::string& mode) {
+  if (mode == "async") return {{"mode", "async"}};
+  if (mode == "sync") return {{"mode", "sync"}};
+  if (mode == "sync-wait") return {{"mode", "sync"}, {"on_worker_loss", "wait"}};
+  if (mode == "sync-shrink") return {{"mode", "sync"}, {"on_worker_loss", "shrink"}};
+  return {{"mode", "allreduce"}};
+}
+
+// 1 ps + 2 workers (2 workers without a ps for allreduce) on synthetic data in `dir` (10 classes,
+// two of them alike, so accuracy sits near 0.8 and damage shows), with checkpoints.
+std::string WriteCluster(const TempDir& dir, const Case& c, bool with_restart) {
+  if (!std::filesystem::exists(dir / "train-images-idx3-ubyte")) WriteSyntheticMnist(dir / "", kTrain, kTest, 8, 10);
+  nlohmann::json cluster;
+  if (!IsAllreduce(c)) cluster["ps"] = {"127.0.0.1:" + std::to_string(FreePort())};
+  cluster["worker"] = {"127.0.0.1:" + std::to_string(FreePort()), "127.0.0.1:" + std::to_string(FreePort())};
+  nlohmann::json train = {{"model", {{"name", "mlp"}, {"init", "glorot_uniform"}}},
+                          {"data", dir.path()},
+                          {"epochs", kEpochs},
+                          {"batch_size", kBatch},
+                          {"seed", 3},
+                          {"log_every_steps", 5},
+                          {"optimizer", {{"type", "adam"}, {"learning_rate", 0.005}}},
+                          {"update", Update(c.mode)}};
+  if (!IsAllreduce(c)) train["checkpoint"] = {{"dir", dir / ("ckpt-" + std::to_string(FreePort()))}, {"every_steps", 60}};
+  nlohmann::json launch = {{"tfd", kTfd},
+                           {"run_dir", dir / "runs"},
+                           {"timeouts", {{"peer", kPeerTimeout}, {"reconnect", kReconnectTimeout}, {"startup", kStartupTimeout}}}};
+  if (with_restart) {
+    const std::string role = c.target == "ps" ? "ps" : "worker";
+    launch["restart"] = {{role, "on-failure"}};
+    launch["max_restarts"] = 2;
+  }
+  const std::string path = dir / ("cluster-" + std::to_string(FreePort()) + ".json");
+  WriteFile(path, nlohmann::json{{"name", "chaos"}, {"cluster", cluster}, {"train", train}, {"launch", launch}}.dump(2));
+  return path;
+}
+
+// The newest run folder under dir/runs.
+std::string NewestRun(const TempDir& dir) {
+  std::string newest;
+  std::filesystem::file_time_type when{};
+  for (const auto& e : std::filesystem::directory_iterator(dir / "runs"))
+    if (newest.empty() || e.last_write_time() > when) newest = e.path().string(), when = e.last_write_time();
+  return newest;
+}
+
+std::string LastLine(const std::string& path) {
+  std::string text = ReadAll(path), last;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) last = line;
+  return last;
+}
+
+// The chief's final test accuracy in a run folder's summary.json, or -1.
+double ChiefAccuracy(const nlohmann::json& summary) {
+  for (const auto& t : summary["tasks"])
+    if (t["task"] == "worker:0" && t.contains("test_accuracy")) return t["test_accuracy"].get<double>();
+  return -1;
+}
+
+// The undisturbed run of each mode's job, once per test binary.
+double Baseline(const TempDir& dir, const std::string& mode) {
+  static std::map<std::string, double> baselines;
+  if (auto it = baselines.find(mode); it != baselines.end()) return it->second;
+  Case c{mode, "worker:1", "", "", "", "kill"};
+  const std::string file = WriteCluster(dir, c, false);
+  Process p({kTfctl, "up", file}, {}, dir / ("baseline-" + mode + ".out"), dir / ("baseline-" + mode + ".err"));
+  auto code = p.Wait(180s);
+  INFO("baseline " << mode << ":\n" << p.out() << p.err());
+  REQUIRE(code.has_value());
+  REQUIRE(*code == 0);
+  const double acc = ChiefAccuracy(nlohmann::json::parse(ReadAll(NewestRun(dir) + "/summary.json")));
+  REQUIRE(acc > 0.5);  // the job learns: a disturbed run has something to lose
+  return baselines[mode] = acc;
+}
+
+// Whether the mode promises that the run finishes despite the fault.
+bool Survives(const Case& c) {
+  if (c.restart) return true;
+  if (IsAllreduce(c)) return false;  // a ring has no spare
+  if (c.fault == "stop") return true;  // shorter than the reconnect timeout: the task comes back
+  const bool other_worker = c.target == "worker:1";
+  return other_worker && (c.mode == "async" || c.mode == "sync-shrink");
+}
+
+std::string TargetTask(const Case& c) {
+  if (c.target == "ps") return "ps:0";
+  if (c.target == "chief") return "worker:0";
+  return c.target;
+}
+
+void AppendRow(const std::string& row) {
+  const char* table = std::getenv("TFD_CHAOS_TABLE");
+  if (table == nullptr || *table == '\0') return;
+  std::ofstream(table, std::ios::app) << row << "\n";
+}
+
+void RunCase(const TempDir& dir, const Case& c) {
+  INFO("case: " << CaseName(c));
+  const double baseline = Survives(c) ? Baseline(dir, c.mode) : -1;
+  const std::string file = WriteCluster(dir, c, c.restart);
+  std::vector<std::string> argv = {kTfctl, "chaos", file, "--kill", c.target, "--at", c.at};
+  if (!c.from.empty()) argv.insert(argv.end(), {"--from", c.from});
+  if (c.fault == "term") argv.insert(argv.end(), {"--signal", "term"});
+  if (c.fault == "stop") argv.insert(argv.end(), {"--stop", fmt::format("{}", kPeerTimeout + 1)});
+  const std::string out = dir / "chaos.out", err = dir / "chaos.err";
+  Process p(argv, {}, out, err);
+  // tfctl's own deadline is at most startup + reconnect + stop + 30 s after the fault; this one
+  // only keeps a broken tfctl from hanging the suite.
+  auto code = p.Wait(240s);
+  INFO("tfctl chaos:\n" << p.out() << "\n" << p.err());
+  REQUIRE(code.has_value());
+  const std::string run = NewestRun(dir);
+  REQUIRE(std::filesystem::exists(run + "/chaos.json"));
+  const nlohmann::json chaos = nlohmann::json::parse(ReadAll(run + "/chaos.json"));
+  const nlohmann::json summary = nlohmann::json::parse(ReadAll(run + "/summary.json"));
+  INFO("chaos.json: " << chaos.dump(2));
+  REQUIRE(chaos.value("fault_sent", true));  // the trigger came: the case ran at its phase
+  CHECK(WaitUntilNoneLeft(run, 10s));        // no process of the run is left
+
+  const std::string hit = TargetTask(c);
+  std::map<std::string, int> exits;
+  std::vector<std::string> outcome;
+  for (const auto& t : chaos["tasks"]) {
+    const std::string task = t["task"];
+    const int exit_code = t["exit_code"];
+    exits[task] = exit_code;
+    CHECK_FALSE(t.value("past_deadline", false));
+    const std::string last = LastLine(run + "/" + task + ".log");
+    if (task != hit && exit_code != 0) {
+      INFO(task << " exited " << exit_code << "; its last line: " << last);
+      CHECK(last.find(hit) != std::string::npos);
+      CHECK(last.find("step") != std::string::npos);
+    }
+    outcome.push_back(fmt::format("{} {}{}", task, exit_code, t.value("restarts", 0) > 0 ? fmt::format(" ({} restart)", t["restarts"].get<int>()) : ""));
+  }
+  CHECK(*code == (chaos["verdict"]["kept"].get<bool>() ? 0 : 1));
+  CHECK(chaos["verdict"]["kept"].get<bool>());
+  double accuracy = ChiefAccuracy(summary);
+  if (Survives(c)) {
+    CHECK(exits["worker:0"] == 0);
+    if (!IsAllreduce(c)) CHECK(exits["ps:0"] == 0);
+    INFO("accuracy " << accuracy << " against undisturbed " << baseline);
+    CHECK(std::abs(accuracy - baseline) <= 0.02);
+  }
+  const double detected = chaos.value("detected_after_secs", -1.0);
+  AppendRow(fmt::format("| {} | {} | {} (`{}`{}) | {} | {} | {} | {} |", c.mode, c.target + (c.restart ? " (restarted)" : ""), c.phase,
+                           c.at, c.from.empty() ? "" : " from " + c.from, c.fault == "stop" ? fmt::format("SIGSTOP {:.0f} s", kPeerTimeout + 1) : c.fault == "term" ? "SIGTERM" : "kill -9",
+                           fmt::format("{}", fmt::join(outcome, ", ")), detected >= 0 ? fmt::format("{:.2f} s", detected) : "–",
+                           accuracy >= 0 ? fmt::format("{:.4f}", accuracy) : "–"));
+}
+
+// The short set: each role, each phase, each fault and each mode at least once.
+std::vector<Case> ShortSet() {
+  return {
+      {"async", "worker:1", "mid-epoch", "step:20", "", "kill"},
+      {"async", "chief", "mid-epoch", "step:20", "", "kill"},
+      {"async", "ps", "mid-epoch", "step:20", "worker:0", "kill"},
+      {"async", "ps", "mid-epoch", "step:20", "worker:0", "kill", true},
+      {"async", "chief", "before the ps is initialised", "start", "", "kill"},
+      {"async", "worker:1", "during the first pull", "ready", "ps:0", "kill"},
+      {"async", "worker:1", "mid-epoch", "step:20", "", "stop"},
+      {"async", "worker:1", "mid-epoch", "step:20", "", "term"},
+      {"sync", "worker:1", "mid-epoch", "step:20", "", "kill"},
+      {"sync-wait", "worker:1", "mid-epoch", "step:20", "", "kill"},
+      {"sync-shrink", "worker:1", "mid-epoch", "step:20", "", "kill"},
+      {"sync", "chief", "during a checkpoint write", "checkpoint_start:2", "", "kill", true},
+      {"async", "ps", "after DONE was sent", "worker_done:1", "ps:0", "kill"},
+      {"allreduce", "worker:1", "mid-epoch", "step:20", "", "kill"},
+  };
+}
+
+// Every mode x role x phase x fault (restarts once per role and mode).
+std::vector<Case> FullMatrix() {
+  std::vector<Case> cases;
+  for (const std::string mode : {"async", "sync", "sync-wait", "sync-shrink", "allreduce"}) {
+    const bool ar = mode == "allreduce";
+    std::vector<std::string> targets = {"chief", "worker:1"};
+    if (!ar) targets.push_back("ps");
+    for (const std::string& target : targets) {
+      const std::string self = target == "ps" ? "ps:0" : target == "chief" ? "worker:0" : target;
+      std::vector<std::tuple<std::string, std::string, std::string>> phases = {
+          {"before the ps is initialised", "start", ""},
+          {"during the first pull", "ready", ar ? "worker:0" : "ps:0"},
+          {"mid-epoch", "step:20", target == "ps" ? "worker:0" : ""},
+      };
+      if (!ar) phases.push_back({"during a checkpoint write", "checkpoint_start:2", "worker:0"});
+      if (!ar) phases.push_back({"after DONE was sent", "worker_done:1", "ps:0"});
+      for (const auto& [phase, at, from] : phases)
+        for (const std::string fault : {"kill", "stop", "term"}) cases.push_back({mode, target, phase, at, from == self ? "" : from, fault});
+      cases.push_back({mode, target, "mid-epoch", "step:20", target == "ps" ? "worker:0" : "", "kill", true});
+    }
+  }
+  return cases;
+}
+
+TEST_CASE("chaos: every task ends or recovers within its deadline, whatever is lost", "[chaos]") {
+  const char* which = std::getenv("TFD_CHAOS");
+  const bool full = which != nullptr && std::string(which) == "full";
+  TempDir dir;
+  for (const Case& c : full ? FullMatrix() : ShortSet()) {
+    DYNAMIC_SECTION(CaseName(c)) { RunCase(dir, c); }
+  }
+}
+
+}  // namespace
+}  // namespace tfd::testing
