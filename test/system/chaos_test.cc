@@ -111,11 +111,18 @@ std::string LastLine(const std::string& path) {
   return last;
 }
 
-// The chief's final test accuracy in a run folder's summary.json, or -1.
-double ChiefAccuracy(const nlohmann::json& summary) {
+// The chief's final `field` (test_accuracy, global_step) in a run folder's summary.json, or -1.
+double ChiefResult(const nlohmann::json& summary, const std::string& field = "test_accuracy") {
   for (const auto& t : summary["tasks"])
-    if (t["task"] == "worker:0" && t.contains("test_accuracy")) return t["test_accuracy"].get<double>();
+    if (t["task"] == "worker:0" && t.contains(field)) return t[field].get<double>();
   return -1;
+}
+
+// The global steps the undisturbed job takes: each worker's steps per epoch, times the workers in
+// async mode (each push is a step), once in sync and allreduce.
+int PlannedSteps(const Case& c) {
+  const int per_worker = kEpochs * (kTrain / 2 / kBatch);
+  return c.mode == "async" ? 2 * per_worker : per_worker;
 }
 
 // The undisturbed run of each mode's job, once per test binary.
@@ -129,7 +136,7 @@ double Baseline(const TempDir& dir, const std::string& mode) {
   INFO("baseline " << mode << ":\n" << p.out() << p.err());
   REQUIRE(code.has_value());
   REQUIRE(*code == 0);
-  const double acc = ChiefAccuracy(nlohmann::json::parse(ReadAll(NewestRun(dir) + "/summary.json")));
+  const double acc = ChiefResult(nlohmann::json::parse(ReadAll(NewestRun(dir) + "/summary.json")));
   REQUIRE(acc > 0.5);  // the job learns: a disturbed run has something to lose
   return baselines[mode] = acc;
 }
@@ -196,7 +203,7 @@ void RunCase(const TempDir& dir, const Case& c) {
   }
   CHECK(*code == (chaos["verdict"]["kept"].get<bool>() ? 0 : 1));
   CHECK(chaos["verdict"]["kept"].get<bool>());
-  double accuracy = ChiefAccuracy(summary);
+  double accuracy = ChiefResult(summary);
   if (Survives(c)) {
     CHECK(exits["worker:0"] == 0);
     if (!IsAllreduce(c)) CHECK(exits["ps:0"] == 0);
@@ -204,10 +211,12 @@ void RunCase(const TempDir& dir, const Case& c) {
     CHECK(std::abs(accuracy - baseline) <= 0.02);
   }
   const double detected = chaos.value("detected_after_secs", -1.0);
-  AppendRow(fmt::format("| {} | {} | {} (`{}`{}) | {} | {} | {} | {} |", c.mode, c.target + (c.restart ? " (restarted)" : ""), c.phase,
+  const double final_step = ChiefResult(summary, "global_step");
+  const std::string steps_lost = final_step < 0 ? "run ended" : fmt::format("{:.0f}", PlannedSteps(c) - final_step);
+  AppendRow(fmt::format("| {} | {} | {} (`{}`{}) | {} | {} | {} | {} | {} |", c.mode, c.target + (c.restart ? " (restarted)" : ""), c.phase,
                            c.at, c.from.empty() ? "" : " from " + c.from, c.fault == "stop" ? fmt::format("SIGSTOP {:.0f} s", kPeerTimeout + 1) : c.fault == "term" ? "SIGTERM" : "kill -9",
                            fmt::format("{}", fmt::join(outcome, ", ")), detected >= 0 ? fmt::format("{:.2f} s", detected) : "–",
-                           accuracy >= 0 ? fmt::format("{:.4f}", accuracy) : "–"));
+                           steps_lost, accuracy >= 0 ? fmt::format("{:.4f}", accuracy) : "–"));
 }
 
 // The short set: each role, each phase, each fault and each mode at least once.
