@@ -1,3 +1,5 @@
+// Run's one loop serves up and chaos (a fault, observe mode), and owns every child: it stays one
+// file, over 500 lines, so that every fork, wait and signal of tfctl is read in one place.
 #include "launcher/runner.h"
 
 #include <fcntl.h>

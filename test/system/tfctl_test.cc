@@ -341,12 +341,12 @@ TEST_CASE("tfctl chaos refuses bad input in one line with exit 2, before anythin
 
 TEST_CASE("tfctl chaos on a live detached run signals the task by its start event's pid and reports", "[system][tfctl][chaos]") {
   TempDir dir;
-  const std::string file = ChaosClusterFile(dir, 6, {{"restart", {{"worker", "on-failure"}}}}, "chaos.json");
+  const std::string file = ChaosClusterFile(dir, 400, {{"restart", {{"worker", "on-failure"}}}}, "chaos.json");
   CommandResult up = RunCommand(kTfctl + " up " + file + " --detach", dir);
   INFO(up.out << up.err);
   REQUIRE(up.exit_code == 0);
   const std::string run = RunFolder(dir);
-  Process p({kTfctl, "chaos", run, "--kill", "worker:1", "--at", "step", "--signal", "term"}, {}, dir / "out", dir / "err");
+  Process p({kTfctl, "chaos", run, "--kill", "worker:1", "--at", "step", "--signal", "term", "--deadline", "250"}, {}, dir / "out", dir / "err");
   auto code = p.Wait(300s);
   INFO("stdout:\n" << p.out() << "\nstderr:\n" << p.err());
   REQUIRE(code.has_value());
