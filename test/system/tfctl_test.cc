@@ -271,19 +271,27 @@ std::string ChaosClusterFile(const TempDir& dir, int epochs, const nlohmann::jso
   return dir / name;
 }
 
+// Runs tfctl chaos with `args` to its end, checks its exit code, and returns its stdout.
+std::string RunChaos(const TempDir& dir, std::vector<std::string> args, int expected_exit_code) {
+  args.insert(args.begin(), {kTfctl, "chaos"});
+  Process p(args, {}, dir / "out", dir / "err");
+  auto code = p.Wait(300s);
+  INFO("stdout:\n" << p.out() << "\nstderr:\n" << p.err());
+  REQUIRE(code.has_value());
+  CHECK(*code == expected_exit_code);
+  return p.out();
+}
+
 nlohmann::json ChaosReport(const TempDir& dir) { return nlohmann::json::parse(ReadAll(RunFolder(dir) + "/chaos.json")); }
 
 TEST_CASE("tfctl chaos kills a restartable ps mid-run; the run survives and the verdict is kept", "[system][tfctl][chaos]") {
   TempDir dir;
   const std::string file = ChaosClusterFile(dir, 3, {{"restart", {{"ps", "on-failure"}}}, {"timeouts", {{"peer", 2}}}}, "chaos.json");
-  Process p({kTfctl, "chaos", file, "--kill", "ps", "--at", "step:3", "--from", "worker:0"}, {}, dir / "out", dir / "err");
-  auto code = p.Wait(300s);
-  INFO("stdout:\n" << p.out() << "\nstderr:\n" << p.err());
-  REQUIRE(code.has_value());
-  CHECK(*code == 0);
-  CHECK(p.out().find("[tfctl] chaos: sent SIGKILL to ps:0 (pid ") != std::string::npos);
-  CHECK(p.out().find("chaos task=ps:0 exit_code=0 restarts=1 ") != std::string::npos);
-  CHECK(p.out().find("chaos verdict=kept survival=promised: launch.restart starts ps tasks again") != std::string::npos);
+  const std::string out = RunChaos(dir, {file, "--kill", "ps", "--at", "step:3", "--from", "worker:0"}, 0);
+  INFO(out);
+  CHECK(out.find("[tfctl] chaos: sent SIGKILL to ps:0 (pid ") != std::string::npos);
+  CHECK(out.find("chaos task=ps:0 exit_code=0 restarts=1 ") != std::string::npos);
+  CHECK(out.find("chaos verdict=kept survival=promised: launch.restart starts ps tasks again") != std::string::npos);
   const auto report = ChaosReport(dir);
   CHECK(report["verdict"] == "kept");
   CHECK(report["fault"]["sent"] == true);
@@ -301,12 +309,9 @@ TEST_CASE("tfctl chaos kills a restartable ps mid-run; the run survives and the 
 TEST_CASE("tfctl chaos stops a worker for less than the reconnect timeout; every task still finishes", "[system][tfctl][chaos]") {
   TempDir dir;
   const std::string file = ChaosClusterFile(dir, 4, {{"timeouts", {{"peer", 1}}}}, "chaos.json");
-  Process p({kTfctl, "chaos", file, "--kill", "worker:1", "--at", "step:2", "--stop", "3"}, {}, dir / "out", dir / "err");
-  auto code = p.Wait(300s);
-  INFO("stdout:\n" << p.out() << "\nstderr:\n" << p.err());
-  REQUIRE(code.has_value());
-  CHECK(*code == 0);
-  CHECK(p.out().find("[tfctl] chaos: sent SIGCONT to worker:1") != std::string::npos);
+  const std::string out = RunChaos(dir, {file, "--kill", "worker:1", "--at", "step:2", "--stop", "3"}, 0);
+  INFO(out);
+  CHECK(out.find("[tfctl] chaos: sent SIGCONT to worker:1") != std::string::npos);
   const auto report = ChaosReport(dir);
   CHECK(report["verdict"] == "kept");
   CHECK(report["fault"]["action"] == "stop");
@@ -346,12 +351,9 @@ TEST_CASE("tfctl chaos on a live detached run signals the task by its start even
   INFO(up.out << up.err);
   REQUIRE(up.exit_code == 0);
   const std::string run = RunFolder(dir);
-  Process p({kTfctl, "chaos", run, "--kill", "worker:1", "--at", "step", "--signal", "term", "--deadline", "250"}, {}, dir / "out", dir / "err");
-  auto code = p.Wait(300s);
-  INFO("stdout:\n" << p.out() << "\nstderr:\n" << p.err());
-  REQUIRE(code.has_value());
-  CHECK(*code == 0);
-  CHECK(p.out().find("tfctl: chaos: sent SIGTERM to worker:1 (pid ") != std::string::npos);
+  const std::string out = RunChaos(dir, {run, "--kill", "worker:1", "--at", "step", "--signal", "term", "--deadline", "250"}, 0);
+  INFO(out);
+  CHECK(out.find("tfctl: chaos: sent SIGTERM to worker:1 (pid ") != std::string::npos);
   const auto report = nlohmann::json::parse(ReadAll(run + "/chaos.json"));
   CHECK(report["verdict"] == "kept");
   CHECK(report["tasks"][2]["restarts"] == 1);
