@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/base/check.h"
 #include "common/config/json_reader.h"
 #include "launcher/chaos.h"
 #include "launcher/commands.h"
@@ -130,6 +131,7 @@ int ChaosOnRun(const ChaosArgs& args) {
   const TaskPlan* target = nullptr;
   for (const TaskPlan& p : run->plan)
     if (p.task == fault->target) target = &p;
+  TFD_CHECK(target != nullptr);  // ResolveFault took it from this cluster
   Announce(*fault, promise);
 
   // Tail metrics.jsonl: the pid of each task's latest start event (from the beginning), the trigger

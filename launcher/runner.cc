@@ -20,6 +20,7 @@
 
 #include <fmt/format.h>
 
+#include "common/base/check.h"
 #include "common/base/logging.h"
 #include "common/config/cluster_file.h"
 
@@ -404,6 +405,7 @@ int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
       Task* target = nullptr;
       for (Task& t : tasks)
         if (t.plan->task == fault->target) target = &t;
+      TFD_CHECK(target != nullptr);  // ResolveFault took it from this cluster
       // A remote task is signalled by the pid of its start event: wait for that event.
       const pid_t pid = target->plan->local ? target->pid : target->event_pid;
       if (!target->running) {
