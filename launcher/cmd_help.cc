@@ -19,6 +19,12 @@ Usage:
   tfctl logs [RUN] [TASK] [-f]  the tasks' log lines (-f: follow while the run goes on)
   tfctl down [RUN]              stop a run: TERM every task, KILL after the grace period
   tfctl gen-token FILE          write a new cluster token (mode 0600) for tfd --token-file
+  tfctl chaos RUN|CLUSTER.json --kill ROLE[:INDEX] --at EVENT[:N] [--from TASK]
+        [--signal kill|term | --stop SECS] [--deadline SECS]
+        send a fault to one task (ps, chief, worker[:INDEX]) at the Nth EVENT of --from (default the
+        task itself), of a live run (RUN, a run folder) or of a new run started as up starts one (a
+        failed task does not stop the others); then report each task's exit and whether the run
+        kept tfd's promise (chaos.json in the run folder). Exit 0 kept, 1 not kept, 2 bad input
 
 A cluster file has "cluster" (as TF_CONFIG's), "train" (the job spec) and "launch" (where tfd is,
 the working folder, environment, run folder, ssh settings). See docs/operations.md. Remote hosts

@@ -11,7 +11,7 @@
 
 namespace tfd::launcher {
 
-int Up(const ClusterArgs& args, const Interrupts& interrupts) {
+int Up(const ClusterArgs& args, const Interrupts& interrupts, Injection* fault, std::filesystem::path* run_dir_out) {
   const transport::ClusterToken token = transport::ClusterToken::Generate();
   Result<RunSetup> run = SetUpRun(args, token.Hex());
   if (!run.ok()) return ReportFailure(run.status());
@@ -29,6 +29,7 @@ int Up(const ClusterArgs& args, const Interrupts& interrupts) {
   }
   std::filesystem::copy_file(args.file, run_dir / "cluster.json", std::filesystem::copy_options::overwrite_existing, ec);
   std::ofstream(run_dir / "job.json") << run->file.train_json << "\n";
+  if (run_dir_out != nullptr) *run_dir_out = run_dir;
   std::printf("tfctl: %s\n", Describe(run->file).c_str());
   std::fflush(stdout);
 
@@ -36,6 +37,8 @@ int Up(const ClusterArgs& args, const Interrupts& interrupts) {
   ropts.run_dir = run_dir.string();
   ropts.grace_secs = args.grace_secs;
   ropts.signal = interrupts.flag;
+  ropts.injection = fault;
+  ropts.observe = fault != nullptr;
   if (!args.detach) {
     std::signal(SIGINT, interrupts.handler);
     std::signal(SIGTERM, interrupts.handler);

@@ -45,10 +45,19 @@ struct Interrupts {
 
 // validate: the file, then every host (validate's checks below); starts nothing.
 int Validate(const ClusterArgs& args);
+struct Injection;  // runner.h
+
 // up: validate's checks, a new run folder, every task started and watched until all are done (see
 // Run in runner.h). With args.detach the run goes on in a background tfctl (its output in the run
-// folder's tfctl.log) and this returns once every worker is ready.
-int Up(const ClusterArgs& args, const Interrupts& interrupts);
+// folder's tfctl.log) and this returns once every worker is ready. With `fault` (tfctl chaos; not
+// with detach) Run sends it and observes (a failed task does not stop the others); `run_dir`, when
+// given, gets the run folder once it exists (else it stays empty).
+int Up(const ClusterArgs& args, const Interrupts& interrupts, Injection* fault = nullptr, std::filesystem::path* run_dir_out = nullptr);
+
+// chaos RUN|CLUSTER.json --kill ROLE[:INDEX] --at EVENT[:N] ...: a fault sent to one task of a live
+// run (a run folder) or of a run it starts as up does, then a report of what each task did and
+// whether the run kept tfd's promise (launcher/chaos.h). 0 kept, 1 not kept, 2 bad input, 130 Ctrl-C.
+int Chaos(const std::vector<std::string>& args, const Interrupts& interrupts);
 
 // status, logs and down act on a run folder: the first of `args` (the words after the command) when
 // it is one (a folder holding cluster.json), else the newest folder under ./runs.

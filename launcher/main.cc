@@ -30,8 +30,10 @@ int main(int argc, char** argv) {
   if (command == "status") return launcher::ShowStatus(rest);
   if (command == "logs") return launcher::ShowLogs(rest);
   if (command == "down") return launcher::Down(rest);
+  if (command == "chaos") return launcher::Chaos(rest, {.flag = &g_signal, .handler = OnSignal});
   if (command != "up" && command != "validate")
-    return launcher::UsageError(fmt::format("unknown command \"{}\" (expected up, validate, status, logs, down or gen-token)", command));
+    return launcher::UsageError(
+        fmt::format("unknown command \"{}\" (expected up, validate, status, logs, down, chaos or gen-token)", command));
 
   launcher::ClusterArgs cluster;
   for (std::size_t i = 0; i < rest.size(); ++i) {

@@ -70,6 +70,10 @@ std::vector<TaskPlan> MakePlan(const config::ClusterFile& file, const PlanOption
     p.tf_config = TfConfigFor(file.cluster, task);
     if (file.launch.restart_on_failure.contains(task.type)) p.max_restarts = file.launch.max_restarts;
     std::vector<std::string> tfd = {h.tfd, "--log-format", "json"};
+    const config::TaskTimeouts& to = file.launch.timeouts;
+    for (auto [flag, secs] : {std::pair{"--peer-timeout", to.peer_secs}, {"--reconnect-timeout", to.reconnect_secs},
+                              {"--startup-timeout", to.startup_secs}, {"--step-timeout", to.step_secs}})
+      if (secs > 0) tfd.insert(tfd.end(), {flag, fmt::format("{}", secs)});
     if (p.local) {
       if (task.type != config::TaskType::kPs) tfd.insert(tfd.end(), {"--job", options.job_path});
       if (!options.token_path.empty()) tfd.insert(tfd.end(), {"--token-file", options.token_path});
@@ -106,6 +110,7 @@ std::vector<TaskPlan> MakePlan(const config::ClusterFile& file, const PlanOption
         fmt::arg("workdir", ShellQuote(h.workdir)), fmt::arg("dir", dir), fmt::arg("job", ShellQuote(options.job_json)),
         fmt::arg("start", start), fmt::arg("pidfile", ShellQuote(name + ".pid")), fmt::arg("take_token", take_token));
     p.argv = SshArgv(h, p.host, options, remote);
+    p.ssh.assign(p.argv.begin(), p.argv.end() - 1);
     plan.push_back(std::move(p));
   }
   return plan;

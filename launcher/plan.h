@@ -20,6 +20,7 @@ struct TaskPlan {
   std::string tf_config;          // this task's TF_CONFIG
   std::string stdin_data;         // written to a remote task's ssh first: the run's token, never on a command line
   int max_restarts = 0;           // times tfctl starts it again after a failure (launch.restart)
+  std::vector<std::string> ssh;   // a remote task: SshArgv's words before the remote command; empty for a local one
 };
 
 struct PlanOptions {

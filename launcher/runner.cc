@@ -1,3 +1,5 @@
+// Run's one loop serves up and chaos (a fault, observe mode), and owns every child: it stays one
+// file, over 500 lines, so that every fork, wait and signal of tfctl is read in one place.
 #include "launcher/runner.h"
 
 #include <fcntl.h>
@@ -18,6 +20,7 @@
 
 #include <fmt/format.h>
 
+#include "common/base/check.h"
 #include "common/base/logging.h"
 #include "common/config/cluster_file.h"
 
@@ -43,6 +46,9 @@ struct Task {
   bool running = false;
   int exit_code = -1;
   int restarts = 0;
+  pid_t event_pid = -1;    // from its latest start event: a remote task's tfd is signalled by it
+  double ended_at = 0;     // Unix seconds of its last exit
+  bool past_deadline = false;
   Row row;
   std::string done_fields;  // the done event's accuracy and hash, for summary.json
 };
@@ -90,12 +96,6 @@ Status Spawn(Task& t) {
   t.running = true;
   t.row.state = "running";
   return Status::Ok();
-}
-
-// "2026-11-22 03:46:02.971 [worker:1] info epoch=..." -> "info epoch=..." (tfctl prefixes the task).
-std::string_view Message(std::string_view line) {
-  auto tag = line.find("] ");
-  return tag != std::string_view::npos && line.size() > 24 && line[4] == '-' ? line.substr(tag + 2) : line;
 }
 
 class Display {
@@ -149,7 +149,43 @@ void SignalGroups(std::vector<Task>& tasks, int sig) {
     if (t.running) kill(-t.pid, sig);
 }
 
+double UnixNow() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
+
+Clock::time_point After(double secs) { return Clock::now() + std::chrono::milliseconds(static_cast<std::int64_t>(secs * 1000)); }
+
 }  // namespace
+
+std::string_view LogMessage(std::string_view line) {
+  auto tag = line.find("] ");
+  return tag != std::string_view::npos && line.size() > 24 && line[4] == '-' ? line.substr(tag + 2) : line;
+}
+
+std::string SignalName(int sig) {
+  switch (sig) {
+    case SIGKILL: return "KILL";
+    case SIGTERM: return "TERM";
+    case SIGSTOP: return "STOP";
+    case SIGCONT: return "CONT";
+    default: return std::to_string(sig);
+  }
+}
+
+Status SignalTask(const TaskPlan& plan, pid_t pid, int sig) {
+  if (pid <= 0) return Status::Unavailable(fmt::format("{}: no process id to signal", plan.task.ToString()));
+  if (plan.ssh.empty()) {
+    if (kill(pid, sig) != 0)
+      return Status::Unavailable(fmt::format("{}: kill -{} {}: {}", plan.task.ToString(), SignalName(sig), pid, std::strerror(errno)));
+    return Status::Ok();
+  }
+  std::vector<std::string> argv = plan.ssh;
+  argv.push_back(fmt::format("kill -{} {}", SignalName(sig), pid));
+  const CommandOutput r = RunAndCapture(argv, 30);
+  if (r.exit_code == 0) return Status::Ok();
+  std::string err = r.err;
+  while (!err.empty() && (err.back() == '\n' || err.back() == '\r')) err.pop_back();
+  return Status::Unavailable(fmt::format("{}: kill -{} {} on {} (exit {}): {}", plan.task.ToString(), SignalName(sig), pid, plan.host,
+                                         r.exit_code, err.empty() ? "no message" : err));
+}
 
 CommandOutput RunAndCapture(const std::vector<std::string>& argv, double timeout_secs) {
   CommandOutput r;
@@ -232,12 +268,23 @@ int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
     SignalGroups(tasks, SIGTERM);
     kill_at = Clock::now() + std::chrono::milliseconds(static_cast<int>(options.grace_secs * 1000));
   }
+  // tfctl chaos: the fault, its trigger's count, and what follows once it is sent.
+  Injection* const fault = options.injection;
+  const std::string trigger_task = fault != nullptr ? fault->from.ToString() : "";
+  int triggers_seen = 0;
+  bool fault_due = false;
+  Task* fault_task = nullptr;
+  pid_t fault_pid = -1;
+  Clock::time_point cont_at = Clock::time_point::max(), deadline_at = Clock::time_point::max();
   auto handle_line = [&](Task& t, bool is_stdout, const std::string& line) {
     if (is_stdout) {
       metrics << line << '\n';
       metrics.flush();  // status and up --detach read it while the run goes on
       Result<config::Event> e = config::ParseEvent(line);
       if (!e.ok()) return;
+      if (e->event == "start") t.event_pid = static_cast<pid_t>(e->Number("pid", -1));
+      if (fault != nullptr && fault->sent_at == 0 && t.name == trigger_task && e->event == fault->event && ++triggers_seen == fault->nth)
+        fault_due = true;
       Row& r = t.row;
       if (e->event == "epoch") {
         r.epoch = e->Number("epoch", r.epoch);
@@ -269,7 +316,7 @@ int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
     t.log.flush();
     t.last_lines.push_back(line);
     if (t.last_lines.size() > 5) t.last_lines.pop_front();
-    display.Line(fmt::format("[{}] {}", t.name, Message(line)));
+    display.Line(fmt::format("[{}] {}", t.name, LogMessage(line)));
   };
   auto drain = [&](Task& t, int& fd, std::string& buf, bool is_stdout) {
     char chunk[65536];
@@ -311,6 +358,7 @@ int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
       if (waitpid(t.pid, &status, WNOHANG) != t.pid) continue;
       t.running = false;
       t.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      t.ended_at = UnixNow();
       if (t.in_fd >= 0) close(t.in_fd), t.in_fd = -1;
       if (t.row.state != "done") {
         t.row.state = t.exit_code == 0                        ? "exited"
@@ -338,7 +386,11 @@ int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
           continue;
         }
       }
-      if (t.exit_code != 0 && !stopping) {
+      if (t.exit_code != 0 && !stopping && options.observe) {
+        display.Line(fmt::format("[tfctl] {} failed with exit code {}; the other tasks go on (observing)", t.name, t.exit_code));
+        if (exit_code == 0) failure = fmt::format("{} failed with exit code {}", t.name, t.exit_code);
+        exit_code = 1;
+      } else if (t.exit_code != 0 && !stopping) {
         std::string last;
         for (const std::string& l : t.last_lines) last += "\n    " + l;
         failure = fmt::format("{} failed with exit code {}; its last lines:{}", t.name, t.exit_code, last);
@@ -348,6 +400,48 @@ int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
         SignalGroups(tasks, SIGTERM);
         kill_at = Clock::now() + std::chrono::milliseconds(static_cast<int>(options.grace_secs * 1000));
       }
+    }
+    if (fault_due && !stopping) {
+      Task* target = nullptr;
+      for (Task& t : tasks)
+        if (t.plan->task == fault->target) target = &t;
+      TFD_CHECK(target != nullptr);  // ResolveFault took it from this cluster
+      // A remote task is signalled by the pid of its start event: wait for that event.
+      const pid_t pid = target->plan->local ? target->pid : target->event_pid;
+      if (!target->running) {
+        fault_due = false;
+        fault->not_sent = fmt::format("{} had already ended when the trigger came", target->name);
+      } else if (pid > 0) {
+        fault_due = false;
+        if (Status s = SignalTask(*target->plan, pid, fault->signal); !s.ok()) {
+          fault->not_sent = s.message();
+        } else {
+          fault->sent_at = UnixNow();
+          fault_task = target;
+          fault_pid = pid;
+          deadline_at = After(fault->deadline_secs);
+          if (fault->signal == SIGSTOP) cont_at = After(fault->stop_secs);
+          display.Line(fmt::format("[tfctl] chaos: sent SIG{} to {} (pid {}); every task has {} s to end", SignalName(fault->signal),
+                                   target->name, pid, fault->deadline_secs));
+        }
+      }
+      if (!fault->not_sent.empty()) display.Line(fmt::format("[tfctl] chaos: the fault was not sent: {}", fault->not_sent));
+    }
+    if (Clock::now() >= cont_at) {
+      cont_at = Clock::time_point::max();
+      const Status s = SignalTask(*fault_task->plan, fault_pid, SIGCONT);
+      display.Line(fmt::format("[tfctl] chaos: {}", s.ok() ? fmt::format("sent SIGCONT to {} (pid {})", fault_task->name, fault_pid) : s.message()));
+    }
+    if (Clock::now() >= deadline_at) {
+      deadline_at = Clock::time_point::max();
+      for (Task& t : tasks) {
+        if (!t.running) continue;
+        t.past_deadline = true;
+        display.Line(fmt::format("[tfctl] chaos: {} still runs {} s after the fault: killing it", t.name, fault->deadline_secs));
+      }
+      stopping = true;  // nothing is restarted after the deadline
+      SignalGroups(tasks, SIGKILL);
+      kill_at = Clock::time_point::max();
     }
     if (!stopping && options.signal != nullptr && options.signal->load() != 0) {
       display.Line("[tfctl] interrupted: stopping every task");
@@ -362,13 +456,17 @@ int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
     }
   }
 
+  if (fault != nullptr && fault->sent_at == 0 && fault->not_sent.empty())
+    fault->not_sent = fmt::format("the run ended before event {} number {} from {}", fault->event, fault->nth, trigger_task);
+
   std::string summary = "{\"run_dir\": ";
   AppendJsonString(options.run_dir, &summary);
   summary += fmt::format(", \"exit_code\": {}, \"tasks\": [", exit_code);
   for (std::size_t i = 0; i < tasks.size(); ++i) {
     summary += i == 0 ? "\n  {\"task\": " : ",\n  {\"task\": ";
     AppendJsonString(tasks[i].name, &summary);
-    summary += fmt::format(", \"exit_code\": {}, \"restarts\": {}{}}}", tasks[i].exit_code, tasks[i].restarts, tasks[i].done_fields);
+    summary += fmt::format(", \"exit_code\": {}, \"restarts\": {}, \"ended_at\": {:.3f}{}{}}}", tasks[i].exit_code, tasks[i].restarts,
+                           tasks[i].ended_at, tasks[i].past_deadline ? ", \"past_deadline\": true" : "", tasks[i].done_fields);
   }
   summary += "\n]}\n";
   std::ofstream(options.run_dir + "/summary.json") << summary;

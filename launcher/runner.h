@@ -5,8 +5,10 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <csignal>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/base/status.h"
@@ -14,10 +16,30 @@
 
 namespace tfd::launcher {
 
+// A fault Run sends to one task (tfctl chaos): `signal` to `target` when the `nth` event named
+// `event` arrives from `from`; SIGSTOP is followed by SIGCONT `stop_secs` later. Once sent, every
+// task has `deadline_secs` to end; Run kills those still running then (recorded as past_deadline in
+// summary.json) and restarts nothing after it. Run fills in the fields after the blank line.
+struct Injection {
+  config::TaskId target, from;
+  std::string event;
+  int nth = 1;
+  int signal = SIGKILL;
+  double stop_secs = 0;
+  double deadline_secs = 60;
+
+  std::string not_sent;  // why it was not sent (the target had ended, the run ended first); empty once sent
+  double sent_at = 0;    // Unix seconds; 0 until sent
+};
+
 struct RunOptions {
   std::string run_dir;  // this run's folder (exists)
   double grace_secs = 10;  // TERM, then KILL after this long
   const std::atomic<int>* signal = nullptr;  // set by tfctl's SIGINT/SIGTERM handler
+  // Observe: a failed task does not make Run stop the others (launch.restart still applies); Run
+  // still returns 1 when a task failed.
+  bool observe = false;
+  Injection* injection = nullptr;  // not owned; null: no fault
 };
 
 struct CommandOutput {
@@ -30,8 +52,9 @@ CommandOutput RunAndCapture(const std::vector<std::string>& argv, double timeout
 // Starts every task of `plan` (local children, or ssh for remote hosts, whose stdin tfctl holds
 // open so a remote task stops when tfctl goes away), streams their log lines to stdout prefixed with
 // the task, keeps a per-worker table (redrawn in place on a terminal), and writes into run_dir one
-// log per task, metrics.jsonl (every event) and summary.json. When a task fails the others are
-// stopped. Returns tfctl's exit code: 0 all done, 1 a task failed (named, with its last lines),
+// log per task, metrics.jsonl (every event) and summary.json (each task's exit code, restarts,
+// ended_at in Unix seconds, and the done event's fields). When a task fails the others are stopped,
+// unless options.observe. Returns tfctl's exit code: 0 all done, 1 a task failed (named, with its last lines),
 // 130 after Ctrl-C (every task stopped).
 int Run(const std::vector<TaskPlan>& plan, const RunOptions& options);
 
@@ -47,6 +70,16 @@ struct BackgroundOptions {
 // process ended first (reaped), DeadlineExceeded after ready_timeout_secs (it goes on), Internal
 // when fork fails.
 Status RunInBackground(const std::function<int()>& body, const std::function<bool()>& ready, const BackgroundOptions& options);
+
+// Sends `sig` to process `pid` of `plan`'s task: kill(2) for a local task, `kill -SIG PID` over
+// plan.ssh for a remote one (waits up to 30 s for ssh). Unavailable naming the task when it fails.
+Status SignalTask(const TaskPlan& plan, pid_t pid, int sig);
+// "KILL", "TERM", "STOP", "CONT" for those signals, else the number.
+std::string SignalName(int sig);
+
+// A task's log line without tfd's time and task prefix: "2026-11-22 03:46:02.971 [worker:1] info x"
+// -> "info x"; other lines as they are.
+std::string_view LogMessage(std::string_view line);
 
 // Whether a process `pid` exists (kill(pid, 0)); false for pid <= 0. A child of the caller that ended
 // but is not reaped yet still exists.

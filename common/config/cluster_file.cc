@@ -110,6 +110,13 @@ Result<ClusterFile> ParseClusterFile(std::string_view text, std::string_view sou
       }
       (void)rr.Finish();
     }
+    if (const json* timeouts = l.Get("timeouts")) {
+      ObjectReader tr = l.Child(*timeouts, l.PathOf("timeouts"));
+      TaskTimeouts& t = f.launch.timeouts;
+      for (auto [key, out] : {std::pair{"peer", &t.peer_secs}, {"reconnect", &t.reconnect_secs}, {"startup", &t.startup_secs}, {"step", &t.step_secs}})
+        tr.Double(key, 0, 100000, /*min_exclusive=*/true, out);
+      (void)tr.Finish();
+    }
     if (const json* env = l.Get("env")) {
       if (!env->is_object()) {
         l.Fail(l.PathOf("env"), "expected an object of NAME: \"value\", got " + Describe(*env));
@@ -158,6 +165,12 @@ Result<ClusterFile> ParseClusterFile(std::string_view text, std::string_view sou
     if (!used) return Status::InvalidArgument(fmt::format("{}: launch.hosts.{}: no task of the cluster runs on \"{}\"", source, host, host));
   }
   return f;
+}
+
+bool IsEventName(std::string_view name) {
+  for (std::string_view e : kEventNames)
+    if (e == name) return true;
+  return false;
 }
 
 Result<Event> ParseEvent(std::string_view line) {

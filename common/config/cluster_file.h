@@ -3,6 +3,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/base/status.h"
@@ -23,6 +24,15 @@ struct HostLaunch {
   std::vector<std::string> ssh_options;  // extra -o OPTION=VALUE entries
 };
 
+// "launch.timeouts": seconds handed to every task as tfd's --peer-timeout, --reconnect-timeout,
+// --startup-timeout and --step-timeout; 0 leaves tfd's own default (the k*Default* below).
+struct TaskTimeouts {
+  static constexpr double kPeerDefault = 8, kReconnectDefault = 60;  // tfd's (daemon/main.cc)
+  double peer_secs = 0, reconnect_secs = 0, startup_secs = 0, step_secs = 0;
+  double PeerOrDefault() const { return peer_secs > 0 ? peer_secs : kPeerDefault; }
+  double ReconnectOrDefault() const { return reconnect_secs > 0 ? reconnect_secs : kReconnectDefault; }
+};
+
 struct LaunchSpec {
   HostLaunch defaults;
   std::map<std::string, HostLaunch> hosts;  // per-host overrides, complete after parsing
@@ -33,6 +43,7 @@ struct LaunchSpec {
   // (not on exit 2, a bad configuration), at most max_restarts times each.
   std::set<TaskType> restart_on_failure;
   int max_restarts = 3;
+  TaskTimeouts timeouts;
 
   const HostLaunch& For(const std::string& host) const;
 };
@@ -51,6 +62,12 @@ struct ClusterFile {
 // path (`cluster.json: launch.hosts.pc-02.ssh.port: expected an integer in [1, 65535], got 0`).
 Result<ClusterFile> ParseClusterFile(std::string_view text, std::string_view source);
 Result<ClusterFile> LoadClusterFile(const std::string& path);
+
+// Every event name tfd writes (tfd --log-format json); docs/config.md describes each.
+inline constexpr std::string_view kEventNames[] = {
+    "start",     "ready",      "step",  "epoch",         "checkpoint", "checkpoint_start", "restored", "done", "worker_done",
+    "peer_lost", "peer_rejoined", "quorum", "gave_up", "run_ended", "error"};
+bool IsEventName(std::string_view name);
 
 // One JSON event line of a task (tfd --log-format json): its name, and its number and string fields.
 struct Event {

@@ -1,5 +1,7 @@
 #include "daemon/allreduce/run_allreduce.h"
 
+#include <unistd.h>
+
 #include <random>
 
 #include <fmt/format.h>
@@ -32,7 +34,7 @@ Status RunAllreduceWorker(const config::TfConfig& config, const config::JobSpec&
   spdlog::info("{} (rank {} of {}{}); allreduce; model: {}", config.task.ToString(), rank, num_workers, chief ? ", chief" : "",
                model.Summary());
   events.Emit("start", {{"role", std::string("worker")}, {"rank", std::int64_t{rank}}, {"chief", chief},
-                        {"mode", std::string("allreduce")}});
+                        {"mode", std::string("allreduce")}, {"pid", std::int64_t{getpid()}}});
 
   std::unique_ptr<transport::Listener> listener;
   std::shared_ptr<collective::Ring> ring;

@@ -57,7 +57,7 @@ Status RunPs(const config::TfConfig& config, EventWriter& events, const PsOption
   spdlog::info("{} listening on {}:{} (incarnation {:016x}); {} workers, cluster id {:016x}", config.task.ToString(),
                options.bind_address.empty() ? "*" : options.bind_address, self.port, incarnation, config.cluster.num_workers(),
                config.cluster.Id());
-  events.Emit("start", {{"role", std::string("ps")}, {"port", std::int64_t{self.port}}});
+  events.Emit("start", {{"role", std::string("ps")}, {"port", std::int64_t{self.port}}, {"pid", std::int64_t{getpid()}}});
   NotifyReady(fmt::format("{} listening on port {}", config.task.ToString(), self.port));
 
   // Poll the signal flag; log while nobody has initialised the variables.

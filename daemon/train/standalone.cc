@@ -1,5 +1,7 @@
 #include "daemon/train/standalone.h"
 
+#include <unistd.h>
+
 #include <spdlog/spdlog.h>
 
 #include "common/model/dataset.h"
@@ -38,7 +40,7 @@ Status RunStandalone(const config::JobSpec& job, EventWriter& events, const Stan
   spdlog::info("data: {} training and {} test examples from {}", loaded.data.train.size, loaded.data.test.size, job.data);
   events.Emit("start", {{"mode", std::string("standalone")},
                         {"parameters", static_cast<std::int64_t>(loaded.model->params().size())},
-                        {"train_examples", loaded.data.train.size}});
+                        {"train_examples", loaded.data.train.size}, {"pid", std::int64_t{getpid()}}});
   LocalUpdater updater(*optimizer, loaded.model->params().size());
   TrainerOptions topts;
   topts.stop = options.stop;

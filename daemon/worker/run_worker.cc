@@ -1,5 +1,7 @@
 #include "daemon/worker/run_worker.h"
 
+#include <unistd.h>
+
 #include <random>
 
 #include <fmt/format.h>
@@ -125,7 +127,7 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
   if (chief)
     for (const std::string& line : placement.Describe()) spdlog::info("placement: {}", line);
   events.Emit("start", {{"role", std::string("worker")}, {"rank", std::int64_t{rank}}, {"chief", chief},
-                        {"mode", std::string(sync ? "sync" : "async")}});
+                        {"mode", std::string(sync ? "sync" : "async")}, {"pid", std::int64_t{getpid()}}});
 
   transport::IoThread io;  // destroyed after the client below: its connections close first
 

@@ -232,6 +232,104 @@ TEST_CASE("tfctl validate refuses, in one line with exit 2, what would fail at s
   }
 }
 
+// ClusterFile with step events every 5 steps and `launch` fields merged in, written to dir/name.
+std::string ChaosClusterFile(const TempDir& dir, int epochs, const nlohmann::json& launch, const std::string& name) {
+  auto f = nlohmann::json::parse(ReadAll(ClusterFile(dir, epochs)));
+  f["train"]["log_every_steps"] = 5;
+  for (auto it = launch.begin(); it != launch.end(); ++it) f["launch"][it.key()] = it.value();
+  WriteFile(dir / name, f.dump(2));
+  return dir / name;
+}
+
+// Runs tfctl chaos with `args` to its end, checks its exit code, and returns its stdout.
+std::string RunChaos(const TempDir& dir, std::vector<std::string> args, int expected_exit_code) {
+  args.insert(args.begin(), {kTfctl, "chaos"});
+  Process p(args, {}, dir / "out", dir / "err");
+  auto code = p.Wait(300s);
+  INFO("stdout:\n" << p.out() << "\nstderr:\n" << p.err());
+  REQUIRE(code.has_value());
+  CHECK(*code == expected_exit_code);
+  return p.out();
+}
+
+nlohmann::json ChaosReport(const TempDir& dir) { return nlohmann::json::parse(ReadAll(RunFolder(dir) + "/chaos.json")); }
+
+TEST_CASE("tfctl chaos kills a restartable ps mid-run; the run survives and the verdict is kept", "[system][tfctl][chaos]") {
+  TempDir dir;
+  const std::string file = ChaosClusterFile(dir, 3, {{"restart", {{"ps", "on-failure"}}}, {"timeouts", {{"peer", 2}}}}, "chaos.json");
+  const std::string out = RunChaos(dir, {file, "--kill", "ps", "--at", "step:3", "--from", "worker:0"}, 0);
+  INFO(out);
+  CHECK(out.find("[tfctl] chaos: sent SIGKILL to ps:0 (pid ") != std::string::npos);
+  CHECK(out.find("chaos task=ps:0 exit_code=0 restarts=1 ") != std::string::npos);
+  CHECK(out.find("chaos verdict=kept survival=promised: launch.restart starts ps tasks again") != std::string::npos);
+  const auto report = ChaosReport(dir);
+  CHECK(report["verdict"] == "kept");
+  CHECK(report["fault"]["sent"] == true);
+  CHECK(report["trigger"]["from"] == "worker:0");
+  CHECK(report["deadline_secs"] == 2 + 60 + 30);
+  REQUIRE(report["tasks"].size() == 3);
+  for (const auto& t : report["tasks"]) {
+    CHECK(t["exit_code"] == 0);
+    CHECK(t["past_deadline"] == false);
+    CHECK(t["exit_after_secs"].get<double>() > 0);
+  }
+  CHECK(report["tasks"][1]["test_accuracy"].get<double>() > 0.3);  // worker:0 trained to the end
+}
+
+TEST_CASE("tfctl chaos stops a worker for less than the reconnect timeout; every task still finishes", "[system][tfctl][chaos]") {
+  TempDir dir;
+  const std::string file = ChaosClusterFile(dir, 4, {{"timeouts", {{"peer", 1}}}}, "chaos.json");
+  const std::string out = RunChaos(dir, {file, "--kill", "worker:1", "--at", "step:2", "--stop", "3"}, 0);
+  INFO(out);
+  CHECK(out.find("[tfctl] chaos: sent SIGCONT to worker:1") != std::string::npos);
+  const auto report = ChaosReport(dir);
+  CHECK(report["verdict"] == "kept");
+  CHECK(report["fault"]["action"] == "stop");
+  CHECK(report["survival_promised"] == true);
+  for (const auto& t : report["tasks"]) CHECK(t["exit_code"] == 0);
+}
+
+TEST_CASE("tfctl chaos refuses bad input in one line with exit 2, before anything starts", "[system][tfctl][chaos]") {
+  TempDir dir;
+  const std::string file = ChaosClusterFile(dir, 1, nlohmann::json::object(), "c.json");
+  auto refused = [&](const std::string& args) {
+    CommandResult r = RunCommand(kTfctl + " chaos " + args, dir);
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    return r.err;
+  };
+  CHECK(refused(file + " --kill worker:5 --at step") == "tfctl: --kill worker:5: the cluster has 2 workers (worker:0, worker:1)\n");
+  CHECK(refused(file + " --kill gpu --at step").find("--kill gpu: unknown role \"gpu\"") != std::string::npos);
+  CHECK(refused(file + " --kill ps --at stepz").find("--at stepz: tfd emits no event \"stepz\"") != std::string::npos);
+  CHECK(refused(file + " --kill ps --at step:0").find("--at step:0: N must be a whole number >= 1") != std::string::npos);
+  CHECK(refused(file + " --kill ps --at step --stop 3 --signal kill").find("--stop and --signal") != std::string::npos);
+  CHECK(refused(file + " --kill ps --at step --from ps:2").find("--from ps:2: the cluster has 1 ps (ps:0)") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir / "runs"));
+  // A run folder whose tfctl has ended.
+  const std::string run = dir / "runs/old";
+  std::filesystem::create_directories(run);
+  std::filesystem::copy_file(file, run + "/cluster.json");
+  WriteFile(run + "/tfctl.pid", "999999999\n");
+  CHECK(refused(run + " --kill ps --at step").find("the run has ended (its tfctl is not running)") != std::string::npos);
+}
+
+TEST_CASE("tfctl chaos on a live detached run signals the task by its start event's pid and reports", "[system][tfctl][chaos]") {
+  TempDir dir;
+  const std::string file = ChaosClusterFile(dir, 400, {{"restart", {{"worker", "on-failure"}}}}, "chaos.json");
+  CommandResult up = RunCommand(kTfctl + " up " + file + " --detach", dir);
+  INFO(up.out << up.err);
+  REQUIRE(up.exit_code == 0);
+  const std::string run = RunFolder(dir);
+  const std::string out = RunChaos(dir, {run, "--kill", "worker:1", "--at", "step", "--signal", "term", "--deadline", "250"}, 0);
+  INFO(out);
+  CHECK(out.find("tfctl: chaos: sent SIGTERM to worker:1 (pid ") != std::string::npos);
+  const auto report = nlohmann::json::parse(ReadAll(run + "/chaos.json"));
+  CHECK(report["verdict"] == "kept");
+  CHECK(report["tasks"][2]["restarts"] == 1);
+  CHECK(WaitUntilNoneLeft(dir.path(), 10s));
+}
+
 // A real sshd on 127.0.0.1 (a child of the test, so it is reaped), with its own host key, a client
 // key, and a known_hosts file that holds the right host key for [localhost]:port.
 class LoopbackSshd {

@@ -1,4 +1,6 @@
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/config/cluster_file.h"
 #include "launcher/plan.h"
@@ -116,6 +118,42 @@ TEST_CASE("launch.restart gives the named roles max_restarts restarts each", "[u
         "c.json: launch.restart.evaluator: unknown field (expected one of: chief, ps, worker)");
   CHECK(ErrorOf(std::string(R"({"cluster": {"worker": ["a:1"]}, )") + kTrain + R"(, "launch": {"max_restarts": 1000}})") ==
         "c.json: launch.max_restarts: expected an integer in [0, 100], got 1000");
+}
+
+TEST_CASE("launch.timeouts reach every task as tfd's timeout flags", "[unit][launcher]") {
+  auto f = Parse(std::string(R"({"cluster": {"ps": ["127.0.0.1:2000"], "worker": ["127.0.0.1:2001", "pc-02:2002"]}, )") + kTrain +
+                 R"(, "launch": {"timeouts": {"peer": 1.5, "reconnect": 20, "step": 30}}})");
+  CHECK(f.launch.timeouts.peer_secs == 1.5);
+  CHECK(f.launch.timeouts.ReconnectOrDefault() == 20);
+  CHECK(f.launch.timeouts.startup_secs == 0);
+  auto plan = MakePlan(f, {.job_path = "/r/job.json"});
+  REQUIRE(plan.size() == 3);
+  for (const TaskPlan& p : plan) {
+    const std::string words = fmt::format("{}", fmt::join(p.argv, " "));
+    INFO(words);
+    CHECK(words.find("--peer-timeout") != std::string::npos);
+    CHECK(words.find("--startup-timeout") == std::string::npos);  // not given: tfd's default
+  }
+  auto has = [](const std::vector<std::string>& argv, const std::string& flag, const std::string& value) {
+    for (std::size_t i = 0; i + 1 < argv.size(); ++i)
+      if (argv[i] == flag && argv[i + 1] == value) return true;
+    return false;
+  };
+  CHECK(has(plan[0].argv, "--peer-timeout", "1.5"));
+  CHECK(has(plan[1].argv, "--reconnect-timeout", "20"));
+  CHECK(has(plan[1].argv, "--step-timeout", "30"));
+  CHECK(plan[2].argv.back().find("'--reconnect-timeout' '20'") != std::string::npos);  // the remote one, quoted in ssh's line
+  CHECK(plan[2].ssh.size() == plan[2].argv.size() - 1);
+  CHECK(plan[0].ssh.empty());
+  auto defaults = Parse(std::string(R"({"cluster": {"worker": ["127.0.0.1:2001"]}, )") + kTrain + "}");
+  CHECK(defaults.launch.timeouts.PeerOrDefault() == 8);
+  CHECK(defaults.launch.timeouts.ReconnectOrDefault() == 60);
+  CHECK(ErrorOf(std::string(R"({"cluster": {"worker": ["a:1"]}, )") + kTrain + R"(, "launch": {"timeouts": {"peer": 0}}})") ==
+        "c.json: launch.timeouts.peer: expected a number in (0, 100000], got 0");
+  CHECK(ErrorOf(std::string(R"({"cluster": {"worker": ["a:1"]}, )") + kTrain + R"(, "launch": {"timeouts": {"reconect": 5}}})") ==
+        "c.json: launch.timeouts.reconect: unknown field (expected one of: peer, reconnect, startup, step)");
+  CHECK(ErrorOf(std::string(R"({"cluster": {"worker": ["a:1"]}, )") + kTrain + R"(, "launch": {"timeouts": 5}})")
+            .rfind("c.json: launch.timeouts: ", 0) == 0);
 }
 
 TEST_CASE("cluster file errors name the file and the JSON path", "[unit][launcher]") {

@@ -1,0 +1,213 @@
+// tfctl chaos below its processes: the command line, the fault it resolves to, the promise, the verdict.
+#include <csignal>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "common/config/cluster_file.h"
+#include "launcher/chaos.h"
+#include "launcher/plan.h"
+
+namespace tfd::launcher {
+namespace {
+
+config::ClusterFile Parse(const std::string& update, const std::string& launch = "{}", const std::string& cluster = "") {
+  const std::string c = cluster.empty() ? R"({"ps": ["127.0.0.1:2000"], "worker": ["127.0.0.1:2001", "127.0.0.1:2002"]})" : cluster;
+  auto f = config::ParseClusterFile(R"({"cluster": )" + c + R"(, "train": {"model": "mlp", "data": "d", "epochs": 1, "batch_size": 10,
+    "optimizer": {"type": "sgd", "learning_rate": 0.1}, "update": )" + update + R"(}, "launch": )" + launch + "}",
+                                    "c.json");
+  INFO(f.status().ToString());
+  REQUIRE(f.ok());
+  return *f;
+}
+
+std::string ParseError(std::vector<std::string> args) {
+  auto a = ParseChaosArgs(args);
+  REQUIRE_FALSE(a.ok());
+  CHECK(a.status().code() == Code::kInvalidArgument);
+  return a.status().message();
+}
+
+Fault FaultFor(const config::ClusterFile& f, std::vector<std::string> args) {
+  args.insert(args.begin(), "c.json");
+  auto a = ParseChaosArgs(args);
+  REQUIRE(a.ok());
+  auto fault = ResolveFault(*a, f);
+  INFO(fault.status().ToString());
+  REQUIRE(fault.ok());
+  return *fault;
+}
+
+TEST_CASE("chaos arguments: the fault, its trigger and the action", "[unit][chaos]") {
+  auto a = ParseChaosArgs({"c.json", "--kill", "worker:1", "--at", "step:3", "--from", "ps:0", "--signal", "term", "--deadline", "40"});
+  REQUIRE(a.ok());
+  CHECK(a->run_or_file == "c.json");
+  CHECK(a->kill == "worker:1");
+  CHECK(a->event == "step");
+  CHECK(a->nth == 3);
+  CHECK(a->from == "ps:0");
+  CHECK(a->action == FaultAction::kTerm);
+  CHECK(a->deadline_secs == 40);
+  auto stop = ParseChaosArgs({"runs/x", "--kill", "ps", "--at", "ready", "--stop", "2.5"});
+  REQUIRE(stop.ok());
+  CHECK(stop->nth == 1);
+  CHECK(stop->action == FaultAction::kStop);
+  CHECK(stop->stop_secs == 2.5);
+}
+
+TEST_CASE("chaos refuses bad arguments in one line", "[unit][chaos]") {
+  CHECK(ParseError({"c.json", "--kill", "ps", "--at", "stepp"}).rfind("--at stepp: tfd emits no event \"stepp\" (expected one of start, ready, ",
+                                                                      0) == 0);
+  CHECK(ParseError({"c.json", "--kill", "ps", "--at", "step:0"}) == "--at step:0: N must be a whole number >= 1");
+  CHECK(ParseError({"c.json", "--kill", "ps", "--at", "step:-2"}) == "--at step:-2: N must be a whole number >= 1");
+  CHECK(ParseError({"c.json", "--kill", "ps", "--at", "step", "--stop", "3", "--signal", "kill"}) ==
+        "--stop and --signal: a stopped task gets SIGSTOP, no other signal");
+  CHECK(ParseError({"c.json", "--kill", "ps", "--at", "step", "--signal", "hup"}) == "--signal hup: expected kill or term");
+  CHECK(ParseError({"c.json", "--kill", "ps", "--at", "step", "--stop", "0"}) == "--stop 0: expected seconds above 0");
+  CHECK(ParseError({"c.json", "--at", "step"}) == "chaos needs --kill ROLE[:INDEX]");
+  CHECK(ParseError({"c.json", "--kill", "ps"}) == "chaos needs --at EVENT[:N]");
+  CHECK(ParseError({"--kill", "ps", "--at", "step"}) == "chaos needs a run folder or a cluster file");
+  CHECK(ParseError({"c.json", "--kill"}) == "--kill needs a value");
+  CHECK(ParseError({"c.json", "--kill", "ps", "--at", "step", "--bogus"}) == "chaos: unknown option --bogus");
+}
+
+TEST_CASE("every event name tfd emits is known, and only those", "[unit][chaos]") {
+  for (const char* e : {"start", "ready", "step", "epoch", "checkpoint", "restored", "done", "peer_lost", "peer_rejoined", "quorum", "error",
+                        "checkpoint_start", "worker_done", "gave_up", "run_ended"})
+    CHECK(config::IsEventName(e));
+  CHECK_FALSE(config::IsEventName("steps"));
+  CHECK_FALSE(config::IsEventName(""));
+}
+
+TEST_CASE("chaos targets resolve against the cluster, naming its tasks when out of range", "[unit][chaos]") {
+  const config::ClusterFile f = Parse(R"({"mode": "async"})");
+  auto task = [&](const std::string& spec) { return ResolveTask(f.cluster, "--kill", spec); };
+  CHECK(task("ps")->ToString() == "ps:0");
+  CHECK(task("worker:1")->ToString() == "worker:1");
+  CHECK(task("chief")->ToString() == "worker:0");  // no chief entry: worker 0
+  CHECK(task("worker:5").status().message() == "--kill worker:5: the cluster has 2 workers (worker:0, worker:1)");
+  CHECK(task("ps:1").status().message() == "--kill ps:1: the cluster has 1 ps (ps:0)");
+  CHECK(task("gpu").status().message() == "--kill gpu: unknown role \"gpu\" (expected ps, chief or worker, with :INDEX)");
+  CHECK(task("worker:x").status().message() == "--kill worker:x: expected ROLE[:INDEX], INDEX a whole number");
+  CHECK(task("chief:1").status().message() == "--kill chief:1: a cluster has one chief (chief, or chief:0)");
+  const config::ClusterFile with_chief =
+      Parse(R"({"mode": "async"})", "{}", R"({"ps": ["127.0.0.1:2000"], "chief": ["127.0.0.1:2003"], "worker": ["127.0.0.1:2001"]})");
+  CHECK(ResolveTask(with_chief.cluster, "--from", "chief")->ToString() == "chief:0");
+  CHECK(ResolveTask(with_chief.cluster, "--from", "worker:1").status().message() == "--from worker:1: the cluster has 1 worker (worker:0)");
+}
+
+TEST_CASE("the default deadline is peer + reconnect timeout (+ the stop) + a 30 s margin", "[unit][chaos]") {
+  const Fault d = FaultFor(Parse(R"({"mode": "async"})"), {"--kill", "worker:1", "--at", "step"});
+  CHECK(d.deadline_secs == 8 + 60 + 30);
+  CHECK(d.from.ToString() == "worker:1");
+  CHECK(d.Describe() == "SIGKILL to worker:1 at its 1st step event");
+  const Fault s = FaultFor(Parse(R"({"mode": "async"})", R"({"timeouts": {"peer": 1, "reconnect": 10}})"),
+                           {"--kill", "worker:1", "--at", "ready:2", "--from", "ps:0", "--stop", "3"});
+  CHECK(s.deadline_secs == 1 + 10 + 3 + 30);
+  CHECK(s.Signal() == SIGSTOP);
+  CHECK(s.Describe() == "SIGSTOP (SIGCONT 3 s later) to worker:1 at ps:0's 2nd ready event");
+  CHECK(FaultFor(Parse(R"({"mode": "async"})"), {"--kill", "ps", "--at", "step", "--deadline", "12"}).deadline_secs == 12);
+}
+
+TEST_CASE("survival is promised by a restart, a short stop, or a non-chief worker the mode can lose", "[unit][chaos]") {
+  const config::ClusterFile async = Parse(R"({"mode": "async"})");
+  const config::ClusterFile sync = Parse(R"({"mode": "sync"})");
+  const config::ClusterFile shrink = Parse(R"({"mode": "sync", "on_worker_loss": "shrink"})");
+  const config::ClusterFile shrink_too_few = Parse(R"({"mode": "sync", "on_worker_loss": "shrink", "min_replicas": 2})");
+  const std::vector<std::string> kill_w1 = {"--kill", "worker:1", "--at", "step"};
+  CHECK(PromiseFor(async, FaultFor(async, kill_w1), 0).survival);
+  CHECK_FALSE(PromiseFor(async, FaultFor(async, kill_w1), 0).target_must_exit_zero);
+  CHECK_FALSE(PromiseFor(async, FaultFor(async, {"--kill", "chief", "--at", "step"}), 0).survival);
+  CHECK_FALSE(PromiseFor(sync, FaultFor(sync, kill_w1), 0).survival);
+  CHECK(PromiseFor(shrink, FaultFor(shrink, kill_w1), 0).survival);
+  CHECK_FALSE(PromiseFor(shrink_too_few, FaultFor(shrink_too_few, kill_w1), 0).survival);
+  const ChaosPromise ps = PromiseFor(async, FaultFor(async, {"--kill", "ps", "--at", "step"}), 0);
+  CHECK_FALSE(ps.survival);
+  CHECK(ps.why == "no rule promises the run survives losing ps:0: it is not restarted (launch.restart), and it is a ps");
+  const ChaosPromise restarted = PromiseFor(sync, FaultFor(sync, {"--kill", "ps", "--at", "step"}), 2);
+  CHECK(restarted.survival);
+  CHECK(restarted.target_must_exit_zero);
+  CHECK(restarted.why == "launch.restart starts ps tasks again (up to 2 times)");
+  const ChaosPromise short_stop = PromiseFor(sync, FaultFor(sync, {"--kill", "ps", "--at", "step", "--stop", "5"}), 0);
+  CHECK(short_stop.survival);
+  CHECK(short_stop.target_must_exit_zero);
+  CHECK_FALSE(PromiseFor(sync, FaultFor(sync, {"--kill", "ps", "--at", "step", "--stop", "60"}), 0).survival);
+}
+
+TaskOutcome Outcome(const std::string& task, int code, const std::string& last = "info done") {
+  TaskOutcome o;
+  o.task = task;
+  o.exit_code = code;
+  o.last_line = last;
+  o.exit_after_secs = 1;
+  return o;
+}
+
+TEST_CASE("JudgeChaos: every task in time, failures name the lost task, survival when promised", "[unit][chaos]") {
+  ChaosPromise survive{.target = "worker:1", .deadline_secs = 98, .survival = true, .target_must_exit_zero = false, .why = "async"};
+  ChaosPromise no_survival = survive;
+  no_survival.survival = false;
+  SECTION("kept: the others exit 0, the killed worker may not") {
+    const ChaosVerdict v = JudgeChaos(survive, "", {Outcome("ps:0", 0), Outcome("worker:0", 0), Outcome("worker:1", 137, "")});
+    CHECK(v.kept);
+    CHECK(v.reasons.empty());
+  }
+  SECTION("(a) a task past the deadline") {
+    TaskOutcome hung = Outcome("ps:0", 137);
+    hung.past_deadline = true;
+    const ChaosVerdict v = JudgeChaos(no_survival, "", {hung, Outcome("worker:0", 0), Outcome("worker:1", 137)});
+    CHECK_FALSE(v.kept);
+    REQUIRE(v.reasons.size() == 1);
+    CHECK(v.reasons[0] == "(a) ps:0 was still running 98 s after the fault (the deadline); it was killed");
+  }
+  SECTION("(b) a failure that does not name the lost task") {
+    const ChaosVerdict named = JudgeChaos(no_survival, "", {Outcome("ps:0", 1, "error gave up on worker:1 at global step 40"),
+                                                            Outcome("worker:0", 0), Outcome("worker:1", 137)});
+    CHECK(named.kept);
+    const ChaosVerdict unnamed = JudgeChaos(no_survival, "", {Outcome("ps:0", 1, "error something"), Outcome("worker:1", 137)});
+    REQUIRE(unnamed.reasons.size() == 1);
+    CHECK(unnamed.reasons[0] == "(b) ps:0 exited 1 without naming worker:1 in its last line");
+  }
+  SECTION("(c) a failure where survival was promised, even one naming the lost task") {
+    const ChaosVerdict v = JudgeChaos(survive, "", {Outcome("ps:0", 1, "lost worker:1"), Outcome("worker:1", 137)});
+    REQUIRE(v.reasons.size() == 1);
+    CHECK(v.reasons[0] == "(c) ps:0 exited 1, though the run should survive (async)");
+  }
+  SECTION("(c) a restarted target must finish too") {
+    ChaosPromise restarted = survive;
+    restarted.target_must_exit_zero = true;
+    CHECK_FALSE(JudgeChaos(restarted, "", {Outcome("ps:0", 0), Outcome("worker:1", 1, "worker:1 failed")}).kept);
+    CHECK(JudgeChaos(restarted, "", {Outcome("ps:0", 0), Outcome("worker:1", 0)}).kept);
+  }
+  SECTION("a fault never sent keeps nothing") {
+    const ChaosVerdict v = JudgeChaos(survive, "the run ended first", {Outcome("ps:0", 0), Outcome("worker:1", 0)});
+    CHECK_FALSE(v.kept);
+    CHECK(v.reasons == std::vector<std::string>{"the fault was never sent: the run ended first"});
+  }
+}
+
+TEST_CASE("the chaos report is one line per task, a verdict line and chaos.json", "[unit][chaos]") {
+  const config::ClusterFile f = Parse(R"({"mode": "async"})");
+  const Fault fault = FaultFor(f, {"--kill", "worker:1", "--at", "step:3", "--from", "worker:0"});
+  const ChaosPromise promise = PromiseFor(f, fault, 0);
+  TaskOutcome w0 = Outcome("worker:0", 0, "info done \"quoted\"");
+  w0.test_accuracy = 0.9;
+  const std::vector<TaskOutcome> tasks = {Outcome("ps:0", 0), w0, Outcome("worker:1", 137, "")};
+  const ChaosVerdict verdict = JudgeChaos(promise, "", tasks);
+  const auto lines = ChaosReportLines(promise, tasks, verdict);
+  REQUIRE(lines.size() == 4);
+  CHECK(lines[1] == R"(chaos task=worker:0 exit_code=0 restarts=0 exit_after_secs=1.0 past_deadline=false last_line="info done \"quoted\"")");
+  CHECK(lines[3] == "chaos verdict=kept survival=promised: worker:1 is a worker other than the chief, and updates are async");
+  auto j = nlohmann::json::parse(ChaosJson(fault, "", 1700000000.5, promise, tasks, verdict));
+  CHECK(j["fault"]["signal"] == "SIGKILL");
+  CHECK(j["fault"]["target"] == "worker:1");
+  CHECK(j["fault"]["sent"] == true);
+  CHECK(j["trigger"] == nlohmann::json{{"event", "step"}, {"n", 3}, {"from", "worker:0"}});
+  CHECK(j["verdict"] == "kept");
+  CHECK(j["tasks"][1]["test_accuracy"] == 0.9);
+  CHECK(j["tasks"][0]["test_accuracy"].is_null());
+  CHECK(j["tasks"][2]["exit_code"] == 137);
+}
+
+}  // namespace
+}  // namespace tfd::launcher
