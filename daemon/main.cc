@@ -13,6 +13,7 @@
 #include "common/base/memory.h"
 #include "common/base/service.h"
 #include "common/config/cluster.h"
+#include "common/config/cluster_file.h"
 #include "common/config/job.h"
 #include "daemon/allreduce/run_allreduce.h"
 #include "daemon/ps/run_ps.h"
@@ -66,7 +67,9 @@ int main(int argc, char** argv) {
   std::string job_path, params_out, tf_config_path, token_file, log_format = "text", log_level = "info", job_name, ps_hosts, worker_hosts, bind;
   std::int64_t shard_limit = 0;
   int task_index = -1;
-  double peer_timeout = 8, startup_timeout = 120, step_timeout = 300, reconnect_timeout = 60;
+  using Timeouts = tfd::config::TaskTimeouts;  // the defaults tfctl also knows
+  double peer_timeout = Timeouts::kPeerDefault, startup_timeout = Timeouts::kStartupDefault, step_timeout = Timeouts::kStepDefault,
+         reconnect_timeout = Timeouts::kReconnectDefault;
   bool standalone = false, insecure = false;
   opts.add_options()
       ("help,h", "print this help and exit")

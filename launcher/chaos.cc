@@ -149,9 +149,15 @@ Result<Fault> ResolveFault(const ChaosArgs& args, const config::ClusterFile& fil
     f.deadline_secs = args.deadline_secs;
     f.deadline_why = "--deadline";
   } else {
-    f.deadline_secs = t.PeerOrDefault() + t.ReconnectOrDefault() + f.stop_secs + kChaosMarginSecs;
-    f.deadline_why = fmt::format("peer timeout {} s + reconnect timeout {} s{} + margin {} s", t.PeerOrDefault(), t.ReconnectOrDefault(),
-                                 f.stop_secs > 0 ? fmt::format(" + stop {} s", f.stop_secs) : "", kChaosMarginSecs);
+    // A loss is noticed within the peer timeout, waited for during the reconnect timeout, and a ps
+    // that ends the run gives its workers one more peer timeout to hear why; a task still starting
+    // waits for the startup timeout instead.
+    const double lost = 2 * t.PeerOrDefault() + t.ReconnectOrDefault();
+    const bool starting = t.StartupOrDefault() > lost;
+    f.deadline_secs = (starting ? t.StartupOrDefault() : lost) + f.stop_secs + kChaosMarginSecs;
+    f.deadline_why = starting ? fmt::format("startup timeout {} s", t.StartupOrDefault())
+                              : fmt::format("2 x peer timeout {} s + reconnect timeout {} s", t.PeerOrDefault(), t.ReconnectOrDefault());
+    f.deadline_why += fmt::format("{} + margin {} s", f.stop_secs > 0 ? fmt::format(" + stop {} s", f.stop_secs) : "", kChaosMarginSecs);
   }
   return f;
 }
@@ -166,12 +172,19 @@ ChaosPromise PromiseFor(const config::ClusterFile& file, const Fault& fault, int
                      (fault.target.type == config::TaskType::kWorker && fault.target.index == 0 && c.chief.empty());
   const bool worker = fault.target.type == config::TaskType::kWorker || fault.target.type == config::TaskType::kChief;
   const double reconnect = file.launch.timeouts.ReconnectOrDefault();
-  if (target_max_restarts > 0) {
+  const bool ring = u.mode == config::UpdateSpec::Mode::kAllreduce;
+  if (target_max_restarts > 0 && !ring) {
     p.survival = p.target_must_exit_zero = true;
     p.why = fmt::format("launch.restart starts {} tasks again (up to {} times)", config::TaskTypeName(fault.target.type), target_max_restarts);
-  } else if (fault.action == FaultAction::kStop && fault.stop_secs < reconnect) {
+  } else if (fault.action == FaultAction::kStop && fault.stop_secs < file.launch.timeouts.PeerOrDefault()) {
     p.survival = p.target_must_exit_zero = true;
-    p.why = fmt::format("a stop of {} s is shorter than the reconnect timeout ({} s)", fault.stop_secs, reconnect);
+    p.why = fmt::format("a stop of {} s is shorter than the peer timeout ({} s): nobody notices", fault.stop_secs,
+                        file.launch.timeouts.PeerOrDefault());
+  } else if (fault.action == FaultAction::kStop && fault.stop_secs < reconnect && !ring &&
+             !(worker && u.mode == config::UpdateSpec::Mode::kSync && u.on_worker_loss == config::UpdateSpec::OnWorkerLoss::kFail)) {
+    p.survival = p.target_must_exit_zero = true;
+    p.why = fmt::format("a stop of {} s is shorter than the reconnect timeout ({} s): the task is back before it is given up on",
+                        fault.stop_secs, reconnect);
   } else if (worker && !chief && u.mode == config::UpdateSpec::Mode::kAsync) {
     p.survival = true;
     p.why = fmt::format("{} is a worker other than the chief, and updates are async", p.target);
@@ -181,11 +194,15 @@ ChaosPromise PromiseFor(const config::ClusterFile& file, const Fault& fault, int
     p.why = fmt::format("{} is a worker other than the chief, and sync updates shrink to the {} workers left (min_replicas {})", p.target,
                         c.num_workers() - 1, u.min_replicas);
   } else {
-    p.why = fmt::format("no rule promises the run survives losing {}{}: it is not restarted (launch.restart), {}", p.target,
-                        chief ? " (the chief)" : "",
-                        fault.action == FaultAction::kStop ? fmt::format("the stop is not shorter than the reconnect timeout ({} s)", reconnect)
-                        : !worker                           ? "and it is a ps"
-                                                            : "and the update mode does not go on without it");
+    p.why = fmt::format("no rule promises the run survives losing {}{}: it is not restarted (launch.restart){}, {}", p.target,
+                        chief ? " (the chief)" : "", ring && target_max_restarts > 0 ? " that a ring could take back" : "",
+                        ring ? "and an allreduce ring has no spare: a lost or silent member fails the collective"
+                        : fault.action == FaultAction::kStop
+                            ? fmt::format("and the stop outlasts the peer timeout ({} s) where {}", file.launch.timeouts.PeerOrDefault(),
+                                          fault.stop_secs >= reconnect ? fmt::format("the reconnect timeout ({} s) is shorter", reconnect)
+                                                                       : "sync updates with on_worker_loss fail end the run")
+                        : !worker ? "and it is a ps"
+                                  : "and the update mode does not go on without it");
   }
   return p;
 }

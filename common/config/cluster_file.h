@@ -27,10 +27,12 @@ struct HostLaunch {
 // "launch.timeouts": seconds handed to every task as tfd's --peer-timeout, --reconnect-timeout,
 // --startup-timeout and --step-timeout; 0 leaves tfd's own default (the k*Default* below).
 struct TaskTimeouts {
-  static constexpr double kPeerDefault = 8, kReconnectDefault = 60;  // tfd's (daemon/main.cc)
-  double peer_secs = 0, reconnect_secs = 0, startup_secs = 0, step_secs = 0;
+  // tfd's defaults for --peer-timeout, --reconnect-timeout, --startup-timeout and --step-timeout.
+  static constexpr double kPeerDefault = 8, kReconnectDefault = 60, kStartupDefault = 120, kStepDefault = 300;
+  double peer_secs = 0, reconnect_secs = 0, startup_secs = 0, step_secs = 0;  // 0: tfd's default
   double PeerOrDefault() const { return peer_secs > 0 ? peer_secs : kPeerDefault; }
   double ReconnectOrDefault() const { return reconnect_secs > 0 ? reconnect_secs : kReconnectDefault; }
+  double StartupOrDefault() const { return startup_secs > 0 ? startup_secs : kStartupDefault; }
 };
 
 struct LaunchSpec {

@@ -96,14 +96,20 @@ TEST_CASE("chaos targets resolve against the cluster, naming its tasks when out 
   CHECK(ResolveTask(with_chief.cluster, "--from", "worker:1").status().message() == "--from worker:1: the cluster has 1 worker (worker:0)");
 }
 
-TEST_CASE("the default deadline is peer + reconnect timeout (+ the stop) + a 30 s margin", "[unit][chaos]") {
+TEST_CASE("the default deadline is the startup timeout or 2 x peer + reconnect timeout, whichever is longer, (+ the stop) + a 30 s margin",
+          "[unit][chaos]") {
   const Fault d = FaultFor(Parse(R"({"mode": "async"})"), {"--kill", "worker:1", "--at", "step"});
-  CHECK(d.deadline_secs == 8 + 60 + 30);
+  CHECK(d.deadline_secs == 120 + 30);  // tfd's startup timeout outlasts 2 x 8 + 60
+  CHECK(d.deadline_why == "startup timeout 120 s + margin 30 s");
   CHECK(d.from.ToString() == "worker:1");
   CHECK(d.Describe() == "SIGKILL to worker:1 at its 1st step event");
   const Fault s = FaultFor(Parse(R"({"mode": "async"})", R"({"timeouts": {"peer": 1, "reconnect": 10}})"),
                            {"--kill", "worker:1", "--at", "ready:2", "--from", "ps:0", "--stop", "3"});
-  CHECK(s.deadline_secs == 1 + 10 + 3 + 30);
+  CHECK(s.deadline_secs == 120 + 3 + 30);
+  const Fault lost = FaultFor(Parse(R"({"mode": "async"})", R"({"timeouts": {"peer": 1, "reconnect": 10, "startup": 5}})"),
+                              {"--kill", "worker:1", "--at", "step", "--stop", "3"});
+  CHECK(lost.deadline_secs == 2 * 1 + 10 + 3 + 30);
+  CHECK(lost.deadline_why == "2 x peer timeout 1 s + reconnect timeout 10 s + stop 3 s + margin 30 s");
   CHECK(s.Signal() == SIGSTOP);
   CHECK(s.Describe() == "SIGSTOP (SIGCONT 3 s later) to worker:1 at ps:0's 2nd ready event");
   CHECK(FaultFor(Parse(R"({"mode": "async"})"), {"--kill", "ps", "--at", "step", "--deadline", "12"}).deadline_secs == 12);
@@ -132,6 +138,17 @@ TEST_CASE("survival is promised by a restart, a short stop, or a non-chief worke
   CHECK(short_stop.survival);
   CHECK(short_stop.target_must_exit_zero);
   CHECK_FALSE(PromiseFor(sync, FaultFor(sync, {"--kill", "ps", "--at", "step", "--stop", "60"}), 0).survival);
+  // A worker stopped past the peer timeout is lost for that long: sync with on_worker_loss fail
+  // ends the run, and a ring has no spare (nor takes a restarted member back).
+  const std::vector<std::string> stop_w1 = {"--kill", "worker:1", "--at", "step", "--stop", "10"};
+  CHECK_FALSE(PromiseFor(sync, FaultFor(sync, stop_w1), 0).survival);
+  CHECK(PromiseFor(shrink, FaultFor(shrink, stop_w1), 0).survival);
+  const config::ClusterFile ring = Parse(R"({"mode": "allreduce"})");
+  const ChaosPromise ring_stop = PromiseFor(ring, FaultFor(ring, stop_w1), 0);
+  CHECK_FALSE(ring_stop.survival);
+  CHECK(ring_stop.why.find("an allreduce ring has no spare") != std::string::npos);
+  CHECK_FALSE(PromiseFor(ring, FaultFor(ring, kill_w1), 2).survival);
+  CHECK(PromiseFor(ring, FaultFor(ring, {"--kill", "worker:1", "--at", "step", "--stop", "2"}), 0).survival);  // < peer timeout 8 s
 }
 
 TaskOutcome Outcome(const std::string& task, int code, const std::string& last = "info done") {
