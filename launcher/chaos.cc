@@ -173,15 +173,15 @@ ChaosPromise PromiseFor(const config::ClusterFile& file, const Fault& fault, int
   const bool worker = fault.target.type == config::TaskType::kWorker || fault.target.type == config::TaskType::kChief;
   const double reconnect = file.launch.timeouts.ReconnectOrDefault();
   const bool ring = u.mode == config::UpdateSpec::Mode::kAllreduce;
-  if (target_max_restarts > 0 && !ring) {
+  const bool sync_fail = u.mode == config::UpdateSpec::Mode::kSync && u.on_worker_loss == config::UpdateSpec::OnWorkerLoss::kFail;
+  if (target_max_restarts > 0 && !ring && !(worker && sync_fail)) {
     p.survival = p.target_must_exit_zero = true;
     p.why = fmt::format("launch.restart starts {} tasks again (up to {} times)", config::TaskTypeName(fault.target.type), target_max_restarts);
   } else if (fault.action == FaultAction::kStop && fault.stop_secs < file.launch.timeouts.PeerOrDefault()) {
     p.survival = p.target_must_exit_zero = true;
     p.why = fmt::format("a stop of {} s is shorter than the peer timeout ({} s): nobody notices", fault.stop_secs,
                         file.launch.timeouts.PeerOrDefault());
-  } else if (fault.action == FaultAction::kStop && fault.stop_secs < reconnect && !ring &&
-             !(worker && u.mode == config::UpdateSpec::Mode::kSync && u.on_worker_loss == config::UpdateSpec::OnWorkerLoss::kFail)) {
+  } else if (fault.action == FaultAction::kStop && fault.stop_secs < reconnect && !ring && !(worker && sync_fail)) {
     p.survival = p.target_must_exit_zero = true;
     p.why = fmt::format("a stop of {} s is shorter than the reconnect timeout ({} s): the task is back before it is given up on",
                         fault.stop_secs, reconnect);
@@ -195,7 +195,10 @@ ChaosPromise PromiseFor(const config::ClusterFile& file, const Fault& fault, int
                         c.num_workers() - 1, u.min_replicas);
   } else {
     p.why = fmt::format("no rule promises the run survives losing {}{}: it is not restarted (launch.restart){}, {}", p.target,
-                        chief ? " (the chief)" : "", ring && target_max_restarts > 0 ? " that a ring could take back" : "",
+                        chief ? " (the chief)" : "",
+                        target_max_restarts == 0 ? ""
+                        : ring                   ? " that a ring could take back"
+                                                 : " in time for sync updates with on_worker_loss fail, which fail the step at once",
                         ring ? "and an allreduce ring has no spare: a lost or silent member fails the collective"
                         : fault.action == FaultAction::kStop
                             ? fmt::format("and the stop outlasts the peer timeout ({} s) where {}", file.launch.timeouts.PeerOrDefault(),

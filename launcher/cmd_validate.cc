@@ -80,6 +80,8 @@ Result<RunSetup> SetUpRun(const ClusterArgs& args, const std::string& token_hex)
   const std::time_t now = std::time(nullptr);
   std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
   run.run_dir = fs::absolute(fs::path(run_root) / fmt::format("{}-{}", stamp, run.file.name));
+  // Two runs started within one second get folders of their own.
+  for (int n = 2; fs::exists(run.run_dir); ++n) run.run_dir = fs::absolute(fs::path(run_root) / fmt::format("{}-{}-{}", stamp, run.file.name, n));
   PlanOptions& popts = run.options;
   popts.job_path = (run.run_dir / "job.json").string();
   popts.job_json = run.file.train_json;

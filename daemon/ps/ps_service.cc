@@ -405,7 +405,8 @@ void PsService::FailPullsIfStepStuck() {
   if (!store_.sync()) return;
   const std::vector<bool> received = store_.received();
   const UpdateRule update = store_.update();
-  std::vector<Waiter> finished_only;
+  std::vector<Waiter> finished_only, failed;
+  std::optional<Status> fail;
   int held = 0, can_send = 0;
   std::vector<std::string> missing;
   {
@@ -449,15 +450,24 @@ void PsService::FailPullsIfStepStuck() {
       // nothing more will be aggregated, so let it finish on the final parameters.
       finished_only.swap(pull_waiters_);
     } else if (!(shrink && held + can_send >= static_cast<int>(update.min_replicas))) {
-      // The step can never complete: the run is over, and every worker hears why.
       const std::string below = shrink ? fmt::format(" (fewer than min_replicas {})", update.min_replicas) : "";
-      EndRunLocked(Status::Unavailable(fmt::format("{}: sync step {} cannot complete: it needs {} gradients, has {}, and {}{}", self_,
-                                                   store_.global_step() + 1, store_.to_aggregate(), held,
-                                                   missing.empty() ? std::string("no other worker can send one")
-                                                                   : fmt::format("{}", fmt::join(missing, ", ")),
-                                                   below)));
-      return;
+      fail = Status::Unavailable(fmt::format("{}: sync step {} cannot complete: it needs {} gradients, has {}, and {}{}", self_,
+                                             store_.global_step() + 1, store_.to_aggregate(), held,
+                                             missing.empty() ? std::string("no other worker can send one")
+                                                             : fmt::format("{}", fmt::join(missing, ", ")),
+                                             below));
+      // A worker given up on never sends its gradient: the run is over, and every worker hears why.
+      if (for_good) return EndRunLocked(*fail);
+      // Otherwise the waiting pulls fail now (on_worker_loss fail), and the step still waits for
+      // the lost ones: restarted (launch.restart, systemd), the workers go on from it.
+      failed.swap(pull_waiters_);
     }
+  }
+  if (fail) {
+    spdlog::warn("{}", fail->message());
+    for (const Waiter& w : failed)
+      if (auto c = w.conn.lock()) ReplyError(*c, w.request_id, *fail);
+    return;
   }
   if (!finished_only.empty()) {
     for (const Waiter& w : finished_only)

@@ -149,6 +149,11 @@ TEST_CASE("survival is promised by a restart, a short stop, or a non-chief worke
   CHECK(ring_stop.why.find("an allreduce ring has no spare") != std::string::npos);
   CHECK_FALSE(PromiseFor(ring, FaultFor(ring, kill_w1), 2).survival);
   CHECK(PromiseFor(ring, FaultFor(ring, {"--kill", "worker:1", "--at", "step", "--stop", "2"}), 0).survival);  // < peer timeout 8 s
+  // Restarts rescue a sync run only where it waits for the lost worker (wait, shrink), not where
+  // the step fails at once (fail): the failed worker then needs a restart too, and so on.
+  CHECK_FALSE(PromiseFor(sync, FaultFor(sync, kill_w1), 2).survival);
+  const config::ClusterFile wait = Parse(R"({"mode": "sync", "on_worker_loss": "wait"})");
+  CHECK(PromiseFor(wait, FaultFor(wait, {"--kill", "chief", "--at", "step"}), 2).survival);
 }
 
 TaskOutcome Outcome(const std::string& task, int code, const std::string& last = "info done") {
