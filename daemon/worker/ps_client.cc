@@ -411,12 +411,18 @@ Result<std::uint64_t> PsClient::Pull(std::span<float> params, bool sync) {
   return step0;
 }
 
-Status PsClient::Done(std::uint32_t rank) {
+Status PsClient::Done(std::uint32_t rank, std::span<const float> params) {
   std::vector<std::future<Result<wire::InFrame>>> acks(ps_.size());
   for (std::size_t i = 0; i < ps_.size(); ++i) acks[i] = ps_[i]->Call(wire::Encode(wire::Done{rank}));
   for (std::size_t i = 0; i < ps_.size(); ++i) {
-    TFD_ASSIGN_OR_RETURN(wire::InFrame frame, Await(*ps_[i], acks[i], std::chrono::seconds(30), "DONE"));
-    TFD_RETURN_IF_ERROR(Expect(frame, wire::MessageType::kDoneAck, ps_[i]->peer()));
+    Result<wire::InFrame> frame = Await(*ps_[i], acks[i], std::chrono::seconds(30), "DONE");
+    if (!frame.ok() && Lost(i)) {
+      TFD_RETURN_IF_ERROR(Reconnect(i, frame.status(), params));
+      acks[i] = ps_[i]->Call(wire::Encode(wire::Done{rank}));
+      frame = Await(*ps_[i], acks[i], std::chrono::seconds(30), "DONE");
+    }
+    TFD_RETURN_IF_ERROR(frame.status());
+    TFD_RETURN_IF_ERROR(Expect(*frame, wire::MessageType::kDoneAck, ps_[i]->peer()));
   }
   return Status::Ok();
 }

@@ -90,8 +90,9 @@ class PsClient {
   // its error is returned.
   Result<std::vector<PsState>> FetchState();
 
-  // Tells every ps this worker is done.
-  Status Done(std::uint32_t rank);
+  // Tells every ps this worker is done. A ps lost on the way is reconnected once (the chief
+  // initialises a restarted one from `params`, its final parameters) and told again.
+  Status Done(std::uint32_t rank, std::span<const float> params);
   void Close();
 
  private:

@@ -71,6 +71,7 @@ class PsUpdater final : public train::Updater {
     return note;
   }
   std::uint64_t stale() const { return stale_; }
+  std::uint64_t global_step() const { return step_; }  // the last the ps tasks reported
 
  private:
   Status CompleteInFlight(model::Model& model) {
@@ -160,8 +161,9 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
   topts.start_local_step = static_cast<std::int64_t>(client->resume_step());
   TFD_RETURN_IF_ERROR(train::Train(job, loaded.data, model, updater, events, topts));
   if (sync) spdlog::info("{} gradients of this worker were dropped as stale", updater.stale());
-  if (Status s = client->Done(static_cast<std::uint32_t>(rank)); !s.ok())
-    return Status(s.code(), s.message() + " (this worker had finished training and was sending DONE)");
+  if (Status s = client->Done(static_cast<std::uint32_t>(rank), model.params()); !s.ok())
+    return Status(s.code(), s.message() + fmt::format(" (this worker had finished training at global_step {} and was sending DONE)",
+                                                      updater.global_step()));
   client->Close();
   return Status::Ok();
 }

@@ -147,7 +147,7 @@ double TfdPushPull(std::size_t floats, double seconds, std::shared_ptr<const tfd
         }
         rate = static_cast<double>(n) / elapsed;
       }
-      (void)(*client)->Done(0);
+      (void)(*client)->Done(0, params);
       (*client)->Close();
     }
   }

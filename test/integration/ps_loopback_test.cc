@@ -184,10 +184,10 @@ struct TwoWorkers {
   }
   // DONE from one worker ends nothing; from both, the service calls on_all_done.
   void DoneFromBoth() {
-    Ok(chief.Done(0));
+    Ok(chief.Done(0, kInitial));
     std::this_thread::sleep_for(50ms);
     CHECK_FALSE(ps.all_done());
-    Ok(other.Done(1));
+    Ok(other.Done(1, kInitial));
     CHECK(Eventually([&] { return ps.all_done(); }));
   }
 
@@ -262,7 +262,7 @@ TEST_CASE("sync over loopback: a step of two workers applies the average of thei
 TEST_CASE("async: the ps gives up on a lost worker and, the chief done, ends with success naming it", "[integration][ps][fault]") {
   TwoWorkers c(config::UpdateSpec::Mode::kAsync);
   c.other.Close();  // lost before its DONE
-  Ok(c.chief.Done(0));
+  Ok(c.chief.Done(0, kInitial));
   std::this_thread::sleep_for(100ms);
   c.ps.Tick(0s);
   CHECK_FALSE(c.ps.ending().has_value());  // within the timeout: it may come back
@@ -325,7 +325,7 @@ TEST_CASE("a worker that never connects is given up on once the others have begu
   Workers workers;
   worker::PsClient& chief = workers.Connect(ps.WorkerConfig(0), 11);
   Ok(chief.Initialize(/*chief=*/true, Sgd(), Update(config::UpdateSpec::Mode::kAsync), kInitial));
-  Ok(chief.Done(0));
+  Ok(chief.Done(0, kInitial));
   ps.Tick(0s);
   CHECK_FALSE(ps.ending().has_value());
   ps.Tick(120s);

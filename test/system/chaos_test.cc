@@ -111,11 +111,17 @@ std::string LastLine(const std::string& path) {
   return last;
 }
 
-// The chief's final `field` (test_accuracy, global_step) in a run folder's summary.json, or -1.
-double ChiefResult(const nlohmann::json& summary, const std::string& field = "test_accuracy") {
+// A task's final `field` (test_accuracy, global_step) in a run folder's summary.json, or -1.
+double Result(const nlohmann::json& summary, const std::string& task, const std::string& field) {
   for (const auto& t : summary["tasks"])
-    if (t["task"] == "worker:0" && t.contains(field)) return t[field].get<double>();
+    if (t["task"] == task && t.contains(field)) return t[field].get<double>();
   return -1;
+}
+double ChiefResult(const nlohmann::json& summary) { return Result(summary, "worker:0", "test_accuracy"); }
+// The run's last global step: the ps's (which outlives every worker), else the chief's.
+double FinalStep(const nlohmann::json& summary) {
+  const double ps = Result(summary, "ps:0", "global_step");
+  return ps >= 0 ? ps : Result(summary, "worker:0", "global_step");
 }
 
 // The global steps the undisturbed job takes: each worker's steps per epoch, times the workers in
@@ -230,7 +236,7 @@ void RunCase(const TempDir& dir, const Case& c) {
     CHECK(std::abs(accuracy - baseline) <= 0.02);
   }
   const double detected = DetectedAfter(run, chaos["fault"]["sent_at"].get<double>(), hit);
-  const double final_step = ChiefResult(summary, "global_step");
+  const double final_step = exits["worker:0"] == 0 ? FinalStep(summary) : -1;
   const std::string steps_lost = final_step < 0 ? "run ended" : fmt::format("{:.0f}", PlannedSteps(c) - final_step);
   AppendRow(fmt::format("| {} | {} | {} (`{}`{}) | {} | {} | {} | {} | {} |", c.mode, c.target + (c.restart ? " (restarted)" : ""), c.phase,
                            c.at, c.from.empty() ? "" : " from " + c.from, c.fault == "stop" ? fmt::format("SIGSTOP {:.0f} s", kPeerTimeout + 1) : c.fault == "term" ? "SIGTERM" : "kill -9",
