@@ -69,9 +69,12 @@ nlohmann::json Update(const std::string& mode) {
 // two of them alike, so accuracy sits near 0.8 and damage shows), with checkpoints.
 std::string WriteCluster(const TempDir& dir, const Case& c, bool with_restart) {
   if (!std::filesystem::exists(dir / "train-images-idx3-ubyte")) WriteSyntheticMnist(dir / "", kTrain, kTest, 8, 10);
+  static int serial = 0;  // names this run's files apart from the others in `dir`
+  const std::string n = std::to_string(++serial);
+  const std::vector<int> ports = FreePorts(3);
   nlohmann::json cluster;
-  if (!IsAllreduce(c)) cluster["ps"] = {"127.0.0.1:" + std::to_string(FreePort())};
-  cluster["worker"] = {"127.0.0.1:" + std::to_string(FreePort()), "127.0.0.1:" + std::to_string(FreePort())};
+  if (!IsAllreduce(c)) cluster["ps"] = {"127.0.0.1:" + std::to_string(ports[2])};
+  cluster["worker"] = {"127.0.0.1:" + std::to_string(ports[0]), "127.0.0.1:" + std::to_string(ports[1])};
   nlohmann::json train = {{"model", {{"name", "mlp"}, {"init", "glorot_uniform"}}},
                           {"data", dir.path()},
                           {"epochs", kEpochs},
@@ -80,7 +83,7 @@ std::string WriteCluster(const TempDir& dir, const Case& c, bool with_restart) {
                           {"log_every_steps", 5},
                           {"optimizer", {{"type", "adam"}, {"learning_rate", 0.005}}},
                           {"update", Update(c.mode)}};
-  if (!IsAllreduce(c)) train["checkpoint"] = {{"dir", dir / ("ckpt-" + std::to_string(FreePort()))}, {"every_steps", 60}};
+  if (!IsAllreduce(c)) train["checkpoint"] = {{"dir", dir / ("ckpt-" + n)}, {"every_steps", 60}};
   nlohmann::json launch = {{"tfd", kTfd},
                            {"run_dir", dir / "runs"},
                            {"timeouts", {{"peer", kPeerTimeout}, {"reconnect", kReconnectTimeout}, {"startup", kStartupTimeout}}}};
@@ -89,7 +92,7 @@ std::string WriteCluster(const TempDir& dir, const Case& c, bool with_restart) {
     launch["restart"] = {{role, "on-failure"}};
     launch["max_restarts"] = 2;
   }
-  const std::string path = dir / ("cluster-" + std::to_string(FreePort()) + ".json");
+  const std::string path = dir / ("cluster-" + n + ".json");
   WriteFile(path, nlohmann::json{{"name", "chaos"}, {"cluster", cluster}, {"train", train}, {"launch", launch}}.dump(2));
   return path;
 }
