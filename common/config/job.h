@@ -44,10 +44,26 @@ struct ModelSpec {
   InitSpec init;                  // overrides every kernel's default init when not kDefault
 };
 
+// optimizer.learning_rate as a function of the global step (the updates applied before this one),
+// with tf.keras.optimizers.schedules' semantics; optim::LearningRate evaluates it.
+struct LrSchedule {
+  enum class Kind { kConstant, kExponentialDecay, kPiecewiseConstant, kCosineDecay };
+  Kind kind = Kind::kConstant;
+  std::int64_t decay_steps = 0;          // exponential, cosine
+  double decay_rate = 0;                 // exponential
+  bool staircase = false;                // exponential
+  double alpha = 0;                      // cosine: the floor, as a fraction of the initial rate
+  std::vector<std::int64_t> boundaries;  // piecewise: increasing
+  std::vector<double> values;            // piecewise: boundaries.size() + 1 rates
+  std::int64_t warmup_steps = 0;         // linear warm-up before the schedule starts; 0: none
+};
+
 struct OptimizerSpec {
   enum class Type { kSgd, kMomentum, kAdam };
   Type type = Type::kSgd;
-  double learning_rate = 0.01;
+  double learning_rate = 0.01;  // the constant rate, or a schedule's initial one (piecewise: values[0])
+  LrSchedule schedule;
+  double weight_decay = 0;  // L2: lambda * w is added to every kernel's gradient before the update
   double momentum = 0.9;  // momentum
   bool use_nesterov = false;
   double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-7;  // adam (Keras defaults)

@@ -216,6 +216,12 @@ std::string Model::Summary() const {
                      params_.size());
 }
 
+std::vector<std::pair<std::string, std::size_t>> VariableRuns(const Model& model) {
+  std::vector<std::pair<std::string, std::size_t>> runs;
+  for (const Variable& v : model.variables()) runs.emplace_back(v.name, static_cast<std::size_t>(v.size));
+  return runs;
+}
+
 double Evaluate(Model& model, const Dataset& data) {
   std::vector<float> x(static_cast<std::size_t>(model.max_batch() * model.input_size()));
   std::vector<std::uint8_t> y(static_cast<std::size_t>(model.max_batch()));

@@ -5,6 +5,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/base/status.h"
@@ -70,6 +71,9 @@ class Model {
   std::vector<float> dbuf_[2];            // ping-pong gradient buffers for backprop
   std::vector<float> dlogits_;
 };
+
+// Each variable's name and float count, in order (optim::DecayedRanges takes them).
+std::vector<std::pair<std::string, std::size_t>> VariableRuns(const Model& model);
 
 // Test-set accuracy of `model` in batches of its max_batch.
 double Evaluate(Model& model, const Dataset& data);

@@ -49,10 +49,23 @@ struct Welcome {  // server -> client, reply to HELLO
   std::uint64_t resume_step = 0;
 };
 
+// The learning-rate schedule (docs/config.md, optimizer.learning_rate).
+enum class LrScheduleKind : std::uint8_t { kConstant = 0, kExponentialDecay = 1, kPiecewiseConstant = 2, kCosineDecay = 3 };
+inline constexpr std::uint32_t kMaxBoundaries = 4096;
+
 struct OptimizerParams {
   OptimizerKind type = OptimizerKind::kSgd;
   double learning_rate = 0, momentum = 0, beta1 = 0, beta2 = 0, epsilon = 0;
   bool use_nesterov = false;
+  // INIT's optional schedule section; absent on the wire when all of these are their defaults.
+  double weight_decay = 0;
+  LrScheduleKind schedule = LrScheduleKind::kConstant;
+  std::uint64_t warmup_steps = 0, decay_steps = 0;
+  double decay_rate = 0, alpha = 0;
+  bool staircase = false;
+  std::vector<std::uint64_t> boundaries;  // piecewise: increasing
+  std::vector<double> values;             // piecewise: boundaries.size() + 1
+  bool HasScheduleSection() const;
 };
 
 struct UpdateParams {

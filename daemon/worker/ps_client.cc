@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/base/sha256.h"
+#include "common/optim/optimizer.h"
 #include "common/transport/dial.h"
 #include "common/transport/handshake.h"
 #include "daemon/task_kind.h"
@@ -30,6 +31,21 @@ wire::OptimizerParams ToWire(const config::OptimizerSpec& o) {
   w.beta1 = o.beta1;
   w.beta2 = o.beta2;
   w.epsilon = o.epsilon;
+  w.weight_decay = o.weight_decay;
+  const config::LrSchedule& sc = o.schedule;
+  switch (sc.kind) {
+    case config::LrSchedule::Kind::kConstant: w.schedule = wire::LrScheduleKind::kConstant; break;
+    case config::LrSchedule::Kind::kExponentialDecay: w.schedule = wire::LrScheduleKind::kExponentialDecay; break;
+    case config::LrSchedule::Kind::kPiecewiseConstant: w.schedule = wire::LrScheduleKind::kPiecewiseConstant; break;
+    case config::LrSchedule::Kind::kCosineDecay: w.schedule = wire::LrScheduleKind::kCosineDecay; break;
+  }
+  w.warmup_steps = static_cast<std::uint64_t>(sc.warmup_steps);
+  w.decay_steps = static_cast<std::uint64_t>(sc.decay_steps);
+  w.decay_rate = sc.decay_rate;
+  w.staircase = sc.staircase;
+  w.alpha = sc.alpha;
+  w.boundaries.assign(sc.boundaries.begin(), sc.boundaries.end());
+  w.values = sc.values;
   return w;
 }
 
@@ -186,10 +202,11 @@ Status PsClient::Initialize(bool chief, const config::OptimizerSpec& optimizer_s
   const wire::UpdateParams& update = update_;
   // The placement and how the ps updates it: a worker whose job differs in any of them is refused.
   const std::string settings =
-      fmt::format("{:016x}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", placement_.LayoutHash(), fmt::underlying(optimizer.type),
+      fmt::format("{:016x}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", placement_.LayoutHash(), fmt::underlying(optimizer.type),
                   optimizer.learning_rate, optimizer.momentum, optimizer.beta1, optimizer.beta2, optimizer.epsilon,
                   optimizer.use_nesterov, fmt::underlying(update.mode), update.scale_stale, update.replicas_to_aggregate,
-                  update.total_num_replicas, update.num_workers, fmt::underlying(update.on_worker_loss), update.min_replicas);
+                  update.total_num_replicas, update.num_workers, fmt::underlying(update.on_worker_loss), update.min_replicas,
+                  optim::MakeOptimizer(optimizer_spec)->Describe());
   layout_ = Fingerprint64(settings);
   std::vector<std::future<Result<wire::InFrame>>> replies(ps_.size());
   restored_ = 0;
