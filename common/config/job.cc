@@ -71,8 +71,12 @@ void ReadLayer(const json& j, const std::string& path, LayerSpec* layer, const O
     r.Int("pool_size", 1, 64, &layer->pool_size, /*required=*/true);
   } else if (type == "flatten") {
     layer->kind = LayerSpec::Kind::kFlatten;
+  } else if (type == "dropout") {
+    layer->kind = LayerSpec::Kind::kDropout;
+    r.Double("rate", 0, 1, /*min_exclusive=*/false, &layer->rate, /*required=*/true);
+    if (r.status().ok() && layer->rate >= 1) r.Fail(r.PathOf("rate"), "must be below 1 (a dropout of every value)");
   } else if (r.status().ok()) {
-    r.Fail(r.PathOf("type"), fmt::format("unknown layer type \"{}\" (expected dense, conv2d, max_pool2d or flatten)", type));
+    r.Fail(r.PathOf("type"), fmt::format("unknown layer type \"{}\" (expected dense, conv2d, max_pool2d, flatten or dropout)", type));
   }
   if (layer->kind == LayerSpec::Kind::kDense || layer->kind == LayerSpec::Kind::kConv2D) {
     std::string act = "none";

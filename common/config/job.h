@@ -27,12 +27,13 @@ struct InitSpec {
 };
 
 struct LayerSpec {
-  enum class Kind { kDense, kConv2D, kMaxPool2D, kFlatten };
+  enum class Kind { kDense, kConv2D, kMaxPool2D, kFlatten, kDropout };
   Kind kind = Kind::kDense;
   int units = 0;        // dense
   int filters = 0;      // conv2d
   int kernel_size = 0;  // conv2d: square kernel, stride 1, "valid" padding
   int pool_size = 0;    // max_pool2d: square window with stride = pool_size
+  double rate = 0;      // dropout: the fraction of values zeroed while training, in [0, 1)
   Activation activation = Activation::kNone;
   InitSpec init;
 };

@@ -110,6 +110,10 @@ Result<std::unique_ptr<Model>> Model::Build(const config::ModelSpec& spec, tenso
         layer = tensor::MakeConv2D(shape, l.filters, l.kernel_size, l.activation, l.init);
         kind = "conv2d";
         break;
+      case LayerSpec::Kind::kDropout:
+        layer = tensor::MakeDropout(shape, l.rate);
+        kind = "dropout";
+        break;
       case LayerSpec::Kind::kMaxPool2D:
         if (shape.h < l.pool_size || shape.w < l.pool_size)
           return Status::InvalidArgument(fmt::format("{}: a {}x{} pool does not fit a {}x{} input", where,
@@ -188,8 +192,13 @@ const float* Model::Forward(const float* x, int batch) {
   return in;
 }
 
+void Model::SetTraining(bool training) {
+  for (std::size_t i = 0; i < layers_.size(); ++i) layers_[i]->SetTraining(training, Rng(dropout_seed_, i).Next());
+}
+
 tensor::LossResult Model::ComputeGradients(const float* x, std::span<const std::uint8_t> y, const GradientsReady& ready) {
   const int batch = static_cast<int>(y.size());
+  SetTraining(true);
   const float* logits = Forward(x, batch);
   float* dout = dbuf_[0].data();
   tensor::LossResult r = tensor::SoftmaxCrossEntropy(logits, y, classes_, dout);
@@ -200,6 +209,7 @@ tensor::LossResult Model::ComputeGradients(const float* x, std::span<const std::
     if (ready) ready(layer_starts_[i]);
     dout = din;
   }
+  SetTraining(false);
   return r;
 }
 

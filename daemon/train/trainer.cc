@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/base/random.h"
 #include "common/base/service.h"
 
 namespace tfd::train {
@@ -15,6 +16,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 }  // namespace
+
+std::uint64_t DropoutSeed(std::uint64_t job_seed, int rank, std::int64_t local_step) {
+  return Rng(job_seed ^ 0xd509'0a75'd509'0a75ULL, (static_cast<std::uint64_t>(rank) << 40) ^ static_cast<std::uint64_t>(local_step)).Next();
+}
 
 std::int64_t StepsPerEpoch(std::int64_t examples, int num_workers, int batch_size) {
   return (examples / num_workers) / batch_size;
@@ -52,6 +57,7 @@ Status Train(const config::JobSpec& job, const model::MnistData& data, model::Mo
       }
       model::FillBatch(data.train, std::span(shard).subspan(static_cast<std::size_t>(s * batch), batch), x.data(), y.data());
       if (join) updater.SetHasNextBatch(s + 1 < my_steps);
+      model.SetDropoutSeed(DropoutSeed(job.seed, options.rank, local_step));
       Status sending;
       tensor::LossResult r = model.ComputeGradients(x.data(), y, [&](std::size_t from) {
         if (sending.ok()) sending = updater.GradientsReady(model, from);

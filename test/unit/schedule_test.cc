@@ -205,3 +205,23 @@ TEST_CASE("every bad schedule field is an error naming its JSON path", "[unit][c
 
 }  // namespace
 }  // namespace tfd::config
+
+namespace tfd::config {
+namespace {
+
+TEST_CASE("a dropout layer takes a rate in [0, 1)", "[unit][config][dropout]") {
+  const std::string head = R"({"data": "d", "epochs": 1, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rate": 1}, "model": {"layers": [)";
+  auto ok = ParseJobSpec(head + R"({"type": "dense", "units": 8}, {"type": "dropout", "rate": 0.25}, {"type": "dense", "units": 10}]}})", "job.json");
+  REQUIRE(ok.ok());
+  CHECK(ok->model.layers[1].kind == LayerSpec::Kind::kDropout);
+  CHECK(ok->model.layers[1].rate == 0.25);
+  CHECK(ErrorOf(head + R"({"type": "dropout", "rate": 1}, {"type": "dense", "units": 10}]}})") ==
+        "job.json: model.layers[0].rate: must be below 1 (a dropout of every value)");
+  CHECK(ErrorOf(head + R"({"type": "dropout"}, {"type": "dense", "units": 10}]}})") ==
+        "job.json: model.layers[0].rate: missing (expected a number)");
+  CHECK(ErrorOf(head + R"({"type": "dropout", "rate": 0.5, "units": 3}, {"type": "dense", "units": 10}]}})") ==
+        "job.json: model.layers[0].units: unknown field (expected one of: rate, type)");
+}
+
+}  // namespace
+}  // namespace tfd::config
