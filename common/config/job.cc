@@ -258,7 +258,39 @@ void ReadCheckpoint(ObjectReader& root, CheckpointSpec* ckpt) {
   (void)r.Finish();
 }
 
+void ReadEarlyStopping(ObjectReader& root, JobSpec* job) {
+  const json* v = root.Get("early_stopping");
+  if (v == nullptr) return;
+  ObjectReader r = root.Child(*v, root.PathOf("early_stopping"));
+  EarlyStoppingSpec& es = job->early_stopping;
+  std::string monitor;
+  r.String("monitor", &monitor, /*required=*/true);
+  using M = EarlyStoppingSpec::Monitor;
+  if (monitor == "val_accuracy") es.monitor = M::kValAccuracy;
+  else if (monitor == "val_loss") es.monitor = M::kValLoss;
+  else if (monitor == "test_accuracy") es.monitor = M::kTestAccuracy;
+  else if (monitor == "loss") es.monitor = M::kLoss;
+  else if (r.status().ok())
+    r.Fail(r.PathOf("monitor"), fmt::format("unknown metric \"{}\" (expected val_accuracy, val_loss, test_accuracy or loss)", monitor));
+  if (r.status().ok() && (es.monitor == M::kValAccuracy || es.monitor == M::kValLoss) && !job->validates())
+    r.Fail(r.PathOf("monitor"), fmt::format("{} needs a validation set: set validation_split", monitor));
+  r.Int("patience", 0, 100000, &es.patience);
+  r.Double("min_delta", 0, 1e6, false, &es.min_delta);
+  (void)r.Finish();
+}
+
 }  // namespace
+
+std::string_view MonitorName(EarlyStoppingSpec::Monitor m) {
+  switch (m) {
+    case EarlyStoppingSpec::Monitor::kNone: return "none";
+    case EarlyStoppingSpec::Monitor::kValAccuracy: return "val_accuracy";
+    case EarlyStoppingSpec::Monitor::kValLoss: return "val_loss";
+    case EarlyStoppingSpec::Monitor::kTestAccuracy: return "test_accuracy";
+    case EarlyStoppingSpec::Monitor::kLoss: return "loss";
+  }
+  return "?";
+}
 
 std::string_view ActivationName(Activation a) {
   switch (a) {
@@ -306,6 +338,16 @@ JobSpec ReadJobSpec(ObjectReader& r) {
   r.Int("threads", 1, 256, &job.threads);
   r.Bool("shuffle", &job.shuffle);
   ReadCheckpoint(r, &job.checkpoint);
+  if (const json* v = r.Get("validation_split"); v != nullptr) {
+    if (v->is_number_integer() && v->get<std::int64_t>() >= 1)
+      job.validation_count = v->get<std::int64_t>();
+    else if (v->is_number() && v->get<double>() > 0 && v->get<double>() < 1)
+      job.validation_fraction = v->get<double>();
+    else
+      r.Fail(r.PathOf("validation_split"), "expected a fraction in (0, 1) or a count of examples >= 1, got " + Describe(*v));
+  }
+  ReadEarlyStopping(r, &job);
+  r.Double("stop_at_accuracy", 0, 1, /*min_exclusive=*/true, &job.stop_at_accuracy);
   (void)r.Finish();
   return job;
 }

@@ -102,6 +102,16 @@ struct CheckpointSpec {
   int keep = 3;
 };
 
+// Stop training at the end of an epoch when the monitored metric stops improving (Keras'
+// EarlyStopping: `patience` epochs without an improvement larger than `min_delta`).
+struct EarlyStoppingSpec {
+  enum class Monitor { kNone, kValAccuracy, kValLoss, kTestAccuracy, kLoss };
+  Monitor monitor = Monitor::kNone;  // kNone: no patience rule
+  int patience = 0;
+  double min_delta = 0;
+};
+std::string_view MonitorName(EarlyStoppingSpec::Monitor m);
+
 // The job spec of docs/config.md: what to train and how. Validated whole at load.
 struct JobSpec {
   ModelSpec model;
@@ -119,6 +129,16 @@ struct JobSpec {
   int threads = 1;  // compute threads per task
   bool shuffle = true;
   CheckpointSpec checkpoint;
+  // Held out from the end of the training set before sharding: a fraction in (0, 1) of it, or a
+  // count of examples. Both 0: none.
+  double validation_fraction = 0;
+  std::int64_t validation_count = 0;
+  EarlyStoppingSpec early_stopping;
+  // Stop once the monitored accuracy (val_accuracy with a validation split, else test_accuracy)
+  // reaches this; 0: never.
+  double stop_at_accuracy = 0;
+  bool validates() const { return validation_fraction > 0 || validation_count > 0; }
+  bool can_stop_early() const { return early_stopping.monitor != EarlyStoppingSpec::Monitor::kNone || stop_at_accuracy > 0; }
 };
 
 // Parses and validates a job spec. `source` names the text in errors ("configs/jobs/mlp.json");

@@ -232,18 +232,29 @@ std::vector<std::pair<std::string, std::size_t>> VariableRuns(const Model& model
   return runs;
 }
 
-double Evaluate(Model& model, const Dataset& data) {
+double Evaluate(Model& model, const Dataset& data) { return EvaluateLoss(model, data, /*with_loss=*/false).accuracy; }
+
+EvalResult EvaluateLoss(Model& model, const Dataset& data, bool with_loss) {
   std::vector<float> x(static_cast<std::size_t>(model.max_batch() * model.input_size()));
   std::vector<std::uint8_t> y(static_cast<std::size_t>(model.max_batch()));
   std::vector<std::uint32_t> idx(static_cast<std::size_t>(model.max_batch()));
   std::int64_t correct = 0;
+  double loss_sum = 0;
   for (std::int64_t start = 0; start < data.size; start += model.max_batch()) {
     int n = static_cast<int>(std::min<std::int64_t>(model.max_batch(), data.size - start));
     for (int i = 0; i < n; ++i) idx[i] = static_cast<std::uint32_t>(start + i);
     FillBatch(data, std::span(idx).first(n), x.data(), y.data());
-    correct += tensor::CountCorrect(model.Forward(x.data(), n), std::span(y).first(n), model.classes());
+    const float* logits = model.Forward(x.data(), n);
+    if (with_loss) {
+      const tensor::LossResult r = tensor::SoftmaxCrossEntropy(logits, std::span(y).first(n), model.classes(), nullptr);
+      loss_sum += r.loss * n;
+      correct += r.correct;
+    } else {
+      correct += tensor::CountCorrect(logits, std::span(y).first(n), model.classes());
+    }
   }
-  return data.size == 0 ? 0.0 : static_cast<double>(correct) / static_cast<double>(data.size);
+  if (data.size == 0) return {};
+  return {static_cast<double>(correct) / static_cast<double>(data.size), loss_sum / static_cast<double>(data.size)};
 }
 
 std::string ParamsSha256(const Model& model) {

@@ -83,6 +83,12 @@ std::vector<std::pair<std::string, std::size_t>> VariableRuns(const Model& model
 
 // Test-set accuracy of `model` in batches of its max_batch.
 double Evaluate(Model& model, const Dataset& data);
+// Accuracy and (with `with_loss`) mean cross-entropy of `model` on `data`, as at evaluation
+// (dropout off); zeros for an empty set.
+struct EvalResult {
+  double accuracy = 0, loss = 0;
+};
+EvalResult EvaluateLoss(Model& model, const Dataset& data, bool with_loss = true);
 
 // SHA-256 (hex) of the parameters: each variable's name, then its floats as little-endian bytes,
 // in variable order. Equal hashes mean bit-identical parameters.

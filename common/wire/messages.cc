@@ -392,6 +392,7 @@ OutFrame Encode(const PushAck& m) {
   ByteWriter w(&f.head);
   w.U64(m.global_step);
   w.U8(static_cast<std::uint8_t>(m.outcome));
+  if (m.stop) w.U8(1);
   return f;
 }
 
@@ -400,18 +401,27 @@ Status Decode(std::span<const std::byte> p, PushAck* m) {
   std::uint8_t outcome = 0;
   if (!r.U64(&m->global_step) || !r.U8(&outcome)) return Short("PUSH_ACK");
   TFD_RETURN_IF_ERROR(ToCode(outcome, PushOutcome::kDuplicate, "PUSH_ACK", "outcome", &m->outcome));
+  // The optional stop byte is 1 when present; anything else is trailing bytes.
+  m->stop = r.remaining() != 0 && p[p.size() - r.remaining()] == std::byte{1};
+  std::uint8_t flag = 0;
+  if (m->stop) (void)r.U8(&flag);
   return Trailing("PUSH_ACK", r);
 }
 
 OutFrame Encode(const Done& m) {
   OutFrame f = Start(MessageType::kDone);
-  ByteWriter(&f.head).U32(m.worker);
+  ByteWriter w(&f.head);
+  w.U32(m.worker);
+  if (m.stop) w.U8(1);
   return f;
 }
 
 Status Decode(std::span<const std::byte> p, Done* m) {
   ByteReader r(p);
   if (!r.U32(&m->worker)) return Short("DONE");
+  m->stop = r.remaining() != 0 && p[p.size() - r.remaining()] == std::byte{1};
+  std::uint8_t flag = 0;
+  if (m->stop) (void)r.U8(&flag);
   return Trailing("DONE", r);
 }
 

@@ -144,10 +144,16 @@ enum class PushOutcome : std::uint8_t { kApplied = 0, kStale = 1, kDuplicate = 2
 struct PushAck {
   std::uint64_t global_step = 0;
   PushOutcome outcome = PushOutcome::kApplied;
+  // The chief has stopped the run early (its DONE said so): finish now. Optional on the wire: a
+  // PUSH_ACK of 9 bytes reads as false, and false is sent as 9 bytes.
+  bool stop = false;
 };
 
 struct Done {
   std::uint32_t worker = 0;
+  // The chief stopped the run early (early_stopping): the ps tells every worker in its PUSH_ACKs.
+  // Optional on the wire: a DONE of 4 bytes reads as false, and false is sent as 4 bytes.
+  bool stop = false;
 };
 
 // The token handshake (docs/protocol.md, "Authentication"): nonces and HMAC-SHA256 proofs.

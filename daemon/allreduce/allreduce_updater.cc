@@ -51,6 +51,13 @@ Result<std::int64_t> AllreduceUpdater::Finish(model::Model&) {
   return global_step_;
 }
 
+Result<bool> AllreduceUpdater::EndOfEpoch(bool stop) {
+  std::vector<float> flag(static_cast<std::size_t>(ring_.size()), 0.0f);
+  flag[0] = stop ? 1.0f : 0.0f;
+  TFD_RETURN_IF_ERROR(ring_.AllReduce(flag).WithContext(fmt::format("the early-stopping decision after global step {}", global_step_)));
+  return flag[0] != 0.0f;
+}
+
 std::string AllreduceUpdater::EpochNote() {
   std::string note = joined_ > 0 ? fmt::format("joined_without_data={}", joined_) : "";
   joined_ = 0;

@@ -201,7 +201,12 @@ void PsService::HandlePush(const ConnectionPtr& from, const wire::InFrame& frame
     return ReplyError(*from, id, Status::InvalidArgument(fmt::format("{} pushed as worker rank {}", from->peer_name(), push.worker)));
   Result<ParameterStore::PushResult> r = store_.Push(FromWire(push));
   if (!r.ok()) return ReplyError(*from, id, r.status().WithContext(self_));
-  Reply(*from, wire::Encode(ToWire(*r)), id);
+  wire::PushAck ack = ToWire(*r);
+  {
+    MutexLock lock(&mu_);
+    ack.stop = stopped_early_;  // the chief stopped the run: so does this worker
+  }
+  Reply(*from, wire::Encode(ack), id);
   if (r->step_advanced) ReleaseWaiters();
 }
 
@@ -223,12 +228,14 @@ void PsService::HandleDone(const ConnectionPtr& from, const wire::InFrame& frame
   {
     MutexLock lock(&mu_);
     done_.insert(rank);
+    stopped_early_ = stopped_early_ || done.stop;
     count = done_.size();
     // With on_worker_loss shrink, a lost worker is written off: the others' DONE ends the run.
     const std::size_t written_off = store_.sync() && store_.update().on_worker_loss == OnWorkerLoss::kShrink ? gone_.size() : 0;
     if (!all_done_ && static_cast<int>(done_.size() + written_off) == config_.cluster.num_workers()) finished = all_done_ = true;
   }
-  spdlog::info("{} is done ({} of {} workers)", from->peer_name(), count, config_.cluster.num_workers());
+  spdlog::info("{} is done ({} of {} workers){}", from->peer_name(), count, config_.cluster.num_workers(),
+               done.stop ? "; it stopped the run early, and the others are told in their PUSH_ACKs" : "");
   if (finished) on_all_done_();
   FailPullsIfStepStuck();
 }

@@ -83,6 +83,7 @@ class PsService : public transport::FrameHandler {
   std::string waiting_note_ TFD_GUARDED_BY(mu_);                           // on_worker_loss wait: what was last logged
   std::set<int> done_ TFD_GUARDED_BY(mu_);
   bool all_done_ TFD_GUARDED_BY(mu_) = false;
+  bool stopped_early_ TFD_GUARDED_BY(mu_) = false;  // the chief's DONE said it stopped the run early
 };
 
 }  // namespace tfd::ps

@@ -3,12 +3,14 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <optional>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "common/base/random.h"
 #include "common/base/service.h"
+#include "daemon/train/early_stopping.h"
 
 namespace tfd::train {
 namespace {
@@ -36,6 +38,8 @@ Status Train(const config::JobSpec& job, const model::MnistData& data, model::Mo
   std::vector<std::uint8_t> y(static_cast<std::size_t>(batch));
   std::int64_t local_step = std::min<std::int64_t>(options.start_local_step, steps * job.epochs), global_step = 0;
   double test_accuracy = -1;
+  EarlyStopper stopper(job);
+  const bool validate = options.evaluate_each_epoch && data.validation.size > 0;
   const int first_epoch = static_cast<int>(local_step / steps) + 1;
   if (local_step > 0) {
     spdlog::info("{}resuming at epoch {} step {} of {} (local_step {} was applied before this restart)", prefix, first_epoch,
@@ -69,6 +73,12 @@ Status Train(const config::JobSpec& job, const model::MnistData& data, model::Mo
       }
       ++local_step;
       TFD_ASSIGN_OR_RETURN(global_step, updater.Step(model, local_step));
+      if (updater.StopRequested()) {
+        spdlog::info("{}early stopping: the chief ended the run at the end of an epoch (its log says why); stopping at epoch {} "
+                     "global_step {} local_step {}", prefix, epoch, global_step, local_step);
+        events.Emit("early_stopping", {{"epoch", std::int64_t{epoch}}, {"global_step", global_step}, {"reason", std::string("the chief stopped")}});
+        break;
+      }
       loss_sum += r.loss * batch;
       correct += r.correct;
       seen += batch;
@@ -77,6 +87,7 @@ Status Train(const config::JobSpec& job, const model::MnistData& data, model::Mo
                              {"loss", r.loss}, {"accuracy", static_cast<double>(r.correct) / batch}});
       }
     }
+    if (updater.StopRequested()) break;
     // Out of data: take part (with no gradient) in the steps of workers that still have some.
     while (join && updater.OthersHaveData()) {
       if (options.stop != nullptr && options.stop->load(std::memory_order_relaxed)) {
@@ -91,10 +102,21 @@ Status Train(const config::JobSpec& job, const model::MnistData& data, model::Mo
     std::vector<EventField> fields = {{"epoch", std::int64_t{epoch}}, {"global_step", global_step}, {"local_step", local_step},
                                       {"loss", loss}, {"accuracy", accuracy}, {"samples_per_sec", samples_per_sec}};
     std::string eval;
+    EpochMetrics metrics;
+    metrics.loss = loss;
+    if (validate) {
+      const model::EvalResult val = model::EvaluateLoss(model, data.validation);
+      metrics.val_loss = val.loss;
+      metrics.val_accuracy = val.accuracy;
+      fields.push_back({"val_loss", val.loss});
+      fields.push_back({"val_accuracy", val.accuracy});
+      eval = fmt::format(" val_loss={:.4f} val_accuracy={:.4f}", val.loss, val.accuracy);
+    }
     if (options.evaluate_each_epoch) {
       test_accuracy = model::Evaluate(model, data.test);
+      metrics.test_accuracy = test_accuracy;
       fields.push_back({"test_accuracy", test_accuracy});
-      eval = fmt::format(" test_accuracy={:.4f}", test_accuracy);
+      eval += fmt::format(" test_accuracy={:.4f}", test_accuracy);
     }
     std::string note = updater.EpochNote();
     spdlog::info("{}epoch={} global_step={}{} loss={:.4f} accuracy={:.4f}{} samples_per_sec={:.0f}{}{}", prefix, epoch, global_step,
@@ -103,6 +125,17 @@ Status Train(const config::JobSpec& job, const model::MnistData& data, model::Mo
     events.Emit("epoch", fields);
     NotifyStatus(fmt::format("epoch {} of {}: global_step={} loss={:.4f} accuracy={:.4f}{}", epoch, job.epochs, global_step, loss,
                              accuracy, eval));
+    if (job.can_stop_early() && epoch < job.epochs) {
+      std::optional<std::string> reason;
+      if (options.evaluate_each_epoch) reason = stopper.Update(epoch, metrics);
+      TFD_ASSIGN_OR_RETURN(const bool stop, updater.EndOfEpoch(reason.has_value()));
+      if (stop) {
+        const std::string why = reason.value_or("the chief ended the run (its log says why)");
+        spdlog::info("{}early stopping: {}; stopping after epoch {} of {}", prefix, why, epoch, job.epochs);
+        events.Emit("early_stopping", {{"epoch", std::int64_t{epoch}}, {"global_step", global_step}, {"reason", why}});
+        break;
+      }
+    }
   }
   TFD_ASSIGN_OR_RETURN(global_step, updater.Finish(model));
   if (updater.FinishChangesParams() || test_accuracy < 0) test_accuracy = model::Evaluate(model, data.test);

@@ -398,6 +398,7 @@ Result<bool> PsClient::AwaitPushPull(std::size_t i, std::span<float> params, std
   TFD_RETURN_IF_ERROR(Expect(ack_frame, wire::MessageType::kPushAck, ps_[i]->peer()));
   wire::PushAck ack;
   TFD_RETURN_IF_ERROR(wire::Decode(ack_frame.payload, &ack).WithContext(ps_[i]->peer()));
+  stop_requested_ = stop_requested_ || ack.stop;
   if (!pulled.ok()) return pulled.status();
   TFD_ASSIGN_OR_RETURN(std::uint64_t got, TakeParams(i, *pulled, params));
   if (step != nullptr) *step = got;
@@ -428,9 +429,9 @@ Result<std::uint64_t> PsClient::Pull(std::span<float> params, bool sync) {
   return step0;
 }
 
-Status PsClient::Done(std::uint32_t rank) {
+Status PsClient::Done(std::uint32_t rank, bool stop) {
   std::vector<std::future<Result<wire::InFrame>>> acks(ps_.size());
-  for (std::size_t i = 0; i < ps_.size(); ++i) acks[i] = ps_[i]->Call(wire::Encode(wire::Done{rank}));
+  for (std::size_t i = 0; i < ps_.size(); ++i) acks[i] = ps_[i]->Call(wire::Encode(wire::Done{rank, stop}));
   for (std::size_t i = 0; i < ps_.size(); ++i) {
     TFD_ASSIGN_OR_RETURN(wire::InFrame frame, Await(*ps_[i], acks[i], std::chrono::seconds(30), "DONE"));
     TFD_RETURN_IF_ERROR(Expect(frame, wire::MessageType::kDoneAck, ps_[i]->peer()));

@@ -69,6 +69,12 @@ class PsUpdater final : public train::Updater {
     return note;
   }
   std::uint64_t stale() const { return stale_; }
+  Result<bool> EndOfEpoch(bool stop) override {
+    stopped_early_ = stopped_early_ || stop;
+    return stop;
+  }
+  bool StopRequested() const override { return client_.stop_requested(); }
+  bool stopped_early() const { return stopped_early_; }
 
  private:
   Status CompleteInFlight(model::Model& model) {
@@ -90,6 +96,7 @@ class PsUpdater final : public train::Updater {
   bool sync_, overlap_;
   std::uint64_t step_;
   std::uint64_t stale_ = 0, epoch_stale_ = 0;
+  bool stopped_early_ = false;  // the chief's decision, for its DONE
   std::shared_ptr<std::vector<float>> sending_;  // overlap: the gradient of the exchange in flight
 };
 
@@ -155,7 +162,7 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
   topts.start_local_step = static_cast<std::int64_t>(client->resume_step());
   TFD_RETURN_IF_ERROR(train::Train(job, loaded.data, model, updater, events, topts));
   if (sync) spdlog::info("{} gradients of this worker were dropped as stale", updater.stale());
-  TFD_RETURN_IF_ERROR(client->Done(static_cast<std::uint32_t>(rank)));
+  TFD_RETURN_IF_ERROR(client->Done(static_cast<std::uint32_t>(rank), updater.stopped_early()));
   client->Close();
   return Status::Ok();
 }
