@@ -1,5 +1,6 @@
 // The ps's shard: INIT, async and sync (SyncReplicasOptimizer-style) updates, stale and duplicate
-// gradients, bad pushes, and snapshot immutability.
+// gradients, bad pushes, snapshot immutability, and the schedule and weight decay INIT gives the
+// store. One file (over 500 lines) because every case shares MakeInit and MakePush.
 #include <catch2/catch.hpp>
 
 #include <cstring>
