@@ -243,7 +243,39 @@ class Parser {
       if (!in.Str(&name, kMaxNameBytes)) return Fault(r, fmt::format("slot name {} is short or over {} bytes", k, kMaxNameBytes));
       o->slot_names.push_back(std::move(name));
     }
+    if (in.remaining() != 0) TFD_RETURN_IF_ERROR(ParseSchedule(r, in, &s));
     return Finish(r, in);
+  }
+
+  // The optional tail of the OPTIMIZER record: weight decay and learning-rate schedule.
+  Status ParseSchedule(const RecordView& r, ByteReader& in, config::OptimizerSpec* s) {
+    config::LrSchedule& sc = s->schedule;
+    std::uint8_t kind = 0, staircase = 0;
+    std::uint64_t warmup = 0, decay_steps = 0;
+    std::uint32_t count = 0;
+    if (!in.F64(&s->weight_decay) || !in.U8(&kind) || !in.U64(&warmup) || !in.U64(&decay_steps) || !in.F64(&sc.decay_rate) ||
+        !in.U8(&staircase) || !in.F64(&sc.alpha) || !in.U32(&count))
+      return Fault(r, "schedule too short");
+    if (kind > static_cast<std::uint8_t>(config::LrSchedule::Kind::kCosineDecay)) return Fault(r, fmt::format("unknown schedule {}", kind));
+    if (staircase > 1) return Fault(r, fmt::format("staircase is {}, expected 0 or 1", staircase));
+    constexpr std::uint64_t kMaxSteps = std::uint64_t{1} << 40;
+    if (warmup > kMaxSteps || decay_steps > kMaxSteps) return Fault(r, "schedule step count out of range");
+    if (count > in.remaining() / 16) return Fault(r, fmt::format("{} schedule boundaries is more than the payload holds", count));
+    sc.kind = static_cast<config::LrSchedule::Kind>(kind);
+    sc.staircase = staircase == 1;
+    sc.warmup_steps = static_cast<std::int64_t>(warmup);
+    sc.decay_steps = static_cast<std::int64_t>(decay_steps);
+    for (std::uint32_t i = 0; i < count; ++i) {
+      std::uint64_t b = 0;
+      if (!in.U64(&b) || b > kMaxSteps) return Fault(r, "schedule boundary short or out of range");
+      sc.boundaries.push_back(static_cast<std::int64_t>(b));
+    }
+    for (std::uint32_t i = 0; count > 0 && i <= count; ++i) {
+      double v = 0;
+      if (!in.F64(&v)) return Fault(r, "schedule values too short");
+      sc.values.push_back(v);
+    }
+    return Status::Ok();
   }
 
   Status ParseCursors(const RecordView& r, std::uint32_t num_workers, std::vector<DataCursor>* out) {
@@ -343,6 +375,20 @@ Result<std::vector<std::byte>> Serialize(const Checkpoint& c) {
     w.U64(static_cast<std::uint64_t>(c.optimizer.updates));
     w.U8(static_cast<std::uint8_t>(c.optimizer.slot_names.size()));
     for (const std::string& n : c.optimizer.slot_names) w.Str(n);
+    const config::LrSchedule& sc = s.schedule;
+    if (s.weight_decay != 0 || sc.kind != config::LrSchedule::Kind::kConstant || sc.warmup_steps != 0) {
+      w.F64(s.weight_decay);
+      w.U8(static_cast<std::uint8_t>(sc.kind));
+      w.U64(static_cast<std::uint64_t>(sc.warmup_steps));
+      w.U64(static_cast<std::uint64_t>(sc.decay_steps));
+      w.F64(sc.decay_rate);
+      w.U8(sc.staircase ? 1 : 0);
+      w.F64(sc.alpha);
+      w.U32(static_cast<std::uint32_t>(sc.boundaries.size()));
+      for (std::int64_t b : sc.boundaries) w.U64(static_cast<std::uint64_t>(b));
+      if (!sc.boundaries.empty())
+        for (double v : sc.values) w.F64(v);
+    }
     TFD_RETURN_IF_ERROR(rw.End());
   }
   {

@@ -71,8 +71,12 @@ void ReadLayer(const json& j, const std::string& path, LayerSpec* layer, const O
     r.Int("pool_size", 1, 64, &layer->pool_size, /*required=*/true);
   } else if (type == "flatten") {
     layer->kind = LayerSpec::Kind::kFlatten;
+  } else if (type == "dropout") {
+    layer->kind = LayerSpec::Kind::kDropout;
+    r.Double("rate", 0, 1, /*min_exclusive=*/false, &layer->rate, /*required=*/true);
+    if (r.status().ok() && layer->rate >= 1) r.Fail(r.PathOf("rate"), "must be below 1 (a dropout of every value)");
   } else if (r.status().ok()) {
-    r.Fail(r.PathOf("type"), fmt::format("unknown layer type \"{}\" (expected dense, conv2d, max_pool2d or flatten)", type));
+    r.Fail(r.PathOf("type"), fmt::format("unknown layer type \"{}\" (expected dense, conv2d, max_pool2d, flatten or dropout)", type));
   }
   if (layer->kind == LayerSpec::Kind::kDense || layer->kind == LayerSpec::Kind::kConv2D) {
     std::string act = "none";
@@ -115,6 +119,65 @@ void ReadModel(ObjectReader& root, ModelSpec* model) {
   (void)r.Finish();
 }
 
+// "learning_rate": 0.1 | {"schedule": "exponential_decay" | "piecewise_constant" | "cosine_decay", ...}
+void ReadLearningRate(ObjectReader& r, bool required, OptimizerSpec* opt) {
+  const json* v = r.Get("learning_rate");
+  if (v == nullptr || !v->is_object()) {
+    r.Double("learning_rate", 0, 1e6, /*min_exclusive=*/true, &opt->learning_rate, required);
+    return;
+  }
+  ObjectReader o = r.Child(*v, r.PathOf("learning_rate"));
+  LrSchedule& s = opt->schedule;
+  std::string kind;
+  o.String("schedule", &kind, /*required=*/true);
+  constexpr std::int64_t kMaxSteps = std::int64_t{1} << 40;
+  if (kind == "constant") {
+    o.Double("initial", 0, 1e6, true, &opt->learning_rate, /*required=*/true);
+  } else if (kind == "exponential_decay") {
+    s.kind = LrSchedule::Kind::kExponentialDecay;
+    o.Double("initial", 0, 1e6, true, &opt->learning_rate, /*required=*/true);
+    o.Int("decay_steps", std::int64_t{1}, kMaxSteps, &s.decay_steps, /*required=*/true);
+    o.Double("decay_rate", 0, 1e6, true, &s.decay_rate, /*required=*/true);
+    o.Bool("staircase", &s.staircase);
+  } else if (kind == "piecewise_constant") {
+    s.kind = LrSchedule::Kind::kPiecewiseConstant;
+    const json* b = o.Get("boundaries");
+    const json* vals = o.Get("values");
+    if (b == nullptr || !b->is_array() || b->empty()) {
+      o.Fail(o.PathOf("boundaries"), "expected a non-empty array of increasing integer steps, got " + (b ? Describe(*b) : std::string("nothing")));
+    } else if (vals == nullptr || !vals->is_array() || vals->size() != b->size() + 1) {
+      o.Fail(o.PathOf("values"), fmt::format("expected an array of {} learning rates (one more than the boundaries), got {}", b->size() + 1,
+                                             vals ? (vals->is_array() ? fmt::format("{} of them", vals->size()) : Describe(*vals)) : "nothing"));
+    } else {
+      for (std::size_t i = 0; i < b->size() && o.status().ok(); ++i) {
+        const json& x = (*b)[i];
+        const std::int64_t prev = i == 0 ? -1 : s.boundaries.back();
+        if (!x.is_number_integer() || x.get<std::int64_t>() <= prev || x.get<std::int64_t>() > kMaxSteps)
+          o.Fail(o.PathOf("boundaries", i), fmt::format("expected an integer step in [{}, {}] (boundaries increase), got {}", prev + 1, kMaxSteps, Describe(x)));
+        else
+          s.boundaries.push_back(x.get<std::int64_t>());
+      }
+      for (std::size_t i = 0; i < vals->size() && o.status().ok(); ++i) {
+        const json& x = (*vals)[i];
+        if (!x.is_number() || !(x.get<double>() > 0) || x.get<double>() > 1e6)
+          o.Fail(o.PathOf("values", i), "expected a number in (0, 1000000], got " + Describe(x));
+        else
+          s.values.push_back(x.get<double>());
+      }
+      if (o.status().ok()) opt->learning_rate = s.values[0];
+    }
+  } else if (kind == "cosine_decay") {
+    s.kind = LrSchedule::Kind::kCosineDecay;
+    o.Double("initial", 0, 1e6, true, &opt->learning_rate, /*required=*/true);
+    o.Int("decay_steps", std::int64_t{1}, kMaxSteps, &s.decay_steps, /*required=*/true);
+    o.Double("alpha", 0, 1, false, &s.alpha);
+  } else if (o.status().ok()) {
+    o.Fail(o.PathOf("schedule"), fmt::format("unknown schedule \"{}\" (expected constant, exponential_decay, piecewise_constant or cosine_decay)", kind));
+  }
+  o.Int("warmup_steps", std::int64_t{0}, kMaxSteps, &s.warmup_steps);
+  (void)o.Finish();
+}
+
 void ReadOptimizer(ObjectReader& root, OptimizerSpec* opt) {
   const json* v = root.Get("optimizer");
   if (v == nullptr) return root.Fail(root.PathOf("optimizer"), "missing (expected {\"type\": \"sgd\"|\"momentum\"|\"adam\", \"learning_rate\": ...})");
@@ -138,7 +201,8 @@ void ReadOptimizer(ObjectReader& root, OptimizerSpec* opt) {
   } else if (r.status().ok()) {
     r.Fail(r.PathOf("type"), fmt::format("unknown optimizer \"{}\" (expected sgd, momentum or adam)", type));
   }
-  r.Double("learning_rate", 0, 1e6, /*min_exclusive=*/true, &opt->learning_rate, /*required=*/type != "adam");
+  ReadLearningRate(r, /*required=*/type != "adam", opt);
+  r.Double("weight_decay", 0, 1e3, /*min_exclusive=*/false, &opt->weight_decay);
   (void)r.Finish();
 }
 
@@ -194,7 +258,39 @@ void ReadCheckpoint(ObjectReader& root, CheckpointSpec* ckpt) {
   (void)r.Finish();
 }
 
+void ReadEarlyStopping(ObjectReader& root, JobSpec* job) {
+  const json* v = root.Get("early_stopping");
+  if (v == nullptr) return;
+  ObjectReader r = root.Child(*v, root.PathOf("early_stopping"));
+  EarlyStoppingSpec& es = job->early_stopping;
+  std::string monitor;
+  r.String("monitor", &monitor, /*required=*/true);
+  using M = EarlyStoppingSpec::Monitor;
+  if (monitor == "val_accuracy") es.monitor = M::kValAccuracy;
+  else if (monitor == "val_loss") es.monitor = M::kValLoss;
+  else if (monitor == "test_accuracy") es.monitor = M::kTestAccuracy;
+  else if (monitor == "loss") es.monitor = M::kLoss;
+  else if (r.status().ok())
+    r.Fail(r.PathOf("monitor"), fmt::format("unknown metric \"{}\" (expected val_accuracy, val_loss, test_accuracy or loss)", monitor));
+  if (r.status().ok() && (es.monitor == M::kValAccuracy || es.monitor == M::kValLoss) && !job->validates())
+    r.Fail(r.PathOf("monitor"), fmt::format("{} needs a validation set: set validation_split", monitor));
+  r.Int("patience", 0, 100000, &es.patience);
+  r.Double("min_delta", 0, 1e6, false, &es.min_delta);
+  (void)r.Finish();
+}
+
 }  // namespace
+
+std::string_view MonitorName(EarlyStoppingSpec::Monitor m) {
+  switch (m) {
+    case EarlyStoppingSpec::Monitor::kNone: return "none";
+    case EarlyStoppingSpec::Monitor::kValAccuracy: return "val_accuracy";
+    case EarlyStoppingSpec::Monitor::kValLoss: return "val_loss";
+    case EarlyStoppingSpec::Monitor::kTestAccuracy: return "test_accuracy";
+    case EarlyStoppingSpec::Monitor::kLoss: return "loss";
+  }
+  return "?";
+}
 
 std::string_view ActivationName(Activation a) {
   switch (a) {
@@ -242,6 +338,16 @@ JobSpec ReadJobSpec(ObjectReader& r) {
   r.Int("threads", 1, 256, &job.threads);
   r.Bool("shuffle", &job.shuffle);
   ReadCheckpoint(r, &job.checkpoint);
+  if (const json* v = r.Get("validation_split"); v != nullptr) {
+    if (v->is_number_integer() && v->get<std::int64_t>() >= 1)
+      job.validation_count = v->get<std::int64_t>();
+    else if (v->is_number() && v->get<double>() > 0 && v->get<double>() < 1)
+      job.validation_fraction = v->get<double>();
+    else
+      r.Fail(r.PathOf("validation_split"), "expected a fraction in (0, 1) or a count of examples >= 1, got " + Describe(*v));
+  }
+  ReadEarlyStopping(r, &job);
+  r.Double("stop_at_accuracy", 0, 1, /*min_exclusive=*/true, &job.stop_at_accuracy);
   (void)r.Finish();
   return job;
 }

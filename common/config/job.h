@@ -27,12 +27,13 @@ struct InitSpec {
 };
 
 struct LayerSpec {
-  enum class Kind { kDense, kConv2D, kMaxPool2D, kFlatten };
+  enum class Kind { kDense, kConv2D, kMaxPool2D, kFlatten, kDropout };
   Kind kind = Kind::kDense;
   int units = 0;        // dense
   int filters = 0;      // conv2d
   int kernel_size = 0;  // conv2d: square kernel, stride 1, "valid" padding
   int pool_size = 0;    // max_pool2d: square window with stride = pool_size
+  double rate = 0;      // dropout: the fraction of values zeroed while training, in [0, 1)
   Activation activation = Activation::kNone;
   InitSpec init;
 };
@@ -44,10 +45,26 @@ struct ModelSpec {
   InitSpec init;                  // overrides every kernel's default init when not kDefault
 };
 
+// optimizer.learning_rate as a function of the global step (the updates applied before this one),
+// with tf.keras.optimizers.schedules' semantics; optim::LearningRate evaluates it.
+struct LrSchedule {
+  enum class Kind { kConstant, kExponentialDecay, kPiecewiseConstant, kCosineDecay };
+  Kind kind = Kind::kConstant;
+  std::int64_t decay_steps = 0;          // exponential, cosine
+  double decay_rate = 0;                 // exponential
+  bool staircase = false;                // exponential
+  double alpha = 0;                      // cosine: the floor, as a fraction of the initial rate
+  std::vector<std::int64_t> boundaries;  // piecewise: increasing
+  std::vector<double> values;            // piecewise: boundaries.size() + 1 rates
+  std::int64_t warmup_steps = 0;         // linear warm-up before the schedule starts; 0: none
+};
+
 struct OptimizerSpec {
   enum class Type { kSgd, kMomentum, kAdam };
   Type type = Type::kSgd;
-  double learning_rate = 0.01;
+  double learning_rate = 0.01;  // the constant rate, or a schedule's initial one (piecewise: values[0])
+  LrSchedule schedule;
+  double weight_decay = 0;  // L2: lambda * w is added to every kernel's gradient before the update
   double momentum = 0.9;  // momentum
   bool use_nesterov = false;
   double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-7;  // adam (Keras defaults)
@@ -85,6 +102,16 @@ struct CheckpointSpec {
   int keep = 3;
 };
 
+// Stop training at the end of an epoch when the monitored metric stops improving (Keras'
+// EarlyStopping: `patience` epochs without an improvement larger than `min_delta`).
+struct EarlyStoppingSpec {
+  enum class Monitor { kNone, kValAccuracy, kValLoss, kTestAccuracy, kLoss };
+  Monitor monitor = Monitor::kNone;  // kNone: no patience rule
+  int patience = 0;
+  double min_delta = 0;
+};
+std::string_view MonitorName(EarlyStoppingSpec::Monitor m);
+
 // The job spec of docs/config.md: what to train and how. Validated whole at load.
 struct JobSpec {
   ModelSpec model;
@@ -102,6 +129,16 @@ struct JobSpec {
   int threads = 1;  // compute threads per task
   bool shuffle = true;
   CheckpointSpec checkpoint;
+  // Held out from the end of the training set before sharding: a fraction in (0, 1) of it, or a
+  // count of examples. Both 0: none.
+  double validation_fraction = 0;
+  std::int64_t validation_count = 0;
+  EarlyStoppingSpec early_stopping;
+  // Stop once the monitored accuracy (val_accuracy with a validation split, else test_accuracy)
+  // reaches this; 0: never.
+  double stop_at_accuracy = 0;
+  bool validates() const { return validation_fraction > 0 || validation_count > 0; }
+  bool can_stop_early() const { return early_stopping.monitor != EarlyStoppingSpec::Monitor::kNone || stop_at_accuracy > 0; }
 };
 
 // Parses and validates a job spec. `source` names the text in errors ("configs/jobs/mlp.json");

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "common/base/check.h"
 #include "common/base/random.h"
 #include "common/model/idx.h"
 
@@ -71,6 +72,24 @@ void ConvertPixels(const std::uint8_t* __restrict src, float* __restrict dst, st
   for (std::int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]) * kScale;
 }
 }  // namespace
+
+void HoldOut(MnistData* data, std::int64_t count) {
+  Dataset& train = data->train;
+  TFD_CHECK(count > 0 && count < train.size);
+  Dataset& val = data->validation;
+  val.height = train.height;
+  val.width = train.width;
+  val.channels = train.channels;
+  val.num_classes = train.num_classes;
+  const std::int64_t keep = train.size - count;
+  const auto px = static_cast<std::ptrdiff_t>(train.pixels());
+  val.images.assign(train.images.begin() + keep * px, train.images.end());
+  val.labels.assign(train.labels.begin() + keep, train.labels.end());
+  val.size = count;
+  train.images.resize(static_cast<std::size_t>(keep * px));
+  train.labels.resize(static_cast<std::size_t>(keep));
+  train.size = keep;
+}
 
 void FillBatch(const Dataset& data, std::span<const std::uint32_t> indices, float* x, std::uint8_t* y) {
   const std::int64_t pixels = data.pixels();

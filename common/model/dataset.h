@@ -22,7 +22,11 @@ struct Dataset {
 
 struct MnistData {
   Dataset train, test;
+  Dataset validation;  // the last examples of the training file, held out (validation_split); may be empty
 };
+
+// Moves the last `count` examples of `data->train` into `data->validation` (0 < count < train.size).
+void HoldOut(MnistData* data, std::int64_t count);
 
 // File names of the four MNIST IDX files inside the data folder.
 inline constexpr const char* kTrainImages = "train-images-idx3-ubyte";

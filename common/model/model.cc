@@ -110,6 +110,10 @@ Result<std::unique_ptr<Model>> Model::Build(const config::ModelSpec& spec, tenso
         layer = tensor::MakeConv2D(shape, l.filters, l.kernel_size, l.activation, l.init);
         kind = "conv2d";
         break;
+      case LayerSpec::Kind::kDropout:
+        layer = tensor::MakeDropout(shape, l.rate);
+        kind = "dropout";
+        break;
       case LayerSpec::Kind::kMaxPool2D:
         if (shape.h < l.pool_size || shape.w < l.pool_size)
           return Status::InvalidArgument(fmt::format("{}: a {}x{} pool does not fit a {}x{} input", where,
@@ -188,8 +192,13 @@ const float* Model::Forward(const float* x, int batch) {
   return in;
 }
 
+void Model::SetTraining(bool training) {
+  for (std::size_t i = 0; i < layers_.size(); ++i) layers_[i]->SetTraining(training, Rng(dropout_seed_, i).Next());
+}
+
 tensor::LossResult Model::ComputeGradients(const float* x, std::span<const std::uint8_t> y, const GradientsReady& ready) {
   const int batch = static_cast<int>(y.size());
+  SetTraining(true);
   const float* logits = Forward(x, batch);
   float* dout = dbuf_[0].data();
   tensor::LossResult r = tensor::SoftmaxCrossEntropy(logits, y, classes_, dout);
@@ -200,6 +209,7 @@ tensor::LossResult Model::ComputeGradients(const float* x, std::span<const std::
     if (ready) ready(layer_starts_[i]);
     dout = din;
   }
+  SetTraining(false);
   return r;
 }
 
@@ -216,18 +226,35 @@ std::string Model::Summary() const {
                      params_.size());
 }
 
-double Evaluate(Model& model, const Dataset& data) {
+std::vector<std::pair<std::string, std::size_t>> VariableRuns(const Model& model) {
+  std::vector<std::pair<std::string, std::size_t>> runs;
+  for (const Variable& v : model.variables()) runs.emplace_back(v.name, static_cast<std::size_t>(v.size));
+  return runs;
+}
+
+double Evaluate(Model& model, const Dataset& data) { return EvaluateLoss(model, data, /*with_loss=*/false).accuracy; }
+
+EvalResult EvaluateLoss(Model& model, const Dataset& data, bool with_loss) {
   std::vector<float> x(static_cast<std::size_t>(model.max_batch() * model.input_size()));
   std::vector<std::uint8_t> y(static_cast<std::size_t>(model.max_batch()));
   std::vector<std::uint32_t> idx(static_cast<std::size_t>(model.max_batch()));
   std::int64_t correct = 0;
+  double loss_sum = 0;
   for (std::int64_t start = 0; start < data.size; start += model.max_batch()) {
     int n = static_cast<int>(std::min<std::int64_t>(model.max_batch(), data.size - start));
     for (int i = 0; i < n; ++i) idx[i] = static_cast<std::uint32_t>(start + i);
     FillBatch(data, std::span(idx).first(n), x.data(), y.data());
-    correct += tensor::CountCorrect(model.Forward(x.data(), n), std::span(y).first(n), model.classes());
+    const float* logits = model.Forward(x.data(), n);
+    if (with_loss) {
+      const tensor::LossResult r = tensor::SoftmaxCrossEntropy(logits, std::span(y).first(n), model.classes(), nullptr);
+      loss_sum += r.loss * n;
+      correct += r.correct;
+    } else {
+      correct += tensor::CountCorrect(logits, std::span(y).first(n), model.classes());
+    }
   }
-  return data.size == 0 ? 0.0 : static_cast<double>(correct) / static_cast<double>(data.size);
+  if (data.size == 0) return {};
+  return {static_cast<double>(correct) / static_cast<double>(data.size), loss_sum / static_cast<double>(data.size)};
 }
 
 std::string ParamsSha256(const Model& model) {

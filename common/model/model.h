@@ -5,6 +5,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/base/status.h"
@@ -35,12 +36,16 @@ class Model {
   // Fills the parameters from `seed` per each layer's initializer; the same seed gives the same bits.
   void Initialize(std::uint64_t seed);
 
-  // Logits [batch, classes] of the batch x [batch, input size]; valid until the next call.
+  // Logits [batch, classes] of the batch x [batch, input size], as at evaluation (dropout is the
+  // identity); valid until the next call.
   const float* Forward(const float* x, int batch);
+  // Seeds the dropout masks of the next ComputeGradients (each dropout layer its own stream of
+  // it). The trainer derives it from the job seed, the worker rank and the step.
+  void SetDropoutSeed(std::uint64_t seed) { dropout_seed_ = seed; }
   // Called during backprop each time grads()[from, end) have become final; `from` only goes
   // down, to 0. The last layers' gradients are ready while the first layers' are computed.
   using GradientsReady = std::function<void(std::size_t from)>;
-  // Forward and backward: writes the mean loss's gradient into grads() and returns loss and hits.
+  // Forward (dropout active) and backward: writes the mean loss's gradient into grads() and returns loss and hits.
   tensor::LossResult ComputeGradients(const float* x, std::span<const std::uint8_t> y, const GradientsReady& ready = nullptr);
   // Where each layer's parameters start in params() and grads(), in layer order (a layer without
   // any starts where the next one does), then params().size().
@@ -58,6 +63,7 @@ class Model {
 
  private:
   Model() = default;
+  void SetTraining(bool training);
 
   tensor::ActShape input_;
   int classes_ = 0, max_batch_ = 0;
@@ -69,10 +75,20 @@ class Model {
   std::vector<std::vector<float>> acts_;  // acts_[i]: output of layer i
   std::vector<float> dbuf_[2];            // ping-pong gradient buffers for backprop
   std::vector<float> dlogits_;
+  std::uint64_t dropout_seed_ = 0;
 };
+
+// Each variable's name and float count, in order (optim::DecayedRanges takes them).
+std::vector<std::pair<std::string, std::size_t>> VariableRuns(const Model& model);
 
 // Test-set accuracy of `model` in batches of its max_batch.
 double Evaluate(Model& model, const Dataset& data);
+// Accuracy and (with `with_loss`) mean cross-entropy of `model` on `data`, as at evaluation
+// (dropout off); zeros for an empty set.
+struct EvalResult {
+  double accuracy = 0, loss = 0;
+};
+EvalResult EvaluateLoss(Model& model, const Dataset& data, bool with_loss = true);
 
 // SHA-256 (hex) of the parameters: each variable's name, then its floats as little-endian bytes,
 // in variable order. Equal hashes mean bit-identical parameters.

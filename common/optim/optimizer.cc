@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "common/base/check.h"
+#include "common/optim/schedule.h"
 
 namespace tfd::optim {
 namespace {
@@ -15,33 +16,38 @@ namespace {
 // span. That is what keeps a sync run bit-identical whatever the number of ps tasks (a vector
 // library's fast approximate sqrt in the body and exact one in the tail would not).
 
+std::string DecaySuffix(const config::OptimizerSpec& spec) {
+  return spec.weight_decay > 0 ? fmt::format(" weight_decay={}", spec.weight_decay) : "";
+}
+
 class Sgd final : public Optimizer {
  public:
-  explicit Sgd(float lr) : lr_(lr) {}
-  std::string Describe() const override { return fmt::format("sgd learning_rate={}", lr_); }
+  explicit Sgd(const config::OptimizerSpec& spec) : Optimizer(spec) {}
+  std::string Describe() const override { return fmt::format("sgd {}{}", DescribeLearningRate(spec_), DecaySuffix(spec_)); }
   std::vector<std::string> SlotNames() const override { return {}; }
-  void Apply(std::span<float> p, std::span<const float> g, std::span<float> slots, std::int64_t t) const override {
+  void Apply(std::span<float> p, std::span<const float> g, std::span<float> slots, std::int64_t t, double lr) const override {
     (void)slots;
     (void)t;
     TFD_CHECK(p.size() == g.size());
+    const auto lr_f = static_cast<float>(lr);
     float* __restrict pp = p.data();
     const float* __restrict gp = g.data();
-    for (std::size_t i = 0; i < p.size(); ++i) pp[i] -= lr_ * gp[i];
+    for (std::size_t i = 0; i < p.size(); ++i) pp[i] -= lr_f * gp[i];
   }
-
- private:
-  float lr_;
 };
 
 class Momentum final : public Optimizer {
  public:
-  Momentum(float lr, float momentum, bool nesterov) : lr_(lr), momentum_(momentum), nesterov_(nesterov) {}
+  explicit Momentum(const config::OptimizerSpec& spec)
+      : Optimizer(spec), momentum_(static_cast<float>(spec.momentum)), nesterov_(spec.use_nesterov) {}
   std::string Describe() const override {
-    return fmt::format("momentum learning_rate={} momentum={}{}", lr_, momentum_, nesterov_ ? " nesterov" : "");
+    return fmt::format("momentum {} momentum={}{}{}", DescribeLearningRate(spec_), momentum_, nesterov_ ? " nesterov" : "",
+                       DecaySuffix(spec_));
   }
   std::vector<std::string> SlotNames() const override { return {"momentum"}; }
-  void Apply(std::span<float> p, std::span<const float> g, std::span<float> slots, std::int64_t t) const override {
+  void Apply(std::span<float> p, std::span<const float> g, std::span<float> slots, std::int64_t t, double lr) const override {
     (void)t;
+    const auto lr_f = static_cast<float>(lr);
     TFD_CHECK(p.size() == g.size() && slots.size() == p.size());
     float* __restrict pp = p.data();
     float* __restrict a = slots.data();
@@ -49,35 +55,35 @@ class Momentum final : public Optimizer {
     if (nesterov_) {
       for (std::size_t i = 0; i < p.size(); ++i) {
         a[i] = momentum_ * a[i] + gp[i];
-        pp[i] -= lr_ * (gp[i] + momentum_ * a[i]);
+        pp[i] -= lr_f * (gp[i] + momentum_ * a[i]);
       }
     } else {
       for (std::size_t i = 0; i < p.size(); ++i) {
         a[i] = momentum_ * a[i] + gp[i];
-        pp[i] -= lr_ * a[i];
+        pp[i] -= lr_f * a[i];
       }
     }
   }
 
  private:
-  float lr_, momentum_;
+  float momentum_;
   bool nesterov_;
 };
 
 class Adam final : public Optimizer {
  public:
-  Adam(double lr, double b1, double b2, double eps) : lr_(lr), b1_(b1), b2_(b2), eps_(eps) {}
+  explicit Adam(const config::OptimizerSpec& spec) : Optimizer(spec), b1_(spec.beta1), b2_(spec.beta2), eps_(spec.epsilon) {}
   std::string Describe() const override {
-    return fmt::format("adam learning_rate={} beta1={} beta2={} epsilon={}", lr_, b1_, b2_, eps_);
+    return fmt::format("adam {} beta1={} beta2={} epsilon={}{}", DescribeLearningRate(spec_), b1_, b2_, eps_, DecaySuffix(spec_));
   }
   std::vector<std::string> SlotNames() const override { return {"m", "v"}; }
-  void Apply(std::span<float> p, std::span<const float> g, std::span<float> slots, std::int64_t t) const override {
+  void Apply(std::span<float> p, std::span<const float> g, std::span<float> slots, std::int64_t t, double lr) const override {
     TFD_CHECK(p.size() == g.size() && slots.size() == 2 * p.size() && t >= 1);
     float* __restrict pp = p.data();
     float* __restrict m = slots.data();
     float* __restrict v = slots.data() + p.size();
     const float* __restrict gp = g.data();
-    const auto lr_t = static_cast<float>(lr_ * std::sqrt(1 - std::pow(b2_, t)) / (1 - std::pow(b1_, t)));
+    const auto lr_t = static_cast<float>(lr * std::sqrt(1 - std::pow(b2_, t)) / (1 - std::pow(b1_, t)));
     const auto b1 = static_cast<float>(b1_), b2 = static_cast<float>(b2_), eps = static_cast<float>(eps_);
     for (std::size_t i = 0; i < p.size(); ++i) {
       m[i] = b1 * m[i] + (1 - b1) * gp[i];
@@ -87,21 +93,53 @@ class Adam final : public Optimizer {
   }
 
  private:
-  double lr_, b1_, b2_, eps_;
+  double b1_, b2_, eps_;
 };
 
 }  // namespace
 
 std::unique_ptr<Optimizer> MakeOptimizer(const config::OptimizerSpec& spec) {
-  const auto lr = static_cast<float>(spec.learning_rate);
   switch (spec.type) {
-    case config::OptimizerSpec::Type::kSgd: return std::make_unique<Sgd>(lr);
-    case config::OptimizerSpec::Type::kMomentum:
-      return std::make_unique<Momentum>(lr, static_cast<float>(spec.momentum), spec.use_nesterov);
-    case config::OptimizerSpec::Type::kAdam:
-      return std::make_unique<Adam>(spec.learning_rate, spec.beta1, spec.beta2, spec.epsilon);
+    case config::OptimizerSpec::Type::kSgd: return std::make_unique<Sgd>(spec);
+    case config::OptimizerSpec::Type::kMomentum: return std::make_unique<Momentum>(spec);
+    case config::OptimizerSpec::Type::kAdam: return std::make_unique<Adam>(spec);
   }
   TFD_CHECK(false);
+}
+
+double Optimizer::LearningRate(std::int64_t step) const { return optim::LearningRate(spec_, step); }
+
+bool IsDecayed(std::string_view name) {
+  name = name.substr(0, name.find('['));
+  const std::size_t slash = name.rfind('/');
+  return name.substr(slash == std::string_view::npos ? 0 : slash + 1) == "kernel";
+}
+
+std::vector<Range> DecayedRanges(std::span<const std::pair<std::string, std::size_t>> runs) {
+  std::vector<Range> out;
+  std::size_t offset = 0;
+  for (const auto& [name, length] : runs) {
+    if (IsDecayed(name)) out.push_back({offset, length});
+    offset += length;
+  }
+  return out;
+}
+
+void OptimizerState::Apply(std::span<float> params, std::span<const float> grad, std::int64_t step) {
+  const double lr = opt_.LearningRate(step);
+  const auto decay = static_cast<float>(opt_.weight_decay());
+  if (decay > 0 && !decayed_.empty()) {
+    TFD_CHECK(params.size() == grad.size());
+    decay_scratch_.assign(grad.begin(), grad.end());
+    for (const Range& r : decayed_) {
+      TFD_CHECK(r.offset + r.length <= params.size());
+      float* __restrict g = decay_scratch_.data() + r.offset;
+      const float* __restrict p = params.data() + r.offset;
+      for (std::size_t i = 0; i < r.length; ++i) g[i] += decay * p[i];
+    }
+    grad = decay_scratch_;
+  }
+  opt_.Apply(params, grad, slots_, ++t_, lr);
 }
 
 Status OptimizerState::Restore(std::span<const float> slots, std::int64_t updates) {

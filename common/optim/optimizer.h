@@ -5,6 +5,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/base/status.h"
@@ -19,30 +20,58 @@ namespace tfd::optim {
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
-  virtual std::string Describe() const = 0;  // "adam lr=0.001 beta1=0.9 ..."
+  virtual std::string Describe() const = 0;  // "adam learning_rate=0.001 beta1=0.9 ... weight_decay=..."
   // Slot names in order ("momentum"; "m", "v"); their count is the floats kept per parameter.
   virtual std::vector<std::string> SlotNames() const = 0;
   int num_slots() const { return static_cast<int>(SlotNames().size()); }
 
-  // Applies update number `t` (1-based) of `grad` to `params`. `slots` holds num_slots() arrays of
-  // params.size() floats, back to back, zero before the first update. Spans must not overlap.
+  // Applies update number `t` (1-based) of `grad` to `params` at learning rate `lr`. `slots` holds
+  // num_slots() arrays of params.size() floats, back to back, zero before the first update. Spans
+  // must not overlap.
   virtual void Apply(std::span<float> params, std::span<const float> grad, std::span<float> slots,
-                     std::int64_t t) const = 0;
+                     std::int64_t t, double lr) const = 0;
+
+  // The rate of the update that follows global step `step` (optim::LearningRate of the spec).
+  double LearningRate(std::int64_t step) const;
+  double weight_decay() const { return spec_.weight_decay; }
+  const config::OptimizerSpec& spec() const { return spec_; }
+
+ protected:
+  explicit Optimizer(const config::OptimizerSpec& spec) : spec_(spec) {}
+  config::OptimizerSpec spec_;
 };
 
 // sgd:      p -= lr * g
 // momentum: a = momentum * a + g;  p -= lr * a   (use_nesterov: p -= lr * (g + momentum * a))
 // adam:     m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
 //           p -= lr * sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + epsilon)   (TF's "epsilon hat")
+// lr follows spec.schedule (optim/schedule.h); with spec.weight_decay > 0, OptimizerState adds
+// weight_decay * p to the gradient of the decayed ranges first.
 std::unique_ptr<Optimizer> MakeOptimizer(const config::OptimizerSpec& spec);
+
+// A run of floats [offset, offset + length) of a parameter buffer.
+struct Range {
+  std::size_t offset = 0, length = 0;
+};
+// Whether weight decay applies to the variable (or the slice of one, "dense/kernel[0:39200]")
+// named `name`: kernels do, biases do not.
+bool IsDecayed(std::string_view name);
+// The decayed ranges of a buffer made of consecutive named runs of floats (variables, or a ps's
+// chunks), in buffer order.
+std::vector<Range> DecayedRanges(std::span<const std::pair<std::string, std::size_t>> runs);
 
 // The parameters, slots and update count of one block of variables, with its optimizer applied
 // locally: the single-process trainer's (and later each ps shard's) state.
 class OptimizerState {
  public:
-  OptimizerState(const Optimizer& opt, std::size_t num_params)
-      : opt_(opt), slots_(num_params * static_cast<std::size_t>(opt.num_slots()), 0.0f) {}
-  void Apply(std::span<float> params, std::span<const float> grad) { opt_.Apply(params, grad, slots_, ++t_); }
+  // `decayed`: the ranges of the parameters that the optimizer's weight decay applies to.
+  OptimizerState(const Optimizer& opt, std::size_t num_params, std::vector<Range> decayed = {})
+      : opt_(opt), slots_(num_params * static_cast<std::size_t>(opt.num_slots()), 0.0f), decayed_(std::move(decayed)) {}
+  // Applies `grad` (plus weight decay) at the rate of global step `step`: the number of updates
+  // applied to these parameters before this one, counted the same way on every task.
+  void Apply(std::span<float> params, std::span<const float> grad, std::int64_t step);
+  // As above with step = updates(): the count this state has applied.
+  void Apply(std::span<float> params, std::span<const float> grad) { Apply(params, grad, t_); }
   std::int64_t updates() const { return t_; }
   std::span<float> slots() { return slots_; }
   std::span<const float> slots() const { return slots_; }
@@ -53,6 +82,8 @@ class OptimizerState {
  private:
   const Optimizer& opt_;
   std::vector<float> slots_;
+  std::vector<Range> decayed_;
+  std::vector<float> decay_scratch_;  // grad + weight_decay * params, when there is decay
   std::int64_t t_ = 0;
 };
 

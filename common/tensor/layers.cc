@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "common/base/check.h"
+#include "common/base/random.h"
 #include "common/tensor/gemm.h"
 
 namespace tfd::tensor {
@@ -224,6 +225,51 @@ class MaxPool2D final : public Layer {
   std::vector<float> taken_;
 };
 
+// The mask is drawn whole in each training Forward from (seed, element index): one Rng stream
+// per Forward, values in row-major order, so it depends on nothing but the seed and the batch.
+class Dropout final : public Layer {
+ public:
+  Dropout(ActShape in, double rate) : shape_(in), rate_(rate), scale_(static_cast<float>(1.0 / (1.0 - rate))) {
+    TFD_CHECK(rate >= 0 && rate < 1);
+  }
+
+  std::string Describe() const override { return fmt::format("dropout {}", rate_); }
+  ActShape output_shape() const override { return shape_; }
+  void SetTraining(bool training, std::uint64_t seed) override {
+    training_ = training;
+    seed_ = seed;
+  }
+  void Reserve(int max_batch) override { mask_.resize(static_cast<std::size_t>(shape_.size() * max_batch)); }
+  void Forward(const float* in, float* out, int batch) override {
+    const auto n = static_cast<std::size_t>(shape_.size() * batch);
+    if (!training_ || rate_ == 0) {
+      std::copy(in, in + n, out);
+      return;
+    }
+    TFD_CHECK(n <= mask_.size());
+    Rng rng(seed_);
+    for (std::size_t i = 0; i < n; ++i) mask_[i] = rng.Uniform() < rate_ ? 0.0f : scale_;
+    for (std::size_t i = 0; i < n; ++i) out[i] = in[i] * mask_[i];
+  }
+  void Backward(const float*, const float*, float* dout, float* din, int batch) override {
+    if (din == nullptr) return;
+    const auto n = static_cast<std::size_t>(shape_.size() * batch);
+    if (!training_ || rate_ == 0) {
+      std::copy(dout, dout + n, din);
+      return;
+    }
+    for (std::size_t i = 0; i < n; ++i) din[i] = dout[i] * mask_[i];
+  }
+
+ private:
+  ActShape shape_;
+  double rate_;
+  float scale_;
+  bool training_ = false;
+  std::uint64_t seed_ = 0;
+  std::vector<float> mask_;
+};
+
 }  // namespace
 
 std::int64_t NumElements(const std::vector<std::int64_t>& shape) {
@@ -270,5 +316,7 @@ std::unique_ptr<Layer> MakeConv2D(ActShape in, int filters, int kernel_size, Act
   return std::make_unique<Conv2D>(in, filters, kernel_size, act, init);
 }
 std::unique_ptr<Layer> MakeMaxPool2D(ActShape in, int pool) { return std::make_unique<MaxPool2D>(in, pool); }
+
+std::unique_ptr<Layer> MakeDropout(ActShape in, double rate) { return std::make_unique<Dropout>(in, rate); }
 
 }  // namespace tfd::tensor

@@ -44,6 +44,12 @@ class Layer {
     (void)params;
     (void)grads;
   }
+  // Training or evaluation: a dropout layer draws its mask from `seed` in each Forward while
+  // training (the same seed gives the same mask) and is the identity otherwise. Others ignore it.
+  virtual void SetTraining(bool training, std::uint64_t seed) {
+    (void)training;
+    (void)seed;
+  }
   // Sizes scratch for batches up to `max_batch`; call before Forward.
   virtual void Reserve(int max_batch) { (void)max_batch; }
   // out = layer(in) for `batch` rows.
@@ -59,6 +65,10 @@ std::unique_ptr<Layer> MakeDense(ActShape in, int units, Activation act, InitSpe
 std::unique_ptr<Layer> MakeConv2D(ActShape in, int filters, int kernel_size, Activation act, InitSpec init);
 // Max pooling over pool x pool windows with stride pool (trailing rows/columns dropped, as "valid").
 std::unique_ptr<Layer> MakeMaxPool2D(ActShape in, int pool);
+
+// Inverted dropout: while training, each value is zeroed with probability `rate` and the others
+// scaled by 1 / (1 - rate); the identity at evaluation. rate in [0, 1).
+std::unique_ptr<Layer> MakeDropout(ActShape in, double rate);
 
 // Applies `act` in place to y = x + bias for each of `rows` rows of `cols` columns.
 void BiasActivation(float* y, const float* bias, std::int64_t rows, std::int64_t cols, Activation act);

@@ -1,5 +1,8 @@
 #include "common/wire/messages.h"
 
+// Every message's encoder and decoder in one file (a little over 500 lines): each pair sits next to
+// the others in the order of docs/protocol.md's table, so a layout change is reviewed in one place.
+
 #include <cstring>
 #include <memory>
 
@@ -113,6 +116,56 @@ int SlotsPerValue(OptimizerKind kind) {
   return 0;
 }
 
+bool OptimizerParams::HasScheduleSection() const {
+  return weight_decay != 0 || schedule != LrScheduleKind::kConstant || warmup_steps != 0 || decay_steps != 0 || decay_rate != 0 ||
+         alpha != 0 || staircase || !boundaries.empty() || !values.empty();
+}
+
+namespace {
+
+void EncodeSchedule(const OptimizerParams& o, ByteWriter& w) {
+  w.U8(2);
+  w.F64(o.weight_decay);
+  w.U8(static_cast<std::uint8_t>(o.schedule));
+  w.U64(o.warmup_steps);
+  w.U64(o.decay_steps);
+  w.F64(o.decay_rate);
+  w.U8(o.staircase ? 1 : 0);
+  w.F64(o.alpha);
+  w.U32(static_cast<std::uint32_t>(o.boundaries.size()));
+  for (std::uint64_t b : o.boundaries) w.U64(b);
+  for (double v : o.values) w.F64(v);
+}
+
+Status DecodeSchedule(ByteReader& r, OptimizerParams* o) {
+  std::uint8_t tag = 0, kind = 0;
+  std::uint32_t count = 0;
+  if (!r.U8(&tag) || !r.F64(&o->weight_decay) || !r.U8(&kind) || !r.U64(&o->warmup_steps) || !r.U64(&o->decay_steps) ||
+      !r.F64(&o->decay_rate) || !ReadBool(r, &o->staircase) || !r.F64(&o->alpha) || !r.U32(&count))
+    return Short("INIT");
+  TFD_RETURN_IF_ERROR(ToCode(kind, LrScheduleKind::kCosineDecay, "INIT", "learning-rate schedule", &o->schedule));
+  // Each boundary takes 16 bytes with its value: bound the count by the payload before allocating.
+  if (count > kMaxBoundaries || count > r.remaining() / 16)
+    return Status::Corruption(fmt::format("INIT: {} schedule boundaries is more than the payload can hold", count));
+  if ((o->schedule == LrScheduleKind::kPiecewiseConstant) != (count > 0))
+    return Status::Corruption(fmt::format("INIT: {} schedule boundaries for schedule {}", count, kind));
+  o->boundaries.resize(count);
+  for (std::uint64_t& b : o->boundaries)
+    if (!r.U64(&b)) return Short("INIT");
+  o->values.resize(count == 0 ? 0 : count + 1);
+  for (double& v : o->values)
+    if (!r.F64(&v)) return Short("INIT");
+  for (std::size_t i = 1; i < o->boundaries.size(); ++i)
+    if (o->boundaries[i] <= o->boundaries[i - 1]) return Status::Corruption("INIT: schedule boundaries do not increase");
+  const bool decays = o->schedule == LrScheduleKind::kExponentialDecay || o->schedule == LrScheduleKind::kCosineDecay;
+  if (decays && (o->decay_steps == 0 || o->decay_steps > (std::uint64_t{1} << 40)))
+    return Status::Corruption(fmt::format("INIT: decay_steps {} out of range", o->decay_steps));
+  if (o->warmup_steps > (std::uint64_t{1} << 40)) return Status::Corruption(fmt::format("INIT: warmup_steps {} out of range", o->warmup_steps));
+  return Status::Ok();
+}
+
+}  // namespace
+
 OutFrame Encode(const Init& m, std::span<const float> values, std::span<const float> slots) {
   OutFrame f = Start(MessageType::kInit);
   ByteWriter w(&f.head);
@@ -139,18 +192,26 @@ OutFrame Encode(const Init& m, std::span<const float> values, std::span<const fl
   }
   w.U64(values.size());
   f.tail.push_back(AsBytes(values));
+  // The optional sections, written whole into one trailer before any span of it is taken.
+  auto trailer = std::make_shared<std::vector<std::byte>>();
+  ByteWriter t(trailer.get());
   if (m.has_state) {
-    auto trailer = std::make_shared<std::vector<std::byte>>();
-    ByteWriter t(trailer.get());
     t.U8(1);
     t.U64(m.updates);
     t.U32(static_cast<std::uint32_t>(m.resume_steps.size()));
     for (std::uint64_t s : m.resume_steps) t.U64(s);
     t.U64(slots.size());
-    f.tail.push_back(*trailer);
-    f.tail.push_back(AsBytes(slots));
-    f.keepalive = trailer;
   }
+  const std::size_t state_head = trailer->size();
+  if (m.optimizer.HasScheduleSection()) EncodeSchedule(m.optimizer, t);
+  if (trailer->empty()) return f;
+  const std::span<const std::byte> bytes(*trailer);
+  if (m.has_state) {
+    f.tail.push_back(bytes.first(state_head));
+    f.tail.push_back(AsBytes(slots));
+  }
+  if (bytes.size() > state_head) f.tail.push_back(bytes.subspan(state_head));
+  f.keepalive = trailer;
   return f;
 }
 
@@ -184,10 +245,13 @@ Status Decode(std::span<const std::byte> p, Init* m) {
   std::uint64_t n = 0;
   if (!r.U64(&n) || n != total) return Status::Corruption("INIT: value count does not match the chunks' lengths");
   if (!r.FloatBytes(n, &m->values)) return Short("INIT");
-  m->has_state = r.remaining() != 0;
-  if (!m->has_state) return Status::Ok();
-  // The state section starts with the byte 1; anything else after the values is trailing bytes.
-  if (p[p.size() - r.remaining()] != std::byte{1}) return Trailing("INIT", r);
+  // Then optional sections, each starting with its tag byte, in this order: 1 state, 2 schedule.
+  const auto next_tag = [&] { return r.remaining() == 0 ? std::byte{0} : p[p.size() - r.remaining()]; };
+  m->has_state = next_tag() == std::byte{1};
+  if (!m->has_state) {
+    if (next_tag() == std::byte{2}) TFD_RETURN_IF_ERROR(DecodeSchedule(r, &m->optimizer));
+    return Trailing("INIT", r);
+  }
   std::uint8_t flag = 0;
   std::uint32_t resume = 0;
   if (!r.U8(&flag) || !r.U64(&m->updates) || !r.U32(&resume)) return Short("INIT");
@@ -201,6 +265,7 @@ Status Decode(std::span<const std::byte> p, Init* m) {
   if (slots != n * static_cast<std::uint64_t>(SlotsPerValue(m->optimizer.type)))
     return Status::Corruption(fmt::format("INIT: {} slot floats for {} values and optimizer type {}", slots, n, optimizer));
   if (!r.FloatBytes(slots, &m->slots)) return Short("INIT");
+  if (next_tag() == std::byte{2}) TFD_RETURN_IF_ERROR(DecodeSchedule(r, &m->optimizer));
   return Trailing("INIT", r);
 }
 
@@ -330,6 +395,7 @@ OutFrame Encode(const PushAck& m) {
   ByteWriter w(&f.head);
   w.U64(m.global_step);
   w.U8(static_cast<std::uint8_t>(m.outcome));
+  if (m.stop) w.U8(1);
   return f;
 }
 
@@ -338,18 +404,27 @@ Status Decode(std::span<const std::byte> p, PushAck* m) {
   std::uint8_t outcome = 0;
   if (!r.U64(&m->global_step) || !r.U8(&outcome)) return Short("PUSH_ACK");
   TFD_RETURN_IF_ERROR(ToCode(outcome, PushOutcome::kDuplicate, "PUSH_ACK", "outcome", &m->outcome));
+  // The optional stop byte is 1 when present; anything else is trailing bytes.
+  m->stop = r.remaining() != 0 && p[p.size() - r.remaining()] == std::byte{1};
+  std::uint8_t flag = 0;
+  if (m->stop) (void)r.U8(&flag);
   return Trailing("PUSH_ACK", r);
 }
 
 OutFrame Encode(const Done& m) {
   OutFrame f = Start(MessageType::kDone);
-  ByteWriter(&f.head).U32(m.worker);
+  ByteWriter w(&f.head);
+  w.U32(m.worker);
+  if (m.stop) w.U8(1);
   return f;
 }
 
 Status Decode(std::span<const std::byte> p, Done* m) {
   ByteReader r(p);
   if (!r.U32(&m->worker)) return Short("DONE");
+  m->stop = r.remaining() != 0 && p[p.size() - r.remaining()] == std::byte{1};
+  std::uint8_t flag = 0;
+  if (m->stop) (void)r.U8(&flag);
   return Trailing("DONE", r);
 }
 

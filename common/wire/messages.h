@@ -49,10 +49,23 @@ struct Welcome {  // server -> client, reply to HELLO
   std::uint64_t resume_step = 0;
 };
 
+// The learning-rate schedule (docs/config.md, optimizer.learning_rate).
+enum class LrScheduleKind : std::uint8_t { kConstant = 0, kExponentialDecay = 1, kPiecewiseConstant = 2, kCosineDecay = 3 };
+inline constexpr std::uint32_t kMaxBoundaries = 4096;
+
 struct OptimizerParams {
   OptimizerKind type = OptimizerKind::kSgd;
   double learning_rate = 0, momentum = 0, beta1 = 0, beta2 = 0, epsilon = 0;
   bool use_nesterov = false;
+  // INIT's optional schedule section; absent on the wire when all of these are their defaults.
+  double weight_decay = 0;
+  LrScheduleKind schedule = LrScheduleKind::kConstant;
+  std::uint64_t warmup_steps = 0, decay_steps = 0;
+  double decay_rate = 0, alpha = 0;
+  bool staircase = false;
+  std::vector<std::uint64_t> boundaries;  // piecewise: increasing
+  std::vector<double> values;             // piecewise: boundaries.size() + 1
+  bool HasScheduleSection() const;
 };
 
 struct UpdateParams {
@@ -131,10 +144,16 @@ enum class PushOutcome : std::uint8_t { kApplied = 0, kStale = 1, kDuplicate = 2
 struct PushAck {
   std::uint64_t global_step = 0;
   PushOutcome outcome = PushOutcome::kApplied;
+  // The chief has stopped the run early (its DONE said so): finish now. Optional on the wire: a
+  // PUSH_ACK of 9 bytes reads as false, and false is sent as 9 bytes.
+  bool stop = false;
 };
 
 struct Done {
   std::uint32_t worker = 0;
+  // The chief stopped the run early (early_stopping): the ps tells every worker in its PUSH_ACKs.
+  // Optional on the wire: a DONE of 4 bytes reads as false, and false is sent as 4 bytes.
+  bool stop = false;
 };
 
 // The token handshake (docs/protocol.md, "Authentication"): nonces and HMAC-SHA256 proofs.

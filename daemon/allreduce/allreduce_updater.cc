@@ -5,7 +5,7 @@
 namespace tfd::allreduce {
 
 AllreduceUpdater::AllreduceUpdater(collective::Ring& ring, const optim::Optimizer& optimizer, const model::Model& model, int bucket_kb)
-    : ring_(ring), state_(optimizer, model.params().size()), buffer_(model.params().size() + 2) {
+    : ring_(ring), state_(optimizer, model.params().size(), optim::DecayedRanges(model::VariableRuns(model))), buffer_(model.params().size() + 2) {
   const std::size_t min_floats = static_cast<std::size_t>(bucket_kb) * 1024 / 4;
   const std::vector<std::size_t>& starts = model.layer_starts();
   std::size_t end = buffer_.size();  // the last bucket also carries the two floats
@@ -51,6 +51,13 @@ Result<std::int64_t> AllreduceUpdater::Finish(model::Model&) {
   return global_step_;
 }
 
+Result<bool> AllreduceUpdater::EndOfEpoch(bool stop) {
+  std::vector<float> flag(static_cast<std::size_t>(ring_.size()), 0.0f);
+  flag[0] = stop ? 1.0f : 0.0f;
+  TFD_RETURN_IF_ERROR(ring_.AllReduce(flag).WithContext(fmt::format("the early-stopping decision after global step {}", global_step_)));
+  return flag[0] != 0.0f;
+}
+
 std::string AllreduceUpdater::EpochNote() {
   std::string note = joined_ > 0 ? fmt::format("joined_without_data={}", joined_) : "";
   joined_ = 0;
@@ -74,7 +81,7 @@ Result<std::int64_t> AllreduceUpdater::Exchange(model::Model& model, bool contri
   if (contributors > 0.0f) {
     const float scale = 1.0f / contributors;
     for (std::size_t i = 0; i < n; ++i) grads[i] = buffer_[i] * scale;
-    state_.Apply(model.params(), grads);
+    state_.Apply(model.params(), grads, global_step_ - 1);  // the rate of the steps before this one, as on every worker
   }
   return global_step_;
 }

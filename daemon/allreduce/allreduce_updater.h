@@ -38,6 +38,9 @@ class AllreduceUpdater final : public train::Updater {
   bool OthersHaveData() const override { return others_have_data_; }
   Result<std::int64_t> JoinStep(model::Model& model) override;
   std::string EpochNote() override;
+  // One more all-reduce of ring-size floats, the chief's decision in the first: every worker
+  // stops when its sum is not 0.
+  Result<bool> EndOfEpoch(bool stop) override;
 
  private:
   Result<std::int64_t> Exchange(model::Model& model, bool contributes);

@@ -21,6 +21,24 @@ bool KnownOptimizer(config::OptimizerSpec::Type t) {
   return t == Type::kSgd || t == Type::kMomentum || t == Type::kAdam;
 }
 
+// What the job spec's parser admits; a peer's INIT is held to the same.
+bool ScheduleInRange(const config::OptimizerSpec& spec) {
+  const config::LrSchedule& s = spec.schedule;
+  using Kind = config::LrSchedule::Kind;
+  if (!(spec.weight_decay >= 0 && spec.weight_decay <= 1e3) || s.warmup_steps < 0) return false;
+  switch (s.kind) {
+    case Kind::kConstant: return true;
+    case Kind::kExponentialDecay: return s.decay_steps > 0 && s.decay_rate > 0 && s.decay_rate <= 1e6;
+    case Kind::kCosineDecay: return s.decay_steps > 0 && s.alpha >= 0 && s.alpha <= 1;
+    case Kind::kPiecewiseConstant:
+      if (s.boundaries.empty() || s.values.size() != s.boundaries.size() + 1 || s.values[0] != spec.learning_rate) return false;
+      for (double v : s.values)
+        if (!(v > 0 && v <= 1e6)) return false;
+      return std::is_sorted(s.boundaries.begin(), s.boundaries.end()) && s.boundaries[0] >= 0;
+  }
+  return false;
+}
+
 }  // namespace
 
 Status ParameterStore::Init(const StoreInit& init) {
@@ -41,6 +59,7 @@ Status ParameterStore::Init(const StoreInit& init) {
   const config::OptimizerSpec& spec = init.optimizer;
   if (!(spec.learning_rate > 0) || spec.momentum < 0 || spec.beta1 < 0 || spec.beta1 >= 1 || spec.beta2 < 0 || spec.beta2 >= 1)
     return Status::InvalidArgument("INIT: optimizer settings out of range");
+  if (!ScheduleInRange(spec)) return Status::InvalidArgument("INIT: learning-rate schedule or weight decay out of range");
   update_ = init.update;
   to_aggregate_ = static_cast<int>(update_.replicas_to_aggregate == 0 ? update_.num_workers : update_.replicas_to_aggregate);
   if (to_aggregate_ < 1 || to_aggregate_ > static_cast<int>(update_.num_workers))
@@ -54,7 +73,9 @@ Status ParameterStore::Init(const StoreInit& init) {
   current_->values.resize(n);
   CopyFloats(init.values, current_->values);
   optimizer_ = optim::MakeOptimizer(spec);
-  state_ = std::make_unique<optim::OptimizerState>(*optimizer_, n);
+  std::vector<std::pair<std::string, std::size_t>> runs;
+  for (const Chunk& c : chunks_) runs.emplace_back(c.name, static_cast<std::size_t>(c.length));
+  state_ = std::make_unique<optim::OptimizerState>(*optimizer_, n, optim::DecayedRanges(runs));
   stale_.assign(update_.num_workers, 0);
   last_push_.assign(update_.num_workers, {0, 0});
   sync_offset_.assign(update_.num_workers, 0);
@@ -169,7 +190,7 @@ Result<ParameterStore::PushResult> ParameterStore::Push(const PushRequest& push)
     const std::uint64_t staleness = global_step_ > push.based_on_step ? global_step_ - push.based_on_step : 0;
     const bool aligned = reinterpret_cast<std::uintptr_t>(push.grads.data()) % alignof(float) == 0;
     if (aligned && (!update_.scale_stale || staleness == 0)) {  // straight from the frame's bytes
-      state_->Apply(ParamsLocked(), std::span(reinterpret_cast<const float*>(push.grads.data()), n));
+      state_->Apply(ParamsLocked(), std::span(reinterpret_cast<const float*>(push.grads.data()), n), StepLocked());
     } else {
       sum_.resize(n);
       CopyFloats(push.grads, sum_);
@@ -177,7 +198,7 @@ Result<ParameterStore::PushResult> ParameterStore::Push(const PushRequest& push)
         const float scale = 1.0f / static_cast<float>(1 + staleness);
         for (float& g : sum_) g *= scale;
       }
-      state_->Apply(ParamsLocked(), sum_);
+      state_->Apply(ParamsLocked(), sum_, StepLocked());
     }
     current_->global_step = ++global_step_;
     r.global_step = global_step_;
@@ -222,7 +243,7 @@ void ParameterStore::CompleteStepLocked() {
   const auto count = static_cast<float>(received_count_);
   for (float& g : sum_) g /= count;
   PrepareWriteLocked();
-  state_->Apply(ParamsLocked(), sum_);
+  state_->Apply(ParamsLocked(), sum_, StepLocked());
   current_->global_step = ++global_step_;
   std::fill(received_.begin(), received_.end(), false);
   received_count_ = 0;

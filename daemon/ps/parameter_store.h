@@ -93,6 +93,9 @@ class ParameterStore {
   // sync: which worker ranks' gradients are held for the current step.
   std::vector<bool> received() const;
 
+  // Every update takes the learning rate of the optimizer's schedule at global_step() (the updates
+  // applied before it), and with weight decay adds decay * value to the gradient of every chunk of
+  // a kernel ("dense/kernel[0:39200]").
   // async: applies the gradient (global_step + 1; scaled by 1 / (1 + staleness) when the INIT asked
   // for it, staleness being global_step - based_on_step), unless this worker incarnation already pushed
   // this or a later local step (kDuplicate: a retry is applied at most once). sync: stores it for based_on_step; the
@@ -137,6 +140,8 @@ class ParameterStore {
   void CompleteStepLocked() TFD_REQUIRES(mu_);
   std::uint64_t ResumeStepLocked(int rank) const TFD_REQUIRES(mu_);
   bool SyncLocked() const TFD_REQUIRES(mu_) { return update_.mode == config::UpdateSpec::Mode::kSync; }
+  // The step whose learning rate the next update takes: the updates this store applied before it.
+  std::int64_t StepLocked() const TFD_REQUIRES(mu_) { return static_cast<std::int64_t>(global_step_); }
 
   mutable Mutex mu_;
   bool initialized_ TFD_GUARDED_BY(mu_) = false;

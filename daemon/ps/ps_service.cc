@@ -215,7 +215,12 @@ void PsService::HandlePush(const ConnectionPtr& from, const wire::InFrame& frame
     return ReplyError(*from, id, Status::InvalidArgument(fmt::format("{} pushed as worker rank {}", from->peer_name(), push.worker)));
   Result<ParameterStore::PushResult> r = store_.Push(FromWire(push));
   if (!r.ok()) return ReplyError(*from, id, r.status().WithContext(self_));
-  Reply(*from, wire::Encode(ToWire(*r)), id);
+  wire::PushAck ack = ToWire(*r);
+  {
+    MutexLock lock(&mu_);
+    ack.stop = stopped_early_;  // the chief stopped the run: so does this worker
+  }
+  Reply(*from, wire::Encode(ack), id);
   if (r->step_advanced) ReleaseWaiters();
 }
 
@@ -237,10 +242,12 @@ void PsService::HandleDone(const ConnectionPtr& from, const wire::InFrame& frame
   {
     MutexLock lock(&mu_);
     done_.insert(rank);
+    stopped_early_ = stopped_early_ || done.stop;
     count = done_.size();
     finished = FinishedLocked();
   }
-  spdlog::info("{} is done ({} of {} workers)", from->peer_name(), count, config_.cluster.num_workers());
+  spdlog::info("{} is done ({} of {} workers){}", from->peer_name(), count, config_.cluster.num_workers(),
+               done.stop ? "; it stopped the run early, and the others are told in their PUSH_ACKs" : "");
   events_.Emit("worker_done", {{"peer", from->peer_name()}, {"done", static_cast<std::int64_t>(count)},
                                {"global_step", static_cast<std::int64_t>(store_.global_step())}});
   if (finished) return CallOnEnd(*finished);

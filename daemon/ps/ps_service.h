@@ -131,6 +131,7 @@ class PsService : public transport::FrameHandler {
   std::optional<Status> ended_ TFD_GUARDED_BY(mu_);  // the run ended as failed: why
   std::optional<Clock::time_point> ended_at_ TFD_GUARDED_BY(mu_);
   bool end_called_ TFD_GUARDED_BY(mu_) = false;  // on_end_ was called (or is being called)
+  bool stopped_early_ TFD_GUARDED_BY(mu_) = false;  // the chief's DONE said it stopped the run early
 };
 
 }  // namespace tfd::ps

@@ -35,6 +35,17 @@ config::UpdateSpec::OnWorkerLoss FromWire(wire::WorkerLossPolicy policy) {
   return config::UpdateSpec::OnWorkerLoss::kFail;
 }
 
+config::LrSchedule::Kind FromWire(wire::LrScheduleKind kind) {
+  switch (kind) {
+    case wire::LrScheduleKind::kConstant: return config::LrSchedule::Kind::kConstant;
+    case wire::LrScheduleKind::kExponentialDecay: return config::LrSchedule::Kind::kExponentialDecay;
+    case wire::LrScheduleKind::kPiecewiseConstant: return config::LrSchedule::Kind::kPiecewiseConstant;
+    case wire::LrScheduleKind::kCosineDecay: return config::LrSchedule::Kind::kCosineDecay;
+  }
+  TFD_CHECK(false);
+  return config::LrSchedule::Kind::kConstant;
+}
+
 wire::PushOutcome ToWire(PushOutcome outcome) {
   switch (outcome) {
     case PushOutcome::kApplied: return wire::PushOutcome::kApplied;
@@ -57,6 +68,17 @@ StoreInit FromWire(const wire::Init& init) {
   s.optimizer.beta1 = init.optimizer.beta1;
   s.optimizer.beta2 = init.optimizer.beta2;
   s.optimizer.epsilon = init.optimizer.epsilon;
+  s.optimizer.weight_decay = init.optimizer.weight_decay;
+  config::LrSchedule& sc = s.optimizer.schedule;
+  sc.kind = FromWire(init.optimizer.schedule);
+  // The decoder bounds the step counts by 2^40.
+  sc.warmup_steps = static_cast<std::int64_t>(init.optimizer.warmup_steps);
+  sc.decay_steps = static_cast<std::int64_t>(init.optimizer.decay_steps);
+  sc.decay_rate = init.optimizer.decay_rate;
+  sc.staircase = init.optimizer.staircase;
+  sc.alpha = init.optimizer.alpha;
+  for (std::uint64_t b : init.optimizer.boundaries) sc.boundaries.push_back(static_cast<std::int64_t>(b));
+  sc.values = init.optimizer.values;
   s.update.mode = FromWire(init.update.mode);
   s.update.scale_stale = init.update.scale_stale;
   s.update.replicas_to_aggregate = init.update.replicas_to_aggregate;

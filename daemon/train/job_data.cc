@@ -1,5 +1,7 @@
 #include "daemon/train/job_data.h"
 
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include "common/tensor/gemm.h"
@@ -18,6 +20,17 @@ Result<LoadedJob> LoadJobData(const config::JobSpec& job, int num_workers) {
     return data.status().code() == Code::kCorruption ? Status::InvalidArgument(data.status().message()) : data.status();
   }
   loaded.data = std::move(data).value();
+  if (job.validation_count > 0 || job.validation_fraction > 0) {
+    const std::int64_t n = loaded.data.train.size;
+    // Keras' rule: the first floor(n * (1 - split)) examples train, the rest validate.
+    const std::int64_t held = job.validation_count > 0
+                                  ? job.validation_count
+                                  : n - static_cast<std::int64_t>(std::floor(static_cast<double>(n) * (1 - job.validation_fraction)));
+    if (held <= 0 || held >= n)
+      return Status::InvalidArgument(fmt::format("validation_split: holds out {} of the {} training examples in {}; leave some of each",
+                                                 held, n, job.data));
+    model::HoldOut(&loaded.data, held);
+  }
   if (StepsPerEpoch(loaded.data.train.size, num_workers, job.batch_size) == 0) {
     return Status::InvalidArgument(fmt::format("batch_size: {} is more than the {} training examples in {}{}", job.batch_size,
                                                loaded.data.train.size / num_workers, job.data,

@@ -17,7 +17,8 @@ namespace {
 // Applies the gradient to the local parameters, as one process does.
 class LocalUpdater final : public Updater {
  public:
-  LocalUpdater(const optim::Optimizer& optimizer, std::size_t params) : state_(optimizer, params) {}
+  LocalUpdater(const optim::Optimizer& optimizer, const model::Model& model)
+      : state_(optimizer, model.params().size(), optim::DecayedRanges(model::VariableRuns(model))) {}
   Result<std::int64_t> Step(model::Model& model, std::int64_t local_step) override {
     state_.Apply(model.params(), model.grads());
     return local_step;
@@ -41,7 +42,7 @@ Status RunStandalone(const config::JobSpec& job, EventWriter& events, const Stan
   events.Emit("start", {{"mode", std::string("standalone")},
                         {"parameters", static_cast<std::int64_t>(loaded.model->params().size())},
                         {"train_examples", loaded.data.train.size}, {"pid", std::int64_t{getpid()}}});
-  LocalUpdater updater(*optimizer, loaded.model->params().size());
+  LocalUpdater updater(*optimizer, *loaded.model);
   TrainerOptions topts;
   topts.stop = options.stop;
   topts.params_out = options.params_out;

@@ -3,11 +3,14 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <optional>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/base/random.h"
 #include "common/base/service.h"
+#include "daemon/train/early_stopping.h"
 
 namespace tfd::train {
 namespace {
@@ -15,6 +18,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 }  // namespace
+
+std::uint64_t DropoutSeed(std::uint64_t job_seed, int rank, std::int64_t local_step) {
+  return Rng(job_seed ^ 0xd509'0a75'd509'0a75ULL, (static_cast<std::uint64_t>(rank) << 40) ^ static_cast<std::uint64_t>(local_step)).Next();
+}
 
 std::int64_t StepsPerEpoch(std::int64_t examples, int num_workers, int batch_size) {
   return (examples / num_workers) / batch_size;
@@ -31,6 +38,8 @@ Status Train(const config::JobSpec& job, const model::MnistData& data, model::Mo
   std::vector<std::uint8_t> y(static_cast<std::size_t>(batch));
   std::int64_t local_step = std::min<std::int64_t>(options.start_local_step, steps * job.epochs), global_step = 0;
   double test_accuracy = -1;
+  EarlyStopper stopper(job);
+  const bool validate = options.evaluate_each_epoch && data.validation.size > 0;
   const int first_epoch = static_cast<int>(local_step / steps) + 1;
   int epoch = first_epoch;
   // An updater's error (a lost peer, a ps that ended the run) says where this worker was.
@@ -58,6 +67,7 @@ Status Train(const config::JobSpec& job, const model::MnistData& data, model::Mo
       }
       model::FillBatch(data.train, std::span(shard).subspan(static_cast<std::size_t>(s * batch), batch), x.data(), y.data());
       if (join) updater.SetHasNextBatch(s + 1 < my_steps);
+      model.SetDropoutSeed(DropoutSeed(job.seed, options.rank, local_step));
       Status sending;
       tensor::LossResult r = model.ComputeGradients(x.data(), y, [&](std::size_t from) {
         if (sending.ok()) sending = updater.GradientsReady(model, from);
@@ -71,6 +81,12 @@ Status Train(const config::JobSpec& job, const model::MnistData& data, model::Mo
       Result<std::int64_t> stepped = updater.Step(model, local_step);
       if (!stepped.ok()) return where(stepped.status());
       global_step = *stepped;
+      if (updater.StopRequested()) {
+        spdlog::info("{}early stopping: the chief ended the run at the end of an epoch (its log says why); stopping at epoch {} "
+                     "global_step {} local_step {}", prefix, epoch, global_step, local_step);
+        events.Emit("early_stopping", {{"epoch", std::int64_t{epoch}}, {"global_step", global_step}, {"reason", std::string("the chief stopped")}});
+        break;
+      }
       loss_sum += r.loss * batch;
       correct += r.correct;
       seen += batch;
@@ -79,6 +95,7 @@ Status Train(const config::JobSpec& job, const model::MnistData& data, model::Mo
                              {"loss", r.loss}, {"accuracy", static_cast<double>(r.correct) / batch}});
       }
     }
+    if (updater.StopRequested()) break;
     // Out of data: take part (with no gradient) in the steps of workers that still have some.
     while (join && updater.OthersHaveData()) {
       if (options.stop != nullptr && options.stop->load(std::memory_order_relaxed)) {
@@ -95,10 +112,21 @@ Status Train(const config::JobSpec& job, const model::MnistData& data, model::Mo
     std::vector<EventField> fields = {{"epoch", std::int64_t{epoch}}, {"global_step", global_step}, {"local_step", local_step},
                                       {"loss", loss}, {"accuracy", accuracy}, {"samples_per_sec", samples_per_sec}};
     std::string eval;
+    EpochMetrics metrics;
+    metrics.loss = loss;
+    if (validate) {
+      const model::EvalResult val = model::EvaluateLoss(model, data.validation);
+      metrics.val_loss = val.loss;
+      metrics.val_accuracy = val.accuracy;
+      fields.push_back({"val_loss", val.loss});
+      fields.push_back({"val_accuracy", val.accuracy});
+      eval = fmt::format(" val_loss={:.4f} val_accuracy={:.4f}", val.loss, val.accuracy);
+    }
     if (options.evaluate_each_epoch) {
       test_accuracy = model::Evaluate(model, data.test);
+      metrics.test_accuracy = test_accuracy;
       fields.push_back({"test_accuracy", test_accuracy});
-      eval = fmt::format(" test_accuracy={:.4f}", test_accuracy);
+      eval += fmt::format(" test_accuracy={:.4f}", test_accuracy);
     }
     std::string note = updater.EpochNote();
     spdlog::info("{}epoch={} global_step={}{} loss={:.4f} accuracy={:.4f}{} samples_per_sec={:.0f}{}{}", prefix, epoch, global_step,
@@ -107,6 +135,17 @@ Status Train(const config::JobSpec& job, const model::MnistData& data, model::Mo
     events.Emit("epoch", fields);
     NotifyStatus(fmt::format("epoch {} of {}: global_step={} loss={:.4f} accuracy={:.4f}{}", epoch, job.epochs, global_step, loss,
                              accuracy, eval));
+    if (job.can_stop_early() && epoch < job.epochs) {
+      std::optional<std::string> reason;
+      if (options.evaluate_each_epoch) reason = stopper.Update(epoch, metrics);
+      TFD_ASSIGN_OR_RETURN(const bool stop, updater.EndOfEpoch(reason.has_value()));
+      if (stop) {
+        const std::string why = reason.value_or("the chief ended the run (its log says why)");
+        spdlog::info("{}early stopping: {}; stopping after epoch {} of {}", prefix, why, epoch, job.epochs);
+        events.Emit("early_stopping", {{"epoch", std::int64_t{epoch}}, {"global_step", global_step}, {"reason", why}});
+        break;
+      }
+    }
   }
   epoch = job.epochs;
   Result<std::int64_t> finished = updater.Finish(model);

@@ -35,6 +35,10 @@ struct TrainerOptions {
 Status Train(const config::JobSpec& job, const model::MnistData& data, model::Model& model, Updater& updater,
              EventWriter& events, const TrainerOptions& options);
 
+// The dropout seed of the batch a worker takes after `local_step` of its steps: a function of the
+// job seed, the worker rank and the step only, so a run (and a restarted worker) is reproducible.
+std::uint64_t DropoutSeed(std::uint64_t job_seed, int rank, std::int64_t local_step);
+
 // Steps per epoch for every worker: the smallest shard's full batches, so all workers take the
 // same number of steps (a sync step needs every worker's gradient).
 std::int64_t StepsPerEpoch(std::int64_t examples, int num_workers, int batch_size);

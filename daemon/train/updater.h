@@ -25,6 +25,13 @@ class Updater {
   virtual Result<std::int64_t> Finish(model::Model& model) = 0;
   // False when Finish never changes the parameters (so the last epoch's evaluation stands).
   virtual bool FinishChangesParams() const { return true; }
+  // At the end of every epoch but the last, when the job can stop early (job.can_stop_early()), on
+  // every worker: `stop` is the chief's decision (always false elsewhere); returns whether every
+  // worker stops now. The ps modes return `stop` (the others learn it from the ps: StopRequested);
+  // allreduce agrees on it in a collective.
+  virtual Result<bool> EndOfEpoch(bool stop) { return stop; }
+  // After a Step: whether the chief has stopped the run early, so this worker stops too.
+  virtual bool StopRequested() const { return false; }
   // Extra `key=value` text for the epoch line (e.g. stale gradient counts), may be empty.
   virtual std::string EpochNote() { return ""; }
 

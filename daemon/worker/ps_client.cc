@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/base/sha256.h"
+#include "common/optim/optimizer.h"
 #include "common/transport/dial.h"
 #include "common/transport/handshake.h"
 #include "daemon/task_kind.h"
@@ -30,6 +31,21 @@ wire::OptimizerParams ToWire(const config::OptimizerSpec& o) {
   w.beta1 = o.beta1;
   w.beta2 = o.beta2;
   w.epsilon = o.epsilon;
+  w.weight_decay = o.weight_decay;
+  const config::LrSchedule& sc = o.schedule;
+  switch (sc.kind) {
+    case config::LrSchedule::Kind::kConstant: w.schedule = wire::LrScheduleKind::kConstant; break;
+    case config::LrSchedule::Kind::kExponentialDecay: w.schedule = wire::LrScheduleKind::kExponentialDecay; break;
+    case config::LrSchedule::Kind::kPiecewiseConstant: w.schedule = wire::LrScheduleKind::kPiecewiseConstant; break;
+    case config::LrSchedule::Kind::kCosineDecay: w.schedule = wire::LrScheduleKind::kCosineDecay; break;
+  }
+  w.warmup_steps = static_cast<std::uint64_t>(sc.warmup_steps);
+  w.decay_steps = static_cast<std::uint64_t>(sc.decay_steps);
+  w.decay_rate = sc.decay_rate;
+  w.staircase = sc.staircase;
+  w.alpha = sc.alpha;
+  w.boundaries.assign(sc.boundaries.begin(), sc.boundaries.end());
+  w.values = sc.values;
   return w;
 }
 
@@ -186,10 +202,11 @@ Status PsClient::Initialize(bool chief, const config::OptimizerSpec& optimizer_s
   const wire::UpdateParams& update = update_;
   // The placement and how the ps updates it: a worker whose job differs in any of them is refused.
   const std::string settings =
-      fmt::format("{:016x}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", placement_.LayoutHash(), fmt::underlying(optimizer.type),
+      fmt::format("{:016x}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", placement_.LayoutHash(), fmt::underlying(optimizer.type),
                   optimizer.learning_rate, optimizer.momentum, optimizer.beta1, optimizer.beta2, optimizer.epsilon,
                   optimizer.use_nesterov, fmt::underlying(update.mode), update.scale_stale, update.replicas_to_aggregate,
-                  update.total_num_replicas, update.num_workers, fmt::underlying(update.on_worker_loss), update.min_replicas);
+                  update.total_num_replicas, update.num_workers, fmt::underlying(update.on_worker_loss), update.min_replicas,
+                  optim::MakeOptimizer(optimizer_spec)->Describe());
   layout_ = Fingerprint64(settings);
   std::vector<std::future<Result<wire::InFrame>>> replies(ps_.size());
   restored_ = 0;
@@ -381,6 +398,7 @@ Result<bool> PsClient::AwaitPushPull(std::size_t i, std::span<float> params, std
   TFD_RETURN_IF_ERROR(Expect(ack_frame, wire::MessageType::kPushAck, ps_[i]->peer()));
   wire::PushAck ack;
   TFD_RETURN_IF_ERROR(wire::Decode(ack_frame.payload, &ack).WithContext(ps_[i]->peer()));
+  stop_requested_ = stop_requested_ || ack.stop;
   if (!pulled.ok()) return pulled.status();
   TFD_ASSIGN_OR_RETURN(std::uint64_t got, TakeParams(i, *pulled, params));
   if (step != nullptr) *step = got;
@@ -411,14 +429,14 @@ Result<std::uint64_t> PsClient::Pull(std::span<float> params, bool sync) {
   return step0;
 }
 
-Status PsClient::Done(std::uint32_t rank, std::span<const float> params) {
+Status PsClient::Done(std::uint32_t rank, std::span<const float> params, bool stop) {
   std::vector<std::future<Result<wire::InFrame>>> acks(ps_.size());
-  for (std::size_t i = 0; i < ps_.size(); ++i) acks[i] = ps_[i]->Call(wire::Encode(wire::Done{rank}));
+  for (std::size_t i = 0; i < ps_.size(); ++i) acks[i] = ps_[i]->Call(wire::Encode(wire::Done{rank, stop}));
   for (std::size_t i = 0; i < ps_.size(); ++i) {
     Result<wire::InFrame> frame = Await(*ps_[i], acks[i], std::chrono::seconds(30), "DONE");
     if (!frame.ok() && Lost(i)) {
       TFD_RETURN_IF_ERROR(Reconnect(i, frame.status(), params));
-      acks[i] = ps_[i]->Call(wire::Encode(wire::Done{rank}));
+      acks[i] = ps_[i]->Call(wire::Encode(wire::Done{rank, stop}));
       frame = Await(*ps_[i], acks[i], std::chrono::seconds(30), "DONE");
     }
     TFD_RETURN_IF_ERROR(frame.status());

@@ -91,8 +91,11 @@ class PsClient {
   Result<std::vector<PsState>> FetchState();
 
   // Tells every ps this worker is done. A ps lost on the way is reconnected once (the chief
-  // initialises a restarted one from `params`, its final parameters) and told again.
-  Status Done(std::uint32_t rank, std::span<const float> params);
+  // initialises a restarted one from `params`, its final parameters) and told again. `stop`: the
+  // chief stopped the run early, and each ps tells the other workers (stop_requested()).
+  Status Done(std::uint32_t rank, std::span<const float> params, bool stop = false);
+  // A PUSH_ACK has said that the chief stopped the run early.
+  bool stop_requested() const { return stop_requested_; }
   void Close();
 
  private:
@@ -147,6 +150,7 @@ class PsClient {
   std::vector<std::vector<float>> restart_slots_;  // per ps; empty: none
   std::uint64_t restart_updates_ = 0;
   std::vector<std::future<Result<wire::InFrame>>> acks_, pulls_;  // of the exchange in flight
+  bool stop_requested_ = false;
 };
 
 }  // namespace tfd::worker

@@ -72,6 +72,12 @@ class PsUpdater final : public train::Updater {
   }
   std::uint64_t stale() const { return stale_; }
   std::uint64_t global_step() const { return step_; }  // the last the ps tasks reported
+  Result<bool> EndOfEpoch(bool stop) override {
+    stopped_early_ = stopped_early_ || stop;
+    return stop;
+  }
+  bool StopRequested() const override { return client_.stop_requested(); }
+  bool stopped_early() const { return stopped_early_; }
 
  private:
   Status CompleteInFlight(model::Model& model) {
@@ -93,6 +99,7 @@ class PsUpdater final : public train::Updater {
   bool sync_, overlap_;
   std::uint64_t step_;
   std::uint64_t stale_ = 0, epoch_stale_ = 0;
+  bool stopped_early_ = false;  // the chief's decision, for its DONE
   std::shared_ptr<std::vector<float>> sending_;  // overlap: the gradient of the exchange in flight
 };
 
@@ -161,7 +168,7 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
   topts.start_local_step = static_cast<std::int64_t>(client->resume_step());
   TFD_RETURN_IF_ERROR(train::Train(job, loaded.data, model, updater, events, topts));
   if (sync) spdlog::info("{} gradients of this worker were dropped as stale", updater.stale());
-  if (Status s = client->Done(static_cast<std::uint32_t>(rank), model.params()); !s.ok())
+  if (Status s = client->Done(static_cast<std::uint32_t>(rank), model.params(), updater.stopped_early()); !s.ok())
     return Status(s.code(), s.message() + fmt::format(" (this worker had finished training at global_step {} and was sending DONE)",
                                                       updater.global_step()));
   client->Close();

@@ -25,6 +25,28 @@ TEST_CASE("a checkpoint survives Serialize and Parse unchanged", "[unit][ckpt]")
   RequireSame(c, *back);
 }
 
+TEST_CASE("a checkpoint records the learning-rate schedule and weight decay", "[unit][ckpt][schedule]") {
+  Checkpoint c = MakeCheckpoint();
+  config::OptimizerSpec& s = c.optimizer.spec;
+  s.weight_decay = 1e-4;
+  s.schedule.kind = config::LrSchedule::Kind::kPiecewiseConstant;
+  s.schedule.warmup_steps = 7;
+  s.schedule.boundaries = {10, 20};
+  s.schedule.values = {0.001, 0.0005, 0.0001};
+  auto bytes = Serialize(c);
+  REQUIRE(bytes.ok());
+  auto back = Parse(*bytes, "x");
+  REQUIRE(back.ok());
+  RequireSame(c, *back);
+  const config::OptimizerSpec& got = back->optimizer.spec;
+  CHECK(got.weight_decay == 1e-4);
+  CHECK(got.schedule.kind == config::LrSchedule::Kind::kPiecewiseConstant);
+  CHECK(got.schedule.warmup_steps == 7);
+  CHECK(got.schedule.boundaries == s.schedule.boundaries);
+  CHECK(got.schedule.values == s.schedule.values);
+  CHECK(CheckOptimizer(*back, s, "x").ok());
+}
+
 TEST_CASE("a checkpoint with no tensors, slots or cursors round-trips", "[unit][ckpt]") {
   Checkpoint c;
   c.global_step = 3;

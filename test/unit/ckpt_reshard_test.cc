@@ -29,6 +29,13 @@ TEST_CASE("CheckOptimizer refuses another optimizer or other hyper-parameters", 
   config::OptimizerSpec lr = same;
   lr.learning_rate = 0.01;
   CHECK_FALSE(CheckOptimizer(c, lr, "x").ok());
+  config::OptimizerSpec scheduled = same;
+  scheduled.schedule.kind = config::LrSchedule::Kind::kCosineDecay;
+  scheduled.schedule.decay_steps = 100;
+  CHECK_THAT(CheckOptimizer(c, scheduled, "x").message(), Contains("cosine_decay(initial=0.001 decay_steps=100 alpha=0)"));
+  config::OptimizerSpec decayed = same;
+  decayed.weight_decay = 0.01;
+  CHECK_FALSE(CheckOptimizer(c, decayed, "x").ok());
 }
 
 // The test model's variables in flat order: 12 + 5 + 7 = 24 floats.

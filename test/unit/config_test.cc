@@ -69,8 +69,9 @@ TEST_CASE("the canonical job spec of the design parses whole", "[unit][config]")
 
 TEST_CASE("an unknown field is an error that lists the known ones", "[unit][config]") {
   CHECK(ErrorOf(With(R"("learning_rate": 1)")) ==
-        "job.json: learning_rate: unknown field (expected one of: batch_size, checkpoint, data, device, epochs, "
-        "gpu_memory_fraction, log_every_steps, model, optimizer, placement, seed, shuffle, threads, update)");
+        "job.json: learning_rate: unknown field (expected one of: batch_size, checkpoint, data, device, early_stopping, epochs, "
+        "gpu_memory_fraction, log_every_steps, model, optimizer, placement, seed, shuffle, stop_at_accuracy, threads, update, "
+        "validation_split)");
 }
 
 TEST_CASE("a layer list parses with activations and initializers", "[unit][config]") {
@@ -133,7 +134,7 @@ TEST_CASE("job spec errors name the file and the JSON path", "[unit][config]") {
   CHECK(ErrorOf(R"({"model": {"layers": [{"type": "dense", "units": 10, "activation": "swish"}]}, "data": "d", "epochs": 1, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rate": 1}})") ==
         "job.json: model.layers[0].activation: unknown activation \"swish\" (expected none, relu, sigmoid, elu or tanh)");
   CHECK(ErrorOf(R"({"model": {"layers": [{"type": "lstm"}]}, "data": "d", "epochs": 1, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rate": 1}})") ==
-        "job.json: model.layers[0].type: unknown layer type \"lstm\" (expected dense, conv2d, max_pool2d or flatten)");
+        "job.json: model.layers[0].type: unknown layer type \"lstm\" (expected dense, conv2d, max_pool2d, flatten or dropout)");
   CHECK(ErrorOf(R"({"model": {"layers": []}, "data": "d", "epochs": 1, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rate": 1}})") ==
         "job.json: model.layers: expected a non-empty array of layers (or \"name\": one of softmax, mlp, dnn, cnn)");
   CHECK(ErrorOf(R"({"model": {"name": "mlp", "init": "xavier"}, "data": "d", "epochs": 1, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rate": 1}})") ==

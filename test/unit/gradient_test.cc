@@ -183,3 +183,15 @@ TEST_CASE("a whole model's gradients match finite differences of its loss", "[un
 
 }  // namespace
 }  // namespace tfd::tensor
+
+namespace tfd::tensor {
+namespace {
+
+TEST_CASE("dropout's gradient matches finite differences under a fixed mask", "[unit][gradient][dropout]") {
+  auto layer = MakeDropout({2, 3, 4}, 0.3);
+  layer->SetTraining(true, 77);  // every Forward of the check draws the same mask
+  CheckLayer(*layer, {2, 3, 4}, 3, 16);
+}
+
+}  // namespace
+}  // namespace tfd::tensor

@@ -1,5 +1,6 @@
 // The ps's shard: INIT, async and sync (SyncReplicasOptimizer-style) updates, stale and duplicate
-// gradients, bad pushes, and snapshot immutability.
+// gradients, bad pushes, snapshot immutability, and the schedule and weight decay INIT gives the
+// store. One file (over 500 lines) because every case shares MakeInit and MakePush.
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -473,6 +474,54 @@ TEST_CASE("sync: restored resume steps follow the global step", "[unit][ps]") {
   PushOk(store, MakePush(1, 100, grad));
   CHECK(store.global_step() == 101);
   CHECK(store.ResumeStep(0) == 51);
+}
+
+}  // namespace
+}  // namespace tfd::ps
+
+namespace tfd::ps {
+namespace {
+
+TEST_CASE("the applied learning rate follows the store's global step (schedule from INIT)", "[unit][ps][schedule]") {
+  const std::vector<float> zero = {0.0f};
+  const std::vector<float> one = {1.0f};
+  for (Mode mode : {Mode::kAsync, Mode::kSync}) {
+    INFO("sync " << (mode == Mode::kSync));
+    ParameterStore store;
+    StoreInit init = MakeInit(zero, {.mode = mode, .num_workers = 1, .learning_rate = 1.0});
+    init.optimizer.schedule.kind = config::LrSchedule::Kind::kPiecewiseConstant;
+    init.optimizer.schedule.boundaries = {1, 3};
+    init.optimizer.schedule.values = {1.0, 0.5, 0.25};
+    init.global_step = 2;  // a ps restarted at step 2: its first update has step 2's rate
+    REQUIRE(store.Init(init).ok());
+    // steps 2, 3 at 0.5; steps 4, 5 at 0.25
+    for (std::uint64_t step = 2; step < 6; ++step) PushOk(store, MakePush(0, step, one));
+    CheckValues(store, {-1.5f});
+    CHECK(store.global_step() == 6);
+  }
+}
+
+TEST_CASE("INIT refuses a schedule out of range", "[unit][ps][schedule]") {
+  ParameterStore store;
+  StoreInit init = MakeInit(kInitial, {});
+  init.optimizer.schedule.kind = config::LrSchedule::Kind::kPiecewiseConstant;
+  init.optimizer.schedule.boundaries = {1};
+  init.optimizer.schedule.values = {0.5};  // one short
+  CHECK(store.Init(init).message() == "INIT: learning-rate schedule or weight decay out of range");
+  init.optimizer.schedule = {};
+  init.optimizer.weight_decay = -1;
+  CHECK(store.Init(init).message() == "INIT: learning-rate schedule or weight decay out of range");
+}
+
+TEST_CASE("weight decay on the ps applies to kernel chunks only", "[unit][ps][schedule]") {
+  const std::vector<float> values = {2.0f, 2.0f};
+  StoreInit init = MakeInit(values, {.num_workers = 1, .learning_rate = 0.5});
+  init.chunks = {{"dense/kernel[1:2]", 1}, {"dense/bias", 1}};
+  init.optimizer.weight_decay = 0.1;
+  ParameterStore store;
+  REQUIRE(store.Init(init).ok());
+  PushOk(store, MakePush(0, 0, {1.0f, 1.0f}));
+  CheckValues(store, {2.0f - 0.5f * 1.2f, 1.5f});
 }
 
 }  // namespace

@@ -89,9 +89,9 @@ TEST_CASE("INIT with optimizer state round-trips slots, update count and resume 
     CHECK(back.resume_steps.empty());
     CHECK(FloatsOf(back.slots) == kInitSlots);
   }
-  SECTION("a state flag other than 1") {
+  SECTION("a section tag other than 1 or 2") {
     std::vector<std::byte> p = payload;
-    p[plain_size] = std::byte{2};
+    p[plain_size] = std::byte{3};
     Init back;
     CHECK(Decode(p, &back).message() == fmt::format("INIT: {} unexpected trailing bytes", payload.size() - plain_size));
   }
@@ -108,6 +108,59 @@ TEST_CASE("INIT with optimizer state round-trips slots, update count and resume 
     REQUIRE(g.Seal().ok());
     Init back;
     CHECK(Decode(Flatten(g), &back).message() == "INIT: 6 slot floats for 6 values and optimizer type 2");
+  }
+}
+
+TEST_CASE("INIT carries a learning-rate schedule and weight decay, with or without state", "[unit][wire][schedule]") {
+  Init m = SampleInit();
+  m.optimizer.weight_decay = 5e-4;
+  m.optimizer.schedule = LrScheduleKind::kPiecewiseConstant;
+  m.optimizer.warmup_steps = 100;
+  m.optimizer.boundaries = {1000, 2000};
+  m.optimizer.values = {0.1, 0.01, 0.001};
+  for (bool state : {false, true}) {
+    INFO("with state " << state);
+    m.has_state = state;
+    m.updates = 9;
+    OutFrame f = state ? Encode(m, kInitValues, kInitSlots) : Encode(m, kInitValues);
+    const auto payload = Transmit(f, MessageType::kInit);
+    Init got;
+    REQUIRE(Decode(payload, &got).ok());
+    CHECK(got.has_state == state);
+    CHECK(got.optimizer.weight_decay == 5e-4);
+    CHECK(got.optimizer.schedule == LrScheduleKind::kPiecewiseConstant);
+    CHECK(got.optimizer.warmup_steps == 100);
+    CHECK(got.optimizer.boundaries == m.optimizer.boundaries);
+    CHECK(got.optimizer.values == m.optimizer.values);
+    CHECK(FloatsOf(got.values) == kInitValues);
+    if (state) CHECK(FloatsOf(got.slots) == kInitSlots);
+    CheckTrailingBytesRejected<Init>(payload);
+  }
+  SECTION("an unknown schedule, a bad count or decreasing boundaries are Corruption") {
+    m.has_state = false;
+    OutFrame plain = Encode(SampleInit(), kInitValues);
+    REQUIRE(plain.Seal().ok());
+    const std::size_t section = Flatten(plain).size();  // where the schedule section starts
+    OutFrame f = Encode(m, kInitValues);
+    REQUIRE(f.Seal().ok());
+    const std::vector<std::byte> good = Flatten(f);
+    std::vector<std::byte> p = good;
+    p[section + 9] = std::byte{9};  // the schedule code, after the tag and weight_decay
+    Init back;
+    CHECK(Decode(p, &back).message() == "INIT: unknown learning-rate schedule 9");
+    p = good;
+    p[section + 43] = std::byte{0xff};  // the boundary count's low byte: 255 boundaries
+    CHECK_THAT(Decode(p, &back).message(), Contains("schedule boundaries is more than the payload can hold"));
+    m.optimizer.boundaries = {2000, 1000};
+    OutFrame g = Encode(m, kInitValues);
+    REQUIRE(g.Seal().ok());
+    CHECK(Decode(Flatten(g), &back).message() == "INIT: schedule boundaries do not increase");
+    m.optimizer.schedule = LrScheduleKind::kCosineDecay;
+    m.optimizer.boundaries.clear();
+    m.optimizer.values.clear();
+    OutFrame h = Encode(m, kInitValues);
+    REQUIRE(h.Seal().ok());
+    CHECK(Decode(Flatten(h), &back).message() == "INIT: decay_steps 0 out of range");
   }
 }
 

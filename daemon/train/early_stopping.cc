@@ -1,0 +1,42 @@
+#include "daemon/train/early_stopping.h"
+
+#include <fmt/format.h>
+
+namespace tfd::train {
+
+using Monitor = config::EarlyStoppingSpec::Monitor;
+
+EarlyStopper::EarlyStopper(const config::JobSpec& job)
+    : spec_(job.early_stopping), stop_at_(job.stop_at_accuracy), use_val_(job.validates()) {}
+
+std::optional<std::string> EarlyStopper::Update(int epoch, const EpochMetrics& m) {
+  if (stop_at_ > 0) {
+    const double acc = use_val_ ? m.val_accuracy : m.test_accuracy;
+    if (acc >= stop_at_)
+      return fmt::format("{} {:.4f} reached stop_at_accuracy {} at epoch {}", use_val_ ? "val_accuracy" : "test_accuracy", acc, stop_at_, epoch);
+  }
+  if (spec_.monitor == Monitor::kNone) return std::nullopt;
+  double value = -1;
+  switch (spec_.monitor) {
+    case Monitor::kValAccuracy: value = m.val_accuracy; break;
+    case Monitor::kValLoss: value = m.val_loss; break;
+    case Monitor::kTestAccuracy: value = m.test_accuracy; break;
+    case Monitor::kLoss: value = m.loss; break;
+    case Monitor::kNone: break;
+  }
+  if (value < 0) return std::nullopt;  // not measured this epoch
+  const bool lower_is_better = spec_.monitor == Monitor::kValLoss || spec_.monitor == Monitor::kLoss;
+  const bool improved = !have_best_ || (lower_is_better ? value < best_ - spec_.min_delta : value > best_ + spec_.min_delta);
+  if (improved) {
+    have_best_ = true;
+    best_ = value;
+    best_epoch_ = epoch;
+    wait_ = 0;
+    return std::nullopt;
+  }
+  if (++wait_ < spec_.patience) return std::nullopt;
+  return fmt::format("{} did not improve by {} for {} epoch{} (best {:.4f} at epoch {})", config::MonitorName(spec_.monitor), spec_.min_delta,
+                     wait_, wait_ == 1 ? "" : "s", best_, best_epoch_);
+}
+
+}  // namespace tfd::train

@@ -1,0 +1,36 @@
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "common/config/job.h"
+
+namespace tfd::train {
+
+// What one epoch measured; a metric below 0 was not measured (the chief measures test and
+// validation metrics; `loss` is the epoch's training loss).
+struct EpochMetrics {
+  double loss = -1, val_loss = -1, val_accuracy = -1, test_accuracy = -1;
+};
+
+// The chief's end-of-epoch decision (job.early_stopping and job.stop_at_accuracy), with Keras'
+// EarlyStopping semantics: an epoch improves when the monitored value beats the best so far by
+// more than min_delta (accuracy: higher; loss: lower); the run stops once `patience` epochs in a
+// row have not improved (patience 0: at the first that does not). Not thread-safe.
+class EarlyStopper {
+ public:
+  explicit EarlyStopper(const config::JobSpec& job);
+  // The reason to stop after `epoch` ("val_accuracy did not improve by 0.001 for 3 epochs (best
+  // 0.9812 at epoch 7)"), or nothing to go on.
+  std::optional<std::string> Update(int epoch, const EpochMetrics& m);
+
+ private:
+  config::EarlyStoppingSpec spec_;
+  double stop_at_ = 0;
+  bool use_val_ = false;  // stop_at_accuracy watches val_accuracy, else test_accuracy
+  bool have_best_ = false;
+  double best_ = 0;
+  int best_epoch_ = 0, wait_ = 0;
+};
+
+}  // namespace tfd::train

@@ -1,0 +1,67 @@
+// Early stopping in a cluster: the chief decides at the end of an epoch and every task obeys and
+// exits 0 (ps modes: through the ps's PUSH_ACKs; allreduce: in an end-of-epoch collective).
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "test/integration/cluster_util.h"
+#include "test/local_cluster.h"
+#include "test/test_util.h"
+
+namespace tfd::testing {
+namespace {
+
+// No epoch can improve val_accuracy by more than 1: the chief stops after epoch 2 of 20.
+const std::string kStopAfterTwo =
+    R"(, "validation_split": 200, "early_stopping": {"monitor": "val_accuracy", "patience": 1, "min_delta": 1.0})";
+
+std::string StoppingJob(const TempDir& data, const std::string& update) {
+  WriteSyntheticMnist(data.path(), 1400, 100);
+  return Job(data.path(), update, 20, R"({"type": "sgd", "learning_rate": 0.1})", 20, R"({"name": "mlp", "init": "glorot_uniform"})",
+             kStopAfterTwo);
+}
+
+void CheckStoppedEarly(LocalCluster& c) {
+  for (int i = 0; i < c.num_ps(); ++i) c.StartPs(i);
+  for (int i = 0; i < c.num_workers(); ++i) c.StartWorker(i);
+  const std::vector<TaskResult> workers = c.FinishAll();  // every worker and ps exits 0
+  const TaskResult& chief = workers[0];
+  INFO(chief.err);
+  CHECK(chief.err.find("early stopping: val_accuracy did not improve by 1 for 1 epoch (best ") != std::string::npos);
+  const auto epochs = ParseEvents(chief.out, "epoch");
+  REQUIRE(epochs.size() == 2);
+  CHECK(epochs[1]["val_accuracy"].get<double>() >= 0);
+  CHECK(epochs[1].contains("val_loss"));
+  for (std::size_t i = 1; i < workers.size(); ++i) {
+    INFO("worker " << i << ":\n" << workers[i].err);
+    CHECK(workers[i].err.find("early stopping: ") != std::string::npos);
+    CHECK(ParseEvents(workers[i].out, "epoch").size() < 20);
+    CHECK_FALSE(ParseEvents(workers[i].out, "early_stopping").empty());
+  }
+}
+
+TEST_CASE("early stopping ends a 1 ps + 2 worker run for every task, async and sync", "[integration][cluster][early_stopping]") {
+  for (const char* mode : {R"({"mode": "sync"})", R"({"mode": "async"})"}) {
+    INFO(mode);
+    TempDir data;
+    LocalCluster c({.num_ps = 1, .num_workers = 2, .job = StoppingJob(data, mode)});
+    CheckStoppedEarly(c);
+  }
+}
+
+TEST_CASE("early stopping ends an allreduce run on every worker after the same epoch", "[integration][cluster][early_stopping]") {
+  TempDir data;
+  LocalCluster c({.num_ps = 0, .num_workers = 2, .job = StoppingJob(data, R"({"mode": "allreduce"})")});
+  CheckStoppedEarly(c);
+  // Every worker left after epoch 2 with the same parameters.
+  const auto w0 = c.Events("worker", 0, "done"), w1 = c.Events("worker", 1, "done");
+  REQUIRE((w0.size() == 1 && w1.size() == 1));
+  CHECK(w0[0]["params_sha256"] == w1[0]["params_sha256"]);
+  CHECK(w0[0]["global_step"] == w1[0]["global_step"]);
+  CHECK(c.Events("worker", 1, "epoch").size() == 2);
+}
+
+}  // namespace
+}  // namespace tfd::testing
