@@ -391,7 +391,8 @@ class LoopbackSshd {
 // ClusterFile's cluster with both workers on "localhost", reached through `sshd`.
 std::string SshClusterFile(const TempDir& dir, const LoopbackSshd& sshd, int epochs, const std::string& known_hosts = "known_hosts") {
   auto f = nlohmann::json::parse(ReadAll(ClusterFile(dir, epochs)));
-  for (auto& w : f["cluster"]["worker"]) w = "localhost:" + std::to_string(FreePort());
+  const std::vector<int> ports = FreePorts(static_cast<int>(f["cluster"]["worker"].size()));
+  for (std::size_t i = 0; i < ports.size(); ++i) f["cluster"]["worker"][i] = "localhost:" + std::to_string(ports[i]);
   f["launch"]["hosts"] = {{"localhost", sshd.HostEntry(known_hosts)}};
   WriteFile(dir / "ssh.json", f.dump(2));
   return dir / "ssh.json";
@@ -436,6 +437,25 @@ TEST_CASE("kill -9 of tfctl leaves no tfd behind on an ssh host", "[system][tfct
   const bool none_left = WaitUntilNoneLeft(dir.path(), 15s);
   for (const auto& left : ProcessesMentioning(dir.path())) UNSCOPED_INFO("left: " << left);
   CHECK(none_left);
+}
+
+TEST_CASE("tfctl chaos kills a worker on an ssh host by its pid there; the async run survives it", "[system][tfctl][ssh][chaos]") {
+  TempDir dir;
+  LoopbackSshd sshd(dir);
+  auto f = nlohmann::json::parse(ReadAll(SshClusterFile(dir, sshd, 400)));  // long enough to outlast an ssh round trip
+  f["train"]["log_every_steps"] = 5;
+  f["launch"]["timeouts"] = {{"peer", 1}, {"reconnect", 4}};
+  WriteFile(dir / "ssh-chaos.json", f.dump(2));
+  const std::string out = RunChaos(dir, {dir / "ssh-chaos.json", "--kill", "worker:1", "--at", "step:3"}, 0);
+  CHECK(out.find("[tfctl] chaos: sent SIGKILL to worker:1 (pid ") != std::string::npos);
+  const auto report = ChaosReport(dir);
+  CHECK(report["verdict"] == "kept");
+  for (const auto& t : report["tasks"]) {
+    if (t["task"] == "worker:1") CHECK(t["exit_code"] != 0);  // killed on its host; ssh reports it
+    else CHECK(t["exit_code"] == 0);
+  }
+  CHECK(ReadAll(RunFolder(dir) + "/ps:0.log").find("gave up on worker:1") != std::string::npos);
+  CHECK(WaitUntilNoneLeft(dir.path(), 10s));
 }
 
 TEST_CASE("a wrong host key fails closed with ssh's reason, before anything starts", "[system][tfctl][ssh]") {
