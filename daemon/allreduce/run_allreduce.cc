@@ -68,9 +68,9 @@ Status RunAllreduceWorker(const config::TfConfig& config, const config::JobSpec&
     spdlog::info("listening on {}:{} for {}", options.bind_address.empty() ? "*" : options.bind_address, self.port,
                  ro.members[static_cast<std::size_t>((rank + num_workers - 1) % num_workers)].task);
   }
-  TFD_RETURN_IF_ERROR(ring->Connect());
+  TFD_RETURN_IF_ERROR(train::AtStartup(ring->Connect()));
   // Every worker starts from the chief's parameters.
-  TFD_RETURN_IF_ERROR(ring->Broadcast(model.params()).WithContext("broadcast of the initial parameters"));
+  TFD_RETURN_IF_ERROR(train::AtStartup(ring->Broadcast(model.params()).WithContext("broadcast of the initial parameters")));
   spdlog::info("ready: ring of {} workers formed", num_workers);
   events.Emit("ready", {{"global_step", std::int64_t{0}}});
   NotifyReady(fmt::format("{} in a ring of {} workers", config.task.ToString(), num_workers));

@@ -27,6 +27,11 @@ std::int64_t StepsPerEpoch(std::int64_t examples, int num_workers, int batch_siz
   return (examples / num_workers) / batch_size;
 }
 
+Status AtStartup(const Status& s) {
+  if (s.ok()) return s;
+  return Status(s.code(), s.message() + " (this worker was starting: no step taken yet)");
+}
+
 Status Train(const config::JobSpec& job, const model::MnistData& data, model::Model& model, Updater& updater,
              EventWriter& events, const TrainerOptions& options) {
   const int batch = job.batch_size;

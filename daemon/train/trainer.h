@@ -39,6 +39,10 @@ Status Train(const config::JobSpec& job, const model::MnistData& data, model::Mo
 // job seed, the worker rank and the step only, so a run (and a restarted worker) is reproducible.
 std::uint64_t DropoutSeed(std::uint64_t job_seed, int rank, std::int64_t local_step);
 
+// `s` with where the worker was: still starting, before its first step (a lost peer's error then
+// says so in the task's last line, as Train's errors name the epoch and steps).
+Status AtStartup(const Status& s);
+
 // Steps per epoch for every worker: the smallest shard's full batches, so all workers take the
 // same number of steps (a sync step needs every worker's gradient).
 std::int64_t StepsPerEpoch(std::int64_t examples, int num_workers, int batch_size);

@@ -146,16 +146,17 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
   ps_options.step_timeout = options.step_timeout;
   ps_options.reconnect_timeout = options.reconnect_timeout;
   ps_options.stop = options.stop;
-  TFD_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client, PsClient::Connect(io.context(), config, incarnation, placement, ps_options));
+  Result<std::unique_ptr<PsClient>> connected = PsClient::Connect(io.context(), config, incarnation, placement, ps_options);
+  if (!connected.ok()) return train::AtStartup(connected.status());
+  std::unique_ptr<PsClient> client = std::move(connected).value();
   Checkpointer checkpointer(job, model, placement, *client, events, num_workers,
                             train::StepsPerEpoch(loaded.data.train.size, num_workers, job.batch_size));
   if (chief) TFD_RETURN_IF_ERROR(checkpointer.PrepareRestore());
-  auto at_start = [](const Status& s) { return Status(s.code(), s.message() + " (this worker was starting: no step taken yet)"); };
-  if (Status s = client->Initialize(chief, job.optimizer, job.update, model.params()); !s.ok()) return at_start(s);
+  if (Status s = client->Initialize(chief, job.optimizer, job.update, model.params()); !s.ok()) return train::AtStartup(s);
   // Start from what the ps tasks hold (the chief's initial values, a checkpoint's, or further if
   // others began).
   Result<std::uint64_t> pulled = client->Pull(model.params(), false);
-  if (!pulled.ok()) return at_start(pulled.status());
+  if (!pulled.ok()) return train::AtStartup(pulled.status());
   const std::uint64_t start_step = *pulled;
   if (chief) checkpointer.Started(start_step);
   spdlog::info("ready: training from global_step {}", start_step);
