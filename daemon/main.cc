@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
       ("insecure", po::bool_switch(&insecure), "without a token, still talk to peers on other hosts (a trusted network only: anyone who can connect can push gradients)")
       ("bind", po::value<std::string>(&bind)->value_name("ADDR"), "listen on this address only (default: every interface)")
       ("peer-timeout", po::value<double>(&peer_timeout)->value_name("SECS"), "a peer silent this long (no frame, no heartbeat) is lost (default 8)")
-      ("startup-timeout", po::value<double>(&startup_timeout)->value_name("SECS"), "how long a worker waits for every ps to be up and initialised (default 120)")
+      ("startup-timeout", po::value<double>(&startup_timeout)->value_name("SECS"), "how long a worker waits for every ps to be up and initialised, and a ps for every worker to connect (default 120)")
       ("step-timeout", po::value<double>(&step_timeout)->value_name("SECS"), "how long one push/pull may take (default 300)")
       ("reconnect-timeout", po::value<double>(&reconnect_timeout)->value_name("SECS"), "how long a worker redials a lost ps (restarted, or unreachable), and a ps waits for a lost worker, before giving up (default 60)")
       ("shard-limit", po::value<std::int64_t>(&shard_limit)->value_name("N"), "allreduce: use at most N examples of this worker's shard each epoch (uneven shards)")
@@ -187,7 +187,8 @@ int main(int argc, char** argv) {
                          {.bind_address = bind,
                           .connection = conn,
                           .stop = &g_stop,
-                          .worker_return_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(reconnect_timeout * 1000))});
+                          .worker_return_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(reconnect_timeout * 1000)),
+                          .startup_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(startup_timeout * 1000))});
     } else {
       tfd::train::WorkerTaskOptions options;
       options.startup_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(startup_timeout * 1000));

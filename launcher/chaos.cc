@@ -174,14 +174,19 @@ ChaosPromise PromiseFor(const config::ClusterFile& file, const Fault& fault, int
   const double reconnect = file.launch.timeouts.ReconnectOrDefault();
   const bool ring = u.mode == config::UpdateSpec::Mode::kAllreduce;
   const bool sync_fail = u.mode == config::UpdateSpec::Mode::kSync && u.on_worker_loss == config::UpdateSpec::OnWorkerLoss::kFail;
-  if (target_max_restarts > 0 && !ring && !(worker && sync_fail)) {
+  // A stopped task never exits, so no restart policy brings it back: a stop is judged on its own.
+  const bool stop = fault.action == FaultAction::kStop;
+  // A stop is noticed once the silence (the stop, plus up to a heartbeat interval of at most 1 s,
+  // plus scheduling) reaches the peer timeout: 1 s of margin.
+  const bool unnoticed = stop && fault.stop_secs + 1 < file.launch.timeouts.PeerOrDefault();
+  if (target_max_restarts > 0 && !stop && !ring && !(worker && sync_fail)) {
     p.survival = p.target_must_exit_zero = true;
     p.why = fmt::format("launch.restart starts {} tasks again (up to {} times)", config::TaskTypeName(fault.target.type), target_max_restarts);
-  } else if (fault.action == FaultAction::kStop && fault.stop_secs < file.launch.timeouts.PeerOrDefault()) {
+  } else if (unnoticed) {
     p.survival = p.target_must_exit_zero = true;
-    p.why = fmt::format("a stop of {} s is shorter than the peer timeout ({} s): nobody notices", fault.stop_secs,
+    p.why = fmt::format("a stop of {} s is over 1 s shorter than the peer timeout ({} s): nobody notices", fault.stop_secs,
                         file.launch.timeouts.PeerOrDefault());
-  } else if (fault.action == FaultAction::kStop && fault.stop_secs < reconnect && !ring && !(worker && sync_fail)) {
+  } else if (stop && fault.stop_secs < reconnect && !ring && !(worker && sync_fail)) {
     p.survival = p.target_must_exit_zero = true;
     p.why = fmt::format("a stop of {} s is shorter than the reconnect timeout ({} s): the task is back before it is given up on",
                         fault.stop_secs, reconnect);
@@ -219,7 +224,7 @@ ChaosVerdict JudgeChaos(const ChaosPromise& promise, const std::string& not_sent
       v.reasons.push_back(fmt::format("(a) {} was still running {} s after the fault (the deadline); it was killed", t.task, promise.deadline_secs));
       continue;  // its exit code is the deadline's kill, not its own doing
     }
-    if (!hit && t.exit_code != 0 && t.last_line.find(promise.target) == std::string::npos)
+    if (!hit && t.exit_code != 0 && !config::MentionsTask(t.last_line, promise.target))
       v.reasons.push_back(fmt::format("(b) {} exited {} without naming {} in its last line", t.task, t.exit_code, promise.target));
     if (promise.survival && (!hit || promise.target_must_exit_zero) && t.exit_code != 0)
       v.reasons.push_back(fmt::format("(c) {} exited {}, though the run should survive ({})", t.task, t.exit_code, promise.why));

@@ -127,7 +127,16 @@ int ChaosOnRun(const ChaosArgs& args) {
   if (!run.ok()) return ReportFailure(run.status());
   Result<Fault> fault = ResolveFault(args, run->file);
   if (!fault.ok()) return ReportFailure(fault.status());
-  const ChaosPromise promise = PromiseFor(run->file, *fault, TargetRestarts(run->plan, fault->target));
+  const int restarts = TargetRestarts(run->plan, fault->target);
+  const ChaosPromise promise = PromiseFor(run->file, *fault, restarts);
+  // That run's tfctl stops every task once one fails for good: only a fault the run recovers from
+  // can be judged there.
+  if (!promise.survival || (restarts == 0 && fault->action != FaultAction::kStop)) {
+    return UsageError(fmt::format("chaos: {}: on a live run, {} must be restarted by its launch.restart (or only stopped, "
+                                  "--stop, where the run survives that): when it fails for good, that run's tfctl stops "
+                                  "every task; to see what each task does by itself, give chaos the cluster file",
+                                  run_dir.string(), fault->target.ToString()));
+  }
   const TaskPlan* target = nullptr;
   for (const TaskPlan& p : run->plan)
     if (p.task == fault->target) target = &p;

@@ -1,5 +1,6 @@
 #include "common/config/cluster.h"
 
+#include <cctype>
 #include <charconv>
 #include <set>
 
@@ -233,6 +234,14 @@ Result<TfConfig> TfConfigFromFlags(std::string_view job_name, int task_index, st
   TFD_RETURN_IF_ERROR(split("--worker_hosts", worker_hosts, &c.cluster.worker));
   TFD_RETURN_IF_ERROR(Validate(c, "flags"));
   return c;
+}
+
+bool MentionsTask(std::string_view text, std::string_view task) {
+  for (std::size_t at = text.find(task); at != std::string_view::npos; at = text.find(task, at + 1)) {
+    const std::size_t after = at + task.size();
+    if (after == text.size() || !std::isdigit(static_cast<unsigned char>(text[after]))) return true;
+  }
+  return false;
 }
 
 }  // namespace tfd::config

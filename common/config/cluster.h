@@ -67,4 +67,7 @@ Result<TfConfig> LoadTfConfig(const std::string& path);
 Result<TfConfig> TfConfigFromFlags(std::string_view job_name, int task_index, std::string_view ps_hosts,
                                    std::string_view worker_hosts);
 
+// Whether `text` names task `task` ("worker:1"): "lost worker:1 (...)" does, "worker:10" does not.
+bool MentionsTask(std::string_view text, std::string_view task);
+
 }  // namespace tfd::config

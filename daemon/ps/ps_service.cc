@@ -33,9 +33,9 @@ void ReplyError(Connection& to, std::uint64_t request_id, const Status& why) {
   Reply(to, wire::Encode(wire::ErrorMessage{static_cast<std::uint16_t>(why.code()), why.message()}), request_id);
 }
 
-}  // namespace
-
 double Seconds(std::chrono::milliseconds d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
 
 PsService::PsService(const config::TfConfig& config, std::uint64_t incarnation, ParameterStore& store, EventWriter& events,
                      Limits limits, std::function<void(const Ending&)> on_end)
@@ -45,7 +45,8 @@ PsService::PsService(const config::TfConfig& config, std::uint64_t incarnation, 
       limits_(limits),
       on_end_(std::move(on_end)),
       self_(config.task.ToString()),
-      identity_(HandshakeIdentityOf(config, incarnation)) {}
+      identity_(HandshakeIdentityOf(config, incarnation)),
+      started_(Clock::now()) {}
 
 Status PsService::LayoutMismatch(const Connection& worker) const {
   return Status::InvalidArgument(fmt::format("{} holds another variable layout than {} expects (different model, placement or "
@@ -121,8 +122,12 @@ void PsService::HandleHello(const ConnectionPtr& from, const wire::InFrame& fram
   const int rank = config_.cluster.WorkerRank(peer);
   {
     MutexLock lock(&mu_);
+    if (ended_ || end_called_) {  // the run is over: say so, and leave its record as it is
+      const Status why = ended_ ? *ended_ : Status::FailedPrecondition(fmt::format("{}: the run is over: every worker is done", self_));
+      spdlog::info("refused {}: {}", peer_name, why.message());
+      return from->SendErrorAndClose(why);
+    }
     ranks_[from.get()] = rank;
-    seen_.insert(rank);
     if (!first_contact_) first_contact_ = Clock::now();
     given_up_.erase(rank);
     if (gone_.erase(rank) > 0) RejoinedLocked(rank, peer_name, hello.incarnation);
@@ -176,12 +181,14 @@ void PsService::HandleWaitReady(const ConnectionPtr& from, const wire::InFrame& 
   const std::uint64_t id = frame.header.request_id;
   wire::WaitReady wait;
   if (!DecodeOrRefuse(*from, frame, &wait)) return;
-  if (store_.initialized()) {
-    if (wait.layout_hash != store_.layout_hash()) return ReplyError(*from, id, LayoutMismatch(*from));
-    return Reply(*from, wire::Encode(wire::Ready{store_.global_step(), store_.ResumeStep(rank)}), id);
+  {
+    // Check and enqueue under one lock, so an INIT (or the end of the run) in between is not missed.
+    MutexLock lock(&mu_);
+    if (ended_) return ReplyError(*from, id, *ended_);
+    if (!store_.initialized()) return ready_waiters_.push_back({from, id, wait.layout_hash});
   }
-  MutexLock lock(&mu_);
-  ready_waiters_.push_back({from, id, wait.layout_hash});
+  if (wait.layout_hash != store_.layout_hash()) return ReplyError(*from, id, LayoutMismatch(*from));
+  Reply(*from, wire::Encode(wire::Ready{store_.global_step(), store_.ResumeStep(rank)}), id);
 }
 
 void PsService::HandlePull(const ConnectionPtr& from, const wire::InFrame& frame) {
@@ -193,6 +200,7 @@ void PsService::HandlePull(const ConnectionPtr& from, const wire::InFrame& frame
   {
     // Check and enqueue under one lock, so a step that completes in between cannot be missed.
     MutexLock lock(&mu_);
+    if (ended_) return ReplyError(*from, id, *ended_);
     const std::uint64_t step = store_.global_step();
     ready_now = step >= pull.min_step;
     if (!ready_now) {
@@ -236,21 +244,22 @@ void PsService::HandleStatePull(const ConnectionPtr& from, const wire::InFrame& 
 void PsService::HandleDone(const ConnectionPtr& from, const wire::InFrame& frame, int rank) {
   wire::Done done;
   if (!DecodeOrRefuse(*from, frame, &done)) return;
-  Reply(*from, wire::EncodeDoneAck(), frame.header.request_id);
   std::optional<Ending> finished;
   std::size_t count = 0;
   {
+    // Counted before the ack: a worker holding its ack finds its DONE counted.
     MutexLock lock(&mu_);
     done_.insert(rank);
     stopped_early_ = stopped_early_ || done.stop;
     count = done_.size();
     finished = FinishedLocked();
   }
+  Reply(*from, wire::EncodeDoneAck(), frame.header.request_id);
   spdlog::info("{} is done ({} of {} workers){}", from->peer_name(), count, config_.cluster.num_workers(),
                done.stop ? "; it stopped the run early, and the others are told in their PUSH_ACKs" : "");
   events_.Emit("worker_done", {{"peer", from->peer_name()}, {"done", static_cast<std::int64_t>(count)},
                                {"global_step", static_cast<std::int64_t>(store_.global_step())}});
-  if (finished) return CallOnEnd(*finished);
+  if (finished) return on_end_(*finished);
   FailPullsIfStepStuck();
 }
 
@@ -313,24 +322,25 @@ void PsService::Tick(Clock::time_point now) {
   {
     MutexLock lock(&mu_);
     if (end_called_) return;
-    if (!ended_ && first_contact_) {
+    if (!ended_) {
       std::set<int> live;
       for (const auto& [conn, r] : ranks_) live.insert(r);
       for (int r = 0; r < config_.cluster.num_workers(); ++r) {
         if (done_.contains(r) || live.contains(r) || given_up_.contains(r)) continue;
         auto it = gone_.find(r);
-        // Not connected since the first worker's HELLO: as good as lost then.
-        const Absence away = it != gone_.end() ? it->second
-                                               : Absence{config_.cluster.WorkerTask(r).ToString(), store_.global_step(), *first_contact_, true};
-        if (now - away.since < limits_.worker_return_timeout) continue;
+        // Never connected: given the startup timeout from the first worker's HELLO (or, with none
+        // yet, from this ps's start), as a worker gives a ps it waits for.
+        const Absence away =
+            it != gone_.end() ? it->second
+                              : Absence{config_.cluster.WorkerTask(r).ToString(), store_.global_step(), first_contact_.value_or(started_), true};
+        const std::chrono::milliseconds limit = away.never_connected ? limits_.startup_timeout : limits_.worker_return_timeout;
+        if (now - away.since < limit) continue;
         given_up_.insert(r);
         gone_[r] = away;
         if (away.never_connected) {
-          spdlog::warn("gave up on {}: it never connected, {:.0f} s after the first worker did", away.name,
-                       Seconds(limits_.worker_return_timeout));
+          spdlog::warn("gave up on {}: it never connected within {:g} s", away.name, Seconds(limit));
         } else {
-          spdlog::warn("gave up on {}: lost at global_step {} and not back within {:.0f} s", away.name, away.global_step,
-                       Seconds(limits_.worker_return_timeout));
+          spdlog::warn("gave up on {}: lost at global_step {} and not back within {:g} s", away.name, away.global_step, Seconds(limit));
         }
         events_.Emit("gave_up", {{"peer", away.name}, {"global_step", static_cast<std::int64_t>(away.global_step)}});
       }
@@ -338,9 +348,9 @@ void PsService::Tick(Clock::time_point now) {
         const Absence& chief = gone_[0];
         EndRunLocked(Status::FailedPrecondition(
             chief.never_connected
-                ? fmt::format("{}: the run is over: the chief {} never connected, {:.0f} s after the first worker did", self_, chief.name,
-                              Seconds(limits_.worker_return_timeout))
-                : fmt::format("{}: the run is over: the chief {} was lost at global_step {} and did not come back within {:.0f} s",
+                ? fmt::format("{}: the run is over: the chief {} never connected within {:g} s", self_, chief.name,
+                              Seconds(limits_.startup_timeout))
+                : fmt::format("{}: the run is over: the chief {} was lost at global_step {} and did not come back within {:g} s",
                               self_, chief.name, chief.global_step, Seconds(limits_.worker_return_timeout))));
       } else {
         end = FinishedLocked();
@@ -348,9 +358,10 @@ void PsService::Tick(Clock::time_point now) {
     }
     if (ended_ && !end && (ranks_.empty() || now >= *ended_at_ + limits_.end_grace)) {
       end = Ending{false, fmt::format("{}{}; global_step={}", ended_->message(), GivenUpLocked(ended_->message()), store_.global_step())};
+      end_called_ = true;
     }
   }
-  if (end) return CallOnEnd(*end);
+  if (end) return on_end_(*end);
   FailPullsIfStepStuck();  // sync: a step may wait on a worker just given up on
 }
 
@@ -371,6 +382,7 @@ std::optional<PsService::Ending> PsService::FinishedLocked() {
   }
   std::string gave_up = GivenUpLocked();
   if (!written_off.empty()) gave_up += fmt::format("; wrote off {} (update.on_worker_loss: shrink)", fmt::join(written_off, ", "));
+  end_called_ = true;  // decided under the lock that EndRunLocked takes too: one end, never both
   if (gave_up.empty()) return Ending{true, fmt::format("every worker is done: global_step={}; exiting", store_.global_step())};
   return Ending{true, fmt::format("every live worker is done{}; global_step={}; exiting", gave_up, store_.global_step())};
 }
@@ -379,11 +391,11 @@ std::string PsService::GivenUpLocked(std::string_view named) const {
   std::vector<std::string> names;
   for (int r : given_up_) {
     const Absence& a = gone_.at(r);
-    if (!named.empty() && named.find(a.name) != std::string_view::npos) continue;
+    if (config::MentionsTask(named, a.name)) continue;
     names.push_back(a.never_connected ? a.name + " (never connected)" : fmt::format("{} (lost at global_step {})", a.name, a.global_step));
   }
   if (names.empty()) return "";
-  return fmt::format("; gave up on {} (not back within {:.0f} s)", fmt::join(names, ", "), Seconds(limits_.worker_return_timeout));
+  return fmt::format("; gave up on {} (not back within {:g} s)", fmt::join(names, ", "), Seconds(limits_.worker_return_timeout));
 }
 
 void PsService::EndRunLocked(const Status& why) {
@@ -397,15 +409,6 @@ void PsService::EndRunLocked(const Status& why) {
       if (auto c = w.conn.lock()) ReplyError(*c, w.request_id, why);
     waiting->clear();
   }
-}
-
-void PsService::CallOnEnd(const Ending& ending) {
-  {
-    MutexLock lock(&mu_);
-    if (end_called_) return;
-    end_called_ = true;
-  }
-  on_end_(ending);
 }
 
 void PsService::FailPullsIfStepStuck() {
@@ -433,8 +436,8 @@ void PsService::FailPullsIfStepStuck() {
         lost = true;
         if (given_up_.contains(r)) {
           for_good = true;
-          missing.push_back(a.never_connected ? fmt::format("{} never connected within {:.0f} s", a.name, Seconds(limits_.worker_return_timeout))
-                                              : fmt::format("{} was lost at global_step {} and did not come back within {:.0f} s",
+          missing.push_back(a.never_connected ? fmt::format("{} never connected within {:g} s", a.name, Seconds(limits_.startup_timeout))
+                                              : fmt::format("{} was lost at global_step {} and did not come back within {:g} s",
                                                             a.name, a.global_step, Seconds(limits_.worker_return_timeout)));
         } else {
           missing.push_back(fmt::format("{} was lost", a.name));
@@ -445,14 +448,15 @@ void PsService::FailPullsIfStepStuck() {
     }
     if (held + can_send >= store_.to_aggregate()) return;
     if (lost && !for_good && update.on_worker_loss == OnWorkerLoss::kWait) {  // wait: a restarted worker resumes at this step
-      const std::string note = fmt::format("sync step {} waits for a lost worker to come back ({}; update.on_worker_loss: wait, for up to {:.0f} s)",
+      const std::string note = fmt::format("sync step {} waits for a lost worker to come back ({}; update.on_worker_loss: wait, for up to {:g} s)",
                                            store_.global_step() + 1, fmt::join(missing, ", "), Seconds(limits_.worker_return_timeout));
       if (note != waiting_note_) spdlog::warn("{}", note);
       waiting_note_ = note;
       return;
     }
     const bool shrink = update.on_worker_loss == OnWorkerLoss::kShrink;
-    if (!lost) {
+    // Once the chief is done no step needs a lost worker any more: the run ends as the chief left it.
+    if (!lost || done_.contains(0)) {
       // Only finished workers are missing (a backup worker's last steps, when the others are done):
       // nothing more will be aggregated, so let it finish on the final parameters.
       finished_only.swap(pull_waiters_);

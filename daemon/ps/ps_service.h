@@ -24,8 +24,9 @@ namespace tfd::ps {
 // translator between frames and the store (through wire_convert.h): the store takes and returns
 // its own types.
 //
-// No wait is forever. A worker that is not connected (lost before its DONE, or, once any worker
-// has connected, never seen) is given up on when it has been away for `worker_return_timeout`:
+// No wait is forever. A worker lost before its DONE is given up on when it has been away for
+// `worker_return_timeout`, one that never connects after `startup_timeout` (counted from the first
+// worker's HELLO, or from the ps's start while none has come):
 // - the chief given up on ends the run: every waiting and later request is answered with an error
 //   naming it, so the other workers stop and say why;
 // - sync: a step that can never complete (a lost worker under on_worker_loss fail, one given up on
@@ -46,7 +47,8 @@ class PsService : public transport::FrameHandler {
  public:
   using Clock = std::chrono::steady_clock;
   struct Limits {
-    std::chrono::milliseconds worker_return_timeout{60000};  // a worker away this long is given up on
+    std::chrono::milliseconds worker_return_timeout{60000};  // a worker lost this long is given up on
+    std::chrono::milliseconds startup_timeout{120000};       // ... and one that never connects, this long
     std::chrono::milliseconds end_grace{8000};               // after a failed end: how long the workers get to hear it
   };
   struct Ending {
@@ -101,11 +103,10 @@ class PsService : public transport::FrameHandler {
   void FailPullsIfStepStuck() TFD_EXCLUDES(mu_);
   // Ends the run as failed: answers every waiting request with `why` and refuses later ones.
   void EndRunLocked(const Status& why) TFD_REQUIRES(mu_);
-  // Once nothing is left to wait for, the successful end; nullopt while the run goes on.
+  // Once nothing is left to wait for, the successful end (and end_called_ set); nullopt while the run goes on.
   std::optional<Ending> FinishedLocked() TFD_REQUIRES(mu_);
   // "; gave up on worker:1 (...) (lost at ...)" for those not named in `named` already, or "".
   std::string GivenUpLocked(std::string_view named = {}) const TFD_REQUIRES(mu_);
-  void CallOnEnd(const Ending& ending) TFD_EXCLUDES(mu_);
   int RankOf(const transport::Connection* c) TFD_EXCLUDES(mu_);
   int RankOfLocked(const transport::Connection* c) const TFD_REQUIRES(mu_);
   Status LayoutMismatch(const transport::Connection& worker) const;
@@ -117,6 +118,7 @@ class PsService : public transport::FrameHandler {
   std::function<void(const Ending&)> on_end_;
   const std::string self_;
   const transport::HandshakeIdentity identity_;
+  const Clock::time_point started_;
 
   Mutex mu_;
   std::map<const transport::Connection*, int> ranks_ TFD_GUARDED_BY(mu_);  // handshaken workers -> rank
@@ -124,13 +126,12 @@ class PsService : public transport::FrameHandler {
   std::vector<Waiter> pull_waiters_ TFD_GUARDED_BY(mu_);                   // PULLs ahead of the global step
   std::map<int, Absence> gone_ TFD_GUARDED_BY(mu_);                        // ranks lost before DONE
   std::set<int> given_up_ TFD_GUARDED_BY(mu_);                             // away past the return timeout
-  std::set<int> seen_ TFD_GUARDED_BY(mu_);                                 // ranks that ever shook hands
   std::optional<Clock::time_point> first_contact_ TFD_GUARDED_BY(mu_);     // the first worker's HELLO
   std::string waiting_note_ TFD_GUARDED_BY(mu_);                           // on_worker_loss wait: what was last logged
   std::set<int> done_ TFD_GUARDED_BY(mu_);
   std::optional<Status> ended_ TFD_GUARDED_BY(mu_);  // the run ended as failed: why
   std::optional<Clock::time_point> ended_at_ TFD_GUARDED_BY(mu_);
-  bool end_called_ TFD_GUARDED_BY(mu_) = false;  // on_end_ was called (or is being called)
+  bool end_called_ TFD_GUARDED_BY(mu_) = false;  // the end was decided: on_end_ is called, once
   bool stopped_early_ TFD_GUARDED_BY(mu_) = false;  // the chief's DONE said it stopped the run early
 };
 

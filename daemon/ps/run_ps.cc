@@ -25,6 +25,7 @@ Status RunPs(const config::TfConfig& config, EventWriter& events, const PsOption
   std::mutex connections_mu;
   PsService::Limits limits;
   limits.worker_return_timeout = options.worker_return_timeout;
+  limits.startup_timeout = options.startup_timeout;
   limits.end_grace = options.connection.peer_timeout;
   PsService service(config, incarnation, store, events, limits, [&](const PsService::Ending& end) {
     // Let the last answers reach their workers, then stop.

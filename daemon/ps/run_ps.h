@@ -20,6 +20,9 @@ struct PsOptions {
   // How long a lost (or never connected) worker may stay away before the ps gives up on it (tfd's
   // --reconnect-timeout: the same deadline the workers give a lost ps).
   std::chrono::milliseconds worker_return_timeout{60000};
+  // How long a worker may take to connect at all (tfd's --startup-timeout, which a worker also
+  // gives the ps), counted from the first worker's connection, or from this ps's start.
+  std::chrono::milliseconds startup_timeout{120000};
 };
 
 // Runs this process as the ps task of `config`: listens on its endpoint's port, serves the workers

@@ -143,7 +143,9 @@ Status Train(const config::JobSpec& job, const model::MnistData& data, model::Mo
     if (job.can_stop_early() && epoch < job.epochs) {
       std::optional<std::string> reason;
       if (options.evaluate_each_epoch) reason = stopper.Update(epoch, metrics);
-      TFD_ASSIGN_OR_RETURN(const bool stop, updater.EndOfEpoch(reason.has_value()));
+      Result<bool> ended = updater.EndOfEpoch(reason.has_value());
+      if (!ended.ok()) return where(ended.status());
+      const bool stop = *ended;
       if (stop) {
         const std::string why = reason.value_or("the chief ended the run (its log says why)");
         spdlog::info("{}early stopping: {}; stopping after epoch {} of {}", prefix, why, epoch, job.epochs);
@@ -152,7 +154,7 @@ Status Train(const config::JobSpec& job, const model::MnistData& data, model::Mo
       }
     }
   }
-  epoch = job.epochs;
+  epoch = std::min(epoch, job.epochs);  // past the loop, or where early stopping left it
   Result<std::int64_t> finished = updater.Finish(model);
   if (!finished.ok()) return where(finished.status());
   global_step = *finished;

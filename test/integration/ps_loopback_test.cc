@@ -122,6 +122,15 @@ class Workers {
     clients_.push_back(std::move(*client));
     return *clients_.back();
   }
+  // Connect's outcome, success not required (a ps that refuses this worker).
+  Status TryConnect(const config::TfConfig& config, std::uint64_t incarnation) {
+    worker::PsClientOptions options;
+    options.startup_timeout = 2s;
+    auto client = worker::PsClient::Connect(ioc_, config, incarnation, placement_, options);
+    if (!client.ok()) return client.status();
+    clients_.push_back(std::move(*client));
+    return Status::Ok();
+  }
 
  private:
   asio::io_context ioc_{1};
@@ -172,8 +181,9 @@ bool Eventually(F done) {
 // ps:0 and both workers of its cluster, initialised with sgd (learning rate 0.5) in `mode`: the
 // chief's INIT carries kInitial, the other worker's WAIT_READY is answered once the ps holds them.
 struct TwoWorkers {
-  explicit TwoWorkers(config::UpdateSpec::Mode mode, config::UpdateSpec::OnWorkerLoss on_loss = config::UpdateSpec::OnWorkerLoss::kFail)
-      : chief(workers.Connect(ps.WorkerConfig(0), 11)), other(workers.Connect(ps.WorkerConfig(1), 22)) {
+  explicit TwoWorkers(config::UpdateSpec::Mode mode, config::UpdateSpec::OnWorkerLoss on_loss = config::UpdateSpec::OnWorkerLoss::kFail,
+                      ps::PsService::Limits limits = {})
+      : ps(2, limits), chief(workers.Connect(ps.WorkerConfig(0), 11)), other(workers.Connect(ps.WorkerConfig(1), 22)) {
     config::UpdateSpec update = Update(mode);
     update.on_worker_loss = on_loss;
     Ok(chief.Initialize(/*chief=*/true, Sgd(), update, kInitial));
@@ -191,7 +201,7 @@ struct TwoWorkers {
     CHECK(Eventually([&] { return ps.all_done(); }));
   }
 
-  LoopbackPs ps{2};
+  LoopbackPs ps;
   Workers workers;  // closed before the ps stops
   worker::PsClient& chief;
   worker::PsClient& other;
@@ -278,7 +288,9 @@ TEST_CASE("async: the ps gives up on a lost worker and, the chief done, ends wit
 }
 
 TEST_CASE("async: the chief lost for good ends the run, and the other worker's next request names it", "[integration][ps][fault]") {
-  TwoWorkers c(config::UpdateSpec::Mode::kAsync);
+  ps::PsService::Limits limits;
+  limits.end_grace = std::chrono::hours(1);  // the ps waits for the other worker to leave
+  TwoWorkers c(config::UpdateSpec::Mode::kAsync, config::UpdateSpec::OnWorkerLoss::kFail, limits);
   c.chief.Close();
   std::vector<float> params(4);
   Status pulled;
@@ -290,6 +302,8 @@ TEST_CASE("async: the chief lost for good ends the run, and the other worker's n
   INFO(pulled.message());
   CHECK(pulled.message().find("the chief worker:0") != std::string::npos);
   CHECK(pulled.message().find("did not come back within 60 s") != std::string::npos);
+  c.ps.Tick(120s);
+  CHECK_FALSE(c.ps.ending().has_value());  // the other worker is still connected: it may not have heard yet
   c.other.Close();
   REQUIRE(Eventually([&] {
     c.ps.Tick(120s);
@@ -310,7 +324,10 @@ TEST_CASE("sync, on_worker_loss wait: a step waits for a lost worker, then fails
   std::this_thread::sleep_for(200ms);
   c.ps.Tick(0s);
   CHECK_FALSE(c.ps.ending().has_value());
-  c.ps.Tick(120s);
+  for (int i = 0; i < 100; ++i) {  // until the ps has seen the close (repeated ticks change nothing more)
+    c.ps.Tick(120s);
+    std::this_thread::sleep_for(20ms);
+  }
   Result<worker::PsClient::StepResult> r = c.chief.CompletePushPull(params);
   REQUIRE_FALSE(r.ok());
   INFO(r.status().message());
@@ -320,7 +337,7 @@ TEST_CASE("sync, on_worker_loss wait: a step waits for a lost worker, then fails
   CHECK(c.ps.store().global_step() == 0);  // the half step was never applied
 }
 
-TEST_CASE("a worker that never connects is given up on once the others have begun", "[integration][ps][fault]") {
+TEST_CASE("a worker that never connects is given up on after the startup timeout", "[integration][ps][fault]") {
   LoopbackPs ps(2);
   Workers workers;
   worker::PsClient& chief = workers.Connect(ps.WorkerConfig(0), 11);
@@ -333,6 +350,21 @@ TEST_CASE("a worker that never connects is given up on once the others have begu
   INFO(ps.ending()->message);
   CHECK(ps.ending()->ok);
   CHECK(ps.ending()->message.find("worker:1 (never connected)") != std::string::npos);
+  // The run is over: a worker that turns up now is told so, not served.
+  const Status late = workers.TryConnect(ps.WorkerConfig(1), 33);
+  INFO(late.message());
+  CHECK(late.message().find("the run is over: every worker is done") != std::string::npos);
+}
+
+TEST_CASE("a ps that no worker ever connects to ends after the startup timeout", "[integration][ps][fault]") {
+  LoopbackPs ps(2);
+  ps.Tick(0s);
+  CHECK_FALSE(ps.ending().has_value());
+  ps.Tick(121s);
+  REQUIRE(ps.ending().has_value());
+  INFO(ps.ending()->message);
+  CHECK_FALSE(ps.ending()->ok);
+  CHECK(ps.ending()->message.find("the chief worker:0 never connected within 120 s") != std::string::npos);
 }
 
 }  // namespace

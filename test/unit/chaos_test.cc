@@ -154,9 +154,28 @@ TEST_CASE("survival is promised by a restart, a short stop, or a non-chief worke
   CHECK_FALSE(PromiseFor(sync, FaultFor(sync, kill_w1), 2).survival);
   const config::ClusterFile wait = Parse(R"({"mode": "sync", "on_worker_loss": "wait"})");
   CHECK(PromiseFor(wait, FaultFor(wait, {"--kill", "chief", "--at", "step"}), 2).survival);
+  // A stopped task never exits, so no restart brings it back; a stop within a second of the peer
+  // timeout may be noticed.
+  const ChaosPromise stopped = PromiseFor(wait, FaultFor(wait, {"--kill", "chief", "--at", "step", "--stop", "100"}), 2);
+  CHECK_FALSE(stopped.survival);
+  CHECK_FALSE(PromiseFor(ring, FaultFor(ring, {"--kill", "worker:1", "--at", "step", "--stop", "7.5"}), 0).survival);
 }
 
-TaskOutcome Outcome(const std::string& task, int code, const std::string& last = "info done") {
+TaskOutcome Outcome(const std::string& task, int code, const std::string& last);
+
+TEST_CASE("a last line names a task by its whole name", "[unit][chaos]") {
+  CHECK(config::MentionsTask("lost worker:1 (127.0.0.1:2223)", "worker:1"));
+  CHECK(config::MentionsTask("... reports: worker:1", "worker:1"));
+  CHECK_FALSE(config::MentionsTask("lost worker:10 (127.0.0.1:2223)", "worker:1"));
+  CHECK(config::MentionsTask("worker:10 and worker:1 were lost", "worker:1"));
+  CHECK_FALSE(config::MentionsTask("", "ps:0"));
+  const ChaosPromise p{.target = "worker:1", .deadline_secs = 98, .survival = false, .target_must_exit_zero = false, .why = ""};
+  const ChaosVerdict v = JudgeChaos(p, "", {Outcome("worker:0", 1, "error lost worker:10 (...)"), Outcome("worker:1", 137, "")});
+  CHECK_FALSE(v.kept);
+}
+
+TaskOutcome Outcome(const std::string& task, int code, const std::string& last = "info done");
+TaskOutcome Outcome(const std::string& task, int code, const std::string& last) {
   TaskOutcome o;
   o.task = task;
   o.exit_code = code;
