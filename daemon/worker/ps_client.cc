@@ -151,7 +151,7 @@ Status PsClient::Reconnect(std::size_t i, const Status& why, std::span<const flo
   auto ready = InitOne(i, params);
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
   TFD_ASSIGN_OR_RETURN(wire::InFrame frame, Await(*ps_[i], ready, std::max(left, std::chrono::milliseconds(1000)),
-                                                  chief_ ? "INIT" : "WAIT_READY (is the chief running?)"));
+                                                  chief_ ? std::string("INIT") : WaitReadyWhat()));
   TFD_RETURN_IF_ERROR(Expect(frame, wire::MessageType::kReady, name));
   spdlog::info("reconnected to {} (incarnation {:016x}{})", name, welcome->incarnation,
                restarted ? fmt::format(", restarted: initialised again {} at global_step {}{}",
@@ -175,8 +175,12 @@ void PsClient::Close() {
     if (ps != nullptr) ps->Close(Status::Unavailable("worker closing"));
 }
 
+std::string PsClient::WaitReadyWhat() const {
+  return fmt::format("WAIT_READY: the chief {} has not initialised it (is the chief running?)", config_.cluster.WorkerTask(0).ToString());
+}
+
 Result<wire::InFrame> PsClient::Await(transport::RpcClient& ps, std::future<Result<wire::InFrame>>& reply,
-                                      std::chrono::milliseconds timeout, const char* what) {
+                                      std::chrono::milliseconds timeout, std::string_view what) {
   const auto deadline = Clock::now() + timeout;
   while (reply.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
     if (options_.stop != nullptr && options_.stop->load()) return Status::FailedPrecondition(fmt::format("stopped by a signal while waiting for {}", ps.peer()));
@@ -220,7 +224,7 @@ Status PsClient::Initialize(bool chief, const config::OptimizerSpec& optimizer_s
   }
   for (std::size_t i = 0; i < ps_.size(); ++i) {
     if (!chief) spdlog::debug("waiting for {} to be initialised by the chief", ps_[i]->peer());
-    TFD_ASSIGN_OR_RETURN(wire::InFrame frame, Await(*ps_[i], replies[i], options_.startup_timeout, chief ? "INIT" : "WAIT_READY (is the chief running?)"));
+    TFD_ASSIGN_OR_RETURN(wire::InFrame frame, Await(*ps_[i], replies[i], options_.startup_timeout, chief ? std::string("INIT") : WaitReadyWhat()));
     TFD_RETURN_IF_ERROR(Expect(frame, wire::MessageType::kReady, ps_[i]->peer()));
     wire::Ready ready;
     TFD_RETURN_IF_ERROR(wire::Decode(frame.payload, &ready).WithContext(ps_[i]->peer()));

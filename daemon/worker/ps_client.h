@@ -111,6 +111,8 @@ class PsClient {
   // After ps `i` was lost (`why`): dials it again until the reconnect timeout; if it restarted
   // empty, the chief initialises it from `params` at the step last seen from it, and the others
   // wait until it has.
+  // What a worker waits for in WAIT_READY, for a deadline's message: the chief, named.
+  std::string WaitReadyWhat() const;
   Status Reconnect(std::size_t i, const Status& why, std::span<const float> params);
   bool Lost(std::size_t i) const;
   // The chief: INIT for an uninitialised ps; otherwise WAIT_READY. The reply is READY.
@@ -123,7 +125,7 @@ class PsClient {
   // Waits for ps `i`'s ack and parameters of the exchange in flight; true when the push was stale.
   Result<bool> AwaitPushPull(std::size_t i, std::span<float> params, std::uint64_t* step);
   Result<wire::InFrame> Await(transport::RpcClient& ps, std::future<Result<wire::InFrame>>& reply,
-                              std::chrono::milliseconds timeout, const char* what);
+                              std::chrono::milliseconds timeout, std::string_view what);
   Result<std::uint64_t> TakeParams(std::size_t ps, const wire::InFrame& frame, std::span<float> params);
   std::vector<std::span<const float>> Slices(std::size_t ps, std::span<const float> flat) const;
 
