@@ -388,14 +388,19 @@ std::optional<PsService::Ending> PsService::FinishedLocked() {
 }
 
 std::string PsService::GivenUpLocked(std::string_view named) const {
-  std::vector<std::string> names;
-  for (int r : given_up_) {
-    const Absence& a = gone_.at(r);
-    if (config::MentionsTask(named, a.name)) continue;
-    names.push_back(a.never_connected ? a.name + " (never connected)" : fmt::format("{} (lost at global_step {})", a.name, a.global_step));
+  std::vector<std::string> gave_up, away;
+  std::set<int> live;
+  for (const auto& [conn, r] : ranks_) live.insert(r);
+  for (const auto& [r, a] : gone_) {
+    if (config::MentionsTask(named, a.name) || live.contains(r) || done_.contains(r)) continue;
+    const std::string what =
+        a.never_connected ? a.name + " (never connected)" : fmt::format("{} (lost at global_step {})", a.name, a.global_step);
+    (given_up_.contains(r) ? gave_up : away).push_back(what);
   }
-  if (names.empty()) return "";
-  return fmt::format("; gave up on {} (not back within {:g} s)", fmt::join(names, ", "), Seconds(limits_.worker_return_timeout));
+  std::string out;
+  if (!gave_up.empty()) out += fmt::format("; gave up on {}", fmt::join(gave_up, ", "));
+  if (!away.empty()) out += fmt::format("; also lost {}", fmt::join(away, ", "));  // the end came before their deadline
+  return out;
 }
 
 void PsService::EndRunLocked(const Status& why) {

@@ -224,10 +224,18 @@ Status PsClient::Initialize(bool chief, const config::OptimizerSpec& optimizer_s
   }
   for (std::size_t i = 0; i < ps_.size(); ++i) {
     if (!chief) spdlog::debug("waiting for {} to be initialised by the chief", ps_[i]->peer());
-    TFD_ASSIGN_OR_RETURN(wire::InFrame frame, Await(*ps_[i], replies[i], options_.startup_timeout, chief ? std::string("INIT") : WaitReadyWhat()));
-    TFD_RETURN_IF_ERROR(Expect(frame, wire::MessageType::kReady, ps_[i]->peer()));
+    Result<wire::InFrame> frame = Await(*ps_[i], replies[i], options_.startup_timeout, chief ? std::string("INIT") : WaitReadyWhat());
+    if (!frame.ok() && Lost(i)) {
+      // A ps lost before it answered (stopped past the peer timeout, restarted): dial it again
+      // and have it initialised, as a step would.
+      TFD_RETURN_IF_ERROR(Reconnect(i, frame.status(), params));
+      initialized_[i] = true;
+      continue;
+    }
+    TFD_RETURN_IF_ERROR(frame.status());
+    TFD_RETURN_IF_ERROR(Expect(*frame, wire::MessageType::kReady, ps_[i]->peer()));
     wire::Ready ready;
-    TFD_RETURN_IF_ERROR(wire::Decode(frame.payload, &ready).WithContext(ps_[i]->peer()));
+    TFD_RETURN_IF_ERROR(wire::Decode(frame->payload, &ready).WithContext(ps_[i]->peer()));
     resume_step_ = std::max(resume_step_, ready.resume_step);
     initialized_[i] = true;
   }
