@@ -187,7 +187,11 @@ ChaosPromise PromiseFor(const config::ClusterFile& file, const Fault& fault, int
     p.why = fmt::format("a stop of {} s is over 1 s shorter than the peer timeout ({} s): nobody notices", fault.stop_secs,
                         file.launch.timeouts.PeerOrDefault());
   } else if (stop && fault.stop_secs < reconnect && !ring && !(worker && sync_fail)) {
-    p.survival = p.target_must_exit_zero = true;
+    p.survival = true;
+    // Under shrink a lost worker is written off: the others may finish, and the ps end, before it
+    // is back, and then it finds no ps.
+    const bool shrink = u.mode == config::UpdateSpec::Mode::kSync && u.on_worker_loss == config::UpdateSpec::OnWorkerLoss::kShrink;
+    p.target_must_exit_zero = !(worker && shrink);
     p.why = fmt::format("a stop of {} s is shorter than the reconnect timeout ({} s): the task is back before it is given up on",
                         fault.stop_secs, reconnect);
   } else if (worker && !chief && u.mode == config::UpdateSpec::Mode::kAsync) {

@@ -104,6 +104,7 @@ int ChaosOnCluster(const ChaosArgs& args, const Interrupts& interrupts) {
   injection.signal = fault->Signal();
   injection.stop_secs = fault->stop_secs;
   injection.deadline_secs = fault->deadline_secs;
+  injection.progress_extends = promise.survival;
   fs::path run_dir;
   const int code = Up(cargs, interrupts, &injection, &run_dir);
   if (run_dir.empty() || code == 130) return code;  // nothing ran, or Ctrl-C

@@ -283,6 +283,9 @@ int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
       Result<config::Event> e = config::ParseEvent(line);
       if (!e.ok()) return;
       if (e->event == "start") t.event_pid = static_cast<pid_t>(e->Number("pid", -1));
+      if (fault != nullptr && fault->progress_extends && fault->sent_at != 0 && deadline_at != Clock::time_point::max() &&
+          (e->event == "step" || e->event == "epoch"))
+        deadline_at = After(fault->deadline_secs);  // training goes on: recovered
       if (fault != nullptr && fault->sent_at == 0 && t.name == trigger_task && e->event == fault->event && ++triggers_seen == fault->nth)
         fault_due = true;
       Row& r = t.row;

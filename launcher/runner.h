@@ -27,6 +27,9 @@ struct Injection {
   int signal = SIGKILL;
   double stop_secs = 0;
   double deadline_secs = 60;
+  // Where the run should survive the fault: each step or epoch event after it moves the deadline to
+  // deadline_secs from then, so a run that recovered may train on for as long as it needs.
+  bool progress_extends = false;
 
   std::string not_sent;  // why it was not sent (the target had ended, the run ended first); empty once sent
   double sent_at = 0;    // Unix seconds; 0 until sent

@@ -122,7 +122,9 @@ void PsService::HandleHello(const ConnectionPtr& from, const wire::InFrame& fram
   const int rank = config_.cluster.WorkerRank(peer);
   {
     MutexLock lock(&mu_);
-    if (ended_ || end_called_) {  // the run is over: say so, and leave its record as it is
+    // The run is over: say so, and leave its record as it is. A worker whose DONE was counted may
+    // still come back for its ack (its connection was lost on the way).
+    if (ended_ || (end_called_ && !done_.contains(rank))) {
       const Status why = ended_ ? *ended_ : Status::FailedPrecondition(fmt::format("{}: the run is over: every worker is done", self_));
       spdlog::info("refused {}: {}", peer_name, why.message());
       return from->SendErrorAndClose(why);

@@ -143,6 +143,7 @@ TEST_CASE("survival is promised by a restart, a short stop, or a non-chief worke
   const std::vector<std::string> stop_w1 = {"--kill", "worker:1", "--at", "step", "--stop", "10"};
   CHECK_FALSE(PromiseFor(sync, FaultFor(sync, stop_w1), 0).survival);
   CHECK(PromiseFor(shrink, FaultFor(shrink, stop_w1), 0).survival);
+  CHECK_FALSE(PromiseFor(shrink, FaultFor(shrink, stop_w1), 0).target_must_exit_zero);  // written off meanwhile
   const config::ClusterFile ring = Parse(R"({"mode": "allreduce"})");
   const ChaosPromise ring_stop = PromiseFor(ring, FaultFor(ring, stop_w1), 0);
   CHECK_FALSE(ring_stop.survival);
