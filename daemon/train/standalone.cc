@@ -46,6 +46,7 @@ Status RunStandalone(const config::JobSpec& job, EventWriter& events, const Stan
   TrainerOptions topts;
   topts.stop = options.stop;
   topts.params_out = options.params_out;
+  topts.observers = options.observers;
   return Train(job, loaded.data, *loaded.model, updater, events, topts);
 }
 

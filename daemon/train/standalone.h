@@ -1,16 +1,20 @@
 #pragma once
 
 #include <atomic>
+#include <string>
+#include <vector>
 
 #include "common/base/logging.h"
 #include "common/base/status.h"
 #include "common/config/job.h"
+#include "daemon/train/observer.h"
 
 namespace tfd::train {
 
 struct StandaloneOptions {
   const std::atomic<bool>* stop = nullptr;  // set by a signal handler: finish the step, then return
   std::string params_out;                   // write the final parameters here (raw little-endian floats)
+  std::vector<TrainObserver*> observers;    // summaries, metrics; not owned
 };
 
 // Trains `job` in this process: per-epoch log lines and events, test accuracy each epoch and at the

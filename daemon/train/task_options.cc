@@ -11,6 +11,7 @@ TrainerOptions TrainerOptionsFor(const config::TfConfig& config, const WorkerTas
   t.stop = options.stop;
   t.params_out = options.params_out;
   t.shard_limit = options.shard_limit;
+  t.observers = options.observers;
   return t;
 }
 

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/config/cluster.h"
 #include "daemon/train/trainer.h"
@@ -20,6 +21,7 @@ struct WorkerTaskOptions {
   std::chrono::milliseconds startup_timeout{120000};   // to reach every peer and see the cluster ready
   std::chrono::milliseconds step_timeout{300000};      // one exchange (sync waits for the others)
   std::chrono::milliseconds reconnect_timeout{60000};  // ps modes: how long a lost ps is dialed again
+  std::vector<TrainObserver*> observers;  // summaries, metrics: told of every step and epoch; not owned
 };
 
 // The trainer's options for this task: its rank and shard, evaluation on the chief, the stop flag,

@@ -10,6 +10,7 @@
 
 #include "common/base/random.h"
 #include "common/base/service.h"
+#include "common/optim/schedule.h"
 #include "daemon/train/early_stopping.h"
 
 namespace tfd::train {
@@ -32,8 +33,12 @@ Status AtStartup(const Status& s) {
   return Status(s.code(), s.message() + " (this worker was starting: no step taken yet)");
 }
 
-Status Train(const config::JobSpec& job, const model::MnistData& data, model::Model& model, Updater& updater,
-             EventWriter& events, const TrainerOptions& options) {
+namespace {
+
+double UnixNow() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
+
+Status TrainLoop(const config::JobSpec& job, const model::MnistData& data, model::Model& model, Updater& updater,
+                 EventWriter& events, const TrainerOptions& options) {
   const int batch = job.batch_size;
   const std::int64_t steps = StepsPerEpoch(data.train.size, options.num_workers, batch);
   TFD_CHECK(steps > 0);  // LoadJobData refused a batch larger than a worker's share
@@ -74,9 +79,14 @@ Status Train(const config::JobSpec& job, const model::MnistData& data, model::Mo
       if (join) updater.SetHasNextBatch(s + 1 < my_steps);
       model.SetDropoutSeed(DropoutSeed(job.seed, options.rank, local_step));
       Status sending;
+      const Clock::time_point step_start = Clock::now();
+      Clock::duration handing_off{};  // gradients handed to the updater during backprop (overlap)
       tensor::LossResult r = model.ComputeGradients(x.data(), y, [&](std::size_t from) {
+        const Clock::time_point t = Clock::now();
         if (sending.ok()) sending = updater.GradientsReady(model, from);
+        handing_off += Clock::now() - t;
       });
+      const Clock::time_point computed = Clock::now();
       if (!sending.ok()) return where(sending);
       if (!std::isfinite(r.loss)) {
         return Status::Internal(fmt::format("loss is {} at epoch {} local_step {}: training diverged (lower the learning rate)",
@@ -86,6 +96,16 @@ Status Train(const config::JobSpec& job, const model::MnistData& data, model::Mo
       Result<std::int64_t> stepped = updater.Step(model, local_step);
       if (!stepped.ok()) return where(stepped.status());
       global_step = *stepped;
+      if (!options.observers.empty()) {
+        const Clock::time_point stepped_at = Clock::now();
+        const StepStats stats{.epoch = epoch, .global_step = global_step, .local_step = local_step, .examples = batch,
+                              .loss = r.loss, .accuracy = static_cast<double>(r.correct) / batch,
+                              .learning_rate = optim::LearningRate(job.optimizer, std::max<std::int64_t>(global_step - 1, 0)),
+                              .compute_seconds = std::chrono::duration<double>(computed - step_start - handing_off).count(),
+                              .update_seconds = std::chrono::duration<double>(stepped_at - computed + handing_off).count(),
+                              .wall_time = UnixNow()};
+        for (TrainObserver* o : options.observers) o->OnStep(stats);
+      }
       if (updater.StopRequested()) {
         spdlog::info("{}early stopping: the chief ended the run at the end of an epoch (its log says why); stopping at epoch {} "
                      "global_step {} local_step {}", prefix, epoch, global_step, local_step);
@@ -138,6 +158,13 @@ Status Train(const config::JobSpec& job, const model::MnistData& data, model::Mo
                  worker_line ? fmt::format(" local_step={}", local_step) : "", loss, accuracy, eval, samples_per_sec,
                  note.empty() ? "" : " ", note);
     events.Emit("epoch", fields);
+    if (!options.observers.empty()) {
+      EpochStats stats{.epoch = epoch, .global_step = global_step, .local_step = local_step, .loss = loss, .accuracy = accuracy,
+                       .samples_per_sec = samples_per_sec, .wall_time = UnixNow()};
+      if (validate) stats.val_loss = metrics.val_loss, stats.val_accuracy = metrics.val_accuracy;
+      if (options.evaluate_each_epoch) stats.test_accuracy = metrics.test_accuracy;
+      for (TrainObserver* o : options.observers) o->OnEpoch(stats);
+    }
     NotifyStatus(fmt::format("epoch {} of {}: global_step={} loss={:.4f} accuracy={:.4f}{}", epoch, job.epochs, global_step, loss,
                              accuracy, eval));
     if (job.can_stop_early() && epoch < job.epochs) {
@@ -170,6 +197,15 @@ Status Train(const config::JobSpec& job, const model::MnistData& data, model::Mo
   events.Emit("done", {{"global_step", global_step}, {"local_step", local_step}, {"test_accuracy", test_accuracy},
                        {"params_sha256", sha}});
   return Status::Ok();
+}
+
+}  // namespace
+
+Status Train(const config::JobSpec& job, const model::MnistData& data, model::Model& model, Updater& updater,
+             EventWriter& events, const TrainerOptions& options) {
+  Status s = TrainLoop(job, data, model, updater, events, options);
+  for (TrainObserver* o : options.observers) o->OnEnd(s.ok());
+  return s;
 }
 
 }  // namespace tfd::train

@@ -3,12 +3,14 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/base/logging.h"
 #include "common/base/status.h"
 #include "common/config/job.h"
 #include "common/model/dataset.h"
 #include "common/model/model.h"
+#include "daemon/train/observer.h"
 #include "daemon/train/updater.h"
 
 namespace tfd::train {
@@ -25,6 +27,7 @@ struct TrainerOptions {
   // When > 0, this worker uses at most this many examples of its shard each epoch (uneven shards;
   // only with an updater that JoinsUnevenShards).
   std::int64_t shard_limit = 0;
+  std::vector<TrainObserver*> observers;  // told of every step and epoch; not owned
 };
 
 // The epoch loop shared by standalone and cluster workers: shards and batches the data, computes
