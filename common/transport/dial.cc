@@ -23,23 +23,25 @@ Result<tcp::socket> Dial(asio::io_context& ioc, const std::string& host, std::ui
     if (ec) {
       last_error = fmt::format("cannot resolve {}: {}", host, ec.message());
     } else {
-      tcp::socket socket(asio::make_strand(ioc));
+      // Shared with the close posted below: the attempt may complete before that close runs, and
+      // the close must not outlive the socket it closes.
+      auto socket = std::make_shared<tcp::socket>(asio::make_strand(ioc));
       auto done = std::make_shared<std::promise<error_code>>();
       auto result = done->get_future();
-      asio::async_connect(socket, endpoints, [done](const error_code& e, const tcp::endpoint&) { done->set_value(e); });
+      asio::async_connect(*socket, endpoints, [done](const error_code& e, const tcp::endpoint&) { done->set_value(e); });
       const auto attempt_deadline = std::min(deadline, Clock::now() + std::chrono::seconds(5));
       if (result.wait_until(attempt_deadline) != std::future_status::ready) {
         // Close, not cancel: a cancelled attempt would move on to the host's next address.
-        asio::post(socket.get_executor(), [&socket] {
+        asio::post(socket->get_executor(), [socket] {
           error_code ignored;
-          socket.close(ignored);
+          socket->close(ignored);
         });
         result.wait();
         last_error = "connect timed out";
       } else if (error_code e = result.get(); e) {
         last_error = e.message();
       } else {
-        return socket;
+        return std::move(*socket);
       }
     }
     const auto now = Clock::now();

@@ -23,6 +23,7 @@ Checkpointer::Checkpointer(const config::JobSpec& job, const model::Model& model
     : spec_(job.checkpoint),
       job_(job),
       placement_(placement),
+      model_(model),
       client_(client),
       events_(events),
       num_workers_(num_workers),
@@ -107,7 +108,7 @@ Status Checkpointer::MaybeSave(std::uint64_t global_step) {
   if (!enabled() || !schedule_) return Status::Ok();
   if (Status s = Collect(false); !s.ok()) spdlog::warn("checkpoint not written: {}; training goes on", s.message());
   if (writing_.valid() || !schedule_->Due(global_step, Clock::now())) return Status::Ok();
-  // A ps lost right now is reconnected by the next step; the save is tried again after it.
+  // A ps lost right now is reconnected (by the fetch or the next step); a failed save is tried again later.
   if (Status s = Take(false); !s.ok()) spdlog::warn("checkpoint skipped: {}; training goes on", s.message());
   return Status::Ok();
 }
@@ -126,7 +127,7 @@ Status Checkpointer::Collect(bool wait) {
 
 Status Checkpointer::Take(bool wait) {
   const Clock::time_point start = Clock::now();
-  Result<std::vector<PsClient::PsState>> fetched = client_.FetchState();
+  Result<std::vector<PsClient::PsState>> fetched = client_.FetchState(model_.params());
   if (!fetched.ok()) return fetched.status().WithContext("checkpoint");
   std::vector<PsClient::PsState> states = std::move(fetched).value();
   auto ck = std::make_shared<ckpt::Checkpoint>();

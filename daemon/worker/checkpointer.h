@@ -55,6 +55,7 @@ class Checkpointer {
   config::CheckpointSpec spec_;
   config::JobSpec job_;
   const Placement& placement_;
+  const model::Model& model_;  // its parameters re-initialise a ps that restarted while a save fetched the state
   PsClient& client_;
   EventWriter& events_;
   int num_workers_;

@@ -276,12 +276,18 @@ std::future<Result<wire::InFrame>> PsClient::InitFromState(std::size_t i, std::s
   return ps_[i]->Call(std::move(f));
 }
 
-Result<std::vector<PsClient::PsState>> PsClient::FetchState() {
+Result<std::vector<PsClient::PsState>> PsClient::FetchState(std::span<const float> params) {
   std::vector<std::future<Result<wire::InFrame>>> replies(ps_.size());
   for (std::size_t i = 0; i < ps_.size(); ++i) replies[i] = ps_[i]->Call(wire::Encode(wire::StatePull{}));
   std::vector<PsState> out(ps_.size());
   for (std::size_t i = 0; i < ps_.size(); ++i) {
-    TFD_ASSIGN_OR_RETURN(wire::InFrame frame, Await(*ps_[i], replies[i], options_.step_timeout, "STATE_PULL"));
+    Result<wire::InFrame> answer = Await(*ps_[i], replies[i], options_.step_timeout, "STATE_PULL");
+    if (!answer.ok() && Lost(i)) {
+      TFD_RETURN_IF_ERROR(Reconnect(i, answer.status(), params));
+      auto again = ps_[i]->Call(wire::Encode(wire::StatePull{}));
+      answer = Await(*ps_[i], again, options_.step_timeout, "STATE_PULL");
+    }
+    TFD_ASSIGN_OR_RETURN(wire::InFrame frame, std::move(answer));
     TFD_RETURN_IF_ERROR(Expect(frame, wire::MessageType::kState, ps_[i]->peer()));
     wire::State st;
     TFD_RETURN_IF_ERROR(wire::Decode(frame.payload, &st).WithContext(ps_[i]->peer()));

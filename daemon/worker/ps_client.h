@@ -86,9 +86,9 @@ class PsClient {
     std::vector<std::uint64_t> resume_steps;  // per worker rank: ParameterStore::ResumeStep
     std::vector<float> values, slots;         // in the ps's slice order; slots as OptimizerState keeps them
   };
-  // Every ps's state, asked of all at once. A lost ps is not reconnected here (the next step does):
-  // its error is returned.
-  Result<std::vector<PsState>> FetchState();
+  // Every ps's state, asked of all at once. A lost ps is reconnected as in a step (a restarted one is
+  // initialised again from `params`, the chief's); the error when it cannot be.
+  Result<std::vector<PsState>> FetchState(std::span<const float> params);
 
   // Tells every ps this worker is done. A ps lost on the way is reconnected once (the chief
   // initialises a restarted one from `params`, its final parameters) and told again. `stop`: the
