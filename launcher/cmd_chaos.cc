@@ -30,7 +30,8 @@ std::string ReadOrEmpty(const fs::path& path) {
 }
 
 // Each task of `plan`, as the run folder's summary.json and logs tell it.
-std::vector<TaskOutcome> ReadOutcomes(const fs::path& run_dir, const std::vector<TaskPlan>& plan, double sent_at, double deadline_secs) {
+// `deadline_unix`: when the tasks had to have ended by (Unix seconds; progress may have moved it).
+std::vector<TaskOutcome> ReadOutcomes(const fs::path& run_dir, const std::vector<TaskPlan>& plan, double sent_at, double deadline_unix) {
   std::map<std::string, nlohmann::json> summary;
   const nlohmann::json doc = nlohmann::json::parse(ReadOrEmpty(run_dir / "summary.json"), nullptr, /*allow_exceptions=*/false);
   if (doc.is_object() && doc.contains("tasks") && doc["tasks"].is_array())
@@ -47,7 +48,7 @@ std::vector<TaskOutcome> ReadOutcomes(const fs::path& run_dir, const std::vector
     o.test_accuracy = number("test_accuracy", -1);
     const double ended_at = number("ended_at", 0);
     if (sent_at > 0 && ended_at > 0) o.exit_after_secs = ended_at - sent_at;
-    o.past_deadline = (s.is_object() && s.value("past_deadline", false)) || (sent_at > 0 && ended_at > sent_at + deadline_secs) ||
+    o.past_deadline = (s.is_object() && s.value("past_deadline", false)) || (sent_at > 0 && ended_at > deadline_unix) ||
                       (sent_at > 0 && !s.is_object());  // no summary: the run's tfctl did not end by the deadline
     std::string last;
     std::ifstream log(run_dir / (o.task + ".log"));
@@ -60,9 +61,11 @@ std::vector<TaskOutcome> ReadOutcomes(const fs::path& run_dir, const std::vector
 }
 
 // Prints the report, writes chaos.json; 0 when the promise was kept, else 1.
+// `deadline_unix` 0: the fault's deadline from `sent_at`, unmoved.
 int Report(const fs::path& run_dir, const std::vector<TaskPlan>& plan, const Fault& fault, const ChaosPromise& promise,
-           const std::string& not_sent, double sent_at) {
-  const std::vector<TaskOutcome> tasks = ReadOutcomes(run_dir, plan, sent_at, fault.deadline_secs);
+           const std::string& not_sent, double sent_at, double deadline_unix = 0) {
+  const std::vector<TaskOutcome> tasks =
+      ReadOutcomes(run_dir, plan, sent_at, deadline_unix > 0 ? deadline_unix : sent_at + fault.deadline_secs);
   const ChaosVerdict verdict = JudgeChaos(promise, not_sent, tasks);
   std::ofstream(run_dir / "chaos.json") << ChaosJson(fault, not_sent, sent_at, promise, tasks, verdict);
   for (const std::string& line : ChaosReportLines(promise, tasks, verdict)) std::printf("%s\n", line.c_str());
@@ -108,7 +111,7 @@ int ChaosOnCluster(const ChaosArgs& args, const Interrupts& interrupts) {
   fs::path run_dir;
   const int code = Up(cargs, interrupts, &injection, &run_dir);
   if (run_dir.empty() || code == 130) return code;  // nothing ran, or Ctrl-C
-  return Report(run_dir, run->plan, *fault, promise, injection.not_sent, injection.sent_at);
+  return Report(run_dir, run->plan, *fault, promise, injection.not_sent, injection.sent_at, injection.deadline_unix);
 }
 
 // RUN: a live run of tfctl up --detach; its tfctl stays in charge, this one only sends the fault.

@@ -284,8 +284,10 @@ int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
       if (!e.ok()) return;
       if (e->event == "start") t.event_pid = static_cast<pid_t>(e->Number("pid", -1));
       if (fault != nullptr && fault->progress_extends && fault->sent_at != 0 && deadline_at != Clock::time_point::max() &&
-          (e->event == "step" || e->event == "epoch"))
+          (e->event == "step" || e->event == "epoch")) {
         deadline_at = After(fault->deadline_secs);  // training goes on: recovered
+        fault->deadline_unix = UnixNow() + fault->deadline_secs;
+      }
       if (fault != nullptr && fault->sent_at == 0 && t.name == trigger_task && e->event == fault->event && ++triggers_seen == fault->nth)
         fault_due = true;
       Row& r = t.row;
@@ -423,6 +425,7 @@ int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
           fault_task = target;
           fault_pid = pid;
           deadline_at = After(fault->deadline_secs);
+          fault->deadline_unix = fault->sent_at + fault->deadline_secs;
           if (fault->signal == SIGSTOP) cont_at = After(fault->stop_secs);
           display.Line(fmt::format("[tfctl] chaos: sent SIG{} to {} (pid {}); every task has {} s to end", SignalName(fault->signal),
                                    target->name, pid, fault->deadline_secs));

@@ -33,6 +33,7 @@ struct Injection {
 
   std::string not_sent;  // why it was not sent (the target had ended, the run ended first); empty once sent
   double sent_at = 0;    // Unix seconds; 0 until sent
+  double deadline_unix = 0;  // the deadline as it stood when the run ended (progress moves it), Unix seconds
 };
 
 struct RunOptions {
