@@ -4,7 +4,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include <boost/program_options.hpp>
 #include <spdlog/spdlog.h>
@@ -18,6 +20,7 @@
 #include "daemon/allreduce/run_allreduce.h"
 #include "daemon/ps/run_ps.h"
 #include "daemon/train/standalone.h"
+#include "daemon/train/summary_observer.h"
 #include "daemon/train/task_options.h"
 #include "daemon/worker/run_worker.h"
 
@@ -64,7 +67,7 @@ using tfd::Status;
 
 int main(int argc, char** argv) {
   po::options_description opts(kUsage);
-  std::string job_path, params_out, tf_config_path, token_file, log_format = "text", log_level = "info", job_name, ps_hosts, worker_hosts, bind;
+  std::string job_path, params_out, summaries_dir, tf_config_path, token_file, log_format = "text", log_level = "info", job_name, ps_hosts, worker_hosts, bind;
   std::int64_t shard_limit = 0;
   int task_index = -1;
   using Timeouts = tfd::config::TaskTimeouts;  // the defaults tfctl also knows
@@ -88,6 +91,7 @@ int main(int argc, char** argv) {
       ("step-timeout", po::value<double>(&step_timeout)->value_name("SECS"), "how long one push/pull may take (default 300)")
       ("reconnect-timeout", po::value<double>(&reconnect_timeout)->value_name("SECS"), "how long a worker redials a lost ps (restarted, or unreachable), and a ps waits for a lost worker, before giving up (default 60)")
       ("shard-limit", po::value<std::int64_t>(&shard_limit)->value_name("N"), "allreduce: use at most N examples of this worker's shard each epoch (uneven shards)")
+      ("summaries-dir", po::value<std::string>(&summaries_dir)->value_name("DIR"), "write TensorBoard summaries into DIR/<task> (sets or overrides the job's summaries.dir)")
       ("params-out", po::value<std::string>(&params_out)->value_name("FILE"), "write the final parameters to FILE (raw little-endian float32, in variable order)")
       ("log-format", po::value<std::string>(&log_format)->value_name("FMT"), "text (default): log lines on stderr; json: also one JSON event per line on stdout")
       ("log-level", po::value<std::string>(&log_level)->value_name("LEVEL"), "debug, info (default), warn or error");
@@ -172,10 +176,20 @@ int main(int argc, char** argv) {
     if (!loaded.ok()) return Fail(loaded.status(), events);
     job = std::move(loaded).value();
   }
+  if (!summaries_dir.empty()) job.summaries.dir = summaries_dir;
+  // TensorBoard summaries: one folder per task under the summaries dir (a ps opens its own, with --summaries-dir only).
+  std::unique_ptr<tfd::train::SummaryObserver> summaries;
+  std::vector<tfd::train::TrainObserver*> observers;
+  if (!is_ps && !job.summaries.dir.empty()) {
+    tfd::Result<std::unique_ptr<tfd::train::SummaryObserver>> opened = tfd::train::SummaryObserver::Open(job.summaries, task);
+    if (!opened.ok()) return Fail(opened.status(), events);
+    summaries = std::move(opened).value();
+    observers.push_back(summaries.get());
+  }
   Status s;
   try {
   if (standalone) {
-    s = tfd::train::RunStandalone(job, events, {.stop = &g_stop, .params_out = params_out});
+    s = tfd::train::RunStandalone(job, events, {.stop = &g_stop, .params_out = params_out, .observers = observers});
   } else {
     tfd::transport::ConnectionOptions conn;
     conn.peer_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(peer_timeout * 1000));
@@ -188,7 +202,8 @@ int main(int argc, char** argv) {
                           .connection = conn,
                           .stop = &g_stop,
                           .worker_return_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(reconnect_timeout * 1000)),
-                          .startup_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(startup_timeout * 1000))});
+                          .startup_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(startup_timeout * 1000)),
+                          .summaries_dir = summaries_dir});
     } else {
       tfd::train::WorkerTaskOptions options;
       options.startup_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(startup_timeout * 1000));
@@ -198,6 +213,7 @@ int main(int argc, char** argv) {
       options.params_out = params_out;
       options.bind_address = bind;
       options.shard_limit = shard_limit;
+      options.observers = observers;
       if (job.update.mode == tfd::config::UpdateSpec::Mode::kAllreduce)
         s = tfd::allreduce::RunAllreduceWorker(*tf_config, job, events, options, conn);
       else

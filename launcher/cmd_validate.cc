@@ -84,6 +84,7 @@ Result<RunSetup> SetUpRun(const ClusterArgs& args, const std::string& token_hex)
   for (int n = 2; fs::exists(run.run_dir); ++n) run.run_dir = fs::absolute(fs::path(run_root) / fmt::format("{}-{}-{}", stamp, run.file.name, n));
   PlanOptions& popts = run.options;
   popts.job_path = (run.run_dir / "job.json").string();
+  popts.run_dir = run.run_dir.string();
   popts.job_json = run.file.train_json;
   popts.accept_new_hostkeys = args.accept_new_hostkeys;
   if (!token_hex.empty()) {

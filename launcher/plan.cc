@@ -77,6 +77,7 @@ std::vector<TaskPlan> MakePlan(const config::ClusterFile& file, const PlanOption
     if (p.local) {
       if (task.type != config::TaskType::kPs) tfd.insert(tfd.end(), {"--job", options.job_path});
       if (!options.token_path.empty()) tfd.insert(tfd.end(), {"--token-file", options.token_path});
+      if (!options.run_dir.empty()) tfd.insert(tfd.end(), {"--summaries-dir", options.run_dir});
       p.argv = tfd;
       p.workdir = h.workdir;
       p.env.push_back(fmt::format("TF_CONFIG={}", p.tf_config));
@@ -91,6 +92,7 @@ std::vector<TaskPlan> MakePlan(const config::ClusterFile& file, const PlanOption
     const std::string dir = ShellQuote(options.remote_run_dir);
     const std::string name = task.ToString();
     if (task.type != config::TaskType::kPs) tfd.insert(tfd.end(), {"--job", options.remote_run_dir + "/job.json"});
+    if (!options.remote_run_dir.empty()) tfd.insert(tfd.end(), {"--summaries-dir", options.remote_run_dir});
     // The token comes first on ssh's stdin, one line, into a file only its owner can read.
     std::string take_token;
     if (!options.token_hex.empty()) {

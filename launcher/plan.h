@@ -25,7 +25,8 @@ struct TaskPlan {
 
 struct PlanOptions {
   std::string job_path;          // where the job spec is written for local tasks
-  std::string remote_run_dir;    // a remote task's run folder, relative to its workdir
+  std::string run_dir;           // a local task's run folder: its --summaries-dir (none when empty)
+  std::string remote_run_dir;    // a remote task's run folder, relative to its workdir (also its --summaries-dir)
   std::string job_json;          // the job spec, written into remote_run_dir by each remote task
   // The run's cluster token: local tasks read token_path (mode 0600); a remote task reads token_hex
   // from its ssh's stdin into a 0600 file in its run folder. Empty: no token (tfctl validate).

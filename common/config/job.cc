@@ -258,6 +258,18 @@ void ReadCheckpoint(ObjectReader& root, CheckpointSpec* ckpt) {
   (void)r.Finish();
 }
 
+void ReadSummaries(ObjectReader& root, SummarySpec* summaries) {
+  const json* v = root.Get("summaries");
+  if (v == nullptr) return;
+  ObjectReader r = root.Child(*v, root.PathOf("summaries"));
+  r.String("dir", &summaries->dir);
+  if (r.status().ok() && r.Has("dir") && summaries->dir.empty())
+    r.Fail(r.PathOf("dir"), "must not be empty (leave it out for no summaries, or let tfd's --summaries-dir set it)");
+  r.Int("every_steps", 1, 1 << 30, &summaries->every_steps);
+  r.Int("histograms_every_epochs", 0, 100000, &summaries->histograms_every_epochs);
+  (void)r.Finish();
+}
+
 void ReadEarlyStopping(ObjectReader& root, JobSpec* job) {
   const json* v = root.Get("early_stopping");
   if (v == nullptr) return;
@@ -338,6 +350,7 @@ JobSpec ReadJobSpec(ObjectReader& r) {
   r.Int("threads", 1, 256, &job.threads);
   r.Bool("shuffle", &job.shuffle);
   ReadCheckpoint(r, &job.checkpoint);
+  ReadSummaries(r, &job.summaries);
   if (const json* v = r.Get("validation_split"); v != nullptr) {
     if (v->is_number_integer() && v->get<std::int64_t>() >= 1)
       job.validation_count = v->get<std::int64_t>();

@@ -102,6 +102,13 @@ struct CheckpointSpec {
   int keep = 3;
 };
 
+// TensorBoard event files (docs/observability.md): each task writes DIR/<task>/events.out.tfevents.*.
+struct SummarySpec {
+  std::string dir;                 // empty: no summaries (tfd's --summaries-dir sets or overrides it)
+  int every_steps = 100;           // scalars every this many local steps, averaged over them
+  int histograms_every_epochs = 0; // weight histograms every this many epochs; 0: none
+};
+
 // Stop training at the end of an epoch when the monitored metric stops improving (Keras'
 // EarlyStopping: `patience` epochs without an improvement larger than `min_delta`).
 struct EarlyStoppingSpec {
@@ -129,6 +136,7 @@ struct JobSpec {
   int threads = 1;  // compute threads per task
   bool shuffle = true;
   CheckpointSpec checkpoint;
+  SummarySpec summaries;
   // Held out from the end of the training set before sharding: a fraction in (0, 1) of it, or a
   // count of examples. Both 0: none.
   double validation_fraction = 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -200,6 +201,9 @@ Result<ParameterStore::PushResult> ParameterStore::Push(const PushRequest& push)
       }
       state_->Apply(ParamsLocked(), sum_, StepLocked());
     }
+    ++staleness_.applied;
+    staleness_.staleness_sum += staleness;
+    staleness_.staleness_max = std::max(staleness_.staleness_max, staleness);
     current_->global_step = ++global_step_;
     r.global_step = global_step_;
     r.step_advanced = true;
@@ -275,6 +279,11 @@ std::shared_ptr<const ParameterStore::Snapshot> ParameterStore::Read() {
   MutexLock lock(&mu_);
   if (!current_) return std::make_shared<const Snapshot>();
   return current_;
+}
+
+ParameterStore::StalenessWindow ParameterStore::TakeStalenessWindow() {
+  MutexLock lock(&mu_);
+  return std::exchange(staleness_, {});
 }
 
 std::vector<std::uint64_t> ParameterStore::stale_counts() const {

@@ -126,6 +126,13 @@ class ParameterStore {
   Result<State> ReadState();
 
   std::vector<std::uint64_t> stale_counts() const;  // per worker rank
+  // async: the gradients applied since the last call and their staleness (updates applied since
+  // the worker read the parameters it computed on); the counts start again at each call. For the
+  // ps's summaries (one reader).
+  struct StalenessWindow {
+    std::uint64_t applied = 0, staleness_sum = 0, staleness_max = 0;
+  };
+  StalenessWindow TakeStalenessWindow();
   // Where worker `rank` resumes after a restart: async, the last local step applied from it (any
   // incarnation); sync, the global step. 0 before INIT.
   std::uint64_t ResumeStep(int rank) const;
@@ -160,6 +167,7 @@ class ParameterStore {
   int received_count_ TFD_GUARDED_BY(mu_) = 0;
   std::vector<float> sum_ TFD_GUARDED_BY(mu_);
   std::vector<std::uint64_t> stale_ TFD_GUARDED_BY(mu_);
+  StalenessWindow staleness_ TFD_GUARDED_BY(mu_);
   // async: per worker (incarnation, local step) of the last push applied.
   std::vector<std::pair<std::uint64_t, std::uint64_t>> last_push_ TFD_GUARDED_BY(mu_);
   // sync: per worker, its local step minus the global step (nonzero after a restore that changed

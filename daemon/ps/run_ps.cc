@@ -1,18 +1,72 @@
 #include "daemon/ps/run_ps.h"
 
+#include <chrono>
+#include <memory>
 #include <optional>
 #include <random>
 #include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "common/base/service.h"
+#include "common/summary/writer.h"
 #include "common/transport/listener.h"
 #include "daemon/ps/parameter_store.h"
 #include "daemon/ps/ps_service.h"
 
 namespace tfd::ps {
+namespace {
+
+// The ps's TensorBoard summaries: a point every kEvery while updates come, on the global step
+// (docs/observability.md lists the tags). Written and flushed on the io thread: a few dozen bytes.
+class PsSummaries {
+ public:
+  static constexpr std::chrono::seconds kEvery{5};
+  explicit PsSummaries(std::unique_ptr<summary::Writer> writer) : writer_(std::move(writer)) {}
+
+  void MaybePoint(ParameterStore& store, std::chrono::steady_clock::time_point now) {
+    if (writer_ == nullptr || now < next_) return;
+    next_ = now + kEvery;
+    const std::uint64_t step = store.global_step();
+    const double secs = std::chrono::duration<double>(now - last_).count();
+    const ParameterStore::StalenessWindow w = store.TakeStalenessWindow();
+    if (step == last_step_) return;
+    std::vector<std::pair<std::string, double>> values;
+    if (last_step_ > 0 && secs > 0) values.emplace_back("updates_per_sec", static_cast<double>(step - last_step_) / secs);
+    if (w.applied > 0) {
+      values.emplace_back("staleness/mean", static_cast<double>(w.staleness_sum) / static_cast<double>(w.applied));
+      values.emplace_back("staleness/max", static_cast<double>(w.staleness_max));
+    }
+    std::uint64_t dropped = 0;
+    for (std::uint64_t n : store.stale_counts()) dropped += n;
+    values.emplace_back("stale_gradients_dropped", static_cast<double>(dropped));
+    last_step_ = step;
+    last_ = now;
+    const double wall = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    Status s = writer_->Scalars(static_cast<std::int64_t>(step), values, wall);
+    if (s.ok()) s = writer_->Flush();
+    if (!s.ok()) {
+      spdlog::warn("summaries: {}; no more summaries from this task", s.message());
+      writer_.reset();
+    }
+  }
+  // The last point, whatever the time.
+  void Finish(ParameterStore& store) {
+    next_ = {};
+    MaybePoint(store, std::chrono::steady_clock::now());
+  }
+
+ private:
+  std::unique_ptr<summary::Writer> writer_;  // null once a write failed
+  std::chrono::steady_clock::time_point next_{}, last_ = std::chrono::steady_clock::now();
+  std::uint64_t last_step_ = 0;
+};
+
+}  // namespace
 
 Status RunPs(const config::TfConfig& config, EventWriter& events, const PsOptions& options) {
   namespace asio = transport::asio;
@@ -54,6 +108,12 @@ Status RunPs(const config::TfConfig& config, EventWriter& events, const PsOption
                          }
                          conn->Start();
                        }));
+  std::optional<PsSummaries> summaries;
+  if (!options.summaries_dir.empty()) {
+    TFD_ASSIGN_OR_RETURN(std::unique_ptr<summary::Writer> writer, summary::Writer::Open(options.summaries_dir, config.task.ToString()));
+    spdlog::info("summaries: {}", writer->path());
+    summaries.emplace(std::move(writer));
+  }
   listener->Start();
   spdlog::info("{} listening on {}:{} (incarnation {:016x}); {} workers, cluster id {:016x}", config.task.ToString(),
                options.bind_address.empty() ? "*" : options.bind_address, self.port, incarnation, config.cluster.num_workers(),
@@ -78,6 +138,7 @@ Status RunPs(const config::TfConfig& config, EventWriter& events, const PsOption
       }
       const auto now = std::chrono::steady_clock::now();
       service.Tick(now);
+      if (summaries) summaries->MaybePoint(store, now);
       if (!store.initialized() && now >= next_wait_log) {
         spdlog::info("waiting for the chief ({} at {}) to initialise the variables",
                      config.cluster.WorkerTask(0).ToString(), config.cluster.EndpointOf(config.cluster.WorkerTask(0)).ToString());
@@ -97,6 +158,7 @@ Status RunPs(const config::TfConfig& config, EventWriter& events, const PsOption
   poll.cancel();
   ioc.restart();
   ioc.run_for(std::chrono::milliseconds(100));
+  if (summaries) summaries->Finish(store);
   const transport::RefusalCounts refused = connection.guard->counts();
   if (refused.total() > 0) spdlog::info("refused connections: {}", refused.ToString());
   const auto stale = store.stale_counts();

@@ -23,6 +23,8 @@ struct PsOptions {
   // How long a worker may take to connect at all (tfd's --startup-timeout, which a worker also
   // gives the ps), counted from the first worker's connection, or from this ps's start.
   std::chrono::milliseconds startup_timeout{120000};
+  // When set, TensorBoard summaries of the updates (rate, async staleness) go to summaries_dir/<task>.
+  std::string summaries_dir;
 };
 
 // Runs this process as the ps task of `config`: listens on its endpoint's port, serves the workers

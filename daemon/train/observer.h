@@ -4,6 +4,10 @@
 #include <optional>
 #include <string>
 
+namespace tfd::model {
+class Model;
+}  // namespace tfd::model
+
 namespace tfd::train {
 
 // What the epoch loop saw in one step of this worker.
@@ -26,6 +30,8 @@ struct EpochStats {
   double loss = 0, accuracy = 0, samples_per_sec = 0;
   std::optional<double> val_loss, val_accuracy, test_accuracy;  // where this task evaluated
   double wall_time = 0;
+  // The parameters at the epoch's end (weight histograms); valid during OnEpoch only.
+  const model::Model* model = nullptr;
 };
 
 // Watches a worker's training (summaries, metrics). Called on the training thread, after the step's

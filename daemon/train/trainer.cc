@@ -160,7 +160,7 @@ Status TrainLoop(const config::JobSpec& job, const model::MnistData& data, model
     events.Emit("epoch", fields);
     if (!options.observers.empty()) {
       EpochStats stats{.epoch = epoch, .global_step = global_step, .local_step = local_step, .loss = loss, .accuracy = accuracy,
-                       .samples_per_sec = samples_per_sec, .wall_time = UnixNow()};
+                       .samples_per_sec = samples_per_sec, .wall_time = UnixNow(), .model = &model};
       if (validate) stats.val_loss = metrics.val_loss, stats.val_accuracy = metrics.val_accuracy;
       if (options.evaluate_each_epoch) stats.test_accuracy = metrics.test_accuracy;
       for (TrainObserver* o : options.observers) o->OnEpoch(stats);

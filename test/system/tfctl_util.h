@@ -9,12 +9,34 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "test/test_util.h"
 
 namespace tfd::testing {
 
 inline const std::string kTfctl = TFCTL_BINARY;
 inline const std::string kTfd = TFD_BINARY;
+
+// A cluster file for 1 ps + 2 workers on free loopback ports, training on synthetic data in `dir`.
+inline std::string ClusterFile(const TempDir& dir, int epochs, const std::string& tfd = kTfd) {
+  WriteSyntheticMnist(dir / "", 800, 100);
+  const std::vector<int> ports = FreePorts(3);
+  nlohmann::json f = {
+      {"name", "t"},
+      {"cluster",
+       {{"ps", {"127.0.0.1:" + std::to_string(ports[0])}},
+        {"worker", {"127.0.0.1:" + std::to_string(ports[1]), "127.0.0.1:" + std::to_string(ports[2])}}}},
+      {"train",
+       {{"model", {{"name", "mlp"}, {"init", "glorot_uniform"}}},
+        {"data", dir.path()},
+        {"epochs", epochs},
+        {"batch_size", 20},
+        {"optimizer", {{"type", "adam"}, {"learning_rate", 0.01}}}}},
+      {"launch", {{"tfd", tfd}, {"run_dir", dir / "runs"}}}};
+  WriteFile(dir / "cluster.json", f.dump(2));
+  return dir / "cluster.json";
+}
 
 // The first (in these tests, the only) run folder under dir/runs.
 inline std::string RunFolder(const TempDir& dir) {

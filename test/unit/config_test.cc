@@ -70,8 +70,34 @@ TEST_CASE("the canonical job spec of the design parses whole", "[unit][config]")
 TEST_CASE("an unknown field is an error that lists the known ones", "[unit][config]") {
   CHECK(ErrorOf(With(R"("learning_rate": 1)")) ==
         "job.json: learning_rate: unknown field (expected one of: batch_size, checkpoint, data, device, early_stopping, epochs, "
-        "gpu_memory_fraction, log_every_steps, model, optimizer, placement, seed, shuffle, stop_at_accuracy, threads, update, "
-        "validation_split)");
+        "gpu_memory_fraction, log_every_steps, model, optimizer, placement, seed, shuffle, stop_at_accuracy, summaries, threads, "
+        "update, validation_split)");
+}
+
+TEST_CASE("summaries: defaults, every field, and each bad one named by its JSON path", "[unit][config]") {
+  auto def = ParseJobSpec(kGood, "job.json");
+  REQUIRE(def.ok());
+  CHECK(def->summaries.dir.empty());
+  CHECK(def->summaries.every_steps == 100);
+  CHECK(def->summaries.histograms_every_epochs == 0);
+  auto some = ParseJobSpec(With(R"("summaries": {"every_steps": 20})"), "job.json");
+  REQUIRE(some.ok());
+  CHECK(some->summaries.dir.empty());  // tfd's --summaries-dir may still set it
+  CHECK(some->summaries.every_steps == 20);
+  auto all = ParseJobSpec(With(R"("summaries": {"dir": "tb", "every_steps": 5, "histograms_every_epochs": 2})"), "job.json");
+  REQUIRE(all.ok());
+  CHECK(all->summaries.dir == "tb");
+  CHECK(all->summaries.every_steps == 5);
+  CHECK(all->summaries.histograms_every_epochs == 2);
+  CHECK(ErrorOf(With(R"("summaries": "tb")")) == "job.json: summaries: expected an object, got \"tb\"");
+  CHECK(ErrorOf(With(R"("summaries": {"dir": ""})")) ==
+        "job.json: summaries.dir: must not be empty (leave it out for no summaries, or let tfd's --summaries-dir set it)");
+  CHECK(ErrorOf(With(R"("summaries": {"dir": 3})")) == "job.json: summaries.dir: expected a string, got 3");
+  CHECK(ErrorOf(With(R"("summaries": {"every_steps": 0})")) == "job.json: summaries.every_steps: expected an integer in [1, 1073741824], got 0");
+  CHECK(ErrorOf(With(R"("summaries": {"histograms_every_epochs": -1})")) ==
+        "job.json: summaries.histograms_every_epochs: expected an integer in [0, 100000], got -1");
+  CHECK(ErrorOf(With(R"("summaries": {"dir": "tb", "every": 5})")) ==
+        "job.json: summaries.every: unknown field (expected one of: dir, every_steps, histograms_every_epochs)");
 }
 
 TEST_CASE("a layer list parses with activations and initializers", "[unit][config]") {

@@ -67,13 +67,28 @@ TEST_CASE("a remote task is one ssh argv with every remote word quoted and host 
   CHECK(w.argv.back() ==
         R"(cd '/srv/a b' && mkdir -p 'runs/r1' && printf '%s\n' '{"a": "it'\''s"}' > 'runs/r1'/job.json && exec 3<&0 && )"
         R"({ env TF_CONFIG=')" + w.tf_config +
-            R"(' NOTE='it'\''s fine' setsid '/opt/my tfd' '--log-format' 'json' '--job' 'runs/r1/job.json' </dev/null 3<&- & )"
+            R"(' NOTE='it'\''s fine' setsid '/opt/my tfd' '--log-format' 'json' '--job' 'runs/r1/job.json' '--summaries-dir' 'runs/r1' </dev/null 3<&- & )"
             R"(pid=$!; echo $pid > 'runs/r1'/'worker:0.pid'; )"
             R"(( cat <&3 >/dev/null; kill -TERM -$pid 2>/dev/null; sleep 5; kill -KILL -$pid 2>/dev/null ) >/dev/null 2>&1 & )"
             R"(wait $pid; })");
   for (const std::string& a : plan[0].argv) CHECK(a.find("StrictHostKeyChecking") == std::string::npos);
   auto opt_in = MakePlan(f, {.job_path = "/r/job.json", .accept_new_hostkeys = true});
   CHECK(std::find(opt_in[1].argv.begin(), opt_in[1].argv.end(), "StrictHostKeyChecking=accept-new") != opt_in[1].argv.end());
+}
+
+TEST_CASE("every task writes its summaries into its run folder, on its own host", "[unit][launcher]") {
+  auto f = Parse(std::string(R"({"cluster": {"ps": ["127.0.0.1:2000"], "worker": ["127.0.0.1:2001", "pc-02:2002"]}, )") + kTrain + "}");
+  auto plan = MakePlan(f, {.job_path = "/runs/x/job.json", .run_dir = "/runs/x", .remote_run_dir = "runs/x", .job_json = "{}"});
+  REQUIRE(plan.size() == 3);
+  auto has = [](const std::vector<std::string>& argv, const std::string& value) {
+    for (std::size_t i = 0; i + 1 < argv.size(); ++i)
+      if (argv[i] == "--summaries-dir") return argv[i + 1] == value;
+    return false;
+  };
+  CHECK(has(plan[0].argv, "/runs/x"));  // the ps too
+  CHECK(has(plan[1].argv, "/runs/x"));
+  REQUIRE_FALSE(plan[2].local);
+  CHECK(plan[2].argv.back().find("'--summaries-dir' 'runs/x'") != std::string::npos);  // relative to the remote workdir
 }
 
 TEST_CASE("the run's token reaches tasks as a file path or on ssh's stdin, never on a command line", "[unit][launcher]") {
