@@ -27,6 +27,12 @@ std::string EvalJob(const TempDir& dir, const std::string& update, int epochs, i
                  R"(, "keep": 1000})" + extra);
 }
 
+// One ps, one async worker and an evaluator; the job checkpoints every `every_steps` steps.
+LocalClusterOptions AsyncWithEvaluator(const TempDir& dir, int epochs, int every_steps) {
+  return {.num_ps = 1, .num_workers = 1, .job = EvalJob(dir, R"({"mode": "async"})", epochs, every_steps, ""), .dir = &dir,
+          .evaluator = true};
+}
+
 TEST_CASE("the evaluator evaluates the chief's checkpoints and ends on the final one with the chief's accuracy",
           "[integration][evaluator]") {
   TempDir dir;
@@ -82,8 +88,7 @@ TEST_CASE("the evaluator gives up within its idle limit when the chief is killed
           "[integration][evaluator]") {
   TempDir dir;
   WriteSyntheticMnist(dir.path(), 2000, 200);
-  LocalCluster cluster({.num_ps = 1, .num_workers = 1, .job = EvalJob(dir, R"({"mode": "async"})", 1000, 50, ""), .dir = &dir,
-                        .evaluator = true});
+  LocalCluster cluster(AsyncWithEvaluator(dir, 1000, 50));
   cluster.StartAll();
   cluster.StartEvaluator({"--idle-timeout", "3"});
   AwaitLine(cluster.process("evaluator", 0), "eval global_step=", 90s);
@@ -102,8 +107,7 @@ TEST_CASE("an evaluator that sees no checkpoint gives up after --startup-timeout
           "[integration][evaluator]") {
   TempDir dir;
   WriteSyntheticMnist(dir.path(), 200, 50);
-  LocalCluster cluster({.num_ps = 1, .num_workers = 1, .job = EvalJob(dir, R"({"mode": "async"})", 1, 10, ""), .dir = &dir,
-                        .evaluator = true});
+  LocalCluster cluster(AsyncWithEvaluator(dir, 1, 10));
   std::filesystem::create_directories(dir / "ckpt");
   WriteFile(dir / "ckpt/ckpt-000000000007.tfdckpt", "not a checkpoint");
   cluster.StartEvaluator({"--startup-timeout", "2"});
