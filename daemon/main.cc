@@ -18,6 +18,7 @@
 #include "common/config/cluster_file.h"
 #include "common/config/job.h"
 #include "daemon/allreduce/run_allreduce.h"
+#include "daemon/evaluator/evaluator.h"
 #include "daemon/ps/run_ps.h"
 #include "daemon/train/standalone.h"
 #include "daemon/train/summary_observer.h"
@@ -36,7 +37,7 @@ extern "C" void OnSignal(int sig) {
   g_stop.store(true);
 }
 
-constexpr const char* kUsage = R"(tfd: the training daemon of a tfd cluster (a ps or a worker task), or one process.
+constexpr const char* kUsage = R"(tfd: the training daemon of a tfd cluster (a ps, worker or evaluator task), or one process.
 
 Usage:
   TF_CONFIG='{"cluster": {...}, "task": {...}}' tfd --job FILE   a task of a cluster
@@ -47,7 +48,9 @@ Usage:
 TF_CONFIG follows TensorFlow: {"cluster": {"chief": [...], "worker": ["host:port", ...],
 "ps": [...]}, "task": {"type": "worker", "index": 0}}. The chief is the "chief" task, else worker 0.
 A ps needs no --job: the chief sends it what it holds and how to update it. In allreduce mode the
-cluster has no ps: each worker listens on its own address and the workers form a ring.
+cluster has no ps: each worker listens on its own address and the workers form a ring. An
+"evaluator" task evaluates each of the chief's checkpoints (the job's checkpoint.dir) and ends
+after the final one.
 
 Exit codes: 0 done, 1 runtime failure, 2 bad usage or configuration, 128+N after signal N.
 
@@ -72,7 +75,7 @@ int main(int argc, char** argv) {
   int task_index = -1;
   using Timeouts = tfd::config::TaskTimeouts;  // the defaults tfctl also knows
   double peer_timeout = Timeouts::kPeerDefault, startup_timeout = Timeouts::kStartupDefault, step_timeout = Timeouts::kStepDefault,
-         reconnect_timeout = Timeouts::kReconnectDefault;
+         reconnect_timeout = Timeouts::kReconnectDefault, idle_timeout = 0;
   bool standalone = false, insecure = false;
   opts.add_options()
       ("help,h", "print this help and exit")
@@ -90,6 +93,7 @@ int main(int argc, char** argv) {
       ("startup-timeout", po::value<double>(&startup_timeout)->value_name("SECS"), "how long a worker waits for every ps to be up and initialised, and a ps for every worker to connect (default 120)")
       ("step-timeout", po::value<double>(&step_timeout)->value_name("SECS"), "how long one push/pull may take (default 300)")
       ("reconnect-timeout", po::value<double>(&reconnect_timeout)->value_name("SECS"), "how long a worker redials a lost ps (restarted, or unreachable), and a ps waits for a lost worker, before giving up (default 60)")
+      ("idle-timeout", po::value<double>(&idle_timeout)->value_name("SECS"), "evaluator: how long it waits for the chief's next checkpoint once it has seen one (default: 3 x checkpoint.every_secs, at least 60; 600 without every_secs)")
       ("shard-limit", po::value<std::int64_t>(&shard_limit)->value_name("N"), "allreduce: use at most N examples of this worker's shard each epoch (uneven shards)")
       ("summaries-dir", po::value<std::string>(&summaries_dir)->value_name("DIR"), "write TensorBoard summaries into DIR/<task> (sets or overrides the job's summaries.dir)")
       ("params-out", po::value<std::string>(&params_out)->value_name("FILE"), "write the final parameters to FILE (raw little-endian float32, in variable order)")
@@ -117,6 +121,7 @@ int main(int argc, char** argv) {
     return usage_error("--log-level: expected debug, info, warn or error, got \"" + log_level + "\"");
   for (auto [name, v] : {std::pair{"--peer-timeout", peer_timeout}, {"--startup-timeout", startup_timeout}, {"--step-timeout", step_timeout}, {"--reconnect-timeout", reconnect_timeout}})
     if (!(v > 0 && v < 1e6)) return usage_error(std::string(name) + ": expected a number of seconds above 0");
+  if (vm.count("idle-timeout") && !(idle_timeout > 0 && idle_timeout < 1e6)) return usage_error("--idle-timeout: expected a number of seconds above 0");
 
   // Which task is this? --standalone, the seeds' flags, --tf-config, or $TF_CONFIG.
   tfd::Result<tfd::config::TfConfig> tf_config = Status::InvalidArgument("unset");
@@ -138,14 +143,14 @@ int main(int argc, char** argv) {
   if (!standalone && !tf_config.ok()) return usage_error(tf_config.status().message());
 
   const bool is_ps = !standalone && tf_config->task.type == tfd::config::TaskType::kPs;
-  if (!standalone && tf_config->task.type == tfd::config::TaskType::kEvaluator)
-    return usage_error("task.type: evaluator tasks are not available in this version (the chief evaluates)");
+  const bool is_evaluator = !standalone && tf_config->task.type == tfd::config::TaskType::kEvaluator;
+  if (vm.count("idle-timeout") && !is_evaluator) return usage_error("--idle-timeout: only for an evaluator task");
   if (!is_ps && job_path.empty()) return usage_error("--job FILE is required (see tfd --help)");
 
   // The cluster token: from --token-file or TF_CONFIG's "tfd": {"token_file": ...}. Without one,
   // tfd talks to this machine only, unless --insecure says the network is trusted.
   std::shared_ptr<const tfd::transport::ClusterToken> token;
-  if (!standalone) {
+  if (!standalone && !is_evaluator) {  // an evaluator talks to no peer
     if (token_file.empty()) token_file = tf_config->token_file;
     if (!token_file.empty()) {
       tfd::Result<tfd::transport::ClusterToken> read = tfd::transport::ClusterToken::ReadFile(token_file);
@@ -175,6 +180,8 @@ int main(int argc, char** argv) {
     tfd::Result<tfd::config::JobSpec> loaded = tfd::config::LoadJobSpec(job_path);
     if (!loaded.ok()) return Fail(loaded.status(), events);
     job = std::move(loaded).value();
+    if (!standalone)
+      if (Status c = tfd::config::CheckEvaluation(tf_config->cluster, job, job_path + ": "); !c.ok()) return Fail(c, events);
   }
   if (!summaries_dir.empty()) job.summaries.dir = summaries_dir;
   // TensorBoard summaries: one folder per task under the summaries dir (a ps opens its own, with --summaries-dir only).
@@ -196,7 +203,13 @@ int main(int argc, char** argv) {
     conn.heartbeat_interval = std::min(std::chrono::milliseconds(1000), conn.peer_timeout / 4);
     conn.token = token;
     conn.insecure = insecure;
-    if (is_ps) {
+    if (is_evaluator) {
+      tfd::evaluator::EvaluatorOptions options;
+      options.stop = &g_stop;
+      options.startup_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(startup_timeout * 1000));
+      options.idle_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(idle_timeout * 1000));
+      s = tfd::evaluator::RunEvaluator(*tf_config, job, events, options);
+    } else if (is_ps) {
       s = tfd::ps::RunPs(*tf_config, events,
                          {.bind_address = bind,
                           .connection = conn,

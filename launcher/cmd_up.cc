@@ -31,6 +31,7 @@ int Up(const ClusterArgs& args, const Interrupts& interrupts, Injection* fault, 
   std::ofstream(run_dir / "job.json") << run->file.train_json << "\n";
   if (run_dir_out != nullptr) *run_dir_out = run_dir;
   std::printf("tfctl: %s\n", Describe(run->file).c_str());
+  if (const std::string note = SharedFolderNote(*run); !note.empty()) std::printf("tfctl: %s\n", note.c_str());
   std::fflush(stdout);
 
   RunOptions ropts;

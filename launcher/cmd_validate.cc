@@ -129,14 +129,29 @@ Status CheckCluster(const RunSetup& run) {
 
 std::string Describe(const config::ClusterFile& f) {
   const char* mode = f.train.update.mode == config::UpdateSpec::Mode::kSync ? "sync" : "async";
-  return fmt::format("{}: {} ps + {} workers; {} on {}, {} epochs, batch {} per worker, {} updates", f.source, f.cluster.ps.size(),
-                     f.cluster.num_workers(), f.train.model.name, f.train.data, f.train.epochs, f.train.batch_size, mode);
+  return fmt::format("{}: {} ps + {} workers{}; {} on {}, {} epochs, batch {} per worker, {} updates", f.source, f.cluster.ps.size(),
+                     f.cluster.num_workers(), f.cluster.evaluator.empty() ? "" : " + 1 evaluator", f.train.model.name, f.train.data,
+                     f.train.epochs, f.train.batch_size, mode);
+}
+
+std::string SharedFolderNote(const RunSetup& run) {
+  const TaskPlan* chief = nullptr;
+  const TaskPlan* evaluator = nullptr;
+  for (const TaskPlan& p : run.plan) {
+    if (p.task == run.file.cluster.WorkerTask(0)) chief = &p;
+    if (p.task.type == config::TaskType::kEvaluator) evaluator = &p;
+  }
+  if (chief == nullptr || evaluator == nullptr || evaluator->host == chief->host || (chief->local && evaluator->local)) return "";
+  return fmt::format("note: the evaluator runs on {} and the chief on {}: train.checkpoint.dir (\"{}\") must be one shared folder "
+                     "(a network filesystem) on both hosts, or the evaluator sees no checkpoint",
+                     evaluator->host, chief->host, run.file.train.checkpoint.dir);
 }
 
 int Validate(const ClusterArgs& args) {
   Result<RunSetup> run = SetUpRun(args, /*token_hex=*/"");
   if (!run.ok()) return ReportFailure(run.status());
   if (Status s = CheckCluster(*run); !s.ok()) return ReportFailure(s);
+  if (const std::string note = SharedFolderNote(*run); !note.empty()) std::printf("%s\n", note.c_str());
   std::printf("%s\nok: the file is valid; on every host tfd is there and the data folder exists; every local ps port is free\n",
               Describe(run->file).c_str());
   return 0;

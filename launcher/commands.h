@@ -87,6 +87,10 @@ Status CheckCluster(const RunSetup& run);
 // "c.json: 1 ps + 2 workers; mlp on data, 3 epochs, batch 20 per worker, sync updates".
 std::string Describe(const config::ClusterFile& f);
 
+// One line when the evaluator runs on another host than the chief (their checkpoint folder must
+// then be shared), else "".
+std::string SharedFolderNote(const RunSetup& run);
+
 // Whether host:port can be bound on this machine now (binds it for a moment); true for a host that
 // is not an IP address.
 bool PortFree(const std::string& host, std::uint16_t port);

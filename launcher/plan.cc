@@ -59,6 +59,7 @@ std::vector<TaskPlan> MakePlan(const config::ClusterFile& file, const PlanOption
   std::vector<config::TaskId> order;
   for (int i = 0; i < static_cast<int>(file.cluster.ps.size()); ++i) order.push_back({config::TaskType::kPs, i});
   for (int r = 0; r < file.cluster.num_workers(); ++r) order.push_back(file.cluster.WorkerTask(r));
+  for (int i = 0; i < static_cast<int>(file.cluster.evaluator.size()); ++i) order.push_back({config::TaskType::kEvaluator, i});
   std::vector<TaskPlan> plan;
   for (const config::TaskId& task : order) {
     TaskPlan p;

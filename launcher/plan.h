@@ -37,7 +37,7 @@ struct PlanOptions {
   int connect_timeout_secs = 10;
 };
 
-// ps tasks first, then the chief and the workers in rank order.
+// ps tasks first, then the chief and the workers in rank order, then the evaluator.
 std::vector<TaskPlan> MakePlan(const config::ClusterFile& file, const PlanOptions& options);
 
 // The TF_CONFIG of one task of `cluster`.

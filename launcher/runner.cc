@@ -299,6 +299,11 @@ int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
         r.test_accuracy = e->Number("test_accuracy", r.test_accuracy);
         r.samples_per_sec = e->Number("samples_per_sec", r.samples_per_sec);
         r.state = "training";
+      } else if (e->event == "eval") {  // the evaluator's row: its last evaluated step and accuracy
+        r.global_step = e->Number("global_step", r.global_step);
+        r.test_accuracy = e->Number("test_accuracy", r.test_accuracy);
+        r.state = "evaluating";
+        t.done_fields = fmt::format(", \"global_step\": {:.0f}, \"test_accuracy\": {}", r.global_step, r.test_accuracy);
       } else if (e->event == "ready") {
         r.state = "training";
       } else if (e->event == "done") {
@@ -391,8 +396,11 @@ int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
           continue;
         }
       }
-      if (t.exit_code != 0 && !stopping && options.observe) {
-        display.Line(fmt::format("[tfctl] {} failed with exit code {}; the other tasks go on (observing)", t.name, t.exit_code));
+      // An evaluator only reads the chief's checkpoints: training goes on without it.
+      const bool evaluator = t.plan->task.type == config::TaskType::kEvaluator;
+      if (t.exit_code != 0 && !stopping && (options.observe || evaluator)) {
+        display.Line(fmt::format("[tfctl] {} failed with exit code {}; the other tasks go on ({})", t.name, t.exit_code,
+                                 evaluator ? "training does not need the evaluator" : "observing"));
         if (exit_code == 0) failure = fmt::format("{} failed with exit code {}", t.name, t.exit_code);
         exit_code = 1;
       } else if (t.exit_code != 0 && !stopping) {

@@ -81,6 +81,7 @@ struct LocalClusterOptions {
   const TempDir* dir = nullptr;
   // Finish's deadline where a call names none.
   std::chrono::milliseconds finish_limit = std::chrono::seconds(120);
+  bool evaluator = false;  // the cluster spec lists one evaluator task too (started by StartEvaluator)
 };
 
 // The cluster spec lists num_ps ps and num_workers worker endpoints on 127.0.0.1, each port free
@@ -94,10 +95,11 @@ class LocalCluster {
         own_dir_(options_.dir == nullptr ? std::make_unique<TempDir>() : nullptr),
         dir_(options_.dir == nullptr ? *own_dir_ : *options_.dir) {
     if (!options_.job.empty()) WriteFile(dir_ / "job.json", options_.job);
-    const std::vector<int> ports = FreePorts(options_.num_ps + options_.num_workers);
+    const std::vector<int> ports = FreePorts(options_.num_ps + options_.num_workers + (options_.evaluator ? 1 : 0));
     for (int i = 0; i < options_.num_ps; ++i) cluster_["ps"].push_back("127.0.0.1:" + std::to_string(ports[i]));
     for (int i = 0; i < options_.num_workers; ++i)
       cluster_["worker"].push_back("127.0.0.1:" + std::to_string(ports[options_.num_ps + i]));
+    if (options_.evaluator) cluster_["evaluator"].push_back("127.0.0.1:" + std::to_string(ports.back()));
   }
   LocalCluster(const LocalCluster&) = delete;
   LocalCluster& operator=(const LocalCluster&) = delete;
@@ -122,6 +124,7 @@ class LocalCluster {
   // replaces its previous process, killing it if it still runs.
   void StartPs(int i, std::vector<std::string> extra = {}) { Start("ps", i, std::move(extra)); }
   void StartWorker(int i, std::vector<std::string> extra = {}) { Start("worker", i, std::move(extra)); }
+  void StartEvaluator(std::vector<std::string> extra = {}) { Start("evaluator", 0, std::move(extra)); }
   void StartAll(const std::vector<std::string>& worker_extra = {}) {
     for (int i = 0; i < options_.num_ps; ++i) StartPs(i);
     for (int i = 0; i < options_.num_workers; ++i) StartWorker(i, worker_extra);

@@ -51,6 +51,9 @@ struct NamedTensor {
 struct Checkpoint {
   std::uint64_t global_step = 0;
   std::uint32_t num_workers = 0;  // the worker count the cursors were taken under
+  // The chief's last checkpoint of a run that ended (training done, or stopped early): an
+  // evaluator task that has evaluated it is done. Files from before the mark read as false.
+  bool final = false;
   OptimizerInfo optimizer;
   std::vector<DataCursor> cursors;  // one per worker rank, in rank order
   std::vector<NamedTensor> tensors;  // in the model's flat order

@@ -25,7 +25,9 @@ constexpr std::string_view kTempSuffix = ".tfdckpt.tmp";
 
 std::string ErrnoText(int err) { return std::generic_category().message(err); }
 
-bool ParseFileStep(std::string_view name, std::uint64_t* step) {
+}  // namespace
+
+bool StepOfFileName(std::string_view name, std::uint64_t* step) {
   if (name.size() != kPrefix.size() + 12 + kSuffix.size() || !name.starts_with(kPrefix) || !name.ends_with(kSuffix)) return false;
   std::uint64_t v = 0;
   for (char ch : name.substr(kPrefix.size(), 12)) {
@@ -35,6 +37,8 @@ bool ParseFileStep(std::string_view name, std::uint64_t* step) {
   *step = v;
   return true;
 }
+
+namespace {
 
 Status WriteAll(int fd, std::span<const std::byte> data, const std::string& path) {
   while (!data.empty()) {
@@ -86,7 +90,7 @@ Result<std::vector<std::string>> List(const std::string& dir) {
   for (; it != fs::directory_iterator(); it.increment(ec)) {
     if (ec) return Status::Internal(fmt::format("{}: listing: {}", dir, ec.message()));
     std::uint64_t step = 0;
-    if (ParseFileStep(it->path().filename().string(), &step)) found.emplace_back(step, it->path().string());
+    if (StepOfFileName(it->path().filename().string(), &step)) found.emplace_back(step, it->path().string());
   }
   std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   std::vector<std::string> paths;

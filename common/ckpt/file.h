@@ -16,6 +16,8 @@ namespace tfd::ckpt {
 
 // "ckpt-000000000100.tfdckpt" for step 100.
 std::string FileName(std::uint64_t global_step);
+// The step a checkpoint file's name (no folder) says; false for any other name (a .tmp file too).
+bool StepOfFileName(std::string_view name, std::uint64_t* step);
 
 // Writes `ckpt` into `dir` (which must exist) as FileName(global_step): a temporary file in the
 // same folder, fsync, rename, fsync of the folder; then deletes all but the newest `keep_last`

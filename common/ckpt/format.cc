@@ -146,6 +146,12 @@ class Parser {
     {
       ByteReader in(r.payload);
       if (!in.U64(&c.global_step) || !in.U32(&c.num_workers) || !in.U32(&num_tensors)) return Fault(r, "payload too short");
+      if (in.remaining() > 0) {  // the optional flags word
+        std::uint32_t flags = 0;
+        if (!in.U32(&flags)) return Fault(r, "payload too short for its flags");
+        if ((flags & ~kMetaFlagFinal) != 0) return Fault(r, fmt::format("unknown flags 0x{:08x}", flags & ~kMetaFlagFinal));
+        c.final = (flags & kMetaFlagFinal) != 0;
+      }
       TFD_RETURN_IF_ERROR(Finish(r, in));
       if (num_tensors > kMaxTensors) return Fault(r, fmt::format("{} tensors is over the limit of {}", num_tensors, kMaxTensors));
       if (c.num_workers > kMaxCursors) return Fault(r, fmt::format("{} workers is over the limit of {}", c.num_workers, kMaxCursors));
@@ -360,6 +366,7 @@ Result<std::vector<std::byte>> Serialize(const Checkpoint& c) {
     w.U64(c.global_step);
     w.U32(c.num_workers);
     w.U32(static_cast<std::uint32_t>(c.tensors.size()));
+    if (c.final) w.U32(kMetaFlagFinal);
     TFD_RETURN_IF_ERROR(rw.End());
   }
   {

@@ -22,6 +22,8 @@ inline constexpr std::size_t kMaxRank = 8;
 inline constexpr std::size_t kMaxSlots = 8;
 inline constexpr std::uint32_t kMaxTensors = 1u << 20;
 inline constexpr std::uint32_t kMaxCursors = 1u << 16;
+// META's optional flags word (written only when a flag is set, so other files keep the old layout).
+inline constexpr std::uint32_t kMetaFlagFinal = 1u << 0;
 
 // The file's bytes. InvalidArgument when the checkpoint is inconsistent (a shape that does not
 // match the values, slots that do not match the optimizer's names, a name over kMaxNameBytes).

@@ -101,7 +101,7 @@ Result<ClusterFile> ParseClusterFile(std::string_view text, std::string_view sou
     l.Int("max_restarts", 0, 100, &f.launch.max_restarts);
     if (const json* restart = l.Get("restart")) {
       ObjectReader rr = l.Child(*restart, l.PathOf("restart"));
-      for (TaskType t : {TaskType::kChief, TaskType::kWorker, TaskType::kPs}) {
+      for (TaskType t : {TaskType::kChief, TaskType::kWorker, TaskType::kPs, TaskType::kEvaluator}) {
         std::string policy = "never";
         rr.String(TaskTypeName(t), &policy);
         if (policy == "on-failure") f.launch.restart_on_failure.insert(t);
@@ -157,6 +157,7 @@ Result<ClusterFile> ParseClusterFile(std::string_view text, std::string_view sou
     (void)l.Finish();
   }
   TFD_RETURN_IF_ERROR(r.Finish());
+  TFD_RETURN_IF_ERROR(CheckEvaluation(f.cluster, f.train, fmt::format("{}: train.", source)));
   // Hosts named under launch.hosts must be hosts of the cluster: a typo there would silently not apply.
   for (const auto& [host, settings] : f.launch.hosts) {
     bool used = false;
@@ -165,6 +166,20 @@ Result<ClusterFile> ParseClusterFile(std::string_view text, std::string_view sou
     if (!used) return Status::InvalidArgument(fmt::format("{}: launch.hosts.{}: no task of the cluster runs on \"{}\"", source, host, host));
   }
   return f;
+}
+
+Status CheckEvaluation(const ClusterSpec& cluster, const JobSpec& job, std::string_view where) {
+  if (cluster.evaluator.empty()) return Status::Ok();
+  if (job.evaluation == Evaluation::kNone)
+    return Status::InvalidArgument(fmt::format("{}evaluation: \"none\", but the cluster has an evaluator task (remove it, or set "
+                                               "\"evaluation\": \"evaluator\")", where));
+  if (job.update.mode == UpdateSpec::Mode::kAllreduce)
+    return Status::InvalidArgument(fmt::format("{}update.mode: allreduce writes no checkpoints in this version, so the cluster's "
+                                               "evaluator task would have none to evaluate", where));
+  if (job.checkpoint.dir.empty())
+    return Status::InvalidArgument(fmt::format("{}checkpoint: missing: the cluster has an evaluator task, which evaluates the "
+                                               "chief's checkpoints (set checkpoint.dir)", where));
+  return Status::Ok();
 }
 
 bool IsEventName(std::string_view name) {

@@ -65,10 +65,15 @@ struct ClusterFile {
 Result<ClusterFile> ParseClusterFile(std::string_view text, std::string_view source);
 Result<ClusterFile> LoadClusterFile(const std::string& path);
 
+// The checks between a cluster and its job's evaluation (docs/config.md, "evaluation"): an
+// evaluator task needs the chief's checkpoints (checkpoint.dir, a ps mode) and a job whose
+// evaluation is not "none". InvalidArgument "WHERE<field>: what" (`where`: "cluster.json: train.").
+Status CheckEvaluation(const ClusterSpec& cluster, const JobSpec& job, std::string_view where);
+
 // Every event name tfd writes (tfd --log-format json); docs/config.md describes each.
 inline constexpr std::string_view kEventNames[] = {
     "start",     "ready",      "step",  "epoch",         "checkpoint", "checkpoint_start", "restored", "done", "worker_done",
-    "peer_lost", "peer_rejoined", "quorum", "gave_up", "run_ended", "early_stopping", "error"};
+    "peer_lost", "peer_rejoined", "quorum", "gave_up", "run_ended", "early_stopping", "eval", "error"};
 bool IsEventName(std::string_view name);
 
 // One JSON event line of a task (tfd --log-format json): its name, and its number and string fields.

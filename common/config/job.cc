@@ -304,6 +304,15 @@ std::string_view MonitorName(EarlyStoppingSpec::Monitor m) {
   return "?";
 }
 
+std::string_view EvaluationName(Evaluation e) {
+  switch (e) {
+    case Evaluation::kChief: return "chief";
+    case Evaluation::kEvaluator: return "evaluator";
+    case Evaluation::kNone: return "none";
+  }
+  return "?";
+}
+
 std::string_view ActivationName(Activation a) {
   switch (a) {
     case Activation::kNone: return "none";
@@ -361,6 +370,21 @@ JobSpec ReadJobSpec(ObjectReader& r) {
   }
   ReadEarlyStopping(r, &job);
   r.Double("stop_at_accuracy", 0, 1, /*min_exclusive=*/true, &job.stop_at_accuracy);
+  std::string evaluation = "chief";
+  r.String("evaluation", &evaluation);
+  if (evaluation == "chief") job.evaluation = Evaluation::kChief;
+  else if (evaluation == "evaluator") job.evaluation = Evaluation::kEvaluator;
+  else if (evaluation == "none") job.evaluation = Evaluation::kNone;
+  else if (r.status().ok()) r.Fail(r.PathOf("evaluation"), fmt::format("unknown evaluation \"{}\" (expected chief, evaluator or none)", evaluation));
+  if (r.status().ok() && job.evaluation != Evaluation::kChief && job.can_stop_early())
+    r.Fail(r.PathOf("evaluation"), fmt::format("\"{}\" with {}: the chief decides to stop on its own per-epoch metrics, so "
+                                                "early stopping needs \"evaluation\": \"chief\"",
+                                                EvaluationName(job.evaluation),
+                                                job.early_stopping.monitor != EarlyStoppingSpec::Monitor::kNone ? "early_stopping" : "stop_at_accuracy"));
+  if (r.status().ok() && job.evaluation == Evaluation::kEvaluator && job.checkpoint.dir.empty())
+    r.Fail(r.PathOf("evaluation"), "\"evaluator\" needs checkpoints (the evaluator reads the chief's): set checkpoint.dir");
+  if (r.status().ok() && job.evaluation == Evaluation::kEvaluator && job.update.mode == UpdateSpec::Mode::kAllreduce)
+    r.Fail(r.PathOf("evaluation"), "\"evaluator\" needs checkpoints, which allreduce mode does not write in this version");
   (void)r.Finish();
   return job;
 }

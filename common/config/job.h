@@ -119,6 +119,12 @@ struct EarlyStoppingSpec {
 };
 std::string_view MonitorName(EarlyStoppingSpec::Monitor m);
 
+// Who evaluates while the job trains: the chief at the end of every epoch (the default), an
+// evaluator task on each of the chief's checkpoints, or nobody. The chief's final evaluation and
+// its done event stay in every case.
+enum class Evaluation { kChief, kEvaluator, kNone };
+std::string_view EvaluationName(Evaluation e);
+
 // The job spec of docs/config.md: what to train and how. Validated whole at load.
 struct JobSpec {
   ModelSpec model;
@@ -145,6 +151,7 @@ struct JobSpec {
   // Stop once the monitored accuracy (val_accuracy with a validation split, else test_accuracy)
   // reaches this; 0: never.
   double stop_at_accuracy = 0;
+  Evaluation evaluation = Evaluation::kChief;
   bool validates() const { return validation_fraction > 0 || validation_count > 0; }
   bool can_stop_early() const { return early_stopping.monitor != EarlyStoppingSpec::Monitor::kNone || stop_at_accuracy > 0; }
 };

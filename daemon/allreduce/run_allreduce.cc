@@ -76,7 +76,7 @@ Status RunAllreduceWorker(const config::TfConfig& config, const config::JobSpec&
   NotifyReady(fmt::format("{} in a ring of {} workers", config.task.ToString(), num_workers));
 
   AllreduceUpdater updater(*ring, *optimizer, model, job.update.bucket_kb);
-  return train::Train(job, loaded.data, model, updater, events, train::TrainerOptionsFor(config, options));
+  return train::Train(job, loaded.data, model, updater, events, train::TrainerOptionsFor(config, job, options));
 }
 
 }  // namespace tfd::allreduce

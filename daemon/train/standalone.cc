@@ -47,6 +47,7 @@ Status RunStandalone(const config::JobSpec& job, EventWriter& events, const Stan
   topts.stop = options.stop;
   topts.params_out = options.params_out;
   topts.observers = options.observers;
+  topts.evaluate_each_epoch = job.evaluation == config::Evaluation::kChief;
   return Train(job, loaded.data, *loaded.model, updater, events, topts);
 }
 

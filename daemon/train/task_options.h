@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/config/cluster.h"
+#include "common/config/job.h"
 #include "daemon/train/trainer.h"
 
 namespace tfd::train {
@@ -24,8 +25,8 @@ struct WorkerTaskOptions {
   std::vector<TrainObserver*> observers;  // summaries, metrics: told of every step and epoch; not owned
 };
 
-// The trainer's options for this task: its rank and shard, evaluation on the chief, the stop flag,
-// --params-out and --shard-limit.
-TrainerOptions TrainerOptionsFor(const config::TfConfig& config, const WorkerTaskOptions& options);
+// The trainer's options for this task: its rank and shard, per-epoch evaluation on the chief when
+// the job's evaluation is "chief", the stop flag, --params-out and --shard-limit.
+TrainerOptions TrainerOptionsFor(const config::TfConfig& config, const config::JobSpec& job, const WorkerTaskOptions& options);
 
 }  // namespace tfd::train

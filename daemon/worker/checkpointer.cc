@@ -116,7 +116,7 @@ Status Checkpointer::MaybeSave(std::uint64_t global_step) {
 Status Checkpointer::Save() {
   if (!enabled()) return Status::Ok();
   if (Status s = Collect(true); !s.ok()) spdlog::warn("checkpoint not written: {}", s.message());
-  return Take(true);
+  return Take(true, /*final=*/true);
 }
 
 Status Checkpointer::Collect(bool wait) {
@@ -125,14 +125,15 @@ Status Checkpointer::Collect(bool wait) {
   return writing_.get();
 }
 
-Status Checkpointer::Take(bool wait) {
+Status Checkpointer::Take(bool wait, bool final) {
   const Clock::time_point start = Clock::now();
   Result<std::vector<PsClient::PsState>> fetched = client_.FetchState(model_.params());
   if (!fetched.ok()) return fetched.status().WithContext("checkpoint");
   std::vector<PsClient::PsState> states = std::move(fetched).value();
   auto ck = std::make_shared<ckpt::Checkpoint>();
   ck->global_step = states[0].global_step;
-  if (ck->global_step == last_saved_) return Status::Ok();  // nothing new since the last save
+  if (ck->global_step == last_saved_ && !final) return Status::Ok();  // nothing new since the last save
+  ck->final = final;
   ck->num_workers = static_cast<std::uint32_t>(num_workers_);
   ck->optimizer.spec = job_.optimizer;
   ck->optimizer.updates = static_cast<std::int64_t>(states[0].updates);
@@ -167,9 +168,10 @@ Status Checkpointer::Take(bool wait) {
     TFD_ASSIGN_OR_RETURN(std::string path, ckpt::Write(spec_.dir, *ck, spec_.keep));
     const double ms = MsSince(start);
     const auto bytes = static_cast<std::int64_t>(std::filesystem::file_size(path, ec));
-    spdlog::info("checkpoint {} global_step={} bytes={} ms={:.1f} paused_ms={:.1f}", path, ck->global_step, bytes, ms, paused_ms);
+    spdlog::info("checkpoint {} global_step={} bytes={} ms={:.1f} paused_ms={:.1f}{}", path, ck->global_step, bytes, ms, paused_ms,
+                 ck->final ? " final" : "");
     events_.Emit("checkpoint", {{"path", path}, {"global_step", static_cast<std::int64_t>(ck->global_step)}, {"bytes", bytes},
-                                {"ms", ms}, {"paused_ms", paused_ms}});
+                                {"ms", ms}, {"paused_ms", paused_ms}, {"final", ck->final}});
     return Status::Ok();
   });
   return wait ? Collect(true) : Status::Ok();

@@ -42,12 +42,14 @@ class Checkpointer {
   // After each step: saves when the schedule says so. A failed fetch or write is logged, and
   // training goes on (the save is tried again at the next step).
   Status MaybeSave(std::uint64_t global_step);
-  // Saves now and waits until it is written (the end of training); its errors are returned.
+  // Saves now, marked final (ckpt::Checkpoint::final), and waits until it is written (the end of
+  // training); its errors are returned.
   Status Save();
 
  private:
-  // Fetches the state and starts writing it; `wait`: and waits for the write.
-  Status Take(bool wait);
+  // Fetches the state and starts writing it; `wait`: and waits for the write. `final`: marks it
+  // final, and writes it even when the last save holds the same step.
+  Status Take(bool wait, bool final = false);
   // The write in flight: if done (or `wait`), its outcome; Ok while it still runs.
   Status Collect(bool wait);
   ckpt::DataCursor CursorFor(std::uint32_t rank, std::uint64_t local_step) const;

@@ -165,7 +165,7 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
 
   PsUpdater updater(*client, static_cast<std::uint32_t>(rank), incarnation, sync, job.update.overlap, start_step,
                     model.params().size(), chief && checkpointer.enabled() ? &checkpointer : nullptr);
-  train::TrainerOptions topts = train::TrainerOptionsFor(config, options);
+  train::TrainerOptions topts = train::TrainerOptionsFor(config, job, options);
   topts.start_local_step = static_cast<std::int64_t>(client->resume_step());
   TFD_RETURN_IF_ERROR(train::Train(job, loaded.data, model, updater, events, topts));
   if (sync) spdlog::info("{} gradients of this worker were dropped as stale", updater.stale());

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "common/ckpt/format.h"
+#include "common/wire/crc32c.h"
 #include "test/unit/ckpt_fixtures.h"
 
 namespace tfd::ckpt {
@@ -45,6 +46,39 @@ TEST_CASE("a checkpoint records the learning-rate schedule and weight decay", "[
   CHECK(got.schedule.boundaries == s.schedule.boundaries);
   CHECK(got.schedule.values == s.schedule.values);
   CHECK(CheckOptimizer(*back, s, "x").ok());
+}
+
+TEST_CASE("the final mark round-trips, and a checkpoint without it keeps the old 16-byte META", "[unit][ckpt][evaluator]") {
+  Checkpoint c = MakeCheckpoint();
+  const std::vector<std::byte> plain = Bytes(c);
+  std::uint32_t meta_len = 0;
+  std::memcpy(&meta_len, plain.data() + 8 + 4, 4);
+  CHECK(meta_len == 16);  // what files written before the mark hold: they load as not final
+  auto old = Parse(plain, "old");
+  REQUIRE(old.ok());
+  CHECK_FALSE(old->final);
+  c.final = true;
+  const std::vector<std::byte> marked = Bytes(c);
+  CHECK(marked.size() == plain.size() + 4);
+  auto back = Parse(marked, "final");
+  REQUIRE(back.ok());
+  CHECK(back->final);
+  RequireSame(c, *back);
+}
+
+TEST_CASE("an unknown META flag is Corruption naming the record", "[unit][ckpt][evaluator]") {
+  Checkpoint c = MakeCheckpoint();
+  c.final = true;
+  std::vector<std::byte> b = Bytes(c);
+  const std::size_t meta = RecordStarts(b)[0];
+  const std::uint32_t flags = kMetaFlagFinal | 4u;
+  std::memcpy(b.data() + meta + 8 + 16, &flags, 4);
+  const std::uint32_t crc = wire::Crc32c(std::span(b).subspan(meta, 8 + 20));
+  std::memcpy(b.data() + meta + 8 + 20, &crc, 4);
+  auto got = Parse(b, "f");
+  REQUIRE_FALSE(got.ok());
+  CHECK(got.status().code() == Code::kCorruption);
+  CHECK_THAT(got.status().message(), Contains("f: record 0 (META)") && Contains("unknown flags 0x00000004"));
 }
 
 TEST_CASE("a checkpoint with no tensors, slots or cursors round-trips", "[unit][ckpt]") {

@@ -69,7 +69,7 @@ TEST_CASE("the canonical job spec of the design parses whole", "[unit][config]")
 
 TEST_CASE("an unknown field is an error that lists the known ones", "[unit][config]") {
   CHECK(ErrorOf(With(R"("learning_rate": 1)")) ==
-        "job.json: learning_rate: unknown field (expected one of: batch_size, checkpoint, data, device, early_stopping, epochs, "
+        "job.json: learning_rate: unknown field (expected one of: batch_size, checkpoint, data, device, early_stopping, epochs, evaluation, "
         "gpu_memory_fraction, log_every_steps, model, optimizer, placement, seed, shuffle, stop_at_accuracy, summaries, threads, "
         "update, validation_split)");
 }
@@ -165,6 +165,35 @@ TEST_CASE("job spec errors name the file and the JSON path", "[unit][config]") {
         "job.json: model.layers: expected a non-empty array of layers (or \"name\": one of softmax, mlp, dnn, cnn)");
   CHECK(ErrorOf(R"({"model": {"name": "mlp", "init": "xavier"}, "data": "d", "epochs": 1, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rate": 1}})") ==
         "job.json: model.init: unknown initializer \"xavier\" (expected zeros, normal, truncated_normal, glorot_uniform or he_normal)");
+}
+
+TEST_CASE("evaluation is chief by default, and evaluator or none on request", "[unit][config][evaluator]") {
+  auto chief = ParseJobSpec(kGood, "job.json");
+  REQUIRE(chief.ok());
+  CHECK(chief->evaluation == Evaluation::kChief);
+  auto none = ParseJobSpec(With(R"("evaluation": "none")"), "job.json");
+  REQUIRE(none.ok());
+  CHECK(none->evaluation == Evaluation::kNone);
+  auto evaluator = ParseJobSpec(With(R"("evaluation": "evaluator", "checkpoint": {"dir": "ck", "every_secs": 5})"), "job.json");
+  REQUIRE(evaluator.ok());
+  CHECK(evaluator->evaluation == Evaluation::kEvaluator);
+  CHECK(EvaluationName(evaluator->evaluation) == "evaluator");
+}
+
+TEST_CASE("evaluation errors name the field: a typo, no checkpoints, allreduce, early stopping", "[unit][config][evaluator]") {
+  CHECK(ErrorOf(With(R"("evaluation": "worker")")) ==
+        "job.json: evaluation: unknown evaluation \"worker\" (expected chief, evaluator or none)");
+  CHECK(ErrorOf(With(R"("evaluation": "evaluator")")) ==
+        "job.json: evaluation: \"evaluator\" needs checkpoints (the evaluator reads the chief's): set checkpoint.dir");
+  CHECK(ErrorOf(With(R"("evaluation": "evaluator", "checkpoint": {"dir": "ck"}, "update": {"mode": "allreduce"})")) ==
+        "job.json: evaluation: \"evaluator\" needs checkpoints, which allreduce mode does not write in this version");
+  CHECK(ErrorOf(With(R"("evaluation": "none", "stop_at_accuracy": 0.9)")) ==
+        "job.json: evaluation: \"none\" with stop_at_accuracy: the chief decides to stop on its own per-epoch metrics, so early "
+        "stopping needs \"evaluation\": \"chief\"");
+  CHECK(ErrorOf(With(R"("evaluation": "evaluator", "checkpoint": {"dir": "ck"}, "early_stopping": {"monitor": "loss"})")) ==
+        "job.json: evaluation: \"evaluator\" with early_stopping: the chief decides to stop on its own per-epoch metrics, so early "
+        "stopping needs \"evaluation\": \"chief\"");
+  CHECK(ErrorOf(With(R"("evaluation": 1)")) == "job.json: evaluation: expected a string, got 1");
 }
 
 TEST_CASE("LoadJobSpec names a job file it cannot open", "[unit][config]") {

@@ -123,6 +123,26 @@ TEST_CASE("SetUpRun names an absolute run folder and hands the token to the plan
   CHECK(SetUpRun({.file = dir / "missing.json"}, "").status().code() == Code::kNotFound);
 }
 
+TEST_CASE("an evaluator on another host than the chief gets a one-line shared-folder note", "[unit][launcher][evaluator]") {
+  TempDir dir;
+  auto file_with_evaluator_on = [&](const std::string& host) {
+    const std::string file = dir / ("e-" + host + ".json");
+    testing::WriteFile(file, R"({"name": "t", "cluster": {"ps": ["127.0.0.1:2000"], "worker": ["127.0.0.1:2001"], "evaluator": [")" +
+                                 host + R"(:2002"]}, "train": {"model": "mlp", "data": "d", "epochs": 1, "batch_size": 20,
+                                 "optimizer": {"type": "sgd", "learning_rate": 0.1}, "checkpoint": {"dir": "/shared/ck"},
+                                 "evaluation": "evaluator"}})");
+    Result<RunSetup> run = SetUpRun({.file = file, .run_dir_override = dir / "runs"}, "");
+    REQUIRE(run.ok());
+    return *run;
+  };
+  const RunSetup remote = file_with_evaluator_on("pc-09");
+  CHECK(Describe(remote.file).find(": 1 ps + 1 workers + 1 evaluator; mlp on d,") != std::string::npos);
+  CHECK(SharedFolderNote(remote) ==
+        "note: the evaluator runs on pc-09 and the chief on 127.0.0.1: train.checkpoint.dir (\"/shared/ck\") must be one shared "
+        "folder (a network filesystem) on both hosts, or the evaluator sees no checkpoint");
+  CHECK(SharedFolderNote(file_with_evaluator_on("localhost")).empty());  // a local child shares this machine's folders
+}
+
 TEST_CASE("CheckCluster passes a runnable local cluster and names a missing workdir", "[unit][launcher]") {
   TempDir dir;
   Result<RunSetup> good = SetUpRun({.file = LocalClusterFile(dir, dir.path())}, "");

@@ -129,10 +129,45 @@ TEST_CASE("launch.restart gives the named roles max_restarts restarts each", "[u
   CHECK(defaults[0].max_restarts == 3);
   CHECK(ErrorOf(std::string(R"({"cluster": {"worker": ["a:1"]}, )") + kTrain + R"(, "launch": {"restart": {"ps": "always"}}})") ==
         "c.json: launch.restart.ps: unknown policy \"always\" (expected on-failure or never)");
-  CHECK(ErrorOf(std::string(R"({"cluster": {"worker": ["a:1"]}, )") + kTrain + R"(, "launch": {"restart": {"evaluator": "never"}}})") ==
-        "c.json: launch.restart.evaluator: unknown field (expected one of: chief, ps, worker)");
+  CHECK(ErrorOf(std::string(R"({"cluster": {"worker": ["a:1"]}, )") + kTrain + R"(, "launch": {"restart": {"master": "never"}}})") ==
+        "c.json: launch.restart.master: unknown field (expected one of: chief, evaluator, ps, worker)");
   CHECK(ErrorOf(std::string(R"({"cluster": {"worker": ["a:1"]}, )") + kTrain + R"(, "launch": {"max_restarts": 1000}})") ==
         "c.json: launch.max_restarts: expected an integer in [0, 100], got 1000");
+}
+
+// A cluster of one ps, one worker and an evaluator on `evaluator_host`, training `train_extra`.
+std::string WithEvaluator(const std::string& train_extra, const std::string& evaluator_host = "127.0.0.1") {
+  return R"({"cluster": {"ps": ["127.0.0.1:2000"], "worker": ["127.0.0.1:2001"], "evaluator": [")" + evaluator_host +
+         R"(:2002"]}, "train": {"model": "mlp", "data": "d", "epochs": 1, "batch_size": 10,
+         "optimizer": {"type": "sgd", "learning_rate": 0.1})" + train_extra + R"(}, "launch": {"restart": {"evaluator": "on-failure"}}})";
+}
+
+TEST_CASE("an evaluator task is planned last, with the job, and launch.restart may name it", "[unit][launcher][evaluator]") {
+  auto f = Parse(WithEvaluator(R"(, "checkpoint": {"dir": "ck"}, "evaluation": "evaluator")"));
+  CHECK(f.train.evaluation == config::Evaluation::kEvaluator);
+  auto plan = MakePlan(f, {.job_path = "/r/job.json"});
+  REQUIRE(plan.size() == 3);
+  CHECK(plan[2].task.ToString() == "evaluator:0");
+  CHECK(plan[2].max_restarts == 3);
+  CHECK(plan[1].max_restarts == 0);
+  CHECK(fmt::format("{}", fmt::join(plan[2].argv, " ")).find("--job /r/job.json") != std::string::npos);
+  CHECK(plan[2].tf_config.find(R"("task":{"type":"evaluator","index":0})") != std::string::npos);
+  // "chief" (the default) may have an evaluator too: both evaluate.
+  CHECK(Parse(WithEvaluator(R"(, "checkpoint": {"dir": "ck"})")).train.evaluation == config::Evaluation::kChief);
+}
+
+TEST_CASE("an evaluator task needs checkpoints, a ps mode and an evaluation other than none", "[unit][launcher][evaluator]") {
+  CHECK(ErrorOf(WithEvaluator("")) ==
+        "c.json: train.checkpoint: missing: the cluster has an evaluator task, which evaluates the chief's checkpoints (set "
+        "checkpoint.dir)");
+  CHECK(ErrorOf(WithEvaluator(R"(, "checkpoint": {"dir": "ck"}, "evaluation": "none")")) ==
+        "c.json: train.evaluation: \"none\", but the cluster has an evaluator task (remove it, or set \"evaluation\": \"evaluator\")");
+  CHECK(ErrorOf(WithEvaluator(R"(, "checkpoint": {"dir": "ck"}, "update": {"mode": "allreduce"})")) ==
+        "c.json: train.update.mode: allreduce writes no checkpoints in this version, so the cluster's evaluator task would have none "
+        "to evaluate");
+  config::JobSpec job;
+  config::ClusterSpec without;
+  CHECK(config::CheckEvaluation(without, job, "j.json: ").ok());
 }
 
 TEST_CASE("launch.timeouts reach every task as tfd's timeout flags", "[unit][launcher]") {

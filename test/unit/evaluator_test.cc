@@ -1,0 +1,63 @@
+// The evaluator's pieces that need no process: its idle limit and loading a checkpoint's tensors
+// into a model by name.
+#include <catch2/catch.hpp>
+
+#include "daemon/evaluator/evaluator.h"
+
+namespace tfd::evaluator {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST_CASE("the idle limit is 3 x checkpoint.every_secs, at least 60 s, and 600 s for a step schedule", "[unit][evaluator]") {
+  CHECK(IdleTimeoutFor({.dir = "d", .every_steps = 100}) == 600s);
+  CHECK(IdleTimeoutFor({.dir = "d", .every_secs = 5}) == 60s);
+  CHECK(IdleTimeoutFor({.dir = "d", .every_steps = 10, .every_secs = 100}) == 300s);
+}
+
+std::unique_ptr<model::Model> Softmax() {
+  config::ModelSpec spec;
+  spec.name = "softmax";
+  auto m = model::Model::Build(spec, {.h = 2, .w = 2, .c = 1}, 10, 4);
+  INFO(m.status().ToString());
+  REQUIRE(m.ok());
+  return std::move(m).value();
+}
+
+// A checkpoint holding `model`'s variables, each value set to its flat index plus `base`.
+ckpt::Checkpoint CheckpointOf(const model::Model& model, float base) {
+  ckpt::Checkpoint c;
+  for (const model::Variable& v : model.variables()) {
+    ckpt::NamedTensor t{.name = v.name, .shape = v.shape, .values = {}, .slots = {}};
+    for (std::int64_t i = 0; i < v.size; ++i) t.values.push_back(base + static_cast<float>(v.offset + i));
+    c.tensors.push_back(std::move(t));
+  }
+  return c;
+}
+
+TEST_CASE("LoadParams copies the tensors by name, in any order", "[unit][evaluator]") {
+  auto m = Softmax();
+  ckpt::Checkpoint c = CheckpointOf(*m, 0.5f);
+  std::swap(c.tensors.front(), c.tensors.back());
+  REQUIRE(LoadParams(c, *m, "ck").ok());
+  for (std::size_t i = 0; i < m->params().size(); ++i) CHECK(m->params()[i] == 0.5f + static_cast<float>(i));
+}
+
+TEST_CASE("LoadParams names the file and the variable that does not fit", "[unit][evaluator]") {
+  auto m = Softmax();
+  ckpt::Checkpoint renamed = CheckpointOf(*m, 0);
+  const std::string name = renamed.tensors[0].name;
+  renamed.tensors[0].name = "other/kernel";
+  Status s = LoadParams(renamed, *m, "ck-1");
+  CHECK(s.code() == Code::kInvalidArgument);
+  CHECK(s.message() == "ck-1: holds no tensor " + name + " of the job's model (is it the chief's checkpoint of this job?)");
+  ckpt::Checkpoint reshaped = CheckpointOf(*m, 0);
+  reshaped.tensors[0].shape = {1};
+  reshaped.tensors[0].values.resize(1);
+  s = LoadParams(reshaped, *m, "ck-2");
+  CHECK(s.code() == Code::kInvalidArgument);
+  CHECK(s.message().starts_with("ck-2: tensor " + name + " has shape [1], the job's model has ["));
+}
+
+}  // namespace
+}  // namespace tfd::evaluator
