@@ -18,26 +18,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// A cluster file for 1 ps + 2 workers on free loopback ports, training on synthetic data in `dir`.
-std::string ClusterFile(const TempDir& dir, int epochs, const std::string& tfd = kTfd) {
-  WriteSyntheticMnist(dir / "", 800, 100);
-  const std::vector<int> ports = FreePorts(3);
-  nlohmann::json f = {
-      {"name", "t"},
-      {"cluster",
-       {{"ps", {"127.0.0.1:" + std::to_string(ports[0])}},
-        {"worker", {"127.0.0.1:" + std::to_string(ports[1]), "127.0.0.1:" + std::to_string(ports[2])}}}},
-      {"train",
-       {{"model", {{"name", "mlp"}, {"init", "glorot_uniform"}}},
-        {"data", dir.path()},
-        {"epochs", epochs},
-        {"batch_size", 20},
-        {"optimizer", {{"type", "adam"}, {"learning_rate", 0.01}}}}},
-      {"launch", {{"tfd", tfd}, {"run_dir", dir / "runs"}}}};
-  WriteFile(dir / "cluster.json", f.dump(2));
-  return dir / "cluster.json";
-}
-
 TEST_CASE("tfctl up trains a local cluster to completion and writes the run folder", "[system][tfctl]") {
   TempDir dir;
   const std::string file = ClusterFile(dir, 2);
