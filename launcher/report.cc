@@ -72,7 +72,8 @@ void RenderChart(const Chart& c, int ox, int oy, const std::map<std::string, std
   *out += fmt::format(R"(<text x="{}" y="{}" class="title">{}</text>)", ox + kLeft, oy + 18, Escape(c.title));
   for (int i = 0; i <= 4; ++i) {
     const double fx = x0 + (x1 - x0) * i / 4, fy = y0 + (y1 - y0) * i / 4;
-    *out += fmt::format(R"(<text x="{:.1f}" y="{}" class="tick" text-anchor="middle">{}</text>)", sx(fx), oy + kTop + ph + 14, Num(fx));
+    const char* anchor = i == 0 ? "start" : i == 4 ? "end" : "middle";  // the end labels stay inside the chart
+    *out += fmt::format(R"(<text x="{:.1f}" y="{}" class="tick" text-anchor="{}">{}</text>)", sx(fx), oy + kTop + ph + 14, anchor, Num(fx));
     *out += fmt::format(R"(<text x="{}" y="{:.1f}" class="tick" text-anchor="end">{}</text>)", ox + kLeft - 4, sy(fy) + 4, Num(fy));
     *out += fmt::format(R"(<line x1="{}" x2="{}" y1="{:.1f}" y2="{:.1f}" stroke="#eee"/>)", ox + kLeft, ox + kLeft + pw, sy(fy), sy(fy));
   }
