@@ -315,8 +315,12 @@ int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
       metrics << line << '\n';
       metrics.flush();  // status and up --detach read it while the run goes on
       Result<config::Event> e = config::ParseEvent(line);
-      if (options.json_output && e.ok()) std::printf("%s\n", line.c_str());
-      if (options.json_output && !e.ok()) display.Line(fmt::format("[{}] {}", t.name, line));
+      if (options.json_output && e.ok()) {  // the event as it came
+        std::printf("%s\n", line.c_str());
+        std::fflush(stdout);
+      } else if (options.json_output) {  // not an event: a log line, as JSON
+        display.Line(fmt::format("[{}] {}", t.name, line));
+      }
       if (!e.ok()) return;
       if (e->event == "start") t.event_pid = static_cast<pid_t>(e->Number("pid", -1));
       if (fault != nullptr && fault->progress_extends && fault->sent_at != 0 && deadline_at != Clock::time_point::max() &&
