@@ -79,7 +79,7 @@ void RenderChart(const Chart& c, int ox, int oy, const std::map<std::string, std
   }
   *out += fmt::format(R"(<text x="{}" y="{}" class="tick" text-anchor="middle">{}</text>)", ox + kLeft + pw / 2, oy + kChartH - 8,
                       Escape(c.x_label));
-  int legend = 0;
+  std::size_t legend = 0;  // names left to right, ending at the chart's right edge
   for (const Series& s : c.series) {
     const char* col = kPalette[colour.at(s.task) % std::size(kPalette)];
     std::string d;
@@ -87,7 +87,7 @@ void RenderChart(const Chart& c, int ox, int oy, const std::map<std::string, std
     if (s.points.size() == 1) d += " l0 0";  // a dot (round caps)
     *out += fmt::format(R"(<path class="curve" data-task="{}" data-metric="{}" data-points="{}" d="{}" stroke="{}"/>)", Escape(s.task),
                         Escape(c.metric), s.points.size(), d, col);
-    *out += fmt::format(R"(<text x="{}" y="{}" class="legend" fill="{}">{}</text>)", ox + kChartW - kRight - 90 * (legend + 1) + 90,
+    *out += fmt::format(R"(<text x="{}" y="{}" class="legend" style="fill:{}">{}</text>)", ox + kChartW - kRight - 90 * static_cast<int>(c.series.size() - legend),
                         oy + 18, col, Escape(s.task));
     ++legend;
   }
