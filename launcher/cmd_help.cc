@@ -1,6 +1,7 @@
 #include <cstdio>
 
 #include "launcher/commands.h"
+#include "launcher/runner.h"
 
 namespace tfd::launcher {
 namespace {
@@ -13,11 +14,20 @@ Usage:
         show a table of the workers, write a run folder
   tfctl up CLUSTER.json --detach ...
         the same, returning once every worker is ready; the run goes on in the background
+  tfctl up CLUSTER.json --dashboard [ADDR:]PORT ...
+        also serve a live dashboard of the run (default address 127.0.0.1; port 0: a free one; the
+        URL is printed on stderr); it ends 2 s after the run (not with --detach)
+  tfctl up CLUSTER.json --log-format json ...
+        nothing but JSON lines on stdout and stderr: the tasks' events, log lines and tfctl's messages
   tfctl validate CLUSTER.json [--accept-new-hostkeys]
         check the file and every host (ssh, tfd, data, ports); start nothing
   tfctl status [RUN]            each task's last event (RUN: a run folder; default the newest in ./runs)
   tfctl logs [RUN] [TASK] [-f]  the tasks' log lines (-f: follow while the run goes on)
   tfctl down [RUN]              stop a run: TERM every task, KILL after the grace period
+  tfctl report RUN              write RUN/report.html (tasks, job, curves; opens offline) and
+                                RUN/curves.svg, during or after a run (up writes them at its end)
+  tfctl dashboard RUN [--port [ADDR:]PORT]
+                                serve RUN's dashboard (a finished or detached run) until Ctrl-C
   tfctl gen-token FILE          write a new cluster token (mode 0600) for tfd --token-file
   tfctl chaos RUN|CLUSTER.json --kill ROLE[:INDEX] --at EVENT[:N] [--from TASK]
         [--signal kill|term | --stop SECS] [--deadline SECS]
@@ -42,13 +52,13 @@ int Help(bool asked) {
   return asked ? 0 : 2;
 }
 
-int UsageError(const std::string& message) {
-  std::fprintf(stderr, "tfctl: %s (see tfctl --help)\n", message.c_str());
+int UsageError(const std::string& message, bool json) {
+  Say(stderr, json, "usage_error", message + " (see tfctl --help)");
   return 2;
 }
 
-int ReportFailure(const Status& s) {
-  std::fprintf(stderr, "tfctl: %s\n", s.message().c_str());
+int ReportFailure(const Status& s, bool json) {
+  Say(stderr, json, "error", s.message());
   return ExitCodeFor(s);
 }
 

@@ -1,38 +1,66 @@
 // up, in the foreground or (--detach) in a background tfctl.
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <memory>
+#include <thread>
 
+#include <fmt/format.h>
+
+#include "common/base/logging.h"
+#include "common/http/server.h"
 #include "common/transport/auth.h"
 #include "launcher/commands.h"
+#include "launcher/dashboard.h"
+#include "launcher/report.h"
 #include "launcher/runner.h"
 
 namespace tfd::launcher {
 
+namespace {
+
+// report.html and curves.svg at the end of a run; a failure is a warning, not the run's.
+void WriteRunReport(const std::filesystem::path& run_dir, bool json) {
+  if (Status s = WriteReport(run_dir); !s.ok()) Say(stderr, json, "warning", "no report: " + s.message());
+  else Say(stdout, json, "report", fmt::format("report {}", (run_dir / "report.html").string()));
+}
+
+}  // namespace
+
 int Up(const ClusterArgs& args, const Interrupts& interrupts, Injection* fault, std::filesystem::path* run_dir_out) {
+  const bool json = args.json_output;
+  std::pair<std::string, std::uint16_t> dashboard_at;
+  if (!args.dashboard.empty()) {
+    if (args.detach) return UsageError("--dashboard does not go with --detach: serve the run with tfctl dashboard RUN", json);
+    auto address = http::ParseListenAddress(args.dashboard, "--dashboard");
+    if (!address.ok()) return ReportFailure(address.status(), json);
+    dashboard_at = *address;
+  }
   const transport::ClusterToken token = transport::ClusterToken::Generate();
   Result<RunSetup> run = SetUpRun(args, token.Hex());
-  if (!run.ok()) return ReportFailure(run.status());
-  if (Status s = CheckCluster(*run); !s.ok()) return ReportFailure(s);
+  if (!run.ok()) return ReportFailure(run.status(), json);
+  if (Status s = CheckCluster(*run); !s.ok()) return ReportFailure(s, json);
   const std::filesystem::path& run_dir = run->run_dir;
   std::error_code ec;
   std::filesystem::create_directories(run_dir, ec);
   if (ec) {
-    std::fprintf(stderr, "tfctl: cannot create the run folder %s: %s\n", run_dir.c_str(), ec.message().c_str());
+    Say(stderr, json, "error", fmt::format("cannot create the run folder {}: {}", run_dir.string(), ec.message()));
     return 1;
   }
   if (Status s = token.WriteFile(run->options.token_path); !s.ok()) {
-    std::fprintf(stderr, "tfctl: %s\n", s.message().c_str());
+    Say(stderr, json, "error", s.message());
     return 1;
   }
   std::filesystem::copy_file(args.file, run_dir / "cluster.json", std::filesystem::copy_options::overwrite_existing, ec);
   std::ofstream(run_dir / "job.json") << run->file.train_json << "\n";
   if (run_dir_out != nullptr) *run_dir_out = run_dir;
-  std::printf("tfctl: %s\n", Describe(run->file).c_str());
-  if (const std::string note = SharedFolderNote(*run); !note.empty()) std::printf("tfctl: %s\n", note.c_str());
-  std::fflush(stdout);
+  std::string where = "\"run_dir\": ";
+  AppendJsonString(run_dir.string(), &where);
+  Say(stdout, json, "describe", Describe(run->file), where);
+  if (const std::string note = SharedFolderNote(*run); !note.empty()) Say(stdout, json, "note", note);
 
   RunOptions ropts;
   ropts.run_dir = run_dir.string();
@@ -40,12 +68,29 @@ int Up(const ClusterArgs& args, const Interrupts& interrupts, Injection* fault, 
   ropts.signal = interrupts.flag;
   ropts.injection = fault;
   ropts.observe = fault != nullptr;
+  ropts.json_output = json;
   if (!args.detach) {
+    std::unique_ptr<Dashboard> dashboard;
+    if (!args.dashboard.empty()) {
+      auto started = Dashboard::Start(dashboard_at.first, dashboard_at.second, run_dir);
+      if (!started.ok()) return ReportFailure(started.status(), json);
+      dashboard = std::move(*started);
+      std::string url = "\"url\": ";
+      AppendJsonString(dashboard->url(), &url);
+      Say(stderr, json, "dashboard", "dashboard at " + dashboard->url(), url);
+      ropts.on_tasks = [site = &dashboard->site()](const std::vector<TaskState>& tasks) { site->SetTasks(tasks); };
+    }
     std::signal(SIGINT, interrupts.handler);
     std::signal(SIGTERM, interrupts.handler);
     std::signal(SIGPIPE, SIG_IGN);
     std::ofstream(run_dir / "tfctl.pid") << getpid() << "\n";
-    return Run(run->plan, ropts);
+    const int code = Run(run->plan, ropts);
+    WriteRunReport(run_dir, json);
+    if (dashboard != nullptr) {  // an open page polls once a second: let it fetch the final state
+      dashboard->site().SetEnded();
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+    }
+    return code;
   }
 
   BackgroundOptions bopts;
@@ -54,23 +99,31 @@ int Up(const ClusterArgs& args, const Interrupts& interrupts, Injection* fault, 
   bopts.on_signal = interrupts.handler;
   bopts.ready_timeout_secs = run->file.launch.start_timeout_secs;
   const int num_workers = run->file.cluster.num_workers();
-  const Status started = RunInBackground([&] { return Run(run->plan, ropts); },  // the background tfctl's whole life
+  const Status started = RunInBackground([&] {  // the background tfctl's whole life
+    const int code = Run(run->plan, ropts);
+    WriteRunReport(run_dir, json);
+    return code;
+  },
                                          [&] { return ReadyWorkers(run_dir) >= num_workers; }, bopts);
   if (started.code() == Code::kUnavailable) {
-    std::fprintf(stderr, "tfctl: the run ended before every worker was ready; see %s/tfctl.log\n", run_dir.c_str());
+    Say(stderr, json, "error", fmt::format("the run ended before every worker was ready; see {}/tfctl.log", run_dir.string()));
     return 1;
   }
   if (started.code() == Code::kDeadlineExceeded) {
-    std::fprintf(stderr, "tfctl: not every worker was ready within %.0f s (launch.start_timeout); the run goes on: %s\n",
-                 bopts.ready_timeout_secs, run_dir.c_str());
+    Say(stderr, json, "error", fmt::format("not every worker was ready within {:.0f} s (launch.start_timeout); the run goes on: {}",
+                                           bopts.ready_timeout_secs, run_dir.string()));
     return 1;
   }
   if (!started.ok()) {
-    std::fprintf(stderr, "tfctl: %s\n", started.message().c_str());
+    Say(stderr, json, "error", started.message());
     return 1;
   }
-  std::printf("tfctl: every task is up; the run goes on in the background\n  tfctl status %s\n  tfctl logs %s -f\n  tfctl down %s\n",
-              run_dir.c_str(), run_dir.c_str(), run_dir.c_str());
+  if (json) {
+    Say(stdout, json, "detached", "every task is up; the run goes on in the background", where);
+  } else {
+    std::printf("tfctl: every task is up; the run goes on in the background\n  tfctl status %s\n  tfctl logs %s -f\n  tfctl down %s\n",
+                run_dir.c_str(), run_dir.c_str(), run_dir.c_str());
+  }
   return 0;
 }
 

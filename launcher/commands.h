@@ -19,10 +19,12 @@ namespace tfd::launcher {
 // help: the usage text, on stdout (exit 0) when asked for, on stderr (exit 2) when tfctl got no
 // arguments at all.
 int Help(bool asked);
-// Prints "tfctl: <message> (see tfctl --help)" on stderr and returns 2.
-int UsageError(const std::string& message);
-// Prints "tfctl: <s's message>" on stderr and returns ExitCodeFor(s): 2 for a bad file or field, else 1.
-int ReportFailure(const Status& s);
+// Prints "tfctl: <message> (see tfctl --help)" on stderr (with `json`, as a JSON line: runner.h's
+// Say) and returns 2.
+int UsageError(const std::string& message, bool json = false);
+// Prints "tfctl: <s's message>" on stderr (with `json`, a JSON line) and returns ExitCodeFor(s): 2
+// for a bad file or field, else 1.
+int ReportFailure(const Status& s, bool json = false);
 
 // gen-token FILE: a new cluster token in a new file of mode 0600; 1 when it cannot be written.
 int GenToken(const std::string& path);
@@ -34,6 +36,8 @@ struct ClusterArgs {
   double grace_secs = 10;        // --grace: TERM, then KILL after this long
   bool accept_new_hostkeys = false;
   bool detach = false;  // up --detach
+  std::string dashboard;  // up --dashboard [ADDR:]PORT; empty: none
+  bool json_output = false;  // up --log-format json: JSON lines only on stdout and stderr
 };
 
 // How up learns of Ctrl-C and TERM: `handler` (main's, async-signal-safe) sets `flag`; up installs it
@@ -48,7 +52,9 @@ int Validate(const ClusterArgs& args);
 struct Injection;  // runner.h
 
 // up: validate's checks, a new run folder, every task started and watched until all are done (see
-// Run in runner.h). With args.detach the run goes on in a background tfctl (its output in the run
+// Run in runner.h), then report.html and curves.svg written into the run folder (launcher/report.h;
+// a failure to write them is a warning). With args.dashboard the run is served at that address
+// (launcher/dashboard.h) from before the first task starts until 2 s after the last ends. With args.detach the run goes on in a background tfctl (its output in the run
 // folder's tfctl.log) and this returns once every worker is ready. With `fault` (tfctl chaos; not
 // with detach) Run sends it and observes (a failed task does not stop the others); `run_dir`, when
 // given, gets the run folder once it exists (else it stays empty).
@@ -58,6 +64,13 @@ int Up(const ClusterArgs& args, const Interrupts& interrupts, Injection* fault =
 // run (a run folder) or of a run it starts as up does, then a report of what each task did and
 // whether the run kept tfd's promise (launcher/chaos.h). 0 kept, 1 not kept, 2 bad input, 130 Ctrl-C.
 int Chaos(const std::vector<std::string>& args, const Interrupts& interrupts);
+
+// report RUN: RUN/report.html and RUN/curves.svg from the run folder's files, during or after the
+// run (0); 2 naming the file when one is missing or bad; 1 when they cannot be written.
+int Report(const std::vector<std::string>& args);
+// dashboard RUN [--port [ADDR:]PORT]: serves a run folder's dashboard (what its files say) until
+// SIGINT or SIGTERM, then 0; 2 for a bad folder or address, 1 when it cannot be bound.
+int ServeDashboard(const std::vector<std::string>& args, const Interrupts& interrupts);
 
 // status, logs and down act on a run folder: the first of `args` (the words after the command) when
 // it is one (a folder holding cluster.json), else the newest folder under ./runs.

@@ -31,11 +31,17 @@ int main(int argc, char** argv) {
   if (command == "logs") return launcher::ShowLogs(rest);
   if (command == "down") return launcher::Down(rest);
   if (command == "chaos") return launcher::Chaos(rest, {.flag = &g_signal, .handler = OnSignal});
+  if (command == "report") return launcher::Report(rest);
+  if (command == "dashboard") return launcher::ServeDashboard(rest, {.flag = &g_signal, .handler = OnSignal});
   if (command != "up" && command != "validate")
-    return launcher::UsageError(
-        fmt::format("unknown command \"{}\" (expected up, validate, status, logs, down, chaos or gen-token)", command));
+    return launcher::UsageError(fmt::format(
+        "unknown command \"{}\" (expected up, validate, status, logs, down, report, dashboard, chaos or gen-token)", command));
 
   launcher::ClusterArgs cluster;
+  // Asked for JSON, even the complaints about the rest of the command line are JSON lines.
+  for (std::size_t i = 0; command == "up" && i + 1 < rest.size(); ++i)
+    if (rest[i] == "--log-format" && rest[i + 1] == "json") cluster.json_output = true;
+  const bool json = cluster.json_output;
   for (std::size_t i = 0; i < rest.size(); ++i) {
     if (rest[i] == "--run-dir" && i + 1 < rest.size()) {
       cluster.run_dir_override = rest[++i];
@@ -45,21 +51,27 @@ int main(int argc, char** argv) {
         grace = std::stod(rest[++i]);
       } catch (...) {  // not a number: refused below
       }
-      if (!(grace >= 0 && grace < 3600)) return launcher::UsageError("--grace: expected a number of seconds");
+      if (!(grace >= 0 && grace < 3600)) return launcher::UsageError("--grace: expected a number of seconds", json);
       cluster.grace_secs = grace;
     } else if (rest[i] == "--accept-new-hostkeys") {
       cluster.accept_new_hostkeys = true;
     } else if (rest[i] == "--detach" && command == "up") {
       cluster.detach = true;
+    } else if (rest[i] == "--dashboard" && command == "up" && i + 1 < rest.size()) {
+      cluster.dashboard = rest[++i];
+    } else if (rest[i] == "--log-format" && command == "up" && i + 1 < rest.size()) {
+      const std::string& format = rest[++i];
+      if (format != "text" && format != "json")
+        return launcher::UsageError(fmt::format("--log-format: expected text or json, got \"{}\"", format), json);
     } else if (!rest[i].empty() && rest[i][0] == '-') {
-      return launcher::UsageError(fmt::format("unknown option {}", rest[i]));
+      return launcher::UsageError(fmt::format("unknown option {}", rest[i]), json);
     } else if (cluster.file.empty()) {
       cluster.file = rest[i];
     } else {
-      return launcher::UsageError(fmt::format("one cluster file, not \"{}\" too", rest[i]));
+      return launcher::UsageError(fmt::format("one cluster file, not \"{}\" too", rest[i]), json);
     }
   }
-  if (cluster.file.empty()) return launcher::UsageError(command + " needs a cluster file");
+  if (cluster.file.empty()) return launcher::UsageError(command + " needs a cluster file", json);
   if (command == "validate") return launcher::Validate(cluster);
   return launcher::Up(cluster, {.flag = &g_signal, .handler = OnSignal});
 }

@@ -100,8 +100,15 @@ Status Spawn(Task& t) {
 
 class Display {
  public:
-  explicit Display(bool tty) : tty_(tty) {}
+  Display(bool tty, bool json) : tty_(tty && !json), json_(json) {}
+  // `s` is "[who] message"; as JSON, who becomes the line's task.
   void Line(const std::string& s) {
+    if (json_) {
+      const std::size_t close = s.find("] ");
+      const bool tagged = !s.empty() && s[0] == '[' && close != std::string::npos;
+      Say(stdout, /*json=*/true, "log", tagged ? s.substr(close + 2) : s, "", tagged ? s.substr(1, close - 1) : "tfctl");
+      return;
+    }
     Clear();
     std::fwrite(s.data(), 1, s.size(), stdout);
     std::fputc('\n', stdout);
@@ -131,6 +138,7 @@ class Display {
     drawn_ = 0;
   }
   void Draw() {
+    if (json_) return;
     if (!tty_) {
       std::fflush(stdout);
       return;
@@ -139,7 +147,7 @@ class Display {
     drawn_ = static_cast<int>(rows_.size()) + 1;
     std::fflush(stdout);
   }
-  bool tty_;
+  bool tty_, json_;
   int drawn_ = 0;
   std::vector<std::pair<std::string, Row>> rows_;
 };
@@ -154,6 +162,23 @@ double UnixNow() { return std::chrono::duration<double>(std::chrono::system_cloc
 Clock::time_point After(double secs) { return Clock::now() + std::chrono::milliseconds(static_cast<std::int64_t>(secs * 1000)); }
 
 }  // namespace
+
+void Say(std::FILE* stream, bool json, std::string_view event, std::string_view message, std::string_view extra, std::string_view task) {
+  if (!json) {
+    std::fprintf(stream, "tfctl: %.*s\n", static_cast<int>(message.size()), message.data());
+  } else {
+    std::string line = fmt::format("{{\"ts\": {:.3f}, \"task\": ", UnixNow());
+    AppendJsonString(task, &line);
+    line += ", \"event\": ";
+    AppendJsonString(event, &line);
+    line += ", \"message\": ";
+    AppendJsonString(message, &line);
+    if (!extra.empty()) line += fmt::format(", {}", extra);
+    line += "}\n";
+    std::fputs(line.c_str(), stream);
+  }
+  std::fflush(stream);
+}
 
 std::string_view LogMessage(std::string_view line) {
   auto tag = line.find("] ");
@@ -239,19 +264,28 @@ CommandOutput RunAndCapture(const std::vector<std::string>& argv, double timeout
 int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
   std::vector<Task> tasks(plan.size());
   std::ofstream metrics(options.run_dir + "/metrics.jsonl");
-  Display display(isatty(1) == 1);
+  Display display(isatty(1) == 1, options.json_output);
   auto rows = [&] {
     std::vector<std::pair<std::string, Row>> r;
     for (const Task& t : tasks)
       if (t.plan->task.type != config::TaskType::kPs) r.emplace_back(t.name, t.row);
     return r;
   };
+  auto refresh = [&] {  // the table, and whoever watches the tasks' states
+    display.SetRows(rows());
+    if (!options.on_tasks) return;
+    std::vector<TaskState> states;
+    for (const Task& t : tasks)
+      states.push_back({.task = t.name, .state = t.row.state, .restarts = t.restarts, .exit_code = t.running ? -1 : t.exit_code,
+                        .test_accuracy = t.row.state == "done" ? t.row.test_accuracy : -1});
+    options.on_tasks(states);
+  };
   for (std::size_t i = 0; i < plan.size(); ++i) {
     tasks[i].plan = &plan[i];
     tasks[i].name = plan[i].task.ToString();
     tasks[i].log.open(options.run_dir + "/" + tasks[i].name + ".log");
   }
-  display.SetRows(rows());
+  refresh();
   int exit_code = 0;
   std::string failure;
   for (Task& t : tasks) {  // ps tasks come first in the plan
@@ -281,6 +315,12 @@ int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
       metrics << line << '\n';
       metrics.flush();  // status and up --detach read it while the run goes on
       Result<config::Event> e = config::ParseEvent(line);
+      if (options.json_output && e.ok()) {  // the event as it came
+        std::printf("%s\n", line.c_str());
+        std::fflush(stdout);
+      } else if (options.json_output) {  // not an event: a log line, as JSON
+        display.Line(fmt::format("[{}] {}", t.name, line));
+      }
       if (!e.ok()) return;
       if (e->event == "start") t.event_pid = static_cast<pid_t>(e->Number("pid", -1));
       if (fault != nullptr && fault->progress_extends && fault->sent_at != 0 && deadline_at != Clock::time_point::max() &&
@@ -319,7 +359,7 @@ int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
         }
         t.done_fields = f;
       }
-      display.SetRows(rows());
+      refresh();
       return;
     }
     t.log << line << '\n';
@@ -375,7 +415,7 @@ int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
                       : stopping && (t.exit_code == 128 + SIGTERM || (!t.plan->local && t.exit_code == 255)) ? "stopped"
                                                                  : fmt::format("failed ({})", t.exit_code);
       }
-      display.SetRows(rows());
+      refresh();
       // launch.restart: start it again (a bad configuration, exit 2, would only fail again).
       if (t.exit_code != 0 && t.exit_code != 2 && !stopping && t.restarts < t.plan->max_restarts) {
         for (int* fd : {&t.out_fd, &t.err_fd}) {  // its last lines first: the pipes end with it
@@ -392,7 +432,7 @@ int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
                                  t.plan->max_restarts));
         if (Status s = Spawn(t); s.ok()) {
           t.row.state = "restarted";
-          display.SetRows(rows());
+          refresh();
           continue;
         }
       }
@@ -484,10 +524,12 @@ int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
   }
   summary += "\n]}\n";
   std::ofstream(options.run_dir + "/summary.json") << summary;
-  if (isatty(1) != 1)  // a terminal already shows the table; a log gets it once, at the end
+  if (isatty(1) != 1 && !options.json_output)  // a terminal already shows the table; a log gets it once, at the end
     for (const std::string& l : display.Table()) std::printf("%s\n", l.c_str());
-  if (exit_code == 1) std::fprintf(stderr, "tfctl: %s\n", failure.c_str());
-  std::printf("tfctl: run folder %s\n", options.run_dir.c_str());
+  if (exit_code == 1) Say(stderr, options.json_output, "failure", failure);
+  std::string folder = "\"run_dir\": ";
+  AppendJsonString(options.run_dir, &folder);
+  Say(stdout, options.json_output, "run_folder", "run folder " + options.run_dir, fmt::format("{}, \"exit_code\": {}", folder, exit_code));
   return exit_code;
 }
 

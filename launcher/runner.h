@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <csignal>
+#include <cstdio>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -36,6 +37,15 @@ struct Injection {
   double deadline_unix = 0;  // the deadline as it stood when the run ended (progress moves it), Unix seconds
 };
 
+// One task as Run sees it (the dashboard's task table) or as tfctl report reads it from the run folder.
+struct TaskState {
+  std::string task;                // "worker:1"
+  std::string state = "starting";  // running, training, restarted, done, exited, stopped, failed (N), ...
+  int restarts = 0;
+  int exit_code = -1;  // -1 while it runs
+  double test_accuracy = -1;  // from its done event; -1 without one
+};
+
 struct RunOptions {
   std::string run_dir;  // this run's folder (exists)
   double grace_secs = 10;  // TERM, then KILL after this long
@@ -44,6 +54,11 @@ struct RunOptions {
   // still returns 1 when a task failed.
   bool observe = false;
   Injection* injection = nullptr;  // not owned; null: no fault
+  // JSON lines only on stdout and stderr (tfctl up --log-format json): each task's events as they
+  // come, and every log line and message as {"ts", "task", "event": "log", "message"}; no table.
+  bool json_output = false;
+  // Called on Run's thread with every task's state whenever one changes (the dashboard); may be empty.
+  std::function<void(const std::vector<TaskState>&)> on_tasks;
 };
 
 struct CommandOutput {
@@ -80,6 +95,12 @@ Status RunInBackground(const std::function<int()>& body, const std::function<boo
 Status SignalTask(const TaskPlan& plan, pid_t pid, int sig);
 // "KILL", "TERM", "STOP", "CONT" for those signals, else the number.
 std::string SignalName(int sig);
+
+// One line of tfctl's own on `stream`, flushed: "tfctl: <message>", or with `json`
+// {"ts": Unix seconds, "task": task, "event": event, "message": message[, extra]}, where `extra` is
+// more members as JSON text ("\"url\": \"http://...\"").
+void Say(std::FILE* stream, bool json, std::string_view event, std::string_view message, std::string_view extra = "",
+         std::string_view task = "tfctl");
 
 // A task's log line without tfd's time and task prefix: "2026-11-22 03:46:02.971 [worker:1] info x"
 // -> "info x"; other lines as they are.
