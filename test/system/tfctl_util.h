@@ -65,26 +65,6 @@ inline std::vector<std::string> ProcessesMentioning(const std::string& needle) {
   return found;
 }
 
-// A cluster file for 1 ps + 2 workers on free loopback ports, training on synthetic data in `dir`.
-inline std::string ClusterFile(const TempDir& dir, int epochs, const std::string& tfd = kTfd) {
-  WriteSyntheticMnist(dir / "", 800, 100);
-  const std::vector<int> ports = FreePorts(3);
-  nlohmann::json f = {
-      {"name", "t"},
-      {"cluster",
-       {{"ps", {"127.0.0.1:" + std::to_string(ports[0])}},
-        {"worker", {"127.0.0.1:" + std::to_string(ports[1]), "127.0.0.1:" + std::to_string(ports[2])}}}},
-      {"train",
-       {{"model", {{"name", "mlp"}, {"init", "glorot_uniform"}}},
-        {"data", dir.path()},
-        {"epochs", epochs},
-        {"batch_size", 20},
-        {"optimizer", {{"type", "adam"}, {"learning_rate", 0.01}}}}},
-      {"launch", {{"tfd", tfd}, {"run_dir", dir / "runs"}}}};
-  WriteFile(dir / "cluster.json", f.dump(2));
-  return dir / "cluster.json";
-}
-
 inline bool WaitUntilNoneLeft(const std::string& needle, std::chrono::seconds limit) {
   using namespace std::chrono_literals;
   const auto until = std::chrono::steady_clock::now() + limit;
