@@ -7,6 +7,7 @@
 #include "common/base/logging.h"
 #include "common/base/status.h"
 #include "common/config/cluster.h"
+#include "common/metrics/task_metrics.h"
 #include "common/transport/connection.h"
 
 namespace tfd::ps {
@@ -23,6 +24,8 @@ struct PsOptions {
   // How long a worker may take to connect at all (tfd's --startup-timeout, which a worker also
   // gives the ps), counted from the first worker's connection, or from this ps's start.
   std::chrono::milliseconds startup_timeout{120000};
+  // The ps's Prometheus metrics (RunPs adds its own with AddPsMetrics); null: none. Not owned.
+  tfd::metrics::TaskMetrics* metrics = nullptr;
 };
 
 // Runs this process as the ps task of `config`: listens on its endpoint's port, serves the workers

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/config/cluster.h"
+#include "common/metrics/task_metrics.h"
 #include "daemon/train/trainer.h"
 
 namespace tfd::train {
@@ -22,6 +23,9 @@ struct WorkerTaskOptions {
   std::chrono::milliseconds step_timeout{300000};      // one exchange (sync waits for the others)
   std::chrono::milliseconds reconnect_timeout{60000};  // ps modes: how long a lost ps is dialed again
   std::vector<TrainObserver*> observers;  // summaries, metrics: told of every step and epoch; not owned
+  // The task's Prometheus metrics beyond the observers' (bytes, latencies, peers, checkpoints); the
+  // role adds its own (AddPsClientMetrics, AddAllreduceMetrics) before it starts. Null: none. Not owned.
+  tfd::metrics::TaskMetrics* metrics = nullptr;
 };
 
 // The trainer's options for this task: its rank and shard, evaluation on the chief, the stop flag,
