@@ -5,8 +5,8 @@
 namespace tfd::metrics {
 namespace {
 
-// Step, push and pull times: 1 ms to about 33 s, doubling.
-std::vector<double> SecondsBuckets() { return ExponentialBuckets(0.001, 2, 16); }
+// Step, push and pull times: 100 us to about 52 s, doubling.
+std::vector<double> SecondsBuckets() { return ExponentialBuckets(0.0001, 2, 20); }
 
 }  // namespace
 
