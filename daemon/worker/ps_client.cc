@@ -1,6 +1,5 @@
 #include "daemon/worker/ps_client.h"
 
-#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -364,6 +363,7 @@ void PsClient::StartPushPull(const wire::Push& tag, std::span<const float> grads
   acks_.resize(ps_.size());
   pulls_.resize(ps_.size());
   if (options_.metrics != nullptr) exchange_start_ = last_ack_ = Clock::now();
+  ack_times_.resize(ps_.size(), exchange_start_);
   for (std::size_t i = 0; i < ps_.size(); ++i) SendPushPull(i);
 }
 
@@ -374,7 +374,7 @@ void PsClient::SendPushPull(std::size_t i) {
   f.keepalive = keepalive_;
   if (options_.metrics != nullptr) options_.metrics->push_bytes->Increment(static_cast<double>(placement_.ShardSize(i)) * sizeof(float));
   std::uint64_t push_id = 0;
-  acks_[i] = ps_[i]->Call(std::move(f), 0, &push_id);
+  acks_[i] = ps_[i]->Call(std::move(f), 0, &push_id, options_.metrics != nullptr ? &ack_times_[i] : nullptr);
   // A refused push fails the pull behind it, so the pull can be awaited first.
   pulls_[i] = ps_[i]->Call(wire::Encode(wire::Pull{sync_ ? steps_[i] + 1 : 0}), push_id, nullptr);
 }
@@ -417,16 +417,11 @@ Result<PsClient::StepResult> PsClient::CompletePushPull(std::span<float> params)
 
 Result<bool> PsClient::AwaitPushPull(std::size_t i, std::span<float> params, std::uint64_t* step) {
   // The parameters first: the ack was sent before them on the same connection, so it is there by
-  // then, and the training thread wakes once per ps instead of twice; with metrics, the ack first,
-  // to time it. (A refused push fails its pull with the same error: see SendPushPull.)
-  std::optional<Result<wire::InFrame>> acked;
-  if (options_.metrics != nullptr) {
-    acked = Await(*ps_[i], acks_[i], options_.step_timeout, "PUSH");
-    last_ack_ = std::max(last_ack_, Clock::now());
-  }
+  // then, and the training thread wakes once per ps instead of twice. (A refused push fails its
+  // pull with the same error: see SendPushPull.)
   Result<wire::InFrame> pulled = Await(*ps_[i], pulls_[i], options_.step_timeout, "PULL");
-  if (!acked) acked = Await(*ps_[i], acks_[i], options_.step_timeout, "PUSH");
-  TFD_ASSIGN_OR_RETURN(wire::InFrame ack_frame, std::move(*acked));
+  TFD_ASSIGN_OR_RETURN(wire::InFrame ack_frame, Await(*ps_[i], acks_[i], options_.step_timeout, "PUSH"));
+  last_ack_ = std::max(last_ack_, ack_times_[i]);
   TFD_RETURN_IF_ERROR(Expect(ack_frame, wire::MessageType::kPushAck, ps_[i]->peer()));
   wire::PushAck ack;
   TFD_RETURN_IF_ERROR(wire::Decode(ack_frame.payload, &ack).WithContext(ps_[i]->peer()));

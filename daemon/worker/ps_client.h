@@ -156,7 +156,11 @@ class PsClient {
   std::vector<std::vector<float>> restart_slots_;  // per ps; empty: none
   std::uint64_t restart_updates_ = 0;
   std::vector<std::future<Result<wire::InFrame>>> acks_, pulls_;  // of the exchange in flight
-  transport::Clock::time_point exchange_start_, last_ack_;        // with metrics: when it was sent, when the last ack came
+  // With metrics: when the exchange in flight was sent, and when each ps's ack (and the last of
+  // them) arrived. ack_times_ is written by the connections' strands before the acks' futures are
+  // ready; its size (one per ps) never changes while a call may write to it.
+  transport::Clock::time_point exchange_start_, last_ack_;
+  std::vector<transport::Clock::time_point> ack_times_;
   bool stop_requested_ = false;
 };
 
