@@ -56,30 +56,23 @@ std::string LabelText(const Labels& constant, const Labels& own, const std::pair
   return out;
 }
 
+// Backslash and newline escaped, and with `quote` the double quote too.
+std::string Escape(std::string_view v, bool quote) {
+  std::string out;
+  out.reserve(v.size());
+  for (char c : v) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '\n') out += "\\n";
+    else if (quote && c == '"') out += "\\\"";
+    else out.push_back(c);
+  }
+  return out;
+}
+
 }  // namespace
 
-std::string EscapeLabelValue(std::string_view v) {
-  std::string out;
-  out.reserve(v.size());
-  for (char c : v) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out.push_back(c);
-  }
-  return out;
-}
-
-std::string EscapeHelp(std::string_view v) {
-  std::string out;
-  out.reserve(v.size());
-  for (char c : v) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '\n') out += "\\n";
-    else out.push_back(c);
-  }
-  return out;
-}
+std::string EscapeLabelValue(std::string_view v) { return Escape(v, /*quote=*/true); }
+std::string EscapeHelp(std::string_view v) { return Escape(v, /*quote=*/false); }
 
 std::string FormatValue(double v) {
   if (std::isnan(v)) return "NaN";
@@ -174,31 +167,29 @@ Registry::Series* Registry::FindOrAddLocked(std::string_view name, std::string_v
   return family->series.back().get();
 }
 
+// The metric of type T with `name` and `labels`, made from `args` when new.
+template <class T, class... Args>
+T* Registry::FindOrMakeLocked(std::string_view name, std::string_view help, Type type, const Labels& labels, Args&&... args) {
+  bool created = false;
+  Series* s = FindOrAddLocked(name, help, type, labels, &created);
+  if (created) s->metric = std::make_unique<T>(std::forward<Args>(args)...);
+  TFD_CHECK(std::holds_alternative<std::unique_ptr<T>>(s->metric));
+  return std::get<std::unique_ptr<T>>(s->metric).get();
+}
+
 Counter* Registry::AddCounter(std::string_view name, std::string_view help, const Labels& labels) {
   MutexLock lock(&mu_);
-  bool created = false;
-  Series* s = FindOrAddLocked(name, help, Type::kCounter, labels, &created);
-  if (created) s->metric = std::make_unique<Counter>();
-  TFD_CHECK(std::holds_alternative<std::unique_ptr<Counter>>(s->metric));
-  return std::get<std::unique_ptr<Counter>>(s->metric).get();
+  return FindOrMakeLocked<Counter>(name, help, Type::kCounter, labels);
 }
 
 Gauge* Registry::AddGauge(std::string_view name, std::string_view help, const Labels& labels) {
   MutexLock lock(&mu_);
-  bool created = false;
-  Series* s = FindOrAddLocked(name, help, Type::kGauge, labels, &created);
-  if (created) s->metric = std::make_unique<Gauge>();
-  TFD_CHECK(std::holds_alternative<std::unique_ptr<Gauge>>(s->metric));
-  return std::get<std::unique_ptr<Gauge>>(s->metric).get();
+  return FindOrMakeLocked<Gauge>(name, help, Type::kGauge, labels);
 }
 
 Histogram* Registry::AddHistogram(std::string_view name, std::string_view help, std::vector<double> bounds, const Labels& labels) {
   MutexLock lock(&mu_);
-  bool created = false;
-  Series* s = FindOrAddLocked(name, help, Type::kHistogram, labels, &created);
-  if (created) s->metric = std::make_unique<Histogram>(std::move(bounds));
-  TFD_CHECK(std::holds_alternative<std::unique_ptr<Histogram>>(s->metric));
-  return std::get<std::unique_ptr<Histogram>>(s->metric).get();
+  return FindOrMakeLocked<Histogram>(name, help, Type::kHistogram, labels, std::move(bounds));
 }
 
 void Registry::AddCallback(std::string_view name, std::string_view help, Type type, const Labels& labels,

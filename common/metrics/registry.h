@@ -105,6 +105,9 @@ class Registry {
   // The family `name` (made if new) and its series with `labels` (null if new; the caller fills it).
   Series* FindOrAddLocked(std::string_view name, std::string_view help, Type type, const Labels& labels, bool* created)
       TFD_REQUIRES(mu_);
+  template <class T, class... Args>
+  T* FindOrMakeLocked(std::string_view name, std::string_view help, Type type, const Labels& labels, Args&&... args)
+      TFD_REQUIRES(mu_);
 
   const Labels constant_labels_;
   mutable Mutex mu_;
