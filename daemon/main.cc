@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,9 +18,14 @@
 #include "common/config/cluster.h"
 #include "common/config/cluster_file.h"
 #include "common/config/job.h"
+#include "common/http/server.h"
+#include "common/metrics/registry.h"
+#include "common/metrics/task_metrics.h"
 #include "daemon/allreduce/run_allreduce.h"
 #include "daemon/evaluator/evaluator.h"
+#include "daemon/evaluator/sinks.h"
 #include "daemon/ps/run_ps.h"
+#include "daemon/train/metrics_observer.h"
 #include "daemon/train/standalone.h"
 #include "daemon/train/summary_observer.h"
 #include "daemon/train/task_options.h"
@@ -52,6 +58,9 @@ cluster has no ps: each worker listens on its own address and the workers form a
 "evaluator" task evaluates each of the chief's checkpoints (the job's checkpoint.dir) and ends
 after the final one.
 
+With --metrics ADDR:PORT a task serves Prometheus metrics on /metrics and its state on /healthz
+(docs/observability.md lists every metric).
+
 Exit codes: 0 done, 1 runtime failure, 2 bad usage or configuration, 128+N after signal N.
 
 Options)";
@@ -64,13 +73,31 @@ int Fail(const tfd::Status& s, tfd::EventWriter& events) {
   return tfd::ExitCodeFor(s);
 }
 
+// /metrics, /healthz and 404 for the rest. `phase` says what the task is doing, for /healthz.
+tfd::http::Response ServeMetrics(const tfd::http::Request& req, const tfd::metrics::TaskMetrics& m, const std::string& task,
+                                 const std::atomic<const char*>& phase) {
+  tfd::http::Response r;
+  const std::string path = req.target.substr(0, req.target.find('?'));
+  if (path == "/metrics") {
+    r.content_type = std::string(tfd::metrics::kContentType);
+    r.body = m.registry().Render();
+  } else if (path == "/healthz") {
+    r.body = fmt::format("ok {} {} global_step={:.0f}\n", task, phase.load(), m.global_step->value());
+  } else {
+    r.status = 404;
+    r.body = "not found: this task serves /metrics and /healthz\n";
+  }
+  return r;
+}
+
 }  // namespace
 
 using tfd::Status;
 
 int main(int argc, char** argv) {
   po::options_description opts(kUsage);
-  std::string job_path, params_out, summaries_dir, tf_config_path, token_file, log_format = "text", log_level = "info", job_name, ps_hosts, worker_hosts, bind;
+  std::string job_path, params_out, summaries_dir, tf_config_path, token_file, log_format = "text", log_level = "info", job_name, ps_hosts,
+      worker_hosts, bind, metrics_flag, run_name;
   std::int64_t shard_limit = 0;
   int task_index = -1;
   using Timeouts = tfd::config::TaskTimeouts;  // the defaults tfctl also knows
@@ -98,7 +125,9 @@ int main(int argc, char** argv) {
       ("summaries-dir", po::value<std::string>(&summaries_dir)->value_name("DIR"), "write TensorBoard summaries into DIR/<task> (sets or overrides the job's summaries.dir)")
       ("params-out", po::value<std::string>(&params_out)->value_name("FILE"), "write the final parameters to FILE (raw little-endian float32, in variable order)")
       ("log-format", po::value<std::string>(&log_format)->value_name("FMT"), "text (default): log lines on stderr; json: also one JSON event per line on stdout")
-      ("log-level", po::value<std::string>(&log_level)->value_name("LEVEL"), "debug, info (default), warn or error");
+      ("log-level", po::value<std::string>(&log_level)->value_name("LEVEL"), "debug, info (default), warn or error")
+      ("metrics", po::value<std::string>(&metrics_flag)->value_name("ADDR:PORT"), "serve Prometheus metrics on http://ADDR:PORT/metrics and the task's state on /healthz (PORT alone: 127.0.0.1; :PORT: every interface; port 0: a free one, logged)")
+      ("run-name", po::value<std::string>(&run_name)->value_name("NAME"), "the run label of every metric (tfctl gives its run folder's name; default empty)");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
@@ -117,6 +146,12 @@ int main(int argc, char** argv) {
   };
   if (log_format != "text" && log_format != "json") return usage_error("--log-format: expected text or json, got \"" + log_format + "\"");
   if (shard_limit < 0) return usage_error(fmt::format("--shard-limit: expected a count of examples >= 0, got {}", shard_limit));
+  std::optional<std::pair<std::string, std::uint16_t>> metrics_address;
+  if (vm.count("metrics")) {
+    auto parsed = tfd::http::ParseListenAddress(metrics_flag, "--metrics");
+    if (!parsed.ok()) return usage_error(parsed.status().message());
+    metrics_address = *parsed;
+  }
   if (log_level != "debug" && log_level != "info" && log_level != "warn" && log_level != "error")
     return usage_error("--log-level: expected debug, info, warn or error, got \"" + log_level + "\"");
   for (auto [name, v] : {std::pair{"--peer-timeout", peer_timeout}, {"--startup-timeout", startup_timeout}, {"--step-timeout", step_timeout}, {"--reconnect-timeout", reconnect_timeout}})
@@ -187,27 +222,78 @@ int main(int argc, char** argv) {
   // TensorBoard summaries: one folder per task under the summaries dir (a ps opens its own, with --summaries-dir only).
   std::unique_ptr<tfd::train::SummaryObserver> summaries;
   std::vector<tfd::train::TrainObserver*> observers;
-  if (!is_ps && !job.summaries.dir.empty()) {
+  if (!is_ps && !is_evaluator && !job.summaries.dir.empty()) {
     tfd::Result<std::unique_ptr<tfd::train::SummaryObserver>> opened = tfd::train::SummaryObserver::Open(job.summaries, task);
     if (!opened.ok()) return Fail(opened.status(), events);
     summaries = std::move(opened).value();
     observers.push_back(summaries.get());
   }
+  // Metrics: every sample is labelled with this task's job, index and run. The server goes first
+  // at exit (declared last): its handler reads the registry.
+  std::unique_ptr<tfd::metrics::Registry> registry;
+  std::unique_ptr<tfd::metrics::TaskMetrics> task_metrics;
+  std::unique_ptr<tfd::train::MetricsObserver> metrics_observer;
+  std::shared_ptr<tfd::transport::PeerGuard> guard;  // the server's refusals, counted for the metrics
+  std::atomic<const char*> phase{"starting"};
+  std::unique_ptr<tfd::http::Server> metrics_server;
+  if (metrics_address) {
+    const std::string job_label = standalone ? "standalone" : std::string(tfd::config::TaskTypeName(tf_config->task.type));
+    const std::string index_label = standalone ? "0" : std::to_string(tf_config->task.index);
+    registry = std::make_unique<tfd::metrics::Registry>(tfd::metrics::Labels{{"job", job_label}, {"task", index_label}, {"run", run_name}});
+    task_metrics = std::make_unique<tfd::metrics::TaskMetrics>(*registry);
+    if (!is_ps && !is_evaluator) {
+      task_metrics->AddTrainingMetrics();
+      metrics_observer = std::make_unique<tfd::train::MetricsObserver>(*task_metrics);
+    }
+    const bool serves_peers = is_ps || (!standalone && job.update.mode == tfd::config::UpdateSpec::Mode::kAllreduce);  // a ps, a ring member
+    if (serves_peers) {
+      guard = std::make_shared<tfd::transport::PeerGuard>();
+      task_metrics->AddRefusals([g = guard](std::size_t reason) {
+        const tfd::transport::RefusalCounts c = g->counts();
+        const std::uint64_t by_reason[] = {c.malformed, c.authentication, c.handshake_timeout, c.busy, c.mismatch};
+        return by_reason[reason];
+      });
+    }
+    tfd::Result<std::unique_ptr<tfd::http::Server>> server = tfd::http::Server::Start(
+        metrics_address->first, metrics_address->second,
+        [m = task_metrics.get(), task, &phase](const tfd::http::Request& req) { return ServeMetrics(req, *m, task, phase); });
+    if (!server.ok()) return Fail(Status::InvalidArgument("--metrics: " + server.status().message()), events);
+    metrics_server = std::move(server).value();
+    spdlog::info("metrics on http://{}/metrics", metrics_server->address());
+  }
+
   Status s;
+  phase = "running";
   try {
   if (standalone) {
-    s = tfd::train::RunStandalone(job, events, {.stop = &g_stop, .params_out = params_out, .observers = observers});
+    tfd::train::StandaloneOptions sopts{.stop = &g_stop, .params_out = params_out, .observers = observers};
+    if (metrics_observer != nullptr) sopts.observers.push_back(metrics_observer.get());
+    s = tfd::train::RunStandalone(job, events, sopts);
   } else {
     tfd::transport::ConnectionOptions conn;
     conn.peer_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(peer_timeout * 1000));
     conn.heartbeat_interval = std::min(std::chrono::milliseconds(1000), conn.peer_timeout / 4);
     conn.token = token;
     conn.insecure = insecure;
+    conn.guard = guard;  // null without metrics: RunPs and the ring then make their own
     if (is_evaluator) {
       tfd::evaluator::EvaluatorOptions options;
       options.stop = &g_stop;
       options.startup_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(startup_timeout * 1000));
       options.idle_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(idle_timeout * 1000));
+      // Its scalars go to LOGDIR/eval/, TensorFlow's folder for them; its accuracy to the metrics.
+      std::unique_ptr<tfd::evaluator::SummarySink> eval_summaries;
+      std::unique_ptr<tfd::evaluator::MetricsSink> eval_metrics;
+      if (!job.summaries.dir.empty()) {
+        tfd::Result<std::unique_ptr<tfd::evaluator::SummarySink>> opened = tfd::evaluator::SummarySink::Open(job.summaries.dir);
+        if (!opened.ok()) return Fail(opened.status(), events);
+        eval_summaries = std::move(opened).value();
+        options.sinks.push_back(eval_summaries.get());
+      }
+      if (task_metrics != nullptr) {
+        eval_metrics = std::make_unique<tfd::evaluator::MetricsSink>(*task_metrics);
+        options.sinks.push_back(eval_metrics.get());
+      }
       s = tfd::evaluator::RunEvaluator(*tf_config, job, events, options);
     } else if (is_ps) {
       s = tfd::ps::RunPs(*tf_config, events,
@@ -216,7 +302,8 @@ int main(int argc, char** argv) {
                           .stop = &g_stop,
                           .worker_return_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(reconnect_timeout * 1000)),
                           .startup_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(startup_timeout * 1000)),
-                          .summaries_dir = summaries_dir});
+                          .summaries_dir = summaries_dir,
+                          .metrics = task_metrics.get()});
     } else {
       tfd::train::WorkerTaskOptions options;
       options.startup_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(startup_timeout * 1000));
@@ -227,6 +314,8 @@ int main(int argc, char** argv) {
       options.bind_address = bind;
       options.shard_limit = shard_limit;
       options.observers = observers;
+      options.metrics = task_metrics.get();
+      if (metrics_observer != nullptr) options.observers.push_back(metrics_observer.get());
       if (job.update.mode == tfd::config::UpdateSpec::Mode::kAllreduce)
         s = tfd::allreduce::RunAllreduceWorker(*tf_config, job, events, options, conn);
       else
@@ -237,6 +326,7 @@ int main(int argc, char** argv) {
     // A model, batch or layer list too large for this machine's memory.
     s = Status::InvalidArgument(fmt::format("{}: out of memory: the model or batch_size is too large for this machine", job_path));
   }
+  phase = s.ok() ? "finished" : "failed";
   if (!s.ok()) return Fail(s, events);
   return 0;
 }

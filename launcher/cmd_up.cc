@@ -56,6 +56,8 @@ int Up(const ClusterArgs& args, const Interrupts& interrupts, Injection* fault, 
   }
   std::filesystem::copy_file(args.file, run_dir / "cluster.json", std::filesystem::copy_options::overwrite_existing, ec);
   std::ofstream(run_dir / "job.json") << run->file.train_json << "\n";
+  // Prometheus file-SD targets: a scrape config's file_sd_configs may point at this file.
+  std::ofstream(run_dir / "targets.json") << TargetsJson(run->plan, run->options.run_name);
   if (run_dir_out != nullptr) *run_dir_out = run_dir;
   std::string where = "\"run_dir\": ";
   AppendJsonString(run_dir.string(), &where);

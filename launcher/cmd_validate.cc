@@ -70,6 +70,26 @@ bool PortFree(const std::string& host, std::uint16_t port) {
   return r == 0;
 }
 
+std::vector<int> FreeLoopbackPorts(int n) {
+  std::vector<int> fds, ports;
+  for (int i = 0; i < n; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      if (fd >= 0) close(fd);
+      ports.push_back(0);  // none to be had: that task goes without metrics
+      continue;
+    }
+    fds.push_back(fd);
+    ports.push_back(ntohs(a.sin_port));
+  }
+  for (int fd : fds) close(fd);
+  return ports;
+}
+
 Result<RunSetup> SetUpRun(const ClusterArgs& args, const std::string& token_hex) {
   Result<config::ClusterFile> f = config::LoadClusterFile(args.file);
   if (!f.ok()) return f.status();
@@ -93,6 +113,9 @@ Result<RunSetup> SetUpRun(const ClusterArgs& args, const std::string& token_hex)
   }
   popts.remote_run_dir =
       (fs::path(run.file.launch.run_dir).is_relative() ? fs::path(run.file.launch.run_dir) : fs::path("runs")) / run.run_dir.filename();
+  popts.run_name = run.run_dir.filename().string();
+  if (run.file.launch.metrics.enabled && run.file.launch.metrics.port_base == 0)
+    popts.metrics_ports = FreeLoopbackPorts(static_cast<int>(run.file.cluster.ps.size()) + run.file.cluster.num_workers());
   run.plan = MakePlan(run.file, popts);
   return run;
 }
@@ -116,6 +139,12 @@ Status CheckCluster(const RunSetup& run) {
     if (p.task.type != config::TaskType::kPs && !fs::is_directory(data))
       return Status::InvalidArgument(fmt::format("{}: train.data: \"{}\" is not a folder (fetch MNIST with scripts/fetch_mnist.sh {})",
                                                  f.source, data.string(), f.train.data));
+    if (f.launch.metrics.port_base > 0 && !p.metrics_target.empty()) {
+      const int port = std::stoi(p.metrics_target.substr(p.metrics_target.rfind(':') + 1));
+      if (!PortFree("127.0.0.1", static_cast<std::uint16_t>(port)))
+        return Status::InvalidArgument(fmt::format("{}: launch.metrics.port_base: port {} (for {}) is already in use on this machine",
+                                                   f.source, port, p.task.ToString()));
+    }
     if (p.task.type == config::TaskType::kPs) {  // only ps tasks listen in this version
       const config::Endpoint& ep = f.cluster.EndpointOf(p.task);
       if (!PortFree(ep.host, ep.port))

@@ -108,6 +108,10 @@ std::string SharedFolderNote(const RunSetup& run);
 // is not an IP address.
 bool PortFree(const std::string& host, std::uint16_t port);
 
+// `n` ports of 127.0.0.1 that were free a moment ago, all different (each stays bound until every
+// one is chosen); 0 for one that could not be had.
+std::vector<int> FreeLoopbackPorts(int n);
+
 // The number of workers (not ps tasks) whose `ready` event is in run_dir/metrics.jsonl.
 int ReadyWorkers(const std::filesystem::path& run_dir);
 

@@ -40,6 +40,16 @@ std::string TfConfigFor(const config::ClusterSpec& cluster, const config::TaskId
                      task.index);
 }
 
+std::string TargetsJson(const std::vector<TaskPlan>& plan, const std::string& run_name) {
+  std::vector<std::string> entries;
+  for (const TaskPlan& p : plan) {
+    if (p.metrics_target.empty()) continue;
+    entries.push_back(fmt::format(R"(  {{"targets": [{}], "labels": {{"job": {}, "task": "{}", "run": {}}}}})", JsonString(p.metrics_target),
+                                  JsonString(config::TaskTypeName(p.task.type)), p.task.index, JsonString(run_name)));
+  }
+  return entries.empty() ? "[]\n" : fmt::format("[\n{}\n]\n", fmt::join(entries, ",\n"));
+}
+
 std::vector<std::string> SshArgv(const config::HostLaunch& h, const std::string& host, const PlanOptions& options,
                                  const std::string& remote_command) {
   std::vector<std::string> argv = {"ssh", "-o", "BatchMode=yes", "-o", fmt::format("ConnectTimeout={}", options.connect_timeout_secs),
@@ -61,7 +71,9 @@ std::vector<TaskPlan> MakePlan(const config::ClusterFile& file, const PlanOption
   for (int r = 0; r < file.cluster.num_workers(); ++r) order.push_back(file.cluster.WorkerTask(r));
   for (int i = 0; i < static_cast<int>(file.cluster.evaluator.size()); ++i) order.push_back({config::TaskType::kEvaluator, i});
   std::vector<TaskPlan> plan;
+  const config::MetricsLaunch& metrics = file.launch.metrics;
   for (const config::TaskId& task : order) {
+    const std::size_t place = plan.size();
     TaskPlan p;
     p.task = task;
     p.host = file.cluster.EndpointOf(task).host;
@@ -75,6 +87,15 @@ std::vector<TaskPlan> MakePlan(const config::ClusterFile& file, const PlanOption
     for (auto [flag, secs] : {std::pair{"--peer-timeout", to.peer_secs}, {"--reconnect-timeout", to.reconnect_secs},
                               {"--startup-timeout", to.startup_secs}, {"--step-timeout", to.step_secs}})
       if (secs > 0) tfd.insert(tfd.end(), {flag, fmt::format("{}", secs)});
+    if (!options.run_name.empty()) tfd.insert(tfd.end(), {"--run-name", options.run_name});
+    // Metrics: a fixed port on every host from port_base, else the free port found for a local task.
+    int metrics_port = 0;
+    if (metrics.enabled && metrics.port_base > 0) metrics_port = metrics.port_base + static_cast<int>(place);
+    else if (metrics.enabled && p.local && place < options.metrics_ports.size()) metrics_port = options.metrics_ports[place];
+    if (metrics_port > 0) {
+      tfd.insert(tfd.end(), {"--metrics", fmt::format("{}:{}", p.local ? "127.0.0.1" : "", metrics_port)});
+      p.metrics_target = fmt::format("{}:{}", p.local ? "127.0.0.1" : p.host, metrics_port);
+    }
     if (p.local) {
       if (task.type != config::TaskType::kPs) tfd.insert(tfd.end(), {"--job", options.job_path});
       if (!options.token_path.empty()) tfd.insert(tfd.end(), {"--token-file", options.token_path});

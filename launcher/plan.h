@@ -21,6 +21,7 @@ struct TaskPlan {
   std::string stdin_data;         // written to a remote task's ssh first: the run's token, never on a command line
   int max_restarts = 0;           // times tfctl starts it again after a failure (launch.restart)
   std::vector<std::string> ssh;   // a remote task: SshArgv's words before the remote command; empty for a local one
+  std::string metrics_target;     // where Prometheus scrapes it ("127.0.0.1:9400", "pc-02:9401"); empty: no --metrics
 };
 
 struct PlanOptions {
@@ -35,10 +36,19 @@ struct PlanOptions {
   std::set<std::string> local_hosts = {"127.0.0.1", "localhost", "::1"};
   bool accept_new_hostkeys = false;
   int connect_timeout_secs = 10;
+  // Every task's --run-name (the run folder's name); empty: none.
+  std::string run_name;
+  // Without launch.metrics.port_base: the metrics port of each task, in plan order (free ports that
+  // SetUpRun found; remote tasks' entries are not used). Empty: no task gets --metrics.
+  std::vector<int> metrics_ports;
 };
 
 // ps tasks first, then the chief and the workers in rank order, then the evaluator.
 std::vector<TaskPlan> MakePlan(const config::ClusterFile& file, const PlanOptions& options);
+
+// The run's Prometheus file-SD targets: [{"targets": ["HOST:PORT"], "labels": {"job": "worker",
+// "task": "0", "run": RUN}}, ...] for every task with a metrics_target.
+std::string TargetsJson(const std::vector<TaskPlan>& plan, const std::string& run_name);
 
 // The TF_CONFIG of one task of `cluster`.
 std::string TfConfigFor(const config::ClusterSpec& cluster, const config::TaskId& task);

@@ -117,6 +117,18 @@ Result<ClusterFile> ParseClusterFile(std::string_view text, std::string_view sou
         tr.Double(key, 0, 100000, /*min_exclusive=*/true, out);
       (void)tr.Finish();
     }
+    if (const json* metrics = l.Get("metrics")) {
+      if (metrics->is_boolean()) {
+        f.launch.metrics.enabled = metrics->get<bool>();
+      } else if (metrics->is_object()) {
+        ObjectReader mr = l.Child(*metrics, l.PathOf("metrics"));
+        mr.Bool("enabled", &f.launch.metrics.enabled);
+        mr.Int("port_base", 1, 65535, &f.launch.metrics.port_base);
+        (void)mr.Finish();
+      } else {
+        l.Fail(l.PathOf("metrics"), "expected true, false or {\"enabled\": BOOL, \"port_base\": PORT}, got " + Describe(*metrics));
+      }
+    }
     if (const json* env = l.Get("env")) {
       if (!env->is_object()) {
         l.Fail(l.PathOf("env"), "expected an object of NAME: \"value\", got " + Describe(*env));
@@ -158,6 +170,11 @@ Result<ClusterFile> ParseClusterFile(std::string_view text, std::string_view sou
   }
   TFD_RETURN_IF_ERROR(r.Finish());
   TFD_RETURN_IF_ERROR(CheckEvaluation(f.cluster, f.train, fmt::format("{}: train.", source)));
+  // Every task's metrics port (port_base + its place in the plan) must be a port.
+  const int tasks = static_cast<int>(f.cluster.ps.size()) + f.cluster.num_workers();
+  if (f.launch.metrics.enabled && f.launch.metrics.port_base > 0 && f.launch.metrics.port_base + tasks - 1 > 65535)
+    return Status::InvalidArgument(fmt::format("{}: launch.metrics.port_base: {} + {} tasks goes past port 65535", source,
+                                               f.launch.metrics.port_base, tasks));
   // Hosts named under launch.hosts must be hosts of the cluster: a typo there would silently not apply.
   for (const auto& [host, settings] : f.launch.hosts) {
     bool used = false;

@@ -35,6 +35,15 @@ struct TaskTimeouts {
   double StartupOrDefault() const { return startup_secs > 0 ? startup_secs : kStartupDefault; }
 };
 
+// "launch.metrics": whether tfctl gives each task --metrics, and on which port. false turns it off;
+// true (the default) gives each local task a free port on 127.0.0.1 and remote tasks none;
+// {"port_base": P} gives the k-th task of the plan (ps tasks, then workers by rank) port P + k on
+// every host (remote tasks listen on every interface, local ones on 127.0.0.1).
+struct MetricsLaunch {
+  bool enabled = true;
+  int port_base = 0;  // 0: free ports for local tasks only
+};
+
 struct LaunchSpec {
   HostLaunch defaults;
   std::map<std::string, HostLaunch> hosts;  // per-host overrides, complete after parsing
@@ -46,6 +55,7 @@ struct LaunchSpec {
   std::set<TaskType> restart_on_failure;
   int max_restarts = 3;
   TaskTimeouts timeouts;
+  MetricsLaunch metrics;
 
   const HostLaunch& For(const std::string& host) const;
 };

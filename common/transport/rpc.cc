@@ -17,9 +17,11 @@ std::shared_ptr<RpcClient> RpcClient::Start(tcp::socket socket, std::string peer
 
 std::future<Result<wire::InFrame>> RpcClient::Call(wire::OutFrame request) { return Call(std::move(request), 0, nullptr); }
 
-std::future<Result<wire::InFrame>> RpcClient::Call(wire::OutFrame request, std::uint64_t after, std::uint64_t* id) {
+std::future<Result<wire::InFrame>> RpcClient::Call(wire::OutFrame request, std::uint64_t after, std::uint64_t* id,
+                                                Clock::time_point* replied_at) {
   Pending p;
   p.after = after;
+  p.replied_at = replied_at;
   auto future = p.promise.get_future();
   {
     MutexLock lock(&mu_);
@@ -83,6 +85,7 @@ void RpcClient::OnFrame(const std::shared_ptr<Connection>& from, wire::InFrame f
     MutexLock lock(&mu_);
     auto it = pending_.find(frame.header.request_id);
     if (it != pending_.end()) {
+      if (it->second.replied_at != nullptr) *it->second.replied_at = Clock::now();
       it->second.promise.set_value(std::move(frame));
       pending_.erase(it);
       return;

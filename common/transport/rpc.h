@@ -29,8 +29,11 @@ class RpcClient : public FrameHandler, public std::enable_shared_from_this<RpcCl
   std::future<Result<wire::InFrame>> Call(wire::OutFrame request) TFD_EXCLUDES(mu_);
   // Call, where an ERROR answer to the call with id `after` (made earlier on this client) fails this
   // call too: a request queued behind a refused one must not wait for an answer that cannot come.
-  // `id` receives this call's request id.
-  std::future<Result<wire::InFrame>> Call(wire::OutFrame request, std::uint64_t after, std::uint64_t* id) TFD_EXCLUDES(mu_);
+  // `id` receives this call's request id. `replied_at`, when given, receives the time the reply
+  // arrived (on the connection's strand, before the future is ready); it must stay valid until the
+  // reply comes or the client closes.
+  std::future<Result<wire::InFrame>> Call(wire::OutFrame request, std::uint64_t after, std::uint64_t* id,
+                                          Clock::time_point* replied_at = nullptr) TFD_EXCLUDES(mu_);
   // Sends without expecting a reply.
   void Notify(wire::OutFrame message);
   // Waits for `reply` until `deadline`; DeadlineExceeded naming the peer and `what` otherwise.
@@ -51,6 +54,7 @@ class RpcClient : public FrameHandler, public std::enable_shared_from_this<RpcCl
   struct Pending {
     std::promise<Result<wire::InFrame>> promise;
     std::uint64_t after = 0;  // fail with that call's ERROR
+    Clock::time_point* replied_at = nullptr;
   };
 
   std::string peer_;

@@ -4,8 +4,12 @@
 
 namespace tfd::allreduce {
 
-AllreduceUpdater::AllreduceUpdater(collective::Ring& ring, const optim::Optimizer& optimizer, const model::Model& model, int bucket_kb)
-    : ring_(ring), state_(optimizer, model.params().size(), optim::DecayedRanges(model::VariableRuns(model))), buffer_(model.params().size() + 2) {
+AllreduceUpdater::AllreduceUpdater(collective::Ring& ring, const optim::Optimizer& optimizer, const model::Model& model, int bucket_kb,
+                                   metrics::Counter* allreduce_bytes)
+    : ring_(ring),
+      state_(optimizer, model.params().size(), optim::DecayedRanges(model::VariableRuns(model))),
+      buffer_(model.params().size() + 2),
+      allreduce_bytes_(allreduce_bytes) {
   const std::size_t min_floats = static_cast<std::size_t>(bucket_kb) * 1024 / 4;
   const std::vector<std::size_t>& starts = model.layer_starts();
   std::size_t end = buffer_.size();  // the last bucket also carries the two floats
@@ -74,6 +78,7 @@ Result<std::int64_t> AllreduceUpdater::Exchange(model::Model& model, bool contri
   has_next_ = false;  // a join step never brings data of this worker's
   if (sent.ok()) sent = ring_.Wait(last_id_);
   TFD_RETURN_IF_ERROR(sent.WithContext(fmt::format("all-reduce of global step {}", global_step_ + 1)));
+  if (allreduce_bytes_ != nullptr) allreduce_bytes_->Increment(static_cast<double>(buffer_.size() * sizeof(float)));
   // Small integers: the sums are exact, and the same bits on every worker.
   const float contributors = buffer_[n];
   others_have_data_ = buffer_[n + 1] > 0.0f;

@@ -7,6 +7,7 @@
 
 #include "common/base/status.h"
 #include "common/collective/ring.h"
+#include "common/metrics/registry.h"
 #include "common/model/model.h"
 #include "common/optim/optimizer.h"
 #include "daemon/train/updater.h"
@@ -27,7 +28,9 @@ namespace tfd::allreduce {
 // Step waits for the last. Every worker cuts the same buckets, so the sums are the same bits.
 class AllreduceUpdater final : public train::Updater {
  public:
-  AllreduceUpdater(collective::Ring& ring, const optim::Optimizer& optimizer, const model::Model& model, int bucket_kb);
+  // `allreduce_bytes`, when given, counts the bytes of each step's all-reduce (its buffer).
+  AllreduceUpdater(collective::Ring& ring, const optim::Optimizer& optimizer, const model::Model& model, int bucket_kb,
+                   metrics::Counter* allreduce_bytes = nullptr);
 
   Status GradientsReady(model::Model& model, std::size_t from) override;
   Result<std::int64_t> Step(model::Model& model, std::int64_t local_step) override;
@@ -57,6 +60,7 @@ class AllreduceUpdater final : public train::Updater {
   std::uint64_t last_id_ = 0;     // the ring's id of the last one started
   bool has_next_ = false, others_have_data_ = false;
   std::int64_t global_step_ = 0, joined_ = 0;
+  metrics::Counter* allreduce_bytes_;  // null: not counted
 };
 
 }  // namespace tfd::allreduce

@@ -75,7 +75,10 @@ Status RunAllreduceWorker(const config::TfConfig& config, const config::JobSpec&
   events.Emit("ready", {{"global_step", std::int64_t{0}}});
   NotifyReady(fmt::format("{} in a ring of {} workers", config.task.ToString(), num_workers));
 
-  AllreduceUpdater updater(*ring, *optimizer, model, job.update.bucket_kb);
+  metrics::TaskMetrics* m = options.metrics;
+  if (m != nullptr) m->AddAllreduceMetrics();
+  if (m != nullptr) m->connected_peers->Set(num_workers > 1 ? 2 : 0);  // the ring's links to the previous and next member
+  AllreduceUpdater updater(*ring, *optimizer, model, job.update.bucket_kb, m != nullptr ? m->allreduce_bytes : nullptr);
   return train::Train(job, loaded.data, model, updater, events, train::TrainerOptionsFor(config, job, options));
 }
 

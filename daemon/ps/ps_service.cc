@@ -38,12 +38,13 @@ double Seconds(std::chrono::milliseconds d) { return std::chrono::duration<doubl
 }  // namespace
 
 PsService::PsService(const config::TfConfig& config, std::uint64_t incarnation, ParameterStore& store, EventWriter& events,
-                     Limits limits, std::function<void(const Ending&)> on_end)
+                     Limits limits, std::function<void(const Ending&)> on_end, metrics::TaskMetrics* metrics)
     : config_(config),
       store_(store),
       events_(events),
       limits_(limits),
       on_end_(std::move(on_end)),
+      metrics_(metrics),
       self_(config.task.ToString()),
       identity_(HandshakeIdentityOf(config, incarnation)),
       started_(Clock::now()) {}
@@ -130,6 +131,7 @@ void PsService::HandleHello(const ConnectionPtr& from, const wire::InFrame& fram
       return from->SendErrorAndClose(why);
     }
     ranks_[from.get()] = rank;
+    if (metrics_ != nullptr) metrics_->connected_peers->Set(static_cast<double>(ranks_.size()));
     if (!first_contact_) first_contact_ = Clock::now();
     given_up_.erase(rank);
     if (gone_.erase(rank) > 0) RejoinedLocked(rank, peer_name, hello.incarnation);
@@ -225,6 +227,7 @@ void PsService::HandlePush(const ConnectionPtr& from, const wire::InFrame& frame
     return ReplyError(*from, id, Status::InvalidArgument(fmt::format("{} pushed as worker rank {}", from->peer_name(), push.worker)));
   Result<ParameterStore::PushResult> r = store_.Push(FromWire(push));
   if (!r.ok()) return ReplyError(*from, id, r.status().WithContext(self_));
+  if (metrics_ != nullptr) CountPush(push.based_on_step, *r);
   wire::PushAck ack = ToWire(*r);
   {
     MutexLock lock(&mu_);
@@ -232,6 +235,20 @@ void PsService::HandlePush(const ConnectionPtr& from, const wire::InFrame& frame
   }
   Reply(*from, wire::Encode(ack), id);
   if (r->step_advanced) ReleaseWaiters();
+}
+
+void PsService::CountPush(std::uint64_t based_on_step, const ParameterStore::PushResult& r) {
+  switch (r.outcome) {
+    case PushOutcome::kApplied:
+      metrics_->pushes_applied->Increment();
+      // async: the gradient's own update is global step r.global_step; the ones between its
+      // parameters and that were applied without it.
+      if (!store_.sync() && r.global_step >= based_on_step + 1) metrics_->staleness->Observe(static_cast<double>(r.global_step - based_on_step - 1));
+      break;
+    case PushOutcome::kStale: metrics_->pushes_stale->Increment(); break;
+    case PushOutcome::kDuplicate: metrics_->pushes_duplicate->Increment(); break;
+  }
+  metrics_->global_step->Set(static_cast<double>(r.global_step));
 }
 
 void PsService::HandleStatePull(const ConnectionPtr& from, const wire::InFrame& frame) {
@@ -308,6 +325,7 @@ void PsService::OnClosed(const std::shared_ptr<Connection>& from, const Status& 
     rank = RankOfLocked(from.get());
     done = done_.contains(rank);
     ranks_.erase(from.get());
+    if (metrics_ != nullptr) metrics_->connected_peers->Set(static_cast<double>(ranks_.size()));
   }
   if (rank < 0 || done) return;
   spdlog::warn("lost {}: {}", from->peer_name(), why.message());

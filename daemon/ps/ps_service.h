@@ -12,6 +12,7 @@
 #include "common/base/logging.h"
 #include "common/base/mutex.h"
 #include "common/config/cluster.h"
+#include "common/metrics/task_metrics.h"
 #include "common/transport/connection.h"
 #include "common/transport/handshake.h"
 #include "daemon/ps/parameter_store.h"
@@ -56,9 +57,10 @@ class PsService : public transport::FrameHandler {
     std::string message;  // the ps's last line: what ended the run, who was given up on, the global step
   };
 
-  // `config`, `store` and `events` must outlive the service.
+  // `config`, `store` and `events` must outlive the service, and so must `metrics` (after
+  // AddPsMetrics: pushes by outcome, async staleness, connected workers, global step), when given.
   PsService(const config::TfConfig& config, std::uint64_t incarnation, ParameterStore& store, EventWriter& events, Limits limits,
-            std::function<void(const Ending&)> on_end);
+            std::function<void(const Ending&)> on_end, metrics::TaskMetrics* metrics = nullptr);
 
   // Gives up on workers away past the return timeout and ends the run when nothing is left to wait
   // for (see above). The caller calls it every few tens of milliseconds, on any thread.
@@ -84,6 +86,8 @@ class PsService : public transport::FrameHandler {
   void HandleStatePull(const ConnectionPtr& from, const wire::InFrame& frame);
   void HandleDone(const ConnectionPtr& from, const wire::InFrame& frame, int rank) TFD_EXCLUDES(mu_);
   void HandleError(const ConnectionPtr& from, const wire::InFrame& frame);
+  // With metrics: the push's outcome, its staleness (async) and the global step after it.
+  void CountPush(std::uint64_t based_on_step, const ParameterStore::PushResult& r);
 
   // A worker rank away from the run (lost before DONE, or never connected): since when, and its name.
   struct Absence {
@@ -116,6 +120,7 @@ class PsService : public transport::FrameHandler {
   EventWriter& events_;
   const Limits limits_;
   std::function<void(const Ending&)> on_end_;
+  metrics::TaskMetrics* const metrics_;  // null: none
   const std::string self_;
   const transport::HandshakeIdentity identity_;
   const Clock::time_point started_;

@@ -81,6 +81,7 @@ Status RunPs(const config::TfConfig& config, EventWriter& events, const PsOption
   limits.worker_return_timeout = options.worker_return_timeout;
   limits.startup_timeout = options.startup_timeout;
   limits.end_grace = options.connection.peer_timeout;
+  if (options.metrics != nullptr) options.metrics->AddPsMetrics();
   PsService service(config, incarnation, store, events, limits, [&](const PsService::Ending& end) {
     // Let the last answers reach their workers, then stop.
     asio::post(ioc, [&, end] {
@@ -88,7 +89,7 @@ Status RunPs(const config::TfConfig& config, EventWriter& events, const PsOption
       stopper.expires_after(std::chrono::milliseconds(200));
       stopper.async_wait([&](const boost::system::error_code&) { ioc.stop(); });
     });
-  });
+  }, options.metrics);
   // This ps's admission control: every connection it accepts shares the per-address cap on
   // handshakes in progress, and counts its refusals there.
   transport::ConnectionOptions connection = options.connection;

@@ -7,6 +7,7 @@
 #include "common/base/logging.h"
 #include "common/base/status.h"
 #include "common/config/cluster.h"
+#include "common/metrics/task_metrics.h"
 #include "common/transport/connection.h"
 
 namespace tfd::ps {
@@ -25,6 +26,8 @@ struct PsOptions {
   std::chrono::milliseconds startup_timeout{120000};
   // When set, TensorBoard summaries of the updates (rate, async staleness) go to summaries_dir/<task>.
   std::string summaries_dir;
+  // The ps's Prometheus metrics (RunPs adds its own with AddPsMetrics); null: none. Not owned.
+  tfd::metrics::TaskMetrics* metrics = nullptr;
 };
 
 // Runs this process as the ps task of `config`: listens on its endpoint's port, serves the workers

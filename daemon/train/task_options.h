@@ -8,6 +8,7 @@
 
 #include "common/config/cluster.h"
 #include "common/config/job.h"
+#include "common/metrics/task_metrics.h"
 #include "daemon/train/trainer.h"
 
 namespace tfd::train {
@@ -23,6 +24,9 @@ struct WorkerTaskOptions {
   std::chrono::milliseconds step_timeout{300000};      // one exchange (sync waits for the others)
   std::chrono::milliseconds reconnect_timeout{60000};  // ps modes: how long a lost ps is dialed again
   std::vector<TrainObserver*> observers;  // summaries, metrics: told of every step and epoch; not owned
+  // The task's Prometheus metrics beyond the observers' (bytes, latencies, peers, checkpoints); the
+  // role adds its own (AddPsClientMetrics, AddAllreduceMetrics) before it starts. Null: none. Not owned.
+  tfd::metrics::TaskMetrics* metrics = nullptr;
 };
 
 // The trainer's options for this task: its rank and shard, per-epoch evaluation on the chief when

@@ -113,6 +113,11 @@ Status Checkpointer::MaybeSave(std::uint64_t global_step) {
   return Status::Ok();
 }
 
+void Checkpointer::set_metrics(metrics::TaskMetrics* metrics) {
+  metrics_ = metrics;
+  if (metrics_ != nullptr) metrics_->AddCheckpointMetrics();
+}
+
 Status Checkpointer::Save() {
   if (!enabled()) return Status::Ok();
   if (Status s = Collect(true); !s.ok()) spdlog::warn("checkpoint not written: {}", s.message());
@@ -158,7 +163,7 @@ Status Checkpointer::Take(bool wait, bool final) {
   events_.Emit("checkpoint_start", {{"global_step", static_cast<std::int64_t>(ck->global_step)}});
   // The rest reads only what it is given (and the Checkpointer's constant tables): it runs on its
   // own thread while training goes on.
-  writing_ = std::async(std::launch::async, [this, ck, shards, start, paused_ms]() -> Status {
+  writing_ = std::async(std::launch::async, [this, ck, shards, start, paused_ms, m = metrics_]() -> Status {
     Result<std::vector<ckpt::NamedTensor>> tensors = ckpt::Assemble(variables_, shapes_, slot_names_, ranges_, *shards);
     if (!tensors.ok()) return tensors.status().WithContext("checkpoint");
     ck->tensors = std::move(tensors).value();
@@ -172,6 +177,7 @@ Status Checkpointer::Take(bool wait, bool final) {
                  ck->final ? " final" : "");
     events_.Emit("checkpoint", {{"path", path}, {"global_step", static_cast<std::int64_t>(ck->global_step)}, {"bytes", bytes},
                                 {"ms", ms}, {"paused_ms", paused_ms}, {"final", ck->final}});
+    if (m != nullptr) m->CheckpointWritten(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
     return Status::Ok();
   });
   return wait ? Collect(true) : Status::Ok();

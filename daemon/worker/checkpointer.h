@@ -12,6 +12,7 @@
 #include "common/ckpt/file.h"
 #include "common/ckpt/reshard.h"
 #include "common/config/job.h"
+#include "common/metrics/task_metrics.h"
 #include "common/model/model.h"
 #include "daemon/worker/placement.h"
 #include "daemon/worker/ps_client.h"
@@ -45,6 +46,9 @@ class Checkpointer {
   // Saves now, marked final (ckpt::Checkpoint::final), and waits until it is written (the end of
   // training); its errors are returned.
   Status Save();
+  // Registers the checkpoint metrics and sets the time of each checkpoint written (from the writer
+  // thread: the metrics are thread-safe). `metrics` must outlive this.
+  void set_metrics(metrics::TaskMetrics* metrics);
 
  private:
   // Fetches the state and starts writing it; `wait`: and waits for the write. `final`: marks it
@@ -71,6 +75,7 @@ class Checkpointer {
   std::uint64_t restored_step_ = 0;
   std::uint64_t last_saved_ = UINT64_MAX;
   std::future<Status> writing_;
+  metrics::TaskMetrics* metrics_ = nullptr;
 };
 
 }  // namespace tfd::worker

@@ -98,6 +98,7 @@ Result<std::unique_ptr<PsClient>> PsClient::Connect(transport::asio::io_context&
     spdlog::info("connected to {} (incarnation {:016x}, {})", client->ps_[i]->peer(), welcome.incarnation,
                  welcome.initialized ? fmt::format("initialised, global_step {}", welcome.global_step) : "not initialised yet");
   }
+  if (options.metrics != nullptr) options.metrics->connected_peers->Set(static_cast<double>(n));
   return client;
 }
 
@@ -137,8 +138,13 @@ Status PsClient::Reconnect(std::size_t i, const Status& why, std::span<const flo
   spdlog::warn("lost {}: {}; reconnecting (for up to {:.0f} s)", name, why.message(),
                std::chrono::duration<double>(options_.reconnect_timeout).count());
   ps_[i]->Close(why);
+  if (options_.metrics != nullptr) options_.metrics->connected_peers->Add(-1);
   const auto deadline = Clock::now() + options_.reconnect_timeout;
   Result<wire::Welcome> welcome = ConnectUntil(i, deadline);
+  if (welcome.ok() && options_.metrics != nullptr) {
+    options_.metrics->connected_peers->Add(1);
+    options_.metrics->reconnects->Increment();
+  }
   if (!welcome.ok()) {
     return Status::Unavailable(fmt::format("lost {} ({}) and could not reconnect: {}", name, why.message(),
                                            welcome.status().message()));
@@ -349,6 +355,7 @@ Result<std::uint64_t> PsClient::TakeParams(std::size_t ps, const wire::InFrame& 
     at += n;
   }
   steps_[ps] = p.global_step;
+  if (options_.metrics != nullptr) options_.metrics->pull_bytes->Increment(static_cast<double>(p.values.size()));
   return p.global_step;
 }
 
@@ -361,6 +368,8 @@ void PsClient::StartPushPull(const wire::Push& tag, std::span<const float> grads
   keepalive_ = std::move(keepalive);
   acks_.resize(ps_.size());
   pulls_.resize(ps_.size());
+  if (options_.metrics != nullptr) exchange_start_ = last_ack_ = Clock::now();
+  ack_times_.resize(ps_.size(), exchange_start_);
   for (std::size_t i = 0; i < ps_.size(); ++i) SendPushPull(i);
 }
 
@@ -369,8 +378,9 @@ void PsClient::SendPushPull(std::size_t i) {
   push.based_on_step = steps_[i];
   wire::OutFrame f = wire::Encode(push, Slices(i, grads_));
   f.keepalive = keepalive_;
+  if (options_.metrics != nullptr) options_.metrics->push_bytes->Increment(static_cast<double>(placement_.ShardSize(i)) * sizeof(float));
   std::uint64_t push_id = 0;
-  acks_[i] = ps_[i]->Call(std::move(f), 0, &push_id);
+  acks_[i] = ps_[i]->Call(std::move(f), 0, &push_id, options_.metrics != nullptr ? &ack_times_[i] : nullptr);
   // A refused push fails the pull behind it, so the pull can be awaited first.
   pulls_[i] = ps_[i]->Call(wire::Encode(wire::Pull{sync_ ? steps_[i] + 1 : 0}), push_id, nullptr);
 }
@@ -404,6 +414,10 @@ Result<PsClient::StepResult> PsClient::CompletePushPull(std::span<float> params)
   pulls_.clear();
   keepalive_.reset();
   if (!failed.ok()) return failed;
+  if (options_.metrics != nullptr) {
+    options_.metrics->push_seconds->Observe(std::chrono::duration<double>(last_ack_ - exchange_start_).count());
+    options_.metrics->pull_seconds->Observe(std::chrono::duration<double>(Clock::now() - exchange_start_).count());
+  }
   return r;
 }
 
@@ -413,6 +427,7 @@ Result<bool> PsClient::AwaitPushPull(std::size_t i, std::span<float> params, std
   // pull with the same error: see SendPushPull.)
   Result<wire::InFrame> pulled = Await(*ps_[i], pulls_[i], options_.step_timeout, "PULL");
   TFD_ASSIGN_OR_RETURN(wire::InFrame ack_frame, Await(*ps_[i], acks_[i], options_.step_timeout, "PUSH"));
+  last_ack_ = std::max(last_ack_, ack_times_[i]);
   TFD_RETURN_IF_ERROR(Expect(ack_frame, wire::MessageType::kPushAck, ps_[i]->peer()));
   wire::PushAck ack;
   TFD_RETURN_IF_ERROR(wire::Decode(ack_frame.payload, &ack).WithContext(ps_[i]->peer()));
@@ -430,6 +445,7 @@ Result<PsClient::StepResult> PsClient::PushPull(const wire::Push& tag, std::span
 }
 
 Result<std::uint64_t> PsClient::Pull(std::span<float> params, bool sync) {
+  const Clock::time_point start = Clock::now();
   std::vector<std::future<Result<wire::InFrame>>> pulls(ps_.size());
   for (std::size_t i = 0; i < ps_.size(); ++i) pulls[i] = ps_[i]->Call(wire::Encode(wire::Pull{sync ? steps_[i] : 0}));
   std::uint64_t step0 = 0;
@@ -444,6 +460,7 @@ Result<std::uint64_t> PsClient::Pull(std::span<float> params, bool sync) {
     TFD_ASSIGN_OR_RETURN(std::uint64_t step, TakeParams(i, *frame, params));
     if (i == 0) step0 = step;
   }
+  if (options_.metrics != nullptr) options_.metrics->pull_seconds->Observe(std::chrono::duration<double>(Clock::now() - start).count());
   return step0;
 }
 

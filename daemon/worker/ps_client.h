@@ -7,6 +7,7 @@
 
 #include "common/config/cluster.h"
 #include "common/config/job.h"
+#include "common/metrics/task_metrics.h"
 #include "common/transport/rpc.h"
 #include "common/wire/messages.h"
 #include "daemon/worker/placement.h"
@@ -21,6 +22,9 @@ struct PsClientOptions {
   // dialed again, and the step retried, for this long before the worker gives up naming it.
   std::chrono::milliseconds reconnect_timeout{60000};
   const std::atomic<bool>* stop = nullptr;
+  // Bytes pushed and pulled, push and pull times, connected ps tasks, reconnects (after
+  // AddPsClientMetrics); null: none.
+  tfd::metrics::TaskMetrics* metrics = nullptr;
 };
 
 // A worker's connections to every ps task, and the calls it makes on them. The parameters and
@@ -152,6 +156,11 @@ class PsClient {
   std::vector<std::vector<float>> restart_slots_;  // per ps; empty: none
   std::uint64_t restart_updates_ = 0;
   std::vector<std::future<Result<wire::InFrame>>> acks_, pulls_;  // of the exchange in flight
+  // With metrics: when the exchange in flight was sent, and when each ps's ack (and the last of
+  // them) arrived. ack_times_ is written by the connections' strands before the acks' futures are
+  // ready; its size (one per ps) never changes while a call may write to it.
+  transport::Clock::time_point exchange_start_, last_ack_;
+  std::vector<transport::Clock::time_point> ack_times_;
   bool stop_requested_ = false;
 };
 

@@ -146,11 +146,14 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
   ps_options.step_timeout = options.step_timeout;
   ps_options.reconnect_timeout = options.reconnect_timeout;
   ps_options.stop = options.stop;
+  ps_options.metrics = options.metrics;
+  if (options.metrics != nullptr) options.metrics->AddPsClientMetrics();
   Result<std::unique_ptr<PsClient>> connected = PsClient::Connect(io.context(), config, incarnation, placement, ps_options);
   if (!connected.ok()) return train::AtStartup(connected.status());
   std::unique_ptr<PsClient> client = std::move(connected).value();
   Checkpointer checkpointer(job, model, placement, *client, events, num_workers,
                             train::StepsPerEpoch(loaded.data.train.size, num_workers, job.batch_size));
+  if (chief && checkpointer.enabled() && options.metrics != nullptr) checkpointer.set_metrics(options.metrics);
   if (chief) TFD_RETURN_IF_ERROR(checkpointer.PrepareRestore());
   if (Status s = client->Initialize(chief, job.optimizer, job.update, model.params()); !s.ok()) return train::AtStartup(s);
   // Start from what the ps tasks hold (the chief's initial values, a checkpoint's, or further if

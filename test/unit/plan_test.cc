@@ -243,3 +243,64 @@ TEST_CASE("event lines parse into numbers and strings", "[unit][launcher]") {
 
 }  // namespace
 }  // namespace tfd::launcher
+
+namespace tfd::launcher {
+namespace {
+
+bool HasFlag(const std::vector<std::string>& argv, const std::string& flag, const std::string& value) {
+  for (std::size_t i = 0; i + 1 < argv.size(); ++i)
+    if (argv[i] == flag && argv[i + 1] == value) return true;
+  return false;
+}
+
+TEST_CASE("launch.metrics: local tasks get the free ports found for them, the run name, and a file-SD target each",
+          "[unit][launcher][metrics]") {
+  auto f = Parse(std::string(R"({"cluster": {"ps": ["127.0.0.1:2000"], "worker": ["127.0.0.1:2001", "pc-02:2002"]}, )") + kTrain + "}");
+  CHECK(f.launch.metrics.enabled);
+  auto plan = MakePlan(f, {.job_path = "/r/job.json", .run_name = "20260101-000000-t", .metrics_ports = {9001, 9002, 9003}});
+  REQUIRE(plan.size() == 3);
+  CHECK(HasFlag(plan[0].argv, "--metrics", "127.0.0.1:9001"));
+  CHECK(HasFlag(plan[0].argv, "--run-name", "20260101-000000-t"));
+  CHECK(HasFlag(plan[1].argv, "--metrics", "127.0.0.1:9002"));
+  CHECK(plan[1].metrics_target == "127.0.0.1:9002");
+  // A remote task has no port of its own without port_base.
+  CHECK(plan[2].metrics_target.empty());
+  CHECK(plan[2].argv.back().find("--metrics") == std::string::npos);
+  CHECK(plan[2].argv.back().find("'--run-name' '20260101-000000-t'") != std::string::npos);
+  CHECK(TargetsJson(plan, "20260101-000000-t") ==
+        "[\n"
+        "  {\"targets\": [\"127.0.0.1:9001\"], \"labels\": {\"job\": \"ps\", \"task\": \"0\", \"run\": \"20260101-000000-t\"}},\n"
+        "  {\"targets\": [\"127.0.0.1:9002\"], \"labels\": {\"job\": \"worker\", \"task\": \"0\", \"run\": \"20260101-000000-t\"}}\n"
+        "]\n");
+}
+
+TEST_CASE("launch.metrics port_base gives task k port base + k on every host; false turns metrics off", "[unit][launcher][metrics]") {
+  auto f = Parse(std::string(R"({"cluster": {"ps": ["127.0.0.1:2000"], "worker": ["127.0.0.1:2001", "pc-02:2002"]}, )") + kTrain +
+                 R"(, "launch": {"metrics": {"port_base": 9400}}})");
+  auto plan = MakePlan(f, {.job_path = "/r/job.json", .metrics_ports = {1, 2, 3}});
+  CHECK(HasFlag(plan[0].argv, "--metrics", "127.0.0.1:9400"));
+  CHECK(HasFlag(plan[1].argv, "--metrics", "127.0.0.1:9401"));
+  CHECK(plan[2].argv.back().find("'--metrics' ':9402'") != std::string::npos);  // every interface of pc-02
+  CHECK(plan[2].metrics_target == "pc-02:9402");
+  auto off = MakePlan(Parse(std::string(R"({"cluster": {"worker": ["127.0.0.1:2001"]}, )") + kTrain + R"(, "launch": {"metrics": false}})"),
+                      {.job_path = "/r/job.json", .metrics_ports = {9001}});
+  CHECK(off[0].metrics_target.empty());
+  CHECK(std::find(off[0].argv.begin(), off[0].argv.end(), "--metrics") == off[0].argv.end());
+  CHECK(TargetsJson(off, "r") == "[]\n");
+}
+
+TEST_CASE("launch.metrics errors name the JSON path and what was expected", "[unit][launcher][metrics]") {
+  const std::string head = std::string(R"({"cluster": {"worker": ["a:1", "a:2"]}, )") + kTrain;
+  CHECK(ErrorOf(head + R"(, "launch": {"metrics": "yes"}})") ==
+        "c.json: launch.metrics: expected true, false or {\"enabled\": BOOL, \"port_base\": PORT}, got \"yes\"");
+  CHECK(ErrorOf(head + R"(, "launch": {"metrics": {"port_base": 0}}})") ==
+        "c.json: launch.metrics.port_base: expected an integer in [1, 65535], got 0");
+  CHECK(ErrorOf(head + R"(, "launch": {"metrics": {"port": 9400}}})") ==
+        "c.json: launch.metrics.port: unknown field (expected one of: enabled, port_base)");
+  CHECK(ErrorOf(head + R"(, "launch": {"metrics": {"enabled": 1}}})") == "c.json: launch.metrics.enabled: expected true or false, got 1");
+  CHECK(ErrorOf(head + R"(, "launch": {"metrics": {"port_base": 65535}}})") ==
+        "c.json: launch.metrics.port_base: 65535 + 2 tasks goes past port 65535");
+}
+
+}  // namespace
+}  // namespace tfd::launcher

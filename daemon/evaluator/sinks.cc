@@ -1,0 +1,47 @@
+#include "daemon/evaluator/sinks.h"
+
+#include <utility>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+namespace tfd::evaluator {
+
+Result<std::unique_ptr<SummarySink>> SummarySink::Open(const std::string& logdir) {
+  TFD_ASSIGN_OR_RETURN(std::unique_ptr<summary::Writer> writer, summary::Writer::Open(logdir, "eval"));
+  return std::unique_ptr<SummarySink>(new SummarySink(std::move(writer)));
+}
+
+void SummarySink::Check(const Status& s) {
+  if (s.ok()) return;
+  spdlog::warn("summaries: {}; the evaluator writes no more of them", s.message());
+  writer_.reset();
+}
+
+void SummarySink::OnEval(const EvalResult& r) {
+  if (writer_ == nullptr) return;
+  std::vector<std::pair<std::string, double>> values = {{"test_loss", r.test_loss}, {"test_accuracy", r.test_accuracy}};
+  if (r.val_loss) values.emplace_back("val_loss", *r.val_loss);
+  if (r.val_accuracy) values.emplace_back("val_accuracy", *r.val_accuracy);
+  Check(writer_->Scalars(r.global_step, values, r.wall_time));
+  if (writer_ != nullptr) Check(writer_->Flush());
+}
+
+void SummarySink::OnEnd(bool) {
+  if (writer_ != nullptr) Check(writer_->Flush());
+}
+
+MetricsSink::MetricsSink(metrics::TaskMetrics& metrics) : metrics_(metrics) {}
+
+void MetricsSink::OnEval(const EvalResult& r) {
+  // Absent until the first evaluation, as on the chief.
+  if (test_ == nullptr) test_ = metrics_.EvalAccuracy("test");
+  test_->Set(r.test_accuracy);
+  if (r.val_accuracy) {
+    if (val_ == nullptr) val_ = metrics_.EvalAccuracy("val");
+    val_->Set(*r.val_accuracy);
+  }
+  if (metrics_.global_step != nullptr) metrics_.global_step->Set(static_cast<double>(r.global_step));
+}
+
+}  // namespace tfd::evaluator

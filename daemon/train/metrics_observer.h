@@ -1,0 +1,22 @@
+#pragma once
+
+#include "common/metrics/task_metrics.h"
+#include "daemon/train/observer.h"
+
+namespace tfd::train {
+
+// Feeds a training task's metrics (steps, examples, step time, loss, accuracy, learning rate,
+// epoch, global step; the evaluation accuracies at epoch ends) from the epoch loop. Runs on the
+// training thread; each step costs a few relaxed atomic operations. `metrics` must have had
+// AddTrainingMetrics() and must outlive the observer.
+class MetricsObserver final : public TrainObserver {
+ public:
+  explicit MetricsObserver(metrics::TaskMetrics& metrics) : m_(metrics) {}
+  void OnStep(const StepStats& s) override;
+  void OnEpoch(const EpochStats& e) override;
+
+ private:
+  metrics::TaskMetrics& m_;
+};
+
+}  // namespace tfd::train
