@@ -171,7 +171,7 @@ Result<ClusterFile> ParseClusterFile(std::string_view text, std::string_view sou
   TFD_RETURN_IF_ERROR(r.Finish());
   TFD_RETURN_IF_ERROR(CheckEvaluation(f.cluster, f.train, fmt::format("{}: train.", source)));
   // Every task's metrics port (port_base + its place in the plan) must be a port.
-  const int tasks = static_cast<int>(f.cluster.ps.size()) + f.cluster.num_workers();
+  const int tasks = static_cast<int>(f.cluster.ps.size() + f.cluster.evaluator.size()) + f.cluster.num_workers();
   if (f.launch.metrics.enabled && f.launch.metrics.port_base > 0 && f.launch.metrics.port_base + tasks - 1 > 65535)
     return Status::InvalidArgument(fmt::format("{}: launch.metrics.port_base: {} + {} tasks goes past port 65535", source,
                                                f.launch.metrics.port_base, tasks));
