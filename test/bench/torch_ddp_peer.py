@@ -22,6 +22,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peer_env  # noqa: E402,F401  (before numpy and torch: sets the BLAS and OpenMP thread counts)
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402

@@ -11,10 +11,13 @@ import os
 import sys
 import time
 
-import numpy as np
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peer_env  # noqa: E402  (before numpy and torch: sets the BLAS and OpenMP thread counts)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 
 def fail(msg):
@@ -93,6 +96,7 @@ def main():
     p.add_argument("--data", required=True)
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--seconds", type=float, default=3.0)
+    p.add_argument("--flush-denormal", action="store_true", help="torch.set_flush_denormal(True): denormals as zero")
     a = p.parse_args()
     if a.batch < 1 or a.threads < 1 or a.warmup < 0 or a.seconds < 0:
         fail("--batch and --threads must be >= 1, --warmup and --seconds >= 0")
@@ -100,6 +104,8 @@ def main():
     # Set thread counts before any parallel work happens.
     torch.set_num_threads(a.threads)
     torch.set_num_interop_threads(1)
+    if a.flush_denormal:
+        torch.set_flush_denormal(True)
 
     images = read_idx(os.path.join(a.data, "train-images-idx3-ubyte"), 0x00000803)
     labels = read_idx(os.path.join(a.data, "train-labels-idx1-ubyte"), 0x00000801)
@@ -133,7 +139,7 @@ def main():
 
     print(json.dumps({
         "model": a.model, "optimizer": a.optimizer, "batch": a.batch,
-        "threads": a.threads, "steps": steps, "seconds": round(elapsed, 6),
+        "threads": a.threads, "flush_denormal": a.flush_denormal, **peer_env.settings(), "steps": steps, "seconds": round(elapsed, 6),
         "samples_per_sec": round(steps * a.batch / elapsed, 1),
     }))
 
