@@ -21,12 +21,14 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-// The job both tests train: long enough (1000 epochs of synthetic data) that the tests stop it.
+// The job both tests train: far longer than the tests (100000 epochs of synthetic data, minutes even
+// on a fast machine), so the tasks are still there to be scraped however slowly Prometheus starts;
+// the tests stop them.
 nlohmann::json LongJob(const TempDir& dir) {
   WriteSyntheticMnist(dir / "", 800, 100);
   return {{"model", {{"name", "mlp"}, {"init", "glorot_uniform"}}},
           {"data", dir.path()},
-          {"epochs", 1000},
+          {"epochs", 100000},
           {"batch_size", 20},
           {"optimizer", {{"type", "sgd"}, {"learning_rate", 0.05}}}};
 }
