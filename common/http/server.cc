@@ -37,11 +37,13 @@ bhttp::response<bhttp::string_body> Plain(bhttp::status status, unsigned version
 
 }  // namespace
 
+// Members are destroyed in reverse order: the io_context goes before the connection count and the
+// handler, because destroying it destroys the sessions still queued on it, which count themselves out.
 struct Server::Impl {
+  std::atomic<int> connections{0};
+  Handler handler;
   asio::io_context ioc{1};
   tcp::acceptor acceptor{ioc};
-  Handler handler;
-  std::atomic<int> connections{0};
   std::thread thread;
 };
 

@@ -1,6 +1,9 @@
 #include <atomic>
 #include <string>
 
+#include <utility>  // before Asio
+
+#include <boost/asio.hpp>
 #include <catch2/catch.hpp>
 
 #include "common/http/server.h"
@@ -57,6 +60,23 @@ TEST_CASE("http: a taken port and a bad host are one-line errors; the server sto
   CHECK(bad.status().code() == Code::kInvalidArgument);
   first->reset();
   CHECK_FALSE(Get("127.0.0.1", port, "/", 2000).ok());
+}
+
+TEST_CASE("http: a server destroyed while a client keeps a connection open closes it and returns", "[http]") {
+  auto server = Server::Start("127.0.0.1", 0, [](const Request&) { return Response{.body = "ok\n"}; });
+  REQUIRE(server.ok());
+  boost::asio::io_context ioc;
+  boost::asio::ip::tcp::socket client(ioc);
+  client.connect({boost::asio::ip::make_address("127.0.0.1"), (*server)->port()});
+  const std::string request = "GET /a HTTP/1.1\r\nHost: x\r\n\r\n";  // keep-alive: the session waits for the next
+  boost::asio::write(client, boost::asio::buffer(request));
+  std::string answer(512, '\0');
+  const std::size_t got = client.read_some(boost::asio::buffer(answer));
+  CHECK(answer.substr(0, got).starts_with("HTTP/1.1 200"));
+  server->reset();  // the session still waits for a request
+  boost::system::error_code ec;
+  client.read_some(boost::asio::buffer(answer), ec);
+  CHECK(ec == boost::asio::error::eof);
 }
 
 TEST_CASE("http: listen addresses", "[http]") {
