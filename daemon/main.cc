@@ -147,12 +147,12 @@ using tfd::Status;
 int main(int argc, char** argv) {
   po::options_description opts(kUsage);
   std::string job_path, params_out, summaries_dir, tf_config_path, token_file, log_format = "text", log_level = "info", job_name, ps_hosts,
-      worker_hosts, bind, metrics_flag, run_name, coordinator_address;
+      worker_hosts, bind, metrics_flag, run_name, coordinator_address, device_flag;
   std::int64_t shard_limit = 0;
   int task_index = -1, slurm_ps = -1, slurm_port_base = 8888;
   using Timeouts = tfd::config::TaskTimeouts;  // the defaults tfctl also knows
   double peer_timeout = Timeouts::kPeerDefault, startup_timeout = Timeouts::kStartupDefault, step_timeout = Timeouts::kStepDefault,
-         reconnect_timeout = Timeouts::kReconnectDefault, idle_timeout = 0;
+         reconnect_timeout = Timeouts::kReconnectDefault, idle_timeout = 0, gpu_memory_fraction = 0;
   bool standalone = false, insecure = false;
   opts.add_options()
       ("help,h", "print this help and exit")
@@ -174,6 +174,8 @@ int main(int argc, char** argv) {
       ("idle-timeout", po::value<double>(&idle_timeout)->value_name("SECS"), "evaluator: how long it waits for the chief's next checkpoint once it has seen one (default: 3 x checkpoint.every_secs, at least 60; 600 without every_secs)")
       ("shard-limit", po::value<std::int64_t>(&shard_limit)->value_name("N"), "allreduce: use at most N examples of this worker's shard each epoch (uneven shards)")
       ("summaries-dir", po::value<std::string>(&summaries_dir)->value_name("DIR"), "write TensorBoard summaries into DIR/<task> (sets or overrides the job's summaries.dir)")
+      ("device", po::value<std::string>(&device_flag)->value_name("DEV"), "train on DEV, cpu or cuda:N, whatever the job's \"device\" says (one task of a mixed cluster)")
+      ("gpu-memory-fraction", po::value<double>(&gpu_memory_fraction)->value_name("F"), "the share in (0, 1] of the GPU's memory this task may take (overrides the job's gpu_memory_fraction)")
       ("params-out", po::value<std::string>(&params_out)->value_name("FILE"), "write the final parameters to FILE (raw little-endian float32, in variable order)")
       ("log-format", po::value<std::string>(&log_format)->value_name("FMT"), "text (default): log lines on stderr; json: also one JSON event per line on stdout")
       ("log-level", po::value<std::string>(&log_level)->value_name("LEVEL"), "debug, info (default), warn or error")
@@ -248,6 +250,19 @@ int main(int argc, char** argv) {
   const bool is_ps = !standalone && tf_config->task.type == tfd::config::TaskType::kPs;
   const bool is_evaluator = !standalone && tf_config->task.type == tfd::config::TaskType::kEvaluator;
   if (vm.count("idle-timeout") && !is_evaluator) return usage_error("--idle-timeout: only for an evaluator task");
+  // Per-task placement: the flags override the job's device and memory share for this task alone.
+  std::optional<int> device_override;
+  if (vm.count("device")) {
+    if (is_ps) return usage_error("--device: a ps task trains nothing and never uses a GPU");
+    tfd::Result<int> parsed = tfd::config::ParseDevice(device_flag);
+    if (!parsed.ok()) return usage_error("--device: " + parsed.status().message());
+    device_override = *parsed;
+  }
+  if (vm.count("gpu-memory-fraction")) {
+    if (is_ps) return usage_error("--gpu-memory-fraction: a ps task trains nothing and never uses a GPU");
+    if (!(gpu_memory_fraction > 0 && gpu_memory_fraction <= 1))
+      return usage_error(fmt::format("--gpu-memory-fraction: expected a number in (0, 1], got {}", gpu_memory_fraction));
+  }
   if (!is_ps && job_path.empty()) return usage_error("--job FILE is required (see tfd --help)");
 
   // The cluster token: from --token-file or TF_CONFIG's "tfd": {"token_file": ...}. Without one,
@@ -289,6 +304,11 @@ int main(int argc, char** argv) {
       if (Status c = tfd::config::CheckEvaluation(tf_config->cluster, job, job_path + ": "); !c.ok()) return Fail(c, events);
   }
   if (!summaries_dir.empty()) job.summaries.dir = summaries_dir;
+  if (device_override) {
+    job.device = device_flag;
+    job.cuda_device = *device_override;
+  }
+  if (vm.count("gpu-memory-fraction")) job.gpu_memory_fraction = gpu_memory_fraction;
   // TensorBoard summaries: one folder per task under the summaries dir (a ps opens its own, with --summaries-dir only).
   std::unique_ptr<tfd::train::SummaryObserver> summaries;
   std::vector<tfd::train::TrainObserver*> observers;

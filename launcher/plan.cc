@@ -88,6 +88,11 @@ std::vector<TaskPlan> MakePlan(const config::ClusterFile& file, const PlanOption
                               {"--startup-timeout", to.startup_secs}, {"--step-timeout", to.step_secs}})
       if (secs > 0) tfd.insert(tfd.end(), {flag, fmt::format("{}", secs)});
     if (!options.run_name.empty()) tfd.insert(tfd.end(), {"--run-name", options.run_name});
+    if (auto placed = file.launch.tasks.find(task.ToString()); placed != file.launch.tasks.end()) {
+      if (!placed->second.device.empty()) tfd.insert(tfd.end(), {"--device", placed->second.device});
+      if (placed->second.gpu_memory_fraction > 0)
+        tfd.insert(tfd.end(), {"--gpu-memory-fraction", fmt::format("{}", placed->second.gpu_memory_fraction)});
+    }
     // Metrics: a fixed port on every host from port_base, else the free port found for a local task.
     int metrics_port = 0;
     if (metrics.enabled && metrics.port_base > 0) metrics_port = metrics.port_base + static_cast<int>(place);

@@ -153,6 +153,22 @@ Result<ClusterFile> ParseClusterFile(std::string_view text, std::string_view sou
         }
       }
     }
+    if (const json* tasks = l.Get("tasks")) {
+      if (!tasks->is_object()) {
+        l.Fail(l.PathOf("tasks"), "expected an object of \"worker:N\": {\"device\": ..., \"gpu_memory_fraction\": ...}, got " + Describe(*tasks));
+      } else {
+        for (auto it = tasks->begin(); it != tasks->end(); ++it) {
+          ObjectReader tr = l.Child(it.value(), l.PathOf("tasks") + "." + it.key());
+          TaskLaunch t;
+          tr.String("device", &t.device);
+          if (tr.status().ok() && tr.Get("device") != nullptr)
+            if (Result<int> d = ParseDevice(t.device); !d.ok()) tr.Fail(tr.PathOf("device"), d.status().message());
+          tr.Double("gpu_memory_fraction", 0, 1, /*min_exclusive=*/true, &t.gpu_memory_fraction);
+          (void)tr.Finish();
+          f.launch.tasks[it.key()] = t;
+        }
+      }
+    }
     if (const json* hosts = l.Get("hosts")) {
       if (!hosts->is_object()) {
         l.Fail(l.PathOf("hosts"), "expected an object of host: {settings}, got " + Describe(*hosts));
@@ -175,6 +191,15 @@ Result<ClusterFile> ParseClusterFile(std::string_view text, std::string_view sou
   if (f.launch.metrics.enabled && f.launch.metrics.port_base > 0 && f.launch.metrics.port_base + tasks - 1 > 65535)
     return Status::InvalidArgument(fmt::format("{}: launch.metrics.port_base: {} + {} tasks goes past port 65535", source,
                                                f.launch.metrics.port_base, tasks));
+  // launch.tasks names training tasks of the cluster: a ps never uses a GPU, a typo would not apply.
+  for (const auto& [name, settings] : f.launch.tasks) {
+    bool found = false;
+    for (int rank = 0; rank < f.cluster.num_workers(); ++rank) found = found || f.cluster.WorkerTask(rank).ToString() == name;
+    if (!found)
+      return Status::InvalidArgument(fmt::format("{}: launch.tasks.{}: not a training task of the cluster (expected chief:0 or worker:N; "
+                                                 "a ps or evaluator task never uses a GPU)", source, name));
+  }
+  TFD_RETURN_IF_ERROR(CheckGpuShares(f.cluster, f.train, f.launch.tasks, fmt::format("{}: ", source)));
   // Hosts named under launch.hosts must be hosts of the cluster: a typo there would silently not apply.
   for (const auto& [host, settings] : f.launch.hosts) {
     bool used = false;
@@ -183,6 +208,35 @@ Result<ClusterFile> ParseClusterFile(std::string_view text, std::string_view sou
     if (!used) return Status::InvalidArgument(fmt::format("{}: launch.hosts.{}: no task of the cluster runs on \"{}\"", source, host, host));
   }
   return f;
+}
+
+Status CheckGpuShares(const ClusterSpec& cluster, const JobSpec& job, const std::map<std::string, TaskLaunch>& tasks,
+                      std::string_view where) {
+  struct Share {
+    double total = 0;
+    std::vector<std::string> parts;
+  };
+  std::map<std::pair<std::string, int>, Share> by_gpu;  // (host, N of cuda:N)
+  for (int rank = 0; rank < cluster.num_workers(); ++rank) {
+    const TaskId task = cluster.WorkerTask(rank);
+    int device = job.cuda_device;
+    double fraction = job.gpu_memory_fraction;
+    if (auto it = tasks.find(task.ToString()); it != tasks.end()) {
+      if (Result<int> d = ParseDevice(it->second.device); !it->second.device.empty() && d.ok()) device = *d;
+      if (it->second.gpu_memory_fraction > 0) fraction = it->second.gpu_memory_fraction;
+    }
+    if (device < 0) continue;
+    Share& s = by_gpu[{cluster.EndpointOf(task).host, device}];
+    s.total += fraction;
+    s.parts.push_back(fmt::format("{} {:g}", task.ToString(), fraction));
+  }
+  for (const auto& [gpu, share] : by_gpu) {
+    if (share.total <= 1 + 1e-9) continue;
+    return Status::InvalidArgument(fmt::format(
+        "{}launch.tasks: the tasks on {} cuda:{} ({}) ask for {:g} of its memory in all; at most 1 (set gpu_memory_fraction per task "
+        "under launch.tasks, or the job's)", where, gpu.first, gpu.second, fmt::join(share.parts, ", "), share.total));
+  }
+  return Status::Ok();
 }
 
 Status CheckEvaluation(const ClusterSpec& cluster, const JobSpec& job, std::string_view where) {

@@ -44,6 +44,13 @@ struct MetricsLaunch {
   int port_base = 0;  // 0: free ports for local tasks only
 };
 
+// "launch.tasks": {"worker:1": {"device": "cuda:0", "gpu_memory_fraction": 0.5}}: one training task's
+// placement, handed to it as tfd's --device and --gpu-memory-fraction (empty / 0: the job's).
+struct TaskLaunch {
+  std::string device;
+  double gpu_memory_fraction = 0;
+};
+
 struct LaunchSpec {
   HostLaunch defaults;
   std::map<std::string, HostLaunch> hosts;  // per-host overrides, complete after parsing
@@ -56,6 +63,7 @@ struct LaunchSpec {
   int max_restarts = 3;
   TaskTimeouts timeouts;
   MetricsLaunch metrics;
+  std::map<std::string, TaskLaunch> tasks;  // by task name ("worker:1"), training tasks only
 
   const HostLaunch& For(const std::string& host) const;
 };
@@ -74,6 +82,12 @@ struct ClusterFile {
 // path (`cluster.json: launch.hosts.pc-02.ssh.port: expected an integer in [1, 65535], got 0`).
 Result<ClusterFile> ParseClusterFile(std::string_view text, std::string_view source);
 Result<ClusterFile> LoadClusterFile(const std::string& path);
+
+// The GPU memory the training tasks ask for, per host and GPU: tasks sharing one GPU ("cuda:N" on
+// one host, after launch.tasks' overrides) must ask for fractions summing to at most 1.
+// InvalidArgument "WHERE...: the tasks on HOST cuda:N (worker:0 0.6, worker:1 0.6) ask for 1.2 ...".
+Status CheckGpuShares(const ClusterSpec& cluster, const JobSpec& job, const std::map<std::string, TaskLaunch>& tasks,
+                      std::string_view where);
 
 // The checks between a cluster and its job's evaluation (docs/config.md, "evaluation"): an
 // evaluator task needs the chief's checkpoints (checkpoint.dir, a ps mode) and a job whose

@@ -433,16 +433,10 @@ JobSpec ReadJobSpec(ObjectReader& r) {
   job.seed = static_cast<std::uint64_t>(seed);
   r.Int("log_every_steps", 0, 1 << 30, &job.log_every_steps);
   r.String("device", &job.device);
-  if (r.status().ok() && job.device != "cpu") {
-    int n = -1;
-    std::string_view d = job.device;
-    bool ok = d.starts_with("cuda:") && d.size() > 5;
-    if (ok) {
-      auto [p, ec] = std::from_chars(d.data() + 5, d.data() + d.size(), n);
-      ok = ec == std::errc() && p == d.data() + d.size() && n >= 0 && n < 64;
-    }
-    if (!ok) r.Fail(r.PathOf("device"), fmt::format("expected \"cpu\" or \"cuda:N\", got \"{}\"", job.device));
-    job.cuda_device = n;
+  if (r.status().ok()) {
+    Result<int> device = ParseDevice(job.device);
+    if (device.ok()) job.cuda_device = *device;
+    else r.Fail(r.PathOf("device"), device.status().message());
   }
   r.Double("gpu_memory_fraction", 0, 1, /*min_exclusive=*/true, &job.gpu_memory_fraction);
   r.Int("threads", 1, 256, &job.threads);
@@ -489,6 +483,18 @@ Result<JobSpec> ParseJobSpec(std::string_view text, std::string_view source) {
   JobSpec job = ReadJobSpec(r);
   TFD_RETURN_IF_ERROR(status);
   return job;
+}
+
+Result<int> ParseDevice(std::string_view text) {
+  if (text == "cpu") return -1;
+  int n = -1;
+  bool ok = text.starts_with("cuda:") && text.size() > 5;
+  if (ok) {
+    auto [p, ec] = std::from_chars(text.data() + 5, text.data() + text.size(), n);
+    ok = ec == std::errc() && p == text.data() + text.size() && n >= 0 && n < 64;
+  }
+  if (!ok) return Status::InvalidArgument(fmt::format("expected \"cpu\" or \"cuda:N\", got \"{}\"", text));
+  return n;
 }
 
 Result<JobSpec> LoadJobSpec(const std::string& path) {

@@ -201,4 +201,8 @@ Result<JobSpec> ParseJobSpec(std::string_view text, std::string_view source);
 // Reads the file at `path`; NotFound when it cannot be read.
 Result<JobSpec> LoadJobSpec(const std::string& path);
 
+// A device string: "cpu" (-1) or "cuda:N" (N, below 64); InvalidArgument "expected \"cpu\" or
+// \"cuda:N\", got \"TEXT\"" otherwise. The job's "device" and tfd's --device read it.
+Result<int> ParseDevice(std::string_view text);
+
 }  // namespace tfd::config

@@ -302,5 +302,35 @@ TEST_CASE("launch.metrics errors name the JSON path and what was expected", "[un
         "c.json: launch.metrics.port_base: 65535 + 2 tasks goes past port 65535");
 }
 
+TEST_CASE("launch.tasks places one training task on a GPU and tfctl checks the shares of each GPU", "[unit][launcher][gpu]") {
+  const std::string cluster = R"({"cluster": {"ps": ["127.0.0.1:2000"], "worker": ["127.0.0.1:2001", "127.0.0.1:2002", "pc-02:2003"]}, )";
+  auto f = Parse(cluster + kTrain +
+                 R"(, "launch": {"tasks": {"worker:0": {"device": "cuda:0", "gpu_memory_fraction": 0.5},
+                                            "worker:1": {"device": "cuda:0", "gpu_memory_fraction": 0.5},
+                                            "worker:2": {"device": "cuda:0"}}}})");
+  auto plan = MakePlan(f, {.job_path = "/r/job.json"});
+  REQUIRE(plan.size() == 4);
+  const std::string ps = fmt::format("{}", fmt::join(plan[0].argv, " "));
+  CHECK(ps.find("--device") == std::string::npos);  // a ps never touches a GPU
+  CHECK(fmt::format("{}", fmt::join(plan[1].argv, " ")).find("--device cuda:0 --gpu-memory-fraction 0.5") != std::string::npos);
+  CHECK(plan[3].argv.back().find("'--device' 'cuda:0'") != std::string::npos);
+  CHECK(plan[3].argv.back().find("--gpu-memory-fraction") == std::string::npos);  // the job's (1): alone on pc-02's GPU
+
+  // Two tasks on one host's cuda:0 at the job's default fraction (1) ask for twice its memory.
+  CHECK(ErrorOf(cluster + R"("train": {"model": "mlp", "data": "d", "epochs": 1, "batch_size": 10, "device": "cuda:0", "optimizer": {"type": "sgd", "learning_rate": 0.1}}})") ==
+        "c.json: launch.tasks: the tasks on 127.0.0.1 cuda:0 (worker:0 1, worker:1 1) ask for 2 of its memory in all; at most 1 (set "
+        "gpu_memory_fraction per task under launch.tasks, or the job's)");
+  // The same with shares that fit, or with one of them moved to another GPU, is fine.
+  Parse(cluster + R"("train": {"model": "mlp", "data": "d", "epochs": 1, "batch_size": 10, "device": "cuda:0", "gpu_memory_fraction": 0.5, "optimizer": {"type": "sgd", "learning_rate": 0.1}}})");
+  Parse(cluster + R"("train": {"model": "mlp", "data": "d", "epochs": 1, "batch_size": 10, "device": "cuda:0", "optimizer": {"type": "sgd", "learning_rate": 0.1}},
+                     "launch": {"tasks": {"worker:1": {"device": "cuda:1"}}}})");
+  CHECK(ErrorOf(cluster + kTrain + R"(, "launch": {"tasks": {"ps:0": {"device": "cuda:0"}}}})") ==
+        "c.json: launch.tasks.ps:0: not a training task of the cluster (expected chief:0 or worker:N; a ps or evaluator task never uses a GPU)");
+  CHECK(ErrorOf(cluster + kTrain + R"(, "launch": {"tasks": {"worker:1": {"device": "gpu1"}}}})") ==
+        "c.json: launch.tasks.worker:1.device: expected \"cpu\" or \"cuda:N\", got \"gpu1\"");
+  CHECK(ErrorOf(cluster + kTrain + R"(, "launch": {"tasks": {"worker:1": {"gpu_memory_fraction": 1.5}}}})").find(
+            "c.json: launch.tasks.worker:1.gpu_memory_fraction: expected a number in (0, 1]") == 0);
+}
+
 }  // namespace
 }  // namespace tfd::launcher
