@@ -95,7 +95,9 @@ int Sweep(const SweepArgs& args, const Interrupts& interrupts) {
     std::signal(SIGINT, interrupts.handler);
     std::signal(SIGTERM, interrupts.handler);
   }
-  Result<std::unique_ptr<coordinator::Coordinator>> started = coordinator::Coordinator::Start(sweep, trials, parallel, {});
+  coordinator::CoordinatorOptions copts;
+  copts.trials_dir = (run_dir / "trials").string();
+  Result<std::unique_ptr<coordinator::Coordinator>> started = coordinator::Coordinator::Start(sweep, trials, parallel, copts);
   if (!started.ok()) return ReportFailure(started.status());
   std::unique_ptr<coordinator::Coordinator> coord = std::move(started).value();
   const std::string tfd = args.tfd.empty() ? DefaultTfd() : args.tfd;

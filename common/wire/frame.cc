@@ -52,6 +52,7 @@ bool IsKnownType(std::uint16_t t) {
     case MessageType::kTrialControl:
     case MessageType::kTrialEnd:
     case MessageType::kTrialPredictions:
+    case MessageType::kTrialCheckpoint:
       return true;
   }
   return false;
@@ -86,6 +87,7 @@ const char* MessageTypeName(MessageType t) {
     case MessageType::kTrialControl: return "TRIAL_CONTROL";
     case MessageType::kTrialEnd: return "TRIAL_END";
     case MessageType::kTrialPredictions: return "TRIAL_PREDICTIONS";
+    case MessageType::kTrialCheckpoint: return "TRIAL_CHECKPOINT";
   }
   return "UNKNOWN";
 }

@@ -55,6 +55,7 @@ enum class MessageType : std::uint16_t {
   kTrialControl = 53,
   kTrialEnd = 54,
   kTrialPredictions = 55,
+  kTrialCheckpoint = 56,
 };
 bool IsKnownType(std::uint16_t type);
 const char* MessageTypeName(MessageType type);

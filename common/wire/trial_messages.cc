@@ -49,6 +49,7 @@ Status Decode(std::span<const std::byte> p, TrialRequest* m) {
 }
 
 // trial u32 | attempt u32 | job_len u32 (<= kMaxJobBytes) | job bytes
+// [ | predictions u8 [ | resume_epoch u32 | checkpoint_len u32 (<= kMaxTrialCheckpointBytes) | checkpoint bytes ] ]
 OutFrame Encode(const TrialAssign& m) {
   OutFrame f = Start(MessageType::kTrialAssign);
   ByteWriter w(&f.head);
@@ -57,7 +58,13 @@ OutFrame Encode(const TrialAssign& m) {
   const std::size_t n = std::min(m.job.size(), kMaxJobBytes);
   w.U32(static_cast<std::uint32_t>(n));
   w.Raw(m.job.data(), n);
-  if (m.predictions) w.U8(1);
+  const bool resume = !m.checkpoint.empty() && m.checkpoint.size() <= kMaxTrialCheckpointBytes;
+  if (m.predictions || resume) w.U8(m.predictions ? 1 : 0);
+  if (resume) {
+    w.U32(m.resume_epoch);
+    w.U32(static_cast<std::uint32_t>(m.checkpoint.size()));
+    w.Raw(m.checkpoint.data(), m.checkpoint.size());
+  }
   return f;
 }
 
@@ -68,8 +75,38 @@ Status Decode(std::span<const std::byte> p, TrialAssign* m) {
   m->job.resize(n);
   if (!r.Bytes(std::as_writable_bytes(std::span<char>(m->job.data(), n)))) return Bad("TRIAL_ASSIGN");
   m->predictions = false;
+  m->resume_epoch = 0;
+  m->checkpoint.clear();
   if (r.remaining() > 0 && !ReadBool(r, &m->predictions)) return Bad("TRIAL_ASSIGN");
+  if (r.remaining() > 0) {
+    std::uint32_t c = 0;
+    if (!r.U32(&m->resume_epoch) || !r.U32(&c) || c == 0 || c > kMaxTrialCheckpointBytes || c > r.remaining()) return Bad("TRIAL_ASSIGN");
+    m->checkpoint.resize(c);
+    if (!r.Bytes(m->checkpoint)) return Bad("TRIAL_ASSIGN");
+  }
   return Trailing("TRIAL_ASSIGN", r);
+}
+
+// trial u32 | epoch u32 | len u32 (1 .. kMaxTrialCheckpointBytes) | bytes
+OutFrame Encode(const TrialCheckpoint& m) {
+  OutFrame f = Start(MessageType::kTrialCheckpoint);
+  ByteWriter w(&f.head);
+  w.U32(m.trial);
+  w.U32(m.epoch);
+  const std::size_t n = std::min(m.bytes.size(), kMaxTrialCheckpointBytes);
+  w.U32(static_cast<std::uint32_t>(n));
+  w.Raw(m.bytes.data(), n);
+  return f;
+}
+
+Status Decode(std::span<const std::byte> p, TrialCheckpoint* m) {
+  ByteReader r(p);
+  std::uint32_t n = 0;
+  if (!r.U32(&m->trial) || !r.U32(&m->epoch) || !r.U32(&n) || n == 0 || n > kMaxTrialCheckpointBytes || n > r.remaining())
+    return Bad("TRIAL_CHECKPOINT");
+  m->bytes.resize(n);
+  if (!r.Bytes(m->bytes)) return Bad("TRIAL_CHECKPOINT");
+  return Trailing("TRIAL_CHECKPOINT", r);
 }
 
 OutFrame Encode(const TrialEpoch& m) {

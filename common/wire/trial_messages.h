@@ -31,6 +31,22 @@ struct TrialAssign {  // coordinator -> worker: a trial to train, or kNoTrial (t
   // An ensemble member: send TRIAL_PREDICTIONS after each epoch. Optional on the wire: absent
   // (false) when the payload ends after the job.
   bool predictions = false;
+  // A re-placed trial: the checkpoint (docs/checkpoints.md's file bytes) the trial's last worker
+  // sent after `resume_epoch`, its last epoch reported; train from epoch resume_epoch + 1. Empty
+  // (and resume_epoch 0) for a fresh start. Optional on the wire: absent when the payload ends
+  // after the predictions flag.
+  std::uint32_t resume_epoch = 0;
+  std::vector<std::byte> checkpoint;
+};
+
+// A trial's checkpoint, as a checkpoint file's bytes (TRIAL_CHECKPOINT and TRIAL_ASSIGN).
+inline constexpr std::size_t kMaxTrialCheckpointBytes = 128u << 20;
+
+struct TrialCheckpoint {  // worker -> coordinator: the trial's state after `epoch`, sent before that
+                          // epoch's TRIAL_EPOCH; answered by TRIAL_CONTROL (stop false)
+  std::uint32_t trial = 0;
+  std::uint32_t epoch = 0;
+  std::vector<std::byte> bytes;  // at most kMaxTrialCheckpointBytes
 };
 
 inline constexpr std::uint32_t kMaxPredictionClasses = 1024;
@@ -68,11 +84,13 @@ OutFrame Encode(const TrialEpoch& m);
 OutFrame Encode(const TrialControl& m);
 OutFrame Encode(const TrialEnd& m);
 OutFrame Encode(const TrialPredictions& m);  // copies the vectors into the frame
+OutFrame Encode(const TrialCheckpoint& m);
 Status Decode(std::span<const std::byte> payload, TrialRequest* m);
 Status Decode(std::span<const std::byte> payload, TrialAssign* m);
 Status Decode(std::span<const std::byte> payload, TrialEpoch* m);
 Status Decode(std::span<const std::byte> payload, TrialControl* m);
 Status Decode(std::span<const std::byte> payload, TrialEnd* m);
 Status Decode(std::span<const std::byte> payload, TrialPredictions* m);
+Status Decode(std::span<const std::byte> payload, TrialCheckpoint* m);
 
 }  // namespace tfd::wire

@@ -3,13 +3,17 @@
 #include "daemon/coordinator/coordinator.h"
 
 #include <chrono>
+#include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "common/base/mutex.h"
+#include "common/ckpt/file.h"
+#include "common/ckpt/format.h"
 #include "common/transport/handshake.h"
 #include "common/transport/io_thread.h"
 #include "common/transport/listener.h"
@@ -35,8 +39,8 @@ void Reply(transport::Connection& to, wire::OutFrame f, std::uint64_t request_id
 // frames are sent after it is released.
 class Coordinator::Service final : public transport::FrameHandler {
  public:
-  Service(const config::SweepSpec& sweep, std::vector<config::Trial> trials, int parallel)
-      : scheduler_(sweep, std::move(trials), parallel) {
+  Service(const config::SweepSpec& sweep, std::vector<config::Trial> trials, int parallel, std::string trials_dir)
+      : scheduler_(sweep, std::move(trials), parallel), trials_dir_(std::move(trials_dir)) {
     identity_.name = "coordinator:0";
     identity_.kind = wire::TaskKind::kCoordinator;
   }
@@ -67,11 +71,36 @@ class Coordinator::Service final : public transport::FrameHandler {
         wire::TrialEpoch m;
         if (!DecodeOr(*from, frame, &m)) return;
         bool stop;
+        std::optional<Stored> committed;  // to write to the run folder
         {
           MutexLock lock(&mu_);
-          stop = scheduler_.OnEpoch(worker, static_cast<int>(m.trial), static_cast<int>(m.epoch), m.metrics, Now());
+          const int trial = static_cast<int>(m.trial);
+          stop = scheduler_.OnEpoch(worker, trial, static_cast<int>(m.epoch), m.metrics, Now());
+          auto p = pending_ckpt_.find(trial);
+          if (p != pending_ckpt_.end() && trial >= 0 && trial < static_cast<int>(scheduler_.trials().size()) &&
+              scheduler_.trials()[static_cast<std::size_t>(trial)].checkpoint_epoch == p->second.epoch) {
+            if (!trials_dir_.empty()) committed = Stored{.epoch = p->second.epoch, .bytes = {}, .parsed = std::move(p->second.parsed)};
+            p->second.parsed = {};
+            committed_ckpt_[trial] = std::move(p->second);
+            pending_ckpt_.erase(p);
+          }
         }
-        return Reply(*from, wire::Encode(wire::TrialControl{.stop = stop}), id);
+        Reply(*from, wire::Encode(wire::TrialControl{.stop = stop}), id);
+        if (committed) WriteCheckpoint(static_cast<int>(m.trial), committed->parsed);
+        return;
+      }
+      case wire::MessageType::kTrialCheckpoint: {
+        wire::TrialCheckpoint m;
+        if (!DecodeOr(*from, frame, &m)) return;
+        Result<ckpt::Checkpoint> parsed = ckpt::Parse(m.bytes, fmt::format("trial {}'s checkpoint after epoch {}", m.trial, m.epoch));
+        if (!parsed.ok()) return Refuse(*from, Status::Corruption(fmt::format("{}: {}", from->peer_name(), parsed.status().message())));
+        {
+          MutexLock lock(&mu_);
+          const int trial = static_cast<int>(m.trial);
+          if (scheduler_.OnCheckpoint(worker, trial, static_cast<int>(m.epoch)))
+            pending_ckpt_[trial] = Stored{.epoch = static_cast<int>(m.epoch), .bytes = std::move(m.bytes), .parsed = std::move(parsed).value()};
+        }
+        return Reply(*from, wire::Encode(wire::TrialControl{.stop = false}), id);
       }
       case wire::MessageType::kTrialEnd: {
         wire::TrialEnd m;
@@ -80,6 +109,7 @@ class Coordinator::Service final : public transport::FrameHandler {
         {
           MutexLock lock(&mu_);
           scheduler_.OnEnd(worker, static_cast<int>(m.trial), m.ok, m.stopped, m.reason, m.metrics, Now());
+          DropEndedLocked();
           ServePendingLocked(&out);
         }
         Reply(*from, wire::Encode(wire::TrialControl{.stop = false}), id);
@@ -116,6 +146,7 @@ class Coordinator::Service final : public transport::FrameHandler {
       if (scheduler_.finished()) spdlog::debug("worker:{} left: {}", worker, why.message());
       else spdlog::warn("worker:{} lost: {}", worker, why.message());
       scheduler_.OnWorkerLost(worker, why.message(), Now());
+      DropEndedLocked();
       ServePendingLocked(&out);
     }
     Flush(out);
@@ -128,6 +159,7 @@ class Coordinator::Service final : public transport::FrameHandler {
     {
       MutexLock lock(&mu_);
       fn(scheduler_);
+      DropEndedLocked();
       ServePendingLocked(&out);
     }
     Flush(out);
@@ -151,6 +183,38 @@ class Coordinator::Service final : public transport::FrameHandler {
     ConnectionPtr to;
     wire::OutFrame frame;
   };
+  // A trial's checkpoint: the bytes as the worker sent them (sent on to the next worker as they
+  // are) and, until it is written to the run folder, the parsed form.
+  struct Stored {
+    int epoch = 0;
+    std::vector<std::byte> bytes;
+    ckpt::Checkpoint parsed;
+  };
+
+  // Checkpoints of trials no longer running or waiting are of no more use: a pending one belongs to
+  // a lost attempt, a committed one to an ended trial.
+  void DropEndedLocked() TFD_REQUIRES(mu_) {
+    const std::vector<TrialState>& trials = scheduler_.trials();
+    auto ended = [&](int trial) {
+      const TrialStatus s = trials[static_cast<std::size_t>(trial)].status;
+      return s != TrialStatus::kRunning && s != TrialStatus::kPaused;
+    };
+    std::erase_if(pending_ckpt_, [&](const auto& kv) {
+      const TrialState& t = trials[static_cast<std::size_t>(kv.first)];
+      return ended(kv.first) || t.pending_checkpoint != kv.second.epoch;
+    });
+    std::erase_if(committed_ckpt_, [&](const auto& kv) { return ended(kv.first); });
+  }
+
+  // <trials_dir>/<trial>/ckpt/ckpt-<step>.tfdckpt, the newest only. A failure is a warning: the
+  // checkpoint a re-placed trial needs is in memory.
+  void WriteCheckpoint(int trial, const ckpt::Checkpoint& c) {
+    const std::string dir = (std::filesystem::path(trials_dir_) / std::to_string(trial) / "ckpt").string();
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    Result<std::string> path = ckpt::Write(dir, c, /*keep_last=*/1);
+    if (!path.ok()) spdlog::warn("trial {}'s checkpoint not written: {}", trial, path.status().message());
+  }
 
   template <typename M>
   bool DecodeOr(transport::Connection& from, const wire::InFrame& frame, M* m) {
@@ -202,6 +266,13 @@ class Coordinator::Service final : public transport::FrameHandler {
         m.attempt = static_cast<std::uint32_t>(a.attempt);
         m.job = std::move(a.job);
         m.predictions = a.predictions;
+        if (a.resume_epoch > 0) {
+          auto c = committed_ckpt_.find(a.trial);
+          if (c != committed_ckpt_.end() && c->second.epoch == a.resume_epoch) {
+            m.resume_epoch = static_cast<std::uint32_t>(a.resume_epoch);
+            m.checkpoint = c->second.bytes;
+          }
+        }
       }
       wire::OutFrame f = wire::Encode(m);
       f.header.request_id = it->second.request_id;
@@ -218,6 +289,9 @@ class Coordinator::Service final : public transport::FrameHandler {
   SweepScheduler scheduler_ TFD_GUARDED_BY(mu_);
   std::map<const transport::Connection*, int> workers_ TFD_GUARDED_BY(mu_);  // established connections
   std::map<int, Pending> pending_ TFD_GUARDED_BY(mu_);                        // idle workers waiting for a trial
+  const std::string trials_dir_;
+  std::map<int, Stored> pending_ckpt_ TFD_GUARDED_BY(mu_);    // trial -> its checkpoint awaiting its epoch report
+  std::map<int, Stored> committed_ckpt_ TFD_GUARDED_BY(mu_);  // trial -> the checkpoint it resumes from
 };
 
 struct Coordinator::Impl {
@@ -233,7 +307,7 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Start(const config::SweepSpec&
   std::unique_ptr<Coordinator> c(new Coordinator());
   c->impl_ = std::make_unique<Impl>();
   Impl* impl = c->impl_.get();
-  impl->service = std::make_unique<Service>(sweep, std::move(trials), parallel);
+  impl->service = std::make_unique<Service>(sweep, std::move(trials), parallel, options.trials_dir);
   if (options.connection.guard == nullptr) options.connection.guard = std::make_shared<transport::PeerGuard>();
   impl->io = std::make_unique<transport::IoThread>([impl] {
     if (impl->listener) impl->listener->Stop();

@@ -18,11 +18,16 @@ struct CoordinatorOptions {
   std::string bind_address = "127.0.0.1";  // "" = every interface
   std::uint16_t port = 0;                  // 0: a free one (port() says which)
   transport::ConnectionOptions connection;
+  // Where each trial's committed checkpoint is written, as <trials_dir>/<trial>/ckpt/ckpt-<step>.tfdckpt
+  // (the newest only); "": kept in memory alone. Either way the checkpoint a re-placed trial
+  // resumes from is sent from memory, and dropped once the trial has ended.
+  std::string trials_dir;
 };
 
 // The coordinator of a sweep (docs/sweeps.md): listens for generic workers (tfd --coordinator),
 // hands each idle one the next trial, answers each epoch report with continue or stop (ASHA), and
-// places a lost worker's trial on the next idle worker. It owns an I/O thread; its frame handler
+// places a lost worker's trial on the next idle worker with the trial's last checkpoint
+// (TRIAL_CHECKPOINT, committed by the epoch report that follows it), to resume after that epoch. It owns an I/O thread; its frame handler
 // runs there and the SweepScheduler sits behind a mutex, so any thread may call the methods below
 // (tfctl's loop polls them). Workers identify with HELLO (kind worker, their index); the
 // coordinator answers WELCOME as coordinator:0. Destroying it closes every connection.

@@ -5,10 +5,12 @@
 #include <unistd.h>
 
 #include <new>
+#include <optional>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/ckpt/format.h"
 #include "common/config/job.h"
 #include "common/model/dataset.h"
 #include "common/model/model.h"
@@ -58,6 +60,7 @@ class TrialReporter final : public train::TrainObserver {
     if (signal_ != nullptr && signal_->load()) trial_stop_->store(true);
   }
   void OnEpoch(const train::EpochStats& e) override {
+    if (!lost_.ok()) return;
     last_ = EpochMetrics(e);
     if (test_ != nullptr && e.model != nullptr) {
       // Forward writes only the model's activation buffers, which the epoch loop does not read
@@ -86,6 +89,25 @@ class TrialReporter final : public train::TrainObserver {
       trial_stop_->store(true);
     }
   }
+  // The trial's state after `epoch`, sent before that epoch's report (which commits it at the
+  // coordinator), so a re-placed trial resumes after the last epoch it reported.
+  void SendCheckpoint(int epoch, const ckpt::Checkpoint& c) {
+    if (!lost_.ok() || skip_checkpoints_) return;
+    Result<std::vector<std::byte>> bytes = ckpt::Serialize(c);
+    if (!bytes.ok() || bytes->size() > wire::kMaxTrialCheckpointBytes) {
+      spdlog::warn("trial {}: no per-trial checkpoints ({}): a re-placed trial starts again from its first epoch", trial_,
+                   bytes.ok() ? fmt::format("{} bytes, over the {} a TRIAL_CHECKPOINT carries", bytes->size(), wire::kMaxTrialCheckpointBytes)
+                              : bytes.status().message());
+      skip_checkpoints_ = true;
+      return;
+    }
+    auto reply = rpc_.Call(wire::Encode(wire::TrialCheckpoint{.trial = trial_, .epoch = static_cast<std::uint32_t>(epoch), .bytes = std::move(bytes).value()}));
+    Result<wire::InFrame> frame = Await(rpc_, reply, wire::MessageType::kTrialControl, signal_, "TRIAL_CONTROL");
+    if (!frame.ok()) {
+      lost_ = frame.status();
+      trial_stop_->store(true);
+    }
+  }
   bool told_to_stop() const { return told_to_stop_; }
   const Status& lost() const { return lost_; }
   const std::vector<std::pair<std::string, double>>& last() const { return last_; }
@@ -97,6 +119,7 @@ class TrialReporter final : public train::TrainObserver {
   std::atomic<bool>* trial_stop_;
   const model::Dataset* test_;
   bool told_to_stop_ = false;
+  bool skip_checkpoints_ = false;
   Status lost_;
   std::vector<std::pair<std::string, double>> last_;
 };
@@ -133,11 +156,21 @@ Status RunGenericWorker(const GenericWorkerOptions& options, EventWriter& events
       spdlog::info("the sweep is over");
       return Status::Ok();
     }
-    spdlog::info("trial {} (attempt {})", assign.trial, assign.attempt);
+    if (assign.checkpoint.empty()) spdlog::info("trial {} (attempt {})", assign.trial, assign.attempt);
+    else spdlog::info("trial {} (attempt {}): resuming after epoch {}", assign.trial, assign.attempt, assign.resume_epoch);
     wire::TrialEnd end{.trial = assign.trial};
     std::atomic<bool> trial_stop{false};
     Result<config::JobSpec> job = config::ParseJobSpec(assign.job, fmt::format("trial {}'s job", assign.trial));
     Status s = job.status();
+    std::optional<ckpt::Checkpoint> resume;
+    if (s.ok() && !assign.checkpoint.empty()) {
+      const std::string source = fmt::format("trial {}'s checkpoint after epoch {}", assign.trial, assign.resume_epoch);
+      Result<ckpt::Checkpoint> parsed = ckpt::Parse(assign.checkpoint, source);
+      s = parsed.status();
+      if (s.ok() && (parsed->cursors.size() != 1 || parsed->cursors[0].epoch != assign.resume_epoch + 1))
+        s = Status::Corruption(fmt::format("{}: its data cursor is not at epoch {}", source, assign.resume_epoch + 1));
+      if (s.ok()) resume = std::move(parsed).value();
+    }
     model::Dataset test;  // an ensemble member's test set
     if (s.ok() && assign.predictions) {
       Result<model::MnistData> data = model::LoadMnist(job->data);
@@ -148,6 +181,8 @@ Status RunGenericWorker(const GenericWorkerOptions& options, EventWriter& events
     if (s.ok()) {
       train::StandaloneOptions sopts{.stop = &trial_stop, .params_out = "", .observers = options.observers};
       sopts.observers.push_back(&reporter);
+      sopts.resume = resume ? &*resume : nullptr;
+      sopts.epoch_checkpoint = [&reporter](int epoch, const ckpt::Checkpoint& c) { reporter.SendCheckpoint(epoch, c); };
       try {
         s = train::RunStandalone(*job, events, sopts);
       } catch (const std::bad_alloc&) {

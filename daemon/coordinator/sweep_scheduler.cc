@@ -74,13 +74,13 @@ SweepScheduler::Next SweepScheduler::NextFor(int worker, double now, Assignment*
   queue_.erase(queue_.begin());
   t.status = TrialStatus::kRunning;
   t.worker = worker;
-  t.epoch = 0;
-  t.metric.reset();
+  t.pending_checkpoint = 0;
   out->trial = t.trial.id;
   out->attempt = t.attempt++;
   out->job = t.trial.job_text;
   out->predictions = ensemble_;
-  Record(now, t, "placed");
+  out->resume_epoch = t.checkpoint_epoch;
+  Record(now, t, "placed", t.checkpoint_epoch > 0 ? fmt::format(", \"resume_epoch\": {}", t.checkpoint_epoch) : "");
   return Next::kAssigned;
 }
 
@@ -88,7 +88,10 @@ bool SweepScheduler::OnEpoch(int worker, int trial, int epoch, const Metrics& me
   if (trial < 0 || trial >= static_cast<int>(trials_.size())) return true;
   TrialState& t = trials_[static_cast<std::size_t>(trial)];
   if (t.status != TrialStatus::kRunning || t.worker != worker) return true;
+  if (epoch <= t.epoch) return stopping_;  // reported by an earlier attempt already
   t.epoch = epoch;
+  if (t.pending_checkpoint == epoch) t.checkpoint_epoch = epoch;
+  t.pending_checkpoint = 0;
   for (const auto& [name, value] : metrics)
     if (name == metric_) {
       t.metric = value;
@@ -101,6 +104,14 @@ bool SweepScheduler::OnEpoch(int worker, int trial, int epoch, const Metrics& me
   }
   Record(now, t, "epoch", ", \"metrics\": " + MetricsJson(metrics) + (stop ? ", \"stop\": true" : ""));
   return stop;
+}
+
+bool SweepScheduler::OnCheckpoint(int worker, int trial, int epoch) {
+  if (trial < 0 || trial >= static_cast<int>(trials_.size())) return false;
+  TrialState& t = trials_[static_cast<std::size_t>(trial)];
+  if (t.status != TrialStatus::kRunning || t.worker != worker || epoch <= t.epoch) return false;
+  t.pending_checkpoint = epoch;
+  return true;
 }
 
 void SweepScheduler::OnEnd(int worker, int trial, bool ok, bool stopped, const std::string& reason, const Metrics& metrics, double now) {
@@ -195,7 +206,10 @@ void SweepScheduler::OnWorkerLost(int worker, const std::string& why, double now
   for (TrialState& t : trials_) {
     if (t.status != TrialStatus::kRunning || t.worker != worker) continue;
     t.status = TrialStatus::kPaused;
-    t.reason = fmt::format("worker {} lost ({}); placed again", worker, why);
+    t.pending_checkpoint = 0;
+    t.reason = t.checkpoint_epoch > 0
+                   ? fmt::format("worker {} lost ({}); placed again, to resume after epoch {}", worker, why, t.checkpoint_epoch)
+                   : fmt::format("worker {} lost ({}); placed again, from epoch 1", worker, why);
     Record(now, t, "worker_lost");
     t.reason.clear();
     if (stopping_) {

@@ -24,7 +24,11 @@ struct TrialState {
   TrialStatus status = TrialStatus::kPaused;
   int worker = -1;   // the worker running it, or that ran it last
   int attempt = 0;   // placements so far
-  int epoch = 0;     // the last epoch reported
+  int epoch = 0;     // the last epoch reported, over every attempt
+  // Per-trial checkpoints: the epoch of the checkpoint a re-placed trial resumes from (0: none, it
+  // starts at epoch 1), and the epoch of one received but not yet committed by its epoch report.
+  int checkpoint_epoch = 0;
+  int pending_checkpoint = 0;
   std::optional<double> metric, best;  // the objective at the last epoch, and its best so far
   std::string reason;  // FAILED: why; STOPPED: which rung stopped it
 };
@@ -32,8 +36,12 @@ struct TrialState {
 // Which trial runs where, and when a trial stops: the sweep's decisions without any socket, so they
 // are tested alone. A worker asks for work (NextFor), reports epochs (OnEpoch, whose answer says
 // whether to go on) and the end of its trial (OnEnd); a lost worker's trial goes back to the front
-// of the queue (OnWorkerLost) and runs again from its start on the next idle worker. Every change is
-// appended to a JSON line list the owner drains (trials.jsonl). Not thread-safe: the owner locks.
+// of the queue (OnWorkerLost) and the next idle worker resumes it after its last checkpointed
+// epoch. A worker sends the trial's checkpoint after each epoch (OnCheckpoint) before that epoch's
+// report, and the report commits it: a trial resumes after the last epoch it reported, so no epoch
+// is reported twice (an epoch reported again, by an attempt that resumed from an older checkpoint,
+// is ignored). Every change is appended to a JSON line list the owner drains (trials.jsonl). Not
+// thread-safe: the owner locks.
 class SweepScheduler {
  public:
   SweepScheduler(const config::SweepSpec& sweep, std::vector<config::Trial> trials, int parallel);
@@ -43,6 +51,7 @@ class SweepScheduler {
     int attempt = 0;
     std::string job;
     bool predictions = false;  // an ensemble member: send the test predictions after each epoch
+    int resume_epoch = 0;      // > 0: resume from the trial's checkpoint of this epoch
   };
   enum class Next { kAssigned, kWait, kFinished };
   // kAssigned with *out filled; kWait while every trial left is running elsewhere (or `parallel`
@@ -50,7 +59,14 @@ class SweepScheduler {
   Next NextFor(int worker, double now, Assignment* out);
   // True: stop the trial (pruned by ASHA, or the sweep is stopping). A report from a worker that no
   // longer runs the trial (it was re-placed) answers stop and changes nothing.
+  // An epoch at or below the trial's last reported one (a repeat) changes nothing and answers go on
+  // (or stop when the sweep is stopping). A report of the epoch whose checkpoint is pending commits
+  // that checkpoint: trials()[trial].checkpoint_epoch becomes `epoch`.
   bool OnEpoch(int worker, int trial, int epoch, const Metrics& metrics, double now);
+  // The trial's checkpoint after `epoch` arrived from `worker`. True when the owner should keep it
+  // as pending (the worker runs the trial and the epoch is past the last reported one); it replaces
+  // any pending one. The owner keeps the bytes: the scheduler keeps only the epochs.
+  bool OnCheckpoint(int worker, int trial, int epoch);
   void OnEnd(int worker, int trial, bool ok, bool stopped, const std::string& reason, const Metrics& metrics, double now);
   void OnWorkerLost(int worker, const std::string& why, double now);
   // An ensemble member's test-set softmax after `epoch` (rows x classes). Once every member still in

@@ -46,6 +46,7 @@ void DecodeByType(MessageType type, std::span<const std::byte> payload) {
     case MessageType::kTrialControl: DecodeAs<TrialControl>(payload); break;
     case MessageType::kTrialEnd: DecodeAs<TrialEnd>(payload); break;
     case MessageType::kTrialPredictions: DecodeAs<TrialPredictions>(payload); break;
+    case MessageType::kTrialCheckpoint: DecodeAs<TrialCheckpoint>(payload); break;
     case MessageType::kDoneAck:
     case MessageType::kHeartbeat: break;
   }
@@ -57,7 +58,8 @@ constexpr MessageType kDecodable[] = {MessageType::kHello,   MessageType::kWelco
                                       MessageType::kAuthChallenge, MessageType::kAuthProof, MessageType::kRingChunk, MessageType::kStatePull,
                                       MessageType::kState, MessageType::kPipeActivation, MessageType::kPipeGradient,
                                       MessageType::kTrialRequest, MessageType::kTrialAssign, MessageType::kTrialEpoch,
-                                      MessageType::kTrialControl, MessageType::kTrialEnd, MessageType::kTrialPredictions};
+                                      MessageType::kTrialControl, MessageType::kTrialEnd, MessageType::kTrialPredictions,
+                                      MessageType::kTrialCheckpoint};
 
 }  // namespace
 }  // namespace tfd::wire

@@ -98,7 +98,8 @@ TEST_CASE("a sweep of 6 trials on 2 workers: the right best, a pruned trial and 
   CHECK(again.exit_code == 0);
 }
 
-TEST_CASE("a worker killed mid-sweep: its trial is placed on the other worker and finishes there", "[system][sweep]") {
+TEST_CASE("a worker killed mid-sweep: its trial resumes on the other worker after its last reported epoch and finishes there",
+          "[system][sweep]") {
   TempDir dir;
   WriteSyntheticMnist(dir / "", 4000, 100);
   // Long enough (seconds) that the kill below lands while the trial trains, however fast a step is.
@@ -140,6 +141,40 @@ TEST_CASE("a worker killed mid-sweep: its trial is placed on the other worker an
   CHECK(end["worker"] == 1 - victim);
   CHECK(end["attempt"] == 2);
   CHECK(end["epoch"] == kEpochs);
+  // The second placement resumed from the trial's checkpoint: after the last epoch the killed
+  // worker reported (k >= 1, since the kill came after an epoch line), not from epoch 1. Every
+  // epoch is recorded exactly once: 1..k by attempt 1, k+1..kEpochs by attempt 2 on the other worker.
+  int resume_epoch = -1, last_first_attempt = 0, first_second_attempt = 0;
+  std::map<int, int> seen;  // epoch -> lines
+  for (const json& l : lines) {
+    if (l["event"] == "placed" && l["attempt"] == 2) resume_epoch = l.value("resume_epoch", 0);
+    if (l["event"] != "epoch") continue;
+    const int e = l["epoch"];
+    ++seen[e];
+    if (l["attempt"] == 1) {
+      CHECK(l["worker"] == victim);
+      last_first_attempt = std::max(last_first_attempt, e);
+    } else {
+      CHECK(l["worker"] == 1 - victim);
+      if (first_second_attempt == 0) first_second_attempt = e;
+    }
+  }
+  CHECK(resume_epoch >= 1);
+  CHECK(resume_epoch == last_first_attempt);
+  CHECK(first_second_attempt == resume_epoch + 1);
+  CHECK(seen.size() == static_cast<std::size_t>(kEpochs));
+  for (const auto& [e, n] : seen) {
+    INFO("epoch " << e);
+    CHECK(n == 1);
+  }
+  CHECK(seen.begin()->first == 1);
+  CHECK(seen.rbegin()->first == kEpochs);
+  // The worker log says it resumed, and the trial's newest checkpoint is in the run folder.
+  CHECK_THAT(ReadAll(run + "/worker-" + std::to_string(1 - victim) + ".log"),
+             Catch::Contains("resuming after epoch " + std::to_string(resume_epoch)));
+  bool file = false;
+  for (const auto& f : std::filesystem::directory_iterator(run + "/trials/0/ckpt")) file |= f.path().extension() == ".tfdckpt";
+  CHECK(file);
 }
 
 TEST_CASE("a bad sweep file is exit 2 naming the JSON path; nothing starts", "[system][sweep]") {

@@ -56,5 +56,57 @@ TEST_CASE("observers see every step and epoch of a run, with its schedule's rate
   CHECK(second.ends == std::vector<bool>{true});
 }
 
+TEST_CASE("a run resumed from its checkpoint after an epoch ends with the bits of the run that went on", "[observer][sweep]") {
+  tfd::testing::TempDir dir;
+  tfd::testing::WriteSyntheticMnist(dir.path(), 400, 100, 28, 10);
+  Result<config::JobSpec> job = config::ParseJobSpec(
+      R"({"model": {"name": "mlp"}, "data": ")" + dir.path() + R"(", "epochs": 3, "batch_size": 50, "seed": 5,
+          "optimizer": {"type": "momentum", "momentum": 0.9,
+                        "learning_rate": {"schedule": "piecewise_constant", "boundaries": [12], "values": [0.1, 0.02]}}})",
+      "job.json");
+  REQUIRE(job.ok());
+  EventWriter events(stdout, "standalone", false);
+  std::vector<ckpt::Checkpoint> saved;  // after epochs 1, 2, 3
+  const std::string whole = dir.path() + "/whole.f32", resumed = dir.path() + "/resumed.f32";
+  StandaloneOptions straight{.params_out = whole};
+  straight.epoch_checkpoint = [&](int epoch, const ckpt::Checkpoint& c) {
+    CHECK(epoch == static_cast<int>(saved.size()) + 1);
+    saved.push_back(c);
+  };
+  REQUIRE(RunStandalone(*job, events, straight).ok());
+  REQUIRE(saved.size() == 3);
+  CHECK(saved[0].global_step == 8);  // 400 examples / 50
+  CHECK(saved[0].cursors[0].epoch == 2);
+  CHECK(saved[0].optimizer.updates == 8);
+  REQUIRE(saved[0].tensors.size() == 4);  // two dense layers' kernels and biases
+  CHECK(saved[0].tensors[0].slots.size() == 1);  // momentum
+
+  Recorder recorder;
+  std::vector<int> epochs_saved;
+  StandaloneOptions again{.params_out = resumed, .observers = {&recorder}};
+  again.resume = &saved[0];
+  again.epoch_checkpoint = [&](int epoch, const ckpt::Checkpoint&) { epochs_saved.push_back(epoch); };
+  REQUIRE(RunStandalone(*job, events, again).ok());
+  REQUIRE(recorder.epochs.size() == 2);  // epochs 2 and 3 only
+  CHECK(recorder.epochs[0].epoch == 2);
+  CHECK(recorder.epochs[0].local_step == 16);
+  CHECK(epochs_saved == std::vector<int>{2, 3});
+  CHECK(tfd::testing::ReadAll(resumed) == tfd::testing::ReadAll(whole));
+
+  // A checkpoint of another job is refused before any step.
+  config::JobSpec other = *job;
+  other.batch_size = 40;
+  StandaloneOptions wrong{.params_out = ""};
+  wrong.resume = &saved[0];
+  Status s = RunStandalone(other, events, wrong);
+  CHECK(s.code() == Code::kFailedPrecondition);
+  CHECK_THAT(s.message(), Catch::Contains("steps per epoch"));
+  other = *job;
+  other.optimizer.momentum = 0.5;
+  s = RunStandalone(other, events, wrong);
+  CHECK(s.code() == Code::kFailedPrecondition);
+  CHECK_THAT(s.message(), Catch::Contains("optimizer"));
+}
+
 }  // namespace
 }  // namespace tfd::train

@@ -90,5 +90,75 @@ TEST_CASE("ASHA stops a trial below the rung's top third; StopAll stops the rest
   CHECK(f.best() == -1);
 }
 
+TEST_CASE("a re-placed trial resumes after its last reported epoch whose checkpoint came first; no epoch is recorded twice",
+          "[unit][sweep]") {
+  config::SweepSpec spec = Spec(false);
+  SweepScheduler s(spec, config::GenerateTrials(spec), 2);
+  SweepScheduler::Assignment a, b;
+  REQUIRE(s.NextFor(0, 0, &a) == Next::kAssigned);
+  CHECK(a.resume_epoch == 0);
+  // Epochs 1 and 2: each checkpoint arrives before its report, which commits it.
+  CHECK(s.OnCheckpoint(0, 0, 1));
+  CHECK(s.trials()[0].checkpoint_epoch == 0);  // pending until epoch 1 is reported
+  CHECK_FALSE(s.OnEpoch(0, 0, 1, {{"test_accuracy", 0.5}}, 0));
+  CHECK(s.trials()[0].checkpoint_epoch == 1);
+  CHECK(s.OnCheckpoint(0, 0, 2));
+  CHECK_FALSE(s.OnEpoch(0, 0, 2, {{"test_accuracy", 0.6}}, 0));
+  CHECK(s.trials()[0].checkpoint_epoch == 2);
+  CHECK_FALSE(s.OnCheckpoint(1, 0, 3));  // not worker 1's trial
+  CHECK_FALSE(s.OnCheckpoint(0, 0, 2));  // epoch 2 is reported already
+  CHECK_FALSE(s.OnCheckpoint(0, 7, 1));  // no such trial
+  // Epoch 3's checkpoint arrives, then the worker is lost before it reports epoch 3.
+  CHECK(s.OnCheckpoint(0, 0, 3));
+  CHECK(s.trials()[0].pending_checkpoint == 3);
+  s.TakeLines();
+  s.OnWorkerLost(0, "killed", 0);
+  CHECK(s.trials()[0].pending_checkpoint == 0);  // never committed
+  CHECK(s.trials()[0].checkpoint_epoch == 2);
+  CHECK(s.trials()[0].epoch == 2);
+  REQUIRE(s.NextFor(1, 0, &b) == Next::kAssigned);
+  CHECK(b.trial == 0);
+  CHECK(b.attempt == 1);
+  CHECK(b.resume_epoch == 2);  // epoch 3 runs again: it was never reported
+  std::vector<std::string> lines = s.TakeLines();
+  REQUIRE(lines.size() == 2);
+  CHECK(lines[0].find("\"worker_lost\"") != std::string::npos);
+  CHECK(lines[0].find("to resume after epoch 2") != std::string::npos);
+  CHECK(lines[1].find("\"placed\"") != std::string::npos);
+  CHECK(lines[1].find("\"resume_epoch\": 2") != std::string::npos);
+  // The lost worker's late report of epoch 3 changes nothing; the new worker's report counts once.
+  CHECK(s.OnEpoch(0, 0, 3, {{"test_accuracy", 0.99}}, 0));
+  CHECK(s.trials()[0].metric == 0.6);
+  CHECK(s.OnCheckpoint(1, 0, 3));
+  CHECK_FALSE(s.OnEpoch(1, 0, 3, {{"test_accuracy", 0.7}}, 0));
+  CHECK(s.trials()[0].epoch == 3);
+  CHECK(s.trials()[0].checkpoint_epoch == 3);
+  CHECK(s.trials()[0].metric == 0.7);
+  CHECK(s.TakeLines().size() == 1);  // one epoch line
+  CHECK_FALSE(s.OnEpoch(1, 0, 3, {{"test_accuracy", 0.1}}, 0));  // a repeat: ignored
+  CHECK(s.trials()[0].metric == 0.7);
+  CHECK(s.TakeLines().empty());
+  s.OnEnd(1, 0, true, false, "", {}, 0);
+  CHECK(s.trials()[0].status == TrialStatus::kDone);
+}
+
+TEST_CASE("a trial lost before any checkpoint starts again at epoch 1; the epochs it reported are not recorded again", "[unit][sweep]") {
+  config::SweepSpec spec = Spec(false);
+  SweepScheduler s(spec, config::GenerateTrials(spec), 1);
+  SweepScheduler::Assignment a, b;
+  REQUIRE(s.NextFor(0, 0, &a) == Next::kAssigned);
+  CHECK_FALSE(s.OnEpoch(0, 0, 1, {{"test_accuracy", 0.5}}, 0));  // no checkpoint came first
+  s.OnWorkerLost(0, "killed", 0);
+  REQUIRE(s.NextFor(1, 0, &b) == Next::kAssigned);
+  CHECK(b.resume_epoch == 0);
+  s.TakeLines();
+  CHECK_FALSE(s.OnEpoch(1, 0, 1, {{"test_accuracy", 0.4}}, 0));
+  CHECK(s.TakeLines().empty());
+  CHECK(s.trials()[0].metric == 0.5);
+  CHECK_FALSE(s.OnEpoch(1, 0, 2, {{"test_accuracy", 0.8}}, 0));
+  CHECK(s.TakeLines().size() == 1);
+  CHECK(s.trials()[0].epoch == 2);
+}
+
 }  // namespace
 }  // namespace tfd::coordinator

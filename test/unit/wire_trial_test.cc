@@ -76,5 +76,40 @@ TEST_CASE("the coordinator's messages refuse short, oversize and trailing bytes"
   CHECK(Decode(no_classes, &got).code() == Code::kCorruption);
 }
 
+TEST_CASE("TRIAL_CHECKPOINT and a resuming TRIAL_ASSIGN round-trip; their lengths are bounded", "[unit][wire][sweep]") {
+  const std::vector<std::byte> bytes = {std::byte{'T'}, std::byte{'F'}, std::byte{'D'}, std::byte{'K'}, std::byte{9}};
+  TrialCheckpoint c = RoundTrip<TrialCheckpoint>(Encode(TrialCheckpoint{.trial = 4, .epoch = 7, .bytes = bytes}), MessageType::kTrialCheckpoint);
+  CHECK(c.trial == 4);
+  CHECK(c.epoch == 7);
+  CHECK(c.bytes == bytes);
+  std::vector<std::byte> p = Flatten(Encode(TrialCheckpoint{.trial = 4, .epoch = 7, .bytes = bytes}));
+  std::vector<std::byte> cut(p.begin(), p.end() - 1);
+  CHECK(Decode(cut, &c).code() == Code::kCorruption);
+  std::vector<std::byte> trailing = p;
+  trailing.push_back(std::byte{0});
+  CHECK(Decode(trailing, &c).code() == Code::kCorruption);
+  std::vector<std::byte> huge = p;
+  huge[11] = std::byte{0x7f};  // a length over kMaxTrialCheckpointBytes (and the payload)
+  CHECK(Decode(huge, &c).code() == Code::kCorruption);
+  std::vector<std::byte> empty = Flatten(Encode(TrialCheckpoint{.trial = 1, .epoch = 1, .bytes = {}}));
+  CHECK(Decode(empty, &c).code() == Code::kCorruption);  // a checkpoint is never empty
+
+  TrialAssign a = RoundTrip<TrialAssign>(Encode(TrialAssign{.trial = 2, .attempt = 1, .job = "{}", .predictions = false, .resume_epoch = 3,
+                                                            .checkpoint = bytes}),
+                                         MessageType::kTrialAssign);
+  CHECK_FALSE(a.predictions);
+  CHECK(a.resume_epoch == 3);
+  CHECK(a.checkpoint == bytes);
+  TrialAssign fresh = RoundTrip<TrialAssign>(Encode(TrialAssign{.trial = 2, .attempt = 0, .job = "{}", .predictions = true}),
+                                             MessageType::kTrialAssign);
+  CHECK(fresh.predictions);
+  CHECK(fresh.resume_epoch == 0);
+  CHECK(fresh.checkpoint.empty());
+  std::vector<std::byte> q = Flatten(Encode(TrialAssign{.trial = 2, .attempt = 1, .job = "{}", .predictions = true, .resume_epoch = 3,
+                                                        .checkpoint = bytes}));
+  q[4 + 4 + 4 + 2 + 1 + 4 + 3] = std::byte{0x10};  // the checkpoint length's high byte: beyond the bound
+  CHECK(Decode(q, &a).code() == Code::kCorruption);
+}
+
 }  // namespace
 }  // namespace tfd::wire
