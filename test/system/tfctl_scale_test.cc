@@ -52,7 +52,7 @@ nlohmann::json SummaryOf(const std::string& run, const std::string& task) {
 
 TEST_CASE("tfctl scale 2 -> 3 mid-run: the third worker joins, trains, and the run exits 0", "[system][tfctl][scale]") {
   TempDir dir;
-  const std::string file = ElasticClusterFile(dir, 300, 2);
+  const std::string file = ElasticClusterFile(dir, 3000, 2);
   CommandResult up = RunCommand(kTfctl + " up " + file + " --detach", dir);
   INFO(up.out << up.err);
   REQUIRE(up.exit_code == 0);
@@ -107,7 +107,7 @@ TEST_CASE("tfctl scale 2 -> 3 mid-run: the third worker joins, trains, and the r
 
 TEST_CASE("tfctl scale 3 -> 2 stops the highest-ranked worker; its exit is no failure", "[system][tfctl][scale]") {
   TempDir dir;
-  const std::string file = ElasticClusterFile(dir, 300, 3);
+  const std::string file = ElasticClusterFile(dir, 3000, 3);
   CommandResult up = RunCommand(kTfctl + " up " + file + " --detach", dir);
   INFO(up.out << up.err);
   REQUIRE(up.exit_code == 0);
