@@ -88,7 +88,7 @@ Result<IdxArray> ReadIdxFile(const std::string& path, int rank) {
 
 Result<MappedIdxArray> MapIdxFile(const std::string& path, int rank) {
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::NotFound(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  if (fd < 0) return Status::NotFound(fmt::format("{}: cannot open", path));  // as ReadIdxFile says it
   struct stat st {};
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0) {
     close(fd);
