@@ -24,6 +24,8 @@ Usage:
   tfctl status [RUN]            each task's last event (RUN: a run folder; default the newest in ./runs)
   tfctl logs [RUN] [TASK] [-f]  the tasks' log lines (-f: follow while the run goes on)
   tfctl down [RUN]              stop a run: TERM every task, KILL after the grace period
+  tfctl scale RUN --workers N   an elastic ps-mode run's workers: start new ones (back once they are
+                                ready) or stop the highest-ranked, within min_workers..max_workers
   tfctl report RUN              write RUN/report.html (tasks, job, curves; opens offline) and
                                 RUN/curves.svg, during or after a run (up writes them at its end)
   tfctl dashboard RUN [--port [ADDR:]PORT]

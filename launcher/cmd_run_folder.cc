@@ -126,10 +126,18 @@ int ShowStatus(const std::vector<std::string>& args) {
   std::istringstream in(ReadFile(run_dir / "metrics.jsonl"));
   for (std::string line; std::getline(in, line);) {
     auto e = config::ParseEvent(line);
-    if (e.ok() && (e->event == "epoch" || e->event == "done" || e->event == "ready" || e->event == "start" || e->event == "error"))
+    if (e.ok() && e->event == "scale") {  // tfctl scale's: a worker it started or stopped
+      e->event = e->strings["action"] == "stop" ? "stopped" : "starting";
       last[e->task] = *e;
+    } else if (e.ok() && (e->event == "epoch" || e->event == "done" || e->event == "ready" || e->event == "start" || e->event == "error")) {
+      last[e->task] = *e;
+    }
   }
-  std::printf("%s: %s\n", run.path.c_str(), run.running ? "running" : "finished");
+  int workers = 0;  // training workers that have not ended
+  for (const auto& entry : last)
+    if (entry.first.rfind("worker:", 0) == 0 || entry.first.rfind("chief:", 0) == 0)
+      workers += entry.second.event != "done" && entry.second.event != "stopped" && entry.second.event != "error";
+  std::printf("%s: %s\n", run.path.c_str(), run.running ? fmt::format("running, {} workers", workers).c_str() : "finished");
   std::printf("%-10s %-9s %5s %11s %8s %8s\n", "task", "last", "epoch", "global_step", "loss", "accuracy");
   for (const auto& entry : last) {  // not a structured binding: clang 14 (scripts/thread_safety) cannot capture one
     const std::string& task = entry.first;

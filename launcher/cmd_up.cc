@@ -17,6 +17,7 @@
 #include "launcher/dashboard.h"
 #include "launcher/report.h"
 #include "launcher/runner.h"
+#include "launcher/scale.h"
 
 namespace tfd::launcher {
 
@@ -71,6 +72,29 @@ int Up(const ClusterArgs& args, const Interrupts& interrupts, Injection* fault, 
   ropts.injection = fault;
   ropts.observe = fault != nullptr;
   ropts.json_output = json;
+  // tfctl scale: the run's job decides; a new rank gets the plan of a worker joining the cluster.
+  ropts.check_scale = [&run, where = (run_dir / "cluster.json").string()](int workers) { return CheckScale(run->file.train, workers, where); };
+  ropts.plan_worker = [&run](int rank) -> Result<TaskPlan> {
+    const config::ClusterFile& f = run->file;
+    const int base = f.cluster.num_workers();
+    if (rank < base) {
+      for (const TaskPlan& p : run->plan)
+        if (p.task == f.cluster.WorkerTask(rank)) return p;
+    }
+    if (rank >= f.train.elastic.max_workers)
+      return Status::InvalidArgument(fmt::format("rank {} is past the job's elastic max_workers {} (the ranks below it that finished "
+                                                 "their epochs are not started again)",
+                                                 rank, f.train.elastic.max_workers));
+    const config::ClusterFile grown = WithWorkers(f, rank + 1);
+    PlanOptions options = run->options;
+    // Its place in the grown plan: after the ps tasks, the run's workers and the evaluator.
+    const std::size_t place = f.cluster.ps.size() + static_cast<std::size_t>(rank) + f.cluster.evaluator.size();
+    options.metrics_ports.assign(place + 1, 0);
+    if (f.launch.metrics.enabled && f.launch.metrics.port_base == 0) options.metrics_ports[place] = FreeLoopbackPorts(1)[0];
+    for (TaskPlan& p : MakePlan(grown, options))
+      if (p.task == grown.cluster.WorkerTask(rank)) return std::move(p);
+    return Status::Internal(fmt::format("no plan for worker rank {}", rank));
+  };
   if (!args.detach) {
     std::unique_ptr<Dashboard> dashboard;
     if (!args.dashboard.empty()) {

@@ -87,6 +87,14 @@ int Slurm(const std::vector<std::string>& args);
 // cluster with an evaluator.
 Result<std::string> SlurmScript(const config::ClusterFile& f, const SlurmArgs& args);
 
+// scale RUN --workers N: N training workers in the live run RUN (a run folder of up, detached or
+// not) of an elastic ps-mode job: its tfctl starts workers (new ranks, which join as docs/
+// operations.md's "Elastic runs" describes) or stops the highest-ranked ones (launcher/scale.h);
+// with new workers, this returns once they are ready. 2, starting nothing, for a folder that does
+// not exist, a job that is not elastic, N outside min_workers..max_workers, or a run that is over;
+// 1 when the run's tfctl does not answer or a new worker is not ready within launch.start_timeout.
+int Scale(const std::vector<std::string>& args);
+
 // status, logs and down act on a run folder: the first of `args` (the words after the command) when
 // it is one (a folder holding cluster.json), else the newest folder under ./runs.
 int ShowStatus(const std::vector<std::string>& args);  // each task's last event; running or finished

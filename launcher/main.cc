@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   if (command == "status") return launcher::ShowStatus(rest);
   if (command == "logs") return launcher::ShowLogs(rest);
   if (command == "down") return launcher::Down(rest);
+  if (command == "scale") return launcher::Scale(rest);
   if (command == "chaos") return launcher::Chaos(rest, {.flag = &g_signal, .handler = OnSignal});
   if (command == "report") return launcher::Report(rest);
   if (command == "slurm") return launcher::Slurm(rest);
@@ -68,7 +69,7 @@ int main(int argc, char** argv) {
   }
   if (command != "up" && command != "validate")
     return launcher::UsageError(fmt::format(
-        "unknown command \"{}\" (expected up, validate, sweep, ensemble, status, logs, down, report, dashboard, chaos, slurm or gen-token)", command));
+        "unknown command \"{}\" (expected up, validate, sweep, ensemble, status, logs, down, scale, report, dashboard, chaos, slurm or gen-token)", command));
 
   launcher::ClusterArgs cluster;
   // Asked for JSON, even the complaints about the rest of the command line are JSON lines.

@@ -36,8 +36,22 @@ std::string TfConfigFor(const config::ClusterSpec& cluster, const config::TaskId
     for (const config::Endpoint& e : eps) items.push_back(JsonString(e.ToString()));
     jobs += fmt::format("{}{}:[{}]", jobs.empty() ? "" : ",", JsonString(config::TaskTypeName(t)), fmt::join(items, ","));
   }
-  return fmt::format(R"({{"cluster":{{{}}},"task":{{"type":{},"index":{}}}}})", jobs, JsonString(config::TaskTypeName(task.type)),
-                     task.index);
+  const std::string tfd = cluster.base_workers >= 0 ? fmt::format(R"(,"tfd":{{"base_workers":{}}})", cluster.base_workers) : "";
+  return fmt::format(R"({{"cluster":{{{}}},"task":{{"type":{},"index":{}}}{}}})", jobs, JsonString(config::TaskTypeName(task.type)),
+                     task.index, tfd);
+}
+
+config::ClusterFile WithWorkers(const config::ClusterFile& file, int num_workers) {
+  config::ClusterFile grown = file;
+  config::ClusterSpec& c = grown.cluster;
+  if (num_workers <= c.num_workers()) return grown;
+  if (c.base_workers < 0) c.base_workers = static_cast<int>(c.worker.size());
+  config::Endpoint next = c.worker.empty() ? c.chief.back() : c.worker.back();
+  while (c.num_workers() < num_workers) {
+    next.port = static_cast<std::uint16_t>(next.port < 65535 ? next.port + 1 : 1024);
+    c.worker.push_back(next);
+  }
+  return grown;
 }
 
 std::string TargetsJson(const std::vector<TaskPlan>& plan, const std::string& run_name) {
@@ -68,8 +82,10 @@ std::vector<std::string> SshArgv(const config::HostLaunch& h, const std::string&
 std::vector<TaskPlan> MakePlan(const config::ClusterFile& file, const PlanOptions& options) {
   std::vector<config::TaskId> order;
   for (int i = 0; i < static_cast<int>(file.cluster.ps.size()); ++i) order.push_back({config::TaskType::kPs, i});
-  for (int r = 0; r < file.cluster.num_workers(); ++r) order.push_back(file.cluster.WorkerTask(r));
+  const int base = file.cluster.base_num_workers();
+  for (int r = 0; r < base; ++r) order.push_back(file.cluster.WorkerTask(r));
   for (int i = 0; i < static_cast<int>(file.cluster.evaluator.size()); ++i) order.push_back({config::TaskType::kEvaluator, i});
+  for (int r = base; r < file.cluster.num_workers(); ++r) order.push_back(file.cluster.WorkerTask(r));
   std::vector<TaskPlan> plan;
   const config::MetricsLaunch& metrics = file.launch.metrics;
   for (const config::TaskId& task : order) {

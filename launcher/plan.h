@@ -43,15 +43,23 @@ struct PlanOptions {
   std::vector<int> metrics_ports;
 };
 
-// ps tasks first, then the chief and the workers in rank order, then the evaluator.
+// ps tasks first, then the chief and the workers in rank order, then the evaluator, then the workers
+// that joined an elastic run (ranks from cluster.base_num_workers(); their TF_CONFIG carries
+// tfd.base_workers), so a task's place, and its metrics port, do not move when workers join.
 std::vector<TaskPlan> MakePlan(const config::ClusterFile& file, const PlanOptions& options);
 
 // The run's Prometheus file-SD targets: [{"targets": ["HOST:PORT"], "labels": {"job": "worker",
 // "task": "0", "run": RUN}}, ...] for every task with a metrics_target.
 std::string TargetsJson(const std::vector<TaskPlan>& plan, const std::string& run_name);
 
-// The TF_CONFIG of one task of `cluster`.
+// The TF_CONFIG of one task of `cluster` (with "tfd": {"base_workers"} when cluster.base_workers is set).
 std::string TfConfigFor(const config::ClusterSpec& cluster, const config::TaskId& task);
+
+// `file` with cluster.worker grown to `num_workers` training workers for an elastic run (tfctl
+// scale): the run's workers first (cluster.base_workers counts them), then one endpoint per new rank
+// on the last worker's host, its port plus one each (a ps-mode worker listens on none, so the
+// endpoint names the task; nothing binds it). `file` itself when it already has that many.
+config::ClusterFile WithWorkers(const config::ClusterFile& file, int num_workers);
 
 // The ssh argv that runs `remote_command` on `host` with `h`'s settings (BatchMode, a connect
 // timeout, keep-alives; host keys checked unless `accept_new_hostkeys`).

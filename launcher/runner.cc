@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include <deque>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -23,6 +25,7 @@
 #include "common/base/check.h"
 #include "common/base/logging.h"
 #include "common/config/cluster_file.h"
+#include "launcher/scale.h"
 
 namespace tfd::launcher {
 namespace {
@@ -50,6 +53,7 @@ struct Task {
   pid_t event_pid = -1;    // from its latest start event: a remote task's tfd is signalled by it
   double ended_at = 0;     // Unix seconds of its last exit
   bool past_deadline = false;
+  bool scaled_down = false;  // tfctl scale stopped it: its exit is no failure
   Row row;
   std::string done_fields;  // the done event's accuracy and hash, for summary.json
 };
@@ -154,7 +158,7 @@ class Display {
   std::vector<std::pair<std::string, Row>> rows_;
 };
 
-void SignalGroups(std::vector<Task>& tasks, int sig) {
+void SignalGroups(std::deque<Task>& tasks, int sig) {
   for (Task& t : tasks)
     if (t.running) kill(-t.pid, sig);
 }
@@ -264,7 +268,8 @@ CommandOutput RunAndCapture(const std::vector<std::string>& argv, double timeout
 }
 
 int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
-  std::vector<Task> tasks(plan.size());
+  std::deque<Task> tasks(plan.size());  // a deque: workers that join are appended, and pointers to tasks stay valid
+  std::deque<TaskPlan> joined_plans;    // their plans
   std::ofstream metrics(options.run_dir + "/metrics.jsonl");
   Display display(isatty(1) == 1, options.json_output);
   auto rows = [&] {
@@ -389,6 +394,99 @@ int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
     buf.erase(0, start);
   };
 
+  auto finish_pipes = [&](Task& t) {  // an ended task's last lines, before it starts again
+    for (int* fd : {&t.out_fd, &t.err_fd}) {
+      std::string& buf = fd == &t.out_fd ? t.out_buf : t.err_buf;
+      for (int i = 0; i < 1000 && *fd >= 0; ++i) {
+        pollfd p{*fd, POLLIN, 0};
+        if (poll(&p, 1, 1000) <= 0) break;
+        drain(t, *fd, buf, fd == &t.out_fd);
+      }
+      if (*fd >= 0) close(*fd), *fd = -1;
+    }
+  };
+
+  // tfctl scale: a request in the run folder, looked for four times a second.
+  const bool scalable = options.check_scale && options.plan_worker;
+  Clock::time_point next_scale_check = Clock::now();
+  const bool has_chief = std::any_of(plan.begin(), plan.end(), [](const TaskPlan& p) { return p.task.type == config::TaskType::kChief; });
+  auto rank_of = [&](const Task& t) {  // -1 for a ps or an evaluator
+    if (t.plan->task.type == config::TaskType::kChief) return 0;
+    return t.plan->task.type == config::TaskType::kWorker ? t.plan->task.index + (has_chief ? 1 : 0) : -1;
+  };
+  auto emit_scale = [&](const Task& t, std::string_view action, int workers) {
+    std::string line = fmt::format("{{\"ts\": {:.3f}, \"task\": ", UnixNow());
+    AppendJsonString(t.name, &line);
+    line += fmt::format(", \"event\": \"scale\", \"action\": \"{}\", \"workers\": {}}}", action, workers);
+    metrics << line << '\n';
+    metrics.flush();
+    if (options.json_output) {
+      std::printf("%s\n", line.c_str());
+      std::fflush(stdout);
+    }
+  };
+  auto scale = [&](const ScaleRequest& request) {
+    ScaleReply reply{.id = request.id};
+    if (stopping) {
+      reply.message = "the run is stopping";
+      return reply;
+    }
+    if (Status s = options.check_scale(request.workers); !s.ok()) {
+      reply.message = s.message();
+      return reply;
+    }
+    std::map<int, Task*> by_rank;
+    int running = 0;
+    for (Task& t : tasks) {
+      if (rank_of(t) < 0) continue;
+      by_rank[rank_of(t)] = &t;
+      if (t.running && !t.scaled_down) ++running;
+    }
+    std::vector<std::string> done;
+    for (int rank = 0; running < request.workers; ++rank) {
+      auto it = by_rank.find(rank);
+      Task* t = it == by_rank.end() ? nullptr : it->second;
+      if (t != nullptr && (t->running || !t->scaled_down)) continue;  // it runs, or it ended on its own
+      if (t == nullptr) {
+        Result<TaskPlan> p = options.plan_worker(rank);
+        if (!p.ok()) {
+          reply.message = p.status().message();
+          break;
+        }
+        joined_plans.push_back(std::move(*p));
+        t = &tasks.emplace_back();
+        t->plan = &joined_plans.back();
+        t->name = t->plan->task.ToString();
+        t->log.open(options.run_dir + "/" + t->name + ".log", std::ios::app);
+      } else {
+        finish_pipes(*t);
+      }
+      t->scaled_down = false;
+      t->row = Row{};
+      if (Status s = Spawn(*t); !s.ok()) {
+        reply.message = s.message();
+        break;
+      }
+      ++running;
+      emit_scale(*t, "start", request.workers);
+      reply.started.push_back(t->name);
+      done.push_back("started " + t->name);
+    }
+    for (auto it = by_rank.rbegin(); it != by_rank.rend() && running > request.workers; ++it) {
+      Task& t = *it->second;
+      if (!t.running || t.scaled_down || it->first == 0) continue;  // the chief stays
+      t.scaled_down = true;
+      kill(-t.pid, SIGTERM);
+      --running;
+      t.row.state = "stopping";
+      emit_scale(t, "stop", request.workers);
+      done.push_back("stopping " + t.name);
+    }
+    reply.ok = reply.message.empty();
+    if (reply.ok) reply.message = fmt::format("{}{} workers run", done.empty() ? "" : fmt::format("{}; ", fmt::join(done, ", ")), running);
+    return reply;
+  };
+
   for (;;) {
     bool any_running = false;
     std::vector<pollfd> fds;
@@ -415,22 +513,16 @@ int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
       t.ended_at = UnixNow();
       if (t.in_fd >= 0) close(t.in_fd), t.in_fd = -1;
       if (t.row.state != "done") {
-        t.row.state = t.exit_code == 0                        ? "exited"
+        t.row.state = t.scaled_down                            ? "scaled down"
+                      : t.exit_code == 0                        ? "exited"
                       : stopping && (t.exit_code == 128 + SIGTERM || (!t.plan->local && t.exit_code == 255)) ? "stopped"
                                                                  : fmt::format("failed ({})", t.exit_code);
       }
       refresh();
+      if (t.scaled_down) continue;  // tfctl scale stopped it: no failure, no restart
       // launch.restart: start it again (a bad configuration, exit 2, would only fail again).
       if (t.exit_code != 0 && t.exit_code != 2 && !stopping && t.restarts < t.plan->max_restarts) {
-        for (int* fd : {&t.out_fd, &t.err_fd}) {  // its last lines first: the pipes end with it
-          std::string& buf = fd == &t.out_fd ? t.out_buf : t.err_buf;
-          for (int i = 0; i < 1000 && *fd >= 0; ++i) {
-            pollfd p{*fd, POLLIN, 0};
-            if (poll(&p, 1, 1000) <= 0) break;
-            drain(t, *fd, buf, fd == &t.out_fd);
-          }
-          if (*fd >= 0) close(*fd), *fd = -1;
-        }
+        finish_pipes(t);
         ++t.restarts;
         display.Line(fmt::format("[tfctl] {} failed with exit code {}; starting it again ({} of {})", t.name, t.exit_code, t.restarts,
                                  t.plan->max_restarts));
@@ -508,6 +600,15 @@ int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
       SignalGroups(tasks, SIGTERM);
       kill_at = Clock::now() + std::chrono::milliseconds(static_cast<int>(options.grace_secs * 1000));
     }
+    if (scalable && Clock::now() >= next_scale_check) {
+      next_scale_check = After(0.25);
+      if (std::optional<ScaleRequest> request = TakeScaleRequest(options.run_dir)) {
+        const ScaleReply reply = scale(*request);
+        display.Line(fmt::format("[tfctl] scale to {} workers: {}{}", request->workers, reply.ok ? "" : "refused: ", reply.message));
+        if (Status s = WriteScaleReply(options.run_dir, reply); !s.ok()) display.Line(fmt::format("[tfctl] scale: {}", s.message()));
+        refresh();
+      }
+    }
     if (stopping && Clock::now() >= kill_at) {
       SignalGroups(tasks, SIGKILL);
       kill_at = Clock::time_point::max();
@@ -523,8 +624,9 @@ int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
   for (std::size_t i = 0; i < tasks.size(); ++i) {
     summary += i == 0 ? "\n  {\"task\": " : ",\n  {\"task\": ";
     AppendJsonString(tasks[i].name, &summary);
-    summary += fmt::format(", \"exit_code\": {}, \"restarts\": {}, \"ended_at\": {:.3f}{}{}}}", tasks[i].exit_code, tasks[i].restarts,
-                           tasks[i].ended_at, tasks[i].past_deadline ? ", \"past_deadline\": true" : "", tasks[i].done_fields);
+    summary += fmt::format(", \"exit_code\": {}, \"restarts\": {}, \"ended_at\": {:.3f}{}{}{}}}", tasks[i].exit_code, tasks[i].restarts,
+                           tasks[i].ended_at, tasks[i].past_deadline ? ", \"past_deadline\": true" : "",
+                           tasks[i].scaled_down ? ", \"scaled_down\": true" : "", tasks[i].done_fields);
   }
   summary += "\n]}\n";
   std::ofstream(options.run_dir + "/summary.json") << summary;

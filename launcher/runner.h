@@ -59,6 +59,14 @@ struct RunOptions {
   bool json_output = false;
   // Called on Run's thread with every task's state whenever one changes (the dashboard); may be empty.
   std::function<void(const std::vector<TaskState>&)> on_tasks;
+  // tfctl scale (launcher/scale.h): with both set, Run takes the run folder's scale requests. It
+  // refuses a number `check_scale` refuses; to grow it starts the lowest ranks that have no task or
+  // whose task it stopped when scaling down (a rank that finished or failed stays ended), from
+  // `plan_worker`'s plan; to shrink it sends TERM to the highest-ranked running workers (their exit
+  // is then no failure, and they are not restarted). Each start and stop is an event line in
+  // metrics.jsonl: {"task": "worker:2", "event": "scale", "action": "start"|"stop", "workers": N}.
+  std::function<Status(int workers)> check_scale;
+  std::function<Result<TaskPlan>(int rank)> plan_worker;
 };
 
 struct CommandOutput {

@@ -174,6 +174,10 @@ void Ring::Heartbeat() {
   const auto now = Clock::now();
   for (Link* link : {next_.get(), prev_.get()}) {
     if (link == nullptr) continue;
+    // A neighbour that sent DONE needs nothing more and closes once it has this member's DONE: a
+    // heartbeat after that would meet a closed socket (a broken pipe) while this member still
+    // waits for its other neighbour's DONE, as a slow member of a big ring makes it.
+    if ((link == next_.get() && next_done_) || (link == prev_.get() && prev_done_)) continue;
     if (!link->pending_write() && now - link->last_sent() >= options_.connection.heartbeat_interval) (void)link->Queue(wire::EncodeHeartbeat());
     bool progress = false;
     (void)link->Write(&progress);  // a broken link is the collective's to report

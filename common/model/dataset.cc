@@ -13,7 +13,16 @@
 namespace tfd::model {
 
 Result<Dataset> LoadIdxPair(const std::string& images_path, const std::string& labels_path, int num_classes) {
-  TFD_ASSIGN_OR_RETURN(IdxArray images, ReadIdxFile(images_path, 3));
+  // Mapped where possible: the image bytes are most of a task's memory, and the same on every task.
+  Result<MappedIdxArray> mapped = MapIdxFile(images_path, 3);
+  IdxArray images;
+  if (mapped.ok()) {
+    images.dims = mapped->dims;
+  } else if (mapped.status().code() == Code::kUnavailable) {
+    TFD_ASSIGN_OR_RETURN(images, ReadIdxFile(images_path, 3));
+  } else {
+    return mapped.status();
+  }
   TFD_ASSIGN_OR_RETURN(IdxArray labels, ReadIdxFile(labels_path, 1));
   if (images.dims[0] != labels.dims[0]) {
     return Status::Corruption(fmt::format("{}: {} labels, but {} has {} images", labels_path, labels.dims[0],
@@ -30,7 +39,7 @@ Result<Dataset> LoadIdxPair(const std::string& images_path, const std::string& l
   d.height = static_cast<int>(images.dims[1]);
   d.width = static_cast<int>(images.dims[2]);
   d.num_classes = num_classes;
-  d.images = std::move(images.data);
+  d.images = mapped.ok() ? ByteArray(std::move(mapped->data), mapped->size) : ByteArray(std::move(images.data));
   d.labels = std::move(labels.data);
   return d;
 }
@@ -83,10 +92,10 @@ void HoldOut(MnistData* data, std::int64_t count) {
   val.num_classes = train.num_classes;
   const std::int64_t keep = train.size - count;
   const auto px = static_cast<std::ptrdiff_t>(train.pixels());
-  val.images.assign(train.images.begin() + keep * px, train.images.end());
+  val.images = std::vector<std::uint8_t>(train.images.begin() + keep * px, train.images.end());
   val.labels.assign(train.labels.begin() + keep, train.labels.end());
   val.size = count;
-  train.images.resize(static_cast<std::size_t>(keep * px));
+  train.images.Truncate(static_cast<std::size_t>(keep * px));
   train.labels.resize(static_cast<std::size_t>(keep));
   train.size = keep;
 }

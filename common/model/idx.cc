@@ -1,6 +1,13 @@
 #include "common/model/idx.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 
 #include <fmt/format.h>
@@ -76,6 +83,30 @@ Result<IdxArray> ReadIdxFile(const std::string& path, int rank) {
   out.data.resize(static_cast<std::size_t>(size) - head.size());
   if (!in.read(reinterpret_cast<char*>(out.data.data()), static_cast<std::streamsize>(out.data.size())))
     return Status::NotFound(fmt::format("{}: read failed", path));
+  return out;
+}
+
+Result<MappedIdxArray> MapIdxFile(const std::string& path, int rank) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::NotFound(fmt::format("{}: cannot open", path));  // as ReadIdxFile says it
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0) {
+    close(fd);
+    return Status::Unavailable(fmt::format("{}: not a regular file that can be mapped", path));
+  }
+  const auto size = static_cast<std::size_t>(st.st_size);
+  void* base = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  const int mmap_errno = errno;
+  close(fd);  // the mapping stays
+  if (base == MAP_FAILED) return Status::Unavailable(fmt::format("{}: mmap: {}", path, std::strerror(mmap_errno)));
+  const auto* bytes = static_cast<const std::uint8_t*>(base);
+  std::shared_ptr<const std::uint8_t> region(bytes, [size](const std::uint8_t* p) { munmap(const_cast<std::uint8_t*>(p), size); });
+  const std::size_t header = std::min(IdxHeaderBytes(rank), size);
+  TFD_ASSIGN_OR_RETURN(IdxArray parsed, ParseHeader(std::as_bytes(std::span(bytes, header)), size, rank, path));
+  MappedIdxArray out;
+  out.dims = std::move(parsed.dims);
+  out.data = std::shared_ptr<const std::uint8_t>(region, bytes + header);  // shares the region's ownership
+  out.size = size - header;
   return out;
 }
 

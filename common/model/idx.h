@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -29,5 +30,19 @@ inline constexpr std::size_t IdxHeaderBytes(int rank) { return 4 + 4 * static_ca
 Result<IdxArray> ParseIdx(std::span<const std::byte> bytes, int rank, std::string_view source);
 // Reads and parses the file at `path`; NotFound when it cannot be opened.
 Result<IdxArray> ReadIdxFile(const std::string& path, int rank);
+
+// An IDX ubyte array whose bytes are a read-only shared mapping of the file: every process that maps
+// the same file reads the same page-cache pages, so N tasks on a host hold one copy. `data` keeps
+// the mapping alive (it is unmapped with the last copy of the pointer).
+struct MappedIdxArray {
+  std::vector<std::uint32_t> dims;
+  std::shared_ptr<const std::uint8_t> data;  // product(dims) bytes
+  std::size_t size = 0;
+};
+// ReadIdxFile's checks, then mmap(PROT_READ, MAP_SHARED) of the whole file. NotFound when it cannot
+// be opened, Corruption as ParseIdx, Unavailable when it cannot be mapped (not a regular file, a
+// file system without mmap): the caller may read it instead. The file must not be rewritten while
+// mapped (a truncated file would fault the reader), as for any dataset a run reads.
+Result<MappedIdxArray> MapIdxFile(const std::string& path, int rank);
 
 }  // namespace tfd::model

@@ -595,7 +595,8 @@ void PsService::MembersChangedLocked(const std::string& why, bool loss) {
   spdlog::info("membership: {} workers from global_step {} ({}; elastic min_workers {}, max_workers {}){}", members, step + 1, why,
                update.min_workers, update.max_workers, store_.sync() ? fmt::format("; sync: total_num_replicas {}", members) : "");
   events_.Emit("membership", {{"workers", std::int64_t{members}}, {"global_step", static_cast<std::int64_t>(step)}});
-  if (loss && members < static_cast<int>(update.min_workers)) {
+  // Workers that finished their epochs count towards min_workers: the run is ending, not failing.
+  if (loss && members + static_cast<int>(done_.size()) < static_cast<int>(update.min_workers)) {
     return EndRunLocked(Status::FailedPrecondition(fmt::format("{}: the run is over: {} workers left, fewer than elastic min_workers {} ({})",
                                                                self_, members, update.min_workers, why)));
   }

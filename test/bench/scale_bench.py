@@ -8,8 +8,10 @@ allreduce; prints one table row per (mode, tasks) for docs/benchmarks.md ("Scale
 ps modes: tasks/16 ps (at least 1), the rest workers; allreduce: every task is a ring member
 (--ring N adds one ring of N workers). Each row: startup (tfd started -> every worker's `ready`
 event), train (the first `ready` -> the last `done`), samples/s over that train time, peak RSS of a
-worker (median) and of a ps (max), the ps's peak threads and open descriptors, and whether every
-task exited 0. RSS, threads and descriptors are sampled from /proc every 100 ms.
+worker (median) and its private part (RssAnon: the rest is file pages, the mapped MNIST images that
+every task on the machine shares), peak RSS of a ps (max), the ps's peak threads and open
+descriptors, and whether every task exited 0. RSS, threads and descriptors are sampled from /proc
+every 100 ms.
 """
 import argparse
 import json
@@ -36,17 +38,19 @@ def free_ports(n):
 
 
 def proc_stats(pid):
-    """(rss_kib, threads, fds) of a live process, or None once it has gone."""
+    """(rss_kib, threads, fds, rss_anon_kib) of a live process, or None once it has gone."""
     try:
-        rss = threads = 0
+        rss = threads = anon = 0
         with open(f"/proc/{pid}/status") as f:
             for line in f:
                 if line.startswith("VmRSS:"):
                     rss = int(line.split()[1])
+                elif line.startswith("RssAnon:"):
+                    anon = int(line.split()[1])
                 elif line.startswith("Threads:"):
                     threads = int(line.split()[1])
         fds = len(os.listdir(f"/proc/{pid}/fd"))
-        return rss, threads, fds
+        return rss, threads, fds, anon
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
 
@@ -86,15 +90,15 @@ def run(tfd, data, mode, num_ps, num_workers, batch, limit_s):
             out = os.path.join(d, f"{role}{i}.out")
             p = subprocess.Popen(argv, env=env, stdout=open(out, "w"), stderr=open(os.path.join(d, f"{role}{i}.err"), "w"))
             procs.append((role, i, p, out))
-    peak = {}  # pid -> [rss, threads, fds]
+    peak = {}  # pid -> [rss, threads, fds, rss_anon]
     deadline = start + limit_s
     while time.time() < deadline and any(p.poll() is None for _, _, p, _ in procs):
         for _, _, p, _ in procs:
             if p.poll() is None:
                 s = proc_stats(p.pid)
                 if s:
-                    cur = peak.setdefault(p.pid, [0, 0, 0])
-                    for k in range(3):
+                    cur = peak.setdefault(p.pid, [0, 0, 0, 0])
+                    for k in range(4):
                         cur[k] = max(cur[k], s[k])
         time.sleep(0.1)
     for _, _, p, _ in procs:
@@ -118,6 +122,7 @@ def run(tfd, data, mode, num_ps, num_workers, batch, limit_s):
     startup = (max(ready) - start) if len(ready) == num_workers else float("nan")
     train = (max(done) - min(ready)) if ready and len(done) == num_workers else float("nan")
     worker_rss = [peak[p.pid][0] for r, _, p, _ in procs if r == "worker" and p.pid in peak]
+    worker_anon = [peak[p.pid][3] for r, _, p, _ in procs if r == "worker" and p.pid in peak]
     ps = [peak[p.pid] for r, _, p, _ in procs if r == "ps" and p.pid in peak]
     failed = [f"{r}:{i}={p.returncode}" for r, i, p, _ in procs if p.returncode != 0]
     if ok:
@@ -126,6 +131,7 @@ def run(tfd, data, mode, num_ps, num_workers, batch, limit_s):
         "mode": mode, "tasks": num_ps + num_workers, "ps": num_ps, "workers": num_workers, "ok": ok,
         "startup_s": startup, "train_s": train, "samples_per_s": examples / train if train == train and train > 0 else float("nan"),
         "worker_rss_mib": statistics.median(worker_rss) / 1024 if worker_rss else float("nan"),
+        "worker_anon_mib": statistics.median(worker_anon) / 1024 if worker_anon else float("nan"),
         "ps_rss_mib": max(x[0] for x in ps) / 1024 if ps else float("nan"),
         "ps_threads": max(x[1] for x in ps) if ps else 0, "ps_fds": max(x[2] for x in ps) if ps else 0,
         "failed": failed[:4], "dir": d,
@@ -153,11 +159,11 @@ def main():
             r = run(a.tfd, a.data, mode, num_ps, n - num_ps, a.batch, a.limit)
             rows.append(r)
             print(json.dumps(r), flush=True)
-    print("\n| mode | tasks (ps + workers) | exit 0 | startup s | train s | samples/s | worker RSS MiB (median) | ps RSS MiB (max) | ps threads | ps fds |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("\n| mode | tasks (ps + workers) | exit 0 | startup s | train s | samples/s | worker RSS MiB (median) | worker RssAnon MiB (median) | ps RSS MiB (max) | ps threads | ps fds |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['mode']} | {r['tasks']} ({r['ps']} + {r['workers']}) | {'yes' if r['ok'] else 'NO ' + ' '.join(r['failed'])} | "
-              f"{r['startup_s']:.2f} | {r['train_s']:.2f} | {r['samples_per_s']:.0f} | {r['worker_rss_mib']:.1f} | "
+              f"{r['startup_s']:.2f} | {r['train_s']:.2f} | {r['samples_per_s']:.0f} | {r['worker_rss_mib']:.1f} | {r['worker_anon_mib']:.1f} | "
               f"{r['ps_rss_mib']:.1f} | {r['ps_threads']} | {r['ps_fds']} |")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     return 0 if all(r["ok"] for r in rows) else 1

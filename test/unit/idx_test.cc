@@ -150,5 +150,39 @@ TEST_CASE("FillBatch scales pixels to [0, 1] and copies labels", "[unit][data]")
   CHECK(y[1] == 3);
 }
 
+TEST_CASE("LoadIdxPair maps a regular image file read-only; HoldOut copies the validation images out", "[unit][idx]") {
+  tfd::testing::TempDir dir;
+  std::vector<std::uint8_t> pixels(4 * 2 * 2);
+  for (std::size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<std::uint8_t>(i * 3);
+  tfd::testing::WriteFile(dir / "img", IdxBytes({4, 2, 2}, pixels));
+  tfd::testing::WriteFile(dir / "lab", IdxBytes({4}, {0, 1, 2, 3}));
+  auto got = LoadIdxPair(dir / "img", dir / "lab");
+  REQUIRE(got.ok());
+  CHECK(got->images.mapped());
+  CHECK(got->images == pixels);
+  MnistData m;
+  m.train = *got;
+  Dataset copy = m.train;  // shares the mapping
+  CHECK(copy.images.data() == m.train.images.data());
+  HoldOut(&m, 1);
+  CHECK(m.train.images.mapped());
+  CHECK(m.train.images == std::vector<std::uint8_t>(pixels.begin(), pixels.begin() + 12));
+  CHECK_FALSE(m.validation.images.mapped());
+  CHECK(m.validation.images == std::vector<std::uint8_t>(pixels.begin() + 12, pixels.end()));
+  m = MnistData{};  // the copy keeps the mapping alive
+  CHECK(copy.images == pixels);
+}
+
+TEST_CASE("MapIdxFile checks the header as ParseIdx does, and leaves a file it cannot map to the reader", "[unit][idx]") {
+  tfd::testing::TempDir dir;
+  tfd::testing::WriteFile(dir / "short", IdxBytes({2, 2, 2}, {1, 2, 3, 4, 5, 6, 7, 8}).substr(0, 20));
+  auto corrupt = MapIdxFile(dir / "short", 3);
+  REQUIRE_FALSE(corrupt.ok());
+  CHECK(corrupt.status().code() == Code::kCorruption);
+  CHECK(corrupt.status().message() == dir / "short" + ": truncated IDX file: header says 8 bytes of data (2x2x2), file has 4");
+  CHECK(MapIdxFile(dir / "missing", 3).status().code() == Code::kNotFound);
+  CHECK(MapIdxFile("/dev/null", 3).status().code() == Code::kUnavailable);
+}
+
 }  // namespace
 }  // namespace tfd::model

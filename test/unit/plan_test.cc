@@ -241,6 +241,30 @@ TEST_CASE("event lines parse into numbers and strings", "[unit][launcher]") {
   CHECK_FALSE(config::ParseEvent(R"({"no_event": 1})").ok());
 }
 
+TEST_CASE("WithWorkers grows an elastic run: new ranks after the run's, tfd.base_workers set, places kept", "[unit][launcher][scale]") {
+  auto f = Parse(std::string(R"({"cluster": {"ps": ["127.0.0.1:2000"], "worker": ["127.0.0.1:2001", "127.0.0.1:2002"]}, )") + kTrain +
+                 R"(, "launch": {"tfd": "/opt/tfd", "metrics": {"port_base": 9400}}})");
+  CHECK(WithWorkers(f, 2).cluster.base_workers == -1);  // nothing to grow
+  const config::ClusterFile grown = WithWorkers(f, 4);
+  REQUIRE(grown.cluster.worker.size() == 4);
+  CHECK(grown.cluster.base_workers == 2);
+  CHECK(grown.cluster.worker[2].ToString() == "127.0.0.1:2003");
+  CHECK(grown.cluster.worker[3].ToString() == "127.0.0.1:2004");
+  // The run's tasks keep their cluster id: only the first base_workers workers count.
+  CHECK(grown.cluster.Id() == f.cluster.Id());
+  auto plan = MakePlan(grown, {.job_path = "/r/job.json"});
+  REQUIRE(plan.size() == 5);
+  CHECK(plan[3].task.ToString() == "worker:2");
+  CHECK(plan[3].tf_config.ends_with(R"("task":{"type":"worker","index":2},"tfd":{"base_workers":2}})"));
+  auto parsed = config::ParseTfConfig(plan[4].tf_config, "TF_CONFIG");
+  REQUIRE(parsed.ok());
+  CHECK(parsed->cluster.base_num_workers() == 2);
+  CHECK(parsed->cluster.Id() == f.cluster.Id());
+  // A joiner's metrics port comes after every task the run started with.
+  CHECK(plan[3].metrics_target == "127.0.0.1:9403");
+  CHECK(plan[1].tf_config.find("base_workers") != std::string::npos);  // a grown file's every TF_CONFIG says so
+}
+
 }  // namespace
 }  // namespace tfd::launcher
 
