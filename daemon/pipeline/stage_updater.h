@@ -36,7 +36,8 @@ std::vector<OwnedRange> UnitRanges(const model::Model& model, int stage, int sta
 struct StageCheckpointing {
   config::CheckpointSpec spec;       // dir empty: none
   config::OptimizerSpec optimizer;
-  std::int64_t steps_per_epoch = 0;  // for the data cursor
+  std::int64_t steps_per_epoch = 0;  // for the data cursors
+  int replicas = 1;                  // one data cursor per replica
   int batch_size = 0;
   bool writer = false;               // this task writes the files (the chief)
   EventWriter* events = nullptr;     // `checkpoint` events; not owned
@@ -53,6 +54,15 @@ class StageUpdater final : public train::Updater {
   StageUpdater(collective::Ring& ring, const optim::Optimizer& optimizer, std::vector<OwnedRange> owned,
                std::function<std::string()> note = nullptr, StageCheckpointing checkpointing = {});
 
+  // Several replicas: before each update, the step's gradient of the owned ranges is summed over
+  // `replicas` (the ring of this stage in every replica, in replica order) and scaled by 1/R, so
+  // every replica applies the same bits. Not owned; call before training.
+  void CombineReplicasOver(collective::Ring* replicas) { replicas_ = replicas; }
+
+  // A restore: the optimizer's state of the owned ranges from `slots` (the whole buffer's, slot k
+  // of every parameter then slot k + 1) and the count of updates they reflect.
+  Status Restore(std::span<const float> slots, std::int64_t updates);
+
   Result<std::int64_t> Step(model::Model& model, std::int64_t local_step) override;
   Result<std::int64_t> Finish(model::Model& model) override;
   std::string EpochNote() override { return note_ ? note_() : ""; }
@@ -62,7 +72,11 @@ class StageUpdater final : public train::Updater {
   // the run (the stages must stay in step); a write error is logged and training goes on.
   Status SaveCheckpoint(const model::Model& model, std::int64_t step, bool final);
 
+  Status CombineReplicas(model::Model& model, std::int64_t local_step);
+
   collective::Ring& ring_;
+  collective::Ring* replicas_ = nullptr;
+  std::vector<float> combined_;  // the owned gradients, packed, for the replicas' all-reduce
   std::vector<OwnedRange> owned_;
   std::vector<std::unique_ptr<optim::OptimizerState>> states_;  // one per owned range
   std::function<std::string()> note_;
