@@ -293,6 +293,13 @@ TEST_CASE("a cluster the split does not fit is refused with exit 2 naming both n
   w = d.Finish("worker", 0, 30s);
   CHECK(w.exit_code == 2);
   CHECK(w.err.find("model_parallel.boundaries[0]: expected a layer index below 5") != std::string::npos);
+  // Replicas combine by all-reduce among same-stage workers; ps tasks are refused, naming what is supported.
+  LocalCluster p({.num_ps = 1, .num_workers = 2, .job = PipelineJob(data, R"({"split": "layers", "stages": 2})", 1)});
+  p.StartWorker(0);
+  w = p.Finish("worker", 0, 30s);
+  CHECK(w.exit_code == 2);
+  CHECK(w.err.find("cluster.ps: 1 ps tasks, but a model-parallel job's replicas combine their gradients by all-reduce among same-stage "
+                   "workers, not through ps tasks") != std::string::npos);
 }
 
 }  // namespace
