@@ -153,8 +153,8 @@ Status RunPipelineWorker(const config::TfConfig& config, const config::JobSpec& 
                                                          optimizer->num_slots(), &*restore)));
   if (restore->found) {
     std::copy(restore->params.begin(), restore->params.end(), model.params().begin());
-    TFD_RETURN_IF_ERROR(train::AtStartup(updater.Restore(restore->slots, restore->updates)));
     topts.start_local_step = static_cast<std::int64_t>(restore->resume_step);
+    TFD_RETURN_IF_ERROR(train::AtStartup(updater.Restore(restore->slots, restore->updates, topts.start_local_step)));
     if (config.is_chief()) {
       spdlog::info("restored {} at global_step {} onto {} stages ({} split) of {} replica{}: resuming after local step {}", restore->path,
                    restore->global_step, stages, config::SplitName(mp.split), replicas, replicas > 1 ? "s" : "", restore->resume_step);

@@ -53,7 +53,7 @@ StageUpdater::StageUpdater(collective::Ring& ring, const optim::Optimizer& optim
   }
 }
 
-Status StageUpdater::Restore(std::span<const float> slots, std::int64_t updates) {
+Status StageUpdater::Restore(std::span<const float> slots, std::int64_t updates, std::int64_t local_step) {
   const std::size_t k = slot_names_.size(), n = k == 0 ? 0 : slots.size() / k;
   for (std::size_t i = 0; i < owned_.size(); ++i) {
     const std::size_t len = owned_[i].end - owned_[i].begin;
@@ -65,6 +65,7 @@ Status StageUpdater::Restore(std::span<const float> slots, std::int64_t updates)
     TFD_RETURN_IF_ERROR(states_[i]->Restore(mine, updates));
   }
   updates_ = updates;
+  last_local_step_ = local_step;
   return Status::Ok();
 }
 
@@ -98,17 +99,19 @@ Result<std::int64_t> StageUpdater::Step(model::Model& model, std::int64_t local_
   }
   ++updates_;
   const std::int64_t every = checkpointing_.spec.every_steps;
+  last_local_step_ = local_step;
   if (!checkpointing_.spec.dir.empty() && every > 0 && local_step % every == 0) TFD_RETURN_IF_ERROR(SaveCheckpoint(model, local_step, false));
-  return local_step;
+  return updates_;  // the global step: updates applied (more than local steps after a restore that started an epoch again)
 }
 
 Result<std::int64_t> StageUpdater::Finish(model::Model& model) {
-  if (!checkpointing_.spec.dir.empty()) TFD_RETURN_IF_ERROR(SaveCheckpoint(model, updates_, /*final=*/true));
+  if (!checkpointing_.spec.dir.empty()) TFD_RETURN_IF_ERROR(SaveCheckpoint(model, last_local_step_, /*final=*/true));
   TFD_RETURN_IF_ERROR(GatherParams(ring_, model.params(), owned_).WithContext("gathering the stages' parameters"));
   return updates_;
 }
 
-Status StageUpdater::SaveCheckpoint(const model::Model& model, std::int64_t step, bool final) {
+Status StageUpdater::SaveCheckpoint(const model::Model& model, std::int64_t local_step, bool final) {
+  const std::int64_t step = updates_;
   const std::size_t n = model.params().size();
   std::vector<float> params(model.params().begin(), model.params().end());
   TFD_RETURN_IF_ERROR(GatherParams(ring_, params, owned_).WithContext("checkpoint: gathering the stages' parameters"));
@@ -131,8 +134,8 @@ Status StageUpdater::SaveCheckpoint(const model::Model& model, std::int64_t step
   ck.optimizer.slot_names = slot_names_;
   const auto steps = static_cast<std::uint64_t>(std::max<std::int64_t>(checkpointing_.steps_per_epoch, 1));
   for (std::uint32_t r = 0; r < ck.num_workers; ++r)  // every replica is at the same step of its shard
-    ck.cursors.push_back({.rank = r, .epoch = static_cast<std::uint32_t>(static_cast<std::uint64_t>(step) / steps + 1), .base = 0,
-                          .next = (static_cast<std::uint64_t>(step) % steps) * static_cast<std::uint64_t>(checkpointing_.batch_size)});
+    ck.cursors.push_back({.rank = r, .epoch = static_cast<std::uint32_t>(static_cast<std::uint64_t>(local_step) / steps + 1), .base = 0,
+                          .next = (static_cast<std::uint64_t>(local_step) % steps) * static_cast<std::uint64_t>(checkpointing_.batch_size)});
   for (const model::Variable& v : model.variables()) {
     ckpt::NamedTensor t{.name = v.name, .shape = v.shape, .values = {}, .slots = {}};
     const auto b = params.begin() + v.offset;

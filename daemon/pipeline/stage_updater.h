@@ -60,8 +60,9 @@ class StageUpdater final : public train::Updater {
   void CombineReplicasOver(collective::Ring* replicas) { replicas_ = replicas; }
 
   // A restore: the optimizer's state of the owned ranges from `slots` (the whole buffer's, slot k
-  // of every parameter then slot k + 1) and the count of updates they reflect.
-  Status Restore(std::span<const float> slots, std::int64_t updates);
+  // of every parameter then slot k + 1), the count of updates they reflect, and the local step
+  // the run resumes after.
+  Status Restore(std::span<const float> slots, std::int64_t updates, std::int64_t local_step);
 
   Result<std::int64_t> Step(model::Model& model, std::int64_t local_step) override;
   Result<std::int64_t> Finish(model::Model& model) override;
@@ -70,7 +71,8 @@ class StageUpdater final : public train::Updater {
  private:
   // Gathers parameters and slots on every stage; the writer writes them. Errors of the gather end
   // the run (the stages must stay in step); a write error is logged and training goes on.
-  Status SaveCheckpoint(const model::Model& model, std::int64_t step, bool final);
+  // `local_step` places the data cursors; the checkpoint's global step is the updates applied.
+  Status SaveCheckpoint(const model::Model& model, std::int64_t local_step, bool final);
 
   Status CombineReplicas(model::Model& model, std::int64_t local_step);
 
@@ -82,7 +84,8 @@ class StageUpdater final : public train::Updater {
   std::function<std::string()> note_;
   StageCheckpointing checkpointing_;
   std::vector<std::string> slot_names_;
-  std::int64_t updates_ = 0;
+  std::int64_t updates_ = 0;          // the global step
+  std::int64_t last_local_step_ = 0;
 };
 
 // Gathers the whole parameter buffer on every member of `ring` when each holds `owned` of it

@@ -180,6 +180,40 @@ TEST_CASE("a layers run's checkpoint restores onto another split and onto data p
   }
   REQUIRE(b.Events("worker", 0, "restored").size() == 1);
 
+  // Two replicas of two stages from step 20: 10 steps an epoch now, so every replica starts epoch 2
+  // again; the chief's broadcast reaches every stage of both replicas.
+  TempDir r_dir;
+  CopyOnly(after_epoch_1, r_dir);
+  LocalCluster r({.num_ps = 0, .num_workers = 4,
+                  .job = WithCheckpoints(PipelineJob(data, R"({"split": "layers", "stages": 2, "microbatches": 2})"), r_dir.path())});
+  auto replicas = RunToCompletion(r);
+  REQUIRE(replicas[0]["params_sha256"].is_string());
+  for (int i = 0; i < 4; ++i) {
+    const std::string err = r.process("worker", i).err();
+    INFO("worker " << i << ": " << err);
+    CHECK(err.find("resuming at epoch 2 step 1 of 10") != std::string::npos);
+    CHECK(replicas[i]["params_sha256"] == replicas[0]["params_sha256"]);
+    CHECK(replicas[i]["global_step"] == 30);  // 20 updates restored, 10 made
+    CHECK(replicas[i]["local_step"] == 20);
+  }
+  CHECK(replicas[0]["params_sha256"] != whole[0]["params_sha256"]);  // it trained on from the checkpoint, not from scratch
+
+  // Another optimizer: the chief refuses the checkpoint (exit 2) and the other stage ends with its reason.
+  TempDir o_dir;
+  CopyOnly(after_epoch_1, o_dir);
+  std::string other = WithCheckpoints(PipelineJob(data, R"({"split": "layers", "stages": 2})"), o_dir.path());
+  const std::string rate = R"("learning_rate": 0.05)";
+  other.replace(other.find(rate), rate.size(), R"("learning_rate": 0.07)");
+  LocalCluster o({.num_ps = 0, .num_workers = 2, .job = other});
+  o.StartWorker(0);
+  o.StartWorker(1);
+  TaskResult chief = o.Finish("worker", 0, 60s), stage1 = o.Finish("worker", 1, 60s);
+  INFO(chief.err << "\n" << stage1.err);
+  CHECK(chief.exit_code == 2);
+  CHECK(chief.err.find("optimizer: " + (o_dir / "ckpt-000000000020.tfdckpt")) != std::string::npos);
+  CHECK(stage1.exit_code != 0);
+  CHECK(stage1.err.find("optimizer: ") != std::string::npos);
+
   // A units split from step 20: within 1e-5 of the whole run (its sums are split).
   TempDir u_dir;
   CopyOnly(after_epoch_1, u_dir);
