@@ -46,6 +46,7 @@ std::vector<LiveRow> ByReplica(const std::vector<LiveRow>& rows) {
     if (same_state) {
       merged.state = members.front()->state;
     } else {  // say which stage is where: "stage 0 training, stage 1 failed (1)"
+      merged.state.clear();
       for (const LiveRow* m : members)
         merged.state += fmt::format("{}stage {} {}", merged.state.empty() ? "" : ", ", m->stage, m->state);
     }

@@ -312,6 +312,19 @@ TEST_CASE("a stage lost in one replica ends every task of every replica, naming 
     CHECK(w.exit_code == 1);
     CHECK(w.err.find("worker:1 (stage 1 of replica 0)") != std::string::npos);
   }
+  // Silent instead of gone: stage 0 of replica 1 stopped. Its neighbours give up on it after the
+  // peer timeout (5 s) and tell the rest.
+  LocalCluster s({.num_ps = 0, .num_workers = 4, .job = PipelineJob(data, R"({"split": "layers", "stages": 2, "microbatches": 2})", 1000)});
+  for (int i = 0; i < 4; ++i) s.StartWorker(i, {"--peer-timeout", "5"});
+  AwaitLine(s.process("worker", 0), "epoch=1 ", 60s);
+  s.process("worker", 2).Signal(SIGSTOP);
+  for (const int i : {0, 1, 3}) {
+    TaskResult w = s.Finish("worker", i, 60s);
+    INFO("worker " << i << ": " << w.err);
+    CHECK(w.exit_code == 1);
+    CHECK(w.err.find("worker:2 (stage 0 of replica 1)") != std::string::npos);
+  }
+  s.process("worker", 2).Signal(SIGKILL);
 }
 
 TEST_CASE("a cluster the split does not fit is refused with exit 2 naming both numbers", "[integration][cluster][model_parallel]") {
