@@ -146,7 +146,7 @@ void CopyOnly(const std::string& file, const TempDir& to) {
   WriteFile(to / std::filesystem::path(file).filename().string(), ReadAll(file));
 }
 
-TEST_CASE("a layers run's checkpoint restores onto another split and onto data parallel", "[integration][cluster][model_parallel]") {
+TEST_CASE("a layers run's checkpoint restores onto another split and onto data parallel, and back", "[integration][cluster][model_parallel]") {
   TempDir data, first;
   WriteSyntheticMnist(data.path(), 400, 60);
   // Two stages, two epochs: checkpoints after epoch 1 (step 20) and at the end (step 40).
@@ -242,6 +242,28 @@ TEST_CASE("a layers run's checkpoint restores onto another split and onto data p
   }
   CHECK(plain[0]["global_step"] == 40);
   CHECK(plain[0]["test_accuracy"].get<double>() >= 0.9);
+
+  // And back: that sync run's final checkpoint (step 40) onto two stages for a third epoch.
+  Result<std::vector<std::string>> synced = ckpt::List(d_dir.path());
+  REQUIRE(synced.ok());
+  REQUIRE_FALSE(synced->empty());
+  CHECK(synced->front().find("ckpt-000000000040.tfdckpt") != std::string::npos);
+  TempDir e_dir;
+  CopyOnly(synced->front(), e_dir);
+  LocalCluster e({.num_ps = 0, .num_workers = 2,
+                  .job = WithCheckpoints(PipelineJob(data, R"({"split": "layers", "stages": 2})", 3), e_dir.path())});
+  auto third = RunToCompletion(e);
+  {
+    const std::string err = e.process("worker", 0).err();
+    INFO(err);
+    CHECK(err.find("restored " + (e_dir / "ckpt-000000000040.tfdckpt") + " at global_step 40 onto 2 stages") != std::string::npos);
+    CHECK(err.find("resuming at epoch 3 step 1 of 20") != std::string::npos);
+  }
+  for (const auto& t : third) {
+    CHECK(t["global_step"] == 60);
+    CHECK(t["params_sha256"] == third[0]["params_sha256"]);
+  }
+  CHECK(third[0]["test_accuracy"].get<double>() >= 0.9);
 }
 
 TEST_CASE("a lost stage ends its replica naming the stage and the step", "[integration][cluster][model_parallel]") {
