@@ -148,7 +148,7 @@ Status RunPipelineWorker(const config::TfConfig& config, const config::JobSpec& 
                          return note;
                        },
                        std::move(checkpointing));
-  updater.CombineReplicasOver(replica_ring.get());
+  updater.CombineReplicasOver(replica_ring.get(), stats);
   TFD_RETURN_IF_ERROR(train::AtStartup(ShareStageRestore(*ring, stage == 0 ? replica_ring.get() : nullptr, model.params().size(),
                                                          optimizer->num_slots(), &*restore)));
   if (restore->found) {

@@ -1,6 +1,7 @@
 #include "daemon/pipeline/stage_updater.h"
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <utility>
 
@@ -70,6 +71,7 @@ Status StageUpdater::Restore(std::span<const float> slots, std::int64_t updates,
 }
 
 Status StageUpdater::CombineReplicas(model::Model& model, std::int64_t local_step) {
+  const auto start = std::chrono::steady_clock::now();
   std::size_t n = 0;
   for (const OwnedRange& r : owned_) n += r.end - r.begin;
   combined_.resize(n);
@@ -88,6 +90,7 @@ Status StageUpdater::CombineReplicas(model::Model& model, std::int64_t local_ste
   for (const OwnedRange& r : owned_) {
     for (std::size_t i = r.begin; i < r.end; ++i) grads[i] = combined_[at++] * scale;
   }
+  if (stats_ != nullptr) stats_->replicas_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return Status::Ok();
 }
 

@@ -13,6 +13,7 @@
 #include "common/collective/ring.h"
 #include "common/model/model.h"
 #include "common/optim/optimizer.h"
+#include "daemon/pipeline/layer_stage.h"
 #include "daemon/train/updater.h"
 
 namespace tfd::pipeline {
@@ -56,8 +57,13 @@ class StageUpdater final : public train::Updater {
 
   // Several replicas: before each update, the step's gradient of the owned ranges is summed over
   // `replicas` (the ring of this stage in every replica, in replica order) and scaled by 1/R, so
-  // every replica applies the same bits. Not owned; call before training.
-  void CombineReplicasOver(collective::Ring* replicas) { replicas_ = replicas; }
+  // every replica applies the same bits; its time is added to stats->replicas_s. Not owned; call
+  // before training.
+  void CombineReplicasOver(collective::Ring* replicas, StageStats* stats) {
+    replicas_ = replicas;
+    stats_ = stats;
+    if (replicas_ != nullptr && stats_ != nullptr) stats_->replicas_s = 0;
+  }
 
   // A restore: the optimizer's state of the owned ranges from `slots` (the whole buffer's, slot k
   // of every parameter then slot k + 1), the count of updates they reflect, and the local step
@@ -78,6 +84,7 @@ class StageUpdater final : public train::Updater {
 
   collective::Ring& ring_;
   collective::Ring* replicas_ = nullptr;
+  StageStats* stats_ = nullptr;
   std::vector<float> combined_;  // the owned gradients, packed, for the replicas' all-reduce
   std::vector<OwnedRange> owned_;
   std::vector<std::unique_ptr<optim::OptimizerState>> states_;  // one per owned range

@@ -133,6 +133,7 @@ TEST_CASE("the chief's checkpoint holds the whole network under the usual names"
   CHECK(stage[0]["bubble_theory"].get<double>() == Approx(1.0 / 3));  // (S-1)/(M+S-1), S = M = 2
   CHECK(stage[0]["busy"].get<double>() > 0);
   CHECK(stage[0]["busy"].get<double>() <= 1);
+  CHECK_FALSE(stage[0].contains("replicas_allreduce_s"));  // one replica: nothing to combine
 }
 
 // The job with a checkpoint folder: every 20 steps (one epoch of 400 examples at batch 20) and at the end.
@@ -303,6 +304,7 @@ TEST_CASE("two replicas of two stages end with the same bits on every task, run 
     REQUIRE(stage.size() == 2);
     CHECK(stage[0]["stage"] == 1);
     CHECK(stage[0]["replica"] == 1);
+    CHECK(stage[0]["replicas_allreduce_s"].get<double>() >= 0);  // its share of the replicas' all-reduce
   }
   CHECK(shas[0] == shas[1]);
   // One micro-batch: each replica's gradient is the whole network's on its batch, and the two are
