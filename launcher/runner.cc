@@ -25,6 +25,7 @@
 #include "common/base/check.h"
 #include "common/base/logging.h"
 #include "common/config/cluster_file.h"
+#include "launcher/live_table.h"
 #include "launcher/scale.h"
 
 namespace tfd::launcher {
@@ -32,11 +33,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-struct Row {  // the live table's view of one worker
-  double epoch = 0, global_step = 0, loss = -1, accuracy = -1, test_accuracy = -1, samples_per_sec = 0;
-  std::string state = "starting";
-  std::string stage;  // a model-parallel stage's last `stage` event: "stage 0/2 busy 29%"
-};
+using Row = LiveRow;  // the live table's view of one worker (launcher/live_table.h)
 
 struct Task {
   const TaskPlan* plan = nullptr;
@@ -125,16 +122,12 @@ class Display {
     Draw();
   }
   std::vector<std::string> Table() const {
-    std::vector<std::string> lines = {fmt::format("{:<10} {:>5} {:>11} {:>8} {:>8} {:>9} {:>10}  {}", "worker", "epoch", "global_step",
-                                                  "loss", "accuracy", "test_acc", "samples/s", "state")};
+    std::vector<LiveRow> rows;
     for (const auto& [name, r] : rows_) {
-      auto num = [](double v, const char* f) { return v < 0 ? std::string("-") : fmt::format(fmt::runtime(f), v); };
-      lines.push_back(fmt::format("{:<10} {:>5} {:>11} {:>8} {:>8} {:>9} {:>10}  {}", name, num(r.epoch, "{:.0f}"),
-                                  num(r.global_step, "{:.0f}"), num(r.loss, "{:.4f}"), num(r.accuracy, "{:.4f}"),
-                                  num(r.test_accuracy, "{:.4f}"), num(r.samples_per_sec, "{:.0f}"),
-                                  r.stage.empty() ? r.state : r.state + ", " + r.stage));
+      rows.push_back(r);
+      rows.back().name = name;
     }
-    return lines;
+    return FormatLiveTable(ByReplica(rows));
   }
 
  private:
@@ -149,8 +142,9 @@ class Display {
       std::fflush(stdout);
       return;
     }
-    for (const std::string& l : Table()) std::fprintf(stdout, "%s\n", l.c_str());
-    drawn_ = static_cast<int>(rows_.size()) + 1;
+    const std::vector<std::string> lines = Table();
+    for (const std::string& l : lines) std::fprintf(stdout, "%s\n", l.c_str());
+    drawn_ = static_cast<int>(lines.size());
     std::fflush(stdout);
   }
   bool tty_, json_;
@@ -329,7 +323,14 @@ int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
         display.Line(fmt::format("[{}] {}", t.name, line));
       }
       if (!e.ok()) return;
-      if (e->event == "start") t.event_pid = static_cast<pid_t>(e->Number("pid", -1));
+      if (e->event == "start") {
+        t.event_pid = static_cast<pid_t>(e->Number("pid", -1));
+        if (e->numbers.contains("stage") && e->numbers.contains("replica")) {  // a model-parallel stage: its replica's row
+          t.row.stage = static_cast<int>(e->Number("stage"));
+          t.row.stages = static_cast<int>(e->Number("stages", 0));
+          t.row.replica = static_cast<int>(e->Number("replica"));
+        }
+      }
       if (fault != nullptr && fault->progress_extends && fault->sent_at != 0 && deadline_at != Clock::time_point::max() &&
           (e->event == "step" || e->event == "epoch")) {
         deadline_at = After(fault->deadline_secs);  // training goes on: recovered
@@ -352,7 +353,10 @@ int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
         r.state = "evaluating";
         t.done_fields = fmt::format(", \"global_step\": {:.0f}, \"test_accuracy\": {}", r.global_step, r.test_accuracy);
       } else if (e->event == "stage") {
-        r.stage = fmt::format("stage {:.0f}/{:.0f} busy {:.0f}%", e->Number("stage"), e->Number("stages"), 100 * e->Number("busy", 0));
+        r.stage = static_cast<int>(e->Number("stage", r.stage));
+        r.stages = static_cast<int>(e->Number("stages", r.stages));
+        r.replica = static_cast<int>(e->Number("replica", r.replica < 0 ? 0 : r.replica));
+        r.busy = e->Number("busy", r.busy);
       } else if (e->event == "ready") {
         r.state = "training";
       } else if (e->event == "done") {

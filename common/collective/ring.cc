@@ -100,6 +100,11 @@ void Ring::Accept(transport::tcp::socket socket) {
   conn->Start(/*established=*/false);
 }
 
+void Ring::ShareListenerWith(std::shared_ptr<Ring> other) {
+  MutexLock lock(&mu_);
+  shares_listener_with_ = other;
+}
+
 Status Ring::Connect() {
   if (size() == 1) return Status::Ok();
   const auto deadline = Clock::now() + options_.startup_timeout;
@@ -197,8 +202,24 @@ void Ring::HandleHello(const std::shared_ptr<Connection>& from, const wire::InFr
     from->SendErrorAndClose(why);
   };
   if (Status s = transport::CheckHello(hello, self); !s.ok()) return refuse(s);
-  if (hello.kind != prev.kind || hello.index != prev.index)
+  if (hello.kind != prev.kind || hello.index != prev.index) {
+    std::shared_ptr<Ring> other;
+    {
+      MutexLock lock(&mu_);
+      other = shares_listener_with_.lock();
+    }
+    if (other != nullptr) {
+      const RingMember& theirs = other->options_.members[static_cast<std::size_t>(other->Prev())];
+      if (other->size() > 1 && hello.kind == theirs.kind && hello.index == theirs.index) {
+        {
+          MutexLock lock(&mu_);
+          std::erase(unidentified_, from);
+        }
+        return other->HandleHello(from, frame);  // its OnClosed, until the link is adopted, comes here and is passed on
+      }
+    }
     return refuse(Status::FailedPrecondition(fmt::format("{} takes ring connections from {} only", self.name, prev.task)));
+  }
   {
     MutexLock lock(&mu_);
     if (prev_conn_ != nullptr || LinkedLocked(/*next=*/false))
@@ -252,12 +273,17 @@ void Ring::OnFrame(const std::shared_ptr<Connection>& from, wire::InFrame frame)
 }
 
 void Ring::OnClosed(const std::shared_ptr<Connection>& from, const Status& why) {
-  MutexLock lock(&mu_);
-  if (from == prev_conn_ || from == next_conn_) {  // before its handshake was done
-    RecordFailure(why.ok() ? Status::Unavailable(fmt::format("{} closed the ring connection", from->peer_name())) : why);
-  } else {
+  std::shared_ptr<Ring> other;
+  {
+    MutexLock lock(&mu_);
+    if (from == prev_conn_ || from == next_conn_) {  // before its handshake was done
+      RecordFailure(why.ok() ? Status::Unavailable(fmt::format("{} closed the ring connection", from->peer_name())) : why);
+      return;
+    }
     std::erase(unidentified_, from);
+    other = shares_listener_with_.lock();
   }
+  if (other != nullptr) other->OnClosed(from, why);  // perhaps a connection handed over to it
 }
 
 Status Ring::Finish() {

@@ -88,6 +88,11 @@ class Ring final : public transport::FrameHandler, public std::enable_shared_fro
 
   // An accepted connection, expected to be the previous member (its HELLO says). Any thread.
   void Accept(transport::tcp::socket socket) TFD_EXCLUDES(mu_);
+  // Two rings of one task sharing its listener (a model-parallel stage is in the ring of its
+  // replica's stages and in the ring of its stage's replicas): a HELLO that is not from this ring's
+  // previous member but from `other`'s is handed to `other`, with the connection. The listener
+  // gives every socket to this ring. Call before the listener starts and before Connect.
+  void ShareListenerWith(std::shared_ptr<Ring> other) TFD_EXCLUDES(mu_);
   // Dials the next member (retrying until the startup timeout) and waits until both neighbours
   // have shaken hands. Blocks the calling thread.
   Status Connect() TFD_EXCLUDES(io_mu_, mu_);
@@ -211,6 +216,7 @@ class Ring final : public transport::FrameHandler, public std::enable_shared_fro
   std::vector<std::shared_ptr<transport::Connection>> unidentified_ TFD_GUARDED_BY(mu_);  // accepted, no HELLO yet
   Status failure_ TFD_GUARDED_BY(mu_);
   bool closed_ TFD_GUARDED_BY(mu_) = false;
+  std::weak_ptr<Ring> shares_listener_with_ TFD_GUARDED_BY(mu_);  // ShareListenerWith
   std::atomic<bool> closed_flag_{false};  // closed_, for the collective loop and the heartbeat timer
 };
 

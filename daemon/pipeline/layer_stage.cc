@@ -22,6 +22,7 @@ std::string StageStats::TakeNote(int stage, int stages, int microbatches, std::v
   std::string note = fmt::format("stage={}/{} forward_s={:.2f} backward_s={:.2f} sent_mb={:.1f} {}={:.3f}", stage, stages, forward_s,
                                  backward_s, static_cast<double>(bytes_sent) / 1e6, pipeline ? "bubble" : "waiting", bubble);
   if (pipeline) note += fmt::format(" theory={:.3f} peak_in_flight={} peak_activation_kb={}", theory, peak_in_flight, peak_activation_bytes / 1024);
+  if (replicas_s >= 0) note += fmt::format(" replicas_allreduce_s={:.2f}", replicas_s);
   if (fields != nullptr) {
     *fields = {{"stage", std::int64_t{stage}}, {"stages", std::int64_t{stages}}, {"forward_s", forward_s}, {"backward_s", backward_s},
                {"busy", schedule_s > 0 ? busy / schedule_s : 0.0}, {"sent_bytes", static_cast<std::int64_t>(bytes_sent)}};
@@ -30,8 +31,10 @@ std::string StageStats::TakeNote(int stage, int stages, int microbatches, std::v
       fields->push_back({"bubble_theory", theory});
       fields->push_back({"peak_activation_bytes", peak_activation_bytes});
     }
+    if (replicas_s >= 0) fields->push_back({"replicas_allreduce_s", replicas_s});
   }
   forward_s = backward_s = schedule_s = 0;
+  if (replicas_s > 0) replicas_s = 0;
   bytes_sent = 0;
   return note;
 }

@@ -20,6 +20,7 @@ namespace tfd::pipeline {
 // of the schedule's wall time this stage's compute was idle) beside GPipe's theory (S-1)/(M+S-1).
 struct StageStats {
   double forward_s = 0, backward_s = 0, schedule_s = 0;
+  double replicas_s = -1;  // the all-reduce among the replicas' same stage, outside the schedule; < 0: one replica
   std::uint64_t bytes_sent = 0;
   int peak_in_flight = 0;  // micro-batches whose activations this stage held at once
   std::int64_t peak_activation_bytes = 0;

@@ -11,9 +11,11 @@
 #include "common/transport/listener.h"
 #include "daemon/pipeline/layer_stage.h"
 #include "daemon/pipeline/stage_plan.h"
+#include "daemon/pipeline/stage_restore.h"
 #include "daemon/pipeline/stage_updater.h"
 #include "daemon/pipeline/unit_stage.h"
 #include "daemon/ring_options.h"
+#include "daemon/task_kind.h"
 #include "daemon/train/job_data.h"
 #include "daemon/train/trainer.h"
 
@@ -27,12 +29,10 @@ Status RunPipelineWorker(const config::TfConfig& config, const config::JobSpec& 
     return Status::InvalidArgument(fmt::format("model_parallel.stages: the cluster's {} workers are not a multiple of {} stages (each "
                                                "replica needs one worker per stage)", workers, stages));
   const int replicas = workers / stages;
-  if (replicas > 1)
-    return Status::InvalidArgument(fmt::format("model_parallel: {} workers make {} replicas of {} stages; this version runs one replica "
-                                               "(as many workers as stages)", workers, replicas, stages));
   if (!config.cluster.ps.empty())
-    return Status::InvalidArgument(fmt::format("cluster.ps: {} ps tasks, but a model-parallel job of one replica has nothing to combine "
-                                               "through them: remove them", config.cluster.ps.size()));
+    return Status::InvalidArgument(fmt::format("cluster.ps: {} ps tasks, but a model-parallel job's replicas combine their gradients by "
+                                               "all-reduce among same-stage workers, not through ps tasks: remove them",
+                                               config.cluster.ps.size()));
   const int rank = config.cluster.WorkerRank(config.task);
   const int replica = rank / stages, stage = rank % stages;
   TFD_ASSIGN_OR_RETURN(train::LoadedJob loaded, train::LoadJobData(job, replicas));
@@ -51,12 +51,18 @@ Status RunPipelineWorker(const config::TfConfig& config, const config::JobSpec& 
   if (by_layers) spdlog::info("stages: {}", plan.Describe(model));
   events.Emit("start", {{"role", std::string("worker")}, {"rank", std::int64_t{rank}}, {"chief", config.is_chief()},
                         {"mode", fmt::format("model_parallel {}", config::SplitName(mp.split))}, {"stage", std::int64_t{stage}},
+                        {"stages", std::int64_t{stages}}, {"replica", std::int64_t{replica}}, {"replicas", std::int64_t{replicas}},
                         {"pid", std::int64_t{getpid()}}});
 
+  const std::int64_t steps_per_epoch = train::StepsPerEpoch(loaded.data.train.size, replicas, job.batch_size);
+  // The chief reads the newest checkpoint now; every stage gets it once the rings are formed.
+  Result<StageRestore> restore = config.is_chief() ? LoadStageRestore(job, model, replicas, steps_per_epoch) : StageRestore{};
+
   std::unique_ptr<transport::Listener> listener;
-  std::shared_ptr<collective::Ring> ring;
+  std::shared_ptr<collective::Ring> ring, replica_ring;
   transport::IoThread io([&] {
     if (ring != nullptr) ring->Close(Status::Ok());
+    if (replica_ring != nullptr) replica_ring->Close(Status::Ok());
     if (listener != nullptr) listener->Stop();
   });
   collective::RingOptions ro = RingOptionsFor(config, replica * stages, stages, stage, options, connection);
@@ -67,15 +73,40 @@ Status RunPipelineWorker(const config::TfConfig& config, const config::JobSpec& 
   ro.max_message_bytes = static_cast<std::uint32_t>(
       std::min<std::int64_t>(wire::kMaxPayloadBytes, wire::kPipeTensorHeadBytes + 4 * widest * job.batch_size + 1024));
   ring = collective::Ring::Create(io.context(), ro);
+  if (replicas > 1) {
+    // This stage in every replica: workers stage, S + stage, 2S + stage, ... in replica order.
+    collective::RingOptions rr = RingOptionsFor(config, 0, 0, replica, options, connection);
+    for (int r = 0; r < replicas; ++r) {
+      const config::TaskId t = config.cluster.WorkerTask(r * stages + stage);
+      const config::Endpoint& ep = config.cluster.EndpointOf(t);
+      rr.members.push_back({fmt::format("{} (stage {} of replica {})", t.ToString(), stage, r), ep.host, ep.port, ToWireKind(t.type),
+                            static_cast<std::uint32_t>(t.index)});
+    }
+    replica_ring = collective::Ring::Create(io.context(), rr);
+    ring->ShareListenerWith(replica_ring);  // one port: HELLOs from the previous replica's stage go to replica_ring
+  }
   const config::Endpoint& self = config.self();
   TFD_ASSIGN_OR_RETURN(listener, transport::Listener::Bind(io.context(), options.bind_address, self.port,
                                                            [r = ring](transport::tcp::socket s) { r->Accept(std::move(s)); }));
   listener->Start();
   TFD_RETURN_IF_ERROR(train::AtStartup(ring->Connect()));
-  spdlog::info("ready: the {} stages of replica {} are connected", stages, replica);
+  if (replica_ring != nullptr) {
+    if (Status s = replica_ring->Connect(); !s.ok()) {
+      ring->Close(s);  // the replica's other stages learn why
+      return train::AtStartup(s.WithContext(fmt::format("the ring of stage {} in the {} replicas", stage, replicas)));
+    }
+    spdlog::info("ready: the {} stages of replica {} are connected, and stage {} of the {} replicas", stages, replica, stage, replicas);
+  } else {
+    spdlog::info("ready: the {} stages of replica {} are connected", stages, replica);
+  }
+  if (!restore.ok()) {  // the chief's checkpoint does not fit: every task ends with its reason
+    ring->Close(restore.status());
+    if (replica_ring != nullptr) replica_ring->Close(restore.status());
+    return restore.status();
+  }
   events.Emit("ready", {{"global_step", std::int64_t{0}}});
   NotifyReady(fmt::format("{}: stage {} of {}", config.task.ToString(), stage, stages));
-  if (options.metrics != nullptr) options.metrics->connected_peers->Set(2);
+  if (options.metrics != nullptr) options.metrics->connected_peers->Set(replica_ring != nullptr ? 4 : 2);
 
   train::TrainerOptions topts = train::TrainerOptionsFor(config, job, options);
   topts.rank = replica;
@@ -102,21 +133,43 @@ Status RunPipelineWorker(const config::TfConfig& config, const config::JobSpec& 
     };
   }
   StageCheckpointing checkpointing{.spec = job.checkpoint, .optimizer = job.optimizer,
-                                   .steps_per_epoch = train::StepsPerEpoch(loaded.data.train.size, replicas, job.batch_size),
-                                   .batch_size = job.batch_size, .writer = config.is_chief(), .events = &events};
+                                   .steps_per_epoch = steps_per_epoch,
+                                   .replicas = replicas, .batch_size = job.batch_size, .writer = config.is_chief(), .events = &events};
   if (!job.checkpoint.dir.empty() && job.checkpoint.every_secs > 0 && job.checkpoint.every_steps == 0)
     spdlog::warn("checkpoint.every_secs: a model-parallel job checkpoints every_steps (every stage gathers at the same step) and at "
                  "the end only");
   StageUpdater updater(*ring, *optimizer, std::move(owned),
-                       [stats, stage, stages, m = mp.microbatches, &events] {
+                       [stats, stage, stages, replica, replicas, m = mp.microbatches, &events] {
                          std::vector<EventField> fields;
                          std::string note = stats->TakeNote(stage, stages, m, &fields);
+                         fields.push_back({"replica", std::int64_t{replica}});
+                         fields.push_back({"replicas", std::int64_t{replicas}});
                          events.Emit("stage", fields);
                          return note;
                        },
                        std::move(checkpointing));
-  TFD_RETURN_IF_ERROR(train::Train(job, loaded.data, model, updater, events, topts));
-  return ring->Finish();
+  updater.CombineReplicasOver(replica_ring.get(), stats);
+  TFD_RETURN_IF_ERROR(train::AtStartup(ShareStageRestore(*ring, stage == 0 ? replica_ring.get() : nullptr, model.params().size(),
+                                                         optimizer->num_slots(), &*restore)));
+  if (restore->found) {
+    std::copy(restore->params.begin(), restore->params.end(), model.params().begin());
+    topts.start_local_step = static_cast<std::int64_t>(restore->resume_step);
+    TFD_RETURN_IF_ERROR(train::AtStartup(updater.Restore(restore->slots, restore->updates, topts.start_local_step)));
+    if (config.is_chief()) {
+      spdlog::info("restored {} at global_step {} onto {} stages ({} split) of {} replica{}: resuming after local step {}", restore->path,
+                   restore->global_step, stages, config::SplitName(mp.split), replicas, replicas > 1 ? "s" : "", restore->resume_step);
+      events.Emit("restored", {{"path", restore->path}, {"global_step", static_cast<std::int64_t>(restore->global_step)}});
+    }
+  }
+  if (Status s = train::Train(job, loaded.data, model, updater, events, topts); !s.ok()) {
+    // Whichever ring failed told its neighbours; the other one tells its own, so every task of
+    // every replica ends naming the stage that was lost.
+    ring->Close(s);
+    if (replica_ring != nullptr) replica_ring->Close(s);
+    return s;
+  }
+  TFD_RETURN_IF_ERROR(ring->Finish());
+  return replica_ring != nullptr ? replica_ring->Finish().WithContext("leaving the ring of the replicas") : Status::Ok();
 }
 
 }  // namespace tfd::pipeline

@@ -1,6 +1,7 @@
 #include "daemon/pipeline/stage_updater.h"
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <utility>
 
@@ -53,24 +54,67 @@ StageUpdater::StageUpdater(collective::Ring& ring, const optim::Optimizer& optim
   }
 }
 
+Status StageUpdater::Restore(std::span<const float> slots, std::int64_t updates, std::int64_t local_step) {
+  const std::size_t k = slot_names_.size(), n = k == 0 ? 0 : slots.size() / k;
+  for (std::size_t i = 0; i < owned_.size(); ++i) {
+    const std::size_t len = owned_[i].end - owned_[i].begin;
+    std::vector<float> mine(k * len);
+    for (std::size_t j = 0; j < k; ++j) {
+      const auto from = slots.begin() + static_cast<std::ptrdiff_t>(j * n + owned_[i].begin);
+      std::copy(from, from + static_cast<std::ptrdiff_t>(len), mine.begin() + static_cast<std::ptrdiff_t>(j * len));
+    }
+    TFD_RETURN_IF_ERROR(states_[i]->Restore(mine, updates));
+  }
+  updates_ = updates;
+  last_local_step_ = local_step;
+  return Status::Ok();
+}
+
+Status StageUpdater::CombineReplicas(model::Model& model, std::int64_t local_step) {
+  const auto start = std::chrono::steady_clock::now();
+  std::size_t n = 0;
+  for (const OwnedRange& r : owned_) n += r.end - r.begin;
+  combined_.resize(n);
+  std::size_t at = 0;
+  const std::span<float> grads = model.grads();
+  for (const OwnedRange& r : owned_) {
+    std::copy(grads.begin() + static_cast<std::ptrdiff_t>(r.begin), grads.begin() + static_cast<std::ptrdiff_t>(r.end),
+              combined_.begin() + static_cast<std::ptrdiff_t>(at));
+    at += r.end - r.begin;
+  }
+  TFD_RETURN_IF_ERROR(replicas_->AllReduce(combined_).WithContext(
+      fmt::format("all-reduce of step {}'s gradient among the replicas' stage {}", local_step, ring_.rank())));
+  // The ring leaves the same bits on every replica, and so does the scale.
+  const float scale = 1.0f / static_cast<float>(replicas_->size());
+  at = 0;
+  for (const OwnedRange& r : owned_) {
+    for (std::size_t i = r.begin; i < r.end; ++i) grads[i] = combined_[at++] * scale;
+  }
+  if (stats_ != nullptr) stats_->replicas_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return Status::Ok();
+}
+
 Result<std::int64_t> StageUpdater::Step(model::Model& model, std::int64_t local_step) {
+  if (replicas_ != nullptr && replicas_->size() > 1) TFD_RETURN_IF_ERROR(CombineReplicas(model, local_step));
   for (std::size_t i = 0; i < owned_.size(); ++i) {
     const OwnedRange& r = owned_[i];
     states_[i]->Apply(model.params().subspan(r.begin, r.end - r.begin), model.grads().subspan(r.begin, r.end - r.begin), updates_);
   }
   ++updates_;
   const std::int64_t every = checkpointing_.spec.every_steps;
+  last_local_step_ = local_step;
   if (!checkpointing_.spec.dir.empty() && every > 0 && local_step % every == 0) TFD_RETURN_IF_ERROR(SaveCheckpoint(model, local_step, false));
-  return local_step;
+  return updates_;  // the global step: updates applied (more than local steps after a restore that started an epoch again)
 }
 
 Result<std::int64_t> StageUpdater::Finish(model::Model& model) {
-  if (!checkpointing_.spec.dir.empty()) TFD_RETURN_IF_ERROR(SaveCheckpoint(model, updates_, /*final=*/true));
+  if (!checkpointing_.spec.dir.empty()) TFD_RETURN_IF_ERROR(SaveCheckpoint(model, last_local_step_, /*final=*/true));
   TFD_RETURN_IF_ERROR(GatherParams(ring_, model.params(), owned_).WithContext("gathering the stages' parameters"));
   return updates_;
 }
 
-Status StageUpdater::SaveCheckpoint(const model::Model& model, std::int64_t step, bool final) {
+Status StageUpdater::SaveCheckpoint(const model::Model& model, std::int64_t local_step, bool final) {
+  const std::int64_t step = updates_;
   const std::size_t n = model.params().size();
   std::vector<float> params(model.params().begin(), model.params().end());
   TFD_RETURN_IF_ERROR(GatherParams(ring_, params, owned_).WithContext("checkpoint: gathering the stages' parameters"));
@@ -87,13 +131,14 @@ Status StageUpdater::SaveCheckpoint(const model::Model& model, std::int64_t step
   ckpt::Checkpoint ck;
   ck.global_step = static_cast<std::uint64_t>(step);
   ck.final = final;
-  ck.num_workers = 1;
+  ck.num_workers = static_cast<std::uint32_t>(std::max(checkpointing_.replicas, 1));
   ck.optimizer.spec = checkpointing_.optimizer;
   ck.optimizer.updates = updates_;
   ck.optimizer.slot_names = slot_names_;
   const auto steps = static_cast<std::uint64_t>(std::max<std::int64_t>(checkpointing_.steps_per_epoch, 1));
-  ck.cursors.push_back({.rank = 0, .epoch = static_cast<std::uint32_t>(static_cast<std::uint64_t>(step) / steps + 1), .base = 0,
-                        .next = (static_cast<std::uint64_t>(step) % steps) * static_cast<std::uint64_t>(checkpointing_.batch_size)});
+  for (std::uint32_t r = 0; r < ck.num_workers; ++r)  // every replica is at the same step of its shard
+    ck.cursors.push_back({.rank = r, .epoch = static_cast<std::uint32_t>(static_cast<std::uint64_t>(local_step) / steps + 1), .base = 0,
+                          .next = (static_cast<std::uint64_t>(local_step) % steps) * static_cast<std::uint64_t>(checkpointing_.batch_size)});
   for (const model::Variable& v : model.variables()) {
     ckpt::NamedTensor t{.name = v.name, .shape = v.shape, .values = {}, .slots = {}};
     const auto b = params.begin() + v.offset;

@@ -13,6 +13,7 @@
 #include "common/collective/ring.h"
 #include "common/model/model.h"
 #include "common/optim/optimizer.h"
+#include "daemon/pipeline/layer_stage.h"
 #include "daemon/train/updater.h"
 
 namespace tfd::pipeline {
@@ -36,7 +37,8 @@ std::vector<OwnedRange> UnitRanges(const model::Model& model, int stage, int sta
 struct StageCheckpointing {
   config::CheckpointSpec spec;       // dir empty: none
   config::OptimizerSpec optimizer;
-  std::int64_t steps_per_epoch = 0;  // for the data cursor
+  std::int64_t steps_per_epoch = 0;  // for the data cursors
+  int replicas = 1;                  // one data cursor per replica
   int batch_size = 0;
   bool writer = false;               // this task writes the files (the chief)
   EventWriter* events = nullptr;     // `checkpoint` events; not owned
@@ -53,6 +55,21 @@ class StageUpdater final : public train::Updater {
   StageUpdater(collective::Ring& ring, const optim::Optimizer& optimizer, std::vector<OwnedRange> owned,
                std::function<std::string()> note = nullptr, StageCheckpointing checkpointing = {});
 
+  // Several replicas: before each update, the step's gradient of the owned ranges is summed over
+  // `replicas` (the ring of this stage in every replica, in replica order) and scaled by 1/R, so
+  // every replica applies the same bits; its time is added to stats->replicas_s. Not owned; call
+  // before training.
+  void CombineReplicasOver(collective::Ring* replicas, StageStats* stats) {
+    replicas_ = replicas;
+    stats_ = stats;
+    if (replicas_ != nullptr && stats_ != nullptr) stats_->replicas_s = 0;
+  }
+
+  // A restore: the optimizer's state of the owned ranges from `slots` (the whole buffer's, slot k
+  // of every parameter then slot k + 1), the count of updates they reflect, and the local step
+  // the run resumes after.
+  Status Restore(std::span<const float> slots, std::int64_t updates, std::int64_t local_step);
+
   Result<std::int64_t> Step(model::Model& model, std::int64_t local_step) override;
   Result<std::int64_t> Finish(model::Model& model) override;
   std::string EpochNote() override { return note_ ? note_() : ""; }
@@ -60,15 +77,22 @@ class StageUpdater final : public train::Updater {
  private:
   // Gathers parameters and slots on every stage; the writer writes them. Errors of the gather end
   // the run (the stages must stay in step); a write error is logged and training goes on.
-  Status SaveCheckpoint(const model::Model& model, std::int64_t step, bool final);
+  // `local_step` places the data cursors; the checkpoint's global step is the updates applied.
+  Status SaveCheckpoint(const model::Model& model, std::int64_t local_step, bool final);
+
+  Status CombineReplicas(model::Model& model, std::int64_t local_step);
 
   collective::Ring& ring_;
+  collective::Ring* replicas_ = nullptr;
+  StageStats* stats_ = nullptr;
+  std::vector<float> combined_;  // the owned gradients, packed, for the replicas' all-reduce
   std::vector<OwnedRange> owned_;
   std::vector<std::unique_ptr<optim::OptimizerState>> states_;  // one per owned range
   std::function<std::string()> note_;
   StageCheckpointing checkpointing_;
   std::vector<std::string> slot_names_;
-  std::int64_t updates_ = 0;
+  std::int64_t updates_ = 0;          // the global step
+  std::int64_t last_local_step_ = 0;
 };
 
 // Gathers the whole parameter buffer on every member of `ring` when each holds `owned` of it

@@ -1,8 +1,10 @@
 // Clusters of tfd processes training on the real MNIST files (fetched by scripts/test): accuracy in
-// async, sync and allreduce mode, and a worker killed and restarted mid-run. Without MNIST in
+// async, sync and allreduce mode, a worker killed and restarted mid-run, and a units split against
+// one process. Without MNIST in
 // TFD_MNIST_DIR the binary exits 77, which ctest reports as skipped. Every wait has a deadline
 // that fails the test instead of hanging.
 #define CATCH_CONFIG_RUNNER
+#include <cmath>
 #include <csignal>
 #include <string>
 #include <vector>
@@ -105,6 +107,28 @@ TEST_CASE("async: a worker killed mid-epoch and restarted resumes its shard; acc
   INFO("undisturbed " << reference << ", disturbed " << w0.done["test_accuracy"].get<double>());
   CHECK(w0.done["test_accuracy"].get<double>() >= reference - 0.015);
   CHECK(w0.done["test_accuracy"].get<double>() >= 0.94);
+}
+
+TEST_CASE("the dnn split by units on 2 workers keeps standalone's accuracy within 0.2 points after 5 epochs", "[integration][cluster][mnist][model_parallel]") {
+  const std::string job = R"({"model": "dnn", "data": ")" + g_mnist + R"(", "epochs": 5, "batch_size": 200,
+      "optimizer": {"type": "momentum", "learning_rate": 0.01, "momentum": 0.95}, "seed": 1, "log_every_steps": 0,
+      "model_parallel": {"split": "units", "stages": 2}})";
+  TempDir dir;
+  WriteFile(dir / "job.json", job);
+  CommandResult solo = RunCommand(std::string(TFD_BINARY) + " --standalone --log-format json --job " + dir / "job.json", dir);
+  INFO(solo.err);
+  REQUIRE(solo.exit_code == 0);
+  const std::vector<nlohmann::json> solo_done = ParseEvents(solo.out, "done");
+  REQUIRE(solo_done.size() == 1);
+  LocalCluster c({.num_ps = 0, .num_workers = 2, .job = job});
+  auto done = RunToCompletion(c);
+  const double want = solo_done[0]["test_accuracy"].get<double>();
+  for (const auto& d : done) {
+    INFO(d.dump());
+    CHECK(std::abs(d["test_accuracy"].get<double>() - want) <= 0.002);
+    CHECK(d["params_sha256"] == done[0]["params_sha256"]);
+  }
+  CHECK(want >= 0.97);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -22,12 +23,13 @@ namespace {
 using namespace std::chrono_literals;
 
 // A three-hidden-layer net (with dropout, so the micro-batch masks must agree) on synthetic data.
+const char* const kModel = R"({"layers": [{"type": "dense", "units": 32, "activation": "elu"}, {"type": "dropout", "rate": 0.2},
+    {"type": "dense", "units": 24, "activation": "tanh"}, {"type": "dense", "units": 16, "activation": "relu"},
+    {"type": "dense", "units": 10}]})";
+const char* const kOptimizer = R"({"type": "momentum", "learning_rate": 0.05, "momentum": 0.9})";
+
 std::string PipelineJob(const TempDir& data, const std::string& model_parallel, int epochs = 2) {
-  const std::string model = R"({"layers": [{"type": "dense", "units": 32, "activation": "elu"}, {"type": "dropout", "rate": 0.2},
-      {"type": "dense", "units": 24, "activation": "tanh"}, {"type": "dense", "units": 16, "activation": "relu"},
-      {"type": "dense", "units": 10}]})";
-  return Job(data.path(), R"({"mode": "sync"})", epochs, R"({"type": "momentum", "learning_rate": 0.05, "momentum": 0.9})", 20, model,
-             R"(, "model_parallel": )" + model_parallel);
+  return Job(data.path(), R"({"mode": "sync"})", epochs, kOptimizer, 20, kModel, R"(, "model_parallel": )" + model_parallel);
 }
 
 struct StandaloneRun {
@@ -131,6 +133,138 @@ TEST_CASE("the chief's checkpoint holds the whole network under the usual names"
   CHECK(stage[0]["bubble_theory"].get<double>() == Approx(1.0 / 3));  // (S-1)/(M+S-1), S = M = 2
   CHECK(stage[0]["busy"].get<double>() > 0);
   CHECK(stage[0]["busy"].get<double>() <= 1);
+  CHECK_FALSE(stage[0].contains("replicas_allreduce_s"));  // one replica: nothing to combine
+}
+
+// The job with a checkpoint folder: every 20 steps (one epoch of 400 examples at batch 20) and at the end.
+std::string WithCheckpoints(std::string job, const std::string& dir) {
+  job.insert(job.rfind('}'), R"(, "checkpoint": {"dir": ")" + dir + R"(", "every_steps": 20, "keep": 10})");
+  return job;
+}
+
+// A folder holding only `file` (a copy), for a run to restore from.
+void CopyOnly(const std::string& file, const TempDir& to) {
+  WriteFile(to / std::filesystem::path(file).filename().string(), ReadAll(file));
+}
+
+TEST_CASE("a layers run's checkpoint restores onto another split and onto data parallel, and back", "[integration][cluster][model_parallel]") {
+  TempDir data, first;
+  WriteSyntheticMnist(data.path(), 400, 60);
+  // Two stages, two epochs: checkpoints after epoch 1 (step 20) and at the end (step 40).
+  LocalCluster a({.num_ps = 0, .num_workers = 2,
+                  .job = WithCheckpoints(PipelineJob(data, R"({"split": "layers", "stages": 2, "microbatches": 2, "schedule": "1f1b"})"),
+                                         first.path())});
+  auto whole = RunToCompletion(a, {"--params-out", "PARAMS"});
+  REQUIRE(whole[0]["params_sha256"].is_string());
+  Result<std::vector<std::string>> files = ckpt::List(first.path());
+  REQUIRE(files.ok());
+  REQUIRE(files->size() == 2);
+  const std::string after_epoch_1 = files->at(1);
+  CHECK(after_epoch_1.find("ckpt-000000000020.tfdckpt") != std::string::npos);
+
+  // Three stages at other boundaries, from step 20: epoch 2 again, the same bits as the whole run.
+  TempDir b_dir;
+  CopyOnly(after_epoch_1, b_dir);
+  LocalCluster b({.num_ps = 0, .num_workers = 3,
+                  .job = WithCheckpoints(PipelineJob(data, R"({"split": "layers", "stages": 3, "boundaries": [1, 3], "microbatches": 2})"),
+                                         b_dir.path())});
+  auto resumed = RunToCompletion(b);
+  {
+    const std::string err = b.process("worker", 0).err();
+    INFO(err);
+    CHECK(err.find("restored " + (b_dir / "ckpt-000000000020.tfdckpt") + " at global_step 20 onto 3 stages") != std::string::npos);
+    CHECK(err.find("resuming at epoch 2 step 1 of 20") != std::string::npos);
+  }
+  for (const auto& d : resumed) {
+    CHECK(d["global_step"] == 40);
+    CHECK(d["params_sha256"] == whole[0]["params_sha256"]);
+  }
+  REQUIRE(b.Events("worker", 0, "restored").size() == 1);
+
+  // Two replicas of two stages from step 20: 10 steps an epoch now, so every replica starts epoch 2
+  // again; the chief's broadcast reaches every stage of both replicas.
+  TempDir r_dir;
+  CopyOnly(after_epoch_1, r_dir);
+  LocalCluster r({.num_ps = 0, .num_workers = 4,
+                  .job = WithCheckpoints(PipelineJob(data, R"({"split": "layers", "stages": 2, "microbatches": 2})"), r_dir.path())});
+  auto replicas = RunToCompletion(r);
+  REQUIRE(replicas[0]["params_sha256"].is_string());
+  for (int i = 0; i < 4; ++i) {
+    const std::string err = r.process("worker", i).err();
+    INFO("worker " << i << ": " << err);
+    CHECK(err.find("resuming at epoch 2 step 1 of 10") != std::string::npos);
+    CHECK(replicas[i]["params_sha256"] == replicas[0]["params_sha256"]);
+    CHECK(replicas[i]["global_step"] == 30);  // 20 updates restored, 10 made
+    CHECK(replicas[i]["local_step"] == 20);
+  }
+  CHECK(replicas[0]["params_sha256"] != whole[0]["params_sha256"]);  // it trained on from the checkpoint, not from scratch
+
+  // Another optimizer: the chief refuses the checkpoint (exit 2) and the other stage ends with its reason.
+  TempDir o_dir;
+  CopyOnly(after_epoch_1, o_dir);
+  std::string other = WithCheckpoints(PipelineJob(data, R"({"split": "layers", "stages": 2})"), o_dir.path());
+  const std::string rate = R"("learning_rate": 0.05)";
+  other.replace(other.find(rate), rate.size(), R"("learning_rate": 0.07)");
+  LocalCluster o({.num_ps = 0, .num_workers = 2, .job = other});
+  o.StartWorker(0);
+  o.StartWorker(1);
+  TaskResult chief = o.Finish("worker", 0, 60s), stage1 = o.Finish("worker", 1, 60s);
+  INFO(chief.err << "\n" << stage1.err);
+  CHECK(chief.exit_code == 2);
+  CHECK(chief.err.find("optimizer: " + (o_dir / "ckpt-000000000020.tfdckpt")) != std::string::npos);
+  CHECK(stage1.exit_code != 0);
+  CHECK(stage1.err.find("optimizer: ") != std::string::npos);
+
+  // A units split from step 20: within 1e-5 of the whole run (its sums are split).
+  TempDir u_dir;
+  CopyOnly(after_epoch_1, u_dir);
+  LocalCluster u({.num_ps = 0, .num_workers = 2,
+                  .job = WithCheckpoints(PipelineJob(data, R"({"split": "units", "stages": 2, "microbatches": 2})"), u_dir.path())});
+  auto units = RunToCompletion(u, {"--params-out", "PARAMS"});
+  REQUIRE(units[0]["params_sha256"].is_string());
+  CHECK(units[0]["global_step"] == 40);
+  const std::vector<float> want = ReadFloats(a.dir() / "params0.bin"), got = ReadFloats(u.dir() / "params0.bin");
+  REQUIRE(got.size() == want.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    worst = std::max(worst, std::abs(double{got[i]} - want[i]) / std::max(1e-2, std::abs(double{want[i]})));
+  CHECK(worst < 1e-5);
+
+  // Plain data parallel (sync, one ps, one worker) from step 20: the ps takes the whole network.
+  TempDir d_dir;
+  CopyOnly(after_epoch_1, d_dir);
+  std::string dp = Job(data.path(), R"({"mode": "sync"})", 2, kOptimizer, 20, kModel);
+  LocalCluster d({.num_ps = 1, .num_workers = 1, .job = WithCheckpoints(dp, d_dir.path())});
+  auto plain = RunToCompletion(d);
+  {
+    const std::string err = d.process("worker", 0).err();
+    INFO(err);
+    CHECK(err.find("restored " + (d_dir / "ckpt-000000000020.tfdckpt") + " at global_step 20") != std::string::npos);
+  }
+  CHECK(plain[0]["global_step"] == 40);
+  CHECK(plain[0]["test_accuracy"].get<double>() >= 0.9);
+
+  // And back: that sync run's final checkpoint (step 40) onto two stages for a third epoch.
+  Result<std::vector<std::string>> synced = ckpt::List(d_dir.path());
+  REQUIRE(synced.ok());
+  REQUIRE_FALSE(synced->empty());
+  CHECK(synced->front().find("ckpt-000000000040.tfdckpt") != std::string::npos);
+  TempDir e_dir;
+  CopyOnly(synced->front(), e_dir);
+  LocalCluster e({.num_ps = 0, .num_workers = 2,
+                  .job = WithCheckpoints(PipelineJob(data, R"({"split": "layers", "stages": 2})", 3), e_dir.path())});
+  auto third = RunToCompletion(e);
+  {
+    const std::string err = e.process("worker", 0).err();
+    INFO(err);
+    CHECK(err.find("restored " + (e_dir / "ckpt-000000000040.tfdckpt") + " at global_step 40 onto 2 stages") != std::string::npos);
+    CHECK(err.find("resuming at epoch 3 step 1 of 20") != std::string::npos);
+  }
+  for (const auto& t : third) {
+    CHECK(t["global_step"] == 60);
+    CHECK(t["params_sha256"] == third[0]["params_sha256"]);
+  }
+  CHECK(third[0]["test_accuracy"].get<double>() >= 0.9);
 }
 
 TEST_CASE("a lost stage ends its replica naming the stage and the step", "[integration][cluster][model_parallel]") {
@@ -147,6 +281,76 @@ TEST_CASE("a lost stage ends its replica naming the stage and the step", "[integ
   CHECK(w.err.find("local_step") != std::string::npos);
 }
 
+TEST_CASE("two replicas of two stages end with the same bits on every task, run to run, as data parallel", "[integration][cluster][model_parallel]") {
+  TempDir data;
+  WriteSyntheticMnist(data.path(), 400, 60);
+  // Workers 0, 1 are replica 0 (stages 0, 1), workers 2, 3 replica 1; each replica reads its half.
+  const std::string job = PipelineJob(data, R"({"split": "layers", "stages": 2, "microbatches": 2, "schedule": "1f1b"})");
+  std::vector<std::string> shas;
+  for (int run = 0; run < 2; ++run) {
+    LocalCluster c({.num_ps = 0, .num_workers = 4, .job = job});
+    auto done = RunToCompletion(c);
+    REQUIRE(done.size() == 4);
+    REQUIRE(done[0]["params_sha256"].is_string());
+    for (const auto& d : done) {
+      CHECK(d["params_sha256"] == done[0]["params_sha256"]);
+      CHECK(d["test_accuracy"] == done[0]["test_accuracy"]);
+      CHECK(d["global_step"] == 20);  // 2 epochs of 200 examples per replica, batch 20
+    }
+    CHECK(done[0]["test_accuracy"].get<double>() >= 0.9);
+    shas.push_back(done[0]["params_sha256"]);
+    // The replicas' epoch lines name their stage, and the stage events say which replica.
+    const std::vector<nlohmann::json> stage = c.Events("worker", 3, "stage");
+    REQUIRE(stage.size() == 2);
+    CHECK(stage[0]["stage"] == 1);
+    CHECK(stage[0]["replica"] == 1);
+    CHECK(stage[0]["replicas_allreduce_s"].get<double>() >= 0);  // its share of the replicas' all-reduce
+  }
+  CHECK(shas[0] == shas[1]);
+  // One micro-batch: each replica's gradient is the whole network's on its batch, and the two are
+  // averaged as two allreduce workers average theirs, so the bits are data parallel's.
+  const std::string one = PipelineJob(data, R"({"split": "layers", "stages": 2})");
+  LocalCluster c({.num_ps = 0, .num_workers = 4, .job = one});
+  auto done = RunToCompletion(c);
+  LocalCluster d({.num_ps = 0, .num_workers = 2, .job = Job(data.path(), R"({"mode": "allreduce"})", 2, kOptimizer, 20, kModel)});
+  auto dp = RunToCompletion(d);
+  REQUIRE(dp[0]["params_sha256"].is_string());
+  for (const auto& t : done) CHECK(t["params_sha256"] == dp[0]["params_sha256"]);
+  // A units split of two replicas: the same bits on every task too.
+  LocalCluster u({.num_ps = 0, .num_workers = 4, .job = PipelineJob(data, R"({"split": "units", "stages": 2, "microbatches": 2})", 1)});
+  auto units = RunToCompletion(u);
+  REQUIRE(units[0]["params_sha256"].is_string());
+  for (const auto& t : units) CHECK(t["params_sha256"] == units[0]["params_sha256"]);
+}
+
+TEST_CASE("a stage lost in one replica ends every task of every replica, naming it", "[integration][cluster][model_parallel]") {
+  TempDir data;
+  WriteSyntheticMnist(data.path(), 2000, 50);
+  LocalCluster c({.num_ps = 0, .num_workers = 4, .job = PipelineJob(data, R"({"split": "layers", "stages": 2, "microbatches": 2})", 1000)});
+  for (int i = 0; i < 4; ++i) c.StartWorker(i, {"--peer-timeout", "5"});
+  AwaitLine(c.process("worker", 0), "epoch=1 ", 60s);
+  c.process("worker", 1).Signal(SIGKILL);  // stage 1 of replica 0
+  for (const int i : {0, 2, 3}) {
+    TaskResult w = c.Finish("worker", i, 30s);
+    INFO("worker " << i << ": " << w.err);
+    CHECK(w.exit_code == 1);
+    CHECK(w.err.find("worker:1 (stage 1 of replica 0)") != std::string::npos);
+  }
+  // Silent instead of gone: stage 0 of replica 1 stopped. Its neighbours give up on it after the
+  // peer timeout (5 s) and tell the rest.
+  LocalCluster s({.num_ps = 0, .num_workers = 4, .job = PipelineJob(data, R"({"split": "layers", "stages": 2, "microbatches": 2})", 1000)});
+  for (int i = 0; i < 4; ++i) s.StartWorker(i, {"--peer-timeout", "5"});
+  AwaitLine(s.process("worker", 0), "epoch=1 ", 60s);
+  s.process("worker", 2).Signal(SIGSTOP);
+  for (const int i : {0, 1, 3}) {
+    TaskResult w = s.Finish("worker", i, 60s);
+    INFO("worker " << i << ": " << w.err);
+    CHECK(w.exit_code == 1);
+    CHECK(w.err.find("worker:2 (stage 0 of replica 1)") != std::string::npos);
+  }
+  s.process("worker", 2).Signal(SIGKILL);
+}
+
 TEST_CASE("a cluster the split does not fit is refused with exit 2 naming both numbers", "[integration][cluster][model_parallel]") {
   TempDir data;
   WriteSyntheticMnist(data.path(), 200, 20);
@@ -160,6 +364,13 @@ TEST_CASE("a cluster the split does not fit is refused with exit 2 naming both n
   w = d.Finish("worker", 0, 30s);
   CHECK(w.exit_code == 2);
   CHECK(w.err.find("model_parallel.boundaries[0]: expected a layer index below 5") != std::string::npos);
+  // Replicas combine by all-reduce among same-stage workers; ps tasks are refused, naming what is supported.
+  LocalCluster p({.num_ps = 1, .num_workers = 2, .job = PipelineJob(data, R"({"split": "layers", "stages": 2})", 1)});
+  p.StartWorker(0);
+  w = p.Finish("worker", 0, 30s);
+  CHECK(w.exit_code == 2);
+  CHECK(w.err.find("cluster.ps: 1 ps tasks, but a model-parallel job's replicas combine their gradients by all-reduce among same-stage "
+                   "workers, not through ps tasks") != std::string::npos);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Model parallelism's parts that need no second process: the job spec's model_parallel object and
 // its errors, the stage plan, micro-batch accumulation against a whole batch, the layer-range
-// passes against ComputeGradients, and the owned ranges each stage updates.
+// passes against ComputeGradients, the owned ranges each stage updates, and tfctl's live table of
+// replicas.
 #include <cmath>
 #include <numeric>
 #include <string>
@@ -12,6 +13,7 @@
 #include "common/model/model.h"
 #include "daemon/pipeline/stage_plan.h"
 #include "daemon/pipeline/stage_updater.h"
+#include "launcher/live_table.h"
 
 namespace tfd {
 namespace {
@@ -169,6 +171,45 @@ TEST_CASE("each stage's owned ranges cover the parameters once", "[unit][model_p
     INFO((units ? "units" : "layers"));
     CHECK(std::all_of(owners.begin(), owners.end(), [](int n) { return n == 1; }));
   }
+}
+
+launcher::LiveRow Stage(const std::string& name, int replica, int stage, double step, double busy, const std::string& state = "training") {
+  launcher::LiveRow r;
+  r.name = name;
+  r.replica = replica;
+  r.stage = stage;
+  r.stages = 2;
+  r.epoch = 1;
+  r.global_step = step;
+  r.busy = busy;
+  r.state = state;
+  r.loss = stage == 1 ? 0.5 : -1;
+  return r;
+}
+
+TEST_CASE("tfctl's live table gathers each replica's stages into one row", "[unit][model_parallel][launcher]") {
+  launcher::LiveRow chief;
+  chief.name = "evaluator:0";
+  // Workers in rank order: replica 0's stages, then replica 1's, the second reported out of order.
+  const std::vector<launcher::LiveRow> rows = {Stage("worker:0", 0, 0, 40, 0.29), Stage("worker:1", 0, 1, 39, 0.454),
+                                               Stage("worker:3", 1, 1, 40, -1, "failed (1)"), Stage("worker:2", 1, 0, 40, 0.5), chief};
+  const std::vector<launcher::LiveRow> got = launcher::ByReplica(rows);
+  REQUIRE(got.size() == 3);
+  CHECK(got[0].name == "replica 0");
+  CHECK(got[0].global_step == 39);  // the stage that is behind
+  CHECK(got[0].loss == 0.5);        // the last stage's
+  CHECK(got[0].state == "training, stages 0:29% 1:45%");
+  CHECK(got[1].name == "replica 1");
+  CHECK(got[1].state == "stage 0 training, stage 1 failed (1), stages 0:50% 1:-");
+  CHECK(got[2].name == "evaluator:0");
+  const std::vector<std::string> lines = launcher::FormatLiveTable(got);
+  REQUIRE(lines.size() == 4);
+  CHECK(lines[1].rfind("replica 0", 0) == 0);
+  CHECK(lines[1].find("training, stages 0:29% 1:45%") != std::string::npos);
+  // Not a model-parallel job: one row per worker, as they are.
+  launcher::LiveRow w;
+  w.name = "worker:0";
+  CHECK(launcher::ByReplica({w, w}).size() == 2);
 }
 
 }  // namespace
