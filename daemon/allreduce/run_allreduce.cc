@@ -11,6 +11,7 @@
 #include "common/transport/listener.h"
 #include "daemon/allreduce/allreduce_updater.h"
 #include "daemon/ring_options.h"
+#include "daemon/train/device.h"
 #include "daemon/train/job_data.h"
 #include "daemon/train/trainer.h"
 
@@ -64,7 +65,9 @@ Status RunAllreduceWorker(const config::TfConfig& config, const config::JobSpec&
   if (m != nullptr) m->AddAllreduceMetrics();
   if (m != nullptr) m->connected_peers->Set(num_workers > 1 ? 2 : 0);  // the ring's links to the previous and next member
   AllreduceUpdater updater(*ring, *optimizer, model, job.update.bucket_kb, m != nullptr ? m->allreduce_bytes : nullptr);
-  return train::Train(job, loaded.data, model, updater, events, train::TrainerOptionsFor(config, job, options));
+  train::TrainerOptions topts = train::TrainerOptionsFor(config, job, options);
+  TFD_ASSIGN_OR_RETURN(std::shared_ptr<void> device, train::UseDeviceForGradients(job, model, topts));
+  return train::Train(job, loaded.data, model, updater, events, topts);
 }
 
 }  // namespace tfd::allreduce

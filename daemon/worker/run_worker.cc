@@ -10,6 +10,7 @@
 #include "common/base/service.h"
 #include "common/transport/io_thread.h"
 #include "common/tensor/gemm.h"
+#include "daemon/train/device.h"
 #include "daemon/train/job_data.h"
 #include "daemon/train/trainer.h"
 #include "daemon/worker/checkpointer.h"
@@ -196,6 +197,7 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
     spdlog::info("joined the run: {} workers, the chief at epoch {}; this worker trains from epoch {}", client->membership()->count,
                  client->membership()->run_epoch, topts.first_epoch);
   }
+  TFD_ASSIGN_OR_RETURN(std::shared_ptr<void> device, train::UseDeviceForGradients(job, model, topts));
   TFD_RETURN_IF_ERROR(train::Train(job, loaded.data, model, updater, events, topts));
   if (sync) spdlog::info("{} gradients of this worker were dropped as stale", updater.stale());
   if (Status s = client->Done(static_cast<std::uint32_t>(rank), model.params(), updater.stopped_early()); !s.ok())

@@ -17,6 +17,11 @@ Status CheckDevice(int index) {
     return Status::FailedPrecondition(
         fmt::format("no CUDA device visible (CUDA_VISIBLE_DEVICES={})", visible != nullptr ? visible : "unset"));
   }
+  if (err == cudaErrorInsufficientDriver) {
+    return Status::FailedPrecondition(fmt::format("no CUDA device usable: no NVIDIA driver, or one older than this tfd's CUDA {}.{} "
+                                                  "runtime ({})",
+                                                  CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10, cudaGetErrorName(err)));
+  }
   if (err != cudaSuccess) {
     return Status::FailedPrecondition(fmt::format("no CUDA device usable: {} ({})", cudaGetErrorString(err), cudaGetErrorName(err)));
   }
