@@ -197,7 +197,7 @@ __global__ void MaxPoolBackwardKernel(const float* in, const float* out, const f
             first = py * p + dy == y && px * p + dx == x;
           }
         }
-      if (first) g = dout[o];
+      g = (first ? 1.0f : 0.0f) * dout[o];  // as the CPU's hit * g: the same signed zeros
     }
     din[i] = g;
   }
