@@ -40,19 +40,18 @@ class DeviceUpdater final : public Updater {
 
 }  // namespace
 
-Result<std::shared_ptr<void>> UseDeviceForGradients(const config::JobSpec& job, model::Model& model, TrainerOptions& options) {
-  if (job.cuda_device < 0) return std::shared_ptr<void>();
+Result<decltype(TrainerOptions::compute)> DeviceGradients(const config::JobSpec& job, model::Model& model) {
+  using Compute = decltype(TrainerOptions::compute);
+  if (job.cuda_device < 0) return Compute();
 #ifdef TFD_HAVE_CUDA
   TFD_ASSIGN_OR_RETURN(std::unique_ptr<cuda::CudaModel> made, cuda::CudaModel::Create(model, job.cuda_device, job.gpu_memory_fraction));
   std::shared_ptr<cuda::CudaModel> device = std::move(made);
   spdlog::info("device: {} (gradients on the GPU, updates as the update mode makes them)", device->Describe());
-  options.compute = [device, &model](const float* x, std::span<const std::uint8_t> y, std::uint64_t seed) {
+  return Compute([device, &model](const float* x, std::span<const std::uint8_t> y, std::uint64_t seed) {
     return device->ComputeGradients(model.params(), x, y, seed, model.grads());
-  };
-  return std::shared_ptr<void>(device);
+  });
 #else
   (void)model;
-  (void)options;
   return NotBuilt(job);
 #endif
 }

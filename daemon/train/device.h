@@ -14,11 +14,12 @@
 // reached with a cuda device, and say so if they are.
 namespace tfd::train {
 
-// The cluster modes (ps and allreduce workers): sets options.compute so that each step's gradient
-// is computed on the GPU from the host parameters (uploaded every step) into model.grads(); the
+// The cluster modes (ps and allreduce workers): a TrainerOptions::compute that computes each step's
+// gradient on the GPU from the host parameters (uploaded every step) into model.grads(); the
 // updater then pushes or all-reduces host floats as on the CPU, so every update mode works with
-// GPU workers unchanged. Returns what must stay alive while training; null for a CPU job.
-Result<std::shared_ptr<void>> UseDeviceForGradients(const config::JobSpec& job, model::Model& model, TrainerOptions& options);
+// GPU workers unchanged. It owns the device model. Empty for a CPU job. Call it before joining the
+// cluster, so a device that cannot hold the model fails the task before its peers count on it.
+Result<decltype(TrainerOptions::compute)> DeviceGradients(const config::JobSpec& job, model::Model& model);
 
 // A standalone run on the GPU: parameters and optimizer slots stay on the device, options.compute
 // runs the whole step there (forward, backward, update; captured once as a CUDA graph), and the
