@@ -235,6 +235,7 @@ Status CudaModel::Impl::Enqueue(int mode, int batch) {
 }
 
 Result<tensor::LossResult> CudaModel::Impl::Run(int mode, int batch) {
+  TFD_CUDA_RETURN(cudaSetDevice(arena->device()), "set device");  // the current device is per host thread
   if (batch == max_batch) {
     if (graphs[mode] == nullptr) {
       TFD_CUDA_RETURN(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "graph capture");
@@ -373,6 +374,7 @@ Result<tensor::LossResult> CudaModel::ComputeGradients(std::span<const float> pa
 
 Status CudaModel::UploadParams(std::span<const float> params) {
   Impl& m = *impl_;
+  TFD_CUDA_RETURN(cudaSetDevice(m.arena->device()), "set device");
   TFD_CHECK(static_cast<std::int64_t>(params.size()) == m.num_params);
   TFD_CUDA_RETURN(cudaMemcpyAsync(m.params, params.data(), params.size_bytes(), cudaMemcpyHostToDevice, m.stream), "params in");
   TFD_CUDA_RETURN(cudaStreamSynchronize(m.stream), "params in");
@@ -403,6 +405,7 @@ Result<tensor::LossResult> CudaModel::TrainStep(const float* x, std::span<const 
 
 Status CudaModel::DownloadParams(std::span<float> params) {
   Impl& m = *impl_;
+  TFD_CUDA_RETURN(cudaSetDevice(m.arena->device()), "set device");
   TFD_CHECK(static_cast<std::int64_t>(params.size()) == m.num_params);
   TFD_CUDA_RETURN(cudaMemcpyAsync(params.data(), m.params, params.size_bytes(), cudaMemcpyDeviceToHost, m.stream), "params out");
   TFD_CUDA_RETURN(cudaStreamSynchronize(m.stream), "params out");
@@ -411,6 +414,7 @@ Status CudaModel::DownloadParams(std::span<float> params) {
 
 Status CudaModel::DownloadSlots(std::span<float> slots) {
   Impl& m = *impl_;
+  TFD_CUDA_RETURN(cudaSetDevice(m.arena->device()), "set device");
   const std::size_t n = m.optimizer == nullptr ? 0 : static_cast<std::size_t>(m.num_params) * m.optimizer->num_slots();
   TFD_CHECK(slots.size() == n);
   if (n == 0) return Status::Ok();
