@@ -23,6 +23,7 @@
 #include "common/http/server.h"
 #include "common/metrics/registry.h"
 #include "common/metrics/task_metrics.h"
+#include "common/tensor/cuda/runtime.h"
 #include "common/tensor/gemm.h"
 #include "daemon/allreduce/run_allreduce.h"
 #include "daemon/coordinator/generic_worker.h"
@@ -197,7 +198,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (vm.count("version")) {
-    std::cout << fmt::format("tfd {} (gemm: {}; device: cpu)\n", TFD_VERSION, fmt::join(tfd::tensor::GemmBackends(), ", "));
+    std::cout << fmt::format("tfd {} (gemm: {}; device: cpu{})\n", TFD_VERSION, fmt::join(tfd::tensor::GemmBackends(), ", "),
+                             tfd::cuda::Built() ? ", cuda" : "");
     return 0;
   }
   auto usage_error = [](const std::string& m) {

@@ -11,6 +11,7 @@
 #include "common/transport/listener.h"
 #include "daemon/allreduce/allreduce_updater.h"
 #include "daemon/ring_options.h"
+#include "daemon/train/device.h"
 #include "daemon/train/job_data.h"
 #include "daemon/train/trainer.h"
 
@@ -28,6 +29,7 @@ Status RunAllreduceWorker(const config::TfConfig& config, const config::JobSpec&
   if (options.shard_limit > 0 && options.shard_limit < job.batch_size)
     return Status::InvalidArgument(fmt::format("--shard-limit: {} is less than one batch ({})", options.shard_limit, job.batch_size));
   model::Model& model = *loaded.model;
+  TFD_ASSIGN_OR_RETURN(auto device_compute, train::DeviceGradients(job, model));  // device "cuda:N": gradients on the GPU
   std::unique_ptr<optim::Optimizer> optimizer = optim::MakeOptimizer(job.optimizer);
   const bool chief = config.is_chief();
   spdlog::info("{} (rank {} of {}{}); allreduce; model: {}", config.task.ToString(), rank, num_workers, chief ? ", chief" : "",
@@ -64,7 +66,9 @@ Status RunAllreduceWorker(const config::TfConfig& config, const config::JobSpec&
   if (m != nullptr) m->AddAllreduceMetrics();
   if (m != nullptr) m->connected_peers->Set(num_workers > 1 ? 2 : 0);  // the ring's links to the previous and next member
   AllreduceUpdater updater(*ring, *optimizer, model, job.update.bucket_kb, m != nullptr ? m->allreduce_bytes : nullptr);
-  return train::Train(job, loaded.data, model, updater, events, train::TrainerOptionsFor(config, job, options));
+  train::TrainerOptions topts = train::TrainerOptionsFor(config, job, options);
+  if (device_compute) topts.compute = device_compute;
+  return train::Train(job, loaded.data, model, updater, events, topts);
 }
 
 }  // namespace tfd::allreduce

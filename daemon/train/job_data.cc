@@ -4,15 +4,19 @@
 
 #include <fmt/format.h>
 
+#include "common/tensor/cuda/runtime.h"
 #include "common/tensor/gemm.h"
 #include "daemon/train/trainer.h"
 
 namespace tfd::train {
 
-Result<LoadedJob> LoadJobData(const config::JobSpec& job, int num_workers) {
-  if (job.cuda_device >= 0) {
-    return Status::InvalidArgument(
-        fmt::format("device: \"{}\": this tfd trains on the CPU only (set \"device\": \"cpu\")", job.device));
+Result<LoadedJob> LoadJobData(const config::JobSpec& job, int num_workers, bool trains) {
+  if (job.cuda_device >= 0 && trains) {
+    if (Status s = cuda::CheckDevice(job.cuda_device); !s.ok())
+      return Status::InvalidArgument(fmt::format("device: \"{}\": {}", job.device, s.message()));
+    if (job.model_parallel.enabled() || job.model_parallel.microbatches > 1)
+      return Status::InvalidArgument(fmt::format("device: \"{}\": a model_parallel job trains on the CPU only (set \"device\": \"cpu\")",
+                                                 job.device));
   }
   LoadedJob loaded;
   Result<model::MnistData> data = model::LoadMnist(job.data);

@@ -11,6 +11,7 @@
 #include "common/model/model.h"
 #include "common/optim/optimizer.h"
 #include "common/tensor/gemm.h"
+#include "daemon/train/device.h"
 #include "daemon/train/job_data.h"
 #include "daemon/train/trainer.h"
 
@@ -142,6 +143,11 @@ Status RunStandalone(const config::JobSpec& job, EventWriter& events, const Stan
                                                              std::uint64_t seed) -> Result<tensor::LossResult> {
       return model.ComputeMicrobatchGradients(x, y, m, seed, accumulated);
     };
+  }
+  if (job.cuda_device >= 0) {
+    TFD_ASSIGN_OR_RETURN(std::unique_ptr<Updater> device,
+                         MakeDeviceStandalone(job, *loaded.model, *optimizer, StepsPerEpoch(loaded.data.train.size, 1, job.batch_size), topts));
+    return Train(job, loaded.data, *loaded.model, *device, events, topts);
   }
   return Train(job, loaded.data, *loaded.model, updater, events, topts);
 }

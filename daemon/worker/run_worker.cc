@@ -10,6 +10,7 @@
 #include "common/base/service.h"
 #include "common/transport/io_thread.h"
 #include "common/tensor/gemm.h"
+#include "daemon/train/device.h"
 #include "daemon/train/job_data.h"
 #include "daemon/train/trainer.h"
 #include "daemon/worker/checkpointer.h"
@@ -145,6 +146,7 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
                                                num_workers));
   TFD_ASSIGN_OR_RETURN(train::LoadedJob loaded, train::LoadJobData(job, num_workers));
   model::Model& model = *loaded.model;
+  TFD_ASSIGN_OR_RETURN(auto device_compute, train::DeviceGradients(job, model));  // device "cuda:N": gradients on the GPU
   std::vector<VariableInfo> variables;
   for (const model::Variable& v : model.variables()) variables.push_back({v.name, v.offset, v.size});
   const Placement placement = Place(variables, static_cast<int>(config.cluster.ps.size()), job.placement);
@@ -196,6 +198,7 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
     spdlog::info("joined the run: {} workers, the chief at epoch {}; this worker trains from epoch {}", client->membership()->count,
                  client->membership()->run_epoch, topts.first_epoch);
   }
+  if (device_compute) topts.compute = device_compute;
   TFD_RETURN_IF_ERROR(train::Train(job, loaded.data, model, updater, events, topts));
   if (sync) spdlog::info("{} gradients of this worker were dropped as stale", updater.stale());
   if (Status s = client->Done(static_cast<std::uint32_t>(rank), model.params(), updater.stopped_early()); !s.ok())

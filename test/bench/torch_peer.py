@@ -60,8 +60,9 @@ def build_model(name):
         nn.Linear(32 * 13 * 13, 64), nn.ReLU(), nn.Linear(64, 10))
 
 
-def make_step(model, opt, x_all, y_all, batch):
-    """One training step per call over consecutive batches, wrapping around (short tail dropped)."""
+def make_step(model, opt, x_all, y_all, batch, device="cpu"):
+    """One training step per call over consecutive batches, wrapping around (short tail dropped).
+    On a GPU each batch is copied in from pinned host memory, as tfd does."""
     pos = 0
     n = len(x_all)
 
@@ -71,17 +72,53 @@ def make_step(model, opt, x_all, y_all, batch):
             pos = 0
         x, y = x_all[pos:pos + batch], y_all[pos:pos + batch]
         pos += batch
+        if device != "cpu":
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         opt.zero_grad()
         F.cross_entropy(model(x), y).backward()
         opt.step()
     return step
 
 
-def build_optimizer(name, params, lr, momentum):
+def make_graph_step(model, opt, x_all, y_all, batch, device):
+    """The whole step (forward, backward, optimizer) captured once as a CUDA graph and replayed, as
+    torch.cuda.graphs' "whole network capture" shows; each batch copied into static inputs."""
+    static_x = torch.zeros((batch,) + tuple(x_all.shape[1:]), device=device)
+    static_y = torch.zeros(batch, dtype=torch.int64, device=device)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up on a side stream before capture
+        for _ in range(3):
+            opt.zero_grad(set_to_none=True)
+            F.cross_entropy(model(static_x), static_y).backward()
+            opt.step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    opt.zero_grad(set_to_none=True)
+    with torch.cuda.graph(graph):
+        F.cross_entropy(model(static_x), static_y).backward()
+        opt.step()
+    pos = 0
+    n = len(x_all)
+
+    def step():
+        nonlocal pos
+        if pos + batch > n:
+            pos = 0
+        static_x.copy_(x_all[pos:pos + batch], non_blocking=True)
+        static_y.copy_(y_all[pos:pos + batch], non_blocking=True)
+        pos += batch
+        graph.replay()
+    return step
+
+
+def build_optimizer(name, params, lr, momentum, capturable=False):
     if name == "sgd":
         return torch.optim.SGD(params, lr=lr)
     if name == "momentum":
         return torch.optim.SGD(params, lr=lr, momentum=momentum)
+    if capturable:
+        return torch.optim.Adam(params, lr=lr, eps=1e-7, capturable=True)
     return torch.optim.Adam(params, lr=lr, eps=1e-7)
 
 
@@ -97,7 +134,13 @@ def main():
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--seconds", type=float, default=3.0)
     p.add_argument("--flush-denormal", action="store_true", help="torch.set_flush_denormal(True): denormals as zero")
+    p.add_argument("--device", default="cpu", help="cpu or cuda:N")
+    p.add_argument("--cuda-graph", action="store_true", help="on a GPU: capture the whole step as a CUDA graph")
     a = p.parse_args()
+    if a.device != "cpu" and not torch.cuda.is_available():
+        fail(f"--device {a.device}: this torch sees no CUDA device")
+    if a.cuda_graph and a.device == "cpu":
+        fail("--cuda-graph needs --device cuda:N")
     if a.batch < 1 or a.threads < 1 or a.warmup < 0 or a.seconds < 0:
         fail("--batch and --threads must be >= 1, --warmup and --seconds >= 0")
 
@@ -121,25 +164,40 @@ def main():
     y_all = torch.from_numpy(labels[perm].astype(np.int64))
 
     torch.manual_seed(0)
-    model = build_model(a.model)
-    opt = build_optimizer(a.optimizer, model.parameters(), a.lr, a.momentum)
-    step = make_step(model, opt, x_all, y_all, a.batch)
+    model = build_model(a.model).to(a.device)
+    opt = build_optimizer(a.optimizer, model.parameters(), a.lr, a.momentum, capturable=a.cuda_graph)
+    if a.device != "cpu":
+        x_all, y_all = x_all.pin_memory(), y_all.pin_memory()
+    if a.cuda_graph:
+        step = make_graph_step(model, opt, x_all, y_all, a.batch, a.device)
+    else:
+        step = make_step(model, opt, x_all, y_all, a.batch, a.device)
+
+    def sync():
+        if a.device != "cpu":
+            torch.cuda.synchronize()
 
     for _ in range(a.warmup):
         step()
+    sync()
 
     steps = 0
     start = time.perf_counter()
     while True:
         step()
         steps += 1
+        if steps % 50 == 0:
+            sync()  # the clock counts finished steps, not queued ones
         elapsed = time.perf_counter() - start
         if steps >= 50 and elapsed >= a.seconds:
             break
+    sync()
+    elapsed = time.perf_counter() - start
 
     print(json.dumps({
         "model": a.model, "optimizer": a.optimizer, "batch": a.batch,
-        "threads": a.threads, "flush_denormal": a.flush_denormal, **peer_env.settings(), "steps": steps, "seconds": round(elapsed, 6),
+        "threads": a.threads, "flush_denormal": a.flush_denormal, "device": a.device, "cuda_graph": a.cuda_graph,
+        **peer_env.settings(), "steps": steps, "seconds": round(elapsed, 6),
         "samples_per_sec": round(steps * a.batch / elapsed, 1),
     }))
 

@@ -4,6 +4,12 @@
 // is the default backend's against the peer at its best. Prints ratios; asserts nothing about speed.
 //
 //   build/test/bench/tfd_bench_train [--data DIR] [--seconds S] [--threads N] [--no-peer] [--only MODEL]
+//                                    [--device cuda:N]
+//
+// With --device cuda:N (a build with the CUDA backend): tfd's standalone GPU step (CudaModel's
+// TrainStep: forward, backward and update as one CUDA graph, the batch copied in from pinned
+// memory, the loss read back every step) beside PyTorch on the same GPU, eager and with the whole
+// step captured as a CUDA graph (torch_peer.py --device --cuda-graph).
 #include <sys/resource.h>
 #include <sys/wait.h>
 
@@ -19,6 +25,10 @@
 #include "common/model/model.h"
 #include "common/optim/optimizer.h"
 #include "common/tensor/gemm.h"
+#ifdef TFD_HAVE_CUDA
+#include "common/tensor/cuda/cuda_model.h"
+#include "common/tensor/cuda/runtime.h"
+#endif
 
 namespace {
 
@@ -66,6 +76,49 @@ double MeasureOurs(const tfd::model::MnistData& data, const Config& c, double se
   }
   return static_cast<double>(n * c.batch) / elapsed;
 }
+
+#ifdef TFD_HAVE_CUDA
+// The same steps as MeasureOurs on GPU `device`, the whole step on the device.
+double MeasureOursCuda(const tfd::model::MnistData& data, const Config& c, double seconds, int device) {
+  tfd::config::ModelSpec spec;
+  spec.name = c.model;
+  auto model = tfd::model::Model::Build(spec, {28, 28, 1}, 10, c.batch);
+  if (!model.ok()) return 0;
+  (*model)->Initialize(1);
+  tfd::config::OptimizerSpec o;
+  o.type = c.optimizer == "sgd" ? tfd::config::OptimizerSpec::Type::kSgd
+           : c.optimizer == "momentum" ? tfd::config::OptimizerSpec::Type::kMomentum
+                                       : tfd::config::OptimizerSpec::Type::kAdam;
+  o.learning_rate = c.lr;
+  o.momentum = 0.95;
+  auto opt = tfd::optim::MakeOptimizer(o);
+  auto gpu = tfd::cuda::CudaModel::Create(**model, device, 0.5, opt.get());
+  if (!gpu.ok() || !(*gpu)->UploadParams((*model)->params()).ok()) {
+    std::fprintf(stderr, "tfd_bench_train: %s\n", gpu.ok() ? "upload failed" : gpu.status().message().c_str());
+    return 0;
+  }
+  auto shard = tfd::model::EpochShard(data.train.size, 1, 1, 0, 1, true);
+  std::vector<float> x(static_cast<std::size_t>(c.batch * (*model)->input_size()));
+  std::vector<std::uint8_t> y(static_cast<std::size_t>(c.batch));
+  const std::size_t steps_per_epoch = shard.size() / c.batch;
+  std::size_t s = 0;
+  bool ok = true;
+  auto step = [&] {
+    tfd::model::FillBatch(data.train, std::span(shard).subspan((s++ % steps_per_epoch) * c.batch, c.batch), x.data(), y.data());
+    ok = ok && (*gpu)->TrainStep(x.data(), y, s).ok();
+  };
+  for (int i = 0; i < 20; ++i) step();
+  std::int64_t n = 0;
+  const auto start = Clock::now();
+  double elapsed = 0;
+  while (n < 50 || elapsed < seconds) {
+    step();
+    ++n;
+    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  }
+  return ok ? static_cast<double>(n * c.batch) / elapsed : 0;
+}
+#endif
 
 std::string Run(const std::string& cmd) {
   std::string out;
@@ -141,6 +194,7 @@ int main(int argc, char** argv) {
   double seconds = 3.0;
   int threads = 1;
   bool peer = true;
+  int device = -1;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--data" && i + 1 < argc) data = argv[++i];
@@ -148,8 +202,9 @@ int main(int argc, char** argv) {
     else if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else if (a == "--no-peer") peer = false;
+    else if (a == "--device" && i + 1 < argc && std::string_view(argv[i + 1]).starts_with("cuda:")) device = std::atoi(argv[++i] + 5);
     else {
-      std::fprintf(stderr, "usage: %s [--data DIR] [--seconds S] [--threads N] [--only MODEL] [--no-peer]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--data DIR] [--seconds S] [--threads N] [--only MODEL] [--no-peer] [--device cuda:N]\n", argv[0]);
       return 2;
     }
   }
@@ -162,6 +217,45 @@ int main(int argc, char** argv) {
   if (peer && std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
     std::printf("PyTorch not found (/usr/bin/python3 with python3-torch; scripts/setup --bench installs it): ours only\n");
     peer = false;
+  }
+  if (device >= 0) {
+#ifdef TFD_HAVE_CUDA
+    if (tfd::Status s = tfd::cuda::CheckDevice(device); !s.ok()) {
+      std::fprintf(stderr, "tfd_bench_train: --device cuda:%d: %s\n", device, s.message().c_str());
+      return 2;
+    }
+    std::printf("training throughput on %s, one process, %.1f s per measurement\n", tfd::cuda::DeviceDescription(device).c_str(),
+                seconds);
+    std::printf("%-8s %-9s %5s %12s %12s %12s %7s %7s\n", "model", "optimizer", "batch", "tfd-cuda/s", "torch/s", "torch-graph/s",
+                "eager", "graph");
+    const std::vector<Config> gpu_configs = {{"softmax", "sgd", 0.01, 100}, {"mlp", "sgd", 0.001, 100}, {"mlp", "adam", 0.001, 100},
+                                             {"dnn", "momentum", 0.01, 50}, {"cnn", "sgd", 0.001, 64},   {"cnn", "adam", 0.001, 64}};
+    for (const Config& c : gpu_configs) {
+      if (!only.empty() && c.model != only) continue;
+      const double ours = MeasureOursCuda(*mnist, c, seconds, device);
+      double eager = 0, graph = 0;
+      if (peer) {
+        const std::string base = fmt::format("/usr/bin/python3 {} --model {} --optimizer {} --lr {} --batch {} --data {} --seconds {} "
+                                             "--device cuda:{}",
+                                             script, c.model, c.optimizer, c.lr, c.batch, data, seconds, device);
+        auto rate = [](const std::string& out) {
+          auto pos = out.find("\"samples_per_sec\":");
+          return pos == std::string::npos ? 0.0 : std::atof(out.c_str() + pos + 18);
+        };
+        eager = rate(Run(base));
+        graph = rate(Run(base + " --cuda-graph"));
+      }
+      auto cell = [](double v) { return v > 0 ? fmt::format("{:.0f}", v) : std::string("-"); };
+      auto ratio = [ours](double v) { return v > 0 ? fmt::format("{:.2f}x", ours / v) : std::string("-"); };
+      std::printf("%-8s %-9s %5d %12s %12s %12s %7s %7s\n", c.model.c_str(), c.optimizer.c_str(), c.batch, cell(ours).c_str(),
+                  cell(eager).c_str(), cell(graph).c_str(), ratio(eager).c_str(), ratio(graph).c_str());
+      std::fflush(stdout);
+    }
+    return 0;
+#else
+    std::fprintf(stderr, "tfd_bench_train: --device cuda:%d: this build has no CUDA backend\n", device);
+    return 2;
+#endif
   }
   // tfd on each GEMM backend this build has, the default first: the default is what users get, the
   // others show what the default's choice is worth, measured beside it.

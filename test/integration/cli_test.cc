@@ -103,8 +103,14 @@ TEST_CASE("tfd rejects bad usage and bad files with one line and exit code 2", "
     job.replace(job.find("\"batch_size\": 20"), 16, "\"batch_size\": 500");
     ExpectUsageError(RunJob(dir, job), "batch_size: 500 is more than the 200 training examples");
   }
-  SECTION("a cuda device in a CPU-only run") {
-    ExpectUsageError(RunJob(dir, Job(data, R"(, "device": "cuda:0")")), "device: \"cuda:0\"");
+  SECTION("a cuda device this machine cannot use") {
+    // cuda:63: out of range on a GPU machine; no device, or no backend built, elsewhere.
+    CommandResult r = RunJob(dir, Job(data, R"(, "device": "cuda:63")"));
+    ExpectUsageError(r, "device: \"cuda:63\": ");
+    const bool reason = r.err.find("this tfd was built without the CUDA backend") != std::string::npos ||
+                        r.err.find("no CUDA device") != std::string::npos ||
+                        r.err.find("index 63 out of range: ") != std::string::npos;
+    CHECK(reason);
   }
   SECTION("--device overrides the job's device, and is checked as it is") {
     ExpectUsageError(RunJob(dir, Job(data), "--device gpu0"), "--device: expected \"cpu\" or \"cuda:N\", got \"gpu0\"");

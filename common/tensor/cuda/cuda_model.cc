@@ -1,0 +1,433 @@
+#include "common/tensor/cuda/cuda_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include "common/optim/cuda/optimizer_kernels.h"
+#include "common/tensor/cuda/arena.h"
+#include "common/tensor/cuda/kernels.h"
+#include "common/tensor/cuda/runtime.h"
+
+namespace tfd::cuda {
+namespace {
+
+using config::LayerSpec;
+
+Status CudaError(cudaError_t e, std::string_view what) {
+  return Status::Internal(fmt::format("cuda: {}: {} ({})", what, cudaGetErrorString(e), cudaGetErrorName(e)));
+}
+
+#define TFD_CUDA_RETURN(expr, what)                            \
+  do {                                                         \
+    if (cudaError_t e_ = (expr); e_ != cudaSuccess) return CudaError(e_, what); \
+  } while (0)
+
+#define TFD_CUBLAS_RETURN(expr, what)                                                                   \
+  do {                                                                                                  \
+    if (cublasStatus_t s_ = (expr); s_ != CUBLAS_STATUS_SUCCESS)                                        \
+      return Status::Internal(fmt::format("cublas: {}: {}", what, cublasGetStatusString(s_)));          \
+  } while (0)
+
+// What the device reads each step from pinned host memory (copied in by the step itself, so a
+// graph replay sees the values of its step).
+struct StepScalars {
+  float lr = 0;  // the rate (Adam: lr_t)
+  float pad = 0;
+  std::uint64_t dropout_seed = 0;
+};
+
+// cuBLAS's workspace, from the arena so graph capture never allocates (32 MiB: cuBLAS's advice for Hopper).
+constexpr std::size_t kCublasWorkspace = 32u << 20;
+
+struct DevLayer {
+  LayerSpec::Kind kind;
+  config::Activation act = config::Activation::kNone;
+  tensor::ActShape in, out;
+  int k = 0, pool = 0;
+  float rate = 0;
+  std::size_t kernel_off = 0, bias_off = 0;
+  float* out_buf = nullptr;  // [max_batch, out]
+  float* mask = nullptr;     // dropout
+  float* cols = nullptr;     // conv2d: im2col patches, then their gradient
+  std::int64_t rows(int batch) const { return kind == LayerSpec::Kind::kConv2D ? std::int64_t{batch} * out.h * out.w : batch; }
+};
+
+}  // namespace
+
+struct CudaModel::Impl {
+  std::unique_ptr<DeviceArena> arena;
+  cudaStream_t stream = nullptr;
+  cublasHandle_t cublas = nullptr;
+  std::vector<DevLayer> layers;
+  int max_batch = 0, classes = 0;
+  std::int64_t input_size = 0, num_params = 0;
+  // Device buffers.
+  float *params = nullptr, *grads = nullptr, *slots = nullptr, *x = nullptr, *dbuf[2] = {nullptr, nullptr}, *dlogits = nullptr,
+        *row_loss = nullptr, *ones = nullptr;
+  int* row_hit = nullptr;
+  std::uint8_t* y = nullptr;
+  LossSums* sums = nullptr;
+  StepScalars* scalars = nullptr;
+  void* workspace = nullptr;
+  // Pinned host buffers.
+  float *h_x = nullptr, *h_params = nullptr, *h_grads = nullptr;
+  std::uint8_t* h_y = nullptr;
+  LossSums* h_sums = nullptr;
+  StepScalars* h_scalars = nullptr;
+  // The optimizer (standalone path).
+  const optim::Optimizer* optimizer = nullptr;
+  std::vector<optim::Range> decayed;
+  std::int64_t updates = 0;
+  // Captured full-batch steps: [0] gradients out, [1] with the update.
+  cudaGraphExec_t graphs[2] = {nullptr, nullptr};
+  std::string device_name;
+
+  ~Impl() {
+    for (cudaGraphExec_t g : graphs)
+      if (g != nullptr) cudaGraphExecDestroy(g);
+    if (cublas != nullptr) cublasDestroy(cublas);
+    if (stream != nullptr) cudaStreamDestroy(stream);
+    for (void* p : {static_cast<void*>(h_x), static_cast<void*>(h_params), static_cast<void*>(h_grads), static_cast<void*>(h_y),
+                    static_cast<void*>(h_sums), static_cast<void*>(h_scalars)})
+      if (p != nullptr) cudaFreeHost(p);
+  }
+
+  Status Forward(int batch, bool training);
+  Status Backward(int batch);
+  Status Update();
+  Status Enqueue(int mode, int batch);
+  Result<tensor::LossResult> Run(int mode, int batch);
+};
+
+Status CudaModel::Impl::Forward(int batch, bool training) {
+  const float* in = x;
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    DevLayer& l = layers[i];
+    float* out = l.out_buf;
+    const int in_size = static_cast<int>(l.in.size()), out_c = l.out.c;
+    switch (l.kind) {
+      case LayerSpec::Kind::kDense:
+        TFD_CUBLAS_RETURN(Gemm(cublas, false, false, batch, out_c, in_size, 1.0f, in, in_size, params + l.kernel_off, out_c, 0.0f,
+                               out, out_c), "dense forward");
+        BiasActivation(out, params + l.bias_off, batch, out_c, l.act, stream);
+        break;
+      case LayerSpec::Kind::kConv2D: {
+        const int patch = l.k * l.k * l.in.c;
+        const auto rows = static_cast<int>(l.rows(batch));
+        Im2Col(in, l.cols, batch, l.in, l.k, stream);
+        TFD_CUBLAS_RETURN(Gemm(cublas, false, false, rows, out_c, patch, 1.0f, l.cols, patch, params + l.kernel_off, out_c, 0.0f, out,
+                               out_c), "conv2d forward");
+        BiasActivation(out, params + l.bias_off, rows, out_c, l.act, stream);
+        break;
+      }
+      case LayerSpec::Kind::kMaxPool2D: MaxPoolForward(in, out, batch, l.in, l.pool, stream); break;
+      case LayerSpec::Kind::kDropout:
+        if (training && l.rate > 0) {
+          DropoutForward(in, out, l.mask, l.in.size() * batch, l.rate, &scalars->dropout_seed, i, stream);
+        } else {
+          TFD_CUDA_RETURN(cudaMemcpyAsync(out, in, sizeof(float) * l.in.size() * batch, cudaMemcpyDeviceToDevice, stream), "dropout");
+        }
+        break;
+      case LayerSpec::Kind::kFlatten: break;
+    }
+    in = out;
+  }
+  return Status::Ok();
+}
+
+Status CudaModel::Impl::Backward(int batch) {
+  float* dout = dlogits;
+  int next = 0;
+  for (std::size_t i = layers.size(); i-- > 0;) {
+    DevLayer& l = layers[i];
+    const float* in = i == 0 ? x : layers[i - 1].out_buf;
+    float* din = i == 0 ? nullptr : dbuf[next];
+    const int in_size = static_cast<int>(l.in.size()), out_c = l.out.c;
+    switch (l.kind) {
+      case LayerSpec::Kind::kDense:
+      case LayerSpec::Kind::kConv2D: {
+        const bool conv = l.kind == LayerSpec::Kind::kConv2D;
+        const auto rows = static_cast<int>(l.rows(batch));
+        const int patch = conv ? l.k * l.k * l.in.c : in_size;
+        const float* a = conv ? l.cols : in;
+        ActivationGrad(l.out_buf, dout, std::int64_t{rows} * out_c, l.act, stream);
+        TFD_CUBLAS_RETURN(BiasGradient(cublas, dout, rows, out_c, ones, grads + l.bias_off), "bias gradient");
+        TFD_CUBLAS_RETURN(Gemm(cublas, true, false, patch, out_c, rows, 1.0f, a, patch, dout, out_c, 0.0f, grads + l.kernel_off, out_c),
+                          "kernel gradient");
+        if (din == nullptr) break;
+        if (!conv) {
+          TFD_CUBLAS_RETURN(Gemm(cublas, false, true, batch, in_size, out_c, 1.0f, dout, out_c, params + l.kernel_off, out_c, 0.0f, din,
+                                 in_size), "dense input gradient");
+        } else {
+          TFD_CUBLAS_RETURN(Gemm(cublas, false, true, rows, patch, out_c, 1.0f, dout, out_c, params + l.kernel_off, out_c, 0.0f, l.cols,
+                                 patch), "conv2d input gradient");
+          Col2Im(l.cols, din, batch, l.in, l.k, stream);
+        }
+        break;
+      }
+      case LayerSpec::Kind::kMaxPool2D:
+        if (din != nullptr) MaxPoolBackward(in, l.out_buf, dout, din, batch, l.in, l.pool, stream);
+        break;
+      case LayerSpec::Kind::kDropout:
+        if (din == nullptr) break;
+        if (l.rate > 0) {
+          DropoutBackward(dout, l.mask, din, l.in.size() * batch, stream);
+        } else {
+          TFD_CUDA_RETURN(cudaMemcpyAsync(din, dout, sizeof(float) * l.in.size() * batch, cudaMemcpyDeviceToDevice, stream), "dropout");
+        }
+        break;
+      case LayerSpec::Kind::kFlatten: break;
+    }
+    if (din != nullptr) {
+      dout = din;
+      next ^= 1;
+    }
+  }
+  return Status::Ok();
+}
+
+Status CudaModel::Impl::Update() {
+  const auto decay = static_cast<float>(optimizer->weight_decay());
+  if (decay > 0)
+    for (const optim::Range& r : decayed)
+      AddWeightDecay(grads + r.offset, params + r.offset, static_cast<std::int64_t>(r.length), decay, stream);
+  const config::OptimizerSpec& spec = optimizer->spec();
+  const std::int64_t n = num_params;
+  switch (spec.type) {
+    case config::OptimizerSpec::Type::kSgd: SgdUpdate(params, grads, n, &scalars->lr, stream); break;
+    case config::OptimizerSpec::Type::kMomentum:
+      MomentumUpdate(params, grads, slots, n, static_cast<float>(spec.momentum), spec.use_nesterov, &scalars->lr, stream);
+      break;
+    case config::OptimizerSpec::Type::kAdam:
+      AdamUpdate(params, grads, slots, slots + n, n, static_cast<float>(spec.beta1), static_cast<float>(spec.beta2),
+                 static_cast<float>(spec.epsilon), &scalars->lr, stream);
+      break;
+  }
+  return Status::Ok();
+}
+
+// mode 0: params in, gradients out; mode 1: the whole step, the update on the device.
+Status CudaModel::Impl::Enqueue(int mode, int batch) {
+  TFD_CUDA_RETURN(cudaMemcpyAsync(scalars, h_scalars, sizeof(StepScalars), cudaMemcpyHostToDevice, stream), "step scalars in");
+  if (mode == 0) {
+    TFD_CUDA_RETURN(cudaMemcpyAsync(params, h_params, sizeof(float) * num_params, cudaMemcpyHostToDevice, stream), "params in");
+  }
+  TFD_CUDA_RETURN(cudaMemcpyAsync(x, h_x, sizeof(float) * input_size * batch, cudaMemcpyHostToDevice, stream), "batch in");
+  TFD_CUDA_RETURN(cudaMemcpyAsync(y, h_y, static_cast<std::size_t>(batch), cudaMemcpyHostToDevice, stream), "labels in");
+  TFD_RETURN_IF_ERROR(Forward(batch, /*training=*/true));
+  SoftmaxCrossEntropy(layers.back().out_buf, y, batch, classes, dlogits, row_loss, row_hit, sums, stream);
+  TFD_RETURN_IF_ERROR(Backward(batch));
+  if (mode == 0) {
+    TFD_CUDA_RETURN(cudaMemcpyAsync(h_grads, grads, sizeof(float) * num_params, cudaMemcpyDeviceToHost, stream), "gradients out");
+  } else {
+    TFD_RETURN_IF_ERROR(Update());
+  }
+  TFD_CUDA_RETURN(cudaMemcpyAsync(h_sums, sums, sizeof(LossSums), cudaMemcpyDeviceToHost, stream), "loss out");
+  TFD_CUDA_RETURN(cudaGetLastError(), "kernel launch");
+  return Status::Ok();
+}
+
+Result<tensor::LossResult> CudaModel::Impl::Run(int mode, int batch) {
+  TFD_CUDA_RETURN(cudaSetDevice(arena->device()), "set device");  // the current device is per host thread
+  if (batch == max_batch) {
+    if (graphs[mode] == nullptr) {
+      TFD_CUDA_RETURN(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "graph capture");
+      Status enqueued = Enqueue(mode, batch);
+      cudaGraph_t graph = nullptr;
+      const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+      TFD_RETURN_IF_ERROR(enqueued);
+      TFD_CUDA_RETURN(ended, "graph capture");
+      const cudaError_t made = cudaGraphInstantiate(&graphs[mode], graph, 0);
+      cudaGraphDestroy(graph);
+      TFD_CUDA_RETURN(made, "graph instantiation");
+    }
+    TFD_CUDA_RETURN(cudaGraphLaunch(graphs[mode], stream), "graph launch");
+  } else {
+    TFD_RETURN_IF_ERROR(Enqueue(mode, batch));
+  }
+  TFD_CUDA_RETURN(cudaStreamSynchronize(stream), "step");
+  tensor::LossResult r;
+  r.loss = h_sums->loss_sum / batch;
+  r.correct = h_sums->correct;
+  return r;
+}
+
+CudaModel::CudaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CudaModel::~CudaModel() = default;
+
+Result<std::unique_ptr<CudaModel>> CudaModel::Create(const model::Model& model, int device, double memory_fraction,
+                                                     const optim::Optimizer* optimizer) {
+  TFD_RETURN_IF_ERROR(CheckDevice(device));
+  auto impl = std::make_unique<Impl>();
+  Impl& m = *impl;
+  TFD_ASSIGN_OR_RETURN(m.arena, DeviceArena::Create(device, memory_fraction));
+  m.device_name = DeviceDescription(device);
+  m.max_batch = model.max_batch();
+  m.classes = model.classes();
+  m.input_size = model.input_size();
+  m.num_params = static_cast<std::int64_t>(model.params().size());
+  m.optimizer = optimizer;
+  if (optimizer != nullptr) m.decayed = optim::DecayedRanges(model::VariableRuns(model));
+  const std::size_t B = static_cast<std::size_t>(m.max_batch);
+  // The layers, and every device buffer's size: one reservation for all of them.
+  std::int64_t widest = m.input_size, most_rows = m.max_batch;
+  for (std::size_t i = 0; i < model.num_layers(); ++i) {
+    const LayerSpec& s = model.layer_spec(i);
+    DevLayer l{s.kind};
+    l.act = s.activation;
+    l.in = i == 0 ? model.input_shape() : model.layer_output_shape(i - 1);
+    l.out = model.layer_output_shape(i);
+    l.k = s.kernel_size;
+    l.pool = s.pool_size;
+    l.rate = static_cast<float>(s.rate);
+    l.kernel_off = model.layer_starts()[i];
+    if (s.kind == LayerSpec::Kind::kDense) l.bias_off = l.kernel_off + static_cast<std::size_t>(l.in.size() * l.out.c);
+    if (s.kind == LayerSpec::Kind::kConv2D)
+      l.bias_off = l.kernel_off + static_cast<std::size_t>(std::int64_t{l.k} * l.k * l.in.c * l.out.c);
+    widest = std::max(widest, l.out.size());
+    most_rows = std::max(most_rows, l.rows(m.max_batch));
+    m.layers.push_back(l);
+  }
+  struct Request {
+    std::function<void(void*)> set;
+    std::size_t bytes;
+  };
+  std::vector<Request> requests;
+  auto want = [&requests]<typename T>(T** dst, std::size_t bytes) {
+    requests.push_back({[dst](void* p) { *dst = static_cast<T*>(p); }, bytes});
+  };
+  const auto P = static_cast<std::size_t>(m.num_params);
+  const int num_slots = optimizer != nullptr ? optimizer->num_slots() : 0;
+  want(&m.params, P * sizeof(float));
+  want(&m.grads, P * sizeof(float));
+  if (num_slots > 0) want(&m.slots, P * num_slots * sizeof(float));
+  want(&m.x, B * m.input_size * sizeof(float));
+  want(&m.y, B);
+  for (auto& d : m.dbuf) want(&d, B * widest * sizeof(float));
+  want(&m.dlogits, B * m.classes * sizeof(float));
+  want(&m.row_loss, B * sizeof(float));
+  want(&m.row_hit, B * sizeof(int));
+  want(&m.ones, static_cast<std::size_t>(most_rows) * sizeof(float));
+  want(&m.sums, sizeof(LossSums));
+  want(&m.scalars, sizeof(StepScalars));
+  want(&m.workspace, kCublasWorkspace);
+  for (DevLayer& l : m.layers) {
+    want(&l.out_buf, B * l.out.size() * sizeof(float));
+    if (l.kind == LayerSpec::Kind::kDropout) want(&l.mask, B * l.in.size() * sizeof(float));
+    if (l.kind == LayerSpec::Kind::kConv2D) want(&l.cols, static_cast<std::size_t>(l.rows(m.max_batch)) * l.k * l.k * l.in.c * sizeof(float));
+  }
+  std::size_t need = 0;
+  for (const Request& r : requests) need += DeviceArena::Rounded(r.bytes);
+  TFD_RETURN_IF_ERROR(m.arena->Reserve(need, fmt::format("the model ({} parameters, batch {})", m.num_params, m.max_batch)));
+  for (const Request& r : requests) {
+    TFD_ASSIGN_OR_RETURN(void* p, m.arena->Take(r.bytes, "a model buffer"));
+    r.set(p);
+  }
+  TFD_CUDA_RETURN(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking), "stream");
+  TFD_CUBLAS_RETURN(cublasCreate(&m.cublas), "handle");
+  TFD_CUBLAS_RETURN(cublasSetStream(m.cublas, m.stream), "stream");
+  TFD_CUBLAS_RETURN(cublasSetWorkspace(m.cublas, m.workspace, kCublasWorkspace), "workspace");
+  TFD_CUDA_RETURN(cudaMallocHost(reinterpret_cast<void**>(&m.h_x), B * m.input_size * sizeof(float)), "pinned batch");
+  TFD_CUDA_RETURN(cudaMallocHost(reinterpret_cast<void**>(&m.h_y), B), "pinned labels");
+  TFD_CUDA_RETURN(cudaMallocHost(reinterpret_cast<void**>(&m.h_params), P * sizeof(float) + 1), "pinned params");
+  TFD_CUDA_RETURN(cudaMallocHost(reinterpret_cast<void**>(&m.h_grads), P * sizeof(float) + 1), "pinned gradients");
+  TFD_CUDA_RETURN(cudaMallocHost(reinterpret_cast<void**>(&m.h_sums), sizeof(LossSums)), "pinned loss");
+  TFD_CUDA_RETURN(cudaMallocHost(reinterpret_cast<void**>(&m.h_scalars), sizeof(StepScalars)), "pinned scalars");
+  *m.h_scalars = StepScalars{};
+  Fill(m.ones, most_rows, 1.0f, m.stream);
+  TFD_CUDA_RETURN(cudaMemsetAsync(m.grads, 0, P * sizeof(float), m.stream), "gradients");
+  if (num_slots > 0) TFD_CUDA_RETURN(cudaMemsetAsync(m.slots, 0, P * num_slots * sizeof(float), m.stream), "slots");
+  TFD_CUDA_RETURN(cudaGetLastError(), "set-up kernels");
+  TFD_CUDA_RETURN(cudaStreamSynchronize(m.stream), "set-up");
+  return std::unique_ptr<CudaModel>(new CudaModel(std::move(impl)));
+}
+
+namespace {
+Status CheckBatch(std::int64_t batch, int max_batch) {
+  if (batch < 1 || batch > max_batch)
+    return Status::InvalidArgument(fmt::format("cuda model: a batch of {} rows, expected 1 to {}", batch, max_batch));
+  return Status::Ok();
+}
+}  // namespace
+
+Result<tensor::LossResult> CudaModel::ComputeGradients(std::span<const float> params, const float* x, std::span<const std::uint8_t> y,
+                                                       std::uint64_t dropout_seed, std::span<float> grads) {
+  Impl& m = *impl_;
+  const auto batch = static_cast<int>(y.size());
+  TFD_RETURN_IF_ERROR(CheckBatch(batch, m.max_batch));
+  TFD_CHECK(static_cast<std::int64_t>(params.size()) == m.num_params && static_cast<std::int64_t>(grads.size()) == m.num_params);
+  std::memcpy(m.h_params, params.data(), params.size_bytes());
+  std::memcpy(m.h_x, x, sizeof(float) * m.input_size * batch);
+  std::memcpy(m.h_y, y.data(), y.size());
+  m.h_scalars->dropout_seed = dropout_seed;
+  TFD_ASSIGN_OR_RETURN(tensor::LossResult r, m.Run(0, batch));
+  std::memcpy(grads.data(), m.h_grads, grads.size_bytes());
+  return r;
+}
+
+Status CudaModel::UploadParams(std::span<const float> params) {
+  Impl& m = *impl_;
+  TFD_CUDA_RETURN(cudaSetDevice(m.arena->device()), "set device");
+  TFD_CHECK(static_cast<std::int64_t>(params.size()) == m.num_params);
+  TFD_CUDA_RETURN(cudaMemcpyAsync(m.params, params.data(), params.size_bytes(), cudaMemcpyHostToDevice, m.stream), "params in");
+  TFD_CUDA_RETURN(cudaStreamSynchronize(m.stream), "params in");
+  return Status::Ok();
+}
+
+Result<tensor::LossResult> CudaModel::TrainStep(const float* x, std::span<const std::uint8_t> y, std::uint64_t dropout_seed) {
+  Impl& m = *impl_;
+  if (m.optimizer == nullptr) return Status::Internal("cuda model: TrainStep without an optimizer");
+  const auto batch = static_cast<int>(y.size());
+  TFD_RETURN_IF_ERROR(CheckBatch(batch, m.max_batch));
+  std::memcpy(m.h_x, x, sizeof(float) * m.input_size * batch);
+  std::memcpy(m.h_y, y.data(), y.size());
+  m.h_scalars->dropout_seed = dropout_seed;
+  // OptimizerState's rule: the rate of the step before this update, then update number t.
+  const double lr = m.optimizer->LearningRate(m.updates);
+  const std::int64_t t = m.updates + 1;
+  if (m.optimizer->spec().type == config::OptimizerSpec::Type::kAdam) {
+    const double b1 = m.optimizer->spec().beta1, b2 = m.optimizer->spec().beta2;
+    m.h_scalars->lr = static_cast<float>(lr * std::sqrt(1 - std::pow(b2, t)) / (1 - std::pow(b1, t)));
+  } else {
+    m.h_scalars->lr = static_cast<float>(lr);
+  }
+  TFD_ASSIGN_OR_RETURN(tensor::LossResult r, m.Run(1, batch));
+  m.updates = t;
+  return r;
+}
+
+Status CudaModel::DownloadParams(std::span<float> params) {
+  Impl& m = *impl_;
+  TFD_CUDA_RETURN(cudaSetDevice(m.arena->device()), "set device");
+  TFD_CHECK(static_cast<std::int64_t>(params.size()) == m.num_params);
+  TFD_CUDA_RETURN(cudaMemcpyAsync(params.data(), m.params, params.size_bytes(), cudaMemcpyDeviceToHost, m.stream), "params out");
+  TFD_CUDA_RETURN(cudaStreamSynchronize(m.stream), "params out");
+  return Status::Ok();
+}
+
+Status CudaModel::DownloadSlots(std::span<float> slots) {
+  Impl& m = *impl_;
+  TFD_CUDA_RETURN(cudaSetDevice(m.arena->device()), "set device");
+  const std::size_t n = m.optimizer == nullptr ? 0 : static_cast<std::size_t>(m.num_params) * m.optimizer->num_slots();
+  TFD_CHECK(slots.size() == n);
+  if (n == 0) return Status::Ok();
+  TFD_CUDA_RETURN(cudaMemcpyAsync(slots.data(), m.slots, slots.size_bytes(), cudaMemcpyDeviceToHost, m.stream), "slots out");
+  TFD_CUDA_RETURN(cudaStreamSynchronize(m.stream), "slots out");
+  return Status::Ok();
+}
+
+std::int64_t CudaModel::updates() const { return impl_->updates; }
+
+std::string CudaModel::Describe() const {
+  return fmt::format("cuda:{} ({}): {} of device memory, limit {}", impl_->arena->device(), impl_->device_name,
+                     FormatBytes(impl_->arena->reserved()), FormatBytes(impl_->arena->limit()));
+}
+
+}  // namespace tfd::cuda
