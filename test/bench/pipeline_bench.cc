@@ -2,13 +2,15 @@
 // optimizer): samples/s and epoch time of one process, of data parallel with 2 workers
 // (allreduce), of a `layers` split over 2 stages (GPipe and 1F1B, M in {1, 4, 8}) and of a `units`
 // split over 2 tasks, all in one run, with each stage's measured bubble beside the theory
-// (S-1)/(M+S-1), its peak activation memory and the final test accuracy. PyTorch's Pipe is
-// not measured yet: the bench says whether Debian's python3-torch is there to measure it with.
+// (S-1)/(M+S-1), its peak activation memory and the final test accuracy. Then PyTorch's own
+// pipeline (torch_pipe_peer.py: Pipe, one process, the same cut) with 1 and 2 threads, the
+// faster kept, each row's ratio against its own one-process run and against tfd's.
 //
 // On a machine loaded by other work the ratios flatter the multi-process rows (two processes get
 // two shares of an oversubscribed CPU): the load average is printed at the start for that reason.
 //
 //   build/test/bench/tfd_bench_pipeline [--data DIR] [--epochs N]
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -153,9 +155,39 @@ int main(int argc, char** argv) {
       Print(std::string("layers S=2 ") + schedule + " M=" + std::to_string(m), Cluster(Job(data, epochs, mp), 2), base);
     }
   Print("units S=2", Cluster(Job(data, epochs, R"(, "model_parallel": {"split": "units", "stages": 2})"), 2), base);
-  if (std::system("/usr/bin/python3 -c 'import torch' 2>/dev/null") != 0)
+  if (std::system("/usr/bin/python3 -c 'import torch' 2>/dev/null") != 0) {
     std::printf("PyTorch Pipe: not measured: /usr/bin/python3 has no torch here (scripts/setup --bench installs python3-torch)\n");
-  else
-    std::printf("PyTorch Pipe: torch is installed, but this bench has no Pipe peer yet (docs/model_parallel.md)\n");
+    return 0;
+  }
+  // Pipe's rows: for each configuration, the faster of 1 and 2 threads (printed).
+  struct PeerRow {
+    double samples_per_sec = 0, ratio = 0;
+    std::string threads;
+  };
+  std::vector<std::pair<std::string, PeerRow>> rows;
+  for (int threads : {1, 2}) {
+    tfd::testing::TempDir dir;
+    const std::string cmd = "/usr/bin/python3 " + std::string(TFD_SOURCE_DIR) + "/test/bench/torch_pipe_peer.py --data " + data +
+                            " --threads " + std::to_string(threads);
+    tfd::testing::CommandResult r = tfd::testing::RunCommand(cmd, dir);
+    if (r.exit_code != 0) {
+      std::printf("PyTorch Pipe, %d threads: FAILED: %s\n", threads, r.err.substr(0, 300).c_str());
+      continue;
+    }
+    std::istringstream in(r.out);
+    for (std::string line; std::getline(in, line);) {
+      auto e = nlohmann::json::parse(line, nullptr, false);
+      if (e.is_discarded() || !e.contains("config")) continue;
+      const std::string config = e["config"].get<std::string>();
+      auto it = std::find_if(rows.begin(), rows.end(), [&](const auto& row) { return row.first == config; });
+      if (it == rows.end()) it = rows.insert(rows.end(), {config, PeerRow{}});
+      const double sps = e["samples_per_sec"].get<double>();
+      if (sps > it->second.samples_per_sec)
+        it->second = {sps, e.value("ratio", 1.0), e["openblas_num_threads"].get<std::string>()};
+    }
+  }
+  for (const auto& [config, row] : rows)
+    std::printf("PyTorch %-44s %9.0f  %5.2fx its one process  %5.2fx tfd's one process  (threads %s)\n", config.c_str(),
+                row.samples_per_sec, row.ratio, base > 0 ? row.samples_per_sec / base : 0.0, row.threads.c_str());
   return 0;
 }
