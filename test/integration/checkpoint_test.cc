@@ -41,12 +41,6 @@ std::string WriteJob(const TempDir& dir, const std::string& name, int epochs, co
 
 const std::string kAdam = R"({"type": "adam", "learning_rate": 0.01})";
 
-std::size_t Count(const std::string& text, const std::string& what) {
-  std::size_t n = 0;
-  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
-
 // The number after `key` in the first line of `log` that holds `key`; -1 if none.
 long long NumberAfter(const std::string& log, const std::string& key) {
   const auto at = log.find(key);
@@ -112,14 +106,20 @@ TEST_CASE("a cluster killed (SIGKILL) after a checkpoint and started again resto
   const std::string job = WriteJob(dir, "job.json", 300, kAdam, R"({"dir": ")" + ckpt_dir + R"(", "every_steps": 500})");
   LocalCluster c(InDir(dir, 1, 2));
   c.StartAll({"--job", job});
-  // A checkpoint taken once both workers have finished an epoch, so both have a cursor to resume at.
+  // A checkpoint taken once both workers have finished an epoch, so both have a cursor to resume at:
+  // one whose global step is past that of worker 1's first epoch (on a loaded machine worker 0 may
+  // take a checkpoint or two before worker 1 has applied a step, and its line may come late).
   AwaitLine(c.process("worker", 1), "worker=1 epoch=1 ", 30s);
-  const std::string line = "info checkpoint " + ckpt_dir;
-  const std::size_t before = Count(c.process("worker", 0).err(), line);
+  const long long first_epoch = NumberAfter(c.process("worker", 1).err(), "worker=1 epoch=1 global_step=");
+  REQUIRE(first_epoch > 0);
+  auto newest_checkpoint = [&] {
+    const std::string err = c.process("worker", 0).err(), line = "info checkpoint " + ckpt_dir;
+    const auto at = err.rfind(line);
+    return at == std::string::npos ? -1 : NumberAfter(err.substr(at), " global_step=");
+  };
   const auto until = std::chrono::steady_clock::now() + 30s;
-  while (Count(c.process("worker", 0).err(), line) <= before && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(10ms);
-  REQUIRE(Count(c.process("worker", 0).err(), line) > before);
+  while (newest_checkpoint() <= first_epoch && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(10ms);
+  REQUIRE(newest_checkpoint() > first_epoch);
   // The fault must come mid-run (a slow disk makes a checkpoint line late).
   REQUIRE(c.process("worker", 0).err().find("done: ") == std::string::npos);
   for (auto [type, i] : {std::pair{"worker", 0}, {"worker", 1}, {"ps", 0}}) c.process(type, i).Signal(SIGKILL);
