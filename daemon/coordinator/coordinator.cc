@@ -39,10 +39,11 @@ void Reply(transport::Connection& to, wire::OutFrame f, std::uint64_t request_id
 // frames are sent after it is released.
 class Coordinator::Service final : public transport::FrameHandler {
  public:
-  Service(const config::SweepSpec& sweep, std::vector<config::Trial> trials, int parallel, std::string trials_dir)
+  Service(const config::SweepSpec& sweep, std::vector<config::Trial> trials, int parallel, std::string trials_dir, std::uint64_t cluster_id)
       : scheduler_(sweep, std::move(trials), parallel), trials_dir_(std::move(trials_dir)) {
     identity_.name = "coordinator:0";
     identity_.kind = wire::TaskKind::kCoordinator;
+    identity_.cluster_id = cluster_id;
   }
 
   void OnFrame(const ConnectionPtr& from, wire::InFrame frame) override {
@@ -307,7 +308,7 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Start(const config::SweepSpec&
   std::unique_ptr<Coordinator> c(new Coordinator());
   c->impl_ = std::make_unique<Impl>();
   Impl* impl = c->impl_.get();
-  impl->service = std::make_unique<Service>(sweep, std::move(trials), parallel, options.trials_dir);
+  impl->service = std::make_unique<Service>(sweep, std::move(trials), parallel, options.trials_dir, options.cluster_id);
   if (options.connection.guard == nullptr) options.connection.guard = std::make_shared<transport::PeerGuard>();
   impl->io = std::make_unique<transport::IoThread>([impl] {
     if (impl->listener) impl->listener->Stop();

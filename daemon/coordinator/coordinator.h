@@ -22,6 +22,9 @@ struct CoordinatorOptions {
   // (the newest only); "": kept in memory alone. Either way the checkpoint a re-placed trial
   // resumes from is sent from memory, and dropped once the trial has ended.
   std::string trials_dir;
+  // The cluster id its workers' HELLOs must carry: the TF_CONFIG cluster's (ClusterSpec::Id) for a
+  // coordinator task, 0 for tfctl's own workers.
+  std::uint64_t cluster_id = 0;
 };
 
 // The coordinator of a sweep (docs/sweeps.md): listens for generic workers (tfd --coordinator),

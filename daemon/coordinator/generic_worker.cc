@@ -137,7 +137,7 @@ Status RunGenericWorker(const GenericWorkerOptions& options, EventWriter& events
     ~Closer() { rpc->Close(Status::Unavailable("the worker is done")); }
   } closer{rpc};
   transport::HandshakeIdentity self{.name = fmt::format("worker:{}", options.index), .kind = wire::TaskKind::kWorker,
-                                    .index = static_cast<std::uint32_t>(options.index)};
+                                    .index = static_cast<std::uint32_t>(options.index), .cluster_id = options.cluster_id};
   {
     auto reply = rpc->Call(wire::Encode(transport::MakeHello(self)));
     TFD_ASSIGN_OR_RETURN(wire::InFrame frame, Await(*rpc, reply, wire::MessageType::kWelcome, options.stop, "WELCOME"));
