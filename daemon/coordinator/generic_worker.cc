@@ -130,7 +130,7 @@ Status RunGenericWorker(const GenericWorkerOptions& options, EventWriter& events
   transport::IoThread io;
   const std::string peer = fmt::format("coordinator ({}:{})", options.host, options.port);
   TFD_ASSIGN_OR_RETURN(transport::tcp::socket socket,
-                       transport::Dial(io.context(), options.host, options.port, peer, transport::Clock::now() + options.startup_timeout));
+                       transport::Dial(io.context(), options.host, options.port, peer, transport::Clock::now() + options.startup_timeout, options.stop));
   std::shared_ptr<transport::RpcClient> rpc = transport::RpcClient::Start(std::move(socket), peer, connection);
   struct Closer {
     std::shared_ptr<transport::RpcClient> rpc;

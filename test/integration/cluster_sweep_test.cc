@@ -71,6 +71,10 @@ TEST_CASE("a TF_CONFIG cluster of a coordinator and 2 workers started by hand ru
     workers.push_back(std::make_unique<Process>(std::vector<std::string>{kTfd, "--log-format", "json"},
                                                 std::vector<std::string>{"TF_CONFIG=" + TfConfig(cluster, "worker", i, ext)},
                                                 dir / ("worker" + std::to_string(i) + ".out"), dir / ("worker" + std::to_string(i) + ".err")));
+  // A worker of another cluster (one more worker listed): the coordinator refuses it, naming both ids.
+  json other = cluster;
+  other["worker"].push_back("127.0.0.1:" + std::to_string(FreePort()));
+  Process stranger({kTfd}, {"TF_CONFIG=" + TfConfig(other, "worker", 2, ext)}, dir / "stranger.out", dir / "stranger.err");
   Process coordinator({kTfd, "--log-format", "json", "--sweep", dir / "sweep.json", "--run-dir", run},
                       {"TF_CONFIG=" + TfConfig(cluster, "coordinator", 0, ext)}, dir / "coordinator.out", dir / "coordinator.err");
   REQUIRE(coordinator.started());
@@ -86,6 +90,15 @@ TEST_CASE("a TF_CONFIG cluster of a coordinator and 2 workers started by hand ru
     REQUIRE(w.has_value());
     CHECK(*w == 0);
     CHECK(workers[static_cast<std::size_t>(i)]->err().find("the sweep is over") != std::string::npos);
+  }
+
+  {
+    const std::optional<int> s = stranger.Wait(60s);
+    INFO("stranger stderr:\n" << stranger.err());
+    REQUIRE(s.has_value());
+    CHECK(*s == 1);
+    CHECK(stranger.err().find("cluster id mismatch") != std::string::npos);
+    CHECK(coordinator.err().find("cluster id mismatch") != std::string::npos);
   }
 
   // Every trial ran to its end, on the cluster's workers, and the best is the best reported.
