@@ -240,7 +240,7 @@ TEST_CASE("bad cluster entries are refused with the entry's path", "[unit][clust
   CHECK(ErrorOf(TfConfigText(R"("cluster": {"worker": [2222]})", task)) ==
         R"(TF_CONFIG: cluster.worker[0]: expected a "host:port" string, got 2222)");
   CHECK(ErrorOf(TfConfigText(R"("cluster": {"worker": ["a:1"], "master": ["b:1"]})", task)) ==
-        "TF_CONFIG: cluster.master: unknown field (expected one of: chief, evaluator, ps, worker)");
+        "TF_CONFIG: cluster.master: unknown field (expected one of: chief, coordinator, evaluator, ps, worker)");
 }
 
 TEST_CASE("an unknown top-level TF_CONFIG key is refused with the known ones", "[unit][cluster]") {
