@@ -152,7 +152,7 @@ int GenericWorkerMain(const std::string& address, int index, const std::string& 
 // The coordinator task of a TF_CONFIG cluster (docs/sweeps.md, "By hand"): runs the sweep of
 // `sweep_path` (or the ensemble of `job_path`) on the cluster's worker tasks, listening on its own
 // endpoint, and writes the run folder `run_dir` as tfctl sweep does.
-int CoordinatorMain(const tfd::config::TfConfig& tf, const std::string& sweep_path, const std::string& job_path, const std::string& run_dir,
+int CoordinatorMain(const tfd::config::TfConfig& tf, const std::string& sweep_path, const std::string& job_path, const std::string& run_dir_flag,
                     const std::string& bind, const tfd::transport::ConnectionOptions& conn, const std::string& log_level, bool json,
                     double startup_timeout, double reconnect_timeout) {
   namespace fs = std::filesystem;
@@ -162,6 +162,7 @@ int CoordinatorMain(const tfd::config::TfConfig& tf, const std::string& sweep_pa
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGPIPE, SIG_IGN);
+  const std::string run_dir = fs::absolute(run_dir_flag).string();
   const bool ensemble = sweep_path.empty();
   const std::string file = ensemble ? job_path : sweep_path;
   tfd::Result<tfd::config::SweepSpec> loaded = ensemble ? tfd::config::LoadEnsembleSpec(file) : tfd::config::LoadSweepSpec(file);

@@ -127,6 +127,39 @@ TEST_CASE("a TF_CONFIG cluster of a coordinator and 2 workers started by hand ru
   CHECK(json::parse(ReadAll(run + "/sweep.json")) == SweepFile(dir, 2));
 }
 
+TEST_CASE("a coordinator task runs an ensemble job (--job with \"ensemble\") on its worker tasks", "[integration][sweep]") {
+  TempDir dir;
+  WriteSyntheticMnist(dir / "", 400, 100);
+  json job = SweepFile(dir, 2)["job"];
+  job["ensemble"] = {{"members", 3}};
+  WriteFile(dir / "ensemble.json", job.dump());
+  const json cluster = Cluster(FreePorts(3));
+  const std::string run = dir / "run";
+  std::vector<std::unique_ptr<Process>> workers;
+  for (int i = 0; i < 2; ++i)
+    workers.push_back(std::make_unique<Process>(std::vector<std::string>{kTfd}, std::vector<std::string>{"TF_CONFIG=" + TfConfig(cluster, "worker", i)},
+                                                dir / ("worker" + std::to_string(i) + ".out"), dir / ("worker" + std::to_string(i) + ".err")));
+  Process coordinator({kTfd, "--job", dir / "ensemble.json", "--run-dir", run}, {"TF_CONFIG=" + TfConfig(cluster, "coordinator", 0)},
+                      dir / "coordinator.out", dir / "coordinator.err");
+  const std::optional<int> code = coordinator.Wait(300s);
+  INFO("coordinator stderr:\n" << coordinator.err());
+  REQUIRE(code.has_value());
+  CHECK(*code == 0);
+  for (auto& w : workers) {
+    const std::optional<int> c = w->Wait(60s);
+    INFO("worker stderr:\n" << w->err());
+    REQUIRE(c.has_value());
+    CHECK(*c == 0);
+  }
+  const json ensemble = json::parse(ReadAll(run + "/ensemble.json"));
+  REQUIRE(ensemble["epochs"].size() == 2);
+  CHECK(ensemble["epochs"][1]["members"] == 3);
+  CHECK(ensemble["predictions_epoch"] == 2);
+  for (const char* f : {"/predictions/labels.u8", "/predictions/ensemble.f32", "/predictions/member-0.f32", "/predictions/member-2.f32", "/best.json",
+                        "/leaderboard.csv", "/job.json"})
+    CHECK(std::filesystem::exists(run + f));
+}
+
 // Expects exit code 2 and exactly one line on stderr containing `fragment`.
 void ExpectUsageError(const CommandResult& r, const std::string& fragment) {
   INFO("stderr: " << r.err);
