@@ -205,6 +205,7 @@ int CoordinatorMain(const tfd::config::TfConfig& tf, const std::string& sweep_pa
   ropts.interrupted = [] { return g_stop.load(); };
   ropts.startup_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(startup_timeout * 1000));
   ropts.reconnect_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(reconnect_timeout * 1000));
+  ropts.expected_workers = sweep.workers;
   const int code = tfd::coordinator::RunSweep(*coord, sweep, ropts);
   coord.reset();
   if (code == 130) return 128 + (g_signal.load() != 0 ? g_signal.load() : SIGINT);

@@ -170,6 +170,10 @@ class Coordinator::Service final : public transport::FrameHandler {
     MutexLock lock(&mu_);
     return fn(scheduler_, workers_.size());
   }
+  int EverConnected() const {
+    MutexLock lock(&mu_);
+    return static_cast<int>(seen_.size());
+  }
   std::vector<std::string> TakeLines() {
     MutexLock lock(&mu_);
     return scheduler_.TakeLines();
@@ -246,6 +250,7 @@ class Coordinator::Service final : public transport::FrameHandler {
         if (index == worker)
           return Refuse(*from, Status::FailedPrecondition(fmt::format("worker:{} is connected already", worker)));
       workers_[from.get()] = worker;
+      seen_.insert(worker);
     }
     from->set_peer_name(fmt::format("worker:{} ({})", worker, from->peer_name()));
     from->MarkEstablished();
@@ -290,6 +295,7 @@ class Coordinator::Service final : public transport::FrameHandler {
   SweepScheduler scheduler_ TFD_GUARDED_BY(mu_);
   std::map<const transport::Connection*, int> workers_ TFD_GUARDED_BY(mu_);  // established connections
   std::map<int, Pending> pending_ TFD_GUARDED_BY(mu_);                        // idle workers waiting for a trial
+  std::set<int> seen_ TFD_GUARDED_BY(mu_);                                    // every worker index that said HELLO
   const std::string trials_dir_;
   std::map<int, Stored> pending_ckpt_ TFD_GUARDED_BY(mu_);    // trial -> its checkpoint awaiting its epoch report
   std::map<int, Stored> committed_ckpt_ TFD_GUARDED_BY(mu_);  // trial -> the checkpoint it resumes from
@@ -352,6 +358,7 @@ bool Coordinator::Finished() const {
 int Coordinator::Connected() const {
   return impl_->service->Read([](const SweepScheduler&, std::size_t n) { return static_cast<int>(n); });
 }
+int Coordinator::EverConnected() const { return impl_->service->EverConnected(); }
 std::vector<std::string> Coordinator::TakeLines() { return impl_->service->TakeLines(); }
 std::vector<SweepScheduler::EnsembleEpoch> Coordinator::EnsembleEpochs() const {
   return impl_->service->Read([](const SweepScheduler& s, std::size_t) { return s.ensemble_epochs(); });

@@ -52,8 +52,9 @@ class Coordinator {
   void StopAll();
   // Every worker is gone for good (their processes ended): trials still waiting fail with `why`.
   void FailWaiting(const std::string& why);
-  // Workers connected now.
+  // Workers connected now; distinct worker indexes that have connected since the start.
   int Connected() const;
+  int EverConnected() const;
   // An ensemble's accuracy per complete epoch, and the last complete epoch's predictions.
   std::vector<SweepScheduler::EnsembleEpoch> EnsembleEpochs() const;
   SweepScheduler::Predictions LastPredictions() const;

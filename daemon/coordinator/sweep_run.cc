@@ -87,7 +87,14 @@ int RunSweep(Coordinator& coord, const config::SweepSpec& sweep, const SweepRunO
       finished_seen = true;
       finished_at = Clock::now();
     }
-    if (finished && !any_running) break;
+    if (finished && !any_running) {
+      // A cluster's worker that has not come yet is waited for within its startup window, to be
+      // told the sweep is over (not after a stop: it would only be told the same).
+      const bool all_seen = coord.EverConnected() >= options.expected_workers;
+      if (!remote || stopping || all_seen || Clock::now() - started > options.startup_timeout) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      continue;
+    }
     const bool past_stop = stopping && Clock::now() > stop_deadline;
     if (!terminated && (past_stop || (finished_seen && Clock::now() - finished_at > std::chrono::seconds(10)))) {
       terminated = true;

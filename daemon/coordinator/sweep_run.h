@@ -37,6 +37,11 @@ struct SweepRunOptions {
   // again within `reconnect_timeout` of the last one leaving, fails the trials still waiting.
   std::chrono::milliseconds startup_timeout{120000};
   std::chrono::milliseconds reconnect_timeout{60000};
+  // With no workers_running: the cluster's worker tasks. Once the sweep is over, the loop waits for
+  // each of them to have connected (and been told the sweep is over) and left, until
+  // `startup_timeout` from the start at most, so a worker that starts late still ends cleanly;
+  // workers still connected 10 s after the sweep ended are not waited for.
+  int expected_workers = 0;
 };
 
 // Runs the sweep to its end: appends the coordinator's lines to trials.jsonl, draws the
