@@ -1,6 +1,9 @@
 // tfd: the training daemon. main() parses flags, wires objects and maps a Status to an exit code
 // (0 done, 1 runtime failure, 2 bad usage or configuration, 128+N after signal N).
+#include <unistd.h>
+
 #include <csignal>
+#include <filesystem>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -26,7 +29,9 @@
 #include "common/tensor/cuda/runtime.h"
 #include "common/tensor/gemm.h"
 #include "daemon/allreduce/run_allreduce.h"
+#include "daemon/coordinator/coordinator.h"
 #include "daemon/coordinator/generic_worker.h"
+#include "daemon/coordinator/sweep_run.h"
 #include "daemon/evaluator/evaluator.h"
 #include "daemon/evaluator/sinks.h"
 #include "daemon/pipeline/run_pipeline.h"
@@ -49,7 +54,7 @@ extern "C" void OnSignal(int sig) {
   g_stop.store(true);
 }
 
-constexpr const char* kUsage = R"(tfd: the training daemon of a tfd cluster (a ps, worker or evaluator task), or one process.
+constexpr const char* kUsage = R"(tfd: the training daemon of a tfd cluster (a ps, worker, evaluator or coordinator task), or one process.
 
 Usage:
   TF_CONFIG='{"cluster": {...}, "task": {...}}' tfd --job FILE   a task of a cluster
@@ -57,13 +62,15 @@ Usage:
   tfd --job_name=worker --task_index=0 --ps_hosts=H:P,... --worker_hosts=H:P,... --job FILE
   tfd --standalone --job FILE                                    train in this one process
   srun tfd --slurm-ps N --job FILE                               a task of a Slurm job step
+  TF_CONFIG=... tfd --sweep FILE --run-dir DIR                   the coordinator task of a sweep
 
 TF_CONFIG follows TensorFlow: {"cluster": {"chief": [...], "worker": ["host:port", ...],
 "ps": [...]}, "task": {"type": "worker", "index": 0}}. The chief is the "chief" task, else worker 0.
 A ps needs no --job: the chief sends it what it holds and how to update it. In allreduce mode the
 cluster has no ps: each worker listens on its own address and the workers form a ring. An
 "evaluator" task evaluates each of the chief's checkpoints (the job's checkpoint.dir) and ends
-after the final one.
+after the final one. A "coordinator" task runs a sweep (--sweep FILE, as tfctl sweep takes) on
+the cluster's worker tasks, which then need no --job: they train the trials it hands out.
 
 With --slurm-ps N the cluster comes from Slurm's environment (SLURM_PROCID, SLURM_NTASKS,
 SLURM_LOCALID, SLURM_STEP_NODELIST, SLURM_STEP_TASKS_PER_NODE): every task of the step listens on
@@ -102,9 +109,11 @@ tfd::http::Response ServeMetrics(const tfd::http::Request& req, const tfd::metri
   return r;
 }
 
-// tfd --coordinator HOST:PORT --task_index N: a generic worker of a sweep (docs/sweeps.md).
+// A generic worker of a sweep (docs/sweeps.md): tfd --coordinator HOST:PORT --task_index N, or a
+// worker task of a TF_CONFIG cluster that has a coordinator (`conn` then carries the cluster token
+// and `cluster_id` its cluster's id).
 int GenericWorkerMain(const std::string& address, int index, const std::string& log_level, bool json, double startup_timeout,
-                      double peer_timeout) {
+                      tfd::transport::ConnectionOptions conn, std::uint64_t cluster_id = 0) {
   const std::size_t colon = address.rfind(':');
   int port = -1;
   if (colon != std::string::npos && colon > 0) {
@@ -121,24 +130,89 @@ int GenericWorkerMain(const std::string& address, int index, const std::string& 
     std::fprintf(stderr, "tfd: --coordinator needs --task_index N (this worker's index)\n");
     return 2;
   }
+  std::string host = address.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);  // [v6addr]
   const std::string task = fmt::format("worker:{}", index);
   tfd::SetupLogging(task, log_level);
   tfd::EventWriter events(stdout, task, json);
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGPIPE, SIG_IGN);
-  tfd::transport::ConnectionOptions conn;
-  conn.peer_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(peer_timeout * 1000));
-  conn.heartbeat_interval = std::min(std::chrono::milliseconds(1000), conn.peer_timeout / 4);
   tfd::coordinator::GenericWorkerOptions options{
-      .host = address.substr(0, colon),
+      .host = host,
       .port = static_cast<std::uint16_t>(port),
       .index = index,
+      .cluster_id = cluster_id,
       .stop = &g_stop,
       .startup_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(startup_timeout * 1000))};
   tfd::Status s = tfd::coordinator::RunGenericWorker(options, events, conn);
   if (!s.ok()) return Fail(s, events);
   return 0;
+}
+
+// The coordinator task of a TF_CONFIG cluster (docs/sweeps.md, "By hand"): runs the sweep of
+// `sweep_path` (or the ensemble of `job_path`) on the cluster's worker tasks, listening on its own
+// endpoint, and writes the run folder `run_dir` as tfctl sweep does.
+int CoordinatorMain(const tfd::config::TfConfig& tf, const std::string& sweep_path, const std::string& job_path, const std::string& run_dir_flag,
+                    const std::string& bind, const tfd::transport::ConnectionOptions& conn, const std::string& log_level, bool json,
+                    double startup_timeout, double reconnect_timeout) {
+  namespace fs = std::filesystem;
+  const std::string task = tf.task.ToString();
+  tfd::SetupLogging(task, log_level);
+  tfd::EventWriter events(stdout, task, json);
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGPIPE, SIG_IGN);
+  const std::string run_dir = fs::absolute(run_dir_flag).string();
+  const bool ensemble = sweep_path.empty();
+  const std::string file = ensemble ? job_path : sweep_path;
+  tfd::Result<tfd::config::SweepSpec> loaded = ensemble ? tfd::config::LoadEnsembleSpec(file) : tfd::config::LoadSweepSpec(file);
+  if (!loaded.ok()) return Fail(loaded.status(), events);
+  tfd::config::SweepSpec sweep = std::move(loaded).value();
+  sweep.workers = static_cast<int>(tf.cluster.worker.size());  // the cluster's worker tasks, whatever the file says
+  std::vector<tfd::config::Trial> trials = tfd::config::GenerateTrials(sweep);
+  const int parallel = sweep.parallel > 0 ? sweep.parallel : sweep.workers;
+
+  std::error_code ec;
+  if (fs::exists(fs::path(run_dir) / "trials.jsonl", ec))
+    return Fail(tfd::Status::InvalidArgument(fmt::format("--run-dir: {} holds a sweep's trials.jsonl already: give a new or empty folder", run_dir)), events);
+  fs::create_directories(run_dir, ec);
+  if (ec) return Fail(tfd::Status::InvalidArgument(fmt::format("--run-dir: cannot create {}: {}", run_dir, ec.message())), events);
+  fs::copy_file(file, fs::path(run_dir) / (ensemble ? "job.json" : "sweep.json"), fs::copy_options::overwrite_existing, ec);
+
+  tfd::coordinator::CoordinatorOptions copts;
+  copts.bind_address = bind;
+  copts.port = tf.self().port;
+  copts.connection = conn;
+  copts.trials_dir = (fs::path(run_dir) / "trials").string();
+  copts.cluster_id = tf.cluster.Id();
+  tfd::Result<std::unique_ptr<tfd::coordinator::Coordinator>> started = tfd::coordinator::Coordinator::Start(sweep, trials, parallel, copts);
+  if (!started.ok()) return Fail(started.status(), events);
+  std::unique_ptr<tfd::coordinator::Coordinator> coord = std::move(started).value();
+  spdlog::info("{} {}: {} trials, {} at once on {} worker tasks, {} of {}, scheduler {}; listening on port {}; run folder {}",
+               ensemble ? "ensemble" : "sweep", file, trials.size(), parallel, sweep.workers, sweep.maximize ? "max" : "min", sweep.metric,
+               sweep.asha ? "asha" : "none", coord->port(), run_dir);
+  events.Emit("start", {{"role", std::string("coordinator")}, {"pid", std::int64_t{getpid()}}, {"trials", static_cast<std::int64_t>(trials.size())}});
+
+  tfd::coordinator::SweepRunOptions ropts;
+  ropts.run_dir = run_dir;
+  ropts.ensemble = ensemble;
+  ropts.table = stderr;
+  ropts.prefix = task;
+  ropts.say = [](bool error, std::string_view, const std::string& message) {
+    if (error) spdlog::error("{}", message);
+    else spdlog::info("{}", message);
+  };
+  ropts.interrupted = [] { return g_stop.load(); };
+  ropts.startup_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(startup_timeout * 1000));
+  ropts.reconnect_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(reconnect_timeout * 1000));
+  ropts.expected_workers = sweep.workers;
+  const int code = tfd::coordinator::RunSweep(*coord, sweep, ropts);
+  coord.reset();
+  if (code == 130) return 128 + (g_signal.load() != 0 ? g_signal.load() : SIGINT);
+  if (code == 0) events.Emit("done", {{"run_dir", run_dir}});
+  else events.Emit("error", {{"message", std::string("no trial reported ") + sweep.metric}});
+  return code;
 }
 
 }  // namespace
@@ -148,7 +222,7 @@ using tfd::Status;
 int main(int argc, char** argv) {
   po::options_description opts(kUsage);
   std::string job_path, params_out, summaries_dir, tf_config_path, token_file, log_format = "text", log_level = "info", job_name, ps_hosts,
-      worker_hosts, bind, metrics_flag, run_name, coordinator_address, device_flag;
+      worker_hosts, bind, metrics_flag, run_name, coordinator_address, device_flag, sweep_path, run_dir;
   std::int64_t shard_limit = 0;
   int task_index = -1, slurm_ps = -1, slurm_port_base = 8888;
   using Timeouts = tfd::config::TaskTimeouts;  // the defaults tfctl also knows
@@ -184,7 +258,9 @@ int main(int argc, char** argv) {
       ("run-name", po::value<std::string>(&run_name)->value_name("NAME"), "the run label of every metric (tfctl gives its run folder's name; default empty)")
       ("slurm-ps", po::value<int>(&slurm_ps)->value_name("N"), "take the cluster from Slurm's environment (under srun): the first N ranks are ps tasks, the rest workers")
       ("slurm-port-base", po::value<int>(&slurm_port_base)->value_name("PORT"), "with --slurm-ps: a task listens on PORT + its slot on its node (default 8888)")
-      ("coordinator", po::value<std::string>(&coordinator_address)->value_name("HOST:PORT"), "a generic worker of a sweep (tfctl sweep): train the trials the coordinator at HOST:PORT hands out, with --task_index N (docs/sweeps.md)");
+      ("coordinator", po::value<std::string>(&coordinator_address)->value_name("HOST:PORT"), "a generic worker of a sweep (tfctl sweep): train the trials the coordinator at HOST:PORT hands out, with --task_index N (docs/sweeps.md)")
+      ("sweep", po::value<std::string>(&sweep_path)->value_name("FILE"), "coordinator task: run this sweep (the format of tfctl sweep) on the cluster's worker tasks (an ensemble: --job FILE with \"ensemble\" instead)")
+      ("run-dir", po::value<std::string>(&run_dir)->value_name("DIR"), "coordinator task: write the sweep's trials.jsonl, leaderboard.csv and best.json into DIR (made if missing)");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
@@ -220,10 +296,16 @@ int main(int argc, char** argv) {
     if (!(v > 0 && v < 1e6)) return usage_error(std::string(name) + ": expected a number of seconds above 0");
   if (vm.count("idle-timeout") && !(idle_timeout > 0 && idle_timeout < 1e6)) return usage_error("--idle-timeout: expected a number of seconds above 0");
 
+  auto connection_options = [&] {
+    tfd::transport::ConnectionOptions conn;
+    conn.peer_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(peer_timeout * 1000));
+    conn.heartbeat_interval = std::min(std::chrono::milliseconds(1000), conn.peer_timeout / 4);
+    return conn;
+  };
   if (vm.count("coordinator")) {
-    if (standalone || !job_path.empty() || !tf_config_path.empty() || !job_name.empty())
-      return usage_error("--coordinator takes no --job, --standalone, --tf-config or --job_name: the coordinator hands out the jobs");
-    return GenericWorkerMain(coordinator_address, task_index, log_level, log_format == "json", startup_timeout, peer_timeout);
+    if (standalone || !job_path.empty() || !tf_config_path.empty() || !job_name.empty() || vm.count("sweep") || vm.count("run-dir"))
+      return usage_error("--coordinator takes no --job, --sweep, --run-dir, --standalone, --tf-config or --job_name: the coordinator hands out the jobs");
+    return GenericWorkerMain(coordinator_address, task_index, log_level, log_format == "json", startup_timeout, connection_options());
   }
   // Which task is this? --standalone, the seeds' flags, --tf-config, or $TF_CONFIG.
   tfd::Result<tfd::config::TfConfig> tf_config = Status::InvalidArgument("unset");
@@ -251,6 +333,9 @@ int main(int argc, char** argv) {
 
   const bool is_ps = !standalone && tf_config->task.type == tfd::config::TaskType::kPs;
   const bool is_evaluator = !standalone && tf_config->task.type == tfd::config::TaskType::kEvaluator;
+  const bool is_coordinator = !standalone && tf_config->task.type == tfd::config::TaskType::kCoordinator;
+  // A worker of a cluster with a coordinator is a generic worker: the coordinator hands it its jobs.
+  const bool is_generic_worker = !standalone && !is_coordinator && !tf_config->cluster.coordinator.empty();
   if (vm.count("idle-timeout") && !is_evaluator) return usage_error("--idle-timeout: only for an evaluator task");
   // Per-task placement: the flags override the job's device and memory share for this task alone.
   std::optional<int> device_override;
@@ -265,7 +350,20 @@ int main(int argc, char** argv) {
     if (!(gpu_memory_fraction > 0 && gpu_memory_fraction <= 1))
       return usage_error(fmt::format("--gpu-memory-fraction: expected a number in (0, 1], got {}", gpu_memory_fraction));
   }
-  if (!is_ps && job_path.empty()) return usage_error("--job FILE is required (see tfd --help)");
+  if (!is_coordinator) {
+    const std::string who = standalone ? "--standalone" : "this task (" + tf_config->task.ToString() + ")";
+    if (vm.count("sweep")) return usage_error("--sweep: only for the coordinator task (TF_CONFIG task.type \"coordinator\"), not " + who);
+    if (vm.count("run-dir")) return usage_error("--run-dir: only for the coordinator task (TF_CONFIG task.type \"coordinator\"), not " + who);
+  } else {
+    if (sweep_path.empty() && job_path.empty())
+      return usage_error("--sweep FILE is required for the coordinator task (or --job FILE of an ensemble job)");
+    if (!sweep_path.empty() && !job_path.empty()) return usage_error("--sweep and --job: a coordinator task runs one sweep or one ensemble job, not both");
+    if (run_dir.empty()) return usage_error("--run-dir DIR is required for the coordinator task (its trials.jsonl, leaderboard.csv and best.json)");
+  }
+  if (is_generic_worker && !job_path.empty())
+    return usage_error(fmt::format("--job: {} is a worker of a cluster with a coordinator (cluster.coordinator): the coordinator hands out the jobs",
+                                   tf_config->task.ToString()));
+  if (!is_ps && !is_coordinator && !is_generic_worker && job_path.empty()) return usage_error("--job FILE is required (see tfd --help)");
 
   // The cluster token: from --token-file or TF_CONFIG's "tfd": {"token_file": ...}. Without one,
   // tfd talks to this machine only, unless --insecure says the network is trusted.
@@ -285,6 +383,16 @@ int main(int argc, char** argv) {
                                            "trusted network",
                                            tfd::config::TaskTypeName(t), ep.ToString()));
     }
+  }
+
+  if (is_coordinator || is_generic_worker) {
+    tfd::transport::ConnectionOptions conn = connection_options();
+    conn.token = token;
+    conn.insecure = insecure;
+    if (is_generic_worker)
+      return GenericWorkerMain(tf_config->cluster.coordinator[0].ToString(), tf_config->task.index, log_level, log_format == "json", startup_timeout,
+                               conn, tf_config->cluster.Id());
+    return CoordinatorMain(*tf_config, sweep_path, job_path, run_dir, bind, conn, log_level, log_format == "json", startup_timeout, reconnect_timeout);
   }
 
   tfd::KeepLargeAllocationsInHeap();

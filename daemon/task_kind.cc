@@ -12,6 +12,7 @@ wire::TaskKind ToWireKind(config::TaskType type) {
     case config::TaskType::kWorker: return wire::TaskKind::kWorker;
     case config::TaskType::kPs: return wire::TaskKind::kPs;
     case config::TaskType::kEvaluator: return wire::TaskKind::kEvaluator;
+    case config::TaskType::kCoordinator: return wire::TaskKind::kCoordinator;
   }
   TFD_CHECK(false);  // every TaskType is listed above
   return wire::TaskKind::kWorker;

@@ -14,15 +14,14 @@
 #include "common/base/logging.h"
 #include "common/config/sweep.h"
 #include "daemon/coordinator/coordinator.h"
+#include "daemon/coordinator/sweep_run.h"
 #include "launcher/commands.h"
 #include "launcher/runner.h"
-#include "launcher/sweep_table.h"
 
 namespace tfd::launcher {
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
 
 // tfd beside tfctl (an install), or in the build tree's daemon/, else tfd from PATH.
 std::string DefaultTfd() {
@@ -41,34 +40,6 @@ struct Worker {
   int exit_code = -1;
   bool running = false;
 };
-
-// ensemble.json (the ensemble's accuracy per epoch beside its best member's) and, for the last
-// complete epoch, predictions/: labels.u8, member-K.f32 (each member's softmax, rows x classes
-// little-endian floats) and ensemble.f32 (their mean, as the coordinator computed it).
-void WriteEnsemble(const fs::path& run_dir, const std::vector<coordinator::SweepScheduler::EnsembleEpoch>& epochs,
-                   const coordinator::SweepScheduler::Predictions& last) {
-  std::string json = "{\"epochs\": [";
-  for (std::size_t i = 0; i < epochs.size(); ++i)
-    json += fmt::format("{}{{\"epoch\": {}, \"members\": {}, \"ensemble_test_accuracy\": {}, \"best_member_test_accuracy\": {}}}",
-                        i ? ", " : "", epochs[i].epoch, epochs[i].members, epochs[i].accuracy, epochs[i].best_member);
-  json += fmt::format("], \"classes\": {}, \"predictions_epoch\": {}}}\n", last.classes, last.epoch);
-  std::ofstream(run_dir / "ensemble.json") << json;
-  if (!epochs.empty()) {
-    const auto& e = epochs.back();
-    Say(stdout, false, "ensemble",
-        fmt::format("epoch {}: ensemble_test_accuracy {:.4f} (best of {} members {:.4f}, {:+.4f})", e.epoch, e.accuracy, e.members,
-                    e.best_member, e.accuracy - e.best_member));
-  }
-  if (last.members.empty()) return;
-  std::error_code ec;
-  fs::create_directories(run_dir / "predictions", ec);
-  auto write = [&](const std::string& name, const void* data, std::size_t bytes) {
-    std::ofstream(run_dir / "predictions" / name, std::ios::binary).write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
-  };
-  write("labels.u8", last.labels.data(), last.labels.size());
-  for (const auto& [trial, probs] : last.members) write(fmt::format("member-{}.f32", trial), probs.data(), probs.size() * sizeof(float));
-  write("ensemble.f32", last.mean.data(), last.mean.size() * sizeof(float));
-}
 
 }  // namespace
 
@@ -124,20 +95,15 @@ int Sweep(const SweepArgs& args, const Interrupts& interrupts) {
     }
   }
 
-  std::ofstream jsonl(run_dir / "trials.jsonl", std::ios::app);
-  LeaderboardPrinter printer(isatty(1) != 0, sweep.metric, sweep.maximize);
-  bool stopping = false;
-  Clock::time_point stop_deadline{}, finished_at{};
-  bool finished_seen = false, terminated = false;
-  while (true) {
-    for (const std::string& line : coord->TakeLines()) jsonl << line << "\n";
-    jsonl.flush();
-    if (!stopping && interrupts.flag != nullptr && interrupts.flag->load() != 0) {
-      stopping = true;
-      Say(stdout, false, "stopping", fmt::format("stopping every trial at its next epoch (workers still running in {} s are terminated)", args.grace_secs));
-      coord->StopAll();
-      stop_deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(args.grace_secs));
-    }
+  coordinator::SweepRunOptions ropts;
+  ropts.run_dir = run_dir.string();
+  ropts.ensemble = args.ensemble;
+  ropts.table = stdout;
+  ropts.tty = isatty(1) != 0;
+  ropts.say = [](bool error, std::string_view event, const std::string& message) { Say(error ? stderr : stdout, false, event, message); };
+  if (interrupts.flag != nullptr) ropts.interrupted = [flag = interrupts.flag] { return flag->load() != 0; };
+  ropts.grace_secs = args.grace_secs;
+  ropts.workers_running = [&workers, &coord, &run_dir] {
     bool any_running = false;
     for (Worker& w : workers) {
       if (w.running && Reaped(w.pid, &w.exit_code)) {
@@ -148,42 +114,13 @@ int Sweep(const SweepArgs& args, const Interrupts& interrupts) {
       }
       any_running |= w.running;
     }
-    if (!any_running && !coord->Finished() && coord->Connected() == 0) coord->FailWaiting("no worker left to run it");
-    printer.Update(coord->Trials(), coord->Best());
-    const bool finished = coord->Finished();
-    if (finished && !finished_seen) {
-      finished_seen = true;
-      finished_at = Clock::now();
-    }
-    if (finished && !any_running) break;
-    const bool past_stop = stopping && Clock::now() > stop_deadline;
-    if (!terminated && (past_stop || (finished_seen && Clock::now() - finished_at > std::chrono::seconds(10)))) {
-      terminated = true;
-      for (Worker& w : workers)
-        if (w.running) kill(-w.pid, SIGTERM);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  for (const std::string& line : coord->TakeLines()) jsonl << line << "\n";
-  jsonl.close();
-
-  const std::vector<coordinator::TrialState> final_trials = coord->Trials();
-  const int best = coord->Best();
-  if (args.ensemble) WriteEnsemble(run_dir, coord->EnsembleEpochs(), coord->LastPredictions());
-  coord.reset();
-  printer.Final(final_trials, best);
-  std::ofstream(run_dir / "leaderboard.csv") << LeaderboardCsv(final_trials, sweep.metric, sweep.maximize);
-  if (best >= 0) {
-    std::ofstream(run_dir / "best.json") << final_trials[static_cast<std::size_t>(best)].trial.job_text << "\n";
-    Say(stdout, false, "best",
-        fmt::format("best: trial {} {} {} = {:.4f}; its job: {}", final_trials[static_cast<std::size_t>(best)].trial.id,
-                    coordinator::ParamsJson(final_trials[static_cast<std::size_t>(best)].trial.params), sweep.metric,
-                    *final_trials[static_cast<std::size_t>(best)].best, (run_dir / "best.json").string()));
-  } else {
-    Say(stderr, false, "error", "no trial reported " + sweep.metric);
-  }
-  if (stopping) return 130;
-  return best >= 0 ? 0 : 1;
+    return any_running;
+  };
+  ropts.terminate_workers = [&workers] {
+    for (Worker& w : workers)
+      if (w.running) kill(-w.pid, SIGTERM);
+  };
+  return coordinator::RunSweep(*coord, sweep, ropts);
 }
 
 }  // namespace tfd::launcher

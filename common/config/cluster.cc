@@ -36,6 +36,15 @@ Status Validate(const TfConfig& c, std::string_view source) {
     return Status::InvalidArgument(fmt::format("{}: cluster.chief: {} tasks, at most one allowed", source, c.cluster.chief.size()));
   if (c.cluster.evaluator.size() > 1)
     return Status::InvalidArgument(fmt::format("{}: cluster.evaluator: {} tasks, at most one allowed", source, c.cluster.evaluator.size()));
+  if (c.cluster.coordinator.size() > 1)
+    return Status::InvalidArgument(fmt::format("{}: cluster.coordinator: {} tasks, at most one allowed", source, c.cluster.coordinator.size()));
+  if (!c.cluster.coordinator.empty()) {
+    for (TaskType t : {TaskType::kChief, TaskType::kPs, TaskType::kEvaluator})
+      if (!c.cluster.Tasks(t).empty())
+        return Status::InvalidArgument(fmt::format("{}: cluster.{}: a cluster with a coordinator has worker tasks only (the coordinator "
+                                                   "hands each worker its trials)",
+                                                   source, TaskTypeName(t)));
+  }
   if (c.cluster.num_workers() == 0)
     return Status::InvalidArgument(fmt::format("{}: cluster: no chief or worker task (training needs at least one)", source));
   std::set<std::pair<std::string, std::uint16_t>> seen;
@@ -102,6 +111,7 @@ std::string_view TaskTypeName(TaskType t) {
     case TaskType::kWorker: return "worker";
     case TaskType::kPs: return "ps";
     case TaskType::kEvaluator: return "evaluator";
+    case TaskType::kCoordinator: return "coordinator";
   }
   return "?";
 }
@@ -114,6 +124,7 @@ const std::vector<Endpoint>& ClusterSpec::Tasks(TaskType t) const {
     case TaskType::kWorker: return worker;
     case TaskType::kPs: return ps;
     case TaskType::kEvaluator: return evaluator;
+    case TaskType::kCoordinator: return coordinator;
   }
   return worker;
 }
@@ -138,6 +149,7 @@ const Endpoint& ClusterSpec::EndpointOf(const TaskId& task) const {
 std::uint64_t ClusterSpec::Id() const {
   std::string canonical;
   for (TaskType t : kAllTypes) {
+    if (t == TaskType::kCoordinator && coordinator.empty()) continue;  // the ids of clusters without one stay as they were
     canonical += TaskTypeName(t);
     canonical += '=';
     const std::vector<Endpoint>& tasks = Tasks(t);
@@ -191,7 +203,7 @@ Result<TfConfig> ParseTfConfig(std::string_view text, std::string_view source) {
     std::string type;
     tr.String("type", &type, /*required=*/true);
     if (tr.status().ok() && !ParseTaskType(type, &c.task.type))
-      tr.Fail("task.type", fmt::format("unknown task type \"{}\" (expected chief, worker, ps or evaluator)", type));
+      tr.Fail("task.type", fmt::format("unknown task type \"{}\" (expected chief, worker, ps, evaluator or coordinator)", type));
     tr.Int("index", 0, 1 << 20, &c.task.index, /*required=*/true);
     (void)tr.Finish();
   }

@@ -22,8 +22,10 @@ struct Endpoint {
 // "host:port" or "[v6addr]:port", port in [1, 65535]. InvalidArgument describing what is wrong.
 Result<Endpoint> ParseEndpoint(std::string_view text);
 
-enum class TaskType { kChief, kWorker, kPs, kEvaluator };
-inline constexpr TaskType kAllTypes[] = {TaskType::kChief, TaskType::kWorker, TaskType::kPs, TaskType::kEvaluator};
+// kCoordinator: the coordinator of a sweep or ensemble (docs/sweeps.md); a cluster that has one
+// has worker tasks beside it and nothing else.
+enum class TaskType { kChief, kWorker, kPs, kEvaluator, kCoordinator };
+inline constexpr TaskType kAllTypes[] = {TaskType::kChief, TaskType::kWorker, TaskType::kPs, TaskType::kEvaluator, TaskType::kCoordinator};
 std::string_view TaskTypeName(TaskType t);
 
 struct TaskId {
@@ -33,9 +35,11 @@ struct TaskId {
   bool operator==(const TaskId&) const = default;
 };
 
-// TensorFlow's ClusterSpec, restricted to the job names TensorFlow knows.
+// TensorFlow's ClusterSpec, restricted to the job names TensorFlow knows, plus "coordinator".
 struct ClusterSpec {
   std::vector<Endpoint> chief, worker, ps, evaluator;
+  // At most one: the sweep's coordinator; the workers are then its generic workers.
+  std::vector<Endpoint> coordinator;
   // An elastic job's joining worker lists the workers the run started with first, then those that
   // joined since: only the first `base_workers` entries of `worker` make the cluster id, so its
   // handshakes match the tasks started before it. -1: every entry (TF_CONFIG's "tfd.base_workers").

@@ -39,10 +39,11 @@ void Reply(transport::Connection& to, wire::OutFrame f, std::uint64_t request_id
 // frames are sent after it is released.
 class Coordinator::Service final : public transport::FrameHandler {
  public:
-  Service(const config::SweepSpec& sweep, std::vector<config::Trial> trials, int parallel, std::string trials_dir)
+  Service(const config::SweepSpec& sweep, std::vector<config::Trial> trials, int parallel, std::string trials_dir, std::uint64_t cluster_id)
       : scheduler_(sweep, std::move(trials), parallel), trials_dir_(std::move(trials_dir)) {
     identity_.name = "coordinator:0";
     identity_.kind = wire::TaskKind::kCoordinator;
+    identity_.cluster_id = cluster_id;
   }
 
   void OnFrame(const ConnectionPtr& from, wire::InFrame frame) override {
@@ -169,6 +170,10 @@ class Coordinator::Service final : public transport::FrameHandler {
     MutexLock lock(&mu_);
     return fn(scheduler_, workers_.size());
   }
+  int EverConnected() const {
+    MutexLock lock(&mu_);
+    return static_cast<int>(seen_.size());
+  }
   std::vector<std::string> TakeLines() {
     MutexLock lock(&mu_);
     return scheduler_.TakeLines();
@@ -245,6 +250,7 @@ class Coordinator::Service final : public transport::FrameHandler {
         if (index == worker)
           return Refuse(*from, Status::FailedPrecondition(fmt::format("worker:{} is connected already", worker)));
       workers_[from.get()] = worker;
+      seen_.insert(worker);
     }
     from->set_peer_name(fmt::format("worker:{} ({})", worker, from->peer_name()));
     from->MarkEstablished();
@@ -289,6 +295,7 @@ class Coordinator::Service final : public transport::FrameHandler {
   SweepScheduler scheduler_ TFD_GUARDED_BY(mu_);
   std::map<const transport::Connection*, int> workers_ TFD_GUARDED_BY(mu_);  // established connections
   std::map<int, Pending> pending_ TFD_GUARDED_BY(mu_);                        // idle workers waiting for a trial
+  std::set<int> seen_ TFD_GUARDED_BY(mu_);                                    // every worker index that said HELLO
   const std::string trials_dir_;
   std::map<int, Stored> pending_ckpt_ TFD_GUARDED_BY(mu_);    // trial -> its checkpoint awaiting its epoch report
   std::map<int, Stored> committed_ckpt_ TFD_GUARDED_BY(mu_);  // trial -> the checkpoint it resumes from
@@ -307,7 +314,7 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Start(const config::SweepSpec&
   std::unique_ptr<Coordinator> c(new Coordinator());
   c->impl_ = std::make_unique<Impl>();
   Impl* impl = c->impl_.get();
-  impl->service = std::make_unique<Service>(sweep, std::move(trials), parallel, options.trials_dir);
+  impl->service = std::make_unique<Service>(sweep, std::move(trials), parallel, options.trials_dir, options.cluster_id);
   if (options.connection.guard == nullptr) options.connection.guard = std::make_shared<transport::PeerGuard>();
   impl->io = std::make_unique<transport::IoThread>([impl] {
     if (impl->listener) impl->listener->Stop();
@@ -351,6 +358,7 @@ bool Coordinator::Finished() const {
 int Coordinator::Connected() const {
   return impl_->service->Read([](const SweepScheduler&, std::size_t n) { return static_cast<int>(n); });
 }
+int Coordinator::EverConnected() const { return impl_->service->EverConnected(); }
 std::vector<std::string> Coordinator::TakeLines() { return impl_->service->TakeLines(); }
 std::vector<SweepScheduler::EnsembleEpoch> Coordinator::EnsembleEpochs() const {
   return impl_->service->Read([](const SweepScheduler& s, std::size_t) { return s.ensemble_epochs(); });

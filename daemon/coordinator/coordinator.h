@@ -22,6 +22,9 @@ struct CoordinatorOptions {
   // (the newest only); "": kept in memory alone. Either way the checkpoint a re-placed trial
   // resumes from is sent from memory, and dropped once the trial has ended.
   std::string trials_dir;
+  // The cluster id its workers' HELLOs must carry: the TF_CONFIG cluster's (ClusterSpec::Id) for a
+  // coordinator task, 0 for tfctl's own workers.
+  std::uint64_t cluster_id = 0;
 };
 
 // The coordinator of a sweep (docs/sweeps.md): listens for generic workers (tfd --coordinator),
@@ -49,8 +52,9 @@ class Coordinator {
   void StopAll();
   // Every worker is gone for good (their processes ended): trials still waiting fail with `why`.
   void FailWaiting(const std::string& why);
-  // Workers connected now.
+  // Workers connected now; distinct worker indexes that have connected since the start.
   int Connected() const;
+  int EverConnected() const;
   // An ensemble's accuracy per complete epoch, and the last complete epoch's predictions.
   std::vector<SweepScheduler::EnsembleEpoch> EnsembleEpochs() const;
   SweepScheduler::Predictions LastPredictions() const;

@@ -130,14 +130,14 @@ Status RunGenericWorker(const GenericWorkerOptions& options, EventWriter& events
   transport::IoThread io;
   const std::string peer = fmt::format("coordinator ({}:{})", options.host, options.port);
   TFD_ASSIGN_OR_RETURN(transport::tcp::socket socket,
-                       transport::Dial(io.context(), options.host, options.port, peer, transport::Clock::now() + options.startup_timeout));
+                       transport::Dial(io.context(), options.host, options.port, peer, transport::Clock::now() + options.startup_timeout, options.stop));
   std::shared_ptr<transport::RpcClient> rpc = transport::RpcClient::Start(std::move(socket), peer, connection);
   struct Closer {
     std::shared_ptr<transport::RpcClient> rpc;
     ~Closer() { rpc->Close(Status::Unavailable("the worker is done")); }
   } closer{rpc};
   transport::HandshakeIdentity self{.name = fmt::format("worker:{}", options.index), .kind = wire::TaskKind::kWorker,
-                                    .index = static_cast<std::uint32_t>(options.index)};
+                                    .index = static_cast<std::uint32_t>(options.index), .cluster_id = options.cluster_id};
   {
     auto reply = rpc->Call(wire::Encode(transport::MakeHello(self)));
     TFD_ASSIGN_OR_RETURN(wire::InFrame frame, Await(*rpc, reply, wire::MessageType::kWelcome, options.stop, "WELCOME"));

@@ -17,6 +17,7 @@ struct GenericWorkerOptions {
   std::string host;  // the coordinator
   std::uint16_t port = 0;
   int index = 0;     // this worker's index (its HELLO)
+  std::uint64_t cluster_id = 0;  // its HELLO's cluster id: the TF_CONFIG cluster's, or 0 (tfctl sweep)
   const std::atomic<bool>* stop = nullptr;  // a signal: stop the trial at its next step and return
   std::chrono::milliseconds startup_timeout{120000};  // to reach the coordinator
   std::vector<train::TrainObserver*> observers;  // given every trial's steps and epochs; not owned

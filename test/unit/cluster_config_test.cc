@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/base/sha256.h"
 #include "common/config/cluster.h"
 
 namespace tfd::config {
@@ -152,7 +153,7 @@ TEST_CASE("TF_CONFIG errors name the source and the field exactly", "[unit][clus
         R"(TF_CONFIG: cluster: missing (expected {"ps": ["host:port", ...], "worker": [...]}))");
   CHECK(ErrorOf(std::string("{") + kCluster + "}") == R"(TF_CONFIG: task: missing (expected {"type": "worker", "index": 0}))");
   CHECK(ErrorOf(TfConfigText(kCluster, R"({"type": "master", "index": 0})")) ==
-        R"(TF_CONFIG: task.type: unknown task type "master" (expected chief, worker, ps or evaluator))");
+        R"(TF_CONFIG: task.type: unknown task type "master" (expected chief, worker, ps, evaluator or coordinator))");
   CHECK(ErrorOf(TfConfigText(kCluster, R"({"index": 0})")) == "TF_CONFIG: task.type: missing (expected a string)");
   CHECK(ErrorOf(TfConfigText(kCluster, R"({"type": "worker"})")) == "TF_CONFIG: task.index: missing (expected an integer)");
   CHECK(ErrorOf(TfConfigText(kCluster, R"({"type": "worker", "index": 0, "port": 1})")) ==
@@ -161,6 +162,37 @@ TEST_CASE("TF_CONFIG errors name the source and the field exactly", "[unit][clus
         "TF_CONFIG: tfd.token: unknown field (expected one of: base_workers, token_file)");
   CHECK(ErrorOf(TfConfigText(kCluster, R"({"type": "worker", "index": 0})", R"(, "tfd": {"token_file": 7})")) ==
         "TF_CONFIG: tfd.token_file: expected a string, got 7");
+}
+
+TEST_CASE("a coordinator task: at most one, beside worker tasks only; the cluster id counts it", "[unit][cluster]") {
+  constexpr const char* kSweep = R"("cluster": {"coordinator": ["pc-00:2222"], "worker": ["pc-01:2222", "pc-02:2222"]})";
+  const TfConfig c = Parsed(TfConfigText(kSweep, R"({"type": "coordinator", "index": 0})"));
+  CHECK(c.task == TaskId{TaskType::kCoordinator, 0});
+  CHECK(c.task.ToString() == "coordinator:0");
+  CHECK(c.self() == Endpoint{"pc-00", 2222});
+  CHECK_FALSE(c.is_chief());
+  CHECK(c.cluster.num_workers() == 2);
+  const TfConfig w = Parsed(TfConfigText(kSweep, R"({"type": "worker", "index": 1})"));
+  CHECK(w.cluster.Id() == c.cluster.Id());
+  ClusterSpec without = c.cluster;
+  without.coordinator.clear();
+  CHECK(without.Id() != c.cluster.Id());
+  // A cluster without a coordinator keeps the id it had before coordinators existed.
+  ClusterSpec plain;
+  plain.worker = {{"pc-01", 2222}};
+  CHECK(plain.Id() == Fingerprint64("chief=;worker=pc-01:2222,;ps=;evaluator=;"));
+
+  CHECK(ErrorOf(TfConfigText(R"("cluster": {"coordinator": ["pc-00:1", "pc-00:2"], "worker": ["pc-01:1"]})",
+                             R"({"type": "worker", "index": 0})")) == "TF_CONFIG: cluster.coordinator: 2 tasks, at most one allowed");
+  CHECK(ErrorOf(TfConfigText(R"("cluster": {"coordinator": ["pc-00:1"], "worker": ["pc-01:1"], "ps": ["pc-02:1"]})",
+                             R"({"type": "worker", "index": 0})")) ==
+        "TF_CONFIG: cluster.ps: a cluster with a coordinator has worker tasks only (the coordinator hands each worker its trials)");
+  CHECK(ErrorOf(TfConfigText(R"("cluster": {"coordinator": ["pc-00:1"], "chief": ["pc-01:1"]})", R"({"type": "coordinator", "index": 0})")) ==
+        "TF_CONFIG: cluster.chief: a cluster with a coordinator has worker tasks only (the coordinator hands each worker its trials)");
+  CHECK(ErrorOf(TfConfigText(R"("cluster": {"coordinator": ["pc-00:1"]})", R"({"type": "coordinator", "index": 0})")) ==
+        "TF_CONFIG: cluster: no chief or worker task (training needs at least one)");
+  CHECK(ErrorOf(TfConfigText(R"("cluster": {"coordinator": ["pc-00:1"], "worker": ["pc-00:1"]})", R"({"type": "worker", "index": 0})")) ==
+        R"(TF_CONFIG: cluster.coordinator[0]: "pc-00:1" is listed twice)");
 }
 
 TEST_CASE("a task index out of range or not an integer is refused", "[unit][cluster]") {
@@ -208,7 +240,7 @@ TEST_CASE("bad cluster entries are refused with the entry's path", "[unit][clust
   CHECK(ErrorOf(TfConfigText(R"("cluster": {"worker": [2222]})", task)) ==
         R"(TF_CONFIG: cluster.worker[0]: expected a "host:port" string, got 2222)");
   CHECK(ErrorOf(TfConfigText(R"("cluster": {"worker": ["a:1"], "master": ["b:1"]})", task)) ==
-        "TF_CONFIG: cluster.master: unknown field (expected one of: chief, evaluator, ps, worker)");
+        "TF_CONFIG: cluster.master: unknown field (expected one of: chief, coordinator, evaluator, ps, worker)");
 }
 
 TEST_CASE("an unknown top-level TF_CONFIG key is refused with the known ones", "[unit][cluster]") {

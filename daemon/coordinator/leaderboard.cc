@@ -1,14 +1,12 @@
-#include "launcher/sweep_table.h"
+#include "daemon/coordinator/leaderboard.h"
 
 #include <algorithm>
 #include <cstdio>
 
 #include <fmt/format.h>
 
-namespace tfd::launcher {
+namespace tfd::coordinator {
 namespace {
-
-using coordinator::TrialState;
 
 // Indexes of `trials`, best first by their best value (no value last), ties by id.
 std::vector<std::size_t> Order(const std::vector<TrialState>& all, bool maximize) {
@@ -52,9 +50,9 @@ std::string LeaderboardCsv(const std::vector<TrialState>& trials, const std::str
   std::string out = fmt::format("trial,status,epoch,{},best,worker,attempts,params,reason\n", metric);
   for (std::size_t i : Order(trials, maximize)) {
     const TrialState& t = trials[i];
-    out += fmt::format("{},{},{},{},{},{},{},{},{}\n", t.trial.id, coordinator::TrialStatusName(t.status), t.epoch,
+    out += fmt::format("{},{},{},{},{},{},{},{},{}\n", t.trial.id, TrialStatusName(t.status), t.epoch,
                        t.metric ? fmt::format("{}", *t.metric) : "", t.best ? fmt::format("{}", *t.best) : "", t.worker, t.attempt,
-                       CsvField(coordinator::ParamsJson(t.trial.params)), CsvField(t.reason));
+                       CsvField(ParamsJson(t.trial.params)), CsvField(t.reason));
   }
   return out;
 }
@@ -65,8 +63,8 @@ std::vector<std::string> LeaderboardRows(const std::vector<TrialState>& trials, 
   for (std::size_t i : Order(trials, maximize)) {
     const TrialState& t = trials[i];
     std::string row = fmt::format("{} {:>5}  {:<8} {:>5}  {:>14}  {:>8}  {}", static_cast<int>(i) == best ? '*' : ' ', t.trial.id,
-                                  coordinator::TrialStatusName(t.status), t.epoch, Value(t.metric), Value(t.best), ShortParams(t));
-    if (t.status == coordinator::TrialStatus::kFailed || t.status == coordinator::TrialStatus::kStopped) row += "  (" + t.reason.substr(0, 100) + ")";
+                                  TrialStatusName(t.status), t.epoch, Value(t.metric), Value(t.best), ShortParams(t));
+    if (t.status == TrialStatus::kFailed || t.status == TrialStatus::kStopped) row += "  (" + t.reason.substr(0, 100) + ")";
     rows.push_back(std::move(row));
   }
   return rows;
@@ -76,32 +74,32 @@ void LeaderboardPrinter::Update(const std::vector<TrialState>& trials, int best)
   if (tty_) {
     std::vector<std::string> rows = LeaderboardRows(trials, metric_, maximize_, best);
     if (rows == last_) return;
-    if (drawn_lines_ > 0) std::printf("\x1b[%dA", drawn_lines_);
-    for (const std::string& r : rows) std::printf("\x1b[2K%s\n", r.c_str());
+    if (drawn_lines_ > 0) std::fprintf(out_, "\x1b[%dA", drawn_lines_);
+    for (const std::string& r : rows) std::fprintf(out_, "\x1b[2K%s\n", r.c_str());
     drawn_lines_ = static_cast<int>(rows.size());
     last_ = std::move(rows);
-    std::fflush(stdout);
+    std::fflush(out_);
     return;
   }
   last_.resize(trials.size());
   for (std::size_t i = 0; i < trials.size(); ++i) {
     const TrialState& t = trials[i];
-    std::string key = fmt::format("{} {}", coordinator::TrialStatusName(t.status), t.epoch);
+    std::string key = fmt::format("{} {}", TrialStatusName(t.status), t.epoch);
     if (key == last_[i]) continue;
     last_[i] = key;
-    if (t.status == coordinator::TrialStatus::kPaused && t.attempt == 0) continue;  // not started yet
-    std::printf("tfctl: trial %d %s epoch %d %s=%s best=%s %s%s\n", t.trial.id, std::string(coordinator::TrialStatusName(t.status)).c_str(),
+    if (t.status == TrialStatus::kPaused && t.attempt == 0) continue;  // not started yet
+    std::fprintf(out_, "%s: trial %d %s epoch %d %s=%s best=%s %s%s\n", prefix_.c_str(), t.trial.id, std::string(TrialStatusName(t.status)).c_str(),
                 t.epoch, metric_.c_str(), Value(t.metric).c_str(), Value(t.best).c_str(), ShortParams(t).c_str(),
                 t.reason.empty() ? "" : (" (" + t.reason + ")").c_str());
   }
   (void)best;
-  std::fflush(stdout);
+  std::fflush(out_);
 }
 
 void LeaderboardPrinter::Final(const std::vector<TrialState>& trials, int best) {
   if (tty_) return Update(trials, best);
-  for (const std::string& r : LeaderboardRows(trials, metric_, maximize_, best)) std::printf("%s\n", r.c_str());
-  std::fflush(stdout);
+  for (const std::string& r : LeaderboardRows(trials, metric_, maximize_, best)) std::fprintf(out_, "%s\n", r.c_str());
+  std::fflush(out_);
 }
 
-}  // namespace tfd::launcher
+}  // namespace tfd::coordinator

@@ -1,0 +1,40 @@
+#pragma once
+
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "daemon/coordinator/sweep_scheduler.h"
+
+namespace tfd::coordinator {
+
+// leaderboard.csv: trial,status,epoch,METRIC,best,worker,attempts,params,reason, sorted best first
+// (trials without a value last, by id).
+std::string LeaderboardCsv(const std::vector<TrialState>& trials, const std::string& metric, bool maximize);
+
+// The leaderboard as text rows (header first), best first; `best` (an index into trials, or -1) is
+// marked with '*'.
+std::vector<std::string> LeaderboardRows(const std::vector<TrialState>& trials, const std::string& metric, bool maximize, int best);
+
+// Draws the live leaderboard on `out`: redrawn in place on a terminal (`tty`); elsewhere one line
+// per trial whose status or epoch changed, each starting "PREFIX: " (tfctl's stdout: "tfctl"; a
+// coordinator task's stderr: its task name). One thread only.
+class LeaderboardPrinter {
+ public:
+  LeaderboardPrinter(bool tty, std::string metric, bool maximize, std::FILE* out = stdout, std::string prefix = "tfctl")
+      : tty_(tty), maximize_(maximize), metric_(std::move(metric)), out_(out), prefix_(std::move(prefix)) {}
+  void Update(const std::vector<TrialState>& trials, int best);
+  // The whole table once more (without a terminal too).
+  void Final(const std::vector<TrialState>& trials, int best);
+
+ private:
+  bool tty_, maximize_;
+  std::string metric_;
+  std::FILE* out_;
+  std::string prefix_;
+  int drawn_lines_ = 0;
+  std::vector<std::string> last_;  // per trial: status and epoch as last printed
+};
+
+}  // namespace tfd::coordinator

@@ -1,0 +1,127 @@
+#include "daemon/coordinator/sweep_run.h"
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "daemon/coordinator/leaderboard.h"
+
+namespace tfd::coordinator {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// ensemble.json (the ensemble's accuracy per epoch beside its best member's) and, for the last
+// complete epoch, predictions/: labels.u8, member-K.f32 (each member's softmax, rows x classes
+// little-endian floats) and ensemble.f32 (their mean, as the coordinator computed it).
+void WriteEnsemble(const fs::path& run_dir, const std::vector<SweepScheduler::EnsembleEpoch>& epochs, const SweepScheduler::Predictions& last,
+                   const SweepRunOptions& options) {
+  std::string json = "{\"epochs\": [";
+  for (std::size_t i = 0; i < epochs.size(); ++i)
+    json += fmt::format("{}{{\"epoch\": {}, \"members\": {}, \"ensemble_test_accuracy\": {}, \"best_member_test_accuracy\": {}}}",
+                        i ? ", " : "", epochs[i].epoch, epochs[i].members, epochs[i].accuracy, epochs[i].best_member);
+  json += fmt::format("], \"classes\": {}, \"predictions_epoch\": {}}}\n", last.classes, last.epoch);
+  std::ofstream(run_dir / "ensemble.json") << json;
+  if (!epochs.empty()) {
+    const auto& e = epochs.back();
+    options.say(false, "ensemble",
+                fmt::format("epoch {}: ensemble_test_accuracy {:.4f} (best of {} members {:.4f}, {:+.4f})", e.epoch, e.accuracy, e.members,
+                            e.best_member, e.accuracy - e.best_member));
+  }
+  if (last.members.empty()) return;
+  std::error_code ec;
+  fs::create_directories(run_dir / "predictions", ec);
+  auto write = [&](const std::string& name, const void* data, std::size_t bytes) {
+    std::ofstream(run_dir / "predictions" / name, std::ios::binary).write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
+  };
+  write("labels.u8", last.labels.data(), last.labels.size());
+  for (const auto& [trial, probs] : last.members) write(fmt::format("member-{}.f32", trial), probs.data(), probs.size() * sizeof(float));
+  write("ensemble.f32", last.mean.data(), last.mean.size() * sizeof(float));
+}
+
+std::chrono::duration<double> Seconds(double s) { return std::chrono::duration<double>(s); }
+
+}  // namespace
+
+int RunSweep(Coordinator& coord, const config::SweepSpec& sweep, const SweepRunOptions& options) {
+  const fs::path run_dir = options.run_dir;
+  std::ofstream jsonl(run_dir / "trials.jsonl", std::ios::app);
+  LeaderboardPrinter printer(options.tty, sweep.metric, sweep.maximize, options.table, options.prefix);
+  const bool remote = !options.workers_running;  // the workers are other tasks
+  bool stopping = false;
+  const Clock::time_point started = Clock::now();
+  Clock::time_point stop_deadline{}, finished_at{}, last_connected{};
+  bool finished_seen = false, terminated = false, ever_connected = false;
+  while (true) {
+    for (const std::string& line : coord.TakeLines()) jsonl << line << "\n";
+    jsonl.flush();
+    if (!stopping && options.interrupted && options.interrupted()) {
+      stopping = true;
+      options.say(false, "stopping",
+                  fmt::format("stopping every trial at its next epoch (workers still running in {} s are {})", options.grace_secs,
+                              options.terminate_workers ? "terminated" : "left"));
+      coord.StopAll();
+      stop_deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(Seconds(options.grace_secs));
+    }
+    const int connected = coord.Connected();
+    const bool any_running = remote ? connected > 0 : options.workers_running();
+    if (connected > 0) {
+      ever_connected = true;
+      last_connected = Clock::now();
+    }
+    if (!coord.Finished()) {
+      if (!remote && !any_running && connected == 0) coord.FailWaiting("no worker left to run it");
+      if (remote && connected == 0) {
+        const auto limit = ever_connected ? options.reconnect_timeout : options.startup_timeout;
+        if (Clock::now() - (ever_connected ? last_connected : started) > limit)
+          coord.FailWaiting(fmt::format("no worker {} within {} s", ever_connected ? "came back" : "connected",
+                                        std::chrono::duration<double>(limit).count()));
+      }
+    }
+    printer.Update(coord.Trials(), coord.Best());
+    const bool finished = coord.Finished();
+    if (finished && !finished_seen) {
+      finished_seen = true;
+      finished_at = Clock::now();
+    }
+    if (finished && !any_running) {
+      // A cluster's worker that has not come yet is waited for within its startup window, to be
+      // told the sweep is over (not after a stop: it would only be told the same).
+      const bool all_seen = coord.EverConnected() >= options.expected_workers;
+      if (!remote || stopping || all_seen || Clock::now() - started > options.startup_timeout) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      continue;
+    }
+    const bool past_stop = stopping && Clock::now() > stop_deadline;
+    if (!terminated && (past_stop || (finished_seen && Clock::now() - finished_at > std::chrono::seconds(10)))) {
+      terminated = true;
+      if (!options.terminate_workers) break;
+      options.terminate_workers();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  for (const std::string& line : coord.TakeLines()) jsonl << line << "\n";
+  jsonl.close();
+
+  const std::vector<TrialState> final_trials = coord.Trials();
+  const int best = coord.Best();
+  if (options.ensemble) WriteEnsemble(run_dir, coord.EnsembleEpochs(), coord.LastPredictions(), options);
+  printer.Final(final_trials, best);
+  std::ofstream(run_dir / "leaderboard.csv") << LeaderboardCsv(final_trials, sweep.metric, sweep.maximize);
+  if (best >= 0) {
+    const TrialState& b = final_trials[static_cast<std::size_t>(best)];
+    std::ofstream(run_dir / "best.json") << b.trial.job_text << "\n";
+    options.say(false, "best",
+                fmt::format("best: trial {} {} {} = {:.4f}; its job: {}", b.trial.id, ParamsJson(b.trial.params), sweep.metric, *b.best,
+                            (run_dir / "best.json").string()));
+  } else {
+    options.say(true, "error", "no trial reported " + sweep.metric);
+  }
+  if (stopping) return 130;
+  return best >= 0 ? 0 : 1;
+}
+
+}  // namespace tfd::coordinator

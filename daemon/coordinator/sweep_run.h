@@ -1,0 +1,55 @@
+#pragma once
+
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "common/base/status.h"
+#include "common/config/sweep.h"
+#include "daemon/coordinator/coordinator.h"
+
+namespace tfd::coordinator {
+
+// What drives a sweep's Coordinator to its end, whoever hosts it: tfctl sweep (its generic workers
+// are processes it started on this machine) or a coordinator task of a TF_CONFIG cluster (tfd with
+// task type coordinator; its workers are the cluster's worker tasks).
+struct SweepRunOptions {
+  std::string run_dir;        // exists; trials.jsonl, leaderboard.csv, best.json (and ensemble.json) go here
+  bool ensemble = false;      // the trials are an ensemble's members: ensemble.json and predictions/ too
+  std::FILE* table = stdout;  // the live leaderboard
+  bool tty = false;           // `table` is a terminal: redrawn in place
+  std::string prefix = "tfctl";  // before each leaderboard line and message
+  // One line for people: `error` ones are failures.
+  std::function<void(bool error, std::string_view event, const std::string& message)> say;
+  // Polled every 100 ms: true once Ctrl-C (or SIGTERM) asked the sweep to stop.
+  std::function<bool()> interrupted;
+  double grace_secs = 10;  // after a stop, how long trials get to end before the workers are let go
+  // Polled every 100 ms where the coordinator started its workers itself: whether any still runs
+  // (a call may report the ones that ended). Null: the workers are other tasks, and "running" means
+  // connected to the coordinator.
+  std::function<bool()> workers_running;
+  // Ends the workers still running (tfctl: SIGTERM to each), 10 s after the sweep finished or
+  // grace_secs after a stop. Null: the loop returns then instead.
+  std::function<void()> terminate_workers;
+  // With no workers_running: no worker connected within `startup_timeout` of the start, or none
+  // again within `reconnect_timeout` of the last one leaving, fails the trials still waiting.
+  std::chrono::milliseconds startup_timeout{120000};
+  std::chrono::milliseconds reconnect_timeout{60000};
+  // With no workers_running: the cluster's worker tasks. Once the sweep is over, the loop waits for
+  // each of them to have connected (and been told the sweep is over) and left, until
+  // `startup_timeout` from the start at most, so a worker that starts late still ends cleanly;
+  // workers still connected 10 s after the sweep ended are not waited for.
+  int expected_workers = 0;
+};
+
+// Runs the sweep to its end: appends the coordinator's lines to trials.jsonl, draws the
+// leaderboard, stops every trial on an interrupt, fails the waiting trials when no worker is left,
+// then writes leaderboard.csv and best.json (the best trial's job, runnable as is) and, for an
+// ensemble, ensemble.json and predictions/. Destroys nothing: the caller resets `coord` after.
+// Returns 0 when a best trial was found, 1 when no trial reported the objective, 130 after an
+// interrupt (what was written is kept).
+int RunSweep(Coordinator& coord, const config::SweepSpec& sweep, const SweepRunOptions& options);
+
+}  // namespace tfd::coordinator

@@ -1,0 +1,229 @@
+// A sweep run by hand on a TF_CONFIG cluster: one coordinator task and two worker tasks started
+// as separate tfd processes (as under Slurm or Kubernetes), the cluster token shared by all; and
+// the usage errors of a coordinator cluster (exit 2, one line naming the field or flag).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/transport/auth.h"
+#include "test/local_cluster.h"
+
+namespace tfd::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+json SweepFile(const TempDir& data, int epochs) {
+  json job = {{"model", {{"name", "mlp"}, {"init", "glorot_uniform"}}},
+              {"data", data.path()},
+              {"epochs", epochs},
+              {"batch_size", 20},
+              {"seed", 5},
+              {"log_every_steps", 0},
+              {"optimizer", {{"type", "sgd"}, {"learning_rate", 0.1}}}};
+  return {{"job", job},
+          {"space", {{"optimizer.learning_rate", {0.3, 0.1, 0.01, 0.001}}}},
+          {"objective", {{"metric", "test_accuracy"}, {"mode", "max"}}}};
+}
+
+// 1 coordinator and 2 workers on free loopback ports; `extra` goes under "tfd".
+json Cluster(const std::vector<int>& ports) {
+  return {{"coordinator", {"127.0.0.1:" + std::to_string(ports[0])}},
+          {"worker", {"127.0.0.1:" + std::to_string(ports[1]), "127.0.0.1:" + std::to_string(ports[2])}}};
+}
+
+std::string TfConfig(const json& cluster, const std::string& type, int index, const json& tfd = nullptr) {
+  json c = {{"cluster", cluster}, {"task", {{"type", type}, {"index", index}}}};
+  if (!tfd.is_null()) c["tfd"] = tfd;
+  return c.dump();
+}
+
+std::vector<json> Lines(const std::string& path) {
+  std::vector<json> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) out.push_back(json::parse(line));
+  return out;
+}
+
+TEST_CASE("a TF_CONFIG cluster of a coordinator and 2 workers started by hand runs a sweep to its end", "[integration][sweep]") {
+  TempDir dir;
+  WriteSyntheticMnist(dir / "", 400, 100);
+  WriteFile(dir / "sweep.json", SweepFile(dir, 2).dump(2));
+  const std::string token = dir / "token";
+  REQUIRE(transport::ClusterToken::Generate().WriteFile(token).ok());
+  const json cluster = Cluster(FreePorts(3));
+  const json ext = {{"token_file", token}};
+  const std::string run = dir / "run";
+  Process coordinator({kTfd, "--log-format", "json", "--sweep", dir / "sweep.json", "--run-dir", run},
+                      {"TF_CONFIG=" + TfConfig(cluster, "coordinator", 0, ext)}, dir / "coordinator.out", dir / "coordinator.err");
+  REQUIRE(coordinator.started());
+  // A worker of another cluster (one more worker listed), before the cluster's own: the coordinator
+  // refuses it, naming both ids, and goes on waiting for its workers.
+  {
+    json other = cluster;
+    other["worker"].push_back("127.0.0.1:" + std::to_string(FreePort()));
+    Process stranger({kTfd}, {"TF_CONFIG=" + TfConfig(other, "worker", 2, ext)}, dir / "stranger.out", dir / "stranger.err");
+    const std::optional<int> s = stranger.Wait(60s);
+    INFO("stranger stderr:\n" << stranger.err());
+    REQUIRE(s.has_value());
+    CHECK(*s == 1);
+    CHECK(stranger.err().find("cluster id mismatch") != std::string::npos);
+    CHECK(LogsWithin(coordinator, "cluster id mismatch", 10s));
+  }
+  std::vector<std::unique_ptr<Process>> workers;
+  for (int i = 0; i < 2; ++i)
+    workers.push_back(std::make_unique<Process>(std::vector<std::string>{kTfd, "--log-format", "json"},
+                                                std::vector<std::string>{"TF_CONFIG=" + TfConfig(cluster, "worker", i, ext)},
+                                                dir / ("worker" + std::to_string(i) + ".out"), dir / ("worker" + std::to_string(i) + ".err")));
+
+  const std::optional<int> code = coordinator.Wait(300s);
+  INFO("coordinator stderr:\n" << coordinator.err());
+  REQUIRE(code.has_value());
+  CHECK(*code == 0);
+  std::set<int> ran_on;
+  for (int i = 0; i < 2; ++i) {
+    const std::optional<int> w = workers[static_cast<std::size_t>(i)]->Wait(60s);
+    INFO("worker:" << i << " stderr:\n" << workers[static_cast<std::size_t>(i)]->err());
+    REQUIRE(w.has_value());
+    CHECK(*w == 0);
+    CHECK(workers[static_cast<std::size_t>(i)]->err().find("the sweep is over") != std::string::npos);
+  }
+
+  // Every trial ran to its end, on the cluster's workers, and the best is the best reported.
+  std::map<int, json> last;
+  double best_accuracy = -1;
+  for (const json& l : Lines(run + "/trials.jsonl")) {
+    last[l["trial"].get<int>()] = l;
+    if (l.contains("worker")) ran_on.insert(l["worker"].get<int>());
+    if (l["event"] == "epoch" && l.contains("test_accuracy")) best_accuracy = std::max(best_accuracy, l["test_accuracy"].get<double>());
+  }
+  REQUIRE(last.size() == 4);
+  for (const auto& [id, l] : last) CHECK(l["status"] == "DONE");
+  for (int w : ran_on) CHECK((w == 0 || w == 1));
+  const std::string csv = ReadAll(run + "/leaderboard.csv");
+  CHECK_THAT(csv, Catch::StartsWith("trial,status,epoch,test_accuracy,best,worker,attempts,params,reason\n"));
+  CHECK(std::count(csv.begin(), csv.end(), '\n') == 5);
+  const json best = json::parse(ReadAll(run + "/best.json"));
+  CHECK(best["epochs"] == 2);
+  CHECK(best.contains("optimizer"));
+  // The leaderboard's first row (the best trial) ran both its epochs; some epoch reported the objective.
+  const std::string first = csv.substr(csv.find('\n') + 1);
+  CHECK(first.find(",DONE,2,") != std::string::npos);
+  CHECK(ParseEvents(coordinator.out(), "done").size() == 1);
+  CHECK(best_accuracy > 0);
+  // The sweep file is kept beside what the sweep wrote.
+  CHECK(json::parse(ReadAll(run + "/sweep.json")) == SweepFile(dir, 2));
+}
+
+TEST_CASE("a coordinator task runs an ensemble job (--job with \"ensemble\") on its worker tasks", "[integration][sweep]") {
+  TempDir dir;
+  WriteSyntheticMnist(dir / "", 400, 100);
+  json job = SweepFile(dir, 2)["job"];
+  job["ensemble"] = {{"members", 3}};
+  WriteFile(dir / "ensemble.json", job.dump());
+  const json cluster = Cluster(FreePorts(3));
+  const std::string run = dir / "run";
+  // The workers first: they dial until the coordinator listens.
+  std::vector<std::unique_ptr<Process>> workers;
+  for (int i = 0; i < 2; ++i)
+    workers.push_back(std::make_unique<Process>(std::vector<std::string>{kTfd}, std::vector<std::string>{"TF_CONFIG=" + TfConfig(cluster, "worker", i)},
+                                                dir / ("worker" + std::to_string(i) + ".out"), dir / ("worker" + std::to_string(i) + ".err")));
+  Process coordinator({kTfd, "--job", dir / "ensemble.json", "--run-dir", run}, {"TF_CONFIG=" + TfConfig(cluster, "coordinator", 0)},
+                      dir / "coordinator.out", dir / "coordinator.err");
+  const std::optional<int> code = coordinator.Wait(300s);
+  INFO("coordinator stderr:\n" << coordinator.err());
+  REQUIRE(code.has_value());
+  CHECK(*code == 0);
+  for (auto& w : workers) {
+    const std::optional<int> c = w->Wait(60s);
+    INFO("worker stderr:\n" << w->err());
+    REQUIRE(c.has_value());
+    CHECK(*c == 0);
+  }
+  const json ensemble = json::parse(ReadAll(run + "/ensemble.json"));
+  REQUIRE(ensemble["epochs"].size() == 2);
+  CHECK(ensemble["epochs"][1]["members"] == 3);
+  CHECK(ensemble["predictions_epoch"] == 2);
+  for (const char* f : {"/predictions/labels.u8", "/predictions/ensemble.f32", "/predictions/member-0.f32", "/predictions/member-2.f32", "/best.json",
+                        "/leaderboard.csv", "/job.json"})
+    CHECK(std::filesystem::exists(run + f));
+}
+
+// Expects exit code 2 and exactly one line on stderr containing `fragment`.
+void ExpectUsageError(const CommandResult& r, const std::string& fragment) {
+  INFO("stderr: " << r.err);
+  CHECK(r.exit_code == 2);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  CHECK(r.err.find(fragment) != std::string::npos);
+}
+
+TEST_CASE("a coordinator cluster's usage errors: one line naming the field or flag, exit 2", "[integration][sweep][cli]") {
+  TempDir dir;
+  WriteSyntheticMnist(dir / "", 100, 20);
+  WriteFile(dir / "sweep.json", SweepFile(dir, 1).dump());
+  WriteFile(dir / "job.json", SweepFile(dir, 1)["job"].dump());
+  const json cluster = Cluster(FreePorts(3));
+  auto run = [&](const json& c, const std::string& type, int index, const std::string& flags) {
+    return RunCommand("TF_CONFIG='" + TfConfig(c, type, index) + "' " + kTfd + " " + flags, dir);
+  };
+  const std::string sweep = " --sweep " + dir / "sweep.json";
+  const std::string run_dir = " --run-dir " + dir / "run";
+
+  SECTION("two coordinators") {
+    json two = cluster;
+    two["coordinator"].push_back("127.0.0.1:1");
+    ExpectUsageError(run(two, "coordinator", 0, sweep + run_dir), "cluster.coordinator: 2 tasks, at most one allowed");
+  }
+  SECTION("a ps beside a coordinator") {
+    json with_ps = cluster;
+    with_ps["ps"] = {"127.0.0.1:2"};
+    ExpectUsageError(run(with_ps, "ps", 0, ""), "cluster.ps: a cluster with a coordinator has worker tasks only");
+    ExpectUsageError(run(with_ps, "worker", 0, ""), "cluster.ps: a cluster with a coordinator has worker tasks only");
+  }
+  SECTION("a coordinator without a sweep") { ExpectUsageError(run(cluster, "coordinator", 0, run_dir), "--sweep FILE is required"); }
+  SECTION("a coordinator with an ensemble-less job") {
+    ExpectUsageError(run(cluster, "coordinator", 0, " --job " + dir / "job.json" + run_dir), "ensemble");
+  }
+  SECTION("a coordinator without a run folder") { ExpectUsageError(run(cluster, "coordinator", 0, sweep), "--run-dir DIR is required"); }
+  SECTION("a coordinator with a sweep and a job") {
+    ExpectUsageError(run(cluster, "coordinator", 0, sweep + run_dir + " --job " + dir / "job.json"), "--sweep and --job");
+  }
+  SECTION("--sweep on a worker task") { ExpectUsageError(run(cluster, "worker", 1, sweep), "--sweep: only for the coordinator task"); }
+  SECTION("--sweep without a cluster") {
+    ExpectUsageError(RunCommand(kTfd + " --standalone --job " + dir / "job.json" + sweep, dir), "--sweep: only for the coordinator task");
+  }
+  SECTION("--run-dir on a worker task") { ExpectUsageError(run(cluster, "worker", 0, run_dir), "--run-dir: only for the coordinator task"); }
+  SECTION("--job on a generic worker") {
+    ExpectUsageError(run(cluster, "worker", 0, " --job " + dir / "job.json"), "--job: worker:0 is a worker of a cluster with a coordinator");
+  }
+  SECTION("a bad sweep file") {
+    json bad = SweepFile(dir, 1);
+    bad["space"] = json::object();
+    WriteFile(dir / "bad.json", bad.dump());
+    ExpectUsageError(run(cluster, "coordinator", 0, " --sweep " + dir / "bad.json" + run_dir), "space");
+  }
+  SECTION("a run folder that holds a sweep already") {
+    std::filesystem::create_directories(dir / "run");
+    WriteFile(dir / "run/trials.jsonl", "{}\n");
+    ExpectUsageError(run(cluster, "coordinator", 0, sweep + run_dir), "holds a sweep's trials.jsonl already");
+  }
+  SECTION("a coordinator on another host without a token") {
+    json remote = cluster;
+    remote["coordinator"] = {"10.1.2.3:2222"};
+    ExpectUsageError(run(remote, "worker", 0, ""), "this task has no cluster token");
+  }
+}
+
+}  // namespace
+}  // namespace tfd::testing
