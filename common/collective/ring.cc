@@ -87,6 +87,26 @@ std::string Ring::MemberName(int r) const {
   return fmt::format("{} ({}:{})", m.task, m.host, m.port);
 }
 
+int Ring::Blamed(const Status& error) const {
+  std::string_view text = error.message();
+  for (;;) {
+    // The member named first in `text`; a report of its passes the blame on to what it reports.
+    int found = -1;
+    std::size_t at = std::string_view::npos, len = 0;
+    for (int r = 0; r < size(); ++r) {
+      if (r == rank()) continue;
+      const std::string name = MemberName(r);
+      const std::size_t p = text.find(name);
+      if (p < at) at = p, len = name.size(), found = r;
+    }
+    if (found < 0) return -1;
+    constexpr std::string_view kReports = " reports: ";
+    const std::string_view rest = text.substr(at + len);
+    if (!rest.starts_with(kReports)) return found;
+    text = rest.substr(kReports.size());
+  }
+}
+
 void Ring::Accept(transport::tcp::socket socket) {
   boost::system::error_code ec;
   const auto remote = socket.remote_endpoint(ec);

@@ -125,6 +125,13 @@ class Ring final : public transport::FrameHandler, public std::enable_shared_fro
 
   int rank() const { return options_.rank; }
   int size() const { return static_cast<int>(options_.members.size()); }
+  const RingOptions& options() const { return options_; }
+  // Closed, by Close or after an error: it takes no more connections.
+  bool closed() const { return closed_flag_.load(); }
+  // The member (rank) an error of this ring blames: the one a neighbour's report names first,
+  // through any chain of "MEMBER reports: ..." (each member that fails tells its neighbours why);
+  // -1 when `error` names no other member.
+  int Blamed(const Status& error) const;
 
   void OnFrame(const std::shared_ptr<transport::Connection>& from, wire::InFrame frame) TFD_EXCLUDES(io_mu_, mu_) override;
   void OnClosed(const std::shared_ptr<transport::Connection>& from, const Status& why) TFD_EXCLUDES(mu_) override;

@@ -62,7 +62,16 @@ Status TrainLoop(const config::JobSpec& job, const model::MnistData& data, model
     spdlog::info("{}resuming at epoch {} step {} of {} (local_step {} was applied before this restart)", prefix, first_epoch,
                  local_step % steps + 1, steps, local_step);
   }
-  for (; epoch <= job.epochs; ++epoch) {
+  // An updater that recovers from a failure (Updater::Recover) sends the loop back to a position
+  // it returns: `resume` then says where, and the epoch in progress starts again there.
+  std::optional<Updater::Position> resume;
+  Status updater_error;  // what the last failed updater call returned
+  auto fail = [&](const Status& s) {
+    updater_error = s;
+    return where(s);
+  };
+  auto run = [&]() -> Status {
+  for (epoch = resume ? resume->epoch : first_epoch; epoch <= job.epochs; ++epoch) {
     updater.StartingEpoch(epoch);
     // Elastic: the workers in the run at the start of this epoch share its data.
     const std::optional<Updater::Share> now = updater.EpochShare();
@@ -82,7 +91,10 @@ Status TrainLoop(const config::JobSpec& job, const model::MnistData& data, model
     const std::int64_t my_steps = join ? static_cast<std::int64_t>(shard.size()) / batch
                                        : (share ? StepsPerEpoch(data.train.size, share->count, batch) : steps);
     const Clock::time_point start = Clock::now();
-    for (std::int64_t s = epoch == first_epoch && options.first_epoch == 0 ? local_step % steps : 0; s < my_steps; ++s) {
+    std::int64_t first_step = epoch == first_epoch && options.first_epoch == 0 ? local_step % steps : 0;
+    if (resume) first_step = epoch == resume->epoch ? resume->epoch_steps : 0;
+    std::int64_t epoch_steps = first_step;  // global steps of this epoch taken (join steps too)
+    for (std::int64_t s = first_step; s < my_steps; ++s) {
       if (options.stop != nullptr && options.stop->load(std::memory_order_relaxed)) {
         return Status::FailedPrecondition(fmt::format("stopped by a signal at epoch {} local_step {}", epoch, local_step));
       }
@@ -95,7 +107,7 @@ Status TrainLoop(const config::JobSpec& job, const model::MnistData& data, model
       tensor::LossResult r;
       if (options.compute) {
         Result<tensor::LossResult> computed = options.compute(x.data(), y, dropout_seed);
-        if (!computed.ok()) return where(computed.status());
+        if (!computed.ok()) return fail(computed.status());
         r = *computed;
       } else {
         model.SetDropoutSeed(dropout_seed);
@@ -106,14 +118,15 @@ Status TrainLoop(const config::JobSpec& job, const model::MnistData& data, model
         });
       }
       const Clock::time_point computed = Clock::now();
-      if (!sending.ok()) return where(sending);
+      if (!sending.ok()) return fail(sending);
       if (!std::isfinite(r.loss)) {
         return Status::Internal(fmt::format("loss is {} at epoch {} local_step {}: training diverged (lower the learning rate)",
                                             r.loss, epoch, local_step));
       }
       ++local_step;
+      updater.AtStep({.epoch = epoch, .epoch_steps = ++epoch_steps, .local_step = local_step, .global_step = global_step + 1});
       Result<std::int64_t> stepped = updater.Step(model, local_step);
-      if (!stepped.ok()) return where(stepped.status());
+      if (!stepped.ok()) return fail(stepped.status());
       global_step = *stepped;
       if (!options.observers.empty()) {
         const Clock::time_point stepped_at = Clock::now();
@@ -145,14 +158,16 @@ Status TrainLoop(const config::JobSpec& job, const model::MnistData& data, model
       if (options.stop != nullptr && options.stop->load(std::memory_order_relaxed)) {
         return Status::FailedPrecondition(fmt::format("stopped by a signal at epoch {} local_step {}", epoch, local_step));
       }
+      updater.AtStep({.epoch = epoch, .epoch_steps = ++epoch_steps, .local_step = local_step, .global_step = global_step + 1});
       Result<std::int64_t> joined = updater.JoinStep(model);
-      if (!joined.ok()) return where(joined.status());
+      if (!joined.ok()) return fail(joined.status());
       global_step = *joined;
     }
     const double secs = std::chrono::duration<double>(Clock::now() - start).count();
     const double samples_per_sec = secs > 0 ? static_cast<double>(seen) / secs : 0;
-    const double loss = loss_sum / static_cast<double>(seen);
-    const double accuracy = static_cast<double>(correct) / static_cast<double>(seen);
+    // (seen is 0 in an epoch taken up again at its end, after a recovery)
+    const double loss = seen > 0 ? loss_sum / static_cast<double>(seen) : 0.0;
+    const double accuracy = seen > 0 ? static_cast<double>(correct) / static_cast<double>(seen) : 0.0;
     std::vector<EventField> fields = {{"epoch", std::int64_t{epoch}}, {"global_step", global_step}, {"local_step", local_step},
                                       {"loss", loss}, {"accuracy", accuracy}, {"samples_per_sec", samples_per_sec}};
     std::string eval;
@@ -190,7 +205,7 @@ Status TrainLoop(const config::JobSpec& job, const model::MnistData& data, model
       std::optional<std::string> reason;
       if (options.evaluate_each_epoch) reason = stopper.Update(epoch, metrics);
       Result<bool> ended = updater.EndOfEpoch(reason.has_value());
-      if (!ended.ok()) return where(ended.status());
+      if (!ended.ok()) return fail(ended.status());
       const bool stop = *ended;
       if (stop) {
         const std::string why = reason.value_or("the chief ended the run (its log says why)");
@@ -202,8 +217,21 @@ Status TrainLoop(const config::JobSpec& job, const model::MnistData& data, model
   }
   epoch = std::min(epoch, job.epochs);  // past the loop, or where early stopping left it
   Result<std::int64_t> finished = updater.Finish(model);
-  if (!finished.ok()) return where(finished.status());
+  if (!finished.ok()) return fail(finished.status());
   global_step = *finished;
+  return Status::Ok();
+  };
+  for (;;) {
+    updater_error = Status::Ok();
+    Status s = run();
+    if (s.ok()) break;
+    if (updater_error.ok()) return s;  // a signal, a diverged loss: nothing to recover from
+    Result<Updater::Position> r = updater.Recover(model, updater_error);
+    if (!r.ok()) return where(r.status());
+    resume = *r;
+    local_step = resume->local_step;
+    global_step = resume->global_step;
+  }
   if (updater.FinishChangesParams() || test_accuracy < 0) test_accuracy = model::Evaluate(model, data.test);
   const std::string sha = model::ParamsSha256(model);
   if (!options.params_out.empty()) {
