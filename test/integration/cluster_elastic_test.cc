@@ -171,6 +171,25 @@ TEST_CASE("elastic allreduce: a killed worker's ring re-forms from the last comm
   CHECK(left[0].done["global_step"] == left[1].done["global_step"]);
 }
 
+TEST_CASE("elastic allreduce: when the chief is lost, the next rank leads the re-formed ring", "[integration][elastic][allreduce]") {
+  TempDir data;
+  LocalCluster c({.num_ps = 0, .num_workers = 3, .job = ElasticJob(data, R"({"mode": "allreduce"})", 120, 2, 3, R"(, "commit_every_steps": 5)")});
+  for (int i = 0; i < 3; ++i) c.StartWorker(i, {"--peer-timeout", "3"});
+  AwaitLine(c.process("worker", 0), "worker=0 epoch=2 ");
+  c.process("worker", 0).Signal(SIGKILL);
+  std::vector<TaskResult> left;
+  for (int i = 1; i < 3; ++i) {
+    TaskResult w = c.Finish("worker", i, 120s);
+    INFO(w.err);
+    CHECK(w.exit_code == 0);
+    REQUIRE(w.done.is_object());
+    CHECK(Has(w.err, "(worker:0 (127.0.0.1:"));
+    CHECK(Has(w.err, "this worker is rank " + std::to_string(i - 1) + " of the ring"));
+    left.push_back(std::move(w));
+  }
+  CHECK(left[0].done["params_sha256"] == left[1].done["params_sha256"]);
+}
+
 TEST_CASE("elastic allreduce: a loss below min_workers ends every task within the peer timeout, with a message",
           "[integration][elastic][allreduce]") {
   TempDir data;
