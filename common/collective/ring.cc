@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 #include <utility>
 
 #include <fmt/format.h>
@@ -124,16 +125,20 @@ Status Ring::Connect() {
   if (size() == 1) return Status::Ok();
   const auto deadline = Clock::now() + options_.startup_timeout;
   const RingMember& next = options_.members[static_cast<std::size_t>(Next())];
-  TFD_ASSIGN_OR_RETURN(transport::tcp::socket socket, transport::Dial(ioc_, next.host, next.port, next.task, deadline));
-  auto conn = std::make_shared<Connection>(std::move(socket), *this, MemberName(Next()), options_.connection, shared_from_this());
-  {
-    MutexLock lock(&mu_);
-    if (!failure_.ok()) return failure_;
-    if (closed_) return Status::FailedPrecondition("the ring is closed");
-    next_conn_ = conn;
-  }
-  conn->Start(/*established=*/true);  // we dialed the address of the member we expect
-  conn->Send(wire::Encode(transport::MakeHello(Identity())));
+  auto dial = [&]() -> Status {
+    TFD_ASSIGN_OR_RETURN(transport::tcp::socket socket, transport::Dial(ioc_, next.host, next.port, next.task, deadline));
+    auto conn = std::make_shared<Connection>(std::move(socket), *this, MemberName(Next()), options_.connection, shared_from_this());
+    {
+      MutexLock lock(&mu_);
+      if (!failure_.ok()) return failure_;
+      if (closed_) return Status::FailedPrecondition("the ring is closed");
+      next_conn_ = conn;
+    }
+    conn->Start(/*established=*/true);  // we dialed the address of the member we expect
+    conn->Send(wire::Encode(transport::MakeHello(Identity())));
+    return Status::Ok();
+  };
+  TFD_RETURN_IF_ERROR(dial());
   // Heartbeats start now: a link formed while the other neighbour is still starting (a big ring
   // starts over many seconds) must not look silent to the member at its other end.
   transport::asio::post(ioc_, [self = shared_from_this()] { self->ScheduleHeartbeat(); });
@@ -152,6 +157,14 @@ Status Ring::Connect() {
       mu_.Unlock();
       return Fail(Status::DeadlineExceeded(fmt::format("ring not formed within {:.0f} s: {}",
                                                        std::chrono::duration<double>(options_.startup_timeout).count(), missing)));
+    }
+    if (redial_ && now < deadline) {
+      redial_ = false;
+      mu_.Unlock();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (Status s = dial(); !s.ok()) return Fail(s);
+      mu_.Lock();
+      continue;
     }
     if (now >= next_log) {
       spdlog::info("waiting for {} to connect to this worker", MemberName(Prev()));
@@ -266,14 +279,24 @@ void Ring::OnFrame(const std::shared_ptr<Connection>& from, wire::InFrame frame)
     why = Status::Corruption(fmt::format("{} sent {} before its handshake was done", from->peer_name(), wire::MessageTypeName(type)));
   }
   mu_.Lock();
-  RecordFailure(why);
+  if (options_.redial && !closed_) {  // try again: this connection is dropped
+    if (is_next) next_conn_.reset(), redial_ = true;
+    else prev_conn_.reset();
+    cv_.SignalAll();
+  } else {
+    RecordFailure(why);
+  }
   mu_.Unlock();
   from->Close(why);
 }
 
 void Ring::OnClosed(const std::shared_ptr<Connection>& from, const Status& why) {
   MutexLock lock(&mu_);
-  if (from == prev_conn_ || from == next_conn_) {  // before its handshake was done
+  if (options_.redial && (from == prev_conn_ || from == next_conn_)) {  // try again
+    if (from == next_conn_) next_conn_.reset(), redial_ = true;
+    else prev_conn_.reset();
+    cv_.SignalAll();
+  } else if (from == prev_conn_ || from == next_conn_) {  // before its handshake was done
     RecordFailure(why.ok() ? Status::Unavailable(fmt::format("{} closed the ring connection", from->peer_name())) : why);
   } else {
     std::erase(unidentified_, from);

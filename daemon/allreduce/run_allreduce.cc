@@ -98,6 +98,7 @@ Result<AllreduceUpdater::Reformed> Reform(RingHolder& holder, transport::asio::i
   const auto settle = std::max<Clock::duration>(2 * before.connection.peer_timeout, std::chrono::seconds(5));
   const auto deadline = Clock::now() + settle;
   Status why;
+  ro.redial = true;  // a survivor that has not noticed the loss yet refuses this ring's HELLO until it does
   for (int attempt = 1;; ++attempt) {
     ro.incarnation = FreshIncarnation();
     ro.startup_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
@@ -122,7 +123,7 @@ Result<AllreduceUpdater::Reformed> Reform(RingHolder& holder, transport::asio::i
                                  {"rank", std::int64_t{ro.rank}}});
       return AllreduceUpdater::Reformed{.ring = ring, .commit_step = agreed};
     }
-    ring->Close(why);
+    ring->Close(Status::Ok());  // quietly: a neighbour's next attempt must not read this one's error
     if (Clock::now() >= deadline || (stop != nullptr && stop->load())) break;
     spdlog::info("elastic: the ring of {} workers did not form (attempt {}: {}); trying again", n, attempt, why.message());
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
