@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 #include <utility>
 
 #include <fmt/format.h>
@@ -87,6 +88,26 @@ std::string Ring::MemberName(int r) const {
   return fmt::format("{} ({}:{})", m.task, m.host, m.port);
 }
 
+int Ring::Blamed(const Status& error) const {
+  std::string_view text = error.message();
+  for (;;) {
+    // The member named first in `text`; a report of its passes the blame on to what it reports.
+    int found = -1;
+    std::size_t at = std::string_view::npos, len = 0;
+    for (int r = 0; r < size(); ++r) {
+      if (r == rank()) continue;
+      const std::string name = MemberName(r);
+      const std::size_t p = text.find(name);
+      if (p < at) at = p, len = name.size(), found = r;
+    }
+    if (found < 0) return -1;
+    constexpr std::string_view kReports = " reports: ";
+    const std::string_view rest = text.substr(at + len);
+    if (!rest.starts_with(kReports)) return found;
+    text = rest.substr(kReports.size());
+  }
+}
+
 void Ring::Accept(transport::tcp::socket socket) {
   boost::system::error_code ec;
   const auto remote = socket.remote_endpoint(ec);
@@ -109,16 +130,20 @@ Status Ring::Connect() {
   if (size() == 1) return Status::Ok();
   const auto deadline = Clock::now() + options_.startup_timeout;
   const RingMember& next = options_.members[static_cast<std::size_t>(Next())];
-  TFD_ASSIGN_OR_RETURN(transport::tcp::socket socket, transport::Dial(ioc_, next.host, next.port, next.task, deadline));
-  auto conn = std::make_shared<Connection>(std::move(socket), *this, MemberName(Next()), options_.connection, shared_from_this());
-  {
-    MutexLock lock(&mu_);
-    if (!failure_.ok()) return failure_;
-    if (closed_) return Status::FailedPrecondition("the ring is closed");
-    next_conn_ = conn;
-  }
-  conn->Start(/*established=*/true);  // we dialed the address of the member we expect
-  conn->Send(wire::Encode(transport::MakeHello(Identity())));
+  auto dial = [&]() -> Status {
+    TFD_ASSIGN_OR_RETURN(transport::tcp::socket socket, transport::Dial(ioc_, next.host, next.port, next.task, deadline));
+    auto conn = std::make_shared<Connection>(std::move(socket), *this, MemberName(Next()), options_.connection, shared_from_this());
+    {
+      MutexLock lock(&mu_);
+      if (!failure_.ok()) return failure_;
+      if (closed_) return Status::FailedPrecondition("the ring is closed");
+      next_conn_ = conn;
+    }
+    conn->Start(/*established=*/true);  // we dialed the address of the member we expect
+    conn->Send(wire::Encode(transport::MakeHello(Identity())));
+    return Status::Ok();
+  };
+  TFD_RETURN_IF_ERROR(dial());
   // Heartbeats start now: a link formed while the other neighbour is still starting (a big ring
   // starts over many seconds) must not look silent to the member at its other end.
   transport::asio::post(ioc_, [self = shared_from_this()] { self->ScheduleHeartbeat(); });
@@ -137,6 +162,14 @@ Status Ring::Connect() {
       mu_.Unlock();
       return Fail(Status::DeadlineExceeded(fmt::format("ring not formed within {:.0f} s: {}",
                                                        std::chrono::duration<double>(options_.startup_timeout).count(), missing)));
+    }
+    if (redial_ && now < deadline) {
+      redial_ = false;
+      mu_.Unlock();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (Status s = dial(); !s.ok()) return Fail(s);
+      mu_.Lock();
+      continue;
     }
     if (now >= next_log) {
       spdlog::info("waiting for {} to connect to this worker", MemberName(Prev()));
@@ -267,7 +300,13 @@ void Ring::OnFrame(const std::shared_ptr<Connection>& from, wire::InFrame frame)
     why = Status::Corruption(fmt::format("{} sent {} before its handshake was done", from->peer_name(), wire::MessageTypeName(type)));
   }
   mu_.Lock();
-  RecordFailure(why);
+  if (options_.redial && !closed_) {  // try again: this connection is dropped
+    if (is_next) next_conn_.reset(), redial_ = true;
+    else prev_conn_.reset();
+    cv_.SignalAll();
+  } else {
+    RecordFailure(why);
+  }
   mu_.Unlock();
   from->Close(why);
 }
@@ -276,6 +315,12 @@ void Ring::OnClosed(const std::shared_ptr<Connection>& from, const Status& why) 
   std::shared_ptr<Ring> other;
   {
     MutexLock lock(&mu_);
+    if (options_.redial && (from == prev_conn_ || from == next_conn_)) {  // try again
+      if (from == next_conn_) next_conn_.reset(), redial_ = true;
+      else prev_conn_.reset();
+      cv_.SignalAll();
+      return;
+    }
     if (from == prev_conn_ || from == next_conn_) {  // before its handshake was done
       RecordFailure(why.ok() ? Status::Unavailable(fmt::format("{} closed the ring connection", from->peer_name())) : why);
       return;

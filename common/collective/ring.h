@@ -51,6 +51,10 @@ struct RingOptions {
   // The largest point-to-point frame (Send/Receive) a neighbour may send, in payload bytes; the
   // frame limit is the larger of this and a chunk's. 0: chunks only.
   std::uint32_t max_message_bytes = 0;
+  // Connect: a neighbour's connection that fails before its handshake is done (refused by a member
+  // that still runs an older ring, closed by one that gave up) is dialed again, or waited for
+  // again, until the startup timeout, instead of failing the ring (an elastic ring re-forming).
+  bool redial = false;
 };
 
 // Ring collectives over two connections: the one this worker dials to the next member and the one
@@ -130,6 +134,13 @@ class Ring final : public transport::FrameHandler, public std::enable_shared_fro
 
   int rank() const { return options_.rank; }
   int size() const { return static_cast<int>(options_.members.size()); }
+  const RingOptions& options() const { return options_; }
+  // Closed, by Close or after an error: it takes no more connections.
+  bool closed() const { return closed_flag_.load(); }
+  // The member (rank) an error of this ring blames: the one a neighbour's report names first,
+  // through any chain of "MEMBER reports: ..." (each member that fails tells its neighbours why);
+  // -1 when `error` names no other member.
+  int Blamed(const Status& error) const;
 
   void OnFrame(const std::shared_ptr<transport::Connection>& from, wire::InFrame frame) TFD_EXCLUDES(io_mu_, mu_) override;
   void OnClosed(const std::shared_ptr<transport::Connection>& from, const Status& why) TFD_EXCLUDES(mu_) override;
@@ -215,6 +226,7 @@ class Ring final : public transport::FrameHandler, public std::enable_shared_fro
   std::shared_ptr<transport::Connection> prev_conn_ TFD_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<transport::Connection>> unidentified_ TFD_GUARDED_BY(mu_);  // accepted, no HELLO yet
   Status failure_ TFD_GUARDED_BY(mu_);
+  bool redial_ TFD_GUARDED_BY(mu_) = false;  // options_.redial: the next member's handshake failed, dial again
   bool closed_ TFD_GUARDED_BY(mu_) = false;
   std::weak_ptr<Ring> shares_listener_with_ TFD_GUARDED_BY(mu_);  // ShareListenerWith
   std::atomic<bool> closed_flag_{false};  // closed_, for the collective loop and the heartbeat timer

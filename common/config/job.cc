@@ -276,6 +276,7 @@ void ReadElastic(ObjectReader& root, ElasticSpec* elastic) {
   ObjectReader r = root.Child(*v, root.PathOf("elastic"));
   r.Int("min_workers", 1, 1 << 16, &elastic->min_workers, /*required=*/true);
   r.Int("max_workers", 1, 1 << 16, &elastic->max_workers, /*required=*/true);
+  r.Int("commit_every_steps", 1, 1 << 30, &elastic->commit_every_steps);
   if (r.status().ok() && elastic->min_workers > elastic->max_workers)
     r.Fail(r.PathOf("max_workers"), fmt::format("{} is less than min_workers {}", elastic->max_workers, elastic->min_workers));
   (void)r.Finish();

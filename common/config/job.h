@@ -98,10 +98,13 @@ enum class Placement { kBalanced, kRoundRobin, kGreedy };
 
 // Workers may join a running job and leave it for good (docs/operations.md, "Elastic runs"):
 // max_workers 0 means the membership is the cluster's worker list, fixed. A joining worker's rank
-// must stay below max_workers; async and sync go on while at least min_workers remain.
+// must stay below max_workers; async, sync and allreduce go on while at least min_workers remain.
+// Allreduce: every worker keeps in memory a commit of the training state every commit_every_steps
+// global steps, and the ring re-forms without a lost worker from the last commit.
 struct ElasticSpec {
   int min_workers = 1;
   int max_workers = 0;
+  int commit_every_steps = 10;
   bool enabled() const { return max_workers > 0; }
 };
 

@@ -2,11 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <utility>
+
 namespace tfd::allreduce {
 
-AllreduceUpdater::AllreduceUpdater(collective::Ring& ring, const optim::Optimizer& optimizer, const model::Model& model, int bucket_kb,
-                                   metrics::Counter* allreduce_bytes)
-    : ring_(ring),
+AllreduceUpdater::AllreduceUpdater(std::shared_ptr<collective::Ring> ring, const optim::Optimizer& optimizer, const model::Model& model,
+                                   int bucket_kb, metrics::Counter* allreduce_bytes)
+    : ring_(std::move(ring)),
       state_(optimizer, model.params().size(), optim::DecayedRanges(model::VariableRuns(model))),
       buffer_(model.params().size() + 2),
       allreduce_bytes_(allreduce_bytes) {
@@ -34,13 +37,13 @@ Status AllreduceUpdater::StartBucket(model::Model& model, bool contributes) {
     buffer_[n] = contributes ? 1.0f : 0.0f;
     buffer_[n + 1] = has_next_ ? 1.0f : 0.0f;
   }
-  TFD_ASSIGN_OR_RETURN(last_id_, ring_.StartAllReduce(std::span<float>(buffer_).subspan(b.begin, b.end - b.begin)));
+  TFD_ASSIGN_OR_RETURN(last_id_, ring_->StartAllReduce(std::span<float>(buffer_).subspan(b.begin, b.end - b.begin)));
   return Status::Ok();
 }
 
 Status AllreduceUpdater::GradientsReady(model::Model& model, std::size_t from) {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].begin >= from) TFD_RETURN_IF_ERROR(StartBucket(model, true));
-  return next_bucket_ > 0 ? ring_.Progress() : Status::Ok();  // nothing in flight before the first bucket
+  return next_bucket_ > 0 ? ring_->Progress() : Status::Ok();  // nothing in flight before the first bucket
 }
 
 Result<std::int64_t> AllreduceUpdater::Step(model::Model& model, std::int64_t) { return Exchange(model, true); }
@@ -51,14 +54,14 @@ Result<std::int64_t> AllreduceUpdater::JoinStep(model::Model& model) {
 }
 
 Result<std::int64_t> AllreduceUpdater::Finish(model::Model&) {
-  TFD_RETURN_IF_ERROR(ring_.Finish().WithContext("leaving the ring"));
+  TFD_RETURN_IF_ERROR(ring_->Finish().WithContext("leaving the ring"));
   return global_step_;
 }
 
 Result<bool> AllreduceUpdater::EndOfEpoch(bool stop) {
-  std::vector<float> flag(static_cast<std::size_t>(ring_.size()), 0.0f);
+  std::vector<float> flag(static_cast<std::size_t>(ring_->size()), 0.0f);
   flag[0] = stop ? 1.0f : 0.0f;
-  TFD_RETURN_IF_ERROR(ring_.AllReduce(flag).WithContext(fmt::format("the early-stopping decision after global step {}", global_step_)));
+  TFD_RETURN_IF_ERROR(ring_->AllReduce(flag).WithContext(fmt::format("the early-stopping decision after global step {}", global_step_)));
   return flag[0] != 0.0f;
 }
 
@@ -76,7 +79,7 @@ Result<std::int64_t> AllreduceUpdater::Exchange(model::Model& model, bool contri
   while (sent.ok() && next_bucket_ < buckets_.size()) sent = StartBucket(model, contributes);
   next_bucket_ = 0;
   has_next_ = false;  // a join step never brings data of this worker's
-  if (sent.ok()) sent = ring_.Wait(last_id_);
+  if (sent.ok()) sent = ring_->Wait(last_id_);
   TFD_RETURN_IF_ERROR(sent.WithContext(fmt::format("all-reduce of global step {}", global_step_ + 1)));
   if (allreduce_bytes_ != nullptr) allreduce_bytes_->Increment(static_cast<double>(buffer_.size() * sizeof(float)));
   // Small integers: the sums are exact, and the same bits on every worker.
@@ -88,7 +91,66 @@ Result<std::int64_t> AllreduceUpdater::Exchange(model::Model& model, bool contri
     for (std::size_t i = 0; i < n; ++i) grads[i] = buffer_[i] * scale;
     state_.Apply(model.params(), grads, global_step_ - 1);  // the rate of the steps before this one, as on every worker
   }
+  if (commit_every_ > 0) {
+    // This step's all-reduce is done here, so every member finished the step before it.
+    if (pending_.valid && pending_.global_step < global_step_) {
+      current_ = std::move(pending_);
+      pending_ = Commit{};
+    }
+    if (global_step_ % commit_every_ == 0) {
+      TakeCommit(model, &pending_);
+      // After an epoch's last step the loop goes on with the next epoch.
+      if (!others_have_data_) pending_.position = {.epoch = position_.epoch + 1, .epoch_steps = 0, .local_step = position_.local_step,
+                                                   .global_step = global_step_};
+    }
+  }
   return global_step_;
+}
+
+void AllreduceUpdater::TakeCommit(const model::Model& model, Commit* into) {
+  into->valid = true;
+  into->global_step = global_step_;
+  into->position = position_;
+  into->position.global_step = global_step_;
+  const std::span<const float> params = model.params();
+  into->params.assign(params.begin(), params.end());
+  const std::span<const float> slots = std::as_const(state_).slots();
+  into->slots.assign(slots.begin(), slots.end());
+  into->updates = state_.updates();
+}
+
+void AllreduceUpdater::EnableElastic(const model::Model& model, int commit_every_steps, Reformer reform) {
+  commit_every_ = commit_every_steps;
+  reform_ = std::move(reform);
+  position_ = {.epoch = 1, .epoch_steps = 0, .local_step = 0, .global_step = 0};  // an allreduce run starts at epoch 1
+  TakeCommit(model, &current_);  // every member holds the initial parameters once the broadcast is done
+}
+
+std::optional<train::Updater::Share> AllreduceUpdater::EpochShare() {
+  if (commit_every_ == 0) return std::nullopt;
+  return Share{ring_->rank(), ring_->size()};
+}
+
+Result<train::Updater::Position> AllreduceUpdater::Recover(model::Model& model, const Status& failure) {
+  if (commit_every_ == 0) return failure;
+  TFD_ASSIGN_OR_RETURN(Reformed r, reform_(failure, current_.global_step));
+  Commit* back = current_.valid && current_.global_step == r.commit_step ? &current_
+                 : pending_.valid && pending_.global_step == r.commit_step ? &pending_
+                                                                           : nullptr;
+  if (back == nullptr) {
+    return Status::Internal(fmt::format("elastic: the members agreed on the commit at global step {}, which this worker does not hold "
+                                        "(its current commit is at global step {})", r.commit_step, current_.global_step));
+  }
+  if (back != &current_) current_ = std::move(*back);
+  pending_ = Commit{};
+  std::copy(current_.params.begin(), current_.params.end(), model.params().begin());
+  TFD_RETURN_IF_ERROR(state_.Restore(current_.slots, current_.updates));
+  ring_ = std::move(r.ring);
+  global_step_ = current_.global_step;
+  next_bucket_ = 0;
+  has_next_ = false;
+  others_have_data_ = true;  // an epoch taken up at its end joins one step, which ends it on every member
+  return current_.position;
 }
 
 }  // namespace tfd::allreduce

@@ -2,6 +2,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,10 +29,28 @@ namespace tfd::allreduce {
 // least `bucket_kb` (the two floats ride in the last layers' bucket). A bucket's all-reduce starts
 // as soon as backprop has computed its layers, and runs while backprop computes the earlier ones;
 // Step waits for the last. Every worker cuts the same buckets, so the sums are the same bits.
+//
+// Elastic (EnableElastic): every `commit_every_steps` global steps each worker copies its training
+// state (parameters, optimizer slots, global step, the loop's Position) into memory as a pending
+// commit. It becomes the current commit when the next step's all-reduce completes here: every
+// member started that one, so every member had finished the step the commit was taken at and holds
+// the same commit, current or still pending. After a ring error, Recover asks the Reformer for a
+// new ring without the lost worker and the commit step every survivor agreed on (the newest current
+// one among them), restores that commit and sends the epoch loop back to its position.
 class AllreduceUpdater final : public train::Updater {
  public:
+  // The ring re-formed without a lost member: the new ring and the global step of the commit
+  // every member rolls back to.
+  struct Reformed {
+    std::shared_ptr<collective::Ring> ring;
+    std::int64_t commit_step = 0;
+  };
+  // Given the error of the current ring and this worker's current commit step: the new ring, or
+  // why there is none (fewer than min_workers, a rendezvous that failed).
+  using Reformer = std::function<Result<Reformed>(const Status& error, std::int64_t commit_step)>;
+
   // `allreduce_bytes`, when given, counts the bytes of each step's all-reduce (its buffer).
-  AllreduceUpdater(collective::Ring& ring, const optim::Optimizer& optimizer, const model::Model& model, int bucket_kb,
+  AllreduceUpdater(std::shared_ptr<collective::Ring> ring, const optim::Optimizer& optimizer, const model::Model& model, int bucket_kb,
                    metrics::Counter* allreduce_bytes = nullptr);
 
   Status GradientsReady(model::Model& model, std::size_t from) override;
@@ -41,6 +62,12 @@ class AllreduceUpdater final : public train::Updater {
   bool OthersHaveData() const override { return others_have_data_; }
   Result<std::int64_t> JoinStep(model::Model& model) override;
   std::string EpochNote() override;
+  // Elastic: commits every `commit_every_steps` steps and recovers through `reform`. Call before
+  // the first step, with the initial parameters in `model` (the first commit, at step 0).
+  void EnableElastic(const model::Model& model, int commit_every_steps, Reformer reform);
+  void AtStep(const Position& position) override { position_ = position; }
+  Result<Position> Recover(model::Model& model, const Status& failure) override;
+  std::optional<Share> EpochShare() override;
   // One more all-reduce of ring-size floats, the chief's decision in the first: every worker
   // stops when its sum is not 0.
   Result<bool> EndOfEpoch(bool stop) override;
@@ -49,10 +76,19 @@ class AllreduceUpdater final : public train::Updater {
   Result<std::int64_t> Exchange(model::Model& model, bool contributes);
   Status StartBucket(model::Model& model, bool contributes);  // the next bucket of this step
 
+  struct Commit {
+    bool valid = false;
+    std::int64_t global_step = 0;
+    Position position;
+    std::vector<float> params, slots;
+    std::int64_t updates = 0;
+  };
+  void TakeCommit(const model::Model& model, Commit* into);
+
   struct Bucket {
     std::size_t begin, end;  // floats of buffer_
   };
-  collective::Ring& ring_;
+  std::shared_ptr<collective::Ring> ring_;
   optim::OptimizerState state_;
   std::vector<float> buffer_;     // gradient sum, then weight sum and next-step count
   std::vector<Bucket> buckets_;   // in the order they start: the last layers' first
@@ -61,6 +97,11 @@ class AllreduceUpdater final : public train::Updater {
   bool has_next_ = false, others_have_data_ = false;
   std::int64_t global_step_ = 0, joined_ = 0;
   metrics::Counter* allreduce_bytes_;  // null: not counted
+  // Elastic: 0 when not.
+  int commit_every_ = 0;
+  Reformer reform_;
+  Position position_;           // where the loop will be after the step in progress
+  Commit current_, pending_;    // pending_ becomes current_ once the next step's all-reduce is done here
 };
 
 }  // namespace tfd::allreduce

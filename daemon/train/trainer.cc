@@ -62,148 +62,176 @@ Status TrainLoop(const config::JobSpec& job, const model::MnistData& data, model
     spdlog::info("{}resuming at epoch {} step {} of {} (local_step {} was applied before this restart)", prefix, first_epoch,
                  local_step % steps + 1, steps, local_step);
   }
-  for (; epoch <= job.epochs; ++epoch) {
-    updater.StartingEpoch(epoch);
-    // Elastic: the workers in the run at the start of this epoch share its data.
-    const std::optional<Updater::Share> now = updater.EpochShare();
-    if (now && now != share) {
-      spdlog::info("{}membership: {} workers from epoch {}; this worker takes share {} of {}", prefix, now->count, epoch, now->index,
-                   now->count);
-      events.Emit("share", {{"epoch", std::int64_t{epoch}}, {"index", std::int64_t{now->index}}, {"workers", std::int64_t{now->count}}});
-    }
-    share = now;
-    std::vector<std::uint32_t> shard = model::EpochShard(data.train.size, job.seed, epoch, share ? share->index : options.rank,
-                                                         share ? share->count : options.num_workers, job.shuffle);
-    double loss_sum = 0;
-    std::int64_t correct = 0, seen = 0;
-    if (options.shard_limit > 0 && static_cast<std::int64_t>(shard.size()) > options.shard_limit)
-      shard.resize(static_cast<std::size_t>(options.shard_limit));
-    const bool join = updater.JoinsUnevenShards();
-    const std::int64_t my_steps = join ? static_cast<std::int64_t>(shard.size()) / batch
-                                       : (share ? StepsPerEpoch(data.train.size, share->count, batch) : steps);
-    const Clock::time_point start = Clock::now();
-    for (std::int64_t s = epoch == first_epoch && options.first_epoch == 0 ? local_step % steps : 0; s < my_steps; ++s) {
-      if (options.stop != nullptr && options.stop->load(std::memory_order_relaxed)) {
-        return Status::FailedPrecondition(fmt::format("stopped by a signal at epoch {} local_step {}", epoch, local_step));
+  // An updater that recovers from a failure (Updater::Recover) sends the loop back to a position
+  // it returns: `resume` then says where, and the epoch in progress starts again there.
+  std::optional<Updater::Position> resume;
+  Status updater_error;  // what the last failed updater call returned
+  auto fail = [&](const Status& s) {
+    updater_error = s;
+    return where(s);
+  };
+  auto run = [&]() -> Status {
+    for (epoch = resume ? resume->epoch : first_epoch; epoch <= job.epochs; ++epoch) {
+      updater.StartingEpoch(epoch);
+      // Elastic: the workers in the run at the start of this epoch share its data.
+      const std::optional<Updater::Share> now = updater.EpochShare();
+      if (now && now != share) {
+        spdlog::info("{}membership: {} workers from epoch {}; this worker takes share {} of {}", prefix, now->count, epoch, now->index,
+                     now->count);
+        events.Emit("share", {{"epoch", std::int64_t{epoch}}, {"index", std::int64_t{now->index}}, {"workers", std::int64_t{now->count}}});
       }
-      model::FillBatch(data.train, std::span(shard).subspan(static_cast<std::size_t>(s * batch), batch), x.data(), y.data());
-      if (join) updater.SetHasNextBatch(s + 1 < my_steps);
-      const std::uint64_t dropout_seed = DropoutSeed(job.seed, options.rank, local_step);
-      Status sending;
-      const Clock::time_point step_start = Clock::now();
-      Clock::duration handing_off{};  // gradients handed to the updater during backprop (overlap)
-      tensor::LossResult r;
-      if (options.compute) {
-        Result<tensor::LossResult> computed = options.compute(x.data(), y, dropout_seed);
-        if (!computed.ok()) return where(computed.status());
-        r = *computed;
-      } else {
-        model.SetDropoutSeed(dropout_seed);
-        r = model.ComputeGradients(x.data(), y, [&](std::size_t from) {
-          const Clock::time_point t = Clock::now();
-          if (sending.ok()) sending = updater.GradientsReady(model, from);
-          handing_off += Clock::now() - t;
-        });
+      share = now;
+      std::vector<std::uint32_t> shard = model::EpochShard(data.train.size, job.seed, epoch, share ? share->index : options.rank,
+                                                           share ? share->count : options.num_workers, job.shuffle);
+      double loss_sum = 0;
+      std::int64_t correct = 0, seen = 0;
+      if (options.shard_limit > 0 && static_cast<std::int64_t>(shard.size()) > options.shard_limit)
+        shard.resize(static_cast<std::size_t>(options.shard_limit));
+      const bool join = updater.JoinsUnevenShards();
+      const std::int64_t my_steps = join ? static_cast<std::int64_t>(shard.size()) / batch
+                                         : (share ? StepsPerEpoch(data.train.size, share->count, batch) : steps);
+      const Clock::time_point start = Clock::now();
+      std::int64_t first_step = epoch == first_epoch && options.first_epoch == 0 ? local_step % steps : 0;
+      if (resume) first_step = epoch == resume->epoch ? resume->epoch_steps : 0;
+      std::int64_t epoch_steps = first_step;  // global steps of this epoch taken (join steps too)
+      for (std::int64_t s = first_step; s < my_steps; ++s) {
+        if (options.stop != nullptr && options.stop->load(std::memory_order_relaxed)) {
+          return Status::FailedPrecondition(fmt::format("stopped by a signal at epoch {} local_step {}", epoch, local_step));
+        }
+        model::FillBatch(data.train, std::span(shard).subspan(static_cast<std::size_t>(s * batch), batch), x.data(), y.data());
+        if (join) updater.SetHasNextBatch(s + 1 < my_steps);
+        const std::uint64_t dropout_seed = DropoutSeed(job.seed, options.rank, local_step);
+        Status sending;
+        const Clock::time_point step_start = Clock::now();
+        Clock::duration handing_off{};  // gradients handed to the updater during backprop (overlap)
+        tensor::LossResult r;
+        if (options.compute) {
+          Result<tensor::LossResult> computed = options.compute(x.data(), y, dropout_seed);
+          if (!computed.ok()) return fail(computed.status());
+          r = *computed;
+        } else {
+          model.SetDropoutSeed(dropout_seed);
+          r = model.ComputeGradients(x.data(), y, [&](std::size_t from) {
+            const Clock::time_point t = Clock::now();
+            if (sending.ok()) sending = updater.GradientsReady(model, from);
+            handing_off += Clock::now() - t;
+          });
+        }
+        const Clock::time_point computed = Clock::now();
+        if (!sending.ok()) return fail(sending);
+        if (!std::isfinite(r.loss)) {
+          return Status::Internal(fmt::format("loss is {} at epoch {} local_step {}: training diverged (lower the learning rate)",
+                                              r.loss, epoch, local_step));
+        }
+        ++local_step;
+        updater.AtStep({.epoch = epoch, .epoch_steps = ++epoch_steps, .local_step = local_step, .global_step = global_step + 1});
+        Result<std::int64_t> stepped = updater.Step(model, local_step);
+        if (!stepped.ok()) return fail(stepped.status());
+        global_step = *stepped;
+        if (!options.observers.empty()) {
+          const Clock::time_point stepped_at = Clock::now();
+          const StepStats stats{.epoch = epoch, .global_step = global_step, .local_step = local_step, .examples = batch,
+                                .loss = r.loss, .accuracy = static_cast<double>(r.correct) / batch,
+                                .learning_rate = optim::LearningRate(job.optimizer, std::max<std::int64_t>(global_step - 1, 0)),
+                                .compute_seconds = std::chrono::duration<double>(computed - step_start - handing_off).count(),
+                                .update_seconds = std::chrono::duration<double>(stepped_at - computed + handing_off).count(),
+                                .wall_time = UnixNow()};
+          for (TrainObserver* o : options.observers) o->OnStep(stats);
+        }
+        if (updater.StopRequested()) {
+          spdlog::info("{}early stopping: the chief ended the run at the end of an epoch (its log says why); stopping at epoch {} "
+                       "global_step {} local_step {}", prefix, epoch, global_step, local_step);
+          events.Emit("early_stopping", {{"epoch", std::int64_t{epoch}}, {"global_step", global_step}, {"reason", std::string("the chief stopped")}});
+          break;
+        }
+        loss_sum += r.loss * batch;
+        correct += r.correct;
+        seen += batch;
+        if (job.log_every_steps > 0 && local_step % job.log_every_steps == 0) {
+          events.Emit("step", {{"epoch", std::int64_t{epoch}}, {"global_step", global_step}, {"local_step", local_step},
+                               {"loss", r.loss}, {"accuracy", static_cast<double>(r.correct) / batch}});
+        }
       }
-      const Clock::time_point computed = Clock::now();
-      if (!sending.ok()) return where(sending);
-      if (!std::isfinite(r.loss)) {
-        return Status::Internal(fmt::format("loss is {} at epoch {} local_step {}: training diverged (lower the learning rate)",
-                                            r.loss, epoch, local_step));
+      if (updater.StopRequested()) break;
+      // Out of data: take part (with no gradient) in the steps of workers that still have some.
+      while (join && updater.OthersHaveData()) {
+        if (options.stop != nullptr && options.stop->load(std::memory_order_relaxed)) {
+          return Status::FailedPrecondition(fmt::format("stopped by a signal at epoch {} local_step {}", epoch, local_step));
+        }
+        updater.AtStep({.epoch = epoch, .epoch_steps = ++epoch_steps, .local_step = local_step, .global_step = global_step + 1});
+        Result<std::int64_t> joined = updater.JoinStep(model);
+        if (!joined.ok()) return fail(joined.status());
+        global_step = *joined;
       }
-      ++local_step;
-      Result<std::int64_t> stepped = updater.Step(model, local_step);
-      if (!stepped.ok()) return where(stepped.status());
-      global_step = *stepped;
+      const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+      const double samples_per_sec = secs > 0 ? static_cast<double>(seen) / secs : 0;
+      // (seen is 0 in an epoch taken up again at its end, after a recovery)
+      const double loss = seen > 0 ? loss_sum / static_cast<double>(seen) : 0.0;
+      const double accuracy = seen > 0 ? static_cast<double>(correct) / static_cast<double>(seen) : 0.0;
+      std::vector<EventField> fields = {{"epoch", std::int64_t{epoch}}, {"global_step", global_step}, {"local_step", local_step},
+                                        {"loss", loss}, {"accuracy", accuracy}, {"samples_per_sec", samples_per_sec}};
+      std::string eval;
+      EpochMetrics metrics;
+      metrics.loss = loss;
+      if (validate) {
+        const model::EvalResult val = model::EvaluateLoss(model, data.validation);
+        metrics.val_loss = val.loss;
+        metrics.val_accuracy = val.accuracy;
+        fields.push_back({"val_loss", val.loss});
+        fields.push_back({"val_accuracy", val.accuracy});
+        eval = fmt::format(" val_loss={:.4f} val_accuracy={:.4f}", val.loss, val.accuracy);
+      }
+      if (options.evaluate_each_epoch) {
+        test_accuracy = model::Evaluate(model, data.test);
+        metrics.test_accuracy = test_accuracy;
+        fields.push_back({"test_accuracy", test_accuracy});
+        eval += fmt::format(" test_accuracy={:.4f}", test_accuracy);
+      }
+      std::string note = updater.EpochNote();
+      spdlog::info("{}epoch={} global_step={}{} loss={:.4f} accuracy={:.4f}{} samples_per_sec={:.0f}{}{}", prefix, epoch, global_step,
+                   worker_line ? fmt::format(" local_step={}", local_step) : "", loss, accuracy, eval, samples_per_sec,
+                   note.empty() ? "" : " ", note);
+      events.Emit("epoch", fields);
       if (!options.observers.empty()) {
-        const Clock::time_point stepped_at = Clock::now();
-        const StepStats stats{.epoch = epoch, .global_step = global_step, .local_step = local_step, .examples = batch,
-                              .loss = r.loss, .accuracy = static_cast<double>(r.correct) / batch,
-                              .learning_rate = optim::LearningRate(job.optimizer, std::max<std::int64_t>(global_step - 1, 0)),
-                              .compute_seconds = std::chrono::duration<double>(computed - step_start - handing_off).count(),
-                              .update_seconds = std::chrono::duration<double>(stepped_at - computed + handing_off).count(),
-                              .wall_time = UnixNow()};
-        for (TrainObserver* o : options.observers) o->OnStep(stats);
+        EpochStats stats{.epoch = epoch, .global_step = global_step, .local_step = local_step, .loss = loss, .accuracy = accuracy,
+                         .samples_per_sec = samples_per_sec, .wall_time = UnixNow(), .model = &model};
+        if (validate) stats.val_loss = metrics.val_loss, stats.val_accuracy = metrics.val_accuracy;
+        if (options.evaluate_each_epoch) stats.test_accuracy = metrics.test_accuracy;
+        for (TrainObserver* o : options.observers) o->OnEpoch(stats);
       }
-      if (updater.StopRequested()) {
-        spdlog::info("{}early stopping: the chief ended the run at the end of an epoch (its log says why); stopping at epoch {} "
-                     "global_step {} local_step {}", prefix, epoch, global_step, local_step);
-        events.Emit("early_stopping", {{"epoch", std::int64_t{epoch}}, {"global_step", global_step}, {"reason", std::string("the chief stopped")}});
-        break;
-      }
-      loss_sum += r.loss * batch;
-      correct += r.correct;
-      seen += batch;
-      if (job.log_every_steps > 0 && local_step % job.log_every_steps == 0) {
-        events.Emit("step", {{"epoch", std::int64_t{epoch}}, {"global_step", global_step}, {"local_step", local_step},
-                             {"loss", r.loss}, {"accuracy", static_cast<double>(r.correct) / batch}});
-      }
-    }
-    if (updater.StopRequested()) break;
-    // Out of data: take part (with no gradient) in the steps of workers that still have some.
-    while (join && updater.OthersHaveData()) {
-      if (options.stop != nullptr && options.stop->load(std::memory_order_relaxed)) {
-        return Status::FailedPrecondition(fmt::format("stopped by a signal at epoch {} local_step {}", epoch, local_step));
-      }
-      Result<std::int64_t> joined = updater.JoinStep(model);
-      if (!joined.ok()) return where(joined.status());
-      global_step = *joined;
-    }
-    const double secs = std::chrono::duration<double>(Clock::now() - start).count();
-    const double samples_per_sec = secs > 0 ? static_cast<double>(seen) / secs : 0;
-    const double loss = loss_sum / static_cast<double>(seen);
-    const double accuracy = static_cast<double>(correct) / static_cast<double>(seen);
-    std::vector<EventField> fields = {{"epoch", std::int64_t{epoch}}, {"global_step", global_step}, {"local_step", local_step},
-                                      {"loss", loss}, {"accuracy", accuracy}, {"samples_per_sec", samples_per_sec}};
-    std::string eval;
-    EpochMetrics metrics;
-    metrics.loss = loss;
-    if (validate) {
-      const model::EvalResult val = model::EvaluateLoss(model, data.validation);
-      metrics.val_loss = val.loss;
-      metrics.val_accuracy = val.accuracy;
-      fields.push_back({"val_loss", val.loss});
-      fields.push_back({"val_accuracy", val.accuracy});
-      eval = fmt::format(" val_loss={:.4f} val_accuracy={:.4f}", val.loss, val.accuracy);
-    }
-    if (options.evaluate_each_epoch) {
-      test_accuracy = model::Evaluate(model, data.test);
-      metrics.test_accuracy = test_accuracy;
-      fields.push_back({"test_accuracy", test_accuracy});
-      eval += fmt::format(" test_accuracy={:.4f}", test_accuracy);
-    }
-    std::string note = updater.EpochNote();
-    spdlog::info("{}epoch={} global_step={}{} loss={:.4f} accuracy={:.4f}{} samples_per_sec={:.0f}{}{}", prefix, epoch, global_step,
-                 worker_line ? fmt::format(" local_step={}", local_step) : "", loss, accuracy, eval, samples_per_sec,
-                 note.empty() ? "" : " ", note);
-    events.Emit("epoch", fields);
-    if (!options.observers.empty()) {
-      EpochStats stats{.epoch = epoch, .global_step = global_step, .local_step = local_step, .loss = loss, .accuracy = accuracy,
-                       .samples_per_sec = samples_per_sec, .wall_time = UnixNow(), .model = &model};
-      if (validate) stats.val_loss = metrics.val_loss, stats.val_accuracy = metrics.val_accuracy;
-      if (options.evaluate_each_epoch) stats.test_accuracy = metrics.test_accuracy;
-      for (TrainObserver* o : options.observers) o->OnEpoch(stats);
-    }
-    NotifyStatus(fmt::format("epoch {} of {}: global_step={} loss={:.4f} accuracy={:.4f}{}", epoch, job.epochs, global_step, loss,
-                             accuracy, eval));
-    if (job.can_stop_early() && epoch < job.epochs) {
-      std::optional<std::string> reason;
-      if (options.evaluate_each_epoch) reason = stopper.Update(epoch, metrics);
-      Result<bool> ended = updater.EndOfEpoch(reason.has_value());
-      if (!ended.ok()) return where(ended.status());
-      const bool stop = *ended;
-      if (stop) {
-        const std::string why = reason.value_or("the chief ended the run (its log says why)");
-        spdlog::info("{}early stopping: {}; stopping after epoch {} of {}", prefix, why, epoch, job.epochs);
-        events.Emit("early_stopping", {{"epoch", std::int64_t{epoch}}, {"global_step", global_step}, {"reason", why}});
-        break;
+      NotifyStatus(fmt::format("epoch {} of {}: global_step={} loss={:.4f} accuracy={:.4f}{}", epoch, job.epochs, global_step, loss,
+                               accuracy, eval));
+      if (job.can_stop_early() && epoch < job.epochs) {
+        std::optional<std::string> reason;
+        if (options.evaluate_each_epoch) reason = stopper.Update(epoch, metrics);
+        Result<bool> ended = updater.EndOfEpoch(reason.has_value());
+        if (!ended.ok()) return fail(ended.status());
+        const bool stop = *ended;
+        if (stop) {
+          const std::string why = reason.value_or("the chief ended the run (its log says why)");
+          spdlog::info("{}early stopping: {}; stopping after epoch {} of {}", prefix, why, epoch, job.epochs);
+          events.Emit("early_stopping", {{"epoch", std::int64_t{epoch}}, {"global_step", global_step}, {"reason", why}});
+          break;
+        }
       }
     }
+    epoch = std::min(epoch, job.epochs);  // past the loop, or where early stopping left it
+    Result<std::int64_t> finished = updater.Finish(model);
+    if (!finished.ok()) return fail(finished.status());
+    global_step = *finished;
+    return Status::Ok();
+  };
+  for (;;) {
+    updater_error = Status::Ok();
+    Status s = run();
+    if (s.ok()) break;
+    if (updater_error.ok()) return s;  // a signal, a diverged loss: nothing to recover from
+    Result<Updater::Position> r = updater.Recover(model, updater_error);
+    if (!r.ok()) return where(r.status());
+    resume = *r;
+    local_step = resume->local_step;
+    global_step = resume->global_step;
   }
-  epoch = std::min(epoch, job.epochs);  // past the loop, or where early stopping left it
-  Result<std::int64_t> finished = updater.Finish(model);
-  if (!finished.ok()) return where(finished.status());
-  global_step = *finished;
   if (updater.FinishChangesParams() || test_accuracy < 0) test_accuracy = model::Evaluate(model, data.test);
   const std::string sha = model::ParamsSha256(model);
   if (!options.params_out.empty()) {

@@ -55,6 +55,20 @@ class Updater {
   virtual bool OthersHaveData() const { return false; }
   // Takes part in one step without a gradient of this worker's; returns the global step.
   virtual Result<std::int64_t> JoinStep(model::Model&) { return Status::Internal("JoinStep: not supported by this update mode"); }
+
+  // Where the epoch loop is: the epoch, the global steps of it taken (every worker of an allreduce
+  // ring takes them in lockstep, a join step counting), and this worker's local and global steps.
+  struct Position {
+    int epoch = 1;
+    std::int64_t epoch_steps = 0, local_step = 0, global_step = 0;
+  };
+  // Before each Step and JoinStep: where the loop will be once that step is done (an updater that
+  // commits the training state keeps it with the commit).
+  virtual void AtStep(const Position&) {}
+  // After an updater error (`failure`, as the updater returned it): recovers when it can (an
+  // elastic allreduce ring re-forms without a lost worker and rolls the model back to its last
+  // commit) and returns where the loop goes on from; otherwise returns `failure`.
+  virtual Result<Position> Recover(model::Model&, const Status& failure) { return failure; }
 };
 
 }  // namespace tfd::train

@@ -1,6 +1,10 @@
 // Elastic runs (docs/operations.md, "Elastic runs"): workers that join a running job and workers
 // that leave it for good, in async and sync mode, as real tfd processes on synthetic data.
 #include <csignal>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "test/integration/cluster_util.h"
 
@@ -9,12 +13,22 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// The softmax on 2000 synthetic examples, batch 20, `epochs` long, elastic within [min, max].
-std::string ElasticJob(const TempDir& data, const std::string& update, int epochs, int min_workers, int max_workers) {
+// The softmax on 2000 synthetic examples, batch 20, `epochs` long, elastic within [min, max]
+// (`extra`: more fields of the elastic section), with `optimizer`.
+std::string ElasticJob(const TempDir& data, const std::string& update, int epochs, int min_workers, int max_workers,
+                       const std::string& extra = "", const std::string& optimizer = R"({"type": "sgd", "learning_rate": 0.1})") {
   WriteSyntheticMnist(data.path(), 2000, 50);
-  return Job(data.path(), update, epochs, R"({"type": "sgd", "learning_rate": 0.1})", 20, R"({"name": "softmax"})",
+  return Job(data.path(), update, epochs, optimizer, 20, R"({"name": "softmax"})",
              R"(, "elastic": {"min_workers": )" + std::to_string(min_workers) + R"(, "max_workers": )" + std::to_string(max_workers) +
-                 "}");
+                 extra + "}");
+}
+
+// The "membership" events of a task's stdout.
+std::vector<nlohmann::json> MembershipEvents(const TaskResult& t) {
+  std::vector<nlohmann::json> out;
+  for (nlohmann::json& e : ParseEvents(t.out))
+    if (e["event"] == "membership") out.push_back(std::move(e));
+  return out;
 }
 
 bool Has(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
@@ -120,6 +134,75 @@ TEST_CASE("elastic sync: total_num_replicas follows the membership at step bound
   CHECK(ps.exit_code == 0);
   CHECK(Has(ps.err, "gave up on worker:2"));
   CHECK(Has(ps.err, "a worker left for good; elastic min_workers 1, max_workers 3); sync: total_num_replicas 2"));
+}
+
+TEST_CASE("elastic allreduce: a killed worker's ring re-forms from the last commit; the survivors finish bit-identical",
+          "[integration][elastic][allreduce]") {
+  TempDir data;
+  const std::string momentum = R"({"type": "momentum", "learning_rate": 0.05, "momentum": 0.9})";
+  LocalCluster c({.num_ps = 0, .num_workers = 3,
+                  .job = ElasticJob(data, R"({"mode": "allreduce"})", 150, 2, 3, R"(, "commit_every_steps": 7)", momentum)});
+  for (int i = 0; i < 3; ++i) c.StartWorker(i, {"--peer-timeout", "3"});
+  AwaitLine(c.process("worker", 2), "worker=2 epoch=3 ");
+  c.process("worker", 2).Signal(SIGKILL);
+  std::vector<TaskResult> left;
+  for (int i = 0; i < 2; ++i) {
+    TaskResult w = c.Finish("worker", i, 120s);
+    INFO(w.err);
+    CHECK(w.exit_code == 0);
+    REQUIRE(w.done.is_object());
+    CHECK(Has(w.err, "worker:2 (127.0.0.1:"));
+    CHECK(Has(w.err, "lost; elastic min_workers 2, max_workers 3); rolled back to the commit at global_step "));
+    // The data is re-sharded over the two at once: the epoch in progress goes on with the new shares.
+    CHECK(Has(w.err, "this worker takes share " + std::to_string(i) + " of 2"));
+    const std::vector<nlohmann::json> events = MembershipEvents(w);
+    REQUIRE(events.size() == 1);
+    CHECK(events[0]["workers"] == 2);
+    CHECK(events[0]["lost"].get<std::string>().starts_with("worker:2 "));
+    // The step it takes effect from follows the commit, which is a multiple of commit_every_steps.
+    const std::int64_t commit = events[0]["commit_step"].get<std::int64_t>();
+    CHECK(commit > 0);
+    CHECK(commit % 7 == 0);
+    CHECK(events[0]["global_step"] == commit + 1);
+    left.push_back(std::move(w));
+  }
+  CHECK(MembershipEvents(left[0])[0]["global_step"] == MembershipEvents(left[1])[0]["global_step"]);
+  CHECK(left[0].done["params_sha256"] == left[1].done["params_sha256"]);
+  CHECK(left[0].done["global_step"] == left[1].done["global_step"]);
+}
+
+TEST_CASE("elastic allreduce: when the chief is lost, the next rank leads the re-formed ring", "[integration][elastic][allreduce]") {
+  TempDir data;
+  LocalCluster c({.num_ps = 0, .num_workers = 3, .job = ElasticJob(data, R"({"mode": "allreduce"})", 120, 2, 3, R"(, "commit_every_steps": 5)")});
+  for (int i = 0; i < 3; ++i) c.StartWorker(i, {"--peer-timeout", "3"});
+  AwaitLine(c.process("worker", 0), "worker=0 epoch=2 ");
+  c.process("worker", 0).Signal(SIGKILL);
+  std::vector<TaskResult> left;
+  for (int i = 1; i < 3; ++i) {
+    TaskResult w = c.Finish("worker", i, 120s);
+    INFO(w.err);
+    CHECK(w.exit_code == 0);
+    REQUIRE(w.done.is_object());
+    CHECK(Has(w.err, "(worker:0 (127.0.0.1:"));
+    CHECK(Has(w.err, "this worker is rank " + std::to_string(i - 1) + " of the ring"));
+    left.push_back(std::move(w));
+  }
+  CHECK(left[0].done["params_sha256"] == left[1].done["params_sha256"]);
+}
+
+TEST_CASE("elastic allreduce: a loss below min_workers ends every task within the peer timeout, with a message",
+          "[integration][elastic][allreduce]") {
+  TempDir data;
+  LocalCluster c({.num_ps = 0, .num_workers = 3, .job = ElasticJob(data, R"({"mode": "allreduce"})", 100000, 3, 3)});
+  for (int i = 0; i < 3; ++i) c.StartWorker(i, {"--peer-timeout", "3"});
+  AwaitLine(c.process("worker", 2), "worker=2 epoch=2 ");
+  c.process("worker", 2).Signal(SIGKILL);
+  for (int i = 0; i < 2; ++i) {
+    TaskResult w = c.Finish("worker", i, 3s + 20s);  // the peer timeout and a margin
+    INFO(w.err);
+    CHECK(w.exit_code == 1);
+    CHECK(Has(w.err, "elastic: the run is over: 2 workers left, fewer than elastic min_workers 3 (worker:2 (127.0.0.1:"));
+  }
 }
 
 }  // namespace

@@ -209,6 +209,12 @@ TEST_CASE("elastic: min_workers and max_workers, both required, min <= max", "[u
   CHECK(ok->elastic.enabled());
   CHECK(ok->elastic.min_workers == 2);
   CHECK(ok->elastic.max_workers == 8);
+  CHECK(ok->elastic.commit_every_steps == 10);
+  auto every = ParseJobSpec(With(R"("elastic": {"min_workers": 2, "max_workers": 8, "commit_every_steps": 25})"), "job.json");
+  REQUIRE(every.ok());
+  CHECK(every->elastic.commit_every_steps == 25);
+  CHECK(ErrorOf(With(R"("elastic": {"min_workers": 1, "max_workers": 2, "commit_every_steps": 0})")).starts_with(
+      "job.json: elastic.commit_every_steps: "));
   CHECK(!ParseJobSpec(With(R"("seed": 3)"), "job.json")->elastic.enabled());
   CHECK(ErrorOf(With(R"("elastic": {"min_workers": 3, "max_workers": 2})")) == "job.json: elastic.max_workers: 2 is less than min_workers 3");
   CHECK(ErrorOf(With(R"("elastic": {"min_workers": 1})")) == "job.json: elastic.max_workers: missing (expected an integer)");

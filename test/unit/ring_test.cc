@@ -113,7 +113,10 @@ TEST_CASE("a member that leaves the ring fails the collective on every other mem
     INFO("rank " << r << ": " << got[static_cast<std::size_t>(r)].message());
     CHECK_FALSE(got[static_cast<std::size_t>(r)].ok());
     CHECK(got[static_cast<std::size_t>(r)].message().find("worker:2 (127.0.0.1:") != std::string::npos);
+    // Neighbours or not, every member blames worker:2 (an elastic ring re-forms without it).
+    CHECK(ring.ring(r).Blamed(got[static_cast<std::size_t>(r)]) == 2);
   }
+  CHECK(ring.ring(0).Blamed(Status::FailedPrecondition("stopped by a signal during a collective")) == -1);
 }
 
 TEST_CASE("members leave the ring in good order after their last collective, whatever their pace", "[unit][ring]") {
