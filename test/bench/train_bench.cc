@@ -40,19 +40,29 @@ struct Config {
   int batch;
 };
 
-double MeasureOurs(const tfd::model::MnistData& data, const Config& c, double seconds, int threads) {
+// The model of `c`, initialised from seed 1, and its optimizer's spec.
+tfd::Result<std::unique_ptr<tfd::model::Model>> BuildModel(const Config& c) {
   tfd::config::ModelSpec spec;
   spec.name = c.model;
   auto model = tfd::model::Model::Build(spec, {28, 28, 1}, 10, c.batch);
-  if (!model.ok()) return 0;
-  (*model)->Initialize(1);
+  if (model.ok()) (*model)->Initialize(1);
+  return model;
+}
+
+tfd::config::OptimizerSpec OptimizerOf(const Config& c) {
   tfd::config::OptimizerSpec o;
   o.type = c.optimizer == "sgd" ? tfd::config::OptimizerSpec::Type::kSgd
            : c.optimizer == "momentum" ? tfd::config::OptimizerSpec::Type::kMomentum
                                        : tfd::config::OptimizerSpec::Type::kAdam;
   o.learning_rate = c.lr;
   o.momentum = 0.95;
-  auto opt = tfd::optim::MakeOptimizer(o);
+  return o;
+}
+
+double MeasureOurs(const tfd::model::MnistData& data, const Config& c, double seconds, int threads) {
+  auto model = BuildModel(c);
+  if (!model.ok()) return 0;
+  auto opt = tfd::optim::MakeOptimizer(OptimizerOf(c));
   tfd::optim::OptimizerState state(*opt, (*model)->params().size());
   tfd::tensor::SetComputeThreads(threads);
   auto shard = tfd::model::EpochShard(data.train.size, 1, 1, 0, 1, true);
@@ -80,18 +90,9 @@ double MeasureOurs(const tfd::model::MnistData& data, const Config& c, double se
 #ifdef TFD_HAVE_CUDA
 // The same steps as MeasureOurs on GPU `device`, the whole step on the device.
 double MeasureOursCuda(const tfd::model::MnistData& data, const Config& c, double seconds, int device) {
-  tfd::config::ModelSpec spec;
-  spec.name = c.model;
-  auto model = tfd::model::Model::Build(spec, {28, 28, 1}, 10, c.batch);
+  auto model = BuildModel(c);
   if (!model.ok()) return 0;
-  (*model)->Initialize(1);
-  tfd::config::OptimizerSpec o;
-  o.type = c.optimizer == "sgd" ? tfd::config::OptimizerSpec::Type::kSgd
-           : c.optimizer == "momentum" ? tfd::config::OptimizerSpec::Type::kMomentum
-                                       : tfd::config::OptimizerSpec::Type::kAdam;
-  o.learning_rate = c.lr;
-  o.momentum = 0.95;
-  auto opt = tfd::optim::MakeOptimizer(o);
+  auto opt = tfd::optim::MakeOptimizer(OptimizerOf(c));
   auto gpu = tfd::cuda::CudaModel::Create(**model, device, 0.5, opt.get());
   if (!gpu.ok() || !(*gpu)->UploadParams((*model)->params()).ok()) {
     std::fprintf(stderr, "tfd_bench_train: %s\n", gpu.ok() ? "upload failed" : gpu.status().message().c_str());
