@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,21 @@ tfd::config::OptimizerSpec OptimizerOf(const Config& c) {
   return o;
 }
 
+// Samples/s of `step` (one batch of `batch` examples a call): 20 warm-up steps, as the peer
+// takes, then at least 50 steps and `seconds`.
+double SamplesPerSec(const std::function<void()>& step, int batch, double seconds) {
+  for (int i = 0; i < 20; ++i) step();
+  std::int64_t n = 0;
+  const auto start = Clock::now();
+  double elapsed = 0;
+  while (n < 50 || elapsed < seconds) {
+    step();
+    ++n;
+    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  }
+  return static_cast<double>(n * batch) / elapsed;
+}
+
 double MeasureOurs(const tfd::model::MnistData& data, const Config& c, double seconds, int threads) {
   auto model = BuildModel(c);
   if (!model.ok()) return 0;
@@ -75,16 +91,7 @@ double MeasureOurs(const tfd::model::MnistData& data, const Config& c, double se
     (*model)->ComputeGradients(x.data(), y);
     state.Apply((*model)->params(), (*model)->grads());
   };
-  for (int i = 0; i < 20; ++i) step();  // warm-up, as the peer does
-  std::int64_t n = 0;
-  const auto start = Clock::now();
-  double elapsed = 0;
-  while (n < 50 || elapsed < seconds) {
-    step();
-    ++n;
-    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  }
-  return static_cast<double>(n * c.batch) / elapsed;
+  return SamplesPerSec(step, c.batch, seconds);
 }
 
 #ifdef TFD_HAVE_CUDA
@@ -108,16 +115,8 @@ double MeasureOursCuda(const tfd::model::MnistData& data, const Config& c, doubl
     tfd::model::FillBatch(data.train, std::span(shard).subspan((s++ % steps_per_epoch) * c.batch, c.batch), x.data(), y.data());
     ok = ok && (*gpu)->TrainStep(x.data(), y, s).ok();
   };
-  for (int i = 0; i < 20; ++i) step();
-  std::int64_t n = 0;
-  const auto start = Clock::now();
-  double elapsed = 0;
-  while (n < 50 || elapsed < seconds) {
-    step();
-    ++n;
-    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  }
-  return ok ? static_cast<double>(n * c.batch) / elapsed : 0;
+  const double rate = SamplesPerSec(step, c.batch, seconds);
+  return ok ? rate : 0;
 }
 #endif
 
