@@ -76,6 +76,9 @@ TEST_CASE("tfctl up names a failed task with its last lines and exits 1", "[syst
 TEST_CASE("launch.restart on-failure: a ps killed mid-run is started again and the run completes", "[system][tfctl]") {
   TempDir dir;
   auto f = nlohmann::json::parse(ReadAll(ClusterFile(dir, 40)));
+  // Sync updates keep the chief in step with worker:1, so the ps dies while the chief still trains
+  // (async, a chief that started first could finish its 40 epochs before worker:1's second).
+  f["train"]["update"] = {{"mode", "sync"}};
   f["launch"]["restart"] = {{"ps", "on-failure"}};
   f["launch"]["max_restarts"] = 2;
   WriteFile(dir / "restart.json", f.dump(2));
