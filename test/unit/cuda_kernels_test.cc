@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,7 @@
 #include "common/model/model.h"
 #include "common/optim/cuda/optimizer_kernels.h"
 #include "common/optim/optimizer.h"
+#include "common/tensor/cuda/cublas_loader.h"
 #include "common/tensor/cuda/cuda_model.h"
 #include "common/tensor/cuda/kernels.h"
 #include "common/tensor/cuda/runtime.h"
@@ -99,16 +101,22 @@ float MaxAbs(const std::vector<float>& v) {
   return m;
 }
 
-struct Cublas {
+// A cuBLAS handle from the table the backend loads (cublas_loader.h): tfd links no cuBLAS.
+struct CublasHandle {
   cublasHandle_t h = nullptr;
-  Cublas() { REQUIRE(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS); }
-  ~Cublas() { cublasDestroy(h); }
+  CublasHandle() {
+    auto api = cuda::LoadCublas();
+    INFO((api.ok() ? std::string() : api.status().message()));
+    REQUIRE(api.ok());
+    REQUIRE((*api)->create(&h) == CUBLAS_STATUS_SUCCESS);
+  }
+  ~CublasHandle() { cuda::Cublas().destroy(h); }
 };
 
 }  // namespace
 
 TEST_CASE("cuda gemm matches tensor::Gemm for every transpose", "[cuda]") {
-  Cublas cublas;
+  CublasHandle cublas;
   const int m = 37, n = 29, k = 53;
   for (bool ta : {false, true})
     for (bool tb : {false, true}) {
@@ -139,7 +147,7 @@ TEST_CASE("cuda bias + activation matches tensor::BiasActivation", "[cuda]") {
 }
 
 TEST_CASE("cuda activation and bias gradients match tensor::ActivationGradBias", "[cuda]") {
-  Cublas cublas;
+  CublasHandle cublas;
   const int rows = 300, cols = 70;
   for (Activation act : {Activation::kNone, Activation::kRelu, Activation::kSigmoid, Activation::kElu, Activation::kTanh}) {
     auto x = Random(rows * cols, 6, -3, 3), bias = std::vector<float>(cols, 0.0f), d = Random(rows * cols, 7);
@@ -226,7 +234,7 @@ TEST_CASE("cuda max-pool forward and backward match the CPU layer, ties included
 }
 
 TEST_CASE("cuda conv2d (im2col + GEMM, col2im) matches the CPU layer", "[cuda]") {
-  Cublas cublas;
+  CublasHandle cublas;
   const tensor::ActShape in{8, 9, 3};
   const int batch = 5, filters = 4, k = 3;
   auto layer = tensor::MakeConv2D(in, filters, k, Activation::kRelu, {});
@@ -485,9 +493,36 @@ TEST_CASE("cnn on the GPU reaches the CPU's accuracy within 0.3 points after 2 e
   ExpectGpuMatchesCpu("cnn", 64, R"({"type": "sgd", "learning_rate": 0.001})", 0.5);
 }
 
-// Exits 77 (skipped) without a usable device; the [train] case also without MNIST.
+bool Mapped(const std::string& library) {
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);)
+    if (line.find(library) != std::string::npos) return true;
+  return false;
+}
+
+// Needs no device: the toolkit's libraries only.
+TEST_CASE("cuBLAS is opened on first use: not mapped before, every entry point resolved after", "[load]") {
+  REQUIRE_FALSE(Mapped("libcublas"));  // not linked: no process pays for it at start
+  auto api = cuda::LoadCublas();
+  INFO((api.ok() ? std::string() : api.status().message()));
+  REQUIRE(api.ok());
+  CHECK(Mapped("libcublas.so"));
+  CHECK(Mapped("libcublasLt.so"));
+  for (const void* fn : {reinterpret_cast<const void*>((*api)->create), reinterpret_cast<const void*>((*api)->destroy),
+                         reinterpret_cast<const void*>((*api)->set_stream), reinterpret_cast<const void*>((*api)->set_workspace),
+                         reinterpret_cast<const void*>((*api)->sgemm), reinterpret_cast<const void*>((*api)->sgemv),
+                         reinterpret_cast<const void*>((*api)->status_string)})
+    CHECK(fn != nullptr);
+  CHECK(std::string((*api)->status_string(CUBLAS_STATUS_NOT_INITIALIZED)).find("not initialized") != std::string::npos);
+  auto again = cuda::LoadCublas();
+  REQUIRE(again.ok());
+  CHECK(*again == *api);
+}
+
+// Exits 77 (skipped) without a usable device ([load] needs none); the [train] case also without MNIST.
 int main(int argc, char** argv) {
-  if (Status s = cuda::CheckDevice(0); !s.ok()) {
+  const bool load_only = argc == 2 && std::string(argv[1]) == "[load]";
+  if (Status s = cuda::CheckDevice(0); !s.ok() && !load_only) {
     std::printf("skipped: %s\n", s.message().c_str());
     return 77;
   }

@@ -12,6 +12,7 @@
 
 #include "common/optim/cuda/optimizer_kernels.h"
 #include "common/tensor/cuda/arena.h"
+#include "common/tensor/cuda/cublas_loader.h"
 #include "common/tensor/cuda/kernels.h"
 #include "common/tensor/cuda/runtime.h"
 
@@ -32,7 +33,7 @@ Status CudaError(cudaError_t e, std::string_view what) {
 #define TFD_CUBLAS_RETURN(expr, what)                                                                   \
   do {                                                                                                  \
     if (cublasStatus_t s_ = (expr); s_ != CUBLAS_STATUS_SUCCESS)                                        \
-      return Status::Internal(fmt::format("cublas: {}: {}", what, cublasGetStatusString(s_)));          \
+      return Status::Internal(fmt::format("cublas: {}: {}", what, Cublas().status_string(s_)));          \
   } while (0)
 
 // What the device reads each step from pinned host memory (copied in by the step itself, so a
@@ -92,7 +93,7 @@ struct CudaModel::Impl {
   ~Impl() {
     for (cudaGraphExec_t g : graphs)
       if (g != nullptr) cudaGraphExecDestroy(g);
-    if (cublas != nullptr) cublasDestroy(cublas);
+    if (cublas != nullptr) Cublas().destroy(cublas);
     if (stream != nullptr) cudaStreamDestroy(stream);
     for (void* p : {static_cast<void*>(h_x), static_cast<void*>(h_params), static_cast<void*>(h_grads), static_cast<void*>(h_y),
                     static_cast<void*>(h_sums), static_cast<void*>(h_scalars)})
@@ -331,9 +332,10 @@ Result<std::unique_ptr<CudaModel>> CudaModel::Create(const model::Model& model, 
     r.set(p);
   }
   TFD_CUDA_RETURN(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking), "stream");
-  TFD_CUBLAS_RETURN(cublasCreate(&m.cublas), "handle");
-  TFD_CUBLAS_RETURN(cublasSetStream(m.cublas, m.stream), "stream");
-  TFD_CUBLAS_RETURN(cublasSetWorkspace(m.cublas, m.workspace, kCublasWorkspace), "workspace");
+  TFD_ASSIGN_OR_RETURN(const CublasApi* api, LoadCublas());
+  TFD_CUBLAS_RETURN(api->create(&m.cublas), "handle");
+  TFD_CUBLAS_RETURN(api->set_stream(m.cublas, m.stream), "stream");
+  TFD_CUBLAS_RETURN(api->set_workspace(m.cublas, m.workspace, kCublasWorkspace), "workspace");
   TFD_CUDA_RETURN(cudaMallocHost(reinterpret_cast<void**>(&m.h_x), B * m.input_size * sizeof(float)), "pinned batch");
   TFD_CUDA_RETURN(cudaMallocHost(reinterpret_cast<void**>(&m.h_y), B), "pinned labels");
   TFD_CUDA_RETURN(cudaMallocHost(reinterpret_cast<void**>(&m.h_params), P * sizeof(float) + 1), "pinned params");

@@ -1,5 +1,7 @@
 #include "common/tensor/cuda/kernels.h"
 
+#include "common/tensor/cuda/cublas_loader.h"
+
 #include <algorithm>
 
 namespace tfd::cuda {
@@ -213,7 +215,7 @@ __global__ void FillKernel(float* p, std::int64_t n, float value) {
 cublasStatus_t Gemm(cublasHandle_t handle, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
                     const float* b, int ldb, float beta, float* c, int ldc) {
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: B and A swap places.
-  return cublasSgemm(handle, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, ldb, a,
+  return Cublas().sgemm(handle, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, ldb, a,
                      lda, &beta, c, ldc);
 }
 
@@ -230,7 +232,7 @@ void ActivationGrad(const float* y, float* dy, std::int64_t n, Activation act, c
 cublasStatus_t BiasGradient(cublasHandle_t handle, const float* dy, int rows, int cols, const float* ones, float* dbias) {
   // dy row-major [rows, cols] is column-major [cols, rows]: dbias = that matrix times ones.
   const float one = 1.0f, zero = 0.0f;
-  return cublasSgemv(handle, CUBLAS_OP_N, cols, rows, &one, dy, cols, ones, 1, &zero, dbias, 1);
+  return Cublas().sgemv(handle, CUBLAS_OP_N, cols, rows, &one, dy, cols, ones, 1, &zero, dbias, 1);
 }
 
 void SoftmaxCrossEntropy(const float* logits, const std::uint8_t* labels, int batch, int classes, float* dlogits, float* row_loss,
