@@ -85,6 +85,10 @@ Status TrainLoop(const config::JobSpec& job, const model::MnistData& data, model
                                                            share ? share->count : options.num_workers, job.shuffle);
       double loss_sum = 0;
       std::int64_t correct = 0, seen = 0;
+      // Where the epoch's time went, by the task's own clock: reading the batch, forward and backward,
+      // and the update (the exchange with the ps or the ring and the optimizer, with any gradients
+      // handed over during backprop).
+      Clock::duration input_time{}, compute_time{}, update_time{};
       if (options.shard_limit > 0 && static_cast<std::int64_t>(shard.size()) > options.shard_limit)
         shard.resize(static_cast<std::size_t>(options.shard_limit));
       const bool join = updater.JoinsUnevenShards();
@@ -98,11 +102,13 @@ Status TrainLoop(const config::JobSpec& job, const model::MnistData& data, model
         if (options.stop != nullptr && options.stop->load(std::memory_order_relaxed)) {
           return Status::FailedPrecondition(fmt::format("stopped by a signal at epoch {} local_step {}", epoch, local_step));
         }
+        const Clock::time_point fill_start = Clock::now();
         model::FillBatch(data.train, std::span(shard).subspan(static_cast<std::size_t>(s * batch), batch), x.data(), y.data());
         if (join) updater.SetHasNextBatch(s + 1 < my_steps);
         const std::uint64_t dropout_seed = DropoutSeed(job.seed, options.rank, local_step);
         Status sending;
         const Clock::time_point step_start = Clock::now();
+        input_time += step_start - fill_start;
         Clock::duration handing_off{};  // gradients handed to the updater during backprop (overlap)
         tensor::LossResult r;
         if (options.compute) {
@@ -128,8 +134,10 @@ Status TrainLoop(const config::JobSpec& job, const model::MnistData& data, model
         Result<std::int64_t> stepped = updater.Step(model, local_step);
         if (!stepped.ok()) return fail(stepped.status());
         global_step = *stepped;
+        const Clock::time_point stepped_at = Clock::now();
+        compute_time += computed - step_start - handing_off;
+        update_time += stepped_at - computed + handing_off;
         if (!options.observers.empty()) {
-          const Clock::time_point stepped_at = Clock::now();
           const StepStats stats{.epoch = epoch, .global_step = global_step, .local_step = local_step, .examples = batch,
                                 .loss = r.loss, .accuracy = static_cast<double>(r.correct) / batch,
                                 .learning_rate = optim::LearningRate(job.optimizer, std::max<std::int64_t>(global_step - 1, 0)),
@@ -168,8 +176,11 @@ Status TrainLoop(const config::JobSpec& job, const model::MnistData& data, model
       // (seen is 0 in an epoch taken up again at its end, after a recovery)
       const double loss = seen > 0 ? loss_sum / static_cast<double>(seen) : 0.0;
       const double accuracy = seen > 0 ? static_cast<double>(correct) / static_cast<double>(seen) : 0.0;
+      const auto seconds = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
       std::vector<EventField> fields = {{"epoch", std::int64_t{epoch}}, {"global_step", global_step}, {"local_step", local_step},
-                                        {"loss", loss}, {"accuracy", accuracy}, {"samples_per_sec", samples_per_sec}};
+                                        {"loss", loss}, {"accuracy", accuracy}, {"samples_per_sec", samples_per_sec},
+                                        {"epoch_s", secs}, {"input_s", seconds(input_time)}, {"compute_s", seconds(compute_time)},
+                                        {"update_s", seconds(update_time)}};
       std::string eval;
       EpochMetrics metrics;
       metrics.loss = loss;

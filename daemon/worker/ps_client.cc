@@ -366,10 +366,12 @@ Result<std::uint64_t> PsClient::TakeParams(std::size_t ps, const wire::InFrame& 
 }
 
 void PsClient::StartPushPull(const wire::Push& tag, std::span<const float> grads, bool sync,
-                             std::shared_ptr<const void> keepalive) {
+                             std::shared_ptr<const void> keepalive, std::vector<std::uint64_t> computed_on) {
   TFD_CHECK(!in_flight());
+  TFD_CHECK(computed_on.empty() || computed_on.size() == ps_.size());
   tag_ = tag;
   grads_ = grads;
+  computed_on_ = computed_on.empty() ? steps_ : std::move(computed_on);
   sync_ = sync;
   keepalive_ = std::move(keepalive);
   acks_.resize(ps_.size());
@@ -381,7 +383,8 @@ void PsClient::StartPushPull(const wire::Push& tag, std::span<const float> grads
 
 void PsClient::SendPushPull(std::size_t i) {
   wire::Push push = tag_;
-  push.based_on_step = steps_[i];
+  // (A ps restarted since may be at an earlier step than the gradient's parameters: never claim more.)
+  push.based_on_step = std::min(computed_on_[i], steps_[i]);
   wire::OutFrame f = wire::Encode(push, Slices(i, grads_));
   // The encoder's trailer (the epoch), when it made one, and the gradient's owner.
   if (f.keepalive != nullptr && keepalive_ != nullptr)

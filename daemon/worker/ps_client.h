@@ -59,8 +59,14 @@ class PsClient {
   // PushPull in two halves, so a step can compute while its predecessor's exchange is in flight:
   // Start sends (`grads` must stay unchanged until Complete returns; `keepalive`, when given, owns
   // their memory until the frames are written, even if this client goes away first), Complete
-  // waits for the replies and writes the parameters into `params`.
-  void StartPushPull(const wire::Push& tag, std::span<const float> grads, bool sync, std::shared_ptr<const void> keepalive);
+  // waits for the replies and writes the parameters into `params`. `computed_on`, when given, is
+  // steps() as it was when the gradient's parameters were pulled: with an exchange completed since
+  // (overlap), the parameters are newer than the gradient, and the ps must scale it by its true
+  // staleness, not by the newer step's.
+  void StartPushPull(const wire::Push& tag, std::span<const float> grads, bool sync, std::shared_ptr<const void> keepalive,
+                     std::vector<std::uint64_t> computed_on = {});
+  // Per ps: the global step of the parameters last pulled from it.
+  const std::vector<std::uint64_t>& steps() const { return steps_; }
   Result<StepResult> CompletePushPull(std::span<float> params);
   bool in_flight() const { return !pulls_.empty(); }
   // Where this worker resumes (its local steps already applied, async; the global step, sync): 0
@@ -150,6 +156,7 @@ class PsClient {
   // The exchange in flight, kept so it can be sent again to a reconnected ps.
   wire::Push tag_;
   std::span<const float> grads_;
+  std::vector<std::uint64_t> computed_on_;  // per ps: the step the gradient in flight was computed on
   bool sync_ = false;
   std::shared_ptr<const void> keepalive_;
   std::vector<std::shared_ptr<transport::RpcClient>> ps_;

@@ -51,12 +51,15 @@ class PsUpdater final : public train::Updater {
       if (checkpointer_ != nullptr) TFD_RETURN_IF_ERROR(checkpointer_->MaybeSave(step_));
       return static_cast<std::int64_t>(step_);
     }
+    // This gradient was computed on the parameters pulled before the exchange completed here: it
+    // is that much staler than the parameters that exchange brings, and the ps must know it.
+    std::vector<std::uint64_t> computed_on = client_.steps();
     TFD_RETURN_IF_ERROR(CompleteInFlight(model));
     // The next step overwrites grads(): send a copy, owned by the frames until they are written
     // (reused once they are; a new buffer only if a frame still holds the old one).
     if (sending_.use_count() > 1) sending_ = std::make_shared<std::vector<float>>(model.grads().size());
     std::copy(model.grads().begin(), model.grads().end(), sending_->begin());
-    client_.StartPushPull(tag, *sending_, false, sending_);
+    client_.StartPushPull(tag, *sending_, false, sending_, std::move(computed_on));
     if (checkpointer_ != nullptr) TFD_RETURN_IF_ERROR(checkpointer_->MaybeSave(step_));
     return static_cast<std::int64_t>(step_);
   }

@@ -106,6 +106,8 @@ def train(rank, a, port, q):
     """One rank's whole run; ends the process with a "done" message."""
     torch.set_num_threads(a.threads)
     torch.set_num_interop_threads(1)
+    if a.flush_denormal:
+        torch.set_flush_denormal(True)
 
     images, labels = load_data(a.data)
     n = len(images)
@@ -182,7 +184,7 @@ def train(rank, a, port, q):
         finish(q, ("done", rank, None), 0)
     finish(q, ("done", rank, {
         "model": a.model, "optimizer": a.optimizer, "batch": a.batch,
-        "ranks": a.ranks, "threads": a.threads, "steps": steps,
+        "ranks": a.ranks, "threads": a.threads, "flush_denormal": a.flush_denormal, "steps": steps,
         "seconds": round(elapsed, 6),
         "samples_per_sec": round(steps * a.batch * a.ranks / elapsed, 1),
         "allreduce_ms_318kb": round(statistics.median(times) * 1e3, 3),
@@ -293,6 +295,7 @@ def main():
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--seconds", type=float, default=3.0)
     p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--flush-denormal", action="store_true", help="torch.set_flush_denormal(True) in every rank")
     p.add_argument("--port", type=int, default=0,
                    help="rendezvous port on 127.0.0.1 (default: a free one)")
     a = p.parse_args()

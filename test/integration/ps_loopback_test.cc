@@ -182,10 +182,11 @@ bool Eventually(F done) {
 // chief's INIT carries kInitial, the other worker's WAIT_READY is answered once the ps holds them.
 struct TwoWorkers {
   explicit TwoWorkers(config::UpdateSpec::Mode mode, config::UpdateSpec::OnWorkerLoss on_loss = config::UpdateSpec::OnWorkerLoss::kFail,
-                      ps::PsService::Limits limits = {})
+                      ps::PsService::Limits limits = {}, bool scale_stale = false)
       : ps(2, limits), chief(workers.Connect(ps.WorkerConfig(0), 11)), other(workers.Connect(ps.WorkerConfig(1), 22)) {
     config::UpdateSpec update = Update(mode);
     update.on_worker_loss = on_loss;
+    update.scale_stale = scale_stale;
     Ok(chief.Initialize(/*chief=*/true, Sgd(), update, kInitial));
     CHECK(ps.store().initialized());
     CHECK(ps.store().size() == 4);
@@ -235,6 +236,38 @@ TEST_CASE("async over loopback: INIT, pull, pushes applied as sgd says, a duplic
   CHECK(params == std::vector<float>{-0.5f, 0.5f, 3.5f, 3.0f});
   CHECK(c.ps.store().global_step() == 2);
 
+  c.DoneFromBoth();
+}
+
+TEST_CASE("async, overlap: a gradient computed before the last exchange completed is scaled by its true staleness",
+          "[integration][ps]") {
+  TwoWorkers c(config::UpdateSpec::Mode::kAsync, config::UpdateSpec::OnWorkerLoss::kFail, {}, /*scale_stale=*/true);
+  std::vector<float> params(4, -1.0f);
+  REQUIRE(c.chief.Pull(params, /*sync=*/false).ok());
+  REQUIRE(c.chief.steps() == std::vector<std::uint64_t>{0});
+  // Exchange 1 travels while the next gradient is computed, on the same step-0 parameters.
+  const std::vector<float> g0 = {2.0f, 4.0f, -2.0f, 0.0f};
+  c.chief.StartPushPull(Tag(0, 11, 1), g0, /*sync=*/false, nullptr, c.chief.steps());
+  const std::vector<std::uint64_t> g1_computed_on = c.chief.steps();
+  const std::vector<float> g1 = {4.0f, -4.0f, 8.0f, 2.0f};
+  Result<worker::PsClient::StepResult> r = c.chief.CompletePushPull(params);
+  REQUIRE(r.ok());
+  CHECK(r->global_step == 1);
+  CHECK(params == std::vector<float>{0.0f, 0.0f, 4.0f, 4.0f});
+  CHECK(c.chief.steps() == std::vector<std::uint64_t>{1});
+  // g1 is older than the parameters this worker now holds: applied at step 1 on step 0's
+  // parameters, its staleness is 1 and half of it is applied (p - 0.5 * g1 / 2).
+  c.chief.StartPushPull(Tag(0, 11, 2), g1, /*sync=*/false, nullptr, g1_computed_on);
+  r = c.chief.CompletePushPull(params);
+  REQUIRE(r.ok());
+  CHECK(r->global_step == 2);
+  CHECK(params == std::vector<float>{-1.0f, 1.0f, 2.0f, 3.5f});
+  // Without computed_on the push claims the parameters held now (step 2): staleness 0, all of it.
+  c.chief.StartPushPull(Tag(0, 11, 3), g1, /*sync=*/false, nullptr);
+  r = c.chief.CompletePushPull(params);
+  REQUIRE(r.ok());
+  CHECK(r->global_step == 3);
+  CHECK(params == std::vector<float>{-3.0f, 3.0f, -2.0f, 2.5f});
   c.DoneFromBoth();
 }
 
