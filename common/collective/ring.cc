@@ -16,6 +16,7 @@
 
 #include "common/transport/dial.h"
 #include "common/transport/handshake.h"
+#include "common/transport/local_link.h"
 #include "common/wire/bytes.h"
 
 namespace tfd::collective {
@@ -109,9 +110,8 @@ int Ring::Blamed(const Status& error) const {
 }
 
 void Ring::Accept(transport::tcp::socket socket) {
-  boost::system::error_code ec;
-  const auto remote = socket.remote_endpoint(ec);
-  const std::string name = ec ? std::string("an unidentified peer") : fmt::format("an unidentified peer ({}:{})", remote.address().to_string(), remote.port());
+  const std::string remote = transport::PeerAddress(socket, /*with_port=*/true);
+  const std::string name = remote.empty() ? std::string("an unidentified peer") : fmt::format("an unidentified peer ({})", remote);
   auto conn = std::make_shared<Connection>(std::move(socket), *this, name, options_.connection, shared_from_this());
   {
     MutexLock lock(&mu_);

@@ -4,6 +4,8 @@
 
 #include "common/transport/connection.h"
 
+#include "common/transport/local_link.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -98,9 +100,8 @@ void Connection::Start(bool established) {
     asio::co_spawn(self->socket_.get_executor(), self->WriteLoop(), on_exit);
     asio::co_spawn(self->socket_.get_executor(), self->Watchdog(), on_exit);
     if (!established && self->options_.guard != nullptr) {
-      error_code ec;
-      const tcp::endpoint remote = self->socket_.remote_endpoint(ec);
-      const std::string address = ec ? std::string("?") : remote.address().to_string();
+      const std::string peer = PeerAddress(self->socket_);
+      const std::string address = peer.empty() ? std::string("?") : peer;
       if (!self->options_.guard->TakeHandshakeSlot(address))  // counted and logged there
         return self->CloseOnStrand(Status::Unavailable(fmt::format("{}: too many handshakes in progress", address)));
       self->handshake_slot_ = address;
@@ -117,7 +118,8 @@ void Connection::Start(bool established) {
     }
     error_code ec;
     const tcp::endpoint remote = self->socket_.remote_endpoint(ec);
-    if (!ec && !self->options_.insecure && !IsLoopback(remote.address())) {
+    // A same-host link (a Unix socket) is as local as loopback.
+    if (!ec && !IsLocalSocket(self->socket_) && !self->options_.insecure && !IsLoopback(remote.address())) {
       Status why = Status::PermissionDenied(fmt::format(
           "{} is on another host and this task has no cluster token: give every task --token-file FILE (made by tfctl "
           "gen-token), or --insecure on a trusted network",

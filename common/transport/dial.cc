@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/transport/local_link.h"
+
 namespace tfd::transport {
 
 Result<tcp::socket> Dial(asio::io_context& ioc, const std::string& host, std::uint16_t port, const std::string& peer,
@@ -20,6 +22,14 @@ Result<tcp::socket> Dial(asio::io_context& ioc, const std::string& host, std::ui
   for (;;) {
     error_code ec;
     auto endpoints = resolver.resolve(host, std::to_string(port), ec);
+    if (!ec && LocalLinksEnabled()) {
+      // A task on this host: its Unix socket first (local_link.h), TCP if it has none.
+      for (const auto& entry : endpoints) {
+        if (!IsThisHost(entry.endpoint().address())) continue;
+        Result<tcp::socket> socket = DialLocal(ioc, entry.endpoint().address(), port);
+        if (socket.ok()) return std::move(*socket);
+      }
+    }
     if (ec) {
       last_error = fmt::format("cannot resolve {}: {}", host, ec.message());
     } else {

@@ -1,7 +1,11 @@
 #include "common/transport/listener.h"
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+
+#include "common/transport/local_link.h"
 
 namespace tfd::transport {
 
@@ -26,15 +30,35 @@ Result<std::unique_ptr<Listener>> Listener::Bind(asio::io_context& ioc, const st
   if (ec) {
     return Status::Unavailable(fmt::format("cannot listen on {}:{}: {}", address.empty() ? "*" : address, port, ec.message()));
   }
-  return std::unique_ptr<Listener>(new Listener(ioc, std::move(acceptor), std::move(on_accept)));
+  const std::uint16_t bound_port = acceptor.local_endpoint(ec).port();
+  std::unique_ptr<Listener> listener(new Listener(ioc, std::move(acceptor), std::move(on_accept)));
+  if (LocalLinksEnabled() && (addr.is_unspecified() || IsThisHost(addr))) {
+    // The same listener for peers on this host, over a Unix socket. Without it (another listener
+    // holds the name: one bound to the same port on another address) they come over TCP.
+    const std::string name = LocalLinkName(address, bound_port);
+    asio::local::stream_protocol::acceptor local(ioc);
+    local.open(asio::local::stream_protocol(), ec);
+    if (!ec) local.bind(asio::local::stream_protocol::endpoint(std::string(1, '\0') + name), ec);
+    if (!ec) local.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) {
+      spdlog::debug("no same-host link on {}: {}", name, ec.message());
+    } else {
+      listener->local_.emplace(std::move(local));
+    }
+  }
+  return listener;
 }
 
-void Listener::Start() { asio::co_spawn(acceptor_.get_executor(), AcceptLoop(), asio::detached); }
+void Listener::Start() {
+  asio::co_spawn(acceptor_.get_executor(), AcceptLoop(), asio::detached);
+  if (local_) asio::co_spawn(local_->get_executor(), AcceptLocalLoop(), asio::detached);
+}
 
 void Listener::Stop() {
   asio::post(acceptor_.get_executor(), [this] {
     error_code ec;
     acceptor_.close(ec);
+    if (local_) local_->close(ec);
   });
 }
 
@@ -50,6 +74,33 @@ asio::awaitable<void> Listener::AcceptLoop() {
       spdlog::warn("accept: {}", ec.message());
       asio::steady_timer pause(acceptor_.get_executor(), std::chrono::milliseconds(100));
       co_await pause.async_wait(redirect_error(use_awaitable, ec));
+      continue;
+    }
+    on_accept_(std::move(socket));
+  }
+}
+
+asio::awaitable<void> Listener::AcceptLocalLoop() {
+  for (;;) {
+    asio::local::stream_protocol::socket local(ioc_);
+    error_code ec;
+    co_await local_->async_accept(local, redirect_error(use_awaitable, ec));
+    if (ec == asio::error::operation_aborted || !local_->is_open()) co_return;
+    if (ec) {
+      spdlog::warn("accept (same-host link): {}", ec.message());
+      asio::steady_timer pause(local_->get_executor(), std::chrono::milliseconds(100));
+      co_await pause.async_wait(redirect_error(use_awaitable, ec));
+      continue;
+    }
+    // Handed on as the TCP connections are: a tcp::socket (on a strand of its own) over the fd.
+    tcp::socket socket(asio::make_strand(ioc_));
+    const int fd = local.release(ec);
+    if (!ec) {
+      socket.assign(tcp::v4(), fd, ec);
+      if (ec) ::close(fd);
+    }
+    if (ec) {
+      spdlog::warn("accept (same-host link): {}", ec.message());
       continue;
     }
     on_accept_(std::move(socket));

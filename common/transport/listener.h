@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/base/status.h"
@@ -12,7 +13,8 @@ namespace tfd::transport {
 
 // Accepts connections on one endpoint and hands each socket, created on its own strand of the
 // io_context, to `on_accept` (on the io_context's thread). What becomes of the socket (a
-// Connection, and with it the owner's PeerGuard) is the owner's business.
+// Connection, and with it the owner's PeerGuard) is the owner's business. Peers on this host may
+// come through the listener's Unix socket instead (local_link.h): the same AcceptFn gets them.
 class Listener {
  public:
   using AcceptFn = std::function<void(tcp::socket)>;
@@ -29,8 +31,10 @@ class Listener {
  private:
   Listener(asio::io_context& ioc, tcp::acceptor acceptor, AcceptFn on_accept);
   asio::awaitable<void> AcceptLoop();
+  asio::awaitable<void> AcceptLocalLoop();
   asio::io_context& ioc_;
   tcp::acceptor acceptor_;
+  std::optional<asio::local::stream_protocol::acceptor> local_;  // same-host peers; none if unavailable
   AcceptFn on_accept_;
 };
 

@@ -17,6 +17,7 @@
 #include "common/transport/handshake.h"
 #include "common/transport/io_thread.h"
 #include "common/transport/listener.h"
+#include "common/transport/local_link.h"
 #include "common/wire/messages.h"
 #include "common/wire/trial_messages.h"
 
@@ -323,11 +324,10 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Start(const config::SweepSpec&
   });
   TFD_ASSIGN_OR_RETURN(impl->listener, transport::Listener::Bind(impl->io->context(), options.bind_address, options.port,
                                                                  [impl, conn_options = options.connection](transport::tcp::socket socket) {
-                                                                   boost::system::error_code ec;
-                                                                   auto remote = socket.remote_endpoint(ec);
+                                                                   const std::string remote = transport::PeerAddress(socket, /*with_port=*/true);
                                                                    auto conn = std::make_shared<transport::Connection>(
                                                                        std::move(socket), *impl->service,
-                                                                       ec ? std::string("a peer") : fmt::format("{}:{}", remote.address().to_string(), remote.port()),
+                                                                       remote.empty() ? std::string("a peer") : remote,
                                                                        conn_options);
                                                                    {
                                                                      std::lock_guard<std::mutex> lock(impl->connections_mu);

@@ -15,6 +15,7 @@
 #include "common/base/service.h"
 #include "common/summary/writer.h"
 #include "common/transport/listener.h"
+#include "common/transport/local_link.h"
 #include "daemon/ps/parameter_store.h"
 #include "daemon/ps/ps_service.h"
 
@@ -97,10 +98,9 @@ Status RunPs(const config::TfConfig& config, EventWriter& events, const PsOption
   const config::Endpoint& self = config.self();
   TFD_ASSIGN_OR_RETURN(std::unique_ptr<transport::Listener> listener,
                        transport::Listener::Bind(ioc, options.bind_address, self.port, [&](transport::tcp::socket socket) {
-                         boost::system::error_code ec;
-                         auto remote = socket.remote_endpoint(ec);
+                         const std::string remote = transport::PeerAddress(socket, /*with_port=*/true);
                          auto conn = std::make_shared<transport::Connection>(
-                             std::move(socket), service, ec ? std::string("a peer") : fmt::format("{}:{}", remote.address().to_string(), remote.port()),
+                             std::move(socket), service, remote.empty() ? std::string("a peer") : remote,
                              connection);
                          {
                            std::lock_guard<std::mutex> lock(connections_mu);

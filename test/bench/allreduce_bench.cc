@@ -1,5 +1,6 @@
-// All-reduce bandwidth: tfd's ring (2 members as threads over loopback TCP, each with its own
-// io_context thread, as two workers would be) beside OpenMPI's MPI_Allreduce over TCP and over
+// All-reduce bandwidth: tfd's ring (2 members as threads, each with its own io_context thread, as
+// two workers would be; over the same-host link, then over loopback TCP) beside OpenMPI's
+// MPI_Allreduce over TCP and over
 // shared memory and PyTorch's gloo all_reduce, measured in the same run, for float buffers of
 // 318 KB (the mlp's gradient), 1 MB and 16 MB. Prints the median time per call, the algorithm
 // bandwidth (bytes / time) and the bus bandwidth busbw = algbw * 2(n-1)/n.
@@ -107,15 +108,19 @@ int main(int argc, char** argv) {
   if (spin_us >= 0) o.spin = std::chrono::microseconds(spin_us);
   // With a cluster token (what tfctl always sets up), every frame carries a GMAC instead of a CRC.
   if (token) o.connection.token = std::make_shared<tfd::transport::ClusterToken>(tfd::transport::ClusterToken::Generate());
-  std::vector<double> ours;
-  {
+  // The ring over the same-host link (Unix sockets, tfd's default on one host), then over loopback
+  // TCP (TFD_LOCAL_LINK=tcp), in the same run.
+  std::vector<double> ours, ours_tcp;
+  for (bool over_tcp : {false, true}) {
+    if (over_tcp) setenv("TFD_LOCAL_LINK", "tcp", 1);
     tfd::testing::LocalRing ring(kRanks, o);
     for (const auto& s : ring.Connect())
       if (!s.ok()) {
         std::fprintf(stderr, "tfd_bench_allreduce: %s\n", s.message().c_str());
         return 1;
       }
-    for (long b : kSizes) ours.push_back(TimeRing(ring, b, seconds));
+    for (long b : kSizes) (over_tcp ? ours_tcp : ours).push_back(TimeRing(ring, b, seconds));
+    unsetenv("TFD_LOCAL_LINK");
   }
 
   nlohmann::json mpi_tcp, mpi_shm, gloo;
@@ -141,20 +146,21 @@ int main(int argc, char** argv) {
   }
   if (!mpi_note.empty()) std::printf("%s\n", mpi_note.c_str());
 
-  std::printf("all-reduce (sum, float32), %d ranks on loopback, chunk %zu KB, spin %lld us, frames checked by %s; median per call; busbw = "
-              "algbw * 2(n-1)/n\n",
+  std::printf("all-reduce (sum, float32), %d ranks on one host, chunk %zu KB, spin %lld us, frames checked by %s; median per call; busbw = "
+              "algbw * 2(n-1)/n; tfd over its same-host link (Unix sockets), and over loopback TCP (TFD_LOCAL_LINK=tcp)\n",
               kRanks, chunk_kb, static_cast<long long>(o.spin.count()), token ? "GMAC (cluster token)" : "CRC-32C");
-  std::printf("%10s %12s %12s %12s %12s %10s %10s %10s\n", "bytes", "tfd GB/s", "MPI tcp", "MPI shm", "gloo", "tfd/tcp",
+  std::printf("%10s %12s %12s %12s %12s %12s %10s %10s %10s\n", "bytes", "tfd GB/s", "tfd tcp-lo", "MPI tcp", "MPI shm", "gloo", "tfd/tcp",
               "tfd/shm", "tfd/gloo");
   for (std::size_t i = 0; i < kSizes.size(); ++i) {
     const double b = static_cast<double>(kSizes[i]);
     const double t = BusBw(b, ours[i]);
+    const double t_tcp = BusBw(b, ours_tcp[i]);
     auto col = [&](const nlohmann::json& j) { return BusBw(b, PeerUs(j, kSizes[i])); };
     const double tcp = col(mpi_tcp), shm = col(mpi_shm), g = col(gloo);
     auto ratio = [&](double x) { return x > 0 ? fmt::format("{:.2f}x", t / x) : std::string("-"); };
     auto bw = [&](double x) { return x > 0 ? fmt::format("{:.2f}", x) : std::string("-"); };
-    std::printf("%10ld %12s %12s %12s %12s %10s %10s %10s\n", kSizes[i], bw(t).c_str(), bw(tcp).c_str(), bw(shm).c_str(), bw(g).c_str(),
-                ratio(tcp).c_str(), ratio(shm).c_str(), ratio(g).c_str());
+    std::printf("%10ld %12s %12s %12s %12s %12s %10s %10s %10s\n", kSizes[i], bw(t).c_str(), bw(t_tcp).c_str(), bw(tcp).c_str(),
+                bw(shm).c_str(), bw(g).c_str(), ratio(tcp).c_str(), ratio(shm).c_str(), ratio(g).c_str());
   }
   std::printf("318 KB latency: tfd %.0f us", ours[0]);
   if (PeerUs(gloo, kSizes[0]) > 0) std::printf(", gloo %.0f us (tfd %.1fx faster; target >= 5x)", PeerUs(gloo, kSizes[0]), PeerUs(gloo, kSizes[0]) / ours[0]);

@@ -30,7 +30,7 @@ TEST_CASE("sync: a lost worker makes the others fail with its name instead of wa
   CHECK(w.exit_code == 1);
   INFO(w.err);
   CHECK(w.err.find("cannot complete: it needs 2 gradients") != std::string::npos);
-  CHECK(w.err.find("worker:1 (127.0.0.1:") != std::string::npos);
+  CHECK(w.err.find("worker:1 (local pid ") != std::string::npos);
   CHECK(w.err.find("was lost") != std::string::npos);
 }
 
@@ -74,7 +74,7 @@ TEST_CASE("sync, on_worker_loss wait: the others wait for a killed worker, which
   c.StartWorker(1);
   AwaitLine(c.process("worker", 1), "worker=1 epoch=2 ");
   c.process("worker", 1).Signal(SIGKILL);
-  AwaitLine(c.process("ps", 0), "waits for a lost worker to come back (worker:1 (127.0.0.1:");
+  AwaitLine(c.process("ps", 0), "waits for a lost worker to come back (worker:1 (local pid ");
   c.StartWorker(1);
   TaskResult w1 = c.Finish("worker", 1);
   TaskResult w0 = c.Finish("worker", 0);
@@ -105,7 +105,7 @@ TEST_CASE("sync, on_worker_loss shrink: the others go on with a smaller quorum, 
   CHECK(ps.exit_code == 0);
   INFO(ps.err);
   CHECK(ps.err.find("quorum: sync steps aggregate 2 of 3 gradients from step ") != std::string::npos);
-  CHECK(ps.err.find("worker:2 (127.0.0.1:") != std::string::npos);
+  CHECK(ps.err.find("worker:2 (local pid ") != std::string::npos);
 }
 
 TEST_CASE("sync, on_worker_loss shrink below min_replicas fails the step naming the lost worker", "[integration][cluster][fault]") {
