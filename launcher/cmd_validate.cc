@@ -122,6 +122,10 @@ Result<RunSetup> SetUpRun(const ClusterArgs& args, const std::string& token_hex)
 
 Status CheckCluster(const RunSetup& run) {
   const config::ClusterFile& f = run.file;
+  if (f.train.model_parallel.enabled()) {
+    if (Status s = config::CheckModelParallelCluster(f.train.model_parallel, f.cluster.num_workers(), f.cluster.ps.size()); !s.ok())
+      return Status::InvalidArgument(fmt::format("{}: {}{}", f.source, s.message().starts_with("model_parallel") ? "train." : "", s.message()));
+  }
   std::map<std::string, bool> remote;  // host -> runs a worker
   for (const TaskPlan& p : run.plan) {
     if (!p.local) {
@@ -157,10 +161,21 @@ Status CheckCluster(const RunSetup& run) {
 }
 
 std::string Describe(const config::ClusterFile& f) {
-  const char* mode = f.train.update.mode == config::UpdateSpec::Mode::kSync ? "sync" : "async";
-  return fmt::format("{}: {} ps + {} workers{}; {} on {}, {} epochs, batch {} per worker, {} updates", f.source, f.cluster.ps.size(),
+  const config::ModelParallelSpec& mp = f.train.model_parallel;
+  std::string how;
+  if (mp.enabled()) {
+    how = fmt::format("model parallel: split by {}, {} replica(s) of {} stages, {} micro-batches ({})", config::SplitName(mp.split),
+                      f.cluster.num_workers() / mp.stages, mp.stages, mp.microbatches, config::ScheduleName(mp.schedule));
+  } else {
+    switch (f.train.update.mode) {
+      case config::UpdateSpec::Mode::kSync: how = "sync updates"; break;
+      case config::UpdateSpec::Mode::kAllreduce: how = "allreduce updates"; break;
+      case config::UpdateSpec::Mode::kAsync: how = "async updates"; break;
+    }
+  }
+  return fmt::format("{}: {} ps + {} workers{}; {} on {}, {} epochs, batch {} per worker, {}", f.source, f.cluster.ps.size(),
                      f.cluster.num_workers(), f.cluster.evaluator.empty() ? "" : " + 1 evaluator", f.train.model.name, f.train.data,
-                     f.train.epochs, f.train.batch_size, mode);
+                     f.train.epochs, f.train.batch_size, how);
 }
 
 std::string SharedFolderNote(const RunSetup& run) {

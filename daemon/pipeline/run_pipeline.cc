@@ -25,14 +25,8 @@ Status RunPipelineWorker(const config::TfConfig& config, const config::JobSpec& 
                          const train::WorkerTaskOptions& options, const transport::ConnectionOptions& connection) {
   const config::ModelParallelSpec& mp = job.model_parallel;
   const int workers = config.cluster.num_workers(), stages = mp.stages;
-  if (workers % stages != 0)
-    return Status::InvalidArgument(fmt::format("model_parallel.stages: the cluster's {} workers are not a multiple of {} stages (each "
-                                               "replica needs one worker per stage)", workers, stages));
+  TFD_RETURN_IF_ERROR(config::CheckModelParallelCluster(mp, workers, config.cluster.ps.size()));
   const int replicas = workers / stages;
-  if (!config.cluster.ps.empty())
-    return Status::InvalidArgument(fmt::format("cluster.ps: {} ps tasks, but a model-parallel job's replicas combine their gradients by "
-                                               "all-reduce among same-stage workers, not through ps tasks: remove them",
-                                               config.cluster.ps.size()));
   const int rank = config.cluster.WorkerRank(config.task);
   const int replica = rank / stages, stage = rank % stages;
   TFD_ASSIGN_OR_RETURN(train::LoadedJob loaded, train::LoadJobData(job, replicas));

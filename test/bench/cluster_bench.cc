@@ -7,8 +7,8 @@
 // overlap; or --mode sync|allreduce).
 // With --dnn: the dnn seed configuration (batch 50 per worker, momentum 0.01/0.95) in every update
 // mode, beside one tfd process on the same job, with each run's time per step split by the workers'
-// own clocks (input, compute, update); then the time for --mode (default async) to reach 98% test
-// accuracy.
+// own clocks (input, compute, update), over the same-host link and (two rows) over loopback TCP;
+// then the time for --mode (default async) to reach 98% test accuracy.
 //
 //   build/test/bench/tfd_bench_cluster [--data DIR] [--epochs N] [--mode async|sync|allreduce] [--no-peer] [--dnn]
 #include <chrono>
@@ -78,7 +78,9 @@ std::string LastError(const std::string& output) {
   return last.empty() ? output.substr(output.size() > 300 ? output.size() - 300 : 0) : last;
 }
 
-ClusterRun RunCluster(const std::string& job, int num_workers, double target_accuracy, bool with_ps = true) {
+// `tcp`: every task with TFD_LOCAL_LINK=tcp (loopback TCP instead of the same-host Unix sockets).
+ClusterRun RunCluster(const std::string& job, int num_workers, double target_accuracy, bool with_ps = true, bool tcp = false) {
+  const std::string link = tcp ? "TFD_LOCAL_LINK=tcp" : "TFD_LOCAL_LINK=unix";
   tfd::testing::TempDir dir;
   tfd::testing::WriteFile(dir / "job.json", job);
   nlohmann::json cluster;
@@ -90,11 +92,11 @@ ClusterRun RunCluster(const std::string& job, int num_workers, double target_acc
   const auto start = std::chrono::steady_clock::now();
   std::unique_ptr<Process> ps;
   if (with_ps) ps = std::make_unique<Process>(std::vector<std::string>{TFD_BINARY, "--log-format", "json"},
-                                              std::vector<std::string>{tf_config("ps", 0)}, dir / "ps.out", dir / "ps.err");
+                                              std::vector<std::string>{tf_config("ps", 0), link}, dir / "ps.out", dir / "ps.err");
   std::vector<std::unique_ptr<Process>> workers;
   for (int i = 0; i < num_workers; ++i)
     workers.push_back(std::make_unique<Process>(std::vector<std::string>{TFD_BINARY, "--log-format", "json", "--job", dir / "job.json"},
-                                                std::vector<std::string>{tf_config("worker", i)}, dir / ("w" + std::to_string(i) + ".out"),
+                                                std::vector<std::string>{tf_config("worker", i), link}, dir / ("w" + std::to_string(i) + ".out"),
                                                 dir / ("w" + std::to_string(i) + ".err")));
   ClusterRun r;
   for (int i = 0; i < num_workers; ++i) {
@@ -207,17 +209,20 @@ int DnnTable(const std::string& data, int epochs, const std::string& mode, bool 
     const char* name;
     const char* update;
     bool ps;
+    bool tcp;  // loopback TCP instead of the same-host link, for comparison
   };
   const Variant variants[] = {
-      {"tfd 1 ps + 2 workers, async", R"({"mode": "async"})", true},
-      {"tfd 1 ps + 2 workers, async + overlap", R"({"mode": "async", "overlap": true})", true},
-      {"tfd 1 ps + 2 workers, sync", R"({"mode": "sync"})", true},
-      {"tfd 2 workers, allreduce (bucket_kb 128)", R"({"mode": "allreduce", "bucket_kb": 128})", false},
-      {"tfd 2 workers, allreduce (bucket_kb 0)", R"({"mode": "allreduce", "bucket_kb": 0})", false},
+      {"tfd 1 ps + 2 workers, async", R"({"mode": "async"})", true, false},
+      {"tfd 1 ps + 2 workers, async, loopback TCP", R"({"mode": "async"})", true, true},
+      {"tfd 1 ps + 2 workers, async + overlap", R"({"mode": "async", "overlap": true})", true, false},
+      {"tfd 1 ps + 2 workers, sync", R"({"mode": "sync"})", true, false},
+      {"tfd 2 workers, allreduce (bucket_kb 128)", R"({"mode": "allreduce", "bucket_kb": 128})", false, false},
+      {"tfd 2 workers, allreduce (bucket_kb 0)", R"({"mode": "allreduce", "bucket_kb": 0})", false, false},
+      {"tfd 2 workers, allreduce (0), loopback TCP", R"({"mode": "allreduce", "bucket_kb": 0})", false, true},
   };
   double best = 0;
   for (const Variant& v : variants) {
-    const ClusterRun r = RunCluster(job(v.update, epochs), 2, 2.0, v.ps);
+    const ClusterRun r = RunCluster(job(v.update, epochs), 2, 2.0, v.ps, v.tcp);
     if (!r.ok) {  // a mode that fails is a finding: say why in its row and go on
       std::printf("%-42s %10s   %s\n", v.name, "failed", r.error.c_str());
       continue;

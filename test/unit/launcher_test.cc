@@ -10,6 +10,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include "launcher/commands.h"
 #include "launcher/runner.h"
@@ -155,6 +156,45 @@ TEST_CASE("CheckCluster passes a runnable local cluster and names a missing work
   const Status s = CheckCluster(*bad);
   CHECK(s.code() == Code::kInvalidArgument);
   CHECK(s.message() == dir / "c.json" + ": launch.workdir: \"" + dir / "nowhere" + "\" is not a folder");
+}
+
+TEST_CASE("CheckCluster refuses a model-parallel cluster of the wrong shape before starting anything; Describe says the split",
+          "[unit][launcher][pipeline]") {
+  TempDir dir;
+  // `workers` workers, `ps` ps tasks, the dnn split by layers in 2 stages.
+  auto file = [&](int workers, int ps) {
+    nlohmann::json cluster;
+    for (int i = 0; i < ps; ++i) cluster["ps"].push_back("127.0.0.1:" + std::to_string(testing::FreePort()));
+    for (int i = 0; i < workers; ++i) cluster["worker"].push_back("127.0.0.1:" + std::to_string(3001 + i));
+    const std::string path = dir / ("mp-" + std::to_string(workers) + "-" + std::to_string(ps) + ".json");
+    testing::WriteFile(path, nlohmann::json{{"name", "t"},
+                                            {"cluster", cluster},
+                                            {"train",
+                                             {{"model", "dnn"},
+                                              {"data", dir.path()},
+                                              {"epochs", 1},
+                                              {"batch_size", 40},
+                                              {"optimizer", {{"type", "sgd"}, {"learning_rate", 0.1}}},
+                                              {"model_parallel", {{"split", "layers"}, {"stages", 2}, {"microbatches", 4}, {"schedule", "1f1b"}}}}},
+                                            {"launch", {{"tfd", "/bin/true"}, {"workdir", dir.path()}}}}
+                                 .dump());
+    return path;
+  };
+  Result<RunSetup> good = SetUpRun({.file = file(4, 0)}, "");
+  REQUIRE(good.ok());
+  const Status ok = CheckCluster(*good);
+  INFO(ok.ToString());
+  CHECK(ok.ok());
+  CHECK(Describe(good->file).ends_with("; dnn on " + dir.path() +
+                                        ", 1 epochs, batch 40 per worker, model parallel: split by layers, 2 replica(s) of 2 stages, 4 "
+                                        "micro-batches (1f1b)"));
+  Result<RunSetup> odd = SetUpRun({.file = file(3, 0)}, "");
+  REQUIRE(odd.ok());
+  CHECK(CheckCluster(*odd).message() == file(3, 0) + ": train.model_parallel.stages: the cluster's 3 workers are not a multiple of 2 "
+                                                     "stages (each replica needs one worker per stage)");
+  Result<RunSetup> with_ps = SetUpRun({.file = file(2, 1)}, "");
+  REQUIRE(with_ps.ok());
+  CHECK(CheckCluster(*with_ps).message().starts_with(file(2, 1) + ": cluster.ps: 1 ps tasks, but a model-parallel job's"));
 }
 
 TEST_CASE("ReadyWorkers counts workers' ready events, not the ps's", "[unit][launcher]") {
