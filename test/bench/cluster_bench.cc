@@ -21,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "test/bench/peer_best.h"
 #include "test/test_util.h"
 
 namespace {
@@ -157,26 +158,9 @@ double Peer(const std::string& cmd) {
   return e.is_object() && e.contains("samples_per_sec") ? e["samples_per_sec"].get<double>() : 0;
 }
 
-// The peer at its best: 1 and 2 threads (per process), denormals flushed or not, and where the
-// environment pins OpenBLAS's kernels with OPENBLAS_CORETYPE, also OpenBLAS's own detection.
-struct PeerBest {
-  double samples_per_sec = 0;
-  std::string setting = "-";
-};
-PeerBest BestPeer(const std::string& script_and_args) {
-  PeerBest best;
-  const bool pinned = std::getenv("OPENBLAS_CORETYPE") != nullptr;
-  for (bool unpin : {false, true}) {
-    if (unpin && !pinned) continue;
-    for (int threads : {1, 2})
-      for (bool flush : {false, true}) {
-        const double v = Peer(std::string(unpin ? "env -u OPENBLAS_CORETYPE " : "") + "/usr/bin/python3 " + script_and_args +
-                              " --threads " + std::to_string(threads) + (flush ? " --flush-denormal" : ""));
-        if (v > best.samples_per_sec)
-          best = {v, std::to_string(threads) + "t" + (flush ? "+ftz" : "") + (unpin ? "+cpu" : "")};
-      }
-  }
-  return best;
+// The peer at its best (peer_best.h): `script_and_args` run in each setting, the fastest kept.
+tfd::bench::PeerBest BestPeerOf(const std::string& script_and_args) {
+  return tfd::bench::BestPeer([&](int threads, bool flush, bool unpin) { return Peer(tfd::bench::PeerCommand(script_and_args, threads, flush, unpin)); });
 }
 
 std::string PerStep(const ClusterRun& r) {
@@ -235,8 +219,8 @@ int DnnTable(const std::string& data, int epochs, const std::string& mode, bool 
   if (peer) {
     const std::string dir = TFD_SOURCE_DIR "/test/bench/";
     const std::string common = " --model dnn --optimizer momentum --lr 0.01 --momentum 0.95 --batch 50 --seconds 3 --data " + data;
-    const PeerBest ddp = BestPeer(dir + "torch_ddp_peer.py --ranks 2" + common);
-    const PeerBest single = BestPeer(dir + "torch_peer.py" + common);
+    const tfd::bench::PeerBest ddp = BestPeerOf(dir + "torch_ddp_peer.py --ranks 2" + common);
+    const tfd::bench::PeerBest single = BestPeerOf(dir + "torch_peer.py" + common);
     std::printf("%-42s %10.0f %6.2fx   best tfd / DDP %.2fx\n", ("PyTorch DDP gloo, 2 processes (" + ddp.setting + ")").c_str(),
                 ddp.samples_per_sec, ddp.samples_per_sec / one.samples_per_sec, ddp.samples_per_sec > 0 ? best / ddp.samples_per_sec : 0);
     std::printf("%-42s %10.0f %6.2fx   tfd one process / it %.2fx\n", ("PyTorch, one process (" + single.setting + ")").c_str(),
@@ -312,8 +296,8 @@ int main(int argc, char** argv) {
   if (peer) {
     const std::string dir = TFD_SOURCE_DIR "/test/bench/";
     const std::string common = " --model mlp --optimizer sgd --lr 0.5 --batch 100 --seconds 3 --data " + data;
-    const PeerBest ddp = BestPeer(dir + "torch_ddp_peer.py --ranks 2" + common);
-    const PeerBest single = BestPeer(dir + "torch_peer.py" + common);
+    const tfd::bench::PeerBest ddp = BestPeerOf(dir + "torch_ddp_peer.py --ranks 2" + common);
+    const tfd::bench::PeerBest single = BestPeerOf(dir + "torch_peer.py" + common);
     std::printf("  PyTorch DDP gloo, 2 processes (%-8s)  %10.0f   best tfd/ddp    %.2fx (target >= 2.0)\n", ddp.setting.c_str(),
                 ddp.samples_per_sec, ddp.samples_per_sec > 0 ? best / ddp.samples_per_sec : 0);
     std::printf("  PyTorch, one process (%-8s)         %10.0f   best tfd/single %.2fx (target >= 1.3)\n", single.setting.c_str(),

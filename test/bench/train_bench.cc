@@ -26,6 +26,7 @@
 #include "common/model/model.h"
 #include "common/optim/optimizer.h"
 #include "common/tensor/gemm.h"
+#include "test/bench/peer_best.h"
 #ifdef TFD_HAVE_CUDA
 #include "common/tensor/cuda/cuda_model.h"
 #include "common/tensor/cuda/runtime.h"
@@ -138,28 +139,6 @@ double MeasurePeer(const std::string& script, const std::string& data, const Con
                                     c.batch, threads, data, seconds, flush_denormal ? " --flush-denormal" : ""));
   auto pos = out.find("\"samples_per_sec\":");
   return pos == std::string::npos ? 0 : std::atof(out.c_str() + pos + 18);
-}
-
-// The peer at its best: each setting its users would try (1 and 2 BLAS/OpenMP threads, denormals
-// flushed or not; and where the environment pins OpenBLAS to one CPU type with OPENBLAS_CORETYPE,
-// also OpenBLAS's own detection, which may pick wider kernels), the fastest kept, and which it was.
-struct PeerBest {
-  double samples_per_sec = 0;
-  std::string setting = "-";
-};
-PeerBest BestPeer(const std::string& script, const std::string& data, const Config& c, double seconds) {
-  PeerBest best;
-  const bool pinned = std::getenv("OPENBLAS_CORETYPE") != nullptr;
-  for (bool unpin : {false, true}) {
-    if (unpin && !pinned) continue;
-    for (int threads : {1, 2})
-      for (bool flush : {false, true}) {
-        const double v = MeasurePeer(script, data, c, seconds, threads, flush, unpin);
-        if (v > best.samples_per_sec)
-          best = {v, fmt::format("{}t{}{}", threads, flush ? "+ftz" : "", unpin ? "+cpu" : "")};
-      }
-  }
-  return best;
 }
 
 // Peak RSS (MiB) of `tfd --standalone` on a one-epoch mlp job, from wait4's rusage.
@@ -281,7 +260,9 @@ int main(int argc, char** argv) {
       ours.push_back(MeasureOurs(*mnist, c, seconds, threads));
     }
     (void)tfd::tensor::SetGemmBackend(backends.front());
-    const PeerBest best = peer ? BestPeer(script, data, c, seconds) : PeerBest{};
+    const tfd::bench::PeerBest best =
+        peer ? tfd::bench::BestPeer([&](int threads, bool flush, bool unpin) { return MeasurePeer(script, data, c, seconds, threads, flush, unpin); })
+             : tfd::bench::PeerBest{};
     const double theirs = best.samples_per_sec;
     std::printf("%-8s %-9s %5d", c.model.c_str(), c.optimizer.c_str(), c.batch);
     for (double v : ours) std::printf(" %12.0f", v);

@@ -1,0 +1,42 @@
+// The PyTorch peers at their best, shared by the benchmarks that run them: each setting the peer's
+// users would try (1 and 2 BLAS/OpenMP threads, denormals flushed or not; and where the
+// environment pins OpenBLAS to one CPU type with OPENBLAS_CORETYPE, also OpenBLAS's own detection,
+// which may pick wider kernels), the fastest kept, and which it was.
+#pragma once
+
+#include <cstdlib>
+#include <string>
+
+namespace tfd::bench {
+
+struct PeerBest {
+  double samples_per_sec = 0;
+  std::string setting = "-";  // "1t", "2t+ftz", "1t+ftz+cpu", ...
+};
+
+// `measure(threads, flush_denormal, unpin_core)` runs the peer once and returns its samples/s (0
+// when it failed).
+template <typename Measure>
+PeerBest BestPeer(Measure measure) {
+  PeerBest best;
+  const bool pinned = std::getenv("OPENBLAS_CORETYPE") != nullptr;
+  for (bool unpin : {false, true}) {
+    if (unpin && !pinned) continue;
+    for (int threads : {1, 2})
+      for (bool flush : {false, true}) {
+        const double v = measure(threads, flush, unpin);
+        if (v > best.samples_per_sec)
+          best = {v, std::to_string(threads) + "t" + (flush ? "+ftz" : "") + (unpin ? "+cpu" : "")};
+      }
+  }
+  return best;
+}
+
+// The shell prefix and arguments for one of those settings (the peer scripts take --threads and
+// --flush-denormal; peer_env.py applies the thread count before torch loads).
+inline std::string PeerCommand(const std::string& script_and_args, int threads, bool flush, bool unpin) {
+  return std::string(unpin ? "env -u OPENBLAS_CORETYPE " : "") + "/usr/bin/python3 " + script_and_args + " --threads " +
+         std::to_string(threads) + (flush ? " --flush-denormal" : "");
+}
+
+}  // namespace tfd::bench
