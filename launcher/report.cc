@@ -125,6 +125,9 @@ RunCurves ExtractCurves(std::string_view metrics_jsonl) {
     std::vector<CurvePoint> step_loss, step_acc, epoch_loss, epoch_acc, test_acc, val_acc, rate;
   };
   std::map<std::string, PerTask> by_task;
+  // A model-parallel stage's task -> the curve it draws: stage 0 draws its replica's ("replica R"),
+  // the others none (every stage logs the replica's loss, passed back from the last stage).
+  std::map<std::string, std::string> replica_of;
   RunCurves out;
   ForEachLine(metrics_jsonl, [&](std::string_view line) {
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) return;
@@ -135,7 +138,16 @@ RunCurves ExtractCurves(std::string_view metrics_jsonl) {
     }
     ++out.events;
     if (IsPs(e->task) || e->task.empty()) return;
-    PerTask& t = by_task[e->task];
+    if (e->event == "start" && e->numbers.contains("stage") && e->numbers.contains("replica")) {
+      replica_of[e->task] = e->Number("stage") == 0 ? fmt::format("replica {:.0f}", e->Number("replica")) : "";
+      return;
+    }
+    std::string name = e->task;
+    if (auto r = replica_of.find(e->task); r != replica_of.end()) {
+      if (r->second.empty()) return;
+      name = r->second;
+    }
+    PerTask& t = by_task[name];
     auto add = [&](std::vector<CurvePoint>& v, const char* xkey, const char* ykey) {
       auto x = e->numbers.find(xkey), y = e->numbers.find(ykey);
       if (x != e->numbers.end() && y != e->numbers.end() && std::isfinite(y->second)) v.push_back({x->second, y->second});

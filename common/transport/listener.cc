@@ -40,8 +40,9 @@ Result<std::unique_ptr<Listener>> Listener::Bind(asio::io_context& ioc, const st
     local.open(asio::local::stream_protocol(), ec);
     if (!ec) local.bind(asio::local::stream_protocol::endpoint(std::string(1, '\0') + name), ec);
     if (!ec) local.listen(asio::socket_base::max_listen_connections, ec);
-    if (ec) {
-      spdlog::debug("no same-host link on {}: {}", name, ec.message());
+    if (ec) {  // another listener holds the name: peers on this host reach it, not this one, over a Unix socket
+      spdlog::warn("no same-host link on {}: {}; peers on this host that find that name reach its holder, not this task "
+                   "(TFD_LOCAL_LINK=tcp on them avoids it)", name, ec.message());
     } else {
       listener->local_.emplace(std::move(local));
     }

@@ -77,6 +77,15 @@ Result<tcp::socket> DialLocal(asio::io_context& ioc, const asio::ip::address& ad
       ::close(fd);
       continue;
     }
+    // Any local user may bind an abstract name: take the link only from a listener of this user
+    // (or root), as a task of the same run is; another's is passed over for TCP.
+    ucred cred{};
+    socklen_t cred_len = sizeof cred;
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) != 0 || (cred.uid != ::geteuid() && cred.uid != 0)) {
+      last = fmt::format("{} is held by another user's process (uid {})", name, cred.uid);
+      ::close(fd);
+      continue;
+    }
     tcp::socket socket(asio::make_strand(ioc));
     boost::system::error_code ec;
     socket.assign(tcp::v4(), fd, ec);

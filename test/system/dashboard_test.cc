@@ -10,6 +10,7 @@
 
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "common/http/server.h"
@@ -181,6 +182,43 @@ TEST_CASE("tfctl report, dashboard and up --dashboard refuse bad input in one li
   CHECK(one_line(r.err));
   CHECK(r.err.find("--dashboard: \"nohost\" is not an IP address") != std::string::npos);
   CHECK_FALSE(std::filesystem::exists(dir / "runs"));  // refused before anything started
+}
+
+TEST_CASE("the dashboard draws a model-parallel run as one curve per replica, not one per stage", "[system][dashboard][chromium]") {
+  TempDir dir;
+  std::filesystem::create_directories(dir / "run");
+  WriteFile(dir / "run/job.json", R"({"epochs": 2})");
+  std::string events;
+  for (int w = 0; w < 4; ++w) {  // 2 replicas of 2 stages: worker w is stage w % 2 of replica w / 2
+    events += fmt::format(R"({{"ts": 1, "task": "worker:{}", "event": "start", "stage": {}, "stages": 2, "replica": {}, "replicas": 2}})",
+                          w, w % 2, w / 2) + "\n";
+  }
+  for (int epoch = 1; epoch <= 2; ++epoch)
+    for (int w = 0; w < 4; ++w)  // every stage logs its replica's loss
+      events += fmt::format(R"({{"ts": 2, "task": "worker:{}", "event": "epoch", "epoch": {}, "global_step": {}, "loss": {}, "accuracy": 0.5, "samples_per_sec": 1000}})",
+                            w, epoch, 10 * epoch, 1.0 / epoch + w / 2) + "\n";
+  WriteFile(dir / "run/metrics.jsonl", events);
+  std::string tasks;
+  for (int w = 0; w < 4; ++w) tasks += fmt::format(R"({}{{"task": "worker:{}", "exit_code": 0, "restarts": 0}})", w == 0 ? "" : ", ", w);
+  WriteFile(dir / "run/summary.json", R"({"exit_code": 0, "tasks": [)" + tasks + "]}");
+  Process p({kTfctl, "dashboard", dir / "run", "--port", "127.0.0.1:0"}, {}, dir / "out", dir / "err");
+  std::smatch m;
+  const std::regex url_re("dashboard at (http://127\\.0\\.0\\.1:[0-9]+/)");
+  REQUIRE(WaitFor([&] { const std::string e = p.err(); return std::regex_search(e, m, url_re); }, 30s));
+  const std::string err = p.err();
+  REQUIRE(std::regex_search(err, m, url_re));
+  const std::string dom = Chromium(dir, m[1], 3000);
+  const auto loss = CurvePoints(dom, "loss");
+  INFO(dom.substr(0, 2000));
+  CHECK(loss.size() == 2);
+  CHECK(loss.count("replica 0") == 1);
+  CHECK(loss.count("replica 1") == 1);
+  for (const auto& [name, n] : loss) CHECK(n == 2);  // one point per epoch, not one per stage and epoch
+  for (int w = 0; w < 4; ++w) CHECK(dom.find("<tr data-task=\"worker:" + std::to_string(w) + "\" data-state=\"done\"") != std::string::npos);
+  p.Signal(SIGINT);
+  auto code = p.Wait(10s);
+  REQUIRE(code.has_value());
+  CHECK(*code == 0);
 }
 
 TEST_CASE("tfctl dashboard serves a finished run folder from its files", "[system][dashboard]") {

@@ -61,6 +61,31 @@ TEST_CASE("ExtractCurves takes loss from step events where a worker has them, el
   for (const Chart& ch : c.charts) CHECK(ch.metric != "val_accuracy");  // no worker has it
 }
 
+TEST_CASE("a model-parallel run draws one curve per replica, from its stage 0", "[unit][report][pipeline]") {
+  auto start = [](const std::string& task, int replica, int stage) {
+    return fmt::format(R"({{"ts": 1, "task": "{}", "event": "start", "stage": {}, "stages": 2, "replica": {}, "replicas": 2}})", task,
+                       stage, replica) +
+           "\n";
+  };
+  std::string text = start("worker:0", 0, 0) + start("worker:1", 0, 1) + start("worker:2", 1, 0) + start("worker:3", 1, 1);
+  // Every stage logs its replica's loss; stage 1's lines must not draw a second curve.
+  text += Epoch("worker:0", 1, 10, 1.7) + Epoch("worker:1", 1, 10, 1.7) + Epoch("worker:2", 1, 10, 1.9) + Epoch("worker:3", 1, 10, 1.9);
+  text += Epoch("worker:0", 2, 20, 1.2) + Epoch("worker:1", 2, 20, 1.2);
+  const RunCurves c = ExtractCurves(text);
+  const Chart& loss = ChartOf(c, "loss");
+  REQUIRE(loss.series.size() == 2);
+  CHECK(loss.series[0].task == "replica 0");
+  REQUIRE(loss.series[0].points.size() == 2);
+  CHECK(loss.series[0].points[1].y == 1.2);
+  CHECK(loss.series[1].task == "replica 1");
+  CHECK(loss.series[1].points.size() == 1);
+  CHECK(loss.series[1].points[0].y == 1.9);
+  // A data-parallel run's start events (no stage) change nothing.
+  const RunCurves plain = ExtractCurves(R"({"ts": 1, "task": "worker:0", "event": "start", "rank": 0})" "\n" + Epoch("worker:0", 1, 10, 1.7));
+  REQUIRE(ChartOf(plain, "loss").series.size() == 1);
+  CHECK(ChartOf(plain, "loss").series[0].task == "worker:0");
+}
+
 TEST_CASE("curves.svg has one path per worker and metric, with its point count", "[unit][report]") {
   const RunCurves c = ExtractCurves(Step("worker:0", 5, 2.0) + Step("worker:0", 10, 1.5) + Step("worker:1", 5, 2.5));
   const std::string svg = RenderCurvesSvg(c);
