@@ -241,7 +241,11 @@ void PsService::HandlePush(const ConnectionPtr& from, const wire::InFrame& frame
   if (!DecodeOrRefuse(*from, frame, &push)) return;
   if (static_cast<int>(push.worker) != rank)
     return ReplyError(*from, id, Status::InvalidArgument(fmt::format("{} pushed as worker rank {}", from->peer_name(), push.worker)));
+  const Clock::time_point apply_start = Clock::now();
   Result<ParameterStore::PushResult> r = store_.Push(FromWire(push));
+  apply_ns_.fetch_add(static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - apply_start).count()),
+                      std::memory_order_relaxed);
+  pushes_.fetch_add(1, std::memory_order_relaxed);
   if (!r.ok()) return ReplyError(*from, id, r.status().WithContext(self_));
   if (metrics_ != nullptr) CountPush(push.based_on_step, *r);
   wire::PushAck ack = ToWire(*r);
@@ -316,7 +320,21 @@ void PsService::HandleError(const ConnectionPtr& from, const wire::InFrame& fram
   from->Close(Status::Unavailable(fmt::format("{} refused this ps: {}", from->peer_name(), err.message)));
 }
 
-void PsService::ReplyParams(Connection& to, std::uint64_t request_id) { Reply(to, EncodeParams(store_.Read()), request_id); }
+void PsService::ReplyParams(Connection& to, std::uint64_t request_id) {
+  const Clock::time_point start = Clock::now();
+  wire::OutFrame params = EncodeParams(store_.Read());
+  reply_ns_.fetch_add(static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count()),
+                      std::memory_order_relaxed);
+  replies_.fetch_add(1, std::memory_order_relaxed);
+  Reply(to, std::move(params), request_id);
+}
+
+PsService::Work PsService::work() const {
+  return {.pushes = pushes_.load(std::memory_order_relaxed),
+          .replies = replies_.load(std::memory_order_relaxed),
+          .apply_s = static_cast<double>(apply_ns_.load(std::memory_order_relaxed)) * 1e-9,
+          .reply_s = static_cast<double>(reply_ns_.load(std::memory_order_relaxed)) * 1e-9};
+}
 
 void PsService::ReleaseWaiters() {
   std::vector<Waiter> ready, pulls;

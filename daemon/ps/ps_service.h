@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -69,6 +70,14 @@ class PsService : public transport::FrameHandler {
   void OnFrame(const std::shared_ptr<transport::Connection>& from, wire::InFrame frame) override TFD_EXCLUDES(mu_);
   void OnClosed(const std::shared_ptr<transport::Connection>& from, const Status& why) override TFD_EXCLUDES(mu_);
 
+  // Where the ps's own time went, by its clock: pushes applied (the optimizer on this ps's
+  // variables) and parameter replies built (copied out of the store into a frame). Any thread.
+  struct Work {
+    std::uint64_t pushes = 0, replies = 0;
+    double apply_s = 0, reply_s = 0;
+  };
+  Work work() const;
+
  private:
   struct Waiter {
     std::weak_ptr<transport::Connection> conn;
@@ -131,6 +140,7 @@ class PsService : public transport::FrameHandler {
   const Limits limits_;
   std::function<void(const Ending&)> on_end_;
   metrics::TaskMetrics* const metrics_;  // null: none
+  std::atomic<std::uint64_t> pushes_{0}, replies_{0}, apply_ns_{0}, reply_ns_{0};  // for work()
   const std::string self_;
   const transport::HandshakeIdentity identity_;
   const Clock::time_point started_;

@@ -168,8 +168,16 @@ Status RunPs(const config::TfConfig& config, EventWriter& events, const PsOption
   if (!ending) return Status::FailedPrecondition(fmt::format("stopped by a signal at global_step {}", store.global_step()));
   if (!ending->ok) return Status::FailedPrecondition(ending->message);
   spdlog::info("{}", ending->message);
+  const PsService::Work work = service.work();
+  spdlog::info("its own time: {} pushes applied in {:.2f} s ({:.0f} us each), {} parameter replies built in {:.2f} s ({:.0f} us each)",
+               work.pushes, work.apply_s, work.pushes > 0 ? 1e6 * work.apply_s / static_cast<double>(work.pushes) : 0.0, work.replies,
+               work.reply_s, work.replies > 0 ? 1e6 * work.reply_s / static_cast<double>(work.replies) : 0.0);
   events.Emit("done", {{"global_step", static_cast<std::int64_t>(store.global_step())},
-                       {"refused_connections", static_cast<std::int64_t>(refused.total())}});
+                       {"refused_connections", static_cast<std::int64_t>(refused.total())},
+                       {"pushes", static_cast<std::int64_t>(work.pushes)},
+                       {"apply_s", work.apply_s},
+                       {"replies", static_cast<std::int64_t>(work.replies)},
+                       {"reply_s", work.reply_s}});
   return Status::Ok();
 }
 

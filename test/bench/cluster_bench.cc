@@ -36,6 +36,8 @@ struct ClusterRun {
   double best_accuracy = 0;
   // Per step, worker 0's mean after the first epoch, from its epoch events.
   double input_ms = 0, compute_ms = 0, update_ms = 0;
+  // The ps's own clock, from its done event: per push applied, per parameter reply built (µs).
+  double ps_apply_us = -1, ps_reply_us = -1;
   std::string error;
 };
 
@@ -118,7 +120,17 @@ ClusterRun RunCluster(const std::string& job, int num_workers, double target_acc
     r.samples_per_sec += m.samples_per_sec;
     if (i == 0) r.input_ms = m.input_ms, r.compute_ms = m.compute_ms, r.update_ms = m.update_ms;
   }
-  if (ps != nullptr) ps->Wait(30s);
+  if (ps != nullptr) {
+    ps->Wait(30s);
+    std::istringstream in(ps->out());
+    for (std::string line; std::getline(in, line);) {
+      auto e = nlohmann::json::parse(line, nullptr, false);
+      if (e.is_discarded() || e["event"] != "done" || !e.contains("pushes")) continue;
+      const double pushes = e["pushes"].get<double>(), replies = e["replies"].get<double>();
+      if (pushes > 0) r.ps_apply_us = 1e6 * e["apply_s"].get<double>() / pushes;
+      if (replies > 0) r.ps_reply_us = 1e6 * e["reply_s"].get<double>() / replies;
+    }
+  }
   if (r.seconds_to_target >= 0) {
     // ts is wall-clock seconds since the epoch: measure from this run's start.
     const double now_wall = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -166,7 +178,12 @@ tfd::bench::PeerBest BestPeerOf(const std::string& script_and_args) {
 std::string PerStep(const ClusterRun& r) {
   char buf[160];
   std::snprintf(buf, sizeof buf, "%5.2f %7.2f %6.2f", r.input_ms, r.compute_ms, r.update_ms);
-  return buf;
+  std::string out = buf;
+  if (r.ps_apply_us >= 0) {
+    std::snprintf(buf, sizeof buf, "   ps: apply %.0f us, reply %.0f us", r.ps_apply_us, r.ps_reply_us);
+    out += buf;
+  }
+  return out;
 }
 
 // The dnn seed configuration in every update mode beside one tfd process and the peers; then the
@@ -179,7 +196,7 @@ int DnnTable(const std::string& data, int epochs, const std::string& mode, bool 
   };
   std::printf("dnn (784-160x5-10, elu), batch 50 per worker, momentum 0.01/0.95, %d epochs; samples/s after the first epoch,\n"
               "2 workers' sum; per step: worker 0's own clock (input: reading the batch; compute: forward and backward;\n"
-              "update: the exchange and the optimizer), ms\n",
+              "update: the exchange and the optimizer), ms; the ps's own clock per push applied and per parameter reply built\n",
               epochs);
   std::printf("%-42s %10s %7s   %5s %7s %6s\n", "configuration", "samples/s", "ratio", "input", "compute", "update");
   const ClusterRun one = RunStandalone(job(R"({"mode": "async"})", epochs));

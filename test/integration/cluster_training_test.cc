@@ -69,6 +69,16 @@ TEST_CASE("sync with a backup worker (2 of 3 aggregated) lets every worker finis
                   .job = SyntheticJob(data, 1200, 100, R"({"mode": "sync", "replicas_to_aggregate": 2, "total_num_replicas": 3})", 2)});
   auto done = RunToCompletion(c);
   for (const auto& d : done) CHECK(d["test_accuracy"].get<double>() > 0.5);
+  // The ps's own clock: every worker's every step pushed once (the backup's stale ones too) and
+  // was answered with parameters; the time it spent applying them is in its done event.
+  std::int64_t local_steps = 0;
+  for (const auto& d : done) local_steps += d["local_step"].get<std::int64_t>();
+  const auto ps_done = c.Events("ps", 0, "done");
+  REQUIRE(ps_done.size() == 1);
+  CHECK(ps_done[0]["pushes"].get<std::int64_t>() == local_steps);
+  CHECK(ps_done[0]["replies"].get<std::int64_t>() >= local_steps);
+  CHECK(ps_done[0]["apply_s"].get<double>() > 0);
+  CHECK(ps_done[0]["reply_s"].get<double>() > 0);
 }
 
 }  // namespace
