@@ -68,11 +68,13 @@ bool IsThisHost(const asio::ip::address& address) {
 Result<tcp::socket> DialLocal(asio::io_context& ioc, const asio::ip::address& address, std::uint16_t port) {
   std::string last = "no local listener";
   for (const std::string& name : {LocalLinkName(address.to_string(), port), LocalLinkName("", port)}) {
-    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    // Non-blocking: a listener whose backlog is full (stopped, say) refuses at once with EAGAIN,
+    // and the dial goes on over TCP instead of waiting in connect().
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) return Status::Unavailable(fmt::format("socket(AF_UNIX): {}", std::strerror(errno)));
     sockaddr_un addr;
     const socklen_t len = AbstractAddress(name, &addr);
-    if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), len) != 0) {  // abstract: at once, accepted or refused
+    if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), len) != 0) {  // at once: accepted, refused or full
       last = fmt::format("{}: {}", name, std::strerror(errno));
       ::close(fd);
       continue;
