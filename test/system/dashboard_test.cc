@@ -62,6 +62,15 @@ bool WaitFor(const std::function<bool()>& ok, std::chrono::seconds limit) {
   return ok();
 }
 
+// The port `tfctl dashboard` (started as `p`) says it serves on, waiting up to 30 s for its line.
+std::uint16_t DashboardPort(Process& p) {
+  const std::regex url_re("dashboard at http://127\\.0\\.0\\.1:([0-9]+)/");
+  std::smatch m;
+  std::string err;
+  REQUIRE(WaitFor([&] { err = p.err(); return std::regex_search(err, m, url_re); }, 30s));
+  return static_cast<std::uint16_t>(std::stoi(m[1]));
+}
+
 TEST_CASE("tfctl report on a finished run: Chromium draws a loss curve with points for each worker", "[system][report][chromium]") {
   TempDir dir;
   Process up({kTfctl, "up", StepsClusterFile(dir, 2)}, {}, dir / "out", dir / "err");
@@ -202,12 +211,7 @@ TEST_CASE("the dashboard draws a model-parallel run as one curve per replica, no
   for (int w = 0; w < 4; ++w) tasks += fmt::format(R"({}{{"task": "worker:{}", "exit_code": 0, "restarts": 0}})", w == 0 ? "" : ", ", w);
   WriteFile(dir / "run/summary.json", R"({"exit_code": 0, "tasks": [)" + tasks + "]}");
   Process p({kTfctl, "dashboard", dir / "run", "--port", "127.0.0.1:0"}, {}, dir / "out", dir / "err");
-  std::smatch m;
-  const std::regex url_re("dashboard at (http://127\\.0\\.0\\.1:[0-9]+/)");
-  REQUIRE(WaitFor([&] { const std::string e = p.err(); return std::regex_search(e, m, url_re); }, 30s));
-  const std::string err = p.err();
-  REQUIRE(std::regex_search(err, m, url_re));
-  const std::string dom = Chromium(dir, m[1], 3000);
+  const std::string dom = Chromium(dir, "http://127.0.0.1:" + std::to_string(DashboardPort(p)) + "/", 3000);
   const auto loss = CurvePoints(dom, "loss");
   INFO(dom.substr(0, 2000));
   CHECK(loss.size() == 2);
@@ -228,12 +232,7 @@ TEST_CASE("tfctl dashboard serves a finished run folder from its files", "[syste
   WriteFile(dir / "run/metrics.jsonl", R"({"task": "worker:0", "event": "start"})" "\n");
   WriteFile(dir / "run/summary.json", R"({"exit_code": 0, "tasks": [{"task": "worker:0", "exit_code": 0, "restarts": 0}]})");
   Process p({kTfctl, "dashboard", dir / "run", "--port", "127.0.0.1:0"}, {}, dir / "out", dir / "err");
-  std::smatch m;
-  const std::regex url_re("dashboard at http://127\\.0\\.0\\.1:([0-9]+)/");
-  REQUIRE(WaitFor([&] { const std::string e = p.err(); return std::regex_search(e, m, url_re); }, 30s));
-  const std::string err = p.err();
-  REQUIRE(std::regex_search(err, m, url_re));
-  auto got = http::Get("127.0.0.1", static_cast<std::uint16_t>(std::stoi(m[1])), "/api/tasks");
+  auto got = http::Get("127.0.0.1", DashboardPort(p), "/api/tasks");
   REQUIRE(got.ok());
   auto tasks = nlohmann::json::parse(got->body);
   CHECK(tasks["ended"] == true);
