@@ -60,18 +60,23 @@ def build_model(name):
         nn.Linear(32 * 13 * 13, 64), nn.ReLU(), nn.Linear(64, 10))
 
 
+def wrapping_batches(x_all, y_all, batch):
+    """Consecutive batches for ever, wrapping around (a short tail dropped), as every peer steps."""
+    n = len(x_all)
+    if not 0 < batch <= n:
+        raise ValueError(f"batch {batch} is not within the {n} examples")
+    while True:
+        for pos in range(0, n - batch + 1, batch):
+            yield x_all[pos:pos + batch], y_all[pos:pos + batch]
+
+
 def make_step(model, opt, x_all, y_all, batch, device="cpu"):
     """One training step per call over consecutive batches, wrapping around (short tail dropped).
     On a GPU each batch is copied in from pinned host memory, as tfd does."""
-    pos = 0
-    n = len(x_all)
+    batches = wrapping_batches(x_all, y_all, batch)
 
     def step():
-        nonlocal pos
-        if pos + batch > n:
-            pos = 0
-        x, y = x_all[pos:pos + batch], y_all[pos:pos + batch]
-        pos += batch
+        x, y = next(batches)
         if device != "cpu":
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         opt.zero_grad()
@@ -98,16 +103,12 @@ def make_graph_step(model, opt, x_all, y_all, batch, device):
     with torch.cuda.graph(graph):
         F.cross_entropy(model(static_x), static_y).backward()
         opt.step()
-    pos = 0
-    n = len(x_all)
+    batches = wrapping_batches(x_all, y_all, batch)
 
     def step():
-        nonlocal pos
-        if pos + batch > n:
-            pos = 0
-        static_x.copy_(x_all[pos:pos + batch], non_blocking=True)
-        static_y.copy_(y_all[pos:pos + batch], non_blocking=True)
-        pos += batch
+        x, y = next(batches)
+        static_x.copy_(x, non_blocking=True)
+        static_y.copy_(y, non_blocking=True)
         graph.replay()
     return step
 

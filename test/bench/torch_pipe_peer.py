@@ -25,7 +25,7 @@ import torch.nn.functional as F
 import torch.distributed.rpc as rpc
 from torch.distributed.pipeline.sync import Pipe
 
-from torch_peer import read_idx
+from torch_peer import read_idx, wrapping_batches
 
 
 def fail(msg):
@@ -43,14 +43,10 @@ def dnn_layers():
 
 def measure(model, forward, x_all, y_all, batch, seconds, warmup=10):
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.95)
-    n, pos, steps = len(x_all), 0, 0
+    batches, steps = wrapping_batches(x_all, y_all, batch), 0
 
     def step():
-        nonlocal pos
-        if pos + batch > n:
-            pos = 0
-        x, y = x_all[pos:pos + batch], y_all[pos:pos + batch]
-        pos += batch
+        x, y = next(batches)
         opt.zero_grad()
         F.cross_entropy(forward(x), y).backward()
         opt.step()
