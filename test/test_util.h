@@ -21,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 extern char** environ;
 
 namespace tfd::testing {
@@ -126,6 +128,16 @@ inline CommandResult RunCommand(const std::string& command, const TempDir& dir) 
 inline std::string ReadAll(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// The JSON objects of a JSON-lines file (trials.jsonl, metrics.jsonl), blank lines skipped; a line
+// that is not JSON throws, failing the test that reads it.
+inline std::vector<nlohmann::json> ReadJsonLines(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  return out;
 }
 
 // 127.0.0.1:port as a socket address.

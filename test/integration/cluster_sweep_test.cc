@@ -48,14 +48,6 @@ std::string TfConfig(const json& cluster, const std::string& type, int index, co
   return c.dump();
 }
 
-std::vector<json> Lines(const std::string& path) {
-  std::vector<json> out;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) out.push_back(json::parse(line));
-  return out;
-}
-
 TEST_CASE("a TF_CONFIG cluster of a coordinator and 2 workers started by hand runs a sweep to its end", "[integration][sweep]") {
   TempDir dir;
   WriteSyntheticMnist(dir / "", 400, 100);
@@ -103,7 +95,7 @@ TEST_CASE("a TF_CONFIG cluster of a coordinator and 2 workers started by hand ru
   // Every trial ran to its end, on the cluster's workers, and the best is the best reported.
   std::map<int, json> last;
   double best_accuracy = -1;
-  for (const json& l : Lines(run + "/trials.jsonl")) {
+  for (const json& l : ReadJsonLines(run + "/trials.jsonl")) {
     last[l["trial"].get<int>()] = l;
     if (l.contains("worker")) ran_on.insert(l["worker"].get<int>());
     if (l["event"] == "epoch" && l.contains("test_accuracy")) best_accuracy = std::max(best_accuracy, l["test_accuracy"].get<double>());

@@ -29,14 +29,6 @@ json BaseJob(const TempDir& dir, int epochs) {
           {"optimizer", {{"type", "sgd"}, {"learning_rate", 0.1}}}};
 }
 
-std::vector<json> Lines(const std::string& path) {
-  std::vector<json> out;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) out.push_back(json::parse(line));
-  return out;
-}
-
 std::string Command(const TempDir& dir, const std::string& sweep_file) {
   return kTfctl + " sweep " + sweep_file + " --workers 2 --tfd " + kTfd + " --run-dir " + (dir / "runs");
 }
@@ -55,7 +47,7 @@ TEST_CASE("a sweep of 6 trials on 2 workers: the right best, a pruned trial and 
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
   const std::string run = RunFolder(dir);
-  std::vector<json> lines = Lines(run + "/trials.jsonl");
+  std::vector<json> lines = ReadJsonLines(run + "/trials.jsonl");
   std::map<int, json> last;  // each trial's last line
   for (const json& l : lines) last[l["trial"].get<int>()] = l;
   REQUIRE(last.size() == 6);
@@ -116,7 +108,7 @@ TEST_CASE("a worker killed mid-sweep: its trial resumes on the other worker afte
     std::this_thread::sleep_for(20ms);
     if (run.empty() && std::filesystem::exists(dir / "runs")) run = RunFolder(dir);
     if (run.empty()) continue;
-    for (const json& l : Lines(run + "/trials.jsonl"))
+    for (const json& l : ReadJsonLines(run + "/trials.jsonl"))
       if (l["event"] == "epoch") victim = l["worker"];
   }
   REQUIRE(victim >= 0);
@@ -128,7 +120,7 @@ TEST_CASE("a worker killed mid-sweep: its trial resumes on the other worker afte
   tfctl.join();
   INFO(r.out << r.err);
   CHECK(r.exit_code == 0);
-  std::vector<json> lines = Lines(run + "/trials.jsonl");
+  std::vector<json> lines = ReadJsonLines(run + "/trials.jsonl");
   bool lost = false;
   json end;
   for (const json& l : lines) {
@@ -202,7 +194,7 @@ TEST_CASE("Ctrl-C stops every trial and keeps what was written", "[system][sweep
     std::this_thread::sleep_for(20ms);
     if (run.empty() && std::filesystem::exists(dir / "runs")) run = RunFolder(dir);
     if (!run.empty())
-      for (const json& l : Lines(run + "/trials.jsonl")) epoch |= l["event"] == "epoch";
+      for (const json& l : ReadJsonLines(run + "/trials.jsonl")) epoch |= l["event"] == "epoch";
   }
   REQUIRE(epoch);
   // tfctl's pid: the process whose command line is this sweep's (exec'd by the shell).
