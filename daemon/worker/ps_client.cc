@@ -371,7 +371,7 @@ void PsClient::StartPushPull(const wire::Push& tag, std::span<const float> grads
   TFD_CHECK(computed_on.empty() || computed_on.size() == ps_.size());
   tag_ = tag;
   grads_ = grads;
-  computed_on_ = computed_on.empty() ? steps_ : std::move(computed_on);
+  computed_on_ = std::move(computed_on);
   sync_ = sync;
   keepalive_ = std::move(keepalive);
   acks_.resize(ps_.size());
@@ -383,8 +383,10 @@ void PsClient::StartPushPull(const wire::Push& tag, std::span<const float> grads
 
 void PsClient::SendPushPull(std::size_t i) {
   wire::Push push = tag_;
-  // (A ps restarted since may be at an earlier step than the gradient's parameters: never claim more.)
-  push.based_on_step = std::min(computed_on_[i], steps_[i]);
+  // Without computed_on, the step of the parameters held now: a push sent again after a reconnect
+  // claims the step the (maybe restarted) ps is at, so a sync step in flight still completes. With
+  // it (async overlap), the older step the gradient was computed on, never more than the ps's.
+  push.based_on_step = computed_on_.empty() ? steps_[i] : std::min(computed_on_[i], steps_[i]);
   wire::OutFrame f = wire::Encode(push, Slices(i, grads_));
   // The encoder's trailer (the epoch), when it made one, and the gradient's owner.
   if (f.keepalive != nullptr && keepalive_ != nullptr)

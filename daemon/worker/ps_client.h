@@ -156,7 +156,7 @@ class PsClient {
   // The exchange in flight, kept so it can be sent again to a reconnected ps.
   wire::Push tag_;
   std::span<const float> grads_;
-  std::vector<std::uint64_t> computed_on_;  // per ps: the step the gradient in flight was computed on
+  std::vector<std::uint64_t> computed_on_;  // per ps: the step the gradient in flight was computed on; empty: steps_
   bool sync_ = false;
   std::shared_ptr<const void> keepalive_;
   std::vector<std::shared_ptr<transport::RpcClient>> ps_;

@@ -217,9 +217,11 @@ TEST_CASE("tfctl validate refuses, in one line with exit 2, what would fail at s
 }
 
 // ClusterFile with step events every 5 steps and `launch` fields merged in, written to dir/name.
-std::string ChaosClusterFile(const TempDir& dir, int epochs, const nlohmann::json& launch, const std::string& name) {
+std::string ChaosClusterFile(const TempDir& dir, int epochs, const nlohmann::json& launch, const std::string& name,
+                             const nlohmann::json& update = nullptr) {
   auto f = nlohmann::json::parse(ReadAll(ClusterFile(dir, epochs)));
   f["train"]["log_every_steps"] = 5;
+  if (!update.is_null()) f["train"]["update"] = update;
   for (auto it = launch.begin(); it != launch.end(); ++it) f["launch"][it.key()] = it.value();
   WriteFile(dir / name, f.dump(2));
   return dir / name;
@@ -240,7 +242,10 @@ nlohmann::json ChaosReport(const TempDir& dir) { return nlohmann::json::parse(Re
 
 TEST_CASE("tfctl chaos kills a restartable ps mid-run; the run survives and the verdict is kept", "[system][tfctl][chaos]") {
   TempDir dir;
-  const std::string file = ChaosClusterFile(dir, 3, {{"restart", {{"ps", "on-failure"}}}, {"timeouts", {{"peer", 2}}}}, "chaos.json");
+  // Sync keeps the workers in step, so both are still training when the ps dies (async, a worker
+  // that started first may be done by then; a restarted ps would wait its startup timeout for it).
+  const std::string file =
+      ChaosClusterFile(dir, 3, {{"restart", {{"ps", "on-failure"}}}, {"timeouts", {{"peer", 2}}}}, "chaos.json", {{"mode", "sync"}});
   const std::string out = RunChaos(dir, {file, "--kill", "ps", "--at", "step:3", "--from", "worker:0"}, 0);
   INFO(out);
   CHECK(out.find("[tfctl] chaos: sent SIGKILL to ps:0 (pid ") != std::string::npos);
