@@ -243,6 +243,10 @@ Result<tensor::LossResult> CudaModel::Impl::Run(int mode, int batch) {
       Status enqueued = Enqueue(mode, batch);
       cudaGraph_t graph = nullptr;
       const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+      if ((!enqueued.ok() || ended != cudaSuccess) && graph != nullptr) {
+        cudaGraphDestroy(graph);  // a capture cut short: nothing to instantiate
+        graph = nullptr;
+      }
       TFD_RETURN_IF_ERROR(enqueued);
       TFD_CUDA_RETURN(ended, "graph capture");
       const cudaError_t made = cudaGraphInstantiate(&graphs[mode], graph, 0);
