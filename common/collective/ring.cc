@@ -4,7 +4,14 @@
 
 #include "common/collective/ring.h"
 
+#include <fcntl.h>
 #include <poll.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <random>
 
 #include <algorithm>
 #include <cstring>
@@ -18,6 +25,7 @@
 #include "common/transport/handshake.h"
 #include "common/transport/local_link.h"
 #include "common/wire/bytes.h"
+#include "common/wire/crc32c.h"
 
 namespace tfd::collective {
 namespace {
@@ -57,6 +65,16 @@ bool IsPointToPoint(wire::MessageType t) {
 
 constexpr auto kErrorFlushLimit = std::chrono::seconds(1);
 
+bool SharedSlotsAllowed() {
+  const char* v = std::getenv("TFD_RING_SHM");
+  return v == nullptr || std::string_view(v) != "off";
+}
+
+std::uint64_t RandomNonce() {
+  std::random_device rd;
+  return (static_cast<std::uint64_t>(rd()) << 32) ^ rd() ^ 1;  // never 0
+}
+
 // Segment c of n over `len` floats: [len * c / n, len * (c + 1) / n).
 std::uint64_t SegmentBegin(std::uint64_t len, int c, int n) { return len * static_cast<std::uint64_t>(c) / static_cast<std::uint64_t>(n); }
 
@@ -75,9 +93,19 @@ Ring::Ring(transport::asio::io_context& ioc, RingOptions options)
       max_frame_(static_cast<std::uint32_t>(std::min<std::uint64_t>(
           wire::kMaxPayloadBytes, std::max<std::uint64_t>(32 + 4 * static_cast<std::uint64_t>(options_.chunk_floats) + (64 << 10),
                                                           options_.max_message_bytes)))),
-      heartbeat_(ioc) {}
+      heartbeat_(ioc),
+      shared_slots_(options_.shared_slots && SharedSlotsAllowed()),
+      shm_nonce_(RandomNonce()) {}
 
-Ring::~Ring() { Close(Status::Ok()); }
+Ring::SharedSlots::~SharedSlots() {
+  if (base != nullptr) ::munmap(base, size);
+}
+
+Ring::~Ring() {
+  Close(Status::Ok());
+  MutexLock io(&io_mu_);
+  if (offer_fd_ >= 0) ::close(offer_fd_);
+}
 
 transport::HandshakeIdentity Ring::Identity() const {
   const RingMember& self = options_.members[static_cast<std::size_t>(rank())];
@@ -403,6 +431,11 @@ Status Ring::Fail(const Status& why) {
 }
 
 Status Ring::SendChunk(Work& w, wire::RingPhase phase, int hop, int segment, std::uint64_t offset, std::span<const float> values) {
+  if (next_maps_) {  // through a shared slot, in turn after those already waiting for one
+    waiting_.push_back({w.id, phase, static_cast<std::uint16_t>(hop), static_cast<std::uint32_t>(segment), offset, values});
+    ++w.waiting;
+    return FlushWaiting();
+  }
   wire::RingChunk m;
   m.collective = w.id;
   m.phase = phase;
@@ -412,6 +445,54 @@ Status Ring::SendChunk(Work& w, wire::RingPhase phase, int hop, int segment, std
   TFD_RETURN_IF_ERROR(next_->Queue(wire::Encode(m, values)));
   w.last_frame = next_->frames_queued();
   return Status::Ok();
+}
+
+Status Ring::FlushWaiting() {
+  while (!waiting_.empty() && out_.used - out_.freed < out_.slots) {
+    const Pending p = waiting_.front();
+    waiting_.pop_front();
+    Work* w = FindWork(p.collective);  // its Wait cannot return while a chunk of it waits
+    TFD_CHECK(w != nullptr);
+    std::byte* slot = out_.slot(out_.used);
+    const std::size_t bytes = p.values.size_bytes();
+    TFD_CHECK(bytes <= out_.slot_bytes);
+    std::memcpy(slot, p.values.data(), bytes);
+    wire::RingChunkShm m;
+    m.collective = p.collective;
+    m.phase = p.phase;
+    m.hop = p.hop;
+    m.segment = p.segment;
+    m.offset = p.offset;
+    m.count = p.values.size();
+    m.slot = static_cast<std::uint32_t>(out_.used % out_.slots);
+    m.crc = wire::Crc32c(std::span<const std::byte>(slot, bytes));
+    TFD_RETURN_IF_ERROR(next_->Queue(wire::Encode(m)));
+    ++out_.used;
+    --w->waiting;
+    w->last_frame = next_->frames_queued();
+  }
+  return Status::Ok();
+}
+
+void Ring::OfferSlots() {
+  offered_ = true;
+  const std::size_t slot_bytes = (options_.chunk_floats * 4 + 63) / 64 * 64;
+  const std::size_t size = SharedSlots::kPage + options_.shm_slots * slot_bytes;
+  const int fd = ::memfd_create("tfd-ring-slots", MFD_CLOEXEC);
+  void* base = MAP_FAILED;
+  if (fd >= 0 && ::ftruncate(fd, static_cast<off_t>(size)) == 0) base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    spdlog::info("ring: chunks to {} go through the socket: no shared memory here ({})", MemberName(Next()), std::strerror(errno));
+    if (fd >= 0) ::close(fd);
+    return;
+  }
+  out_.base = static_cast<std::byte*>(base);
+  out_.size = size;
+  out_.slot_bytes = slot_bytes;
+  out_.slots = options_.shm_slots;
+  std::memcpy(out_.base, &shm_nonce_, sizeof shm_nonce_);
+  offer_fd_ = fd;
+  (void)next_->Queue(wire::Encode(wire::RingShmOffer{static_cast<std::uint32_t>(fd), out_.slots, slot_bytes, shm_nonce_}));  // 24 bytes
 }
 
 Status Ring::OnControl(const Link& from, const wire::InFrame& frame, bool* done) {
@@ -443,31 +524,159 @@ bool Ring::ExpectingFromPrev() const {
 }
 
 bool Ring::Complete(const Work& w) const {
-  return w.done == w.plan.size() && next_->frames_written() >= w.last_frame;  // its frames read the caller's buffer
+  // Its frames (and the chunks waiting for a shared slot) read the caller's buffer.
+  return w.done == w.plan.size() && w.waiting == 0 && next_->frames_written() >= w.last_frame;
+}
+
+Result<const Ring::Expected*> Ring::Due(const Work& w, const wire::RingChunk& c, std::uint64_t got_count, const char* what) const {
+  if (w.done == w.plan.size()) {
+    return Status::Corruption(fmt::format("{} sent more {}s of collective {} than the schedule has: the members disagree on "
+                                          "the buffer or the schedule", MemberName(Prev()), what, w.id));
+  }
+  const Expected& e = w.plan[w.done];
+  if (c.phase != e.phase || c.hop != e.hop || c.segment != e.segment || c.offset != e.offset || got_count != e.count) {
+    return Status::Corruption(fmt::format(
+        "{} sent {} (collective {}, {} hop {}, segment {}, floats [{}, {})) where (collective {}, {} hop {}, segment {}, "
+        "floats [{}, {})) was due: the members disagree on the buffer or the schedule",
+        MemberName(Prev()), what, c.collective, PhaseName(c.phase), c.hop, c.segment, c.offset, c.offset + got_count, w.id,
+        PhaseName(e.phase), e.hop, e.segment, e.offset, e.offset + e.count));
+  }
+  return &e;
 }
 
 Status Ring::Apply(Work& w, const wire::RingChunk& c) {
-  if (w.done == w.plan.size()) {
-    return Status::Corruption(fmt::format("{} sent more RING_CHUNKs of collective {} than the schedule has: the members disagree on "
-                                          "the buffer or the schedule", MemberName(Prev()), w.id));
-  }
-  const Expected& e = w.plan[w.done];
-  const std::uint64_t got_count = c.values.size() / 4;
-  if (c.phase != e.phase || c.hop != e.hop || c.segment != e.segment || c.offset != e.offset || got_count != e.count) {
-    return Status::Corruption(fmt::format(
-        "{} sent RING_CHUNK (collective {}, {} hop {}, segment {}, floats [{}, {})) where (collective {}, {} hop {}, segment {}, "
-        "floats [{}, {})) was due: the members disagree on the buffer or the schedule",
-        MemberName(Prev()), c.collective, PhaseName(c.phase), c.hop, c.segment, c.offset, c.offset + got_count, w.id, PhaseName(e.phase),
-        e.hop, e.segment, e.offset, e.offset + e.count));
-  }
-  float* dst = w.data.data() + e.offset;
-  if (e.add) AddInto(c.values.data(), dst, static_cast<std::size_t>(e.count));
-  else if (!prev_->placed()) std::memcpy(dst, c.values.data(), static_cast<std::size_t>(e.count) * 4);
+  TFD_ASSIGN_OR_RETURN(const Expected* e, Due(w, c, c.values.size() / 4, "RING_CHUNK"));
+  float* dst = w.data.data() + e->offset;
+  if (e->add) AddInto(c.values.data(), dst, static_cast<std::size_t>(e->count));
+  else if (!prev_->placed()) std::memcpy(dst, c.values.data(), static_cast<std::size_t>(e->count) * 4);
   // (else the floats were read straight into place)
+  return Applied(w, *e);
+}
+
+Status Ring::ApplyShm(Work& w, const wire::RingChunkShm& m) {
+  const std::string& from = MemberName(Prev());
+  if (in_.base == nullptr) return Status::Corruption(fmt::format("{} sent RING_CHUNK_SHM, but this member has not mapped its slots", from));
+  if (m.slot != in_.used % in_.slots) {
+    return Status::Corruption(fmt::format("{} filled shared slot {} where slot {} was next", from, m.slot, in_.used % in_.slots));
+  }
+  if (m.count * 4 > in_.slot_bytes) {
+    return Status::Corruption(fmt::format("{} sent {} floats in a shared slot of {} bytes", from, m.count, in_.slot_bytes));
+  }
+  wire::RingChunk c;
+  c.collective = m.collective;
+  c.phase = m.phase;
+  c.hop = m.hop;
+  c.segment = m.segment;
+  c.offset = m.offset;
+  TFD_ASSIGN_OR_RETURN(const Expected* e, Due(w, c, m.count, "RING_CHUNK_SHM"));
+  const std::byte* src = in_.slot(in_.used);
+  const auto n = static_cast<std::size_t>(e->count);
+  if (wire::Crc32c(std::span<const std::byte>(src, n * 4)) != m.crc) {
+    return ExplainFromPrev(Status::Corruption(fmt::format(
+        "{}'s chunk in shared slot {} (collective {}, {} hop {}, floats [{}, {})) does not match its CRC-32C", from, m.slot, m.collective,
+        PhaseName(m.phase), m.hop, m.offset, m.offset + m.count)));
+  }
+  float* dst = w.data.data() + e->offset;
+  if (e->add) AddInto(src, dst, n);
+  else std::memcpy(dst, src, n * 4);
+  ++in_.used;
+  shm_chunks_.fetch_add(1, std::memory_order_relaxed);
+  // The slot is free again: the previous member may fill it while this one reduces the next chunk.
+  TFD_RETURN_IF_ERROR(prev_->Queue(wire::Encode(wire::RingSlotFree{in_.used})));
+  free_frame_ = prev_->frames_queued();
+  bool progress = false;
+  TFD_RETURN_IF_ERROR(WriteOrExplain(*prev_, &progress));
+  return Applied(w, *e);
+}
+
+Status Ring::Applied(Work& w, const Expected& e) {
   ++w.done;
   if (!e.forward) return Status::Ok();
   return SendChunk(w, e.forward_phase, e.forward_hop, static_cast<int>(e.segment), e.offset,
                    w.data.subspan(static_cast<std::size_t>(e.offset), static_cast<std::size_t>(e.count)));
+}
+
+Status Ring::ExplainFromPrev(Status local) {
+  // A member that fails tells its neighbours why, and what it left in a slot may be stale by then:
+  // its ERROR (if it comes within a moment) says more than the CRC.
+  const auto until = Clock::now() + std::chrono::milliseconds(200);
+  while (Clock::now() < until) {
+    bool progress = false;
+    Result<const wire::InFrame*> f = prev_->Read(&progress);
+    if (!f.ok()) return local;
+    if (*f != nullptr) {
+      if ((*f)->header.type == wire::MessageType::kError) return FromErrorFrame(prev_->peer_name(), **f);
+      continue;
+    }
+    pollfd p{prev_->fd(), POLLIN, 0};
+    (void)::poll(&p, 1, 10);
+  }
+  return local;
+}
+
+void Ring::OnShmOffer(const wire::InFrame& frame) {
+  wire::RingShmOffer offer;
+  const int pid = transport::LocalPeerPid(prev_->fd());
+  std::string why;
+  int fd = -1;
+  void* base = MAP_FAILED;
+  std::size_t area = 0;
+  if (!shared_slots_) why = "shared slots are off here (TFD_RING_SHM=off or the ring's options)";
+  else if (Status s = wire::Decode(frame.payload, &offer); !s.ok()) why = s.message();
+  else if (in_.base != nullptr) why = "a second offer";
+  else if (pid <= 0) why = "the kernel does not name its process";
+  else if (offer.slots == 0 || offer.slots > 1024 || offer.slot_bytes == 0 || offer.slot_bytes > max_frame_ || offer.slot_bytes % 4 != 0)
+    why = fmt::format("{} slots of {} bytes is out of bounds", offer.slots, offer.slot_bytes);
+  else {
+    area = SharedSlots::kPage + static_cast<std::size_t>(offer.slots) * offer.slot_bytes;
+    const std::string path = fmt::format("/proc/{}/fd/{}", pid, offer.fd);
+    struct stat st {};
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) why = fmt::format("cannot open {}: {}", path, std::strerror(errno));
+    else if (::fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) != area) why = fmt::format("{} is not {} bytes", path, area);
+    else if ((base = ::mmap(nullptr, area, PROT_READ, MAP_SHARED, fd, 0)) == MAP_FAILED) why = fmt::format("mmap: {}", std::strerror(errno));
+    else if (std::memcmp(base, &offer.nonce, sizeof offer.nonce) != 0) why = fmt::format("pid {} did not make that offer", pid);
+  }
+  if (fd >= 0) ::close(fd);
+  if (!why.empty()) {
+    if (base != MAP_FAILED) ::munmap(base, area);
+    spdlog::info("ring: chunks from {} keep coming through the socket: {}", MemberName(Prev()), why);
+    return;  // no answer: the previous member goes on sending chunks through the socket
+  }
+  in_.base = static_cast<std::byte*>(base);
+  in_.size = area;
+  in_.slot_bytes = offer.slot_bytes;
+  in_.slots = offer.slots;
+  (void)prev_->Queue(wire::Encode(wire::RingShmAccept{offer.nonce}));
+}
+
+Status Ring::OnFromNext(const wire::InFrame& frame) {
+  const std::string& from = next_->peer_name();
+  if (frame.header.type == wire::MessageType::kRingShmAccept) {
+    wire::RingShmAccept a;
+    if (Status s = wire::Decode(frame.payload, &a); !s.ok()) return Status::Corruption(fmt::format("{}: {}", from, s.message()));
+    if (out_.base == nullptr || next_maps_ || a.nonce != shm_nonce_)
+      return Status::Corruption(fmt::format("{} accepted shared slots this member did not offer", from));
+    spdlog::info("ring: chunks to {} go through {} shared slots of {} KB", from, out_.slots, out_.slot_bytes / 1024);
+    next_maps_ = true;
+    if (offer_fd_ >= 0) ::close(offer_fd_);  // the mappings keep the memory
+    offer_fd_ = -1;
+    return Status::Ok();
+  }
+  if (frame.header.type == wire::MessageType::kRingSlotFree) {
+    wire::RingSlotFree f;
+    if (Status s = wire::Decode(frame.payload, &f); !s.ok()) return Status::Corruption(fmt::format("{}: {}", from, s.message()));
+    if (f.freed <= out_.freed || f.freed > out_.used) {
+      return Status::Corruption(fmt::format("{} freed shared slots up to {}, but {} were freed and {} filled", from, f.freed, out_.freed,
+                                            out_.used));
+    }
+    out_.freed = f.freed;
+    return FlushWaiting();
+  }
+  bool done = next_done_;
+  Status s = OnControl(*next_, frame, &done);
+  next_done_ = done;
+  return s;
 }
 
 Status Ring::WriteOrExplain(Link& link, bool* progress) {
@@ -499,7 +708,7 @@ Status Ring::Pump(bool* progress) {
       inbox_[static_cast<int>(Side::kNext)].push_back(**f);
       continue;
     }
-    TFD_RETURN_IF_ERROR(OnControl(*next_, **f, &next_done_));
+    TFD_RETURN_IF_ERROR(OnFromNext(**f));
   }
   // Final values (all-gather, broadcast) are read straight into the caller's buffer; partial sums
   // into the link's buffer, which stays in cache, to be added from there.
@@ -524,20 +733,30 @@ Status Ring::Pump(bool* progress) {
       return f.status();
     }
     if (*f == nullptr) break;
-    if ((*f)->header.type == wire::MessageType::kRingChunk) {
+    const wire::MessageType type = (*f)->header.type;
+    if (type == wire::MessageType::kRingChunk || type == wire::MessageType::kRingChunkShm) {
+      const bool in_slot = type == wire::MessageType::kRingChunkShm;
       wire::RingChunk c;
-      if (Status s = wire::Decode((*f)->payload, &c); !s.ok()) return Status::Corruption(fmt::format("{}: {}", MemberName(Prev()), s.message()));
-      if (c.collective >= started_) {  // the previous member is ahead: this member has not started it yet
+      wire::RingChunkShm m;
+      if (Status s = in_slot ? wire::Decode((*f)->payload, &m) : wire::Decode((*f)->payload, &c); !s.ok())
+        return Status::Corruption(fmt::format("{}: {}", MemberName(Prev()), s.message()));
+      const std::uint64_t collective = in_slot ? m.collective : c.collective;
+      if (collective >= started_) {  // the previous member is ahead: this member has not started it yet
         prev_->Hold();
         break;
       }
-      Work* w = FindWork(c.collective);
+      Work* w = FindWork(collective);
       if (w == nullptr) {
-        return Status::Corruption(fmt::format("{} sent RING_CHUNK of collective {}, which is over here: the members disagree on the "
-                                              "buffer or the schedule", MemberName(Prev()), c.collective));
+        return Status::Corruption(fmt::format("{} sent {} of collective {}, which is over here: the members disagree on the "
+                                              "buffer or the schedule", MemberName(Prev()), wire::MessageTypeName(type), collective));
       }
-      TFD_RETURN_IF_ERROR(Apply(*w, c));
+      TFD_RETURN_IF_ERROR(in_slot ? ApplyShm(*w, m) : Apply(*w, c));
       TFD_RETURN_IF_ERROR(WriteOrExplain(*next_, progress));  // on its way while the next chunk is read
+      continue;
+    }
+    if (type == wire::MessageType::kRingShmOffer) {
+      OnShmOffer(**f);
+      TFD_RETURN_IF_ERROR(WriteOrExplain(*prev_, progress));
       continue;
     }
     if (IsPointToPoint((*f)->header.type)) {
@@ -574,7 +793,8 @@ Status Ring::Wait(std::uint64_t id) {
   return Drive([this, id] {
     io_mu_.AssertHeld();  // Drive calls it under io_mu_
     while (!works_.empty() && Complete(works_.front())) works_.pop_front();
-    return works_.empty() || works_.front().id > id;
+    // The previous member may wait for this member's last RING_SLOT_FREE: it leaves before this does.
+    return (works_.empty() || works_.front().id > id) && prev_->frames_written() >= free_frame_;
   });
 }
 
@@ -670,6 +890,7 @@ Result<std::uint64_t> Ring::Start(Work w, const std::vector<std::pair<std::uint6
     if (next_ == nullptr || prev_ == nullptr) {
       queued = Status::FailedPrecondition("a collective before the ring was formed");
     } else {
+      if (!offered_ && shared_slots_ && transport::LocalPeerPid(next_->fd()) > 0) OfferSlots();  // the next member is on this host
       Work& work = works_.emplace_back(std::move(w));
       ++started_;
       // This member's own first chunks, queued before any chunk of it is applied (which queues what

@@ -43,7 +43,7 @@ struct RingOptions {
   std::chrono::milliseconds step_timeout{300000};     // the longest wait for one chunk
   // Pipelining granularity: a segment travels as chunks of at most this many floats, so a worker
   // sends chunk k while it reduces chunk k+1.
-  std::size_t chunk_floats = 1 << 15;
+  std::size_t chunk_floats = 1 << 16;
   // A collective with nothing to read or write polls the sockets again for this long before it
   // sleeps in poll(): a wake-up costs more than the gap between two chunks on a fast link.
   std::chrono::microseconds spin{20};
@@ -55,6 +55,11 @@ struct RingOptions {
   // that still runs an older ring, closed by one that gave up) is dialed again, or waited for
   // again, until the startup timeout, instead of failing the ring (an elastic ring re-forming).
   bool redial = false;
+  // Shared slots on a same-host link (docs/protocol.md, "Shared slots"): chunks to the next member
+  // go through `shm_slots` slots of memory shared with it (a chunk each) instead of the socket,
+  // once it has mapped them. TFD_RING_SHM=off in the environment turns it off, as false does.
+  bool shared_slots = true;
+  std::uint32_t shm_slots = 8;
 };
 
 // Ring collectives over two connections: the one this worker dials to the next member and the one
@@ -141,6 +146,8 @@ class Ring final : public transport::FrameHandler, public std::enable_shared_fro
   // through any chain of "MEMBER reports: ..." (each member that fails tells its neighbours why);
   // -1 when `error` names no other member.
   int Blamed(const Status& error) const;
+  // Chunks this member has taken from shared slots (the rest came through the socket).
+  std::uint64_t shm_chunks() const { return shm_chunks_.load(); }
 
   void OnFrame(const std::shared_ptr<transport::Connection>& from, wire::InFrame frame) TFD_EXCLUDES(io_mu_, mu_) override;
   void OnClosed(const std::shared_ptr<transport::Connection>& from, const Status& why) TFD_EXCLUDES(mu_) override;
@@ -164,6 +171,31 @@ class Ring final : public transport::FrameHandler, public std::enable_shared_fro
     std::vector<Expected> plan;
     std::size_t done = 0;         // chunks of `plan` applied
     std::uint64_t last_frame = 0;  // the next link's number of its last frame (which reads `data`)
+    std::uint64_t waiting = 0;     // its chunks waiting for a free shared slot (they read `data`)
+  };
+  // A chunk for the next member that waits for a free shared slot.
+  struct Pending {
+    std::uint64_t collective;
+    wire::RingPhase phase;
+    std::uint16_t hop;
+    std::uint32_t segment;
+    std::uint64_t offset;
+    std::span<const float> values;
+  };
+  // One direction's shared slots: a page (the nonce first), then `slots` slots of `slot_bytes`,
+  // used in turn. The sender's mapping is writable; the receiver's read-only.
+  struct SharedSlots {
+    std::byte* base = nullptr;
+    std::size_t size = 0, slot_bytes = 0;
+    std::uint32_t slots = 0;
+    std::uint64_t used = 0;   // slots filled (sender) or read (receiver), from the first
+    std::uint64_t freed = 0;  // sender: slots the receiver has read (its last RING_SLOT_FREE)
+    SharedSlots() = default;
+    SharedSlots(const SharedSlots&) = delete;
+    SharedSlots& operator=(const SharedSlots&) = delete;
+    ~SharedSlots();
+    std::byte* slot(std::uint64_t n) const { return base + kPage + (n % slots) * slot_bytes; }
+    static constexpr std::size_t kPage = 4096;
   };
 
   Ring(transport::asio::io_context& ioc, RingOptions options);
@@ -182,6 +214,15 @@ class Ring final : public transport::FrameHandler, public std::enable_shared_fro
   Status Pump(bool* progress) TFD_REQUIRES(io_mu_);                        // one round of writes and reads
   Status WriteOrExplain(Link& link, bool* progress) TFD_REQUIRES(io_mu_);  // a write error, or the peer's ERROR
   Status Apply(Work& w, const wire::RingChunk& c) TFD_REQUIRES(io_mu_);    // a chunk from the previous member
+  Status ApplyShm(Work& w, const wire::RingChunkShm& m) TFD_REQUIRES(io_mu_);  // ... in a shared slot
+  // The plan's next chunk, if `c` (with `count` floats) is it; Corruption naming both if not.
+  Result<const Expected*> Due(const Work& w, const wire::RingChunk& c, std::uint64_t count, const char* what) const TFD_REQUIRES(io_mu_);
+  Status Applied(Work& w, const Expected& e) TFD_REQUIRES(io_mu_);  // counts it and forwards it
+  Status FlushWaiting() TFD_REQUIRES(io_mu_);  // waiting chunks into the free shared slots, in order
+  void OfferSlots() TFD_REQUIRES(io_mu_);      // maps this member's slots and offers them to the next member
+  void OnShmOffer(const wire::InFrame& frame) TFD_REQUIRES(io_mu_);
+  Status ExplainFromPrev(Status local) TFD_REQUIRES(io_mu_);  // `local`, or the ERROR the previous member sent
+  Status OnFromNext(const wire::InFrame& frame) TFD_REQUIRES(io_mu_);  // a control frame from the next member
   Status OnControl(const Link& from, const wire::InFrame& frame, bool* done) TFD_REQUIRES(io_mu_);
   Work* FindWork(std::uint64_t id) TFD_REQUIRES(io_mu_);
   bool ExpectingFromPrev() const TFD_REQUIRES(io_mu_);
@@ -219,6 +260,18 @@ class Ring final : public transport::FrameHandler, public std::enable_shared_fro
   int awaiting_ TFD_GUARDED_BY(io_mu_) = -1;            // the Side a Receive waits on (frames from prev are read meanwhile); -1: none
   std::deque<wire::InFrame> inbox_[2] TFD_GUARDED_BY(io_mu_);  // point-to-point frames received, per Side
   transport::asio::steady_timer heartbeat_;             // io_context thread
+  // Shared slots. This member offers its slots to the next member at its first collective; the next
+  // member maps them, finds `shm_nonce_` at their start and accepts.
+  const bool shared_slots_;                           // options_.shared_slots, unless TFD_RING_SHM=off
+  const std::uint64_t shm_nonce_;                     // random
+  bool offered_ TFD_GUARDED_BY(io_mu_) = false;
+  int offer_fd_ TFD_GUARDED_BY(io_mu_) = -1;          // the slots' memfd, until the next member has opened it
+  bool next_maps_ TFD_GUARDED_BY(io_mu_) = false;     // the next member accepted: chunks go through out_
+  SharedSlots out_ TFD_GUARDED_BY(io_mu_);            // to the next member
+  SharedSlots in_ TFD_GUARDED_BY(io_mu_);             // from the previous member, once accepted
+  std::deque<Pending> waiting_ TFD_GUARDED_BY(io_mu_);  // chunks for out_, in order, when every slot is in use
+  std::uint64_t free_frame_ TFD_GUARDED_BY(io_mu_) = 0;  // the prev link's number of the last RING_SLOT_FREE queued
+  std::atomic<std::uint64_t> shm_chunks_{0};
 
   Mutex mu_;
   CondVar cv_{&mu_};  // signalled when a Link is adopted, a handshake fails or the ring closes

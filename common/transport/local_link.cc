@@ -101,21 +101,31 @@ Result<tcp::socket> DialLocal(asio::io_context& ioc, const asio::ip::address& ad
 }
 
 bool IsLocalSocket(const tcp::socket& socket) {
+  tcp::socket& s = const_cast<tcp::socket&>(socket);  // native_handle() is not const in Asio
+  return IsLocalFd(s.native_handle());
+}
+
+bool IsLocalFd(int fd) {
   sockaddr_storage addr{};
   socklen_t len = sizeof addr;
-  tcp::socket& s = const_cast<tcp::socket&>(socket);  // native_handle() is not const in Asio
-  if (::getsockname(s.native_handle(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) return false;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return false;
   return addr.ss_family == AF_UNIX;
+}
+
+int LocalPeerPid(int fd) {
+  if (!IsLocalFd(fd)) return 0;
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.pid <= 0) return 0;
+  return cred.pid;
 }
 
 std::string PeerAddress(const tcp::socket& socket, bool with_port) {
   if (IsLocalSocket(socket)) {
     if (!with_port) return "local";
-    ucred cred{};  // the peer's process, which on one host says more than a port would
-    socklen_t len = sizeof cred;
-    tcp::socket& s = const_cast<tcp::socket&>(socket);
-    if (::getsockopt(s.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.pid <= 0) return "local";
-    return fmt::format("local pid {}", cred.pid);
+    // The peer's process, which on one host says more than a port would.
+    const int pid = LocalPeerPid(const_cast<tcp::socket&>(socket).native_handle());
+    return pid > 0 ? fmt::format("local pid {}", pid) : std::string("local");
   }
   boost::system::error_code ec;
   const tcp::endpoint remote = socket.remote_endpoint(ec);

@@ -40,8 +40,12 @@ bool IsThisHost(const asio::ip::address& address);
 // its own; Unavailable when there is none to connect to.
 Result<tcp::socket> DialLocal(asio::io_context& ioc, const asio::ip::address& address, std::uint16_t port);
 
-// Whether `socket` wraps a Unix socket (a same-host link).
+// Whether `socket` (or the descriptor `fd`) is a Unix socket (a same-host link).
 bool IsLocalSocket(const tcp::socket& socket);
+bool IsLocalFd(int fd);
+// The process at the other end of the Unix socket `fd` (SO_PEERCRED, in this task's pid namespace);
+// 0 when `fd` is not a Unix socket or the kernel cannot say.
+int LocalPeerPid(int fd);
 
 // The other end: for a same-host link "local" (with `with_port`, "local pid N": the peer's process),
 // else its IP address (with `with_port`, and ":port"); "" when the socket cannot say (closed).

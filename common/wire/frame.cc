@@ -46,6 +46,10 @@ bool IsKnownType(std::uint16_t t) {
     case MessageType::kRingChunk:
     case MessageType::kPipeActivation:
     case MessageType::kPipeGradient:
+    case MessageType::kRingChunkShm:
+    case MessageType::kRingShmOffer:
+    case MessageType::kRingShmAccept:
+    case MessageType::kRingSlotFree:
     case MessageType::kTrialRequest:
     case MessageType::kTrialAssign:
     case MessageType::kTrialEpoch:
@@ -81,6 +85,10 @@ const char* MessageTypeName(MessageType t) {
     case MessageType::kRingChunk: return "RING_CHUNK";
     case MessageType::kPipeActivation: return "PIPE_ACTIVATION";
     case MessageType::kPipeGradient: return "PIPE_GRADIENT";
+    case MessageType::kRingChunkShm: return "RING_CHUNK_SHM";
+    case MessageType::kRingShmOffer: return "RING_SHM_OFFER";
+    case MessageType::kRingShmAccept: return "RING_SHM_ACCEPT";
+    case MessageType::kRingSlotFree: return "RING_SLOT_FREE";
     case MessageType::kTrialRequest: return "TRIAL_REQUEST";
     case MessageType::kTrialAssign: return "TRIAL_ASSIGN";
     case MessageType::kTrialEpoch: return "TRIAL_EPOCH";

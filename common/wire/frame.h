@@ -49,6 +49,10 @@ enum class MessageType : std::uint16_t {
   kRingChunk = 40,  // 40-49: collectives between workers
   kPipeActivation = 41,  // model parallelism: a micro-batch's activations, stage s -> s + 1
   kPipeGradient = 42,    // ... and their gradient, stage s + 1 -> s
+  kRingChunkShm = 43,    // a ring chunk in a slot of memory shared with a same-host receiver
+  kRingShmOffer = 44,    // shared slots: the sender offers them, the receiver maps them
+  kRingShmAccept = 45,
+  kRingSlotFree = 46,    // the receiver has read slots up to a count
   kTrialRequest = 50,  // 50-59: a coordinator and its generic workers
   kTrialAssign = 51,
   kTrialEpoch = 52,

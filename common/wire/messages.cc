@@ -543,6 +543,71 @@ Status Decode(std::span<const std::byte> p, RingChunk* m) {
   return Trailing("RING_CHUNK", r);
 }
 
+OutFrame Encode(const RingChunkShm& m) {
+  OutFrame f = Start(MessageType::kRingChunkShm);
+  ByteWriter w(&f.head);
+  w.U64(m.collective);
+  w.U8(static_cast<std::uint8_t>(m.phase));
+  w.U8(0);
+  w.U16(m.hop);
+  w.U32(m.segment);
+  w.U64(m.offset);
+  w.U64(m.count);
+  w.U32(m.slot);
+  w.U32(m.crc);
+  return f;
+}
+
+Status Decode(std::span<const std::byte> p, RingChunkShm* m) {
+  ByteReader r(p);
+  std::uint8_t phase = 0, reserved = 0;
+  if (!r.U64(&m->collective) || !r.U8(&phase) || !r.U8(&reserved) || reserved != 0 || !r.U16(&m->hop) ||
+      !r.U32(&m->segment) || !r.U64(&m->offset) || !r.U64(&m->count) || !r.U32(&m->slot) || !r.U32(&m->crc))
+    return Short("RING_CHUNK_SHM");
+  TFD_RETURN_IF_ERROR(ToCode(phase, RingPhase::kBroadcast, "RING_CHUNK_SHM", "phase", &m->phase));
+  return Trailing("RING_CHUNK_SHM", r);
+}
+
+OutFrame Encode(const RingShmOffer& m) {
+  OutFrame f = Start(MessageType::kRingShmOffer);
+  ByteWriter w(&f.head);
+  w.U32(m.fd);
+  w.U32(m.slots);
+  w.U64(m.slot_bytes);
+  w.U64(m.nonce);
+  return f;
+}
+
+Status Decode(std::span<const std::byte> p, RingShmOffer* m) {
+  ByteReader r(p);
+  if (!r.U32(&m->fd) || !r.U32(&m->slots) || !r.U64(&m->slot_bytes) || !r.U64(&m->nonce)) return Short("RING_SHM_OFFER");
+  return Trailing("RING_SHM_OFFER", r);
+}
+
+OutFrame Encode(const RingShmAccept& m) {
+  OutFrame f = Start(MessageType::kRingShmAccept);
+  ByteWriter(&f.head).U64(m.nonce);
+  return f;
+}
+
+Status Decode(std::span<const std::byte> p, RingShmAccept* m) {
+  ByteReader r(p);
+  if (!r.U64(&m->nonce)) return Short("RING_SHM_ACCEPT");
+  return Trailing("RING_SHM_ACCEPT", r);
+}
+
+OutFrame Encode(const RingSlotFree& m) {
+  OutFrame f = Start(MessageType::kRingSlotFree);
+  ByteWriter(&f.head).U64(m.freed);
+  return f;
+}
+
+Status Decode(std::span<const std::byte> p, RingSlotFree* m) {
+  ByteReader r(p);
+  if (!r.U64(&m->freed)) return Short("RING_SLOT_FREE");
+  return Trailing("RING_SLOT_FREE", r);
+}
+
 OutFrame Encode(MessageType type, const PipeTensor& m, std::span<const float> values) {
   OutFrame f = Start(type);
   ByteWriter w(&f.head);

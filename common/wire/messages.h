@@ -203,6 +203,33 @@ struct RingChunk {  // worker -> next worker in the ring: floats [offset, offset
   std::span<const std::byte> values;  // count = values.size() / 4
 };
 
+// Shared slots between members on one host (docs/protocol.md, "Shared slots"): the sender of a
+// chunk copies its floats into a slot of a memory area it shares with the next member and sends
+// only the fields; the next member reads the floats from the slot, checked against `crc`, and
+// frees the slot.
+struct RingChunkShm {  // RING_CHUNK_SHM: RING_CHUNK's fields, then where its floats are
+  std::uint64_t collective = 0;
+  RingPhase phase = RingPhase::kReduceScatter;
+  std::uint16_t hop = 0;
+  std::uint32_t segment = 0;
+  std::uint64_t offset = 0;
+  std::uint64_t count = 0;  // floats
+  std::uint32_t slot = 0;   // < the offer's slots; slots are used in turn
+  std::uint32_t crc = 0;    // CRC-32C of the count * 4 bytes in the slot
+};
+struct RingShmOffer {  // RING_SHM_OFFER, sender -> receiver: the area is the sender's descriptor `fd`
+  std::uint32_t fd = 0;          // opened by the receiver as /proc/PID/fd/FD (PID from the socket)
+  std::uint32_t slots = 0;
+  std::uint64_t slot_bytes = 0;  // the area is one page (the nonce first), then the slots
+  std::uint64_t nonce = 0;
+};
+struct RingShmAccept {  // RING_SHM_ACCEPT, receiver -> sender: the nonce it read in the area
+  std::uint64_t nonce = 0;
+};
+struct RingSlotFree {  // RING_SLOT_FREE, receiver -> sender: slots read so far, from the first
+  std::uint64_t freed = 0;
+};
+
 // PIPE_ACTIVATION and PIPE_GRADIENT: one micro-batch's tensor between neighbouring stages of a
 // model-parallel replica. 40 bytes of fields, so the floats start 4-byte aligned.
 inline constexpr std::size_t kPipeTensorHeadBytes = 40;
@@ -249,6 +276,10 @@ OutFrame Encode(const AuthChallenge& m);
 OutFrame Encode(const AuthProof& m);
 // `values` is not copied: it must outlive the frame's sending.
 OutFrame Encode(const RingChunk& m, std::span<const float> values);
+OutFrame Encode(const RingChunkShm& m);
+OutFrame Encode(const RingShmOffer& m);
+OutFrame Encode(const RingShmAccept& m);
+OutFrame Encode(const RingSlotFree& m);
 
 Status Decode(std::span<const std::byte> payload, Hello* m);
 Status Decode(std::span<const std::byte> payload, Welcome* m);
@@ -267,6 +298,10 @@ Status Decode(std::span<const std::byte> payload, AuthHello* m);
 Status Decode(std::span<const std::byte> payload, AuthChallenge* m);
 Status Decode(std::span<const std::byte> payload, AuthProof* m);
 Status Decode(std::span<const std::byte> payload, RingChunk* m);
+Status Decode(std::span<const std::byte> payload, RingChunkShm* m);
+Status Decode(std::span<const std::byte> payload, RingShmOffer* m);
+Status Decode(std::span<const std::byte> payload, RingShmAccept* m);
+Status Decode(std::span<const std::byte> payload, RingSlotFree* m);
 Status Decode(std::span<const std::byte> payload, PipeTensor* m);
 
 // Copies little-endian floats from wire bytes (any alignment) into `out` (out.size() * 4 bytes).

@@ -83,7 +83,7 @@ double PeerUs(const nlohmann::json& j, long bytes) {
 
 int main(int argc, char** argv) {
   double seconds = 1.0;
-  std::size_t chunk_kb = 128;
+  std::size_t chunk_kb = 256;
   bool peer = true;
   long spin_us = -1;  // -1: RingOptions' default
   bool token = false;

@@ -38,6 +38,10 @@ void DecodeByType(MessageType type, std::span<const std::byte> payload) {
     case MessageType::kAuthChallenge: DecodeAs<AuthChallenge>(payload); break;
     case MessageType::kAuthProof: DecodeAs<AuthProof>(payload); break;
     case MessageType::kRingChunk: DecodeAs<RingChunk>(payload); break;
+    case MessageType::kRingChunkShm: DecodeAs<RingChunkShm>(payload); break;
+    case MessageType::kRingShmOffer: DecodeAs<RingShmOffer>(payload); break;
+    case MessageType::kRingShmAccept: DecodeAs<RingShmAccept>(payload); break;
+    case MessageType::kRingSlotFree: DecodeAs<RingSlotFree>(payload); break;
     case MessageType::kPipeActivation:
     case MessageType::kPipeGradient: DecodeAs<PipeTensor>(payload); break;
     case MessageType::kTrialRequest: DecodeAs<TrialRequest>(payload); break;
@@ -57,7 +61,8 @@ constexpr MessageType kDecodable[] = {MessageType::kHello,   MessageType::kWelco
                                       MessageType::kPushAck, MessageType::kDone,    MessageType::kError, MessageType::kAuthHello,
                                       MessageType::kAuthChallenge, MessageType::kAuthProof, MessageType::kRingChunk, MessageType::kStatePull,
                                       MessageType::kState, MessageType::kPipeActivation, MessageType::kPipeGradient,
-                                      MessageType::kTrialRequest, MessageType::kTrialAssign, MessageType::kTrialEpoch,
+                                      MessageType::kRingChunkShm, MessageType::kRingShmOffer, MessageType::kRingShmAccept,
+                                      MessageType::kRingSlotFree, MessageType::kTrialRequest, MessageType::kTrialAssign, MessageType::kTrialEpoch,
                                       MessageType::kTrialControl, MessageType::kTrialEnd, MessageType::kTrialPredictions,
                                       MessageType::kTrialCheckpoint};
 

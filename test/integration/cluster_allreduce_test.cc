@@ -61,6 +61,32 @@ TEST_CASE("allreduce in buckets overlapped with backprop gives the same bits as 
   for (int i = 0; i < 3; ++i) CHECK(second[static_cast<std::size_t>(i)]["params_sha256"] == first[0]["params_sha256"]);
 }
 
+TEST_CASE("allreduce workers on one host pass chunks through shared slots, with the socket's bits", "[integration][cluster][allreduce]") {
+  TempDir data;
+  WriteSyntheticMnist(data.path(), 400, 100);
+  const std::string job = Job(data.path(), R"({"mode": "allreduce"})", 2, R"({"type": "momentum", "learning_rate": 0.02, "momentum": 0.9})",
+                              20, R"({"name": "dnn"})");
+  auto run = [&](bool shared) {
+    if (!shared) setenv("TFD_RING_SHM", "off", 1);  // inherited by the tasks started below
+    LocalCluster c({.num_ps = 0, .num_workers = 3, .job = job});
+    c.StartAll();
+    std::vector<TaskResult> workers = c.FinishAll();
+    unsetenv("TFD_RING_SHM");
+    return workers;
+  };
+  const std::vector<TaskResult> in_slots = run(true), over_socket = run(false);
+  REQUIRE(in_slots.size() == 3);
+  REQUIRE(over_socket.size() == 3);
+  for (int i = 0; i < 3; ++i) {
+    INFO("worker " << i << ":\n" << in_slots[static_cast<std::size_t>(i)].err);
+    REQUIRE(in_slots[static_cast<std::size_t>(i)].exit_code == 0);
+    REQUIRE(over_socket[static_cast<std::size_t>(i)].exit_code == 0);
+    CHECK(in_slots[static_cast<std::size_t>(i)].err.find("go through 8 shared slots of 256 KB") != std::string::npos);
+    CHECK(over_socket[static_cast<std::size_t>(i)].err.find("shared slots of") == std::string::npos);
+    CHECK(in_slots[static_cast<std::size_t>(i)].done["params_sha256"] == over_socket[0].done["params_sha256"]);
+  }
+}
+
 TEST_CASE("allreduce with a cluster token: the ring authenticates, and a worker with another token is refused",
           "[integration][cluster][allreduce][auth]") {
   TempDir data;

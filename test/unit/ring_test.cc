@@ -87,6 +87,48 @@ TEST_CASE("ring all-reduce leaves the same bits on every member, run after run",
   }
 }
 
+TEST_CASE("shared slots carry a same-host ring's chunks and give the socket's bits, with as few as one slot", "[unit][ring]") {
+  const int n = 3;
+  const std::size_t len = 300007;
+  auto run = [&](bool shared, std::uint32_t slots, std::uint64_t* shm_chunks) {
+    collective::RingOptions o = Options(4096);
+    o.shared_slots = shared;
+    o.shm_slots = slots;
+    LocalRing ring(n, o);
+    REQUIRE(AllOk(ring.Connect()));
+    // Three buffers in flight at once (one slot makes most chunks wait for it), then a broadcast.
+    std::vector<std::vector<std::vector<float>>> data(3, std::vector<std::vector<float>>(n, std::vector<float>(len)));
+    for (std::size_t b = 0; b < data.size(); ++b)
+      for (int r = 0; r < n; ++r) {
+        std::mt19937 gen(static_cast<unsigned>(100 * b + static_cast<std::size_t>(r)));
+        std::normal_distribution<float> d(0.0f, 1.0f);
+        for (auto& v : data[b][static_cast<std::size_t>(r)]) v = d(gen);
+      }
+    REQUIRE(AllOk(ring.OnEach([&](int r) -> Status {
+      std::vector<std::uint64_t> ids;
+      for (auto& buffers : data) {
+        TFD_ASSIGN_OR_RETURN(std::uint64_t id, ring.ring(r).StartAllReduce(buffers[static_cast<std::size_t>(r)]));
+        ids.push_back(id);
+      }
+      TFD_RETURN_IF_ERROR(ring.ring(r).Wait(ids.back()));
+      return ring.ring(r).Broadcast(data[0][static_cast<std::size_t>(r)]);
+    })));
+    *shm_chunks = 0;
+    for (int r = 0; r < n; ++r) *shm_chunks += ring.ring(r).shm_chunks();
+    for (auto& buffers : data)
+      for (int r = 1; r < n; ++r) CHECK(buffers[static_cast<std::size_t>(r)] == buffers[0]);
+    return data;
+  };
+  std::uint64_t over_socket = 0, in_slots = 0, in_one_slot = 0;
+  const auto expected = run(false, 8, &over_socket);
+  CHECK(over_socket == 0);
+  CHECK(run(true, 8, &in_slots) == expected);
+  CHECK(run(true, 1, &in_one_slot) == expected);
+  // Every chunk after the first collective's own first ones (sent before the offer is accepted).
+  CHECK(in_slots > 100);
+  CHECK(in_one_slot > 100);
+}
+
 TEST_CASE("ring broadcast copies rank 0's values to every member", "[unit][ring]") {
   for (int n : {2, 4}) {
     LocalRing ring(n, Options(100));

@@ -157,6 +157,60 @@ TEST_CASE("PIPE_ACTIVATION and PIPE_GRADIENT round-trip every field; rows that d
   CHECK_THAT(Decode(Transmit(bad, MessageType::kPipeActivation), &got).message(), Catch::Contains("not 4 rows"));
 }
 
+TEST_CASE("RING_CHUNK_SHM and the shared-slot control frames round-trip every field", "[unit][wire]") {
+  RingChunkShm m;
+  m.collective = 77;
+  m.phase = RingPhase::kReduceScatter;
+  m.hop = 1;
+  m.segment = 2;
+  m.offset = 4096;
+  m.count = 32768;
+  m.slot = 5;
+  m.crc = 0xCAFEF00Du;
+  OutFrame f = Encode(m);
+  const auto payload = Transmit(f, MessageType::kRingChunkShm);
+  CHECK(payload.size() == 40);
+  RingChunkShm got;
+  REQUIRE(Decode(payload, &got).ok());
+  CHECK(got.collective == 77);
+  CHECK(got.phase == RingPhase::kReduceScatter);
+  CHECK(got.hop == 1);
+  CHECK(got.segment == 2);
+  CHECK(got.offset == 4096);
+  CHECK(got.count == 32768);
+  CHECK(got.slot == 5);
+  CHECK(got.crc == 0xCAFEF00Du);
+  CheckMalformedRejected<RingChunkShm>(payload);
+  auto bad = payload;
+  bad[8] = std::byte{3};  // phase
+  CHECK(Decode(bad, &got).code() == Code::kCorruption);
+
+  RingShmOffer offer{17, 8, 131072, 0x9876543210ull};
+  RingShmOffer offer_got;
+  OutFrame offer_frame = Encode(offer);
+  const auto offer_payload = Transmit(offer_frame, MessageType::kRingShmOffer);
+  REQUIRE(Decode(offer_payload, &offer_got).ok());
+  CHECK(offer_got.fd == 17);
+  CHECK(offer_got.slots == 8);
+  CHECK(offer_got.slot_bytes == 131072);
+  CHECK(offer_got.nonce == 0x9876543210ull);
+  CheckMalformedRejected<RingShmOffer>(offer_payload);
+
+  RingShmAccept accept_got;
+  OutFrame accept_frame = Encode(RingShmAccept{42});
+  const auto accept_payload = Transmit(accept_frame, MessageType::kRingShmAccept);
+  REQUIRE(Decode(accept_payload, &accept_got).ok());
+  CHECK(accept_got.nonce == 42);
+  CheckMalformedRejected<RingShmAccept>(accept_payload);
+
+  RingSlotFree free_got;
+  OutFrame free_frame = Encode(RingSlotFree{9});
+  const auto free_payload = Transmit(free_frame, MessageType::kRingSlotFree);
+  REQUIRE(Decode(free_payload, &free_got).ok());
+  CHECK(free_got.freed == 9);
+  CheckMalformedRejected<RingSlotFree>(free_payload);
+}
+
 TEST_CASE("RING_CHUNK round-trips every field; its floats start 4-byte aligned in the payload", "[unit][wire]") {
   const std::vector<float> values = {1.0f, -2.5f, 1e-20f, 7.75f, 3.0f};
   RingChunk m;
