@@ -12,25 +12,34 @@ namespace tfd::train {
 namespace {
 
 #ifdef TFD_HAVE_CUDA
-// The standalone path's updater: the device applied the update inside the step; the host copy of
-// the parameters is refreshed at each epoch's end and at the finish.
+// The standalone path's updater: the device applied the update inside the step; the host copies
+// of the parameters and of the optimizer's state (slots and update count, which epoch checkpoints
+// save) are refreshed at each epoch's end and at the finish.
 class DeviceUpdater final : public Updater {
  public:
-  DeviceUpdater(std::shared_ptr<cuda::CudaModel> device, std::int64_t steps_per_epoch)
-      : device_(std::move(device)), steps_(steps_per_epoch) {}
+  DeviceUpdater(std::shared_ptr<cuda::CudaModel> device, optim::OptimizerState& host_state, std::int64_t steps_per_epoch)
+      : device_(std::move(device)), host_state_(host_state), steps_(steps_per_epoch), slots_(host_state.slots().size()) {}
   Result<std::int64_t> Step(model::Model& model, std::int64_t local_step) override {
-    if (local_step % steps_ == 0) TFD_RETURN_IF_ERROR(device_->DownloadParams(model.params()));
+    if (local_step % steps_ == 0) TFD_RETURN_IF_ERROR(Download(model));
     return local_step;
   }
   Result<std::int64_t> Finish(model::Model& model) override {
-    TFD_RETURN_IF_ERROR(device_->DownloadParams(model.params()));
+    TFD_RETURN_IF_ERROR(Download(model));
     return device_->updates();
   }
   bool FinishChangesParams() const override { return false; }
 
  private:
+  Status Download(model::Model& model) {
+    TFD_RETURN_IF_ERROR(device_->DownloadParams(model.params()));
+    TFD_RETURN_IF_ERROR(device_->DownloadSlots(slots_));
+    return host_state_.Restore(slots_, device_->updates());
+  }
+
   std::shared_ptr<cuda::CudaModel> device_;
+  optim::OptimizerState& host_state_;
   std::int64_t steps_;
+  std::vector<float> slots_;
 };
 #endif
 
@@ -57,21 +66,27 @@ Result<decltype(TrainerOptions::compute)> DeviceGradients(const config::JobSpec&
 }
 
 Result<std::unique_ptr<Updater>> MakeDeviceStandalone(const config::JobSpec& job, model::Model& model, const optim::Optimizer& optimizer,
-                                                      std::int64_t steps_per_epoch, TrainerOptions& options) {
+                                                      optim::OptimizerState& host_state, std::int64_t steps_per_epoch,
+                                                      TrainerOptions& options) {
   if (job.cuda_device < 0) return std::unique_ptr<Updater>();
 #ifdef TFD_HAVE_CUDA
   TFD_ASSIGN_OR_RETURN(std::unique_ptr<cuda::CudaModel> made,
                        cuda::CudaModel::Create(model, job.cuda_device, job.gpu_memory_fraction, &optimizer));
   std::shared_ptr<cuda::CudaModel> device = std::move(made);
   TFD_RETURN_IF_ERROR(device->UploadParams(model.params()));
+  TFD_RETURN_IF_ERROR(device->UploadState(host_state.slots(), host_state.updates()));  // a resumed run's, else zeros
+  if (options.compute) {
+    spdlog::info("model_parallel: micro-batches are not split on the GPU: one batch per step, the same update up to rounding");
+  }
   spdlog::info("device: {} (forward, backward and the optimizer on the GPU, one CUDA graph per step)", device->Describe());
   options.compute = [device](const float* x, std::span<const std::uint8_t> y, std::uint64_t seed) {
     return device->TrainStep(x, y, seed);
   };
-  return std::unique_ptr<Updater>(new DeviceUpdater(device, steps_per_epoch));
+  return std::unique_ptr<Updater>(new DeviceUpdater(device, host_state, steps_per_epoch));
 #else
   (void)model;
   (void)optimizer;
+  (void)host_state;
   (void)steps_per_epoch;
   (void)options;
   return NotBuilt(job);

@@ -23,9 +23,12 @@ Result<decltype(TrainerOptions::compute)> DeviceGradients(const config::JobSpec&
 
 // A standalone run on the GPU: parameters and optimizer slots stay on the device, options.compute
 // runs the whole step there (forward, backward, update; captured once as a CUDA graph), and the
-// returned updater copies the parameters back to model.params() at the end of every epoch (for
-// evaluation, observers and the final hash). Null for a CPU job.
+// returned updater copies the parameters back to model.params(), and the optimizer's slots and
+// update count back to `host_state`, at the end of every epoch (for evaluation, observers, epoch
+// checkpoints and the final hash). `host_state` starts the device's optimizer (a resumed run's
+// state, or zeros). Null for a CPU job.
 Result<std::unique_ptr<Updater>> MakeDeviceStandalone(const config::JobSpec& job, model::Model& model, const optim::Optimizer& optimizer,
-                                                      std::int64_t steps_per_epoch, TrainerOptions& options);
+                                                      optim::OptimizerState& host_state, std::int64_t steps_per_epoch,
+                                                      TrainerOptions& options);
 
 }  // namespace tfd::train

@@ -146,7 +146,8 @@ Status RunStandalone(const config::JobSpec& job, EventWriter& events, const Stan
   }
   if (job.cuda_device >= 0) {
     TFD_ASSIGN_OR_RETURN(std::unique_ptr<Updater> device,
-                         MakeDeviceStandalone(job, *loaded.model, *optimizer, StepsPerEpoch(loaded.data.train.size, 1, job.batch_size), topts));
+                         MakeDeviceStandalone(job, *loaded.model, *optimizer, updater.state(),
+                                              StepsPerEpoch(loaded.data.train.size, 1, job.batch_size), topts));
     return Train(job, loaded.data, *loaded.model, *device, events, topts);
   }
   return Train(job, loaded.data, *loaded.model, updater, events, topts);

@@ -1,5 +1,6 @@
 // All-reduce bandwidth: tfd's ring (2 members as threads, each with its own io_context thread, as
-// two workers would be; over the same-host link, then over loopback TCP) beside OpenMPI's
+// two workers would be; through shared slots, over the Unix socket alone, then over loopback TCP)
+// beside OpenMPI's
 // MPI_Allreduce over TCP and over
 // shared memory and PyTorch's gloo all_reduce, measured in the same run, for float buffers of
 // 318 KB (the mlp's gradient), 1 MB and 16 MB. Prints the median time per call, the algorithm
@@ -108,18 +109,20 @@ int main(int argc, char** argv) {
   if (spin_us >= 0) o.spin = std::chrono::microseconds(spin_us);
   // With a cluster token (what tfctl always sets up), every frame carries a GMAC instead of a CRC.
   if (token) o.connection.token = std::make_shared<tfd::transport::ClusterToken>(tfd::transport::ClusterToken::Generate());
-  // The ring over the same-host link (Unix sockets, tfd's default on one host), then over loopback
-  // TCP (TFD_LOCAL_LINK=tcp), in the same run.
-  std::vector<double> ours, ours_tcp;
-  for (bool over_tcp : {false, true}) {
-    if (over_tcp) setenv("TFD_LOCAL_LINK", "tcp", 1);
-    tfd::testing::LocalRing ring(kRanks, o);
+  // The ring as tfd runs it on one host (Unix sockets, chunks through shared slots), over the Unix
+  // sockets alone (TFD_RING_SHM=off), then over loopback TCP (TFD_LOCAL_LINK=tcp), in the same run.
+  std::vector<double> ours, ours_unix, ours_tcp;
+  for (int link = 0; link < 3; ++link) {
+    tfd::collective::RingOptions lo = o;
+    lo.shared_slots = link == 0;
+    if (link == 2) setenv("TFD_LOCAL_LINK", "tcp", 1);
+    tfd::testing::LocalRing ring(kRanks, lo);
     for (const auto& s : ring.Connect())
       if (!s.ok()) {
         std::fprintf(stderr, "tfd_bench_allreduce: %s\n", s.message().c_str());
         return 1;
       }
-    for (long b : kSizes) (over_tcp ? ours_tcp : ours).push_back(TimeRing(ring, b, seconds));
+    for (long b : kSizes) (link == 0 ? ours : link == 1 ? ours_unix : ours_tcp).push_back(TimeRing(ring, b, seconds));
     unsetenv("TFD_LOCAL_LINK");
   }
 
@@ -147,19 +150,21 @@ int main(int argc, char** argv) {
   if (!mpi_note.empty()) std::printf("%s\n", mpi_note.c_str());
 
   std::printf("all-reduce (sum, float32), %d ranks on one host, chunk %zu KB, spin %lld us, frames checked by %s; median per call; busbw = "
-              "algbw * 2(n-1)/n; tfd over its same-host link (Unix sockets), and over loopback TCP (TFD_LOCAL_LINK=tcp)\n",
+              "algbw * 2(n-1)/n; tfd as it runs on one host (shared slots), over its Unix sockets alone (TFD_RING_SHM=off), and over loopback "
+              "TCP (TFD_LOCAL_LINK=tcp)\n",
               kRanks, chunk_kb, static_cast<long long>(o.spin.count()), token ? "GMAC (cluster token)" : "CRC-32C");
-  std::printf("%10s %12s %12s %12s %12s %12s %10s %10s %10s\n", "bytes", "tfd GB/s", "tfd tcp-lo", "MPI tcp", "MPI shm", "gloo", "tfd/tcp",
-              "tfd/shm", "tfd/gloo");
+  std::printf("%10s %12s %12s %12s %12s %12s %12s %10s %10s %10s\n", "bytes", "tfd GB/s", "tfd unix", "tfd tcp-lo", "MPI tcp", "MPI shm",
+              "gloo", "tfd/tcp", "tfd/shm", "tfd/gloo");
   for (std::size_t i = 0; i < kSizes.size(); ++i) {
     const double b = static_cast<double>(kSizes[i]);
     const double t = BusBw(b, ours[i]);
+    const double t_unix = BusBw(b, ours_unix[i]);
     const double t_tcp = BusBw(b, ours_tcp[i]);
     auto col = [&](const nlohmann::json& j) { return BusBw(b, PeerUs(j, kSizes[i])); };
     const double tcp = col(mpi_tcp), shm = col(mpi_shm), g = col(gloo);
     auto ratio = [&](double x) { return x > 0 ? fmt::format("{:.2f}x", t / x) : std::string("-"); };
     auto bw = [&](double x) { return x > 0 ? fmt::format("{:.2f}", x) : std::string("-"); };
-    std::printf("%10ld %12s %12s %12s %12s %12s %10s %10s %10s\n", kSizes[i], bw(t).c_str(), bw(t_tcp).c_str(), bw(tcp).c_str(),
+    std::printf("%10ld %12s %12s %12s %12s %12s %12s %10s %10s %10s\n", kSizes[i], bw(t).c_str(), bw(t_unix).c_str(), bw(t_tcp).c_str(), bw(tcp).c_str(),
                 bw(shm).c_str(), bw(g).c_str(), ratio(tcp).c_str(), ratio(shm).c_str(), ratio(g).c_str());
   }
   std::printf("318 KB latency: tfd %.0f us", ours[0]);

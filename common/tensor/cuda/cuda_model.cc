@@ -431,6 +431,20 @@ Status CudaModel::DownloadSlots(std::span<float> slots) {
 
 std::int64_t CudaModel::updates() const { return impl_->updates; }
 
+Status CudaModel::UploadState(std::span<const float> slots, std::int64_t updates) {
+  Impl& m = *impl_;
+  if (updates < 0) return Status::InvalidArgument(fmt::format("cuda model: {} updates", updates));
+  const std::size_t n = m.optimizer == nullptr ? 0 : static_cast<std::size_t>(m.num_params) * m.optimizer->num_slots();
+  if (slots.size() != n) return Status::InvalidArgument(fmt::format("cuda model: {} slot floats where the optimizer has {}", slots.size(), n));
+  TFD_CUDA_RETURN(cudaSetDevice(m.arena->device()), "set device");
+  if (n > 0) {
+    TFD_CUDA_RETURN(cudaMemcpyAsync(m.slots, slots.data(), slots.size_bytes(), cudaMemcpyHostToDevice, m.stream), "slots in");
+    TFD_CUDA_RETURN(cudaStreamSynchronize(m.stream), "slots in");
+  }
+  m.updates = updates;
+  return Status::Ok();
+}
+
 std::string CudaModel::Describe() const {
   return fmt::format("cuda:{} ({}): {} of device memory, limit {}", impl_->arena->device(), impl_->device_name,
                      FormatBytes(impl_->arena->reserved()), FormatBytes(impl_->arena->limit()));

@@ -42,6 +42,8 @@ class CudaModel {
   // The optimizer's slots as OptimizerState lays them out, and the count of updates applied.
   Status DownloadSlots(std::span<float> slots);
   std::int64_t updates() const;
+  // The reverse, for a run resumed from a checkpoint: the next TrainStep is update updates + 1.
+  Status UploadState(std::span<const float> slots, std::int64_t updates);
 
   // "NVIDIA H100 ..., 3.2 MiB of a 39.6 GiB limit": for the start-up log.
   std::string Describe() const;
