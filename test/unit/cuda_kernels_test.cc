@@ -432,6 +432,28 @@ TEST_CASE("CudaModel trains on the device as OptimizerState does on the host", "
   REQUIRE((*dev)->DownloadParams(got_p).ok());
   std::vector<float> want_p(m.params().begin(), m.params().end());
   ExpectNear(got_p, want_p, 1e-4f * MaxAbs(want_p), 0);
+  // The slots come back as OptimizerState lays them out (what an epoch checkpoint saves) ...
+  std::vector<float> got_s(state.slots().size());
+  REQUIRE((*dev)->DownloadSlots(got_s).ok());
+  std::vector<float> want_s(state.slots().begin(), state.slots().end());
+  ExpectNear(got_s, want_s, 1e-4f * MaxAbs(want_s), 0);
+  // ... and a run resumed from the host's state goes on as the host does.
+  auto resumed = cuda::CudaModel::Create(m, 0, 0.5, opt.get());
+  REQUIRE(resumed.ok());
+  REQUIRE((*resumed)->UploadParams(m.params()).ok());
+  CHECK((*resumed)->UploadState(std::vector<float>(3), 10).code() == Code::kInvalidArgument);
+  REQUIRE((*resumed)->UploadState(state.slots(), state.updates()).ok());
+  for (int step = 10; step < 15; ++step) {
+    auto x = Random(static_cast<std::size_t>(batch * m.input_size()), 200 + static_cast<std::uint64_t>(step), 0, 1);
+    auto y = Labels(batch, 10, 300 + static_cast<std::uint64_t>(step));
+    m.ComputeGradients(x.data(), y);
+    state.Apply(m.params(), m.grads());
+    REQUIRE((*resumed)->TrainStep(x.data(), y, 1).ok());
+  }
+  CHECK((*resumed)->updates() == 15);
+  REQUIRE((*resumed)->DownloadParams(got_p).ok());
+  want_p.assign(m.params().begin(), m.params().end());
+  ExpectNear(got_p, want_p, 1e-4f * MaxAbs(want_p), 0);
 }
 
 TEST_CASE("CudaModel refuses a model past gpu_memory_fraction, naming the need and the limit", "[cuda]") {
