@@ -1,5 +1,5 @@
-// Model parallelism on this machine, for the dnn on MNIST (batch 200, the seed's momentum
-// optimizer): samples/s and epoch time of one process, of data parallel with 2 workers
+// Model parallelism on this machine, for the dnn on MNIST (batch 200 unless --batch says, the
+// seed's momentum optimizer): samples/s and epoch time of one process, of data parallel with 2 workers
 // (allreduce), of a `layers` split over 2 stages (GPipe and 1F1B, M in {1, 4, 8}) and of a `units`
 // split over 2 tasks, all in one run, with each stage's measured bubble beside the theory
 // (S-1)/(M+S-1), its peak activation memory and the final test accuracy. Then PyTorch's own
@@ -9,7 +9,7 @@
 // On a machine loaded by other work the ratios flatter the multi-process rows (two processes get
 // two shares of an oversubscribed CPU): the load average is printed at the start for that reason.
 //
-//   build/test/bench/tfd_bench_pipeline [--data DIR] [--epochs N]
+//   build/test/bench/tfd_bench_pipeline [--data DIR] [--epochs N] [--batch B] [--no-peer]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -28,6 +28,8 @@ namespace {
 using namespace std::chrono_literals;
 using tfd::testing::Process;
 
+int batch_size = 200;
+
 struct Run {
   bool ok = false;
   double samples_per_sec = 0, epoch_s = 0, test_accuracy = 0;
@@ -37,7 +39,7 @@ struct Run {
 
 std::string Job(const std::string& data, int epochs, const std::string& extra) {
   return R"({"model": "dnn", "data": ")" + data + R"(", "epochs": )" + std::to_string(epochs) +
-         R"(, "batch_size": 200, "optimizer": {"type": "momentum", "learning_rate": 0.01, "momentum": 0.95}, "seed": 1,
+         R"(, "batch_size": )" + std::to_string(batch_size) + R"(, "optimizer": {"type": "momentum", "learning_rate": 0.01, "momentum": 0.95}, "seed": 1,
          "log_every_steps": 0, "evaluation": "none")" + extra + "}";
 }
 
@@ -129,16 +131,24 @@ void Print(const std::string& name, const Run& r, double base) {
 int main(int argc, char** argv) {
   std::string data = std::string(TFD_SOURCE_DIR) + "/data/mnist";
   int epochs = 1;
+  bool peer = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--data" && i + 1 < argc) data = argv[++i];
     else if (a == "--epochs" && i + 1 < argc) epochs = std::atoi(argv[++i]);
+    else if (a == "--batch" && i + 1 < argc) batch_size = std::atoi(argv[++i]);
+    else if (a == "--no-peer") peer = false;
     else {
-      std::fprintf(stderr, "usage: %s [--data DIR] [--epochs N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--data DIR] [--epochs N] [--batch B] [--no-peer]\n", argv[0]);
       return 2;
     }
   }
-  std::printf("dnn (784-160x5-10, elu), batch 200, momentum 0.01/0.95, %d epoch(s), on this machine (nproc and load below)\n", epochs);
+  if (batch_size < 8 || batch_size % 8 != 0) {
+    std::fprintf(stderr, "%s: --batch %d: expected a multiple of 8 (the largest micro-batch count)\n", argv[0], batch_size);
+    return 2;
+  }
+  std::printf("dnn (784-160x5-10, elu), batch %d, momentum 0.01/0.95, %d epoch(s), on this machine (nproc and load below)\n", batch_size,
+              epochs);
   std::fflush(stdout);
   (void)std::system("nproc; uptime");
   std::printf("%-34s %9s %8s %7s %8s  per stage\n", "configuration", "samples/s", "epoch_s", "ratio", "test_acc");
@@ -155,6 +165,7 @@ int main(int argc, char** argv) {
       Print(std::string("layers S=2 ") + schedule + " M=" + std::to_string(m), Cluster(Job(data, epochs, mp), 2), base);
     }
   Print("units S=2", Cluster(Job(data, epochs, R"(, "model_parallel": {"split": "units", "stages": 2})"), 2), base);
+  if (!peer) return 0;
   if (std::system("/usr/bin/python3 -c 'import torch' 2>/dev/null") != 0) {
     std::printf("PyTorch Pipe: not measured: /usr/bin/python3 has no torch here (scripts/setup --bench installs python3-torch)\n");
     return 0;
@@ -168,7 +179,7 @@ int main(int argc, char** argv) {
   for (int threads : {1, 2}) {
     tfd::testing::TempDir dir;
     const std::string cmd = "/usr/bin/python3 " + std::string(TFD_SOURCE_DIR) + "/test/bench/torch_pipe_peer.py --data " + data +
-                            " --threads " + std::to_string(threads);
+                            " --threads " + std::to_string(threads) + " --batch " + std::to_string(batch_size);
     tfd::testing::CommandResult r = tfd::testing::RunCommand(cmd, dir);
     if (r.exit_code != 0) {
       std::printf("PyTorch Pipe, %d threads: FAILED: %s\n", threads, r.err.substr(0, 300).c_str());
