@@ -431,17 +431,17 @@ Status Ring::Fail(const Status& why) {
 }
 
 Status Ring::SendChunk(Work& w, wire::RingPhase phase, int hop, int segment, std::uint64_t offset, std::span<const float> values) {
-  if (next_maps_) {  // through a shared slot, in turn after those already waiting for one
-    waiting_.push_back({w.id, phase, static_cast<std::uint16_t>(hop), static_cast<std::uint32_t>(segment), offset, values});
-    ++w.waiting;
-    return FlushWaiting();
-  }
   wire::RingChunk m;
   m.collective = w.id;
   m.phase = phase;
   m.hop = static_cast<std::uint16_t>(hop);
   m.segment = static_cast<std::uint32_t>(segment);
   m.offset = offset;
+  if (next_maps_) {  // through a shared slot, in turn after those already waiting for one
+    waiting_.push_back({m, values});
+    ++w.waiting;
+    return FlushWaiting();
+  }
   TFD_RETURN_IF_ERROR(next_->Queue(wire::Encode(m, values)));
   w.last_frame = next_->frames_queued();
   return Status::Ok();
@@ -451,18 +451,14 @@ Status Ring::FlushWaiting() {
   while (!waiting_.empty() && out_.used - out_.freed < out_.slots) {
     const Pending p = waiting_.front();
     waiting_.pop_front();
-    Work* w = FindWork(p.collective);  // its Wait cannot return while a chunk of it waits
+    Work* w = FindWork(p.head.collective);  // its Wait cannot return while a chunk of it waits
     TFD_CHECK(w != nullptr);
     std::byte* slot = out_.slot(out_.used);
     const std::size_t bytes = p.values.size_bytes();
     TFD_CHECK(bytes <= out_.slot_bytes);
     std::memcpy(slot, p.values.data(), bytes);
     wire::RingChunkShm m;
-    m.collective = p.collective;
-    m.phase = p.phase;
-    m.hop = p.hop;
-    m.segment = p.segment;
-    m.offset = p.offset;
+    m.chunk = p.head;
     m.count = p.values.size();
     m.slot = static_cast<std::uint32_t>(out_.used % out_.slots);
     m.crc = wire::Crc32c(std::span<const std::byte>(slot, bytes));
@@ -562,19 +558,14 @@ Status Ring::ApplyShm(Work& w, const wire::RingChunkShm& m) {
   if (m.count * 4 > in_.slot_bytes) {
     return Status::Corruption(fmt::format("{} sent {} floats in a shared slot of {} bytes", from, m.count, in_.slot_bytes));
   }
-  wire::RingChunk c;
-  c.collective = m.collective;
-  c.phase = m.phase;
-  c.hop = m.hop;
-  c.segment = m.segment;
-  c.offset = m.offset;
+  const wire::RingChunk& c = m.chunk;
   TFD_ASSIGN_OR_RETURN(const Expected* e, Due(w, c, m.count, "RING_CHUNK_SHM"));
   const std::byte* src = in_.slot(in_.used);
   const auto n = static_cast<std::size_t>(e->count);
   if (wire::Crc32c(std::span<const std::byte>(src, n * 4)) != m.crc) {
     return ExplainFromPrev(Status::Corruption(fmt::format(
-        "{}'s chunk in shared slot {} (collective {}, {} hop {}, floats [{}, {})) does not match its CRC-32C", from, m.slot, m.collective,
-        PhaseName(m.phase), m.hop, m.offset, m.offset + m.count)));
+        "{}'s chunk in shared slot {} (collective {}, {} hop {}, floats [{}, {})) does not match its CRC-32C", from, m.slot, c.collective,
+        PhaseName(c.phase), c.hop, c.offset, c.offset + m.count)));
   }
   float* dst = w.data.data() + e->offset;
   if (e->add) AddInto(src, dst, n);
@@ -740,7 +731,7 @@ Status Ring::Pump(bool* progress) {
       wire::RingChunkShm m;
       if (Status s = in_slot ? wire::Decode((*f)->payload, &m) : wire::Decode((*f)->payload, &c); !s.ok())
         return Status::Corruption(fmt::format("{}: {}", MemberName(Prev()), s.message()));
-      const std::uint64_t collective = in_slot ? m.collective : c.collective;
+      const std::uint64_t collective = in_slot ? m.chunk.collective : c.collective;
       if (collective >= started_) {  // the previous member is ahead: this member has not started it yet
         prev_->Hold();
         break;

@@ -175,11 +175,7 @@ class Ring final : public transport::FrameHandler, public std::enable_shared_fro
   };
   // A chunk for the next member that waits for a free shared slot.
   struct Pending {
-    std::uint64_t collective;
-    wire::RingPhase phase;
-    std::uint16_t hop;
-    std::uint32_t segment;
-    std::uint64_t offset;
+    wire::RingChunk head;  // its fields
     std::span<const float> values;
   };
   // One direction's shared slots: a page (the nonce first), then `slots` slots of `slot_bytes`,

@@ -519,15 +519,32 @@ Status Decode(std::span<const std::byte> p, AuthProof* m) {
   return Trailing("AUTH_PROOF", r);
 }
 
-OutFrame Encode(const RingChunk& m, std::span<const float> values) {
-  OutFrame f = Start(MessageType::kRingChunk);
-  ByteWriter w(&f.head);
+namespace {
+
+// RING_CHUNK's fields before its count, which RING_CHUNK_SHM shares.
+void WriteRingHead(ByteWriter& w, const RingChunk& m) {
   w.U64(m.collective);
   w.U8(static_cast<std::uint8_t>(m.phase));
   w.U8(0);
   w.U16(m.hop);
   w.U32(m.segment);
   w.U64(m.offset);
+}
+
+Status ReadRingHead(ByteReader& r, RingChunk* m, const char* what) {
+  std::uint8_t phase = 0, reserved = 0;
+  if (!r.U64(&m->collective) || !r.U8(&phase) || !r.U8(&reserved) || reserved != 0 || !r.U16(&m->hop) || !r.U32(&m->segment) ||
+      !r.U64(&m->offset))
+    return Short(what);
+  return ToCode(phase, RingPhase::kBroadcast, what, "phase", &m->phase);
+}
+
+}  // namespace
+
+OutFrame Encode(const RingChunk& m, std::span<const float> values) {
+  OutFrame f = Start(MessageType::kRingChunk);
+  ByteWriter w(&f.head);
+  WriteRingHead(w, m);
   w.U64(values.size());  // the 32-byte head keeps the floats 4-byte aligned in the payload
   f.tail.push_back(AsBytes(values));
   return f;
@@ -535,23 +552,15 @@ OutFrame Encode(const RingChunk& m, std::span<const float> values) {
 
 Status Decode(std::span<const std::byte> p, RingChunk* m) {
   ByteReader r(p);
-  std::uint8_t phase = 0, reserved = 0;
-  if (!r.U64(&m->collective) || !r.U8(&phase) || !r.U8(&reserved) || reserved != 0 || !r.U16(&m->hop) ||
-      !r.U32(&m->segment) || !r.U64(&m->offset) || !ReadFloats(r, &m->values))
-    return Short("RING_CHUNK");
-  TFD_RETURN_IF_ERROR(ToCode(phase, RingPhase::kBroadcast, "RING_CHUNK", "phase", &m->phase));
+  TFD_RETURN_IF_ERROR(ReadRingHead(r, m, "RING_CHUNK"));
+  if (!ReadFloats(r, &m->values)) return Short("RING_CHUNK");
   return Trailing("RING_CHUNK", r);
 }
 
 OutFrame Encode(const RingChunkShm& m) {
   OutFrame f = Start(MessageType::kRingChunkShm);
   ByteWriter w(&f.head);
-  w.U64(m.collective);
-  w.U8(static_cast<std::uint8_t>(m.phase));
-  w.U8(0);
-  w.U16(m.hop);
-  w.U32(m.segment);
-  w.U64(m.offset);
+  WriteRingHead(w, m.chunk);
   w.U64(m.count);
   w.U32(m.slot);
   w.U32(m.crc);
@@ -560,11 +569,8 @@ OutFrame Encode(const RingChunkShm& m) {
 
 Status Decode(std::span<const std::byte> p, RingChunkShm* m) {
   ByteReader r(p);
-  std::uint8_t phase = 0, reserved = 0;
-  if (!r.U64(&m->collective) || !r.U8(&phase) || !r.U8(&reserved) || reserved != 0 || !r.U16(&m->hop) ||
-      !r.U32(&m->segment) || !r.U64(&m->offset) || !r.U64(&m->count) || !r.U32(&m->slot) || !r.U32(&m->crc))
-    return Short("RING_CHUNK_SHM");
-  TFD_RETURN_IF_ERROR(ToCode(phase, RingPhase::kBroadcast, "RING_CHUNK_SHM", "phase", &m->phase));
+  TFD_RETURN_IF_ERROR(ReadRingHead(r, &m->chunk, "RING_CHUNK_SHM"));
+  if (!r.U64(&m->count) || !r.U32(&m->slot) || !r.U32(&m->crc)) return Short("RING_CHUNK_SHM");
   return Trailing("RING_CHUNK_SHM", r);
 }
 

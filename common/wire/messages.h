@@ -208,11 +208,7 @@ struct RingChunk {  // worker -> next worker in the ring: floats [offset, offset
 // only the fields; the next member reads the floats from the slot, checked against `crc`, and
 // frees the slot.
 struct RingChunkShm {  // RING_CHUNK_SHM: RING_CHUNK's fields, then where its floats are
-  std::uint64_t collective = 0;
-  RingPhase phase = RingPhase::kReduceScatter;
-  std::uint16_t hop = 0;
-  std::uint32_t segment = 0;
-  std::uint64_t offset = 0;
+  RingChunk chunk;          // its fields; no values
   std::uint64_t count = 0;  // floats
   std::uint32_t slot = 0;   // < the offer's slots; slots are used in turn
   std::uint32_t crc = 0;    // CRC-32C of the count * 4 bytes in the slot

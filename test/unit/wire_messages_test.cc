@@ -159,11 +159,11 @@ TEST_CASE("PIPE_ACTIVATION and PIPE_GRADIENT round-trip every field; rows that d
 
 TEST_CASE("RING_CHUNK_SHM and the shared-slot control frames round-trip every field", "[unit][wire]") {
   RingChunkShm m;
-  m.collective = 77;
-  m.phase = RingPhase::kReduceScatter;
-  m.hop = 1;
-  m.segment = 2;
-  m.offset = 4096;
+  m.chunk.collective = 77;
+  m.chunk.phase = RingPhase::kReduceScatter;
+  m.chunk.hop = 1;
+  m.chunk.segment = 2;
+  m.chunk.offset = 4096;
   m.count = 32768;
   m.slot = 5;
   m.crc = 0xCAFEF00Du;
@@ -172,11 +172,11 @@ TEST_CASE("RING_CHUNK_SHM and the shared-slot control frames round-trip every fi
   CHECK(payload.size() == 40);
   RingChunkShm got;
   REQUIRE(Decode(payload, &got).ok());
-  CHECK(got.collective == 77);
-  CHECK(got.phase == RingPhase::kReduceScatter);
-  CHECK(got.hop == 1);
-  CHECK(got.segment == 2);
-  CHECK(got.offset == 4096);
+  CHECK(got.chunk.collective == 77);
+  CHECK(got.chunk.phase == RingPhase::kReduceScatter);
+  CHECK(got.chunk.hop == 1);
+  CHECK(got.chunk.segment == 2);
+  CHECK(got.chunk.offset == 4096);
   CHECK(got.count == 32768);
   CHECK(got.slot == 5);
   CHECK(got.crc == 0xCAFEF00Du);
