@@ -88,6 +88,8 @@ struct CudaModel::Impl {
   std::int64_t updates = 0;
   // Captured full-batch steps: [0] gradients out, [1] with the update.
   cudaGraphExec_t graphs[2] = {nullptr, nullptr};
+  // A full batch ran once eagerly in this mode: kernels loaded, cuBLAS set up; capture is safe.
+  bool warmed[2] = {false, false};
   std::string device_name;
 
   ~Impl() {
@@ -237,7 +239,9 @@ Status CudaModel::Impl::Enqueue(int mode, int batch) {
 
 Result<tensor::LossResult> CudaModel::Impl::Run(int mode, int batch) {
   TFD_CUDA_RETURN(cudaSetDevice(arena->device()), "set device");  // the current device is per host thread
-  if (batch == max_batch) {
+  // The first full batch runs eagerly (module loading and cuBLAS's first-call set-up happen
+  // outside a capture); the second is captured, and every later one replays the graph.
+  if (batch == max_batch && warmed[mode]) {
     if (graphs[mode] == nullptr) {
       TFD_CUDA_RETURN(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "graph capture");
       Status enqueued = Enqueue(mode, batch);
@@ -256,6 +260,7 @@ Result<tensor::LossResult> CudaModel::Impl::Run(int mode, int batch) {
     TFD_CUDA_RETURN(cudaGraphLaunch(graphs[mode], stream), "graph launch");
   } else {
     TFD_RETURN_IF_ERROR(Enqueue(mode, batch));
+    if (batch == max_batch) warmed[mode] = true;
   }
   TFD_CUDA_RETURN(cudaStreamSynchronize(stream), "step");
   tensor::LossResult r;
