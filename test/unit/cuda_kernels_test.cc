@@ -359,9 +359,9 @@ TEST_CASE("CudaModel gradients match Model's for dense and conv2d models", "[cud
     auto dev = cuda::CudaModel::Create(m, 0, 0.5);
     REQUIRE(dev.ok());
     std::vector<float> got_g(want_g.size());
-    // Twice per batch size: the first full batch is captured as a graph, the second replays it; a
-    // short batch runs eagerly.
-    for (int run = 0; run < 2; ++run) {
+    // Three times per batch size: the first full batch runs eagerly, the second is captured as a
+    // graph and launched, the third replays it; a short batch runs eagerly.
+    for (int run = 0; run < 3; ++run) {
       auto got = (*dev)->ComputeGradients(m.params(), x.data(), y, 7, got_g);
       REQUIRE(got.ok());
       CHECK(std::abs(got->loss - want.loss) <= 1e-5 * std::abs(want.loss));
