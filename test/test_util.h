@@ -90,6 +90,27 @@ inline void WriteSyntheticMnist(const std::string& dir, int train, int test, int
 }
 
 // The exit code that CMake's SKIP_RETURN_CODE reports as "Skipped" (Catch2 2.13 has no SKIP).
+// Sets (or, with nullptr, unsets) an environment variable for the scope, then restores what was
+// there, even when a REQUIRE ends the test early. Tasks started meanwhile inherit it.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value != nullptr) setenv(name, value, 1);
+    else unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (old_) setenv(name_.c_str(), old_->c_str(), 1);
+    else unsetenv(name_.c_str());
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
+};
+
 inline constexpr int kSkipExitCode = 77;
 
 // Sets *dir to TFD_MNIST_DIR as an absolute path when that folder holds MNIST; otherwise says so

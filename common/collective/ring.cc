@@ -83,6 +83,7 @@ std::uint64_t SegmentBegin(std::uint64_t len, int c, int n) { return len * stati
 std::shared_ptr<Ring> Ring::Create(transport::asio::io_context& ioc, RingOptions options) {
   TFD_CHECK(!options.members.empty() && options.rank >= 0 && options.rank < static_cast<int>(options.members.size()));
   TFD_CHECK(options.chunk_floats > 0);
+  TFD_CHECK(options.shm_slots >= 1 && options.shm_slots <= 1024);  // what a receiver accepts
   return std::shared_ptr<Ring>(new Ring(ioc, std::move(options)));
 }
 
@@ -474,9 +475,11 @@ void Ring::OfferSlots() {
   offered_ = true;
   const std::size_t slot_bytes = (options_.chunk_floats * 4 + 63) / 64 * 64;
   const std::size_t size = SharedSlots::kPage + options_.shm_slots * slot_bytes;
-  const int fd = ::memfd_create("tfd-ring-slots", MFD_CLOEXEC);
+  // Sealed at its size: the next member's mapping can never lose pages under it (SIGBUS).
+  const int fd = ::memfd_create("tfd-ring-slots", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   void* base = MAP_FAILED;
-  if (fd >= 0 && ::ftruncate(fd, static_cast<off_t>(size)) == 0) base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (fd >= 0 && ::ftruncate(fd, static_cast<off_t>(size)) == 0 && ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0)
+    base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (base == MAP_FAILED) {
     spdlog::info("ring: chunks to {} go through the socket: no shared memory here ({})", MemberName(Next()), std::strerror(errno));
     if (fd >= 0) ::close(fd);
@@ -555,7 +558,7 @@ Status Ring::ApplyShm(Work& w, const wire::RingChunkShm& m) {
   if (m.slot != in_.used % in_.slots) {
     return Status::Corruption(fmt::format("{} filled shared slot {} where slot {} was next", from, m.slot, in_.used % in_.slots));
   }
-  if (m.count * 4 > in_.slot_bytes) {
+  if (m.count > in_.slot_bytes / 4) {
     return Status::Corruption(fmt::format("{} sent {} floats in a shared slot of {} bytes", from, m.count, in_.slot_bytes));
   }
   const wire::RingChunk& c = m.chunk;
@@ -612,6 +615,9 @@ void Ring::OnShmOffer(const wire::InFrame& frame) {
   int fd = -1;
   void* base = MAP_FAILED;
   std::size_t area = 0;
+  // Finishing: DONE may be on its way to the previous member, which then leaves; an answer now
+  // would be written to a closed socket. It offered too late to matter anyway.
+  if (finishing_) return;
   if (!shared_slots_) why = "shared slots are off here (TFD_RING_SHM=off or the ring's options)";
   else if (Status s = wire::Decode(frame.payload, &offer); !s.ok()) why = s.message();
   else if (in_.base != nullptr) why = "a second offer";
@@ -622,9 +628,12 @@ void Ring::OnShmOffer(const wire::InFrame& frame) {
     area = SharedSlots::kPage + static_cast<std::size_t>(offer.slots) * offer.slot_bytes;
     const std::string path = fmt::format("/proc/{}/fd/{}", pid, offer.fd);
     struct stat st {};
-    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // non-blocking: never wait on a FIFO there
+    const int seals = fd < 0 ? 0 : ::fcntl(fd, F_GET_SEALS);
     if (fd < 0) why = fmt::format("cannot open {}: {}", path, std::strerror(errno));
-    else if (::fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) != area) why = fmt::format("{} is not {} bytes", path, area);
+    else if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<std::size_t>(st.st_size) != area)
+      why = fmt::format("{} is not a file of {} bytes", path, area);
+    else if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) why = fmt::format("{} may shrink under this member's mapping", path);
     else if ((base = ::mmap(nullptr, area, PROT_READ, MAP_SHARED, fd, 0)) == MAP_FAILED) why = fmt::format("mmap: {}", std::strerror(errno));
     else if (std::memcmp(base, &offer.nonce, sizeof offer.nonce) != 0) why = fmt::format("pid {} did not make that offer", pid);
   }

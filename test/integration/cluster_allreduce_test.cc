@@ -66,13 +66,12 @@ TEST_CASE("allreduce workers on one host pass chunks through shared slots, with 
   WriteSyntheticMnist(data.path(), 400, 100);
   const std::string job = Job(data.path(), R"({"mode": "allreduce"})", 2, R"({"type": "momentum", "learning_rate": 0.02, "momentum": 0.9})",
                               20, R"({"name": "dnn"})");
+  const ScopedEnv local("TFD_LOCAL_LINK", nullptr);  // same-host links, whatever the test's environment
   auto run = [&](bool shared) {
-    if (!shared) setenv("TFD_RING_SHM", "off", 1);  // inherited by the tasks started below
+    const ScopedEnv slots("TFD_RING_SHM", shared ? nullptr : "off");  // inherited by the tasks started below
     LocalCluster c({.num_ps = 0, .num_workers = 3, .job = job});
     c.StartAll();
-    std::vector<TaskResult> workers = c.FinishAll();
-    unsetenv("TFD_RING_SHM");
-    return workers;
+    return c.FinishAll();
   };
   const std::vector<TaskResult> in_slots = run(true), over_socket = run(false);
   REQUIRE(in_slots.size() == 3);

@@ -17,6 +17,7 @@
 #include "common/transport/dial.h"
 #include "common/transport/listener.h"
 #include "common/transport/local_link.h"
+#include "test/test_util.h"
 
 namespace tfd::transport {
 namespace {
@@ -90,8 +91,8 @@ TEST_CASE("a dial to this host goes through the listener's Unix socket, and the 
 }
 
 TEST_CASE("TFD_LOCAL_LINK=tcp: the same dial and listener use loopback TCP", "[unit][transport]") {
-  setenv("TFD_LOCAL_LINK", "tcp", 1);
   {
+    const testing::ScopedEnv tcp_only("TFD_LOCAL_LINK", "tcp");
     Accepting server("");
     auto dialed = Dial(server.ioc, "127.0.0.1", server.listener->port(), "the test's listener", Clock::now() + 10s);
     REQUIRE(dialed.ok());
@@ -105,7 +106,6 @@ TEST_CASE("TFD_LOCAL_LINK=tcp: the same dial and listener use loopback TCP", "[u
     // Without the name, no Unix socket to reach.
     CHECK_FALSE(DialLocal(server.ioc, asio::ip::make_address("127.0.0.1"), server.listener->port()).ok());
   }
-  unsetenv("TFD_LOCAL_LINK");
 }
 
 TEST_CASE("a listener bound to one address is found by a dial to that address only", "[unit][transport]") {

@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include "test/ring_harness.h"
+#include "test/test_util.h"
 
 namespace tfd::testing {
 namespace {
@@ -90,6 +91,7 @@ TEST_CASE("ring all-reduce leaves the same bits on every member, run after run",
 TEST_CASE("shared slots carry a same-host ring's chunks and give the socket's bits, with as few as one slot", "[unit][ring]") {
   const int n = 3;
   const std::size_t len = 300007;
+  const ScopedEnv local("TFD_LOCAL_LINK", nullptr), slots_on("TFD_RING_SHM", nullptr);  // whatever the test's environment
   auto run = [&](bool shared, std::uint32_t slots, std::uint64_t* shm_chunks) {
     collective::RingOptions o = Options(4096);
     o.shared_slots = shared;
@@ -127,6 +129,24 @@ TEST_CASE("shared slots carry a same-host ring's chunks and give the socket's bi
   // Every chunk after the first collective's own first ones (sent before the offer is accepted).
   CHECK(in_slots > 100);
   CHECK(in_one_slot > 100);
+}
+
+TEST_CASE("members finish in good order right after a broadcast, shared slots offered or not", "[unit][ring]") {
+  // In a broadcast rank 0 reads nothing from its previous member, whose offer of shared slots then
+  // waits unread until Finish: answering it there, after DONE, would write to a member that left.
+  for (int n : {2, 3})
+    for (int round = 0; round < 15; ++round) {
+      LocalRing ring(n, Options(1000));
+      REQUIRE(AllOk(ring.Connect()));
+      std::vector<std::vector<float>> data(static_cast<std::size_t>(n), std::vector<float>(5000, 0.0f));
+      for (float& v : data[0]) v = 1.5f;
+      INFO("n=" << n << " round " << round);
+      REQUIRE(AllOk(ring.OnEach([&](int r) -> Status {
+        TFD_RETURN_IF_ERROR(ring.ring(r).Broadcast(data[static_cast<std::size_t>(r)]));
+        return ring.ring(r).Finish();
+      })));
+      for (int r = 1; r < n; ++r) CHECK(data[static_cast<std::size_t>(r)] == data[0]);
+    }
 }
 
 TEST_CASE("ring broadcast copies rank 0's values to every member", "[unit][ring]") {
