@@ -6,7 +6,7 @@
 // 318 KB (the mlp's gradient), 1 MB and 16 MB. Prints the median time per call, the algorithm
 // bandwidth (bytes / time) and the bus bandwidth busbw = algbw * 2(n-1)/n.
 //
-//   build/test/bench/tfd_bench_allreduce [--seconds S] [--chunk-kb K] [--spin-us U] [--token] [--no-peer]
+//   build/test/bench/tfd_bench_allreduce [--seconds S] [--chunk-kb K] [--spin-us U] [--shm-slots N] [--token] [--no-peer]
 #include <barrier>
 #include <chrono>
 #include <cstdio>
@@ -87,16 +87,18 @@ int main(int argc, char** argv) {
   std::size_t chunk_kb = 256;
   bool peer = true;
   long spin_us = -1;  // -1: RingOptions' default
+  std::uint32_t shm_slots = 0;  // 0: RingOptions' default
   bool token = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--seconds" && i + 1 < argc) seconds = std::atof(argv[++i]);
     else if (a == "--chunk-kb" && i + 1 < argc) chunk_kb = static_cast<std::size_t>(std::atol(argv[++i]));
     else if (a == "--spin-us" && i + 1 < argc) spin_us = std::atol(argv[++i]);
+    else if (a == "--shm-slots" && i + 1 < argc) shm_slots = static_cast<std::uint32_t>(std::atol(argv[++i]));
     else if (a == "--no-peer") peer = false;
     else if (a == "--token") token = true;
     else {
-      std::fprintf(stderr, "usage: %s [--seconds S] [--chunk-kb K] [--spin-us U] [--token] [--no-peer]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--seconds S] [--chunk-kb K] [--spin-us U] [--shm-slots N] [--token] [--no-peer]\n", argv[0]);
       return 2;
     }
   }
@@ -107,6 +109,7 @@ int main(int argc, char** argv) {
   tfd::collective::RingOptions o;
   o.chunk_floats = chunk_kb * 1024 / 4;
   if (spin_us >= 0) o.spin = std::chrono::microseconds(spin_us);
+  if (shm_slots >= 1 && shm_slots <= 1024) o.shm_slots = shm_slots;
   // With a cluster token (what tfctl always sets up), every frame carries a GMAC instead of a CRC.
   if (token) o.connection.token = std::make_shared<tfd::transport::ClusterToken>(tfd::transport::ClusterToken::Generate());
   // The ring as tfd runs it on one host (Unix sockets, chunks through shared slots), over the Unix
