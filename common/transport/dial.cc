@@ -51,6 +51,16 @@ Result<tcp::socket> Dial(asio::io_context& ioc, const std::string& host, std::ui
       } else if (error_code e = result.get(); e) {
         last_error = e.message();
       } else {
+        // A task of this host that was starting up may have begun listening on TCP just after
+        // its Unix socket was tried: take the Unix socket now that it listens.
+        error_code e2;
+        const tcp::endpoint remote = socket->remote_endpoint(e2);
+        if (!e2 && LocalLinksEnabled() && IsThisHost(remote.address())) {
+          if (Result<tcp::socket> local = DialLocal(ioc, remote.address(), port); local.ok()) {
+            socket->close(e2);
+            return std::move(*local);
+          }
+        }
         return std::move(*socket);
       }
     }

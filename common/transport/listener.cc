@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <optional>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -26,12 +28,14 @@ Result<std::unique_ptr<Listener>> Listener::Bind(asio::io_context& ioc, const st
   acceptor.open(ep.protocol(), ec);
   if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
   if (!ec) acceptor.bind(ep, ec);
-  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) {
+  const auto cannot = [&] {
     return Status::Unavailable(fmt::format("cannot listen on {}:{}: {}", address.empty() ? "*" : address, port, ec.message()));
-  }
+  };
+  if (ec) return cannot();
   const std::uint16_t bound_port = acceptor.local_endpoint(ec).port();
-  std::unique_ptr<Listener> listener(new Listener(ioc, std::move(acceptor), std::move(on_accept)));
+  // The Unix socket listens before the TCP port does: a same-host peer that dials while this
+  // starts is refused on both and dials again (Unix first), never caught on TCP in between.
+  std::optional<asio::local::stream_protocol::acceptor> local_acceptor;
   if (LocalLinksEnabled() && (addr.is_unspecified() || IsThisHost(addr))) {
     // The same listener for peers on this host, over a Unix socket. Without it (another listener
     // holds the name: one bound to the same port on another address) they come over TCP.
@@ -44,9 +48,14 @@ Result<std::unique_ptr<Listener>> Listener::Bind(asio::io_context& ioc, const st
       spdlog::warn("no same-host link on {}: {}; peers on this host that find that name reach its holder, not this task "
                    "(TFD_LOCAL_LINK=tcp on them avoids it)", name, ec.message());
     } else {
-      listener->local_.emplace(std::move(local));
+      local_acceptor.emplace(std::move(local));
     }
   }
+  ec.clear();
+  acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return cannot();
+  std::unique_ptr<Listener> listener(new Listener(ioc, std::move(acceptor), std::move(on_accept)));
+  if (local_acceptor) listener->local_.emplace(std::move(*local_acceptor));
   return listener;
 }
 
