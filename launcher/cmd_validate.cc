@@ -11,6 +11,7 @@
 #include <boost/asio/ip/address.hpp>
 #include <fmt/format.h>
 
+#include "common/config/job_cluster.h"
 #include "launcher/commands.h"
 #include "launcher/runner.h"
 
@@ -122,10 +123,9 @@ Result<RunSetup> SetUpRun(const ClusterArgs& args, const std::string& token_hex)
 
 Status CheckCluster(const RunSetup& run) {
   const config::ClusterFile& f = run.file;
-  if (f.train.model_parallel.enabled()) {
-    if (Status s = config::CheckModelParallelCluster(f.train.model_parallel, f.cluster.num_workers(), f.cluster.ps.size()); !s.ok())
-      return Status::InvalidArgument(fmt::format("{}: {}{}", f.source, s.message().starts_with("model_parallel") ? "train." : "", s.message()));
-  }
+  // The checks between the cluster and its job that tfd makes at start, made here before any task starts.
+  if (Status s = config::CheckJobOnCluster(f.cluster, f.train, "train."); !s.ok())
+    return Status::InvalidArgument(fmt::format("{}: {}", f.source, s.message()));
   std::map<std::string, bool> remote;  // host -> runs a worker
   for (const TaskPlan& p : run.plan) {
     if (!p.local) {

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "common/config/job_cluster.h"
 #include "common/config/json_reader.h"
 
 namespace tfd::config {
@@ -236,20 +237,6 @@ Status CheckGpuShares(const ClusterSpec& cluster, const JobSpec& job, const std:
         "{}launch.tasks: the tasks on {} cuda:{} ({}) ask for {:g} of its memory in all; at most 1 (set gpu_memory_fraction per task "
         "under launch.tasks, or the job's)", where, gpu.first, gpu.second, fmt::join(share.parts, ", "), share.total));
   }
-  return Status::Ok();
-}
-
-Status CheckEvaluation(const ClusterSpec& cluster, const JobSpec& job, std::string_view where) {
-  if (cluster.evaluator.empty()) return Status::Ok();
-  if (job.evaluation == Evaluation::kNone)
-    return Status::InvalidArgument(fmt::format("{}evaluation: \"none\", but the cluster has an evaluator task (remove it, or set "
-                                               "\"evaluation\": \"evaluator\")", where));
-  if (job.update.mode == UpdateSpec::Mode::kAllreduce)
-    return Status::InvalidArgument(fmt::format("{}update.mode: allreduce writes no checkpoints in this version, so the cluster's "
-                                               "evaluator task would have none to evaluate", where));
-  if (job.checkpoint.dir.empty())
-    return Status::InvalidArgument(fmt::format("{}checkpoint: missing: the cluster has an evaluator task, which evaluates the "
-                                               "chief's checkpoints (set checkpoint.dir)", where));
   return Status::Ok();
 }
 

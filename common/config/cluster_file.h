@@ -89,11 +89,6 @@ Result<ClusterFile> LoadClusterFile(const std::string& path);
 Status CheckGpuShares(const ClusterSpec& cluster, const JobSpec& job, const std::map<std::string, TaskLaunch>& tasks,
                       std::string_view where);
 
-// The checks between a cluster and its job's evaluation (docs/config.md, "evaluation"): an
-// evaluator task needs the chief's checkpoints (checkpoint.dir, a ps mode) and a job whose
-// evaluation is not "none". InvalidArgument "WHERE<field>: what" (`where`: "cluster.json: train.").
-Status CheckEvaluation(const ClusterSpec& cluster, const JobSpec& job, std::string_view where);
-
 // Every event name tfd writes (tfd --log-format json); docs/config.md describes each.
 inline constexpr std::string_view kEventNames[] = {
     "start",     "ready",      "step",  "epoch",         "checkpoint", "checkpoint_start", "restored", "done", "worker_done",

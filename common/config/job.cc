@@ -370,17 +370,6 @@ void ReadEnsemble(ObjectReader& root, JobSpec* job) {
 
 }  // namespace
 
-Status CheckModelParallelCluster(const ModelParallelSpec& mp, int num_workers, std::size_t num_ps) {
-  if (num_workers % mp.stages != 0)
-    return Status::InvalidArgument(fmt::format("model_parallel.stages: the cluster's {} workers are not a multiple of {} stages (each "
-                                               "replica needs one worker per stage)", num_workers, mp.stages));
-  if (num_ps != 0)
-    return Status::InvalidArgument(fmt::format("cluster.ps: {} ps tasks, but a model-parallel job's replicas combine their gradients by "
-                                               "all-reduce among same-stage workers, not through ps tasks: remove them",
-                                               num_ps));
-  return Status::Ok();
-}
-
 std::string_view SplitName(ModelParallelSpec::Split s) {
   switch (s) {
     case ModelParallelSpec::Split::kNone: return "none";

@@ -156,11 +156,6 @@ struct ModelParallelSpec {
 };
 std::string_view SplitName(ModelParallelSpec::Split s);
 std::string_view ScheduleName(ModelParallelSpec::Schedule s);
-// Whether a cluster of `num_workers` workers and `num_ps` ps tasks can run `mp` (enabled): a whole
-// number of replicas of `stages` workers each, and no ps (replicas all-reduce among same-stage
-// workers). InvalidArgument naming the field and both numbers otherwise. The tasks check it at
-// start; tfctl up and validate before starting any.
-Status CheckModelParallelCluster(const ModelParallelSpec& mp, int num_workers, std::size_t num_ps);
 // N independent networks trained at once, one per worker of tfctl ensemble (docs/sweeps.md): member
 // k is the job with "ensemble" removed, "seed" set to seed + k, and each "vary" path set to its
 // k-th value.

@@ -3,6 +3,7 @@
 #include <fmt/ranges.h>
 
 #include "common/config/cluster_file.h"
+#include "common/config/job_cluster.h"
 #include "launcher/plan.h"
 
 namespace tfd::launcher {

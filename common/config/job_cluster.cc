@@ -1,0 +1,86 @@
+#include "common/config/job_cluster.h"
+
+#include <fmt/format.h>
+
+namespace tfd::config {
+
+Status CheckJobOnCluster(const ClusterSpec& cluster, const JobSpec& job, std::string_view job_where) {
+  if (!cluster.coordinator.empty()) return Status::Ok();
+  const std::size_t num_ps = cluster.ps.size();
+  if (job.model_parallel.enabled()) {
+    if (Status s = CheckModelParallelCluster(job.model_parallel, cluster.num_workers(), num_ps); !s.ok())
+      return Status::InvalidArgument(fmt::format("{}{}", s.message().starts_with("model_parallel") ? job_where : "", s.message()));
+    return CheckEvaluation(cluster, job, job_where);
+  }
+  const ElasticSpec& elastic = job.elastic;
+  switch (job.update.mode) {
+    case UpdateSpec::Mode::kAllreduce: {
+      const int n = cluster.num_workers();
+      if (num_ps != 0)
+        return Status::InvalidArgument(fmt::format("cluster.ps: {} ps tasks, but allreduce mode has none (workers all-reduce among "
+                                                   "themselves): remove them or use async or sync mode",
+                                                   num_ps));
+      if (elastic.enabled() && (n < elastic.min_workers || n > elastic.max_workers))
+        return Status::InvalidArgument(fmt::format("{}elastic: a ring of {} workers is outside min_workers {} .. max_workers {}", job_where,
+                                                   n, elastic.min_workers, elastic.max_workers));
+      if (elastic.enabled() && cluster.base_num_workers() != n)
+        return Status::InvalidArgument(fmt::format("cluster: joining a running allreduce ring is not supported (TF_CONFIG tfd.base_workers "
+                                                   "{} of {} workers); an elastic ring only goes on without the workers it loses",
+                                                   cluster.base_num_workers(), n));
+      break;
+    }
+    case UpdateSpec::Mode::kAsync:
+    case UpdateSpec::Mode::kSync: {
+      // An elastic job's joining workers count the workers the run started with, as the others do.
+      const int n = cluster.base_num_workers();
+      const bool sync = job.update.mode == UpdateSpec::Mode::kSync;
+      if (num_ps == 0)
+        return Status::InvalidArgument(fmt::format("cluster.ps: empty: {} mode needs at least one ps task", sync ? "sync" : "async"));
+      if (elastic.enabled() && (n < elastic.min_workers || n > elastic.max_workers))
+        return Status::InvalidArgument(fmt::format("{}elastic: a cluster of {} workers is outside min_workers {} .. max_workers {}",
+                                                   job_where, n, elastic.min_workers, elastic.max_workers));
+      if (elastic.enabled() && sync && job.update.replicas_to_aggregate != 0)
+        return Status::InvalidArgument(
+            fmt::format("{}update.replicas_to_aggregate: an elastic sync job aggregates every worker's gradient; leave it out", job_where));
+      if (sync && job.update.total_num_replicas != 0 && job.update.total_num_replicas != n)
+        return Status::InvalidArgument(
+            fmt::format("{}update.total_num_replicas: {}, but the cluster has {} workers", job_where, job.update.total_num_replicas, n));
+      if (sync && job.update.replicas_to_aggregate > n)
+        return Status::InvalidArgument(fmt::format("{}update.replicas_to_aggregate: {}, but the cluster has {} workers", job_where,
+                                                   job.update.replicas_to_aggregate, n));
+      if (sync && job.update.min_replicas > n)
+        return Status::InvalidArgument(
+            fmt::format("{}update.min_replicas: {}, but the cluster has {} workers", job_where, job.update.min_replicas, n));
+      break;
+    }
+  }
+  return CheckEvaluation(cluster, job, job_where);
+}
+
+Status CheckEvaluation(const ClusterSpec& cluster, const JobSpec& job, std::string_view where) {
+  if (cluster.evaluator.empty()) return Status::Ok();
+  if (job.evaluation == Evaluation::kNone)
+    return Status::InvalidArgument(fmt::format("{}evaluation: \"none\", but the cluster has an evaluator task (remove it, or set "
+                                               "\"evaluation\": \"evaluator\")", where));
+  if (job.update.mode == UpdateSpec::Mode::kAllreduce)
+    return Status::InvalidArgument(fmt::format("{}update.mode: allreduce writes no checkpoints in this version, so the cluster's "
+                                               "evaluator task would have none to evaluate", where));
+  if (job.checkpoint.dir.empty())
+    return Status::InvalidArgument(fmt::format("{}checkpoint: missing: the cluster has an evaluator task, which evaluates the "
+                                               "chief's checkpoints (set checkpoint.dir)", where));
+  return Status::Ok();
+}
+
+
+Status CheckModelParallelCluster(const ModelParallelSpec& mp, int num_workers, std::size_t num_ps) {
+  if (num_workers % mp.stages != 0)
+    return Status::InvalidArgument(fmt::format("model_parallel.stages: the cluster's {} workers are not a multiple of {} stages (each "
+                                               "replica needs one worker per stage)", num_workers, mp.stages));
+  if (num_ps != 0)
+    return Status::InvalidArgument(fmt::format("cluster.ps: {} ps tasks, but a model-parallel job's replicas combine their gradients by "
+                                               "all-reduce among same-stage workers, not through ps tasks: remove them",
+                                               num_ps));
+  return Status::Ok();
+}
+
+}  // namespace tfd::config
