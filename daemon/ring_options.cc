@@ -5,6 +5,7 @@
 
 #include "common/transport/peer_guard.h"
 #include "daemon/task_kind.h"
+#include "daemon/task/lifecycle.h"
 
 namespace tfd {
 
@@ -19,7 +20,7 @@ collective::RingOptions RingOptionsFor(const config::TfConfig& config, int first
     ro.members.push_back({t.ToString(), ep.host, ep.port, ToWireKind(t.type), static_cast<std::uint32_t>(t.index)});
   }
   ro.cluster_id = config.cluster.Id();
-  ro.incarnation = (static_cast<std::uint64_t>(std::random_device{}()) << 32) | std::random_device{}();
+  ro.incarnation = task::NewIncarnation();
   ro.connection = connection;
   if (ro.connection.guard == nullptr) ro.connection.guard = std::make_shared<transport::PeerGuard>();
   ro.startup_timeout = options.startup_timeout;

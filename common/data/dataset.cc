@@ -1,4 +1,4 @@
-#include "common/model/dataset.h"
+#include "common/data/dataset.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -8,9 +8,9 @@
 
 #include "common/base/check.h"
 #include "common/base/random.h"
-#include "common/model/idx.h"
+#include "common/data/idx.h"
 
-namespace tfd::model {
+namespace tfd::data {
 
 Result<Dataset> LoadIdxPair(const std::string& images_path, const std::string& labels_path, int num_classes) {
   // Mapped where possible: the image bytes are most of a task's memory, and the same on every task.
@@ -116,4 +116,4 @@ void FillBatch(const Dataset& data, std::span<const std::uint32_t> indices, floa
   }
 }
 
-}  // namespace tfd::model
+}  // namespace tfd::data

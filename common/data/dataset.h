@@ -10,7 +10,7 @@
 
 #include "common/base/status.h"
 
-namespace tfd::model {
+namespace tfd::data {
 
 // Read-only bytes that are either owned (a vector) or a view of a shared mapping (an IDX file's
 // payload, MapIdxFile), which the last copy keeps alive. Copies share a mapping and copy owned bytes.
@@ -84,4 +84,4 @@ std::vector<std::uint32_t> EpochShard(std::int64_t n, std::uint64_t seed, int ep
 // Writes the examples `indices` as floats in [0, 1] to `x` (rows of pixels()) and their labels to `y`.
 void FillBatch(const Dataset& data, std::span<const std::uint32_t> indices, float* x, std::uint8_t* y);
 
-}  // namespace tfd::model
+}  // namespace tfd::data

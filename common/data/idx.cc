@@ -1,4 +1,4 @@
-#include "common/model/idx.h"
+#include "common/data/idx.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -12,7 +12,7 @@
 
 #include <fmt/format.h>
 
-namespace tfd::model {
+namespace tfd::data {
 namespace {
 
 std::uint32_t BigEndian32(const std::byte* p) {
@@ -110,4 +110,4 @@ Result<MappedIdxArray> MapIdxFile(const std::string& path, int rank) {
   return out;
 }
 
-}  // namespace tfd::model
+}  // namespace tfd::data

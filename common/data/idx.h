@@ -10,7 +10,7 @@
 
 #include "common/base/status.h"
 
-namespace tfd::model {
+namespace tfd::data {
 
 // An IDX array of unsigned bytes (type code 0x08), as the MNIST files store images and labels.
 struct IdxArray {
@@ -45,4 +45,4 @@ struct MappedIdxArray {
 // mapped (a truncated file would fault the reader), as for any dataset a run reads.
 Result<MappedIdxArray> MapIdxFile(const std::string& path, int rank);
 
-}  // namespace tfd::model
+}  // namespace tfd::data

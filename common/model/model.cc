@@ -305,9 +305,9 @@ std::vector<std::pair<std::string, std::size_t>> VariableRuns(const Model& model
   return runs;
 }
 
-double Evaluate(Model& model, const Dataset& data) { return EvaluateLoss(model, data, /*with_loss=*/false).accuracy; }
+double Evaluate(Model& model, const data::Dataset& data) { return EvaluateLoss(model, data, /*with_loss=*/false).accuracy; }
 
-EvalResult EvaluateLoss(Model& model, const Dataset& data, bool with_loss) {
+EvalResult EvaluateLoss(Model& model, const data::Dataset& data, bool with_loss) {
   std::vector<float> x(static_cast<std::size_t>(model.max_batch() * model.input_size()));
   std::vector<std::uint8_t> y(static_cast<std::size_t>(model.max_batch()));
   std::vector<std::uint32_t> idx(static_cast<std::size_t>(model.max_batch()));
@@ -316,7 +316,7 @@ EvalResult EvaluateLoss(Model& model, const Dataset& data, bool with_loss) {
   for (std::int64_t start = 0; start < data.size; start += model.max_batch()) {
     int n = static_cast<int>(std::min<std::int64_t>(model.max_batch(), data.size - start));
     for (int i = 0; i < n; ++i) idx[i] = static_cast<std::uint32_t>(start + i);
-    FillBatch(data, std::span(idx).first(n), x.data(), y.data());
+    data::FillBatch(data, std::span(idx).first(n), x.data(), y.data());
     const float* logits = model.Forward(x.data(), n);
     if (with_loss) {
       const tensor::LossResult r = tensor::SoftmaxCrossEntropy(logits, std::span(y).first(n), model.classes(), nullptr);
@@ -330,7 +330,7 @@ EvalResult EvaluateLoss(Model& model, const Dataset& data, bool with_loss) {
   return {static_cast<double>(correct) / static_cast<double>(data.size), loss_sum / static_cast<double>(data.size)};
 }
 
-std::vector<float> PredictProbabilities(Model& model, const Dataset& data) {
+std::vector<float> PredictProbabilities(Model& model, const data::Dataset& data) {
   const int classes = model.classes();
   std::vector<float> out(static_cast<std::size_t>(data.size) * static_cast<std::size_t>(classes));
   std::vector<float> x(static_cast<std::size_t>(model.max_batch() * model.input_size()));
@@ -339,7 +339,7 @@ std::vector<float> PredictProbabilities(Model& model, const Dataset& data) {
   for (std::int64_t start = 0; start < data.size; start += model.max_batch()) {
     const int n = static_cast<int>(std::min<std::int64_t>(model.max_batch(), data.size - start));
     for (int i = 0; i < n; ++i) idx[i] = static_cast<std::uint32_t>(start + i);
-    FillBatch(data, std::span(idx).first(n), x.data(), y.data());
+    data::FillBatch(data, std::span(idx).first(n), x.data(), y.data());
     const float* logits = model.Forward(x.data(), n);
     for (int i = 0; i < n; ++i) {
       const float* row = logits + static_cast<std::ptrdiff_t>(i) * classes;

@@ -10,7 +10,7 @@
 
 #include "common/base/status.h"
 #include "common/config/job.h"
-#include "common/model/dataset.h"
+#include "common/data/dataset.h"
 #include "common/tensor/layers.h"
 #include "common/tensor/loss.h"
 
@@ -120,16 +120,16 @@ void ScaleGradients(std::span<float> g, std::span<const float> acc, int microbat
 std::vector<std::pair<std::string, std::size_t>> VariableRuns(const Model& model);
 
 // Test-set accuracy of `model` in batches of its max_batch.
-double Evaluate(Model& model, const Dataset& data);
+double Evaluate(Model& model, const data::Dataset& data);
 // Accuracy and (with `with_loss`) mean cross-entropy of `model` on `data`, as at evaluation
 // (dropout off); zeros for an empty set.
 struct EvalResult {
   double accuracy = 0, loss = 0;
 };
-EvalResult EvaluateLoss(Model& model, const Dataset& data, bool with_loss = true);
+EvalResult EvaluateLoss(Model& model, const data::Dataset& data, bool with_loss = true);
 // The softmax of `model` on every example of `data`, as at evaluation: data.size x classes floats,
 // row-major (an ensemble member's predictions).
-std::vector<float> PredictProbabilities(Model& model, const Dataset& data);
+std::vector<float> PredictProbabilities(Model& model, const data::Dataset& data);
 
 // SHA-256 (hex) of the parameters: each variable's name, then its floats as little-endian bytes,
 // in variable order. Equal hashes mean bit-identical parameters.

@@ -19,6 +19,7 @@
 #include "daemon/train/device.h"
 #include "daemon/train/job_data.h"
 #include "daemon/train/trainer.h"
+#include "daemon/task/lifecycle.h"
 
 namespace tfd::allreduce {
 namespace {
@@ -65,7 +66,7 @@ class RingHolder {
   std::deque<transport::tcp::socket> waiting_ TFD_GUARDED_BY(mu_);
 };
 
-std::uint64_t FreshIncarnation() { return (static_cast<std::uint64_t>(std::random_device{}()) << 32) | std::random_device{}(); }
+
 
 // Elastic: after `error` of `holder`'s ring, the ring of the members left without the one the error
 // blames. Each survivor forms it (new incarnation, so the old ring's frames are refused; retried
@@ -101,7 +102,7 @@ Result<AllreduceUpdater::Reformed> Reform(RingHolder& holder, transport::asio::i
   Status why;
   ro.redial = true;  // a survivor that has not noticed the loss yet refuses this ring's HELLO until it does
   for (int attempt = 1;; ++attempt) {
-    ro.incarnation = FreshIncarnation();
+    ro.incarnation = task::NewIncarnation();
     ro.startup_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     std::shared_ptr<collective::Ring> ring = collective::Ring::Create(ioc, ro);
     holder.Set(ring);
@@ -139,18 +140,7 @@ Status RunAllreduceWorker(const config::TfConfig& config, const config::JobSpec&
                           const train::WorkerTaskOptions& options, const transport::ConnectionOptions& connection) {
   const int num_workers = config.cluster.num_workers();
   const int rank = config.cluster.WorkerRank(config.task);
-  if (!config.cluster.ps.empty())
-    return Status::InvalidArgument(fmt::format("cluster.ps: {} ps tasks, but allreduce mode has none (workers all-reduce among "
-                                               "themselves): remove them or use async or sync mode",
-                                               config.cluster.ps.size()));
-  const config::ElasticSpec& elastic = job.elastic;
-  if (elastic.enabled() && (num_workers < elastic.min_workers || num_workers > elastic.max_workers))
-    return Status::InvalidArgument(fmt::format("elastic: a ring of {} workers is outside min_workers {} .. max_workers {}", num_workers,
-                                               elastic.min_workers, elastic.max_workers));
-  if (elastic.enabled() && config.cluster.base_num_workers() != num_workers)
-    return Status::InvalidArgument(fmt::format("{}: joining a running allreduce ring is not supported (TF_CONFIG tfd.base_workers); "
-                                               "an elastic ring only goes on without the workers it loses",
-                                               config.task.ToString()));
+  const config::ElasticSpec& elastic = job.elastic;  // the cluster checked against it (config::CheckJobOnCluster)
   TFD_ASSIGN_OR_RETURN(train::LoadedJob loaded, train::LoadJobData(job, num_workers));
   if (options.shard_limit > 0 && options.shard_limit < job.batch_size)
     return Status::InvalidArgument(fmt::format("--shard-limit: {} is less than one batch ({})", options.shard_limit, job.batch_size));
@@ -160,8 +150,7 @@ Status RunAllreduceWorker(const config::TfConfig& config, const config::JobSpec&
   const bool chief = config.is_chief();
   spdlog::info("{} (rank {} of {}{}); allreduce; model: {}", config.task.ToString(), rank, num_workers, chief ? ", chief" : "",
                model.Summary());
-  events.Emit("start", {{"role", std::string("worker")}, {"rank", std::int64_t{rank}}, {"chief", chief},
-                        {"mode", std::string("allreduce")}, {"pid", std::int64_t{getpid()}}});
+  task::EmitStart(events, {.role = "worker", .mode = "allreduce", .rank = rank, .chief = chief});
 
   std::unique_ptr<transport::Listener> listener;
   std::shared_ptr<collective::Ring> ring;
@@ -188,8 +177,7 @@ Status RunAllreduceWorker(const config::TfConfig& config, const config::JobSpec&
   // Every worker starts from the chief's parameters.
   TFD_RETURN_IF_ERROR(train::AtStartup(ring->Broadcast(model.params()).WithContext("broadcast of the initial parameters")));
   spdlog::info("ready: ring of {} workers formed", num_workers);
-  events.Emit("ready", {{"global_step", std::int64_t{0}}});
-  NotifyReady(fmt::format("{} in a ring of {} workers", config.task.ToString(), num_workers));
+  task::EmitReady(events, 0, fmt::format("{} in a ring of {} workers", config.task.ToString(), num_workers));
 
   metrics::TaskMetrics* m = options.metrics;
   if (m != nullptr) m->AddAllreduceMetrics();

@@ -12,7 +12,7 @@
 
 #include "common/ckpt/format.h"
 #include "common/config/job.h"
-#include "common/model/dataset.h"
+#include "common/data/dataset.h"
 #include "common/model/model.h"
 #include "common/transport/dial.h"
 #include "common/transport/handshake.h"
@@ -21,6 +21,7 @@
 #include "common/wire/messages.h"
 #include "common/wire/trial_messages.h"
 #include "daemon/train/standalone.h"
+#include "daemon/task/lifecycle.h"
 
 namespace tfd::coordinator {
 namespace {
@@ -54,7 +55,7 @@ class TrialReporter final : public train::TrainObserver {
   // `test`: an ensemble member's test set, whose predictions go to the coordinator after each
   // epoch; null otherwise.
   TrialReporter(transport::RpcClient& rpc, std::uint32_t trial, const std::atomic<bool>* signal, std::atomic<bool>* trial_stop,
-                const model::Dataset* test)
+                const data::Dataset* test)
       : rpc_(rpc), trial_(trial), signal_(signal), trial_stop_(trial_stop), test_(test) {}
   void OnStep(const train::StepStats&) override {
     if (signal_ != nullptr && signal_->load()) trial_stop_->store(true);
@@ -117,7 +118,7 @@ class TrialReporter final : public train::TrainObserver {
   std::uint32_t trial_;
   const std::atomic<bool>* signal_;
   std::atomic<bool>* trial_stop_;
-  const model::Dataset* test_;
+  const data::Dataset* test_;
   bool told_to_stop_ = false;
   bool skip_checkpoints_ = false;
   Status lost_;
@@ -146,7 +147,7 @@ Status RunGenericWorker(const GenericWorkerOptions& options, EventWriter& events
     TFD_RETURN_IF_ERROR(transport::CheckWelcome(welcome, peer, wire::TaskKind::kCoordinator, 0));
   }
   spdlog::info("connected to {}", peer);
-  events.Emit("start", {{"role", std::string("generic_worker")}, {"pid", std::int64_t{getpid()}}});
+  task::EmitStart(events, {.role = "generic_worker", .rank = options.index});
   while (true) {
     auto reply = rpc->Call(wire::Encode(wire::TrialRequest{.worker = static_cast<std::uint32_t>(options.index)}));
     TFD_ASSIGN_OR_RETURN(wire::InFrame frame, Await(*rpc, reply, wire::MessageType::kTrialAssign, options.stop, "TRIAL_ASSIGN"));
@@ -171,15 +172,16 @@ Status RunGenericWorker(const GenericWorkerOptions& options, EventWriter& events
         s = Status::Corruption(fmt::format("{}: its data cursor is not at epoch {}", source, assign.resume_epoch + 1));
       if (s.ok()) resume = std::move(parsed).value();
     }
-    model::Dataset test;  // an ensemble member's test set
+    data::Dataset test;  // an ensemble member's test set
     if (s.ok() && assign.predictions) {
-      Result<model::MnistData> data = model::LoadMnist(job->data);
+      Result<data::MnistData> data = data::LoadMnist(job->data);
       s = data.status();
       if (s.ok()) test = std::move(data->test);
     }
     TrialReporter reporter(*rpc, assign.trial, options.stop, &trial_stop, assign.predictions ? &test : nullptr);
     if (s.ok()) {
-      train::StandaloneOptions sopts{.stop = &trial_stop, .params_out = "", .observers = options.observers};
+      // A trial is not the task's start: this worker wrote its one start event above.
+      train::StandaloneOptions sopts{.stop = &trial_stop, .params_out = "", .observers = options.observers, .emit_start = false};
       sopts.observers.push_back(&reporter);
       sopts.resume = resume ? &*resume : nullptr;
       sopts.epoch_checkpoint = [&reporter](int epoch, const ckpt::Checkpoint& c) { reporter.SendCheckpoint(epoch, c); };

@@ -13,6 +13,7 @@
 #include "common/base/service.h"
 #include "common/ckpt/file.h"
 #include "daemon/train/job_data.h"
+#include "daemon/task/lifecycle.h"
 
 namespace tfd::evaluator {
 namespace {
@@ -50,7 +51,7 @@ std::vector<Seen> ListFolder(const std::string& dir) {
 }
 
 // Evaluates the model, its parameters already loaded, on the job's test set and validation split.
-EvalResult Evaluate(model::Model& model, const model::MnistData& data) {
+EvalResult Evaluate(model::Model& model, const data::MnistData& data) {
   EvalResult r;
   const model::EvalResult test = model::EvaluateLoss(model, data.test);
   r.test_loss = test.loss;
@@ -82,7 +83,7 @@ void Report(const EvalResult& r, EventWriter& events, const std::vector<EvalSink
 }
 
 // The polling loop: returns Ok after the final checkpoint, or why it gave up.
-Status Watch(const config::JobSpec& job, model::Model& model, const model::MnistData& data, EventWriter& events,
+Status Watch(const config::JobSpec& job, model::Model& model, const data::MnistData& data, EventWriter& events,
              const EvaluatorOptions& options) {
   const std::string& dir = job.checkpoint.dir;
   const std::chrono::milliseconds idle = options.idle_timeout.count() > 0 ? options.idle_timeout : IdleTimeoutFor(job.checkpoint);
@@ -175,7 +176,7 @@ Status RunEvaluator(const config::TfConfig& config, const config::JobSpec& job, 
     spdlog::info("{}; model: {}; watching {} every {} ms (first checkpoint within {:.0f} s, each next within {:.0f} s)",
                  config.task.ToString(), loaded.model->Summary(), job.checkpoint.dir, options.poll_interval.count(),
                  Secs(options.startup_timeout), Secs(idle));
-    events.Emit("start", {{"role", std::string("evaluator")}, {"pid", std::int64_t{getpid()}}});
+    task::EmitStart(events, {.role = "evaluator", .rank = config.task.index});
     NotifyReady(fmt::format("{} watching {}", config.task.ToString(), job.checkpoint.dir));
     return Watch(job, *loaded.model, loaded.data, events, options);
   }();

@@ -18,6 +18,7 @@
 #include "daemon/task_kind.h"
 #include "daemon/train/job_data.h"
 #include "daemon/train/trainer.h"
+#include "daemon/task/lifecycle.h"
 
 namespace tfd::pipeline {
 
@@ -25,7 +26,6 @@ Status RunPipelineWorker(const config::TfConfig& config, const config::JobSpec& 
                          const train::WorkerTaskOptions& options, const transport::ConnectionOptions& connection) {
   const config::ModelParallelSpec& mp = job.model_parallel;
   const int workers = config.cluster.num_workers(), stages = mp.stages;
-  TFD_RETURN_IF_ERROR(config::CheckModelParallelCluster(mp, workers, config.cluster.ps.size()));
   const int replicas = workers / stages;
   const int rank = config.cluster.WorkerRank(config.task);
   const int replica = rank / stages, stage = rank % stages;
@@ -43,10 +43,14 @@ Status RunPipelineWorker(const config::TfConfig& config, const config::JobSpec& 
                replica, config::SplitName(mp.split), by_layers ? config::ScheduleName(mp.schedule) : "all-gather", mp.microbatches,
                job.batch_size / mp.microbatches, model.Summary());
   if (by_layers) spdlog::info("stages: {}", plan.Describe(model));
-  events.Emit("start", {{"role", std::string("worker")}, {"rank", std::int64_t{rank}}, {"chief", config.is_chief()},
-                        {"mode", fmt::format("model_parallel {}", config::SplitName(mp.split))}, {"stage", std::int64_t{stage}},
-                        {"stages", std::int64_t{stages}}, {"replica", std::int64_t{replica}}, {"replicas", std::int64_t{replicas}},
-                        {"pid", std::int64_t{getpid()}}});
+  task::EmitStart(events, {.role = "worker",
+                           .mode = fmt::format("model_parallel {}", config::SplitName(mp.split)),
+                           .rank = rank,
+                           .chief = config.is_chief(),
+                           .extra = {{"stage", std::int64_t{stage}},
+                                     {"stages", std::int64_t{stages}},
+                                     {"replica", std::int64_t{replica}},
+                                     {"replicas", std::int64_t{replicas}}}});
 
   const std::int64_t steps_per_epoch = train::StepsPerEpoch(loaded.data.train.size, replicas, job.batch_size);
   // The chief reads the newest checkpoint now; every stage gets it once the rings are formed.
@@ -98,8 +102,7 @@ Status RunPipelineWorker(const config::TfConfig& config, const config::JobSpec& 
     if (replica_ring != nullptr) replica_ring->Close(restore.status());
     return restore.status();
   }
-  events.Emit("ready", {{"global_step", std::int64_t{0}}});
-  NotifyReady(fmt::format("{}: stage {} of {}", config.task.ToString(), stage, stages));
+  task::EmitReady(events, 0, fmt::format("{}: stage {} of {}", config.task.ToString(), stage, stages));
   if (options.metrics != nullptr) options.metrics->connected_peers->Set(replica_ring != nullptr ? 4 : 2);
 
   train::TrainerOptions topts = train::TrainerOptionsFor(config, job, options);

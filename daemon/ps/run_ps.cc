@@ -18,6 +18,7 @@
 #include "common/transport/local_link.h"
 #include "daemon/ps/parameter_store.h"
 #include "daemon/ps/ps_service.h"
+#include "daemon/task/lifecycle.h"
 
 namespace tfd::ps {
 namespace {
@@ -72,7 +73,7 @@ class PsSummaries {
 Status RunPs(const config::TfConfig& config, EventWriter& events, const PsOptions& options) {
   namespace asio = transport::asio;
   asio::io_context ioc(1);
-  const std::uint64_t incarnation = (static_cast<std::uint64_t>(std::random_device{}()) << 32) | std::random_device{}();
+  const std::uint64_t incarnation = task::NewIncarnation();
   ParameterStore store;
   std::optional<PsService::Ending> ending;  // set on the io thread
   asio::steady_timer stopper(ioc);
@@ -119,7 +120,7 @@ Status RunPs(const config::TfConfig& config, EventWriter& events, const PsOption
   spdlog::info("{} listening on {}:{} (incarnation {:016x}); {} workers, cluster id {:016x}", config.task.ToString(),
                options.bind_address.empty() ? "*" : options.bind_address, self.port, incarnation, config.cluster.num_workers(),
                config.cluster.Id());
-  events.Emit("start", {{"role", std::string("ps")}, {"port", std::int64_t{self.port}}, {"pid", std::int64_t{getpid()}}});
+  task::EmitStart(events, {.role = "ps", .rank = config.task.index, .extra = {{"port", std::int64_t{self.port}}}});
   NotifyReady(fmt::format("{} listening on port {}", config.task.ToString(), self.port));
 
   // Poll the signal flag; log while nobody has initialised the variables.

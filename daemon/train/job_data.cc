@@ -19,7 +19,7 @@ Result<LoadedJob> LoadJobData(const config::JobSpec& job, int num_workers, bool 
                                                  job.device));
   }
   LoadedJob loaded;
-  Result<model::MnistData> data = model::LoadMnist(job.data);
+  Result<data::MnistData> data = data::LoadMnist(job.data);
   if (!data.ok()) {  // a corrupt input file is bad input, as a bad field is (exit code 2)
     return data.status().code() == Code::kCorruption ? Status::InvalidArgument(data.status().message()) : data.status();
   }
@@ -33,7 +33,7 @@ Result<LoadedJob> LoadJobData(const config::JobSpec& job, int num_workers, bool 
     if (held <= 0 || held >= n)
       return Status::InvalidArgument(fmt::format("validation_split: holds out {} of the {} training examples in {}; leave some of each",
                                                  held, n, job.data));
-    model::HoldOut(&loaded.data, held);
+    data::HoldOut(&loaded.data, held);
   }
   if (StepsPerEpoch(loaded.data.train.size, num_workers, job.batch_size) == 0) {
     return Status::InvalidArgument(fmt::format("batch_size: {} is more than the {} training examples in {}{}", job.batch_size,

@@ -4,14 +4,14 @@
 
 #include "common/base/status.h"
 #include "common/config/job.h"
-#include "common/model/dataset.h"
+#include "common/data/dataset.h"
 #include "common/model/model.h"
 
 namespace tfd::train {
 
 // A job's data and its model, built and initialised from the seed.
 struct LoadedJob {
-  model::MnistData data;
+  data::MnistData data;
   std::unique_ptr<model::Model> model;
 };
 

@@ -7,13 +7,14 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "common/model/dataset.h"
+#include "common/data/dataset.h"
 #include "common/model/model.h"
 #include "common/optim/optimizer.h"
 #include "common/tensor/gemm.h"
 #include "daemon/train/device.h"
 #include "daemon/train/job_data.h"
 #include "daemon/train/trainer.h"
+#include "daemon/task/lifecycle.h"
 
 namespace tfd::train {
 namespace {
@@ -113,9 +114,12 @@ Status RunStandalone(const config::JobSpec& job, EventWriter& events, const Stan
   spdlog::info("optimizer: {}; batch_size={} epochs={} seed={} threads={} gemm={}", optimizer->Describe(), job.batch_size,
                job.epochs, job.seed, job.threads, tensor::GemmBackendName());
   spdlog::info("data: {} training and {} test examples from {}", loaded.data.train.size, loaded.data.test.size, job.data);
-  events.Emit("start", {{"mode", std::string("standalone")},
-                        {"parameters", static_cast<std::int64_t>(loaded.model->params().size())},
-                        {"train_examples", loaded.data.train.size}, {"pid", std::int64_t{getpid()}}});
+  if (options.emit_start)
+    task::EmitStart(events, {.role = "standalone",
+                             .mode = "standalone",
+                             .chief = true,
+                             .extra = {{"parameters", static_cast<std::int64_t>(loaded.model->params().size())},
+                                       {"train_examples", loaded.data.train.size}}});
   LocalUpdater updater(*optimizer, *loaded.model);
   TrainerOptions topts;
   topts.stop = options.stop;

@@ -31,6 +31,9 @@ struct StandaloneOptions {
   // parameters, the optimizer slots and update count, the step and the next epoch's data cursor).
   // Like an observer it may not fail the run.
   std::function<void(int epoch, const ckpt::Checkpoint&)> epoch_checkpoint;
+  // Write the task's `start` event (task::EmitStart). A generic worker's trials do not: the worker
+  // wrote its own when it reached the coordinator, and a trial is not a (re)start of the task.
+  bool emit_start = true;
 };
 
 // The run's state after `epoch` (local_step steps): what epoch_checkpoint is given.

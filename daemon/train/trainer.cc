@@ -37,7 +37,7 @@ namespace {
 
 double UnixNow() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
-Status TrainLoop(const config::JobSpec& job, const model::MnistData& data, model::Model& model, Updater& updater,
+Status TrainLoop(const config::JobSpec& job, const data::MnistData& data, model::Model& model, Updater& updater,
                  EventWriter& events, const TrainerOptions& options) {
   const int batch = job.batch_size;
   const std::int64_t steps = StepsPerEpoch(data.train.size, options.num_workers, batch);
@@ -81,7 +81,7 @@ Status TrainLoop(const config::JobSpec& job, const model::MnistData& data, model
         events.Emit("share", {{"epoch", std::int64_t{epoch}}, {"index", std::int64_t{now->index}}, {"workers", std::int64_t{now->count}}});
       }
       share = now;
-      std::vector<std::uint32_t> shard = model::EpochShard(data.train.size, job.seed, epoch, share ? share->index : options.rank,
+      std::vector<std::uint32_t> shard = data::EpochShard(data.train.size, job.seed, epoch, share ? share->index : options.rank,
                                                            share ? share->count : options.num_workers, job.shuffle);
       double loss_sum = 0;
       std::int64_t correct = 0, seen = 0;
@@ -103,7 +103,7 @@ Status TrainLoop(const config::JobSpec& job, const model::MnistData& data, model
           return Status::FailedPrecondition(fmt::format("stopped by a signal at epoch {} local_step {}", epoch, local_step));
         }
         const Clock::time_point fill_start = Clock::now();
-        model::FillBatch(data.train, std::span(shard).subspan(static_cast<std::size_t>(s * batch), batch), x.data(), y.data());
+        data::FillBatch(data.train, std::span(shard).subspan(static_cast<std::size_t>(s * batch), batch), x.data(), y.data());
         if (join) updater.SetHasNextBatch(s + 1 < my_steps);
         const std::uint64_t dropout_seed = DropoutSeed(job.seed, options.rank, local_step);
         Status sending;
@@ -259,7 +259,7 @@ Status TrainLoop(const config::JobSpec& job, const model::MnistData& data, model
 
 }  // namespace
 
-Status Train(const config::JobSpec& job, const model::MnistData& data, model::Model& model, Updater& updater,
+Status Train(const config::JobSpec& job, const data::MnistData& data, model::Model& model, Updater& updater,
              EventWriter& events, const TrainerOptions& options) {
   Status s = TrainLoop(job, data, model, updater, events, options);
   for (TrainObserver* o : options.observers) o->OnEnd(s.ok());

@@ -123,11 +123,11 @@ class PsClient {
   // ConnectOne, again with backoff while the ps is unreachable, resets the connection or does not
   // answer, until `deadline`.
   Result<wire::Welcome> ConnectUntil(std::size_t i, transport::Clock::time_point deadline);
+  // What a worker waits for in WAIT_READY, for a deadline's message: the chief, named.
+  std::string WaitReadyWhat() const;
   // After ps `i` was lost (`why`): dials it again until the reconnect timeout; if it restarted
   // empty, the chief initialises it from `params` at the step last seen from it, and the others
   // wait until it has.
-  // What a worker waits for in WAIT_READY, for a deadline's message: the chief, named.
-  std::string WaitReadyWhat() const;
   Status Reconnect(std::size_t i, const Status& why, std::span<const float> params);
   bool Lost(std::size_t i) const;
   // The chief: INIT for an uninitialised ps; otherwise WAIT_READY. The reply is READY.

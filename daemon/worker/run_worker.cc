@@ -16,6 +16,7 @@
 #include "daemon/worker/checkpointer.h"
 #include "daemon/worker/placement.h"
 #include "daemon/worker/ps_client.h"
+#include "daemon/task/lifecycle.h"
 
 namespace tfd::worker {
 namespace {
@@ -129,24 +130,12 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
   if (job.elastic.enabled() && (rank >= job.elastic.max_workers || num_workers < job.elastic.min_workers || num_workers > job.elastic.max_workers))
     return Status::InvalidArgument(fmt::format("elastic: {} (rank {}) in a cluster of {} workers is outside min_workers {} .. max_workers {}",
                                                config.task.ToString(), rank, num_workers, job.elastic.min_workers, job.elastic.max_workers));
-  if (job.elastic.enabled() && job.update.mode == config::UpdateSpec::Mode::kSync && job.update.replicas_to_aggregate != 0)
-    return Status::InvalidArgument("update.replicas_to_aggregate: an elastic sync job aggregates every worker's gradient; leave it out");
   if (job.update.mode == config::UpdateSpec::Mode::kAllreduce)
     return Status::Internal("update.mode: allreduce runs without ps tasks; this worker serves the ps modes only");
   if (options.shard_limit > 0)
     return Status::InvalidArgument("--shard-limit: only in allreduce mode (the ps modes need every worker to take the same steps)");
-  if (config.cluster.ps.empty())
-    return Status::InvalidArgument(fmt::format("cluster.ps: empty: {} mode needs at least one ps task", job.update.mode == config::UpdateSpec::Mode::kSync ? "sync" : "async"));
+  // The cluster was checked against the job before this role started (config::CheckJobOnCluster).
   const bool sync = job.update.mode == config::UpdateSpec::Mode::kSync;
-  if (sync && job.update.total_num_replicas != 0 && job.update.total_num_replicas != num_workers)
-    return Status::InvalidArgument(fmt::format("update.total_num_replicas: {}, but the cluster has {} workers",
-                                               job.update.total_num_replicas, num_workers));
-  if (sync && job.update.replicas_to_aggregate > num_workers)
-    return Status::InvalidArgument(fmt::format("update.replicas_to_aggregate: {}, but the cluster has {} workers",
-                                               job.update.replicas_to_aggregate, num_workers));
-  if (sync && job.update.min_replicas > num_workers)
-    return Status::InvalidArgument(fmt::format("update.min_replicas: {}, but the cluster has {} workers", job.update.min_replicas,
-                                               num_workers));
   TFD_ASSIGN_OR_RETURN(train::LoadedJob loaded, train::LoadJobData(job, num_workers));
   model::Model& model = *loaded.model;
   TFD_ASSIGN_OR_RETURN(auto device_compute, train::DeviceGradients(job, model));  // device "cuda:N": gradients on the GPU
@@ -157,12 +146,11 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
   spdlog::info("{} (rank {} of {}{}); model: {}", config.task.ToString(), rank, num_workers, chief ? ", chief" : "", model.Summary());
   if (chief)
     for (const std::string& line : placement.Describe()) spdlog::info("placement: {}", line);
-  events.Emit("start", {{"role", std::string("worker")}, {"rank", std::int64_t{rank}}, {"chief", chief},
-                        {"mode", std::string(sync ? "sync" : "async")}, {"pid", std::int64_t{getpid()}}});
+  task::EmitStart(events, {.role = "worker", .mode = sync ? "sync" : "async", .rank = rank, .chief = chief});
 
   transport::IoThread io;  // destroyed after the client below: its connections close first
 
-  const std::uint64_t incarnation = (static_cast<std::uint64_t>(std::random_device{}()) << 32) | std::random_device{}();
+  const std::uint64_t incarnation = task::NewIncarnation();
   PsClientOptions ps_options;
   ps_options.connection = connection;
   ps_options.startup_timeout = options.startup_timeout;
@@ -187,8 +175,7 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
   const std::uint64_t start_step = *pulled;
   if (chief) checkpointer.Started(start_step);
   spdlog::info("ready: training from global_step {}", start_step);
-  events.Emit("ready", {{"global_step", static_cast<std::int64_t>(start_step)}});
-  NotifyReady(fmt::format("{} training from global step {}", config.task.ToString(), start_step));
+  task::EmitReady(events, static_cast<std::int64_t>(start_step), fmt::format("{} training from global step {}", config.task.ToString(), start_step));
 
   PsUpdater updater(*client, static_cast<std::uint32_t>(rank), incarnation, sync, job.update.overlap, start_step,
                     model.params().size(), chief && checkpointer.enabled() ? &checkpointer : nullptr);

@@ -76,19 +76,19 @@ double SamplesPerSec(const std::function<void()>& step, int batch, double second
   return static_cast<double>(n * batch) / elapsed;
 }
 
-double MeasureOurs(const tfd::model::MnistData& data, const Config& c, double seconds, int threads) {
+double MeasureOurs(const tfd::data::MnistData& data, const Config& c, double seconds, int threads) {
   auto model = BuildModel(c);
   if (!model.ok()) return 0;
   auto opt = tfd::optim::MakeOptimizer(OptimizerOf(c));
   tfd::optim::OptimizerState state(*opt, (*model)->params().size());
   tfd::tensor::SetComputeThreads(threads);
-  auto shard = tfd::model::EpochShard(data.train.size, 1, 1, 0, 1, true);
+  auto shard = tfd::data::EpochShard(data.train.size, 1, 1, 0, 1, true);
   std::vector<float> x(static_cast<std::size_t>(c.batch * (*model)->input_size()));
   std::vector<std::uint8_t> y(static_cast<std::size_t>(c.batch));
   const std::size_t steps_per_epoch = shard.size() / c.batch;
   std::size_t s = 0;
   auto step = [&] {
-    tfd::model::FillBatch(data.train, std::span(shard).subspan((s++ % steps_per_epoch) * c.batch, c.batch), x.data(), y.data());
+    tfd::data::FillBatch(data.train, std::span(shard).subspan((s++ % steps_per_epoch) * c.batch, c.batch), x.data(), y.data());
     (*model)->ComputeGradients(x.data(), y);
     state.Apply((*model)->params(), (*model)->grads());
   };
@@ -97,7 +97,7 @@ double MeasureOurs(const tfd::model::MnistData& data, const Config& c, double se
 
 #ifdef TFD_HAVE_CUDA
 // The same steps as MeasureOurs on GPU `device`, the whole step on the device.
-double MeasureOursCuda(const tfd::model::MnistData& data, const Config& c, double seconds, int device) {
+double MeasureOursCuda(const tfd::data::MnistData& data, const Config& c, double seconds, int device) {
   auto model = BuildModel(c);
   if (!model.ok()) return 0;
   auto opt = tfd::optim::MakeOptimizer(OptimizerOf(c));
@@ -106,14 +106,14 @@ double MeasureOursCuda(const tfd::model::MnistData& data, const Config& c, doubl
     std::fprintf(stderr, "tfd_bench_train: %s\n", gpu.ok() ? "upload failed" : gpu.status().message().c_str());
     return 0;
   }
-  auto shard = tfd::model::EpochShard(data.train.size, 1, 1, 0, 1, true);
+  auto shard = tfd::data::EpochShard(data.train.size, 1, 1, 0, 1, true);
   std::vector<float> x(static_cast<std::size_t>(c.batch * (*model)->input_size()));
   std::vector<std::uint8_t> y(static_cast<std::size_t>(c.batch));
   const std::size_t steps_per_epoch = shard.size() / c.batch;
   std::size_t s = 0;
   bool ok = true;
   auto step = [&] {
-    tfd::model::FillBatch(data.train, std::span(shard).subspan((s++ % steps_per_epoch) * c.batch, c.batch), x.data(), y.data());
+    tfd::data::FillBatch(data.train, std::span(shard).subspan((s++ % steps_per_epoch) * c.batch, c.batch), x.data(), y.data());
     ok = ok && (*gpu)->TrainStep(x.data(), y, s).ok();
   };
   const double rate = SamplesPerSec(step, c.batch, seconds);
@@ -187,7 +187,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  auto mnist = tfd::model::LoadMnist(data);
+  auto mnist = tfd::data::LoadMnist(data);
   if (!mnist.ok()) {
     std::fprintf(stderr, "tfd_bench_train: %s\n", mnist.status().message().c_str());
     return 2;

@@ -25,7 +25,6 @@
 #include <string>
 #include <vector>
 
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
@@ -46,6 +45,7 @@
 #include "common/tensor/layers.h"
 #include "common/tensor/loss.h"
 #include "daemon/train/standalone.h"
+#include "test/catch/session.h"
 
 namespace {
 
@@ -478,7 +478,7 @@ double StandaloneAccuracy(const std::string& job_json, const std::filesystem::pa
   const Status s = train::RunStandalone(*job, events, options);
   INFO(s.ToString());
   REQUIRE(s.ok());
-  auto data = model::LoadMnist(job->data);
+  auto data = data::LoadMnist(job->data);
   REQUIRE(data.ok());
   auto made = model::Model::Build(job->model, {data->test.height, data->test.width, data->test.channels}, 10, job->batch_size);
   REQUIRE(made.ok());
@@ -556,5 +556,5 @@ int main(int argc, char** argv) {
       return 77;
     }
   }
-  return Catch::Session().run(argc, argv);
+  return tfd::testing::RunCatchSession(argc, argv);
 }

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "common/config/job.h"
-#include "common/model/dataset.h"
+#include "common/data/dataset.h"
 #include "common/wire/messages.h"
 #include "daemon/train/early_stopping.h"
 
@@ -86,12 +86,12 @@ TEST_CASE("the job spec's early_stopping, stop_at_accuracy and validation_split,
 }
 
 TEST_CASE("HoldOut moves the last examples of the training set into the validation set", "[unit][early_stopping]") {
-  model::MnistData d;
+  data::MnistData d;
   d.train.size = 5;
   d.train.height = d.train.width = 1;
   d.train.images = {10, 11, 12, 13, 14};
   d.train.labels = {0, 1, 2, 3, 4};
-  model::HoldOut(&d, 2);
+  data::HoldOut(&d, 2);
   CHECK(d.train.size == 3);
   CHECK(d.train.images == std::vector<std::uint8_t>{10, 11, 12});
   CHECK(d.validation.size == 2);

@@ -1,10 +1,10 @@
 #include <catch2/catch.hpp>
 
-#include "common/model/dataset.h"
-#include "common/model/idx.h"
+#include "common/data/dataset.h"
+#include "common/data/idx.h"
 #include "test/test_util.h"
 
-namespace tfd::model {
+namespace tfd::data {
 namespace {
 
 using tfd::testing::IdxBytes;
@@ -185,4 +185,4 @@ TEST_CASE("MapIdxFile checks the header as ParseIdx does, and leaves a file it c
 }
 
 }  // namespace
-}  // namespace tfd::model
+}  // namespace tfd::data

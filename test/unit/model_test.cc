@@ -81,7 +81,7 @@ TEST_CASE("a layer list that cannot produce the logits is rejected with its inde
 TEST_CASE("an mlp learns well-separated synthetic classes to at least 99%", "[unit][learning]") {
   tfd::testing::TempDir dir;
   tfd::testing::WriteSyntheticMnist(dir.path(), 2000, 500);
-  auto data = LoadMnist(dir.path());
+  auto data = data::LoadMnist(dir.path());
   REQUIRE(data.ok());
   data->train.num_classes = data->test.num_classes = 10;
   config::ModelSpec spec;
@@ -101,9 +101,9 @@ TEST_CASE("an mlp learns well-separated synthetic classes to at least 99%", "[un
   std::vector<std::uint8_t> y(batch);
   const double before = Evaluate(**m, data->test);
   for (int epoch = 1; epoch <= 3; ++epoch) {  // 300 steps in all
-    auto shard = EpochShard(data->train.size, 1, epoch, 0, 1, true);
+    auto shard = data::EpochShard(data->train.size, 1, epoch, 0, 1, true);
     for (std::size_t s = 0; s + batch <= shard.size(); s += batch) {
-      FillBatch(data->train, std::span(shard).subspan(s, batch), x.data(), y.data());
+      data::FillBatch(data->train, std::span(shard).subspan(s, batch), x.data(), y.data());
       (*m)->ComputeGradients(x.data(), y);
       state.Apply((*m)->params(), (*m)->grads());
     }
