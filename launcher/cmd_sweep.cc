@@ -44,12 +44,11 @@ struct Worker {
 }  // namespace
 
 int Sweep(const SweepArgs& args, const Interrupts& interrupts) {
-  Result<config::SweepSpec> loaded = args.ensemble ? config::LoadEnsembleSpec(args.file) : config::LoadSweepSpec(args.file);
-  if (!loaded.ok()) return ReportFailure(loaded.status());
-  config::SweepSpec sweep = std::move(loaded).value();
-  if (args.workers > 0) sweep.workers = args.workers;
-  std::vector<config::Trial> trials = config::GenerateTrials(sweep);
-  const int parallel = sweep.parallel > 0 ? sweep.parallel : sweep.workers;
+  Result<coordinator::PreparedSweep> prepared = coordinator::PrepareSweep(args.file, args.ensemble, args.workers);
+  if (!prepared.ok()) return ReportFailure(prepared.status());
+  const config::SweepSpec& sweep = prepared->spec;
+  const std::vector<config::Trial>& trials = prepared->trials;
+  const int parallel = prepared->parallel;
 
   char stamp[32];
   const std::time_t now = std::time(nullptr);
@@ -57,10 +56,7 @@ int Sweep(const SweepArgs& args, const Interrupts& interrupts) {
   const std::string name = (args.ensemble ? "ensemble-" : "sweep-") + fs::path(args.file).stem().string();
   fs::path run_dir = fs::absolute(fs::path(args.run_root) / fmt::format("{}-{}", stamp, name));
   for (int n = 2; fs::exists(run_dir); ++n) run_dir = fs::absolute(fs::path(args.run_root) / fmt::format("{}-{}-{}", stamp, name, n));
-  std::error_code ec;
-  fs::create_directories(run_dir, ec);
-  if (ec) return ReportFailure(Status::Unavailable(fmt::format("cannot create the run folder {}: {}", run_dir.string(), ec.message())));
-  fs::copy_file(args.file, run_dir / (args.ensemble ? "job.json" : "sweep.json"), fs::copy_options::overwrite_existing, ec);
+  if (Status s = coordinator::MakeSweepFolder(run_dir, args.file, args.ensemble); !s.ok()) return ReportFailure(s);
 
   if (interrupts.handler != nullptr) {
     std::signal(SIGINT, interrupts.handler);

@@ -46,6 +46,24 @@ std::chrono::duration<double> Seconds(double s) { return std::chrono::duration<d
 
 }  // namespace
 
+Result<PreparedSweep> PrepareSweep(const std::string& file, bool ensemble, int workers) {
+  PreparedSweep p;
+  TFD_ASSIGN_OR_RETURN(p.spec, ensemble ? config::LoadEnsembleSpec(file) : config::LoadSweepSpec(file));
+  if (workers > 0) p.spec.workers = workers;
+  p.trials = config::GenerateTrials(p.spec);
+  p.parallel = p.spec.parallel > 0 ? p.spec.parallel : p.spec.workers;
+  return p;
+}
+
+Status MakeSweepFolder(const fs::path& run_dir, const std::string& file, bool ensemble) {
+  std::error_code ec;
+  fs::create_directories(run_dir, ec);
+  if (ec) return Status::Unavailable(fmt::format("cannot create the run folder {}: {}", run_dir.string(), ec.message()));
+  fs::copy_file(file, run_dir / (ensemble ? "job.json" : "sweep.json"), fs::copy_options::overwrite_existing, ec);
+  if (ec) return Status::Unavailable(fmt::format("cannot copy {} into the run folder {}: {}", file, run_dir.string(), ec.message()));
+  return Status::Ok();
+}
+
 int RunSweep(Coordinator& coord, const config::SweepSpec& sweep, const SweepRunOptions& options) {
   const fs::path run_dir = options.run_dir;
   std::ofstream jsonl(run_dir / "trials.jsonl", std::ios::app);

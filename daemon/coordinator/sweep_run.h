@@ -2,9 +2,11 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/base/status.h"
 #include "common/config/sweep.h"
@@ -43,6 +45,23 @@ struct SweepRunOptions {
   // workers still connected 10 s after the sweep ended are not waited for.
   int expected_workers = 0;
 };
+
+// A sweep (or an ensemble's members, `ensemble`) read from its file, with its trials and how many
+// run at once: the file's "parallel", else one per worker.
+struct PreparedSweep {
+  config::SweepSpec spec;
+  std::vector<config::Trial> trials;
+  int parallel = 0;
+};
+
+// Reads the sweep file (LoadSweepSpec) or ensemble job (LoadEnsembleSpec) at `file`; `workers` > 0
+// replaces the file's worker count (a cluster's worker tasks, tfctl sweep --workers). The loader's
+// InvalidArgument naming the file and field otherwise.
+Result<PreparedSweep> PrepareSweep(const std::string& file, bool ensemble, int workers);
+
+// Makes the sweep's run folder `run_dir` (and its parents) and copies `file` into it as sweep.json,
+// or job.json for an ensemble. Unavailable naming the folder and the system's reason.
+Status MakeSweepFolder(const std::filesystem::path& run_dir, const std::string& file, bool ensemble);
 
 // Runs the sweep to its end: appends the coordinator's lines to trials.jsonl, draws the
 // leaderboard, stops every trial on an interrupt, fails the waiting trials when no worker is left,
