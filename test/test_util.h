@@ -89,7 +89,6 @@ inline void WriteSyntheticMnist(const std::string& dir, int train, int test, int
   make(test, "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte");
 }
 
-// The exit code that CMake's SKIP_RETURN_CODE reports as "Skipped" (Catch2 2.13 has no SKIP).
 // Sets (or, with nullptr, unsets) an environment variable for the scope, then restores what was
 // there, even when a REQUIRE ends the test early. Tasks started meanwhile inherit it.
 class ScopedEnv {
@@ -111,6 +110,7 @@ class ScopedEnv {
   std::optional<std::string> old_;
 };
 
+// The exit code that CMake's SKIP_RETURN_CODE reports as "Skipped" (Catch2 2.13 has no SKIP).
 inline constexpr int kSkipExitCode = 77;
 
 // Sets *dir to TFD_MNIST_DIR as an absolute path when that folder holds MNIST; otherwise says so

@@ -2,7 +2,6 @@
 // killed and started again, a restore onto more ps tasks, a corrupted newest file, an optimizer
 // change refused, and a restarted ps given its optimizer slots back. Every wait has a deadline
 // that fails the test instead of hanging.
-#define CATCH_CONFIG_MAIN
 #include <csignal>
 #include <cstdint>
 #include <string>

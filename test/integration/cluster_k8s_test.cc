@@ -6,7 +6,6 @@
 // file of the test's, and the test writes the records into it mid-start. Also SIGTERM, as the
 // kubelet sends it on deletion, ends every task within the grace period. Exits 77 (skipped) when not
 // root (unshare --mount needs it) or without unshare.
-#define CATCH_CONFIG_RUNNER
 #include <unistd.h>
 
 #include <csignal>
@@ -19,6 +18,7 @@
 
 #include "common/http/server.h"
 #include "test/local_cluster.h"
+#include "test/catch/session.h"
 
 namespace tfd::testing {
 namespace {
@@ -171,5 +171,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "skipped: /usr/bin/unshare (util-linux) is not installed\n");
     return tfd::testing::kSkipExitCode;
   }
-  return Catch::Session().run(argc, argv);
+  return tfd::testing::RunCatchSession(argc, argv);
 }

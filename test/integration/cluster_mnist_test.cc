@@ -3,7 +3,6 @@
 // one process. Without MNIST in
 // TFD_MNIST_DIR the binary exits 77, which ctest reports as skipped. Every wait has a deadline
 // that fails the test instead of hanging.
-#define CATCH_CONFIG_RUNNER
 #include <cmath>
 #include <csignal>
 #include <string>
@@ -15,6 +14,7 @@
 #include "test/integration/cluster_util.h"
 #include "test/local_cluster.h"
 #include "test/test_util.h"
+#include "test/catch/session.h"
 
 namespace tfd::testing {
 namespace {
@@ -136,5 +136,5 @@ TEST_CASE("the dnn split by units on 2 workers keeps standalone's accuracy withi
 
 int main(int argc, char** argv) {
   if (!tfd::testing::FindMnist(&tfd::testing::g_mnist)) return tfd::testing::kSkipExitCode;
-  return Catch::Session().run(argc, argv);
+  return tfd::testing::RunCatchSession(argc, argv);
 }

@@ -6,7 +6,6 @@
 #include <string>
 #include <vector>
 
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
@@ -14,6 +13,7 @@
 #include "test/integration/cluster_util.h"
 #include "test/local_cluster.h"
 #include "test/test_util.h"
+#include "test/catch/session.h"
 
 namespace tfd::testing {
 namespace {
@@ -71,5 +71,5 @@ int main(int argc, char** argv) {
     std::printf("skipped: %s\n", s.message().c_str());
     return 77;
   }
-  return Catch::Session().run(argc, argv);
+  return tfd::testing::RunCatchSession(argc, argv);
 }

@@ -6,7 +6,6 @@
 // same spec, whose ps entry is 127.0.0.1:P. The ps binds 127.0.0.2:P instead (--bind takes an
 // address; the port always comes from TF_CONFIG) and the proxy listens on 127.0.0.1:P, forwarding
 // to 127.0.0.2:P. The worker dials 127.0.0.1:P and so reaches the ps through the proxy.
-#define CATCH_CONFIG_MAIN
 #include <cstdint>
 #include <memory>
 #include <string>

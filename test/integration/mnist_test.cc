@@ -1,7 +1,6 @@
 // Accuracy on the real MNIST files (fetched by scripts/test) with fixed seeds, through the tfd
 // binary. Thresholds sit below what these configurations reach, with margin for run-to-run noise
 // in nothing but the machine: the runs themselves are deterministic.
-#define CATCH_CONFIG_RUNNER
 #include <sstream>
 #include <string>
 
@@ -9,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "test/test_util.h"
+#include "test/catch/session.h"
 
 namespace tfd::testing {
 namespace {
@@ -59,5 +59,5 @@ TEST_CASE("dnn in the seed's configuration: at least 97% after four epochs", "[m
 
 int main(int argc, char** argv) {
   if (!tfd::testing::FindMnist(&tfd::testing::g_mnist)) return tfd::testing::kSkipExitCode;
-  return Catch::Session().run(argc, argv);
+  return tfd::testing::RunCatchSession(argc, argv);
 }

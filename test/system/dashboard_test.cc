@@ -8,7 +8,6 @@
 #include <regex>
 #include <sstream>
 
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -16,6 +15,7 @@
 #include "common/http/server.h"
 #include "test/system/tfctl_util.h"
 #include "test/test_util.h"
+#include "test/catch/session.h"
 
 namespace tfd::testing {
 namespace {
@@ -258,5 +258,5 @@ int main(int argc, char** argv) {
       return tfd::testing::kSkipExitCode;
     }
   }
-  return Catch::Session().run(argc, argv);
+  return tfd::testing::RunCatchSession(argc, argv);
 }

@@ -1,7 +1,6 @@
 // Prometheus metrics as an operator meets them: real tfd tasks scraped over HTTP and checked by
 // Debian's promtool, then a tfctl run scraped by a real Prometheus server through the run's
 // targets.json. Exits 77 (skipped) where prometheus or promtool is not installed.
-#define CATCH_CONFIG_RUNNER
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +13,7 @@
 #include "common/http/server.h"
 #include "test/system/tfctl_util.h"
 #include "test/test_util.h"
+#include "test/catch/session.h"
 
 namespace tfd::testing {
 namespace {
@@ -176,5 +176,5 @@ int main(int argc, char** argv) {
       return tfd::testing::kSkipExitCode;
     }
   }
-  return Catch::Session().run(argc, argv);
+  return tfd::testing::RunCatchSession(argc, argv);
 }

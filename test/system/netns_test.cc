@@ -3,7 +3,6 @@
 // and addresses other than 127.0.0.1 (10.N.0.0/24). Each namespace runs its own sshd, and tfctl
 // (outside them all) reaches the tasks through those sshds as it reaches other hosts; the run's
 // token goes to each over ssh. Exits 77 (skipped) when not root or without ip (iproute2) or sshd.
-#define CATCH_CONFIG_RUNNER
 #include <unistd.h>
 
 #include <cstdio>
@@ -15,6 +14,7 @@
 
 #include "test/system/tfctl_util.h"
 #include "test/test_util.h"
+#include "test/catch/session.h"
 
 namespace tfd::testing {
 namespace {
@@ -118,5 +118,5 @@ int main(int argc, char** argv) {
       return tfd::testing::kSkipExitCode;
     }
   }
-  return Catch::Session().run(argc, argv);
+  return tfd::testing::RunCatchSession(argc, argv);
 }

@@ -3,7 +3,6 @@
 // 2 worker job with tfctl slurm --submit (sbatch), waits for it, and checks that every task trained
 // to the end in the job's log. Every daemon is stopped at the end, also when a check fails. Exits 77
 // (skipped) when not root or when slurm-wlm or munge is not installed (scripts/setup installs them).
-#define CATCH_CONFIG_RUNNER
 #include <netdb.h>
 #include <unistd.h>
 
@@ -18,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "test/test_util.h"
+#include "test/catch/session.h"
 
 namespace tfd::testing {
 namespace {
@@ -220,5 +220,5 @@ int main(int argc, char** argv) {
   std::error_code ec;
   std::filesystem::remove_all(tfd::testing::kState, ec);
   std::filesystem::create_directories(tfd::testing::kState);
-  return Catch::Session().run(argc, argv);
+  return tfd::testing::RunCatchSession(argc, argv);
 }

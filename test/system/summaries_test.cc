@@ -2,7 +2,6 @@
 // started by tfctl up) on synthetic data, their event files parsed by protobuf's own Python
 // library from protoc-compiled event.proto/summary.proto (test/system/read_tfevents.py). Exits 77
 // (skipped) where protoc or python3-protobuf is missing.
-#define CATCH_CONFIG_RUNNER
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -13,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "test/system/tfctl_util.h"
+#include "test/catch/session.h"
 
 namespace tfd::testing {
 namespace {
@@ -137,5 +137,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "read_tfevents.py --check failed (exit %d): %s", check.exit_code, check.err.c_str());
     return 1;
   }
-  return Catch::Session().run(argc, argv);
+  return tfd::testing::RunCatchSession(argc, argv);
 }
