@@ -1,7 +1,8 @@
 #pragma once
 
 // Counters, gauges and histograms with labels, and their rendering in the Prometheus text format
-// 0.0.4 (what tfd serves on /metrics). Ours, not prometheus-cpp: Debian has no package of it.
+// 0.0.4 (what tfd serves on /metrics). Ours, not Debian's prometheus-cpp-dev: its counters and
+// histograms lock a mutex on every update, and these are updated on every training step and frame.
 //
 // Threads: a metric is updated from any thread with a relaxed atomic operation (a counter's or
 // gauge's add is one compare-and-swap loop, a histogram's observe a bucket search and two atomic

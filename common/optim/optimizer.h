@@ -61,7 +61,8 @@ bool IsDecayed(std::string_view name);
 std::vector<Range> DecayedRanges(std::span<const std::pair<std::string, std::size_t>> runs);
 
 // The parameters, slots and update count of one block of variables, with its optimizer applied
-// locally: the single-process trainer's (and later each ps shard's) state.
+// locally: the single-process trainer's (and later each ps shard's) state. Not thread-safe and
+// holds no lock: one thread (the training thread, or the ps store under its own mutex) uses it.
 class OptimizerState {
  public:
   // `decayed`: the ranges of the parameters that the optimizer's weight decay applies to.
