@@ -209,4 +209,37 @@ not json
 }
 
 }  // namespace
+TEST_CASE("CheckCluster refuses a ps-mode job on a cluster without a ps, as tfd would at start", "[unit][launcher]") {
+  TempDir dir;
+  auto file = [&](const std::string& mode, int ps) {
+    nlohmann::json cluster;
+    for (int i = 0; i < ps; ++i) cluster["ps"].push_back("127.0.0.1:" + std::to_string(testing::FreePort()));
+    for (int i = 0; i < 2; ++i) cluster["worker"].push_back("127.0.0.1:" + std::to_string(3001 + i));
+    const std::string path = dir / (mode + "-" + std::to_string(ps) + ".json");
+    testing::WriteFile(path, nlohmann::json{{"name", "t"},
+                                            {"cluster", cluster},
+                                            {"train",
+                                             {{"model", "softmax"},
+                                              {"data", dir.path()},
+                                              {"epochs", 1},
+                                              {"batch_size", 10},
+                                              {"update", {{"mode", mode}}},
+                                              {"optimizer", {{"type", "sgd"}, {"learning_rate", 0.1}}}}},
+                                            {"launch", {{"tfd", "/bin/true"}, {"workdir", dir.path()}}}}
+                                 .dump());
+    return path;
+  };
+  Result<RunSetup> sync_no_ps = SetUpRun({.file = file("sync", 0)}, "");
+  REQUIRE(sync_no_ps.ok());
+  CHECK(CheckCluster(*sync_no_ps).message() == file("sync", 0) + ": cluster.ps: empty: sync mode needs at least one ps task");
+  Result<RunSetup> allreduce_ps = SetUpRun({.file = file("allreduce", 1)}, "");
+  REQUIRE(allreduce_ps.ok());
+  CHECK(CheckCluster(*allreduce_ps).message().starts_with(file("allreduce", 1) + ": cluster.ps: 1 ps tasks, but allreduce mode has none"));
+  Result<RunSetup> sync_ps = SetUpRun({.file = file("sync", 1)}, "");
+  REQUIRE(sync_ps.ok());
+  const Status ok = CheckCluster(*sync_ps);
+  INFO(ok.ToString());
+  CHECK(ok.ok());
+}
+
 }  // namespace tfd::launcher
