@@ -216,11 +216,11 @@ TEST_CASE("tfctl validate refuses, in one line with exit 2, what would fail at s
   }
 }
 
-// ClusterFile with step events every 5 steps and `launch` fields merged in, written to dir/name.
+// ClusterFile with step events every `log_every_steps` steps and `launch` fields merged in, written to dir/name.
 std::string ChaosClusterFile(const TempDir& dir, int epochs, const nlohmann::json& launch, const std::string& name,
-                             const nlohmann::json& update = nullptr) {
+                             const nlohmann::json& update = nullptr, int log_every_steps = 5) {
   auto f = nlohmann::json::parse(ReadAll(ClusterFile(dir, epochs)));
-  f["train"]["log_every_steps"] = 5;
+  f["train"]["log_every_steps"] = log_every_steps;
   if (!update.is_null()) f["train"]["update"] = update;
   for (auto it = launch.begin(); it != launch.end(); ++it) f["launch"][it.key()] = it.value();
   WriteFile(dir / name, f.dump(2));
@@ -242,14 +242,22 @@ nlohmann::json ChaosReport(const TempDir& dir) { return nlohmann::json::parse(Re
 
 TEST_CASE("tfctl chaos kills a restartable ps mid-run; the run survives and the verdict is kept", "[system][tfctl][chaos]") {
   TempDir dir;
-  // Sync keeps the workers in step, so both are still training when the ps dies (async, a worker
-  // that started first may be done by then; a restarted ps would wait its startup timeout for it).
-  const std::string file =
-      ChaosClusterFile(dir, 3, {{"restart", {{"ps", "on-failure"}}}, {"timeouts", {{"peer", 2}}}}, "chaos.json", {{"mode", "sync"}});
+  // The ps dies while both workers still train, however late tfctl acts on the trigger: worker:0
+  // writes its events (here one a step, about 130 bytes) into a pipe that tfctl reads, and blocks
+  // once it is full. The read that brings the 3rd step event holds at most 64 KiB after it, and
+  // the pipe takes 64 KiB more before tfctl sends the kill: worker:0 is then at most about 1000
+  // steps past its 3rd, of the 3000 (150 epochs of 20) it trains. Sync keeps worker:1 in step with
+  // it (async, a worker that started first could be done; a restarted ps would then wait its
+  // startup timeout for it, past the deadline).
+  const std::string file = ChaosClusterFile(dir, 150, {{"restart", {{"ps", "on-failure"}}}, {"timeouts", {{"peer", 2}}}}, "chaos.json",
+                                            {{"mode", "sync"}}, /*log_every_steps=*/1);
   const std::string out = RunChaos(dir, {file, "--kill", "ps", "--at", "step:3", "--from", "worker:0"}, 0);
   INFO(out);
   CHECK(out.find("[tfctl] chaos: sent SIGKILL to ps:0 (pid ") != std::string::npos);
   CHECK(out.find("chaos task=ps:0 exit_code=0 restarts=1 ") != std::string::npos);
+  // Both workers were still training when the ps died: each went on with the restarted one.
+  CHECK(out.find("[worker:0] info reconnected to ps:0 (") != std::string::npos);
+  CHECK(out.find("[worker:1] info reconnected to ps:0 (") != std::string::npos);
   CHECK(out.find("chaos verdict=kept survival=promised: launch.restart starts ps tasks again") != std::string::npos);
   const auto report = ChaosReport(dir);
   CHECK(report["verdict"] == "kept");
