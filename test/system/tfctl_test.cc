@@ -101,6 +101,7 @@ TEST_CASE("launch.restart on-failure: a ps killed mid-run is started again and t
   CHECK(p.out().find("reconnected to ps:0 (") != std::string::npos);
   auto summary = nlohmann::json::parse(ReadAll(RunFolder(dir) + "/summary.json"));
   CHECK(summary["exit_code"] == 0);
+  REQUIRE(summary["tasks"].size() == 3);
   for (const auto& t : summary["tasks"]) {
     CHECK(t["exit_code"] == 0);
     CHECK(t["restarts"] == (t["task"] == "ps:0" ? 1 : 0));
@@ -283,6 +284,7 @@ TEST_CASE("tfctl chaos stops a worker for less than the reconnect timeout; every
   CHECK(report["verdict"] == "kept");
   CHECK(report["fault"]["action"] == "stop");
   CHECK(report["survival_promised"] == true);
+  REQUIRE(report["tasks"].size() == 3);
   for (const auto& t : report["tasks"]) CHECK(t["exit_code"] == 0);
 }
 
@@ -377,6 +379,7 @@ TEST_CASE("tfctl up reaches worker hosts through a real sshd and trains to compl
   REQUIRE(code.has_value());
   CHECK(*code == 0);
   auto summary = nlohmann::json::parse(ReadAll(RunFolder(dir) + "/summary.json"));
+  REQUIRE(summary["tasks"].size() == 3);
   for (const auto& t : summary["tasks"]) CHECK(t["exit_code"] == 0);
   CHECK(p.out().find("[worker:1] info worker=1 epoch=2 ") != std::string::npos);
   // The remote tasks got the run's token over ssh's stdin, into a file only its owner can read.
@@ -419,6 +422,7 @@ TEST_CASE("tfctl chaos kills a worker on an ssh host by its pid there; the async
   CHECK(out.find("[tfctl] chaos: sent SIGKILL to worker:1 (pid ") != std::string::npos);
   const auto report = ChaosReport(dir);
   CHECK(report["verdict"] == "kept");
+  REQUIRE(report["tasks"].size() == 3);
   for (const auto& t : report["tasks"]) {
     if (t["task"] == "worker:1") CHECK(t["exit_code"] != 0);  // killed on its host; ssh reports it
     else CHECK(t["exit_code"] == 0);
