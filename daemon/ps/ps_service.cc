@@ -336,6 +336,16 @@ PsService::Work PsService::work() const {
           .reply_s = static_cast<double>(reply_ns_.load(std::memory_order_relaxed)) * 1e-9};
 }
 
+PsService::WorkerState PsService::WorkerStateOf(int rank) const {
+  MutexLock lock(&mu_);
+  if (done_.contains(rank)) return WorkerState::kDone;
+  for (const auto& [conn, r] : ranks_)
+    if (r == rank) return WorkerState::kConnected;
+  if (given_up_.contains(rank)) return WorkerState::kGivenUp;
+  if (gone_.contains(rank)) return WorkerState::kLost;
+  return WorkerState::kNone;
+}
+
 void PsService::ReleaseWaiters() {
   std::vector<Waiter> ready, pulls;
   std::uint64_t step;

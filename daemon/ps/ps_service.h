@@ -78,6 +78,15 @@ class PsService : public transport::FrameHandler {
   };
   Work work() const;
 
+  // What the service has recorded of worker `rank`, as Tick reads it: kConnected while a connection
+  // of its that shook hands is open; kLost once that connection closed before its DONE, until it
+  // shakes hands again or is given up on; kGivenUp; kDone once its DONE was counted (whatever its
+  // connection does after). kNone otherwise: it never shook hands, or its close is being recorded
+  // (OnClosed forgets the connection before it records the loss). Lets a test move Tick's clock
+  // only after the service has seen a worker come or go. Any thread; takes mu_.
+  enum class WorkerState { kNone, kConnected, kLost, kGivenUp, kDone };
+  WorkerState WorkerStateOf(int rank) const TFD_EXCLUDES(mu_);
+
  private:
   struct Waiter {
     std::weak_ptr<transport::Connection> conn;
@@ -145,7 +154,7 @@ class PsService : public transport::FrameHandler {
   const transport::HandshakeIdentity identity_;
   const Clock::time_point started_;
 
-  Mutex mu_;
+  mutable Mutex mu_;
   std::map<const transport::Connection*, int> ranks_ TFD_GUARDED_BY(mu_);  // handshaken workers -> rank
   std::vector<Waiter> ready_waiters_ TFD_GUARDED_BY(mu_);                  // WAIT_READY before INIT
   std::vector<Waiter> pull_waiters_ TFD_GUARDED_BY(mu_);                   // PULLs ahead of the global step

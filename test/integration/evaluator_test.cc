@@ -60,7 +60,9 @@ TEST_CASE("the evaluator evaluates the chief's checkpoints and ends on the final
   CHECK(last["checkpoint"].get<std::string>().find("ckpt-000000000150.tfdckpt") != std::string::npos);
   CHECK(eval.err.find("eval global_step=150 ") != std::string::npos);
   // With "evaluation": "evaluator" the chief skips its per-epoch evaluation; its done event stays.
-  for (const nlohmann::json& e : ParseEvents(workers[0].out, "epoch")) CHECK_FALSE(e.contains("test_accuracy"));
+  const std::vector<nlohmann::json> chief_epochs = ParseEvents(workers[0].out, "epoch");
+  REQUIRE(chief_epochs.size() == 3);
+  for (const nlohmann::json& e : chief_epochs) CHECK_FALSE(e.contains("test_accuracy"));
   CHECK(workers[0].checkpoints.back()["final"] == true);
 }
 

@@ -73,6 +73,8 @@ class LoopbackPs {
   }
   ps::ParameterStore& store() { return store_; }
   bool all_done() const { return all_done_.load(); }
+  // What the service has recorded of worker `rank` (its connection, loss, give-up or DONE).
+  ps::PsService::WorkerState worker(int rank) const { return service_->WorkerStateOf(rank); }
   // The service's clock check as if `later` had passed since now.
   void Tick(std::chrono::seconds later) { service_->Tick(std::chrono::steady_clock::now() + later); }
   std::optional<ps::PsService::Ending> ending() {
@@ -167,10 +169,11 @@ void Ok(const Status& s) {
   REQUIRE(s.ok());
 }
 
-// Waits (up to 5 s) until `done()`.
+// Waits until `done()`, for up to 30 s: what it waits for comes within milliseconds, and the limit
+// only ends a test that would otherwise hang (on a loaded machine, a thread may wait seconds for a core).
 template <typename F>
 bool Eventually(F done) {
-  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
   while (!done()) {
     if (std::chrono::steady_clock::now() >= deadline) return false;
     std::this_thread::sleep_for(5ms);
@@ -300,23 +303,30 @@ TEST_CASE("sync over loopback: a step of two workers applies the average of thei
 }
 
 // No wait is forever: the ps gives up on a worker away past the return timeout (60 s by default;
-// Tick is handed a clock that far ahead instead of waiting for it).
+// Tick is handed a clock that far ahead instead of waiting for it). A clock moved ahead acts on
+// what the ps has recorded by then, so each test moves it only once the ps has recorded the event
+// it must follow: a worker Tick does not know connected and then lost counts as one that never
+// connected, which the startup timeout (120 s) gives up on with another message.
+
+using WorkerState = ps::PsService::WorkerState;
 
 TEST_CASE("async: the ps gives up on a lost worker and, the chief done, ends with success naming it", "[integration][ps][fault]") {
   TwoWorkers c(config::UpdateSpec::Mode::kAsync);
+  REQUIRE(c.ps.worker(1) == WorkerState::kConnected);  // its WAIT_READY was answered
   c.other.Close();  // lost before its DONE
   Ok(c.chief.Done(0, kInitial));
-  std::this_thread::sleep_for(100ms);
+  REQUIRE(Eventually([&] { return c.ps.worker(1) == WorkerState::kLost; }));
   c.ps.Tick(0s);
   CHECK_FALSE(c.ps.ending().has_value());  // within the timeout: it may come back
-  REQUIRE(Eventually([&] {
-    c.ps.Tick(120s);
-    return c.ps.ending().has_value();
-  }));
+  c.ps.Tick(120s);
+  REQUIRE(c.ps.ending().has_value());
+  CHECK(c.ps.worker(1) == WorkerState::kGivenUp);
   const ps::PsService::Ending end = *c.ps.ending();
   INFO(end.message);
   CHECK(end.ok);
   CHECK(end.message.find("gave up on worker:1") != std::string::npos);
+  CHECK(end.message.find("(lost at global_step 0)") != std::string::npos);
+  CHECK(end.message.find("never connected") == std::string::npos);
   CHECK(end.message.find("global_step=0") != std::string::npos);
 }
 
@@ -324,24 +334,24 @@ TEST_CASE("async: the chief lost for good ends the run, and the other worker's n
   ps::PsService::Limits limits;
   limits.end_grace = std::chrono::hours(1);  // the ps waits for the other worker to leave
   TwoWorkers c(config::UpdateSpec::Mode::kAsync, config::UpdateSpec::OnWorkerLoss::kFail, limits);
+  REQUIRE(c.ps.worker(0) == WorkerState::kConnected);  // its INIT was answered
   c.chief.Close();
+  REQUIRE(Eventually([&] { return c.ps.worker(0) == WorkerState::kLost; }));
+  c.ps.Tick(120s);
+  CHECK(c.ps.worker(0) == WorkerState::kGivenUp);
   std::vector<float> params(4);
-  Status pulled;
-  REQUIRE(Eventually([&] {
-    c.ps.Tick(120s);
-    pulled = c.other.Pull(params, /*sync=*/false).status();
-    return !pulled.ok();
-  }));
+  const Status pulled = c.other.Pull(params, /*sync=*/false).status();
+  REQUIRE_FALSE(pulled.ok());
   INFO(pulled.message());
   CHECK(pulled.message().find("the chief worker:0") != std::string::npos);
   CHECK(pulled.message().find("did not come back within 60 s") != std::string::npos);
   c.ps.Tick(120s);
   CHECK_FALSE(c.ps.ending().has_value());  // the other worker is still connected: it may not have heard yet
   c.other.Close();
-  REQUIRE(Eventually([&] {
-    c.ps.Tick(120s);
-    return c.ps.ending().has_value();
-  }));
+  // The run ends once the ps has seen the other worker leave (its loss is recorded after that).
+  REQUIRE(Eventually([&] { return c.ps.worker(1) == WorkerState::kLost; }));
+  c.ps.Tick(120s);
+  REQUIRE(c.ps.ending().has_value());
   CHECK_FALSE(c.ps.ending()->ok);  // the chief never finished: exit 1
   CHECK(c.ps.ending()->message.find("global_step=0") != std::string::npos);
 }
@@ -349,18 +359,23 @@ TEST_CASE("async: the chief lost for good ends the run, and the other worker's n
 TEST_CASE("sync, on_worker_loss wait: a step waits for a lost worker, then fails naming it once it is given up on",
           "[integration][ps][fault]") {
   TwoWorkers c(config::UpdateSpec::Mode::kSync, config::UpdateSpec::OnWorkerLoss::kWait);
+  REQUIRE(c.ps.worker(1) == WorkerState::kConnected);
   c.other.Close();
-  std::this_thread::sleep_for(100ms);
+  REQUIRE(Eventually([&] { return c.ps.worker(1) == WorkerState::kLost; }));
   const std::vector<float> g = {1.0f, 1.0f, 1.0f, 1.0f};
   std::vector<float> params(4);
   c.chief.StartPushPull(Tag(0, 11, 1), g, /*sync=*/true, nullptr);
-  std::this_thread::sleep_for(200ms);
+  // The step holds the chief's gradient and waits for worker:1's. (Its pull may reach the ps before
+  // or after the give-up below: either way it is answered with the step's failure.)
+  REQUIRE(Eventually([&] {
+    const std::vector<bool> received = c.ps.store().received();
+    return received.size() == 2 && received[0];
+  }));
   c.ps.Tick(0s);
   CHECK_FALSE(c.ps.ending().has_value());
-  for (int i = 0; i < 100; ++i) {  // until the ps has seen the close (repeated ticks change nothing more)
-    c.ps.Tick(120s);
-    std::this_thread::sleep_for(20ms);
-  }
+  CHECK(c.ps.worker(1) == WorkerState::kLost);  // within the return timeout: it may come back
+  c.ps.Tick(120s);
+  CHECK(c.ps.worker(1) == WorkerState::kGivenUp);
   Result<worker::PsClient::StepResult> r = c.chief.CompletePushPull(params);
   REQUIRE_FALSE(r.ok());
   INFO(r.status().message());
@@ -378,6 +393,7 @@ TEST_CASE("a worker that never connects is given up on after the startup timeout
   Ok(chief.Done(0, kInitial));
   ps.Tick(0s);
   CHECK_FALSE(ps.ending().has_value());
+  CHECK(ps.worker(1) == WorkerState::kNone);  // it never shook hands
   ps.Tick(120s);
   REQUIRE(ps.ending().has_value());
   INFO(ps.ending()->message);

@@ -220,6 +220,7 @@ void RunCase(const TempDir& dir, const Case& c) {
   const std::string hit = TargetTask(c);
   std::map<std::string, int> exits;
   std::vector<std::string> outcome;
+  REQUIRE(chaos["tasks"].size() == (IsAllreduce(c) ? 2u : 3u));  // every task of the cluster has its outcome
   for (const auto& t : chaos["tasks"]) {
     const std::string task = t["task"];
     const int exit_code = t["exit_code"];
