@@ -1,7 +1,8 @@
 #include "daemon/ps/ps_service.h"
 
 // One handler per message and the bookkeeping that ties them together (losses, give-ups, the end of
-// the run, an elastic job's membership) in one file of about 600 lines: they share mu_'s state and
+// the run, an elastic job's membership) in one file of about 640 lines (over the 600 a file should
+// hold; its worker roster is the part to move out next): they share mu_'s state and
 // its invariants, which read best side by side.
 
 #include <algorithm>
@@ -381,15 +382,14 @@ void PsService::OnClosed(const std::shared_ptr<Connection>& from, const Status& 
     rank = RankOfLocked(from.get());
     done = done_.contains(rank);
     ranks_.erase(from.get());
+    // The loss is recorded with the connection's removal, so a Tick (any thread) never finds the
+    // worker neither connected nor lost and takes it for one that never connected.
+    if (rank >= 0 && !done) gone_[rank] = Absence{from->peer_name(), store_.global_step(), Clock::now(), false};
     if (metrics_ != nullptr) metrics_->connected_peers->Set(static_cast<double>(ranks_.size()));
   }
   if (rank < 0 || done) return;
   spdlog::warn("lost {}: {}", from->peer_name(), why.message());
   events_.Emit("peer_lost", {{"peer", from->peer_name()}, {"message", why.message()}});
-  {
-    MutexLock lock(&mu_);
-    gone_[rank] = Absence{from->peer_name(), store_.global_step(), Clock::now(), false};
-  }
   FailPullsIfStepStuck();  // async: nothing waits on the others
 }
 

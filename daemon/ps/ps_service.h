@@ -81,8 +81,7 @@ class PsService : public transport::FrameHandler {
   // What the service has recorded of worker `rank`, as Tick reads it: kConnected while a connection
   // of its that shook hands is open; kLost once that connection closed before its DONE, until it
   // shakes hands again or is given up on; kGivenUp; kDone once its DONE was counted (whatever its
-  // connection does after). kNone otherwise: it never shook hands, or its close is being recorded
-  // (OnClosed forgets the connection before it records the loss). Lets a test move Tick's clock
+  // connection does after). kNone otherwise: it never shook hands. Lets a test move Tick's clock
   // only after the service has seen a worker come or go. Any thread; takes mu_.
   enum class WorkerState { kNone, kConnected, kLost, kGivenUp, kDone };
   WorkerState WorkerStateOf(int rank) const TFD_EXCLUDES(mu_);
