@@ -12,6 +12,8 @@
 
 #include <fmt/format.h>
 
+#include "common/transport/frame_check.h"
+
 namespace tfd::collective {
 namespace {
 
@@ -128,21 +130,14 @@ Status Link::Write(bool* progress) {
 Result<bool> Link::ParseHeader(const Placer* placer) {
   std::memcpy(raw_header_.data(), rx_.data() + rx_begin_, raw_header_.size());
   rx_begin_ += raw_header_.size();
-  Result<wire::FrameHeader> header = wire::DecodeHeader(raw_header_, max_payload_);
-  if (!header.ok()) return Status::Corruption(fmt::format("{}: {}", peer_name_, header.status().message()));
-  const bool has_mac = (header->flags & wire::kFlagMac) != 0;
-  if (has_mac != (recv_mac_ != nullptr)) {
-    return Status::PermissionDenied(has_mac ? fmt::format("{} sent a MAC'd {} frame on a connection without a token", peer_name_,
-                                                          wire::MessageTypeName(header->type))
-                                            : fmt::format("{} sent a {} frame without a MAC on an authenticated connection", peer_name_,
-                                                          wire::MessageTypeName(header->type)));
-  }
-  frame_.header = *header;
-  frame_.payload.resize(header->payload_len);  // bounded above; the capacity is kept frame to frame
+  TFD_ASSIGN_OR_RETURN(const wire::FrameHeader header, transport::CheckFrameHeader(raw_header_, max_payload_, peer_name_));
+  TFD_RETURN_IF_ERROR(transport::CheckMacFlag(header, recv_mac_ != nullptr, peer_name_, "on a connection without a token"));
+  frame_.header = header;
+  frame_.payload.resize(header.payload_len);  // bounded above; the capacity is kept frame to frame
   payload_have_ = 0;
   dest_ = {};
-  const bool placeable = placer != nullptr && placer->type == header->type && header->payload_len > placer->head;
-  split_ = placeable ? placer->head : header->payload_len;
+  const bool placeable = placer != nullptr && placer->type == header.type && header.payload_len > placer->head;
+  split_ = placeable ? placer->head : header.payload_len;
   decided_ = !placeable;
   in_frame_ = true;
   return true;
@@ -238,17 +233,9 @@ Result<const wire::InFrame*> Link::Read(bool* progress, const Placer* placer) {
     const std::span<const std::byte> head = std::span<const std::byte>(frame_.payload).first(split_);
     const std::span<const std::byte> rest =
         dest_.empty() ? std::span<const std::byte>(frame_.payload).subspan(split_) : std::span<const std::byte>(dest_);
-    if (recv_mac_ != nullptr) {
-      const std::array<std::span<const std::byte>, 3> tagged = {std::span<const std::byte>(raw_header_), head, rest};
-      if (!recv_mac_->Verify(recv_seq_++, tagged, mac_)) {
-        return Status::PermissionDenied(fmt::format("{}: the MAC of a {} frame does not verify: the frame was altered, injected or "
-                                                    "replayed on the way",
-                                                    peer_name_, wire::MessageTypeName(frame_.header.type)));
-      }
-    } else {
-      const std::array<std::span<const std::byte>, 2> parts = {head, rest};
-      if (Status ok = wire::VerifyPayloadParts(frame_.header, parts); !ok.ok()) return Status::Corruption(fmt::format("{}: {}", peer_name_, ok.message()));
-    }
+    const std::array<std::span<const std::byte>, 2> parts = {head, rest};
+    TFD_RETURN_IF_ERROR(transport::CheckFrameBody(frame_.header, raw_header_, parts, recv_mac_.get(),
+                                                  recv_mac_ != nullptr ? recv_seq_++ : 0, mac_, peer_name_));
     if (frame_.header.type == wire::MessageType::kHeartbeat) continue;
     return &frame_;
   }

@@ -4,6 +4,7 @@
 
 #include "common/transport/connection.h"
 
+#include "common/transport/frame_check.h"
 #include "common/transport/local_link.h"
 
 #include <algorithm>
@@ -359,9 +360,9 @@ asio::awaitable<void> Connection::ReadLoop() {
     std::memcpy(raw.data(), rx.data() + rx_begin, raw.size());
     rx_begin += raw.size();
     if (closed_ || close_after_flush_) co_return;  // refused: read nothing more
-    Result<wire::FrameHeader> header = wire::DecodeHeader(raw, payload_limit());
+    Result<wire::FrameHeader> header = CheckFrameHeader(raw, payload_limit(), peer_name());
     if (!header.ok()) {
-      RefuseFrame(Refusal::kMalformed, Status::Corruption(fmt::format("{}: {}", peer_name(), header.status().message())));
+      RefuseFrame(Refusal::kMalformed, header.status());
       co_return;
     }
     const bool has_mac = (header->flags & wire::kFlagMac) != 0;
@@ -369,13 +370,9 @@ asio::awaitable<void> Connection::ReadLoop() {
     // accepting our proof (before it has sent any MAC'd frame); before it, none has.
     const bool refused_proof = auth_ == Auth::kOn && dialed_ && recv_seq_ == 0 &&
                                header->type == wire::MessageType::kError;
-    if (has_mac != (auth_ == Auth::kOn) && !(refused_proof && !has_mac)) {
-      RefuseFrame(Refusal::kAuthentication,
-                  Status::PermissionDenied(
-                      has_mac ? fmt::format("{} sent a MAC'd {} frame before authenticating", peer_name(),
-                                            wire::MessageTypeName(header->type))
-                              : fmt::format("{} sent a {} frame without a MAC on an authenticated connection: refused",
-                                            peer_name(), wire::MessageTypeName(header->type))));
+    if (Status s = CheckMacFlag(*header, auth_ == Auth::kOn && !refused_proof, peer_name(), "before authenticating");
+        !s.ok() && !(refused_proof && has_mac)) {
+      RefuseFrame(Refusal::kAuthentication, s);
       co_return;
     }
     wire::InFrame frame;
@@ -420,17 +417,11 @@ asio::awaitable<void> Connection::ReadLoop() {
     if (low_watermark) socket_.set_option(asio::socket_base::receive_low_watermark(1), ignored);
     last_heard_ = Clock::now();
     if (closed_) co_return;
-    if (has_mac) {
-      const std::array<std::span<const std::byte>, 2> tagged = {std::span<const std::byte>(raw), std::span<const std::byte>(frame.payload)};
-      if (!recv_mac_->Verify(recv_seq_++, tagged, mac)) {
-        RefuseFrame(Refusal::kAuthentication,
-                    Status::PermissionDenied(fmt::format(
-                        "{}: the MAC of a {} frame does not verify: the frame was altered, injected or replayed on the way",
-                        peer_name(), wire::MessageTypeName(frame.header.type))));
-        co_return;
-      }
-    } else if (Status ok = wire::VerifyPayload(frame.header, frame.payload); !ok.ok()) {
-      RefuseFrame(Refusal::kMalformed, Status::Corruption(fmt::format("{}: {}", peer_name(), ok.message())));
+    const std::array<std::span<const std::byte>, 1> payload = {std::span<const std::byte>(frame.payload)};
+    if (Status s = CheckFrameBody(frame.header, raw, payload, has_mac ? recv_mac_.get() : nullptr, has_mac ? recv_seq_++ : 0, mac,
+                                  peer_name());
+        !s.ok()) {
+      RefuseFrame(has_mac ? Refusal::kAuthentication : Refusal::kMalformed, s);
       co_return;
     }
     if (!app_frames_flow()) {
