@@ -25,6 +25,7 @@
 
 #include "common/base/check.h"
 #include "common/base/logging.h"
+#include "common/base/terminal.h"
 #include "common/config/cluster_file.h"
 #include "launcher/live_table.h"
 #include "launcher/scale.h"
@@ -103,7 +104,7 @@ Status Spawn(Task& t) {
 
 class Display {
  public:
-  Display(bool tty, bool json) : tty_(tty && !json), json_(json) {}
+  Display(bool tty, bool json) : tty_(tty && !json), json_(json), block_(stdout, 1) {}
   // `s` is "[who] message"; as JSON, who becomes the line's task.
   void Line(const std::string& s) {
     if (json_) {
@@ -133,9 +134,7 @@ class Display {
 
  private:
   void Clear() {
-    if (!tty_ || drawn_ == 0) return;
-    std::fprintf(stdout, "\x1b[%dA\x1b[J", drawn_);
-    drawn_ = 0;
+    if (tty_) block_.Clear();
   }
   void Draw() {
     if (json_) return;
@@ -143,13 +142,10 @@ class Display {
       std::fflush(stdout);
       return;
     }
-    const std::vector<std::string> lines = Table();
-    for (const std::string& l : lines) std::fprintf(stdout, "%s\n", l.c_str());
-    drawn_ = static_cast<int>(lines.size());
-    std::fflush(stdout);
+    block_.Draw(Table());
   }
   bool tty_, json_;
-  int drawn_ = 0;
+  LiveBlock block_;  // the table at the bottom of the terminal
   std::vector<std::pair<std::string, Row>> rows_;
 };
 

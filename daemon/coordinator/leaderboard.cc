@@ -74,11 +74,8 @@ void LeaderboardPrinter::Update(const std::vector<TrialState>& trials, int best)
   if (tty_) {
     std::vector<std::string> rows = LeaderboardRows(trials, metric_, maximize_, best);
     if (rows == last_) return;
-    if (drawn_lines_ > 0) std::fprintf(out_, "\x1b[%dA", drawn_lines_);
-    for (const std::string& r : rows) std::fprintf(out_, "\x1b[2K%s\n", r.c_str());
-    drawn_lines_ = static_cast<int>(rows.size());
+    block_.Draw(rows);
     last_ = std::move(rows);
-    std::fflush(out_);
     return;
   }
   last_.resize(trials.size());

@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/base/terminal.h"
 #include "daemon/coordinator/sweep_scheduler.h"
 
 namespace tfd::coordinator {
@@ -23,7 +24,7 @@ std::vector<std::string> LeaderboardRows(const std::vector<TrialState>& trials, 
 class LeaderboardPrinter {
  public:
   LeaderboardPrinter(bool tty, std::string metric, bool maximize, std::FILE* out = stdout, std::string prefix = "tfctl")
-      : tty_(tty), maximize_(maximize), metric_(std::move(metric)), out_(out), prefix_(std::move(prefix)) {}
+      : tty_(tty), maximize_(maximize), metric_(std::move(metric)), out_(out), prefix_(std::move(prefix)), block_(out, fileno(out)) {}
   void Update(const std::vector<TrialState>& trials, int best);
   // The whole table once more (without a terminal too).
   void Final(const std::vector<TrialState>& trials, int best);
@@ -33,7 +34,7 @@ class LeaderboardPrinter {
   std::string metric_;
   std::FILE* out_;
   std::string prefix_;
-  int drawn_lines_ = 0;
+  LiveBlock block_;  // with a terminal: the table, redrawn in place
   std::vector<std::string> last_;  // per trial: status and epoch as last printed
 };
 
