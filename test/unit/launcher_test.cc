@@ -158,27 +158,33 @@ TEST_CASE("CheckCluster passes a runnable local cluster and names a missing work
   CHECK(s.message() == dir / "c.json" + ": launch.workdir: \"" + dir / "nowhere" + "\" is not a folder");
 }
 
+// A cluster file `name` in `dir`: `workers` workers on 127.0.0.1 (ports from 3001), `ps` ps tasks on
+// free ports, the job `train`, and tfd as /bin/true run in `dir`.
+std::string LocalClusterFile(const TempDir& dir, const std::string& name, int workers, int ps, const nlohmann::json& train) {
+  nlohmann::json cluster;
+  for (int i = 0; i < ps; ++i) cluster["ps"].push_back("127.0.0.1:" + std::to_string(testing::FreePort()));
+  for (int i = 0; i < workers; ++i) cluster["worker"].push_back("127.0.0.1:" + std::to_string(3001 + i));
+  const std::string path = dir / name;
+  testing::WriteFile(path, nlohmann::json{{"name", "t"},
+                                          {"cluster", cluster},
+                                          {"train", train},
+                                          {"launch", {{"tfd", "/bin/true"}, {"workdir", dir.path()}}}}
+                               .dump());
+  return path;
+}
+
 TEST_CASE("CheckCluster refuses a model-parallel cluster of the wrong shape before starting anything; Describe says the split",
           "[unit][launcher][pipeline]") {
   TempDir dir;
   // `workers` workers, `ps` ps tasks, the dnn split by layers in 2 stages.
   auto file = [&](int workers, int ps) {
-    nlohmann::json cluster;
-    for (int i = 0; i < ps; ++i) cluster["ps"].push_back("127.0.0.1:" + std::to_string(testing::FreePort()));
-    for (int i = 0; i < workers; ++i) cluster["worker"].push_back("127.0.0.1:" + std::to_string(3001 + i));
-    const std::string path = dir / ("mp-" + std::to_string(workers) + "-" + std::to_string(ps) + ".json");
-    testing::WriteFile(path, nlohmann::json{{"name", "t"},
-                                            {"cluster", cluster},
-                                            {"train",
-                                             {{"model", "dnn"},
-                                              {"data", dir.path()},
-                                              {"epochs", 1},
-                                              {"batch_size", 40},
-                                              {"optimizer", {{"type", "sgd"}, {"learning_rate", 0.1}}},
-                                              {"model_parallel", {{"split", "layers"}, {"stages", 2}, {"microbatches", 4}, {"schedule", "1f1b"}}}}},
-                                            {"launch", {{"tfd", "/bin/true"}, {"workdir", dir.path()}}}}
-                                 .dump());
-    return path;
+    return LocalClusterFile(dir, "mp-" + std::to_string(workers) + "-" + std::to_string(ps) + ".json", workers, ps,
+                            {{"model", "dnn"},
+                             {"data", dir.path()},
+                             {"epochs", 1},
+                             {"batch_size", 40},
+                             {"optimizer", {{"type", "sgd"}, {"learning_rate", 0.1}}},
+                             {"model_parallel", {{"split", "layers"}, {"stages", 2}, {"microbatches", 4}, {"schedule", "1f1b"}}}});
   };
   Result<RunSetup> good = SetUpRun({.file = file(4, 0)}, "");
   REQUIRE(good.ok());
@@ -212,22 +218,13 @@ not json
 TEST_CASE("CheckCluster refuses a ps-mode job on a cluster without a ps, as tfd would at start", "[unit][launcher]") {
   TempDir dir;
   auto file = [&](const std::string& mode, int ps) {
-    nlohmann::json cluster;
-    for (int i = 0; i < ps; ++i) cluster["ps"].push_back("127.0.0.1:" + std::to_string(testing::FreePort()));
-    for (int i = 0; i < 2; ++i) cluster["worker"].push_back("127.0.0.1:" + std::to_string(3001 + i));
-    const std::string path = dir / (mode + "-" + std::to_string(ps) + ".json");
-    testing::WriteFile(path, nlohmann::json{{"name", "t"},
-                                            {"cluster", cluster},
-                                            {"train",
-                                             {{"model", "softmax"},
-                                              {"data", dir.path()},
-                                              {"epochs", 1},
-                                              {"batch_size", 10},
-                                              {"update", {{"mode", mode}}},
-                                              {"optimizer", {{"type", "sgd"}, {"learning_rate", 0.1}}}}},
-                                            {"launch", {{"tfd", "/bin/true"}, {"workdir", dir.path()}}}}
-                                 .dump());
-    return path;
+    return LocalClusterFile(dir, mode + "-" + std::to_string(ps) + ".json", 2, ps,
+                            {{"model", "softmax"},
+                             {"data", dir.path()},
+                             {"epochs", 1},
+                             {"batch_size", 10},
+                             {"update", {{"mode", mode}}},
+                             {"optimizer", {{"type", "sgd"}, {"learning_rate", 0.1}}}});
   };
   Result<RunSetup> sync_no_ps = SetUpRun({.file = file("sync", 0)}, "");
   REQUIRE(sync_no_ps.ok());
