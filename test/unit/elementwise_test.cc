@@ -118,14 +118,15 @@ TEST_CASE("ActivationGradBias gives the derivative and the bias gradient in one 
 TEST_CASE("every GEMM backend computes op(A) op(B) with alpha and beta", "[elementwise][gemm]") {
   const int m = 13, n = 11, k = 17;
   const std::vector<float> a = Uniform(m * k, -1, 1, 6), b = Uniform(k * n, -1, 1, 7), c0 = Uniform(m * n, -1, 1, 8);
-  const std::string before = GemmBackendName();
   for (std::string_view backend : GemmBackends()) {
-    REQUIRE(SetGemmBackend(backend).ok());
+    GemmConfig config;
+    REQUIRE(SetGemmBackend(backend, &config).ok());
+    REQUIRE(GemmBackendName(config.backend) == backend);
     for (bool ta : {false, true})
       for (bool tb : {false, true}) {
         INFO(backend << " trans_a=" << ta << " trans_b=" << tb);
         std::vector<float> c = c0;
-        Gemm(ta, tb, m, n, k, 0.5f, a.data(), ta ? m : k, b.data(), tb ? k : n, 2.0f, c.data(), n);
+        Gemm(config, ta, tb, m, n, k, 0.5f, a.data(), ta ? m : k, b.data(), tb ? k : n, 2.0f, c.data(), n);
         for (int i = 0; i < m; ++i)
           for (int j = 0; j < n; ++j) {
             double sum = 0, mag = 0;
@@ -139,15 +140,18 @@ TEST_CASE("every GEMM backend computes op(A) op(B) with alpha and beta", "[eleme
           }
       }
   }
-  REQUIRE(SetGemmBackend(before).ok());
 }
 
 TEST_CASE("SetGemmBackend refuses a backend the build lacks, naming the ones it has", "[elementwise][gemm]") {
-  const Status s = SetGemmBackend("cublas-someday");
+  GemmConfig config{.backend = GemmBackend::kEigen, .threads = 3};
+  const Status s = SetGemmBackend("cublas-someday", &config);
   REQUIRE_FALSE(s.ok());
+  CHECK(s.code() == Code::kInvalidArgument);
   CHECK(s.message().find("cublas-someday") != std::string::npos);
   CHECK(s.message().find("eigen") != std::string::npos);
   CHECK(GemmBackends().back() == "eigen");
+  CHECK(config.backend == GemmBackend::kEigen);  // unchanged
+  CHECK(config.threads == 3);
 }
 
 }  // namespace
