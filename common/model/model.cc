@@ -82,8 +82,9 @@ void FillInit(const tensor::ParamSpec& p, std::span<float> out, Rng& rng) {
 }  // namespace
 
 Result<std::unique_ptr<Model>> Model::Build(const config::ModelSpec& spec, tensor::ActShape input, int classes,
-                                            int max_batch) {
+                                            int max_batch, tensor::GemmConfig gemm) {
   std::unique_ptr<Model> m(new Model());
+  m->gemm_ = gemm;
   m->input_ = input;
   m->classes_ = classes;
   m->max_batch_ = max_batch;
@@ -100,14 +101,14 @@ Result<std::unique_ptr<Model>> Model::Build(const config::ModelSpec& spec, tenso
     switch (l.kind) {
       case LayerSpec::Kind::kFlatten: shape = {1, 1, static_cast<int>(shape.size())}; continue;
       case LayerSpec::Kind::kDense:
-        layer = tensor::MakeDense(shape, l.units, l.activation, l.init);
+        layer = tensor::MakeDense(shape, l.units, l.activation, l.init, gemm);
         kind = "dense";
         break;
       case LayerSpec::Kind::kConv2D:
         if (shape.h < l.kernel_size || shape.w < l.kernel_size)
           return Status::InvalidArgument(fmt::format("{}: a {}x{} kernel does not fit a {}x{} input", where,
                                                      l.kernel_size, l.kernel_size, shape.h, shape.w));
-        layer = tensor::MakeConv2D(shape, l.filters, l.kernel_size, l.activation, l.init);
+        layer = tensor::MakeConv2D(shape, l.filters, l.kernel_size, l.activation, l.init, gemm);
         kind = "conv2d";
         break;
       case LayerSpec::Kind::kDropout:

@@ -11,6 +11,7 @@
 #include "common/base/status.h"
 #include "common/config/job.h"
 #include "common/data/dataset.h"
+#include "common/tensor/gemm.h"
 #include "common/tensor/layers.h"
 #include "common/tensor/loss.h"
 
@@ -29,9 +30,11 @@ struct Variable {
 class Model {
  public:
   // Builds the model `spec` for inputs of shape `input` with `classes` outputs and batches of up to
-  // `max_batch` rows. InvalidArgument (naming model.layers[i]) when the layer list does not fit.
+  // `max_batch` rows; every GEMM of its layers runs on `gemm` (the job's `threads`; the build's
+  // fastest backend unless a caller picks another). InvalidArgument (naming model.layers[i]) when
+  // the layer list does not fit.
   static Result<std::unique_ptr<Model>> Build(const config::ModelSpec& spec, tensor::ActShape input, int classes,
-                                              int max_batch);
+                                              int max_batch, tensor::GemmConfig gemm = {});
 
   // Fills the parameters from `seed` per each layer's initializer; the same seed gives the same bits.
   void Initialize(std::uint64_t seed);
@@ -88,6 +91,9 @@ class Model {
   tensor::ActShape input_shape() const { return input_; }
   int classes() const { return classes_; }
   int max_batch() const { return max_batch_; }
+  // The backend and thread count its GEMMs run on, as Build was given them; code that runs GEMMs
+  // on this model's buffers (a pipeline stage's slices) runs them on this too.
+  const tensor::GemmConfig& gemm() const { return gemm_; }
   // One line per layer and a parameter count, for the start-up log.
   std::string Summary() const;
 
@@ -97,6 +103,7 @@ class Model {
 
   tensor::ActShape input_;
   int classes_ = 0, max_batch_ = 0;
+  tensor::GemmConfig gemm_;
   std::vector<std::unique_ptr<tensor::Layer>> layers_;
   std::vector<config::LayerSpec> layer_specs_;  // layers_[i]'s, with the model's init applied
   std::vector<std::vector<tensor::ParamSpec>> layer_params_;

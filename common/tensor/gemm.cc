@@ -1,7 +1,5 @@
 #include "common/tensor/gemm.h"
 
-#include <atomic>
-
 #include <Eigen/Core>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -11,33 +9,34 @@
 #endif
 #if TFD_HAVE_ONEDNN
 #include <dnnl.h>
+#endif
+#ifdef _OPENMP
 #include <omp.h>
 #endif
 
 namespace tfd::tensor {
 namespace {
 
-enum class Backend { kOneDnn, kOpenBlas, kEigen };
+constexpr GemmBackend kAll[] = {GemmBackend::kOneDnn, GemmBackend::kOpenBlas, GemmBackend::kEigen};  // fastest first
 
-constexpr Backend kDefault =
 #if TFD_HAVE_ONEDNN
-    Backend::kOneDnn;
-#elif TFD_HAVE_OPENBLAS
-    Backend::kOpenBlas;
+constexpr bool kHaveOneDnn = true;
 #else
-    Backend::kEigen;
+constexpr bool kHaveOneDnn = false;
+#endif
+#if TFD_HAVE_OPENBLAS
+constexpr bool kHaveOpenBlas = true;
+#else
+constexpr bool kHaveOpenBlas = false;
 #endif
 
-std::atomic<Backend> g_backend{kDefault};
-std::atomic<int> g_threads{1};
-
-const char* Name(Backend b) {
+constexpr bool Built(GemmBackend b) {
   switch (b) {
-    case Backend::kOneDnn: return "onednn";
-    case Backend::kOpenBlas: return "openblas";
-    case Backend::kEigen: return "eigen";
+    case GemmBackend::kOneDnn: return kHaveOneDnn;
+    case GemmBackend::kOpenBlas: return kHaveOpenBlas;
+    case GemmBackend::kEigen: return true;
   }
-  return "?";
+  return false;
 }
 
 using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -61,38 +60,62 @@ void EigenGemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, con
   else mc.noalias() += alpha * ma.transpose() * mb.transpose();
 }
 
-// The thread count is per calling thread for OpenMP (oneDNN's runtime) and Eigen, and global for
-// OpenBLAS: each thread applies the process-wide setting before its first Gemm and after a change.
-void ApplyThreads(Backend b) {
-  thread_local int applied = 0;
-  thread_local Backend applied_to = Backend::kEigen;
-  const int want = g_threads.load(std::memory_order_relaxed);
-  if (applied == want && applied_to == b) return;
-  applied = want;
-  applied_to = b;
-  switch (b) {
-    case Backend::kOneDnn:
-#if TFD_HAVE_ONEDNN
+// Gives `threads` to a built `backend` where the count it reads now differs: OpenMP's count of the
+// calling thread (oneDNN, and Eigen, whose own count is never set here so that it follows
+// OpenMP's), or OpenBLAS's one count for the process. Reading the runtime's count rather than a
+// copy of what was last applied keeps each config's count right when another config's Gemm, on
+// this thread or (OpenBLAS) another, changed it in between.
+void ApplyThreads(GemmBackend backend, int threads) {
+  const int want = threads < 1 ? 1 : threads;
+  if (CurrentGemmThreads(backend) == want) return;
+  switch (backend) {
+    case GemmBackend::kOneDnn:
+    case GemmBackend::kEigen:
+#ifdef _OPENMP
       omp_set_num_threads(want);
 #endif
       break;
-    case Backend::kOpenBlas:
+    case GemmBackend::kOpenBlas:
 #if TFD_HAVE_OPENBLAS
       openblas_set_num_threads(want);
 #endif
       break;
-    case Backend::kEigen: Eigen::setNbThreads(want); break;
   }
 }
 
 }  // namespace
 
-void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
-          int ldb, float beta, float* c, int ldc) {
-  const Backend backend = g_backend.load(std::memory_order_relaxed);
-  ApplyThreads(backend);
+int CurrentGemmThreads(GemmBackend backend) {
+  switch (Built(backend) ? backend : GemmBackend::kEigen) {
+    case GemmBackend::kOneDnn:
+#ifdef _OPENMP
+      return omp_get_max_threads();
+#else
+      return 1;  // not reached: a build with oneDNN has OpenMP
+#endif
+    case GemmBackend::kOpenBlas:
+#if TFD_HAVE_OPENBLAS
+      return openblas_get_num_threads();
+#else
+      return 1;
+#endif
+    case GemmBackend::kEigen: return Eigen::nbThreads();  // OpenMP's count, or 1 without OpenMP
+  }
+  return 1;
+}
+
+GemmBackend DefaultGemmBackend() {
+  for (GemmBackend b : kAll)
+    if (Built(b)) return b;
+  return GemmBackend::kEigen;
+}
+
+void Gemm(const GemmConfig& config, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+          const float* b, int ldb, float beta, float* c, int ldc) {
+  const GemmBackend backend = Built(config.backend) ? config.backend : GemmBackend::kEigen;
+  ApplyThreads(backend, config.threads);
   switch (backend) {
-    case Backend::kOneDnn:
+    case GemmBackend::kOneDnn:
 #if TFD_HAVE_ONEDNN
       // Row-major, as BLAS's sgemm with the transposes spelled as characters. Status is only
       // ever an argument error, which the callers' shapes rule out.
@@ -101,7 +124,7 @@ void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const fl
 #else
       break;
 #endif
-    case Backend::kOpenBlas:
+    case GemmBackend::kOpenBlas:
 #if TFD_HAVE_OPENBLAS
       cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k,
                   alpha, a, lda, b, ldb, beta, c, ldc);
@@ -109,38 +132,36 @@ void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const fl
 #else
       break;
 #endif
-    case Backend::kEigen: break;
+    case GemmBackend::kEigen: break;
   }
   EigenGemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-void SetComputeThreads(int threads) { g_threads.store(threads < 1 ? 1 : threads, std::memory_order_relaxed); }
-
 std::vector<std::string_view> GemmBackends() {
   std::vector<std::string_view> v;
-#if TFD_HAVE_ONEDNN
-  v.push_back(Name(Backend::kOneDnn));
-#endif
-#if TFD_HAVE_OPENBLAS
-  v.push_back(Name(Backend::kOpenBlas));
-#endif
-  v.push_back(Name(Backend::kEigen));
+  for (GemmBackend b : kAll)
+    if (Built(b)) v.push_back(GemmBackendName(b));
   return v;
 }
 
-Status SetGemmBackend(std::string_view name) {
-  for (Backend b : {Backend::kOneDnn, Backend::kOpenBlas, Backend::kEigen}) {
-    if (name != Name(b)) continue;
-    for (std::string_view built : GemmBackends())
-      if (built == name) {
-        g_backend.store(b, std::memory_order_relaxed);
-        return Status::Ok();
-      }
+Status SetGemmBackend(std::string_view name, GemmConfig* config) {
+  for (GemmBackend b : kAll) {
+    if (Built(b) && name == GemmBackendName(b)) {
+      config->backend = b;
+      return Status::Ok();
+    }
   }
   return Status::InvalidArgument(fmt::format("GEMM backend \"{}\": this build has {}", name,
                                              fmt::join(GemmBackends(), ", ")));
 }
 
-const char* GemmBackendName() { return Name(g_backend.load(std::memory_order_relaxed)); }
+const char* GemmBackendName(GemmBackend backend) {
+  switch (backend) {
+    case GemmBackend::kOneDnn: return "onednn";
+    case GemmBackend::kOpenBlas: return "openblas";
+    case GemmBackend::kEigen: return "eigen";
+  }
+  return "?";
+}
 
 }  // namespace tfd::tensor

@@ -8,7 +8,6 @@
 #include "common/base/check.h"
 #include "common/base/random.h"
 #include "common/tensor/elementwise.h"
-#include "common/tensor/gemm.h"
 
 namespace tfd::tensor {
 namespace {
@@ -37,9 +36,12 @@ std::string ActSuffix(Activation act) {
   return act == Activation::kNone ? std::string() : fmt::format(" {}", config::ActivationName(act));
 }
 
-// A layer with a kernel and a bias (dense, conv2d): binds the two parameters and their gradients.
+// A layer with a kernel and a bias (dense, conv2d): binds the two parameters and their gradients,
+// and runs its GEMMs on `gemm_`.
 class KernelBiasLayer : public Layer {
  public:
+  explicit KernelBiasLayer(GemmConfig gemm) : gemm_(gemm) {}
+
   void Bind(std::span<const std::span<float>> params, std::span<const std::span<float>> grads) override {
     TFD_CHECK(params.size() == 2 && grads.size() == 2);
     kernel_ = params[0].data();
@@ -49,13 +51,14 @@ class KernelBiasLayer : public Layer {
   }
 
  protected:
+  const GemmConfig gemm_;
   float *kernel_ = nullptr, *bias_ = nullptr, *dkernel_ = nullptr, *dbias_ = nullptr;
 };
 
 class Dense final : public KernelBiasLayer {
  public:
-  Dense(ActShape in, int units, Activation act, InitSpec init)
-      : in_(static_cast<int>(in.size())), units_(units), act_(act), init_(init) {}
+  Dense(ActShape in, int units, Activation act, InitSpec init, GemmConfig gemm)
+      : KernelBiasLayer(gemm), in_(static_cast<int>(in.size())), units_(units), act_(act), init_(init) {}
 
   std::string Describe() const override { return fmt::format("dense {}{}", units_, ActSuffix(act_)); }
   ActShape output_shape() const override { return {1, 1, units_}; }
@@ -63,13 +66,13 @@ class Dense final : public KernelBiasLayer {
     return {{"kernel", {in_, units_}, init_, in_, units_}, {"bias", {units_}, {config::InitKind::kZeros}, in_, units_}};
   }
   void Forward(const float* in, float* out, int batch) override {
-    Gemm(false, false, batch, units_, in_, 1.0f, in, in_, kernel_, units_, 0.0f, out, units_);
+    Gemm(gemm_, false, false, batch, units_, in_, 1.0f, in, in_, kernel_, units_, 0.0f, out, units_);
     BiasActivation(out, bias_, batch, units_, act_);
   }
   void Backward(const float* in, const float* out, float* dout, float* din, int batch) override {
     ActivationGradBias(out, dout, batch, units_, act_, dbias_);
-    Gemm(true, false, in_, units_, batch, 1.0f, in, in_, dout, units_, 0.0f, dkernel_, units_);
-    if (din != nullptr) Gemm(false, true, batch, in_, units_, 1.0f, dout, units_, kernel_, units_, 0.0f, din, in_);
+    Gemm(gemm_, true, false, in_, units_, batch, 1.0f, in, in_, dout, units_, 0.0f, dkernel_, units_);
+    if (din != nullptr) Gemm(gemm_, false, true, batch, in_, units_, 1.0f, dout, units_, kernel_, units_, 0.0f, din, in_);
   }
 
  private:
@@ -82,8 +85,8 @@ class Dense final : public KernelBiasLayer {
 // `cols_` ([batch*oh*ow, k*k*c_in]), so out = cols . kernel is already NHWC.
 class Conv2D final : public KernelBiasLayer {
  public:
-  Conv2D(ActShape in, int filters, int k, Activation act, InitSpec init)
-      : in_(in), out_{in.h - k + 1, in.w - k + 1, filters}, k_(k), act_(act), init_(init) {
+  Conv2D(ActShape in, int filters, int k, Activation act, InitSpec init, GemmConfig gemm)
+      : KernelBiasLayer(gemm), in_(in), out_{in.h - k + 1, in.w - k + 1, filters}, k_(k), act_(act), init_(init) {
     TFD_CHECK(out_.h > 0 && out_.w > 0);
   }
 
@@ -104,17 +107,17 @@ class Conv2D final : public KernelBiasLayer {
     TFD_CHECK(cols_.size() >= static_cast<std::size_t>(batch) * out_.h * out_.w * patch());
     Im2Col(in, batch);
     int rows = batch * out_.h * out_.w;
-    Gemm(false, false, rows, out_.c, patch(), 1.0f, cols_.data(), patch(), kernel_, out_.c, 0.0f, out, out_.c);
+    Gemm(gemm_, false, false, rows, out_.c, patch(), 1.0f, cols_.data(), patch(), kernel_, out_.c, 0.0f, out, out_.c);
     BiasActivation(out, bias_, rows, out_.c, act_);
   }
   void Backward(const float* in, const float* out, float* dout, float* din, int batch) override {
     (void)in;  // cols_ still holds Forward's patches
     int rows = batch * out_.h * out_.w;
     ActivationGradBias(out, dout, rows, out_.c, act_, dbias_);
-    Gemm(true, false, patch(), out_.c, rows, 1.0f, cols_.data(), patch(), dout, out_.c, 0.0f, dkernel_, out_.c);
+    Gemm(gemm_, true, false, patch(), out_.c, rows, 1.0f, cols_.data(), patch(), dout, out_.c, 0.0f, dkernel_, out_.c);
     if (din == nullptr) return;
     // dcols = dout . kernel^T, then scatter-add each patch back (col2im). cols_ is free now.
-    Gemm(false, true, rows, patch(), out_.c, 1.0f, dout, out_.c, kernel_, out_.c, 0.0f, cols_.data(), patch());
+    Gemm(gemm_, false, true, rows, patch(), out_.c, 1.0f, dout, out_.c, kernel_, out_.c, 0.0f, cols_.data(), patch());
     Col2Im(din, batch);
   }
 
@@ -272,11 +275,12 @@ std::int64_t NumElements(const std::vector<std::int64_t>& shape) {
   return n;
 }
 
-std::unique_ptr<Layer> MakeDense(ActShape in, int units, Activation act, InitSpec init) {
-  return std::make_unique<Dense>(in, units, act, init);
+std::unique_ptr<Layer> MakeDense(ActShape in, int units, Activation act, InitSpec init, GemmConfig gemm) {
+  return std::make_unique<Dense>(in, units, act, init, gemm);
 }
-std::unique_ptr<Layer> MakeConv2D(ActShape in, int filters, int kernel_size, Activation act, InitSpec init) {
-  return std::make_unique<Conv2D>(in, filters, kernel_size, act, init);
+std::unique_ptr<Layer> MakeConv2D(ActShape in, int filters, int kernel_size, Activation act, InitSpec init,
+                                  GemmConfig gemm) {
+  return std::make_unique<Conv2D>(in, filters, kernel_size, act, init, gemm);
 }
 std::unique_ptr<Layer> MakeMaxPool2D(ActShape in, int pool) { return std::make_unique<MaxPool2D>(in, pool); }
 

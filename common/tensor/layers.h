@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/config/job.h"
+#include "common/tensor/gemm.h"
 
 namespace tfd::tensor {
 
@@ -64,10 +65,13 @@ class Layer {
   virtual void Backward(const float* in, const float* out, float* dout, float* din, int batch) = 0;
 };
 
-// Fully connected: out = act(in . kernel + bias), kernel [in, units] as TensorFlow stores it.
-std::unique_ptr<Layer> MakeDense(ActShape in, int units, Activation act, InitSpec init);
+// Fully connected: out = act(in . kernel + bias), kernel [in, units] as TensorFlow stores it. Its
+// GEMMs run on `gemm` (the model's).
+std::unique_ptr<Layer> MakeDense(ActShape in, int units, Activation act, InitSpec init, GemmConfig gemm);
 // 2-D convolution, square kernel, stride 1, "valid" padding, NHWC; kernel [k, k, c_in, filters].
-std::unique_ptr<Layer> MakeConv2D(ActShape in, int filters, int kernel_size, Activation act, InitSpec init);
+// Its GEMMs run on `gemm` (the model's).
+std::unique_ptr<Layer> MakeConv2D(ActShape in, int filters, int kernel_size, Activation act, InitSpec init,
+                                  GemmConfig gemm);
 // Max pooling over pool x pool windows with stride pool (trailing rows/columns dropped, as "valid").
 std::unique_ptr<Layer> MakeMaxPool2D(ActShape in, int pool);
 

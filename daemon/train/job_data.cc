@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include "common/tensor/cuda/runtime.h"
-#include "common/tensor/gemm.h"
 #include "daemon/train/trainer.h"
 
 namespace tfd::train {
@@ -41,9 +40,9 @@ Result<LoadedJob> LoadJobData(const config::JobSpec& job, int num_workers, bool 
                                                num_workers > 1 ? fmt::format(" per worker ({} workers)", num_workers) : ""));
   }
   tensor::ActShape input{loaded.data.train.height, loaded.data.train.width, loaded.data.train.channels};
-  TFD_ASSIGN_OR_RETURN(loaded.model, model::Model::Build(job.model, input, loaded.data.train.num_classes, job.batch_size));
+  const tensor::GemmConfig gemm{.threads = job.threads};
+  TFD_ASSIGN_OR_RETURN(loaded.model, model::Model::Build(job.model, input, loaded.data.train.num_classes, job.batch_size, gemm));
   loaded.model->Initialize(job.seed);
-  tensor::SetComputeThreads(job.threads);
   return loaded;
 }
 

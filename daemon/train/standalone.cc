@@ -112,7 +112,7 @@ Status RunStandalone(const config::JobSpec& job, EventWriter& events, const Stan
   std::unique_ptr<optim::Optimizer> optimizer = optim::MakeOptimizer(job.optimizer);
   spdlog::info("model: {}", loaded.model->Summary());
   spdlog::info("optimizer: {}; batch_size={} epochs={} seed={} threads={} gemm={}", optimizer->Describe(), job.batch_size,
-               job.epochs, job.seed, job.threads, tensor::GemmBackendName());
+               job.epochs, job.seed, job.threads, tensor::GemmBackendName(loaded.model->gemm().backend));
   spdlog::info("data: {} training and {} test examples from {}", loaded.data.train.size, loaded.data.test.size, job.data);
   if (options.emit_start)
     task::EmitStart(events, {.role = "standalone",

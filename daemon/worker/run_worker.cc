@@ -9,7 +9,6 @@
 
 #include "common/base/service.h"
 #include "common/transport/io_thread.h"
-#include "common/tensor/gemm.h"
 #include "daemon/train/device.h"
 #include "daemon/train/job_data.h"
 #include "daemon/train/trainer.h"

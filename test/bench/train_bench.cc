@@ -42,11 +42,11 @@ struct Config {
   int batch;
 };
 
-// The model of `c`, initialised from seed 1, and its optimizer's spec.
-tfd::Result<std::unique_ptr<tfd::model::Model>> BuildModel(const Config& c) {
+// The model of `c` with its GEMMs on `gemm`, initialised from seed 1, and its optimizer's spec.
+tfd::Result<std::unique_ptr<tfd::model::Model>> BuildModel(const Config& c, const tfd::tensor::GemmConfig& gemm) {
   tfd::config::ModelSpec spec;
   spec.name = c.model;
-  auto model = tfd::model::Model::Build(spec, {28, 28, 1}, 10, c.batch);
+  auto model = tfd::model::Model::Build(spec, {28, 28, 1}, 10, c.batch, gemm);
   if (model.ok()) (*model)->Initialize(1);
   return model;
 }
@@ -76,12 +76,11 @@ double SamplesPerSec(const std::function<void()>& step, int batch, double second
   return static_cast<double>(n * batch) / elapsed;
 }
 
-double MeasureOurs(const tfd::data::MnistData& data, const Config& c, double seconds, int threads) {
-  auto model = BuildModel(c);
+double MeasureOurs(const tfd::data::MnistData& data, const Config& c, double seconds, const tfd::tensor::GemmConfig& gemm) {
+  auto model = BuildModel(c, gemm);
   if (!model.ok()) return 0;
   auto opt = tfd::optim::MakeOptimizer(OptimizerOf(c));
   tfd::optim::OptimizerState state(*opt, (*model)->params().size());
-  tfd::tensor::SetComputeThreads(threads);
   auto shard = tfd::data::EpochShard(data.train.size, 1, 1, 0, 1, true);
   std::vector<float> x(static_cast<std::size_t>(c.batch * (*model)->input_size()));
   std::vector<std::uint8_t> y(static_cast<std::size_t>(c.batch));
@@ -98,7 +97,7 @@ double MeasureOurs(const tfd::data::MnistData& data, const Config& c, double sec
 #ifdef TFD_HAVE_CUDA
 // The same steps as MeasureOurs on GPU `device`, the whole step on the device.
 double MeasureOursCuda(const tfd::data::MnistData& data, const Config& c, double seconds, int device) {
-  auto model = BuildModel(c);
+  auto model = BuildModel(c, tfd::tensor::GemmConfig{});
   if (!model.ok()) return 0;
   auto opt = tfd::optim::MakeOptimizer(OptimizerOf(c));
   auto gpu = tfd::cuda::CudaModel::Create(**model, device, 0.5, opt.get());
@@ -256,10 +255,10 @@ int main(int argc, char** argv) {
     if (!only.empty() && c.model != only) continue;
     std::vector<double> ours;
     for (std::string_view b : backends) {
-      if (!tfd::tensor::SetGemmBackend(b).ok()) return 1;
-      ours.push_back(MeasureOurs(*mnist, c, seconds, threads));
+      tfd::tensor::GemmConfig gemm{.threads = threads};
+      if (!tfd::tensor::SetGemmBackend(b, &gemm).ok()) return 1;
+      ours.push_back(MeasureOurs(*mnist, c, seconds, gemm));
     }
-    (void)tfd::tensor::SetGemmBackend(backends.front());
     const tfd::bench::PeerBest best =
         peer ? tfd::bench::BestPeer([&](int threads, bool flush, bool unpin) { return MeasurePeer(script, data, c, seconds, threads, flush, unpin); })
              : tfd::bench::PeerBest{};

@@ -124,7 +124,7 @@ TEST_CASE("cuda gemm matches tensor::Gemm for every transpose", "[cuda]") {
            c = Random(static_cast<std::size_t>(m) * n, 3);
       const int lda = ta ? m : k, ldb = tb ? k : n;
       std::vector<float> want = c;
-      tensor::Gemm(ta, tb, m, n, k, 1.5f, a.data(), lda, b.data(), ldb, 0.5f, want.data(), n);
+      tensor::Gemm(tensor::GemmConfig{}, ta, tb, m, n, k, 1.5f, a.data(), lda, b.data(), ldb, 0.5f, want.data(), n);
       Dev<float> da(a), db(b), dc(c);
       REQUIRE(cuda::Gemm(cublas.h, ta, tb, m, n, k, 1.5f, da.p, lda, db.p, ldb, 0.5f, dc.p, n) == CUBLAS_STATUS_SUCCESS);
       INFO("trans_a " << ta << " trans_b " << tb);
@@ -237,7 +237,7 @@ TEST_CASE("cuda conv2d (im2col + GEMM, col2im) matches the CPU layer", "[cuda]")
   CublasHandle cublas;
   const tensor::ActShape in{8, 9, 3};
   const int batch = 5, filters = 4, k = 3;
-  auto layer = tensor::MakeConv2D(in, filters, k, Activation::kRelu, {});
+  auto layer = tensor::MakeConv2D(in, filters, k, Activation::kRelu, {}, tensor::GemmConfig{});
   const tensor::ActShape out = layer->output_shape();
   const int patch = k * k * in.c, rows = batch * out.h * out.w;
   auto kernel = Random(static_cast<std::size_t>(patch * filters), 13), bias = Random(filters, 14);

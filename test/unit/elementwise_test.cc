@@ -4,9 +4,11 @@
 // (4.8e-7) leaves room for the FMA contraction of the AVX2/AVX-512 clones. Activations built on it
 // are checked to 1e-6 absolute, since their values lie in (-1, inf) and are used as float. GEMMs
 // sum in different orders per backend, so they are checked to 1e-5 relative of the sum of |terms|.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -118,14 +120,15 @@ TEST_CASE("ActivationGradBias gives the derivative and the bias gradient in one 
 TEST_CASE("every GEMM backend computes op(A) op(B) with alpha and beta", "[elementwise][gemm]") {
   const int m = 13, n = 11, k = 17;
   const std::vector<float> a = Uniform(m * k, -1, 1, 6), b = Uniform(k * n, -1, 1, 7), c0 = Uniform(m * n, -1, 1, 8);
-  const std::string before = GemmBackendName();
   for (std::string_view backend : GemmBackends()) {
-    REQUIRE(SetGemmBackend(backend).ok());
+    GemmConfig config;
+    REQUIRE(SetGemmBackend(backend, &config).ok());
+    REQUIRE(GemmBackendName(config.backend) == backend);
     for (bool ta : {false, true})
       for (bool tb : {false, true}) {
         INFO(backend << " trans_a=" << ta << " trans_b=" << tb);
         std::vector<float> c = c0;
-        Gemm(ta, tb, m, n, k, 0.5f, a.data(), ta ? m : k, b.data(), tb ? k : n, 2.0f, c.data(), n);
+        Gemm(config, ta, tb, m, n, k, 0.5f, a.data(), ta ? m : k, b.data(), tb ? k : n, 2.0f, c.data(), n);
         for (int i = 0; i < m; ++i)
           for (int j = 0; j < n; ++j) {
             double sum = 0, mag = 0;
@@ -139,15 +142,73 @@ TEST_CASE("every GEMM backend computes op(A) op(B) with alpha and beta", "[eleme
           }
       }
   }
-  REQUIRE(SetGemmBackend(before).ok());
 }
 
 TEST_CASE("SetGemmBackend refuses a backend the build lacks, naming the ones it has", "[elementwise][gemm]") {
-  const Status s = SetGemmBackend("cublas-someday");
+  GemmConfig config{.backend = GemmBackend::kEigen, .threads = 3};
+  const Status s = SetGemmBackend("cublas-someday", &config);
   REQUIRE_FALSE(s.ok());
+  CHECK(s.code() == Code::kInvalidArgument);
   CHECK(s.message().find("cublas-someday") != std::string::npos);
   CHECK(s.message().find("eigen") != std::string::npos);
   CHECK(GemmBackends().back() == "eigen");
+  CHECK(config.backend == GemmBackend::kEigen);  // unchanged
+  CHECK(config.threads == 3);
+}
+
+// The product of one fixed 64 x 48 x 500 GEMM on `config`, as bits.
+std::vector<float> FixedProduct(const GemmConfig& config) {
+  const int m = 64, n = 48, k = 500;
+  const std::vector<float> a = Uniform(m * k, -1, 1, 21), b = Uniform(k * n, -1, 1, 22);
+  std::vector<float> c(m * n);
+  Gemm(config, false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(), n);
+  return c;
+}
+
+TEST_CASE("GEMM configs in one process each run on their own backend", "[elementwise][gemm]") {
+  // Each backend's product alone, then all of them interleaved twice: every call gives its own
+  // backend's bits. The backends sum in different orders, so their bits differ; a Gemm that ran on
+  // another config's backend would show it.
+  const std::vector<std::string_view> backends = GemmBackends();
+  std::vector<GemmConfig> configs(backends.size());
+  std::vector<std::vector<float>> alone;
+  for (std::size_t i = 0; i < backends.size(); ++i) {
+    REQUIRE(SetGemmBackend(backends[i], &configs[i]).ok());
+    alone.push_back(FixedProduct(configs[i]));
+  }
+  if (backends.size() > 1) REQUIRE(alone.front() != alone.back());  // else this test could not tell them apart
+  for (int round = 0; round < 2; ++round)
+    for (std::size_t i = 0; i < backends.size(); ++i) {
+      INFO("round " << round << ": " << backends[i]);
+      CHECK(FixedProduct(configs[i]) == alone[i]);
+    }
+}
+
+TEST_CASE("GEMM configs in one process each run on their own thread count", "[elementwise][gemm]") {
+  // Two configs on one backend, 2 threads and 1: each Gemm applies its own count. OpenBLAS's count
+  // is the process's, so a Gemm on another thread changes it, and the next Gemm of the first
+  // config must set it back. Eigen follows OpenMP's count, which the build has with oneDNN only;
+  // without it Eigen runs on the calling thread alone.
+  const std::vector<std::string_view> backends = GemmBackends();
+  const bool openmp = std::find(backends.begin(), backends.end(), "onednn") != backends.end();
+  for (std::string_view name : backends) {
+    INFO(name);
+    const int most = name == "eigen" && !openmp ? 1 : 2;
+    GemmConfig two{.threads = 2}, one{.threads = 1};
+    REQUIRE(SetGemmBackend(name, &two).ok());
+    REQUIRE(SetGemmBackend(name, &one).ok());
+    (void)FixedProduct(two);
+    CHECK(CurrentGemmThreads(two.backend) == most);
+    (void)FixedProduct(one);
+    CHECK(CurrentGemmThreads(one.backend) == 1);
+    (void)FixedProduct(two);
+    CHECK(CurrentGemmThreads(two.backend) == most);
+    std::thread other([&] { (void)FixedProduct(one); });
+    other.join();
+    CHECK(CurrentGemmThreads(two.backend) == (name == "openblas" ? 1 : most));  // OpenBLAS's is the process's
+    (void)FixedProduct(two);
+    CHECK(CurrentGemmThreads(two.backend) == most);
+  }
 }
 
 }  // namespace

@@ -95,7 +95,7 @@ void CheckLayer(Layer& layer, ActShape in_shape, int batch, std::uint32_t seed, 
 
 TEST_CASE("dense layer gradients match finite differences for every activation", "[unit][gradient]") {
   for (Activation act : {Activation::kNone, Activation::kRelu, Activation::kSigmoid, Activation::kElu, Activation::kTanh}) {
-    auto layer = MakeDense({1, 1, 7}, 5, act, {});
+    auto layer = MakeDense({1, 1, 7}, 5, act, {}, GemmConfig{});
     CheckLayer(*layer, {1, 1, 7}, 3, 11);
   }
 }
@@ -104,7 +104,7 @@ TEST_CASE("conv2d layer gradients match finite differences", "[unit][gradient]")
   // relu is left to the dense check: a kernel weight moves every output pixel, so with a 2h step
   // some pre-activation near 0 changes side and the difference quotient is meaningless there.
   for (Activation act : {Activation::kNone, Activation::kSigmoid, Activation::kElu, Activation::kTanh}) {
-    auto layer = MakeConv2D({5, 6, 2}, 3, 3, act, {});
+    auto layer = MakeConv2D({5, 6, 2}, 3, 3, act, {}, GemmConfig{});
     CheckLayer(*layer, {5, 6, 2}, 2, 12);
   }
 }

@@ -1,7 +1,9 @@
 #include <catch2/catch.hpp>
 
+#include "common/base/random.h"
 #include "common/model/model.h"
 #include "common/optim/optimizer.h"
+#include "common/tensor/gemm.h"
 #include "test/test_util.h"
 
 namespace tfd::model {
@@ -76,6 +78,42 @@ TEST_CASE("a layer list that cannot produce the logits is rejected with its inde
   got = Model::Build(spec, {28, 28, 1}, 10, 4);
   REQUIRE_FALSE(got.ok());
   CHECK(got.status().message() == "model.layers[0]: a 30x30 kernel does not fit a 28x28 input");
+}
+
+TEST_CASE("two models in one process run their GEMMs on their own backend and thread count", "[unit][model][gemm]") {
+  // The same mlp, parameters and input on the build's first backend with 2 threads and its last
+  // with 1: each model's logits keep their own backend's bits whichever model ran last (the
+  // backends sum in different orders, so a model whose layers ran on the other's backend would
+  // show it), and each model's GEMMs leave their own thread count.
+  const std::vector<std::string_view> backends = tensor::GemmBackends();
+  tensor::GemmConfig first{.threads = 2}, last{.threads = 1};
+  REQUIRE(tensor::SetGemmBackend(backends.front(), &first).ok());
+  REQUIRE(tensor::SetGemmBackend(backends.back(), &last).ok());
+  auto a = Model::Build(Named("mlp"), {28, 28, 1}, 10, 8, first);
+  auto b = Model::Build(Named("mlp"), {28, 28, 1}, 10, 8, last);
+  REQUIRE((a.ok() && b.ok()));
+  CHECK(((*a)->gemm().backend == first.backend && (*a)->gemm().threads == 2));
+  CHECK(((*b)->gemm().backend == last.backend && (*b)->gemm().threads == 1));
+  (*a)->Initialize(3);
+  (*b)->Initialize(3);
+  std::vector<float> x(8 * 784);
+  Rng rng(4);
+  for (float& v : x) v = static_cast<float>(rng.Uniform());
+  auto logits = [&x](Model& m) {
+    const float* l = m.Forward(x.data(), 8);
+    return std::vector<float>(l, l + 80);
+  };
+  // Eigen alone (a build without oneDNN or OpenBLAS) has no OpenMP: its products use one thread.
+  const int a_threads = backends.size() == 1 ? 1 : 2;
+  const std::vector<float> on_first = logits(**a);
+  CHECK(tensor::CurrentGemmThreads(first.backend) == a_threads);
+  const std::vector<float> on_last = logits(**b);
+  CHECK(tensor::CurrentGemmThreads(last.backend) == 1);
+  if (backends.size() > 1) REQUIRE(on_first != on_last);  // else this test could not tell the backends apart
+  CHECK(logits(**a) == on_first);
+  CHECK(tensor::CurrentGemmThreads(first.backend) == a_threads);
+  CHECK(logits(**b) == on_last);
+  CHECK(tensor::CurrentGemmThreads(last.backend) == 1);
 }
 
 TEST_CASE("an mlp learns well-separated synthetic classes to at least 99%", "[unit][learning]") {
