@@ -1,29 +1,36 @@
 #include "launcher/chaos.h"
 
 #include <csignal>
-#include <cstdlib>
+#include <cstdint>
+#include <limits>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "launcher/cli.h"
+#include "launcher/commands.h"
 #include "launcher/runner.h"
 
 namespace tfd::launcher {
 namespace {
 
-// "3" -> 3; false for anything else (sign, spaces, trailing text, > 1e9).
-bool ParseCount(std::string_view s, int* out) {
-  if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string_view::npos) return false;
-  *out = std::atoi(std::string(s).c_str());
-  return true;
+// A whole number in [min, INT_MAX] (launcher/cli.h's strict parse), else nullopt.
+std::optional<int> ParseCount(std::string_view s, int min) {
+  const std::optional<std::int64_t> n = ParseInteger(s);
+  if (!n || *n < min || *n > std::numeric_limits<int>::max()) return std::nullopt;
+  return static_cast<int>(*n);
 }
 
-bool ParseSeconds(const std::string& s, double* out) {
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  if (s.empty() || end != s.c_str() + s.size() || !(v > 0 && v <= 100000)) return false;
-  *out = v;
-  return true;
+// chaos's SECS: a plain number above 0, at most 100000. A test and scripts know its words for a bad
+// value ("--stop 0: expected seconds above 0"), older than the "--flag: expected ..., got" of the
+// other flags (launcher/cli.h): kept so.
+Status ParseFaultSeconds(std::string_view flag, const std::string& text, double* out) {
+  const std::optional<double> v = ParseNumber(text);
+  if (v && *v > 100000) return Status::InvalidArgument(fmt::format("{} {}: expected seconds above 0, at most 100000", flag, text));
+  if (!v || !(*v > 0)) return Status::InvalidArgument(fmt::format("{} {}: expected seconds above 0", flag, text));
+  *out = *v;
+  return Status::Ok();
 }
 
 std::string Ordinal(int n) {
@@ -41,58 +48,44 @@ std::string EventList() {
 
 Result<ChaosArgs> ParseChaosArgs(const std::vector<std::string>& args) {
   ChaosArgs a;
-  bool signal_given = false, stop_given = false;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& flag = args[i];
-    const bool has_value = i + 1 < args.size();
-    auto value = [&]() -> const std::string& { return args[++i]; };
-    if ((flag == "--kill" || flag == "--at" || flag == "--from" || flag == "--signal" || flag == "--stop" || flag == "--deadline" ||
-         flag == "--run-dir" || flag == "--grace") &&
-        !has_value)
-      return Status::InvalidArgument(fmt::format("{} needs a value", flag));
-    if (flag == "--kill") {
-      a.kill = value();
-    } else if (flag == "--at") {
-      const std::string at = value();
-      const auto colon = at.find(':');
-      a.event = at.substr(0, colon);
-      if (!config::IsEventName(a.event))
-        return Status::InvalidArgument(fmt::format("--at {}: tfd emits no event \"{}\" (expected one of {})", at, a.event, EventList()));
-      if (colon != std::string::npos && (!ParseCount(at.substr(colon + 1), &a.nth) || a.nth < 1))
-        return Status::InvalidArgument(fmt::format("--at {}: N must be a whole number >= 1", at));
-    } else if (flag == "--from") {
-      a.from = value();
-    } else if (flag == "--signal") {
-      const std::string s = value();
-      if (s == "kill") a.action = FaultAction::kKill;
-      else if (s == "term") a.action = FaultAction::kTerm;
-      else return Status::InvalidArgument(fmt::format("--signal {}: expected kill or term", s));
-      signal_given = true;
-    } else if (flag == "--stop") {
-      if (!ParseSeconds(value(), &a.stop_secs)) return Status::InvalidArgument(fmt::format("--stop {}: expected seconds above 0", args[i]));
-      a.action = FaultAction::kStop;
-      stop_given = true;
-    } else if (flag == "--deadline") {
-      if (!ParseSeconds(value(), &a.deadline_secs))
-        return Status::InvalidArgument(fmt::format("--deadline {}: expected seconds above 0", args[i]));
-    } else if (flag == "--run-dir") {
-      a.run_dir_override = value();
-    } else if (flag == "--grace") {
-      if (!ParseSeconds(value(), &a.grace_secs)) return Status::InvalidArgument(fmt::format("--grace {}: expected seconds above 0", args[i]));
-    } else if (flag == "--accept-new-hostkeys") {
-      a.accept_new_hostkeys = true;
-    } else if (!flag.empty() && flag[0] == '-') {
-      return Status::InvalidArgument(fmt::format("chaos: unknown option {}", flag));
-    } else if (a.run_or_file.empty()) {
-      a.run_or_file = flag;
-    } else {
-      return Status::InvalidArgument(fmt::format("chaos: one run folder or cluster file, not \"{}\" too", flag));
+  std::string at, signal, stop, deadline;
+  CommandLine line("chaos");
+  line.Positional(&a.run_or_file, "run folder or cluster file");
+  line.Text("kill", &a.kill);
+  line.Text("at", &at);
+  line.Text("from", &a.from);
+  line.Text("signal", &signal);
+  line.Text("stop", &stop);
+  line.Text("deadline", &deadline);
+  line.Text("run-dir", &a.run_dir_override);  // as up's
+  line.Seconds("grace", &a.grace_secs, 0, kMaxGraceSecs);
+  line.Switch("accept-new-hostkeys", &a.accept_new_hostkeys);
+  TFD_RETURN_IF_ERROR(line.Parse(args));
+  if (line.Given("at")) {
+    const auto colon = at.find(':');
+    a.event = at.substr(0, colon);
+    if (!config::IsEventName(a.event))
+      return Status::InvalidArgument(fmt::format("--at {}: tfd emits no event \"{}\" (expected one of {})", at, a.event, EventList()));
+    if (colon != std::string::npos) {
+      const std::optional<int> nth = ParseCount(std::string_view(at).substr(colon + 1), 1);
+      if (!nth) return Status::InvalidArgument(fmt::format("--at {}: N must be a whole number >= 1", at));
+      a.nth = *nth;
     }
   }
+  if (line.Given("signal")) {
+    if (signal == "kill") a.action = FaultAction::kKill;
+    else if (signal == "term") a.action = FaultAction::kTerm;
+    else return Status::InvalidArgument(fmt::format("--signal {}: expected kill or term", signal));
+  }
+  if (line.Given("stop")) {
+    TFD_RETURN_IF_ERROR(ParseFaultSeconds("--stop", stop, &a.stop_secs));
+    a.action = FaultAction::kStop;
+  }
+  if (line.Given("deadline")) TFD_RETURN_IF_ERROR(ParseFaultSeconds("--deadline", deadline, &a.deadline_secs));
   if (a.run_or_file.empty()) return Status::InvalidArgument("chaos needs a run folder or a cluster file");
   if (a.kill.empty()) return Status::InvalidArgument("chaos needs --kill ROLE[:INDEX]");
   if (a.event.empty()) return Status::InvalidArgument("chaos needs --at EVENT[:N]");
-  if (signal_given && stop_given) return Status::InvalidArgument("--stop and --signal: a stopped task gets SIGSTOP, no other signal");
+  if (line.Given("signal") && line.Given("stop")) return Status::InvalidArgument("--stop and --signal: a stopped task gets SIGSTOP, no other signal");
   return a;
 }
 
@@ -100,8 +93,11 @@ Result<config::TaskId> ResolveTask(const config::ClusterSpec& cluster, std::stri
   const auto colon = spec.find(':');
   const std::string_view role = spec.substr(0, colon);
   int index = 0;
-  if (colon != std::string_view::npos && !ParseCount(spec.substr(colon + 1), &index))
-    return Status::InvalidArgument(fmt::format("{} {}: expected ROLE[:INDEX], INDEX a whole number", flag, spec));
+  if (colon != std::string_view::npos) {
+    const std::optional<int> n = ParseCount(spec.substr(colon + 1), 0);
+    if (!n) return Status::InvalidArgument(fmt::format("{} {}: expected ROLE[:INDEX], INDEX a whole number", flag, spec));
+    index = *n;
+  }
   auto listed = [&](config::TaskType t, std::string_view noun) -> Result<config::TaskId> {
     const int n = static_cast<int>(cluster.Tasks(t).size());
     if (index < n) return config::TaskId{t, index};

@@ -1,11 +1,17 @@
 #include <cstdio>
 
 #include "common/transport/auth.h"
+#include "launcher/cli.h"
 #include "launcher/commands.h"
 
 namespace tfd::launcher {
 
-int GenToken(const std::string& path) {
+int GenToken(const std::vector<std::string>& args) {
+  std::string path;
+  CommandLine line("gen-token");
+  line.Positional(&path, "FILE");
+  if (Status s = line.Parse(args); !s.ok()) return UsageError(s.message());
+  if (path.empty()) return UsageError("gen-token needs one FILE to write");
   if (Status s = transport::ClusterToken::Generate().WriteFile(path); !s.ok()) {
     std::fprintf(stderr, "tfctl: %s\n", s.message().c_str());
     return 1;

@@ -54,6 +54,10 @@ are reached with ssh -o BatchMode=yes; host keys are always checked (--accept-ne
 keys of hosts not yet in known_hosts). Every run gets a new cluster token: local tasks read it from
 the run folder's token file (mode 0600), remote ones from their ssh's stdin, never a command line.
 
+SECS is a plain number of seconds (2.5; not 5s), N a whole number. A flag's value follows it or an
+'=' (--grace=5); a flag given twice, or one the command does not take, is refused; -- ends the flags.
+A bad command line is one line naming the flag, exit 2, before anything starts.
+
 Exit codes: 0 every task finished, 1 a task failed, 2 a bad file or usage, 130 after Ctrl-C.
 )";
 

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "common/http/server.h"
+#include "launcher/cli.h"
 #include "launcher/commands.h"
 #include "launcher/dashboard.h"
 #include "launcher/report.h"
@@ -14,20 +15,22 @@
 namespace tfd::launcher {
 
 int Report(const std::vector<std::string>& args) {
-  if (args.size() != 1 || args[0].empty() || args[0][0] == '-') return UsageError("report needs one run folder");
-  if (Status s = WriteReport(args[0]); !s.ok()) return ReportFailure(s);
-  std::printf("tfctl: wrote %s/report.html and %s/curves.svg\n", args[0].c_str(), args[0].c_str());
+  std::string run;
+  CommandLine line("report");
+  line.Positional(&run, "run folder");
+  if (Status s = line.Parse(args); !s.ok()) return UsageError(s.message());
+  if (run.empty()) return UsageError("report needs one run folder");
+  if (Status s = WriteReport(run); !s.ok()) return ReportFailure(s);
+  std::printf("tfctl: wrote %s/report.html and %s/curves.svg\n", run.c_str(), run.c_str());
   return 0;
 }
 
 int ServeDashboard(const std::vector<std::string>& args, const Interrupts& interrupts) {
   std::string run, listen = "0";
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--port" && i + 1 < args.size()) listen = args[++i];
-    else if (!args[i].empty() && args[i][0] == '-') return UsageError(fmt::format("dashboard: unknown option {}", args[i]));
-    else if (run.empty()) run = args[i];
-    else return UsageError(fmt::format("dashboard: one run folder, not \"{}\" too", args[i]));
-  }
+  CommandLine line("dashboard");
+  line.Positional(&run, "run folder");
+  line.Text("port", &listen);  // checked below, as ADDR:PORT
+  if (Status s = line.Parse(args); !s.ok()) return UsageError(s.message());
   if (run.empty()) return UsageError("dashboard needs a run folder");
   std::error_code ec;
   if (!std::filesystem::is_regular_file(std::filesystem::path(run) / "job.json", ec))

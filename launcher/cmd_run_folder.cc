@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "launcher/cli.h"
 #include "launcher/commands.h"
 #include "launcher/runner.h"
 
@@ -30,26 +31,38 @@ struct RunFolder {
   std::string path;
   pid_t collector = -1;  // from its tfctl.pid; -1 when there is none
   bool running = false;  // that tfctl is alive
-  std::vector<std::string> rest;  // the command's arguments after the folder
 };
 
-// The run folder named first in `args`, or the newest under ./runs; UsageError (2) when neither.
-int FindRun(const std::string& command, const std::vector<std::string>& args, RunFolder* out) {
-  std::size_t used = 0;
-  if (!args.empty() && args[0][0] != '-' && fs::is_directory(args[0]) && fs::exists(fs::path(args[0]) / "cluster.json")) {
-    out->path = args[0];
-    used = 1;
+bool IsRunFolder(const std::string& path) {
+  std::error_code ec;
+  return !path.empty() && fs::is_directory(path, ec) && fs::exists(fs::path(path) / "cluster.json", ec);
+}
+
+// `given` when not empty, else the newest folder under ./runs; UsageError (2) when `given` is not a
+// run folder or none is under ./runs.
+int FindRun(const std::string& command, const std::string& given, RunFolder* out) {
+  if (!given.empty()) {
+    if (!IsRunFolder(given)) return UsageError(fmt::format("{}: {} is not a run folder (no cluster.json)", command, given));
+    out->path = given;
   } else {
     std::error_code ec;
     for (const auto& e : fs::directory_iterator("runs", ec))
       if (e.is_directory() && e.path().string() > out->path) out->path = e.path().string();
   }
-  out->rest.assign(args.begin() + static_cast<std::ptrdiff_t>(used), args.end());
   if (out->path.empty()) return UsageError(fmt::format("{}: no run folder given and none under ./runs", command));
   const std::string pid_text = ReadFile(fs::path(out->path) / "tfctl.pid");
   out->collector = pid_text.empty() ? -1 : static_cast<pid_t>(std::atol(pid_text.c_str()));
   out->running = ProcessAlive(out->collector);
   return 0;
+}
+
+// status and down: [RUN] and nothing else.
+int ParseAndFindRun(const std::string& command, const std::vector<std::string>& args, RunFolder* out) {
+  std::string given;
+  CommandLine line(command);
+  line.Positional(&given, "run folder");
+  if (Status s = line.Parse(args); !s.ok()) return UsageError(s.message());
+  return FindRun(command, given, out);
 }
 
 }  // namespace
@@ -66,7 +79,7 @@ int ReadyWorkers(const fs::path& run_dir) {
 
 int Down(const std::vector<std::string>& args) {
   RunFolder run;
-  if (int code = FindRun("down", args, &run); code != 0) return code;
+  if (int code = ParseAndFindRun("down", args, &run); code != 0) return code;
   if (!run.running) {
     std::printf("tfctl: %s is not running\n", run.path.c_str());
     return 0;
@@ -81,16 +94,23 @@ int Down(const std::vector<std::string>& args) {
 }
 
 int ShowLogs(const std::vector<std::string>& args) {
-  RunFolder run;
-  if (int code = FindRun("logs", args, &run); code != 0) return code;
-  const fs::path run_dir = run.path;
+  std::string first, second;  // [RUN] [TASK]
   bool follow = false;
-  std::string task;
-  for (const std::string& a : run.rest) {
-    if (a == "-f" || a == "--follow") follow = true;
-    else if (a[0] == '-') return UsageError(fmt::format("logs: unknown option {}", a));
-    else task = a;
+  CommandLine line("logs");
+  line.Positional(&first, "run folder or task");
+  line.Positional(&second, "task");
+  line.Switch("follow", &follow, 'f');
+  if (Status s = line.Parse(args); !s.ok()) return UsageError(s.message());
+  std::string given, task = first;
+  if (IsRunFolder(first)) {
+    given = first;
+    task = second;
+  } else if (!second.empty()) {
+    return UsageError(fmt::format("logs: {} is not a run folder (no cluster.json)", first));
   }
+  RunFolder run;
+  if (int code = FindRun("logs", given, &run); code != 0) return code;
+  const fs::path run_dir = run.path;
   std::vector<fs::path> files;
   if (!task.empty()) {
     files.push_back(run_dir / (task + ".log"));
@@ -120,7 +140,7 @@ int ShowLogs(const std::vector<std::string>& args) {
 
 int ShowStatus(const std::vector<std::string>& args) {
   RunFolder run;
-  if (int code = FindRun("status", args, &run); code != 0) return code;
+  if (int code = ParseAndFindRun("status", args, &run); code != 0) return code;
   const fs::path run_dir = run.path;
   std::map<std::string, config::Event> last;
   std::istringstream in(ReadFile(run_dir / "metrics.jsonl"));

@@ -3,13 +3,13 @@
 
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <thread>
 
 #include <fmt/format.h>
 
+#include "launcher/cli.h"
 #include "launcher/commands.h"
 #include "launcher/runner.h"
 #include "launcher/scale.h"
@@ -37,21 +37,10 @@ std::set<std::string> ReadySince(const fs::path& metrics, std::uintmax_t from, c
 int Scale(const std::vector<std::string>& args) {
   std::string run;
   int workers = -1;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--workers" && i + 1 < args.size()) {
-      const std::string& v = args[++i];
-      char* end = nullptr;
-      const long n = std::strtol(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || n < 1 || n > 65536) return UsageError(fmt::format("scale: --workers: expected a number of workers, got \"{}\"", v));
-      workers = static_cast<int>(n);
-    } else if (!args[i].empty() && args[i][0] == '-') {
-      return UsageError(fmt::format("scale: unknown option {}", args[i]));
-    } else if (run.empty()) {
-      run = args[i];
-    } else {
-      return UsageError(fmt::format("scale: one run folder, not \"{}\" too", args[i]));
-    }
-  }
+  CommandLine line("scale");
+  line.Positional(&run, "run folder");
+  line.Integer("workers", &workers, 1, 65536, "a number of workers");
+  if (Status s = line.Parse(args); !s.ok()) return UsageError(s.message());
   if (run.empty() || workers < 0) return UsageError("scale needs a run folder and --workers N");
   const fs::path run_dir = run;
   if (!fs::is_directory(run_dir)) return ReportFailure(Status::InvalidArgument(fmt::format("scale: {}: no such run folder", run)));

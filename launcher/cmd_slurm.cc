@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "launcher/cli.h"
 #include "launcher/commands.h"
 #include "launcher/runner.h"
 
@@ -65,38 +66,27 @@ Result<std::string> SlurmScript(const config::ClusterFile& f, const SlurmArgs& a
   return s;
 }
 
-int Slurm(const std::vector<std::string>& argv) {
-  SlurmArgs args;
-  std::string file;
-  bool submit = false;
-  for (std::size_t i = 0; i < argv.size(); ++i) {
-    if (argv[i] == "--submit") {
-      submit = true;
-    } else if (argv[i] == "--port-base" && i + 1 < argv.size()) {
-      const std::string& v = argv[++i];
-      int port = 0;
-      try {
-        port = std::stoi(v);
-      } catch (...) {  // not a number: refused below
-      }
-      if (port < 1 || port > 65535 || std::to_string(port) != v) return UsageError(fmt::format("--port-base: expected a port in [1, 65535], got \"{}\"", v));
-      args.port_base = port;
-    } else if (argv[i] == "--sbatch" && i + 1 < argv.size()) {
-      args.sbatch_options.push_back(argv[++i]);
-    } else if (!argv[i].empty() && argv[i][0] == '-') {
-      return UsageError(fmt::format("unknown option {}", argv[i]));
-    } else if (file.empty()) {
-      file = argv[i];
-    } else {
-      return UsageError(fmt::format("one cluster file, not \"{}\" too", argv[i]));
-    }
-  }
-  if (file.empty()) return UsageError("slurm needs a cluster file");
-  Result<config::ClusterFile> loaded = config::LoadClusterFile(file);
+Result<SlurmArgs> ParseSlurmArgs(const std::vector<std::string>& args) {
+  SlurmArgs a;
+  CommandLine line("slurm");
+  line.Positional(&a.file, "cluster file");
+  line.Switch("submit", &a.submit);
+  line.Integer("port-base", &a.port_base, 1, 65535, "a port");
+  line.Texts("sbatch", &a.sbatch_options);  // --sbatch --partition=cpu: the value may begin with "--"
+  TFD_RETURN_IF_ERROR(line.Parse(args));
+  if (a.file.empty()) return Status::InvalidArgument("slurm needs a cluster file");
+  return a;
+}
+
+int Slurm(const std::vector<std::string>& words) {
+  Result<SlurmArgs> parsed = ParseSlurmArgs(words);
+  if (!parsed.ok()) return UsageError(parsed.status().message());
+  const SlurmArgs& args = *parsed;
+  Result<config::ClusterFile> loaded = config::LoadClusterFile(args.file);
   if (!loaded.ok()) return ReportFailure(loaded.status());
   Result<std::string> script = SlurmScript(*loaded, args);
   if (!script.ok()) return ReportFailure(script.status());
-  if (!submit) {
+  if (!args.submit) {
     std::fputs(script->c_str(), stdout);
     return 0;
   }

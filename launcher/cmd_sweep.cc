@@ -15,6 +15,7 @@
 #include "common/config/sweep.h"
 #include "daemon/coordinator/coordinator.h"
 #include "daemon/coordinator/sweep_run.h"
+#include "launcher/cli.h"
 #include "launcher/commands.h"
 #include "launcher/runner.h"
 
@@ -42,6 +43,21 @@ struct Worker {
 };
 
 }  // namespace
+
+Result<SweepArgs> ParseSweepArgs(bool ensemble, const std::vector<std::string>& args) {
+  SweepArgs a;
+  a.ensemble = ensemble;
+  CommandLine line(ensemble ? "ensemble" : "sweep");
+  line.Positional(&a.file, ensemble ? "job file" : "sweep file");
+  line.Text("run-dir", &a.run_root);
+  line.Text("tfd", &a.tfd);
+  line.Integer("workers", &a.workers, 1, 4096, "a number of workers");
+  line.Seconds("grace", &a.grace_secs, 0, kMaxGraceSecs);
+  TFD_RETURN_IF_ERROR(line.Parse(args));
+  if (a.file.empty())
+    return Status::InvalidArgument(ensemble ? "ensemble needs a job file with \"ensemble\" (docs/sweeps.md)" : "sweep needs a sweep file (docs/sweeps.md)");
+  return a;
+}
 
 int Sweep(const SweepArgs& args, const Interrupts& interrupts) {
   Result<coordinator::PreparedSweep> prepared = coordinator::PrepareSweep(args.file, args.ensemble, args.workers);

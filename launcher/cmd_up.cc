@@ -1,4 +1,4 @@
-// up, in the foreground or (--detach) in a background tfctl.
+// up, in the foreground or (--detach) in a background tfctl; the command line of up and validate.
 #include <unistd.h>
 
 #include <chrono>
@@ -13,6 +13,7 @@
 #include "common/base/logging.h"
 #include "common/http/server.h"
 #include "common/transport/auth.h"
+#include "launcher/cli.h"
 #include "launcher/commands.h"
 #include "launcher/dashboard.h"
 #include "launcher/report.h"
@@ -30,6 +31,27 @@ void WriteRunReport(const std::filesystem::path& run_dir, bool json) {
 }
 
 }  // namespace
+
+Result<ClusterArgs> ParseClusterArgs(std::string_view command, const std::vector<std::string>& args) {
+  ClusterArgs a;
+  std::string log_format = "text";
+  // up's complaints have never named the command ("unknown option --bogus"), and scripts that read
+  // its JSON lines see them: kept so.
+  CommandLine line(command == "up" ? "" : std::string(command));
+  line.Positional(&a.file, "cluster file");
+  line.Text("run-dir", &a.run_dir_override);
+  line.Seconds("grace", &a.grace_secs, 0, kMaxGraceSecs);
+  line.Switch("accept-new-hostkeys", &a.accept_new_hostkeys);
+  if (command == "up") {
+    line.Switch("detach", &a.detach);
+    line.Text("dashboard", &a.dashboard);  // checked by Up, as ADDR:PORT
+    line.Choice("log-format", &log_format, {"text", "json"});
+  }
+  TFD_RETURN_IF_ERROR(line.Parse(args));
+  a.json_output = log_format == "json";
+  if (a.file.empty()) return Status::InvalidArgument(fmt::format("{} needs a cluster file", command));
+  return a;
+}
 
 int Up(const ClusterArgs& args, const Interrupts& interrupts, Injection* fault, std::filesystem::path* run_dir_out) {
   const bool json = args.json_output;

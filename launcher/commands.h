@@ -1,13 +1,15 @@
 #pragma once
 
-// tfctl's subcommands. main() parses the command line into these arguments and calls one; each
-// prints its own messages (stdout for results, stderr for errors, one line each) and returns tfctl's
-// exit code: 0 success, 1 a task, host or write failed, 2 a bad file or usage, 130 after Ctrl-C.
+// tfctl's subcommands. Tfctl() picks one by its first word; each parses the rest of the command line
+// with its own CommandLine (launcher/cli.h), prints its own messages (stdout for results, stderr for
+// errors, one line each) and returns tfctl's exit code: 0 success, 1 a task, host or write failed, 2
+// a bad file or usage, 130 after Ctrl-C.
 
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/base/status.h"
@@ -15,6 +17,19 @@
 #include "launcher/plan.h"
 
 namespace tfd::launcher {
+
+// How up learns of Ctrl-C and TERM: `handler` (main's, async-signal-safe) sets `flag`; up installs it
+// for SIGINT and SIGTERM in the process that runs the cluster (with --detach, the background one).
+struct Interrupts {
+  const std::atomic<int>* flag = nullptr;
+  void (*handler)(int) = nullptr;
+};
+
+// tfctl with `args`, the words after "tfctl": help, or the subcommand args[0] names with the rest.
+// A command line it cannot use is one line on stderr ("tfctl: --grace: expected a number of seconds
+// in [0, 3600], got "5s" (see tfctl --help)"; a JSON line for up --log-format json) and exit 2,
+// before anything is read or started.
+int Tfctl(const std::vector<std::string>& args, const Interrupts& interrupts);
 
 // help: the usage text, on stdout (exit 0) when asked for, on stderr (exit 2) when tfctl got no
 // arguments at all.
@@ -27,25 +42,24 @@ int UsageError(const std::string& message, bool json = false);
 int ReportFailure(const Status& s, bool json = false);
 
 // gen-token FILE: a new cluster token in a new file of mode 0600; 1 when it cannot be written.
-int GenToken(const std::string& path);
+int GenToken(const std::vector<std::string>& args);
+
+// --grace SECS (up, validate, chaos, sweep, ensemble) is a plain number of seconds from 0 to this.
+inline constexpr double kMaxGraceSecs = 3600;
 
 // The command line of up and validate.
 struct ClusterArgs {
   std::string file;              // the cluster file
   std::string run_dir_override;  // --run-dir; empty: the file's launch.run_dir
-  double grace_secs = 10;        // --grace: TERM, then KILL after this long
+  double grace_secs = 10;        // --grace SECS: TERM, then KILL after this long
   bool accept_new_hostkeys = false;
   bool detach = false;  // up --detach
   std::string dashboard;  // up --dashboard [ADDR:]PORT; empty: none
   bool json_output = false;  // up --log-format json: JSON lines only on stdout and stderr
 };
-
-// How up learns of Ctrl-C and TERM: `handler` (main's, async-signal-safe) sets `flag`; up installs it
-// for SIGINT and SIGTERM in the process that runs the cluster (with --detach, the background one).
-struct Interrupts {
-  const std::atomic<int>* flag = nullptr;
-  void (*handler)(int) = nullptr;
-};
+// The words after "up" or "validate" (`command`); InvalidArgument with a one-line message
+// (launcher/cli.h) for a flag the command does not take, a bad value, or no cluster file.
+Result<ClusterArgs> ParseClusterArgs(std::string_view command, const std::vector<std::string>& args);
 
 // validate: the file, then every host (validate's checks below); starts nothing.
 int Validate(const ClusterArgs& args);
@@ -76,7 +90,11 @@ int ServeDashboard(const std::vector<std::string>& args, const Interrupts& inter
 struct SlurmArgs {
   int port_base = 8888;                     // --port-base: tfd's --slurm-port-base
   std::vector<std::string> sbatch_options;  // --sbatch OPTION, each an extra #SBATCH line
+  std::string file;                         // the cluster file
+  bool submit = false;                      // --submit
 };
+// The words after "slurm"; InvalidArgument with a one-line message (launcher/cli.h).
+Result<SlurmArgs> ParseSlurmArgs(const std::vector<std::string>& args);
 // slurm CLUSTER.json [--submit] [--port-base P] [--sbatch OPTION]...: prints the sbatch script of
 // SlurmScript; with --submit writes it to the run root as NAME.sbatch and runs sbatch on it (1 when
 // sbatch fails, with its last words). 2 for a bad file or usage.
@@ -95,8 +113,9 @@ Result<std::string> SlurmScript(const config::ClusterFile& f, const SlurmArgs& a
 // 1 when the run's tfctl does not answer or a new worker is not ready within launch.start_timeout.
 int Scale(const std::vector<std::string>& args);
 
-// status, logs and down act on a run folder: the first of `args` (the words after the command) when
-// it is one (a folder holding cluster.json), else the newest folder under ./runs.
+// status, logs and down act on a run folder: RUN when given (a folder holding cluster.json; status
+// and down refuse any other word, exit 2), else the newest folder under ./runs. For logs a first word
+// that is not a run folder is the TASK.
 int ShowStatus(const std::vector<std::string>& args);  // each task's last event; running or finished
 int ShowLogs(const std::vector<std::string>& args);    // [TASK] [-f]: every task's log lines, or one task's
 int Down(const std::vector<std::string>& args);        // TERM to the run's tfctl, which stops its tasks
@@ -106,10 +125,13 @@ struct SweepArgs {
   std::string file;             // the sweep file (docs/sweeps.md)
   std::string run_root = "runs";  // --run-dir: the run folder is made under it
   std::string tfd;              // --tfd: the tfd binary; empty: beside tfctl, else from PATH
-  int workers = 0;              // --workers: overrides the file's "workers"
-  double grace_secs = 10;       // --grace: after Ctrl-C, how long trials get to stop before TERM
+  int workers = 0;              // --workers N (1 to 4096): overrides the file's "workers"
+  double grace_secs = 10;       // --grace SECS: after Ctrl-C, how long trials get to stop before TERM
   bool ensemble = false;        // tfctl ensemble: `file` is a job with "ensemble"; trials are its members
 };
+// The words after "sweep" (or "ensemble", `ensemble` true); InvalidArgument with a one-line message
+// (launcher/cli.h).
+Result<SweepArgs> ParseSweepArgs(bool ensemble, const std::vector<std::string>& args);
 // sweep SWEEP.json: tfctl is the coordinator (daemon/coordinator) of a hyper-parameter sweep run by
 // generic tfd workers on this machine; a live leaderboard, then the run folder's trials.jsonl,
 // leaderboard.csv and best.json. 0 when a best trial was found, 1 when none reported the objective,
