@@ -607,9 +607,12 @@ int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
     }
     if (scalable && Clock::now() >= next_scale_check) {
       next_scale_check = After(0.25);
-      if (std::optional<ScaleRequest> request = TakeScaleRequest(options.run_dir)) {
-        const ScaleReply reply = scale(*request);
-        display.Line(fmt::format("[tfctl] scale to {} workers: {}{}", request->workers, reply.ok ? "" : "refused: ", reply.message));
+      Result<std::optional<ScaleRequest>> request = TakeScaleRequest(options.run_dir);
+      if (!request.ok()) {
+        display.Line(fmt::format("[tfctl] scale: {}", request.status().message()));
+      } else if (*request) {
+        const ScaleReply reply = scale(**request);
+        display.Line(fmt::format("[tfctl] scale to {} workers: {}{}", (*request)->workers, reply.ok ? "" : "refused: ", reply.message));
         if (Status s = WriteScaleReply(options.run_dir, reply); !s.ok()) display.Line(fmt::format("[tfctl] scale: {}", s.message()));
         refresh();
       }
