@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/config/json_writer.h"
 #include "launcher/cli.h"
 #include "launcher/commands.h"
 #include "launcher/runner.h"
@@ -238,7 +239,7 @@ std::vector<std::string> ChaosReportLines(const ChaosPromise& promise, const std
   for (const TaskOutcome& t : tasks) {
     lines.push_back(fmt::format("chaos task={} exit_code={} restarts={} exit_after_secs={} past_deadline={} last_line={}", t.task, t.exit_code,
                                 t.restarts, t.exit_after_secs < 0 ? "-" : fmt::format("{:.1f}", t.exit_after_secs), t.past_deadline,
-                                nlohmann::json(t.last_line).dump()));
+                                config::CompactJson(nlohmann::json(t.last_line))));
   }
   if (verdict.kept)
     lines.push_back(fmt::format("chaos verdict=kept survival={}: {}", promise.survival ? "promised" : "not-promised", promise.why));
@@ -270,7 +271,7 @@ std::string ChaosJson(const Fault& fault, const std::string& not_sent, double se
   }
   j["verdict"] = verdict.kept ? "kept" : "broken";
   j["reasons"] = verdict.reasons;
-  return j.dump(2) + "\n";
+  return config::JsonText(j, config::kAllLevels) + "\n";
 }
 
 }  // namespace tfd::launcher

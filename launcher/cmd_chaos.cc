@@ -4,16 +4,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <map>
 #include <thread>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "common/base/check.h"
 #include "common/config/json_reader.h"
 #include "launcher/chaos.h"
 #include "launcher/commands.h"
+#include "launcher/run_summary.h"
 #include "launcher/runner.h"
 
 namespace tfd::launcher {
@@ -32,24 +31,24 @@ std::string ReadOrEmpty(const fs::path& path) {
 // Each task of `plan`, as the run folder's summary.json and logs tell it.
 // `deadline_unix`: when the tasks had to have ended by (Unix seconds; progress may have moved it).
 std::vector<TaskOutcome> ReadOutcomes(const fs::path& run_dir, const std::vector<TaskPlan>& plan, double sent_at, double deadline_unix) {
-  std::map<std::string, nlohmann::json> summary;
-  const nlohmann::json doc = nlohmann::json::parse(ReadOrEmpty(run_dir / "summary.json"), nullptr, /*allow_exceptions=*/false);
-  if (doc.is_object() && doc.contains("tasks") && doc["tasks"].is_array())
-    for (const nlohmann::json& t : doc["tasks"])
-      if (t.is_object() && t.contains("task") && t["task"].is_string()) summary[t["task"].get<std::string>()] = t;
+  // No summary, or one that does not read: as if the run's tfctl had not ended.
+  const Result<RunSummary> summary = ParseSummary(ReadOrEmpty(run_dir / "summary.json"), (run_dir / "summary.json").string());
   std::vector<TaskOutcome> out;
   for (const TaskPlan& p : plan) {
     TaskOutcome o;
     o.task = p.task.ToString();
-    const nlohmann::json& s = summary[o.task];
-    auto number = [&](const char* key, double fallback) { return s.is_object() && s.contains(key) && s[key].is_number() ? s[key].get<double>() : fallback; };
-    o.exit_code = static_cast<int>(number("exit_code", -1));
-    o.restarts = static_cast<int>(number("restarts", 0));
-    o.test_accuracy = number("test_accuracy", -1);
-    const double ended_at = number("ended_at", 0);
-    if (sent_at > 0 && ended_at > 0) o.exit_after_secs = ended_at - sent_at;
-    o.past_deadline = (s.is_object() && s.value("past_deadline", false)) || (sent_at > 0 && ended_at > deadline_unix) ||
-                      (sent_at > 0 && !s.is_object());  // no summary: the run's tfctl did not end by the deadline
+    const TaskSummary* s = nullptr;
+    if (summary.ok())
+      for (const TaskSummary& t : summary->tasks)
+        if (t.task == o.task) s = &t;
+    if (s != nullptr) {
+      o.exit_code = s->exit_code;
+      o.restarts = s->restarts;
+      o.test_accuracy = s->test_accuracy.value_or(-1);
+      if (sent_at > 0 && s->ended_at > 0) o.exit_after_secs = s->ended_at - sent_at;
+    }
+    o.past_deadline = (s != nullptr && s->past_deadline) || (sent_at > 0 && s != nullptr && s->ended_at > deadline_unix) ||
+                      (sent_at > 0 && s == nullptr);  // no summary: the run's tfctl did not end by the deadline
     std::string last;
     std::ifstream log(run_dir / (o.task + ".log"));
     for (std::string line; std::getline(log, line);)

@@ -63,7 +63,9 @@ int Scale(const std::vector<std::string>& args) {
   std::optional<ScaleReply> reply;
   for (const auto until = Clock::now() + std::chrono::seconds(15); !reply && Clock::now() < until;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    reply = ReadScaleReply(run_dir, request.id);
+    Result<std::optional<ScaleReply>> read = ReadScaleReply(run_dir, request.id);
+    if (!read.ok()) return ReportFailure(read.status().WithContext("scale"));
+    reply = std::move(*read);
     if (!reply && !ProcessAlive(static_cast<pid_t>(pid))) break;
   }
   if (!reply) {

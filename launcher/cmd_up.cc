@@ -82,8 +82,7 @@ int Up(const ClusterArgs& args, const Interrupts& interrupts, Injection* fault, 
   // Prometheus file-SD targets: a scrape config's file_sd_configs may point at this file.
   std::ofstream(run_dir / "targets.json") << TargetsJson(run->plan, run->options.run_name);
   if (run_dir_out != nullptr) *run_dir_out = run_dir;
-  std::string where = "\"run_dir\": ";
-  AppendJsonString(run_dir.string(), &where);
+  const std::vector<EventField> where = {{"run_dir", run_dir.string()}};
   Say(stdout, json, "describe", Describe(run->file), where);
   if (const std::string note = SharedFolderNote(*run); !note.empty()) Say(stdout, json, "note", note);
 
@@ -123,9 +122,7 @@ int Up(const ClusterArgs& args, const Interrupts& interrupts, Injection* fault, 
       auto started = Dashboard::Start(dashboard_at.first, dashboard_at.second, run_dir);
       if (!started.ok()) return ReportFailure(started.status(), json);
       dashboard = std::move(*started);
-      std::string url = "\"url\": ";
-      AppendJsonString(dashboard->url(), &url);
-      Say(stderr, json, "dashboard", "dashboard at " + dashboard->url(), url);
+      Say(stderr, json, "dashboard", "dashboard at " + dashboard->url(), {{"url", dashboard->url()}});
       ropts.on_tasks = [site = &dashboard->site()](const std::vector<TaskState>& tasks) { site->SetTasks(tasks); };
     }
     std::signal(SIGINT, interrupts.handler);

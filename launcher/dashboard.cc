@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/config/json_writer.h"
 #include "launcher/report.h"
 
 namespace tfd::launcher {
@@ -15,7 +16,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 http::Response Json(int status, const json& body) {
-  return {.status = status, .content_type = "application/json", .body = body.dump() + "\n", .headers = {{"Cache-Control", "no-store"}}};
+  return {.status = status, .content_type = "application/json", .body = config::CompactJson(body) + "\n", .headers = {{"Cache-Control", "no-store"}}};
 }
 
 http::Response Error(int status, const std::string& message) { return Json(status, json{{"error", message}}); }
@@ -136,12 +137,13 @@ http::Response DashboardSite::Handle(const http::Request& request) const {
     Result<EventsPage> page = ReadEventsPage(run_dir_ / "metrics.jsonl", since);
     if (page.status().code() == Code::kNotFound) return Json(200, json{{"since", since}, {"next", since}, {"more", false}, {"skipped", 0}, {"events", json::array()}});
     if (!page.ok()) return Error(400, page.status().message());
-    // The lines are JSON objects already: spliced in as they are.
-    std::string body = fmt::format(R"({{"since": {}, "next": {}, "more": {}, "skipped": {}, "events": [)", page->since, page->next,
-                                   page->more ? "true" : "false", page->skipped);
-    for (std::size_t i = 0; i < page->lines.size(); ++i) body += (i == 0 ? "\n" : ",\n") + page->lines[i];
-    body += "]}\n";
-    return {.status = 200, .content_type = "application/json", .body = std::move(body), .headers = {{"Cache-Control", "no-store"}}};
+    // Each line is a JSON object (ReadEventsPage parsed it): parsed again into the answer.
+    nlohmann::ordered_json body = {{"since", page->since}, {"next", page->next}, {"more", page->more}, {"skipped", page->skipped},
+                                   {"events", nlohmann::ordered_json::array()}};
+    for (const std::string& line : page->lines)
+      body["events"].push_back(nlohmann::ordered_json::parse(line, nullptr, /*allow_exceptions=*/false));
+    return {.status = 200, .content_type = "application/json", .body = config::JsonText(body, /*open_levels=*/2) + "\n",
+            .headers = {{"Cache-Control", "no-store"}}};
   }
   return Error(404, fmt::format("no such page: {}", path));
 }

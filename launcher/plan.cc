@@ -1,21 +1,11 @@
 #include "launcher/plan.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/config/json_writer.h"
 
 namespace tfd::launcher {
-namespace {
-
-std::string JsonString(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out.push_back('\\');
-    out.push_back(c);
-  }
-  out.push_back('"');
-  return out;
-}
-
-}  // namespace
 
 std::string ShellQuote(std::string_view s) {
   std::string out = "'";
@@ -28,17 +18,16 @@ std::string ShellQuote(std::string_view s) {
 }
 
 std::string TfConfigFor(const config::ClusterSpec& cluster, const config::TaskId& task) {
-  std::string jobs;
+  nlohmann::ordered_json jobs = nlohmann::ordered_json::object();
   for (config::TaskType t : {config::TaskType::kChief, config::TaskType::kWorker, config::TaskType::kPs, config::TaskType::kEvaluator}) {
     const auto& eps = cluster.Tasks(t);
     if (eps.empty()) continue;
-    std::vector<std::string> items;
-    for (const config::Endpoint& e : eps) items.push_back(JsonString(e.ToString()));
-    jobs += fmt::format("{}{}:[{}]", jobs.empty() ? "" : ",", JsonString(config::TaskTypeName(t)), fmt::join(items, ","));
+    nlohmann::ordered_json& list = jobs[std::string(config::TaskTypeName(t))] = nlohmann::ordered_json::array();
+    for (const config::Endpoint& e : eps) list.push_back(e.ToString());
   }
-  const std::string tfd = cluster.base_workers >= 0 ? fmt::format(R"(,"tfd":{{"base_workers":{}}})", cluster.base_workers) : "";
-  return fmt::format(R"({{"cluster":{{{}}},"task":{{"type":{},"index":{}}}{}}})", jobs, JsonString(config::TaskTypeName(task.type)),
-                     task.index, tfd);
+  nlohmann::ordered_json tf = {{"cluster", std::move(jobs)}, {"task", {{"type", config::TaskTypeName(task.type)}, {"index", task.index}}}};
+  if (cluster.base_workers >= 0) tf["tfd"] = {{"base_workers", cluster.base_workers}};
+  return config::CompactJson(tf);
 }
 
 config::ClusterFile WithWorkers(const config::ClusterFile& file, int num_workers) {
@@ -55,13 +44,13 @@ config::ClusterFile WithWorkers(const config::ClusterFile& file, int num_workers
 }
 
 std::string TargetsJson(const std::vector<TaskPlan>& plan, const std::string& run_name) {
-  std::vector<std::string> entries;
+  nlohmann::ordered_json targets = nlohmann::ordered_json::array();
   for (const TaskPlan& p : plan) {
     if (p.metrics_target.empty()) continue;
-    entries.push_back(fmt::format(R"(  {{"targets": [{}], "labels": {{"job": {}, "task": "{}", "run": {}}}}})", JsonString(p.metrics_target),
-                                  JsonString(config::TaskTypeName(p.task.type)), p.task.index, JsonString(run_name)));
+    targets.push_back({{"targets", {p.metrics_target}},
+                       {"labels", {{"job", config::TaskTypeName(p.task.type)}, {"task", std::to_string(p.task.index)}, {"run", run_name}}}});
   }
-  return entries.empty() ? "[]\n" : fmt::format("[\n{}\n]\n", fmt::join(entries, ",\n"));
+  return config::JsonText(targets, /*open_levels=*/1) + "\n";
 }
 
 std::vector<std::string> SshArgv(const config::HostLaunch& h, const std::string& host, const PlanOptions& options,

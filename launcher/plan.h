@@ -49,10 +49,12 @@ struct PlanOptions {
 std::vector<TaskPlan> MakePlan(const config::ClusterFile& file, const PlanOptions& options);
 
 // The run's Prometheus file-SD targets: [{"targets": ["HOST:PORT"], "labels": {"job": "worker",
-// "task": "0", "run": RUN}}, ...] for every task with a metrics_target.
+// "task": "0", "run": RUN}}, ...] for every task with a metrics_target, one target a line
+// (config::JsonText).
 std::string TargetsJson(const std::vector<TaskPlan>& plan, const std::string& run_name);
 
-// The TF_CONFIG of one task of `cluster` (with "tfd": {"base_workers"} when cluster.base_workers is set).
+// The TF_CONFIG of one task of `cluster` (with "tfd": {"base_workers"} when cluster.base_workers is
+// set), as compact JSON (config::CompactJson); config::ParseTfConfig reads it back.
 std::string TfConfigFor(const config::ClusterSpec& cluster, const config::TaskId& task);
 
 // `file` with cluster.worker grown to `num_workers` training workers for an elastic run (tfctl

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/config/cluster_file.h"
+#include "launcher/run_summary.h"
 
 namespace tfd::launcher {
 namespace {
@@ -205,21 +206,14 @@ std::vector<TaskState> TaskStatesFromEvents(std::string_view metrics_jsonl) {
 }
 
 Status ApplySummary(std::string_view summary_json, std::string_view source, std::vector<TaskState>* tasks) {
-  const json doc = json::parse(summary_json, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) return Status::InvalidArgument(fmt::format("{}: not valid JSON", source));
-  if (!doc.is_object() || !doc.contains("tasks") || !doc["tasks"].is_array())
-    return Status::InvalidArgument(fmt::format("{}: expected an object with a \"tasks\" array", source));
-  for (std::size_t i = 0; i < doc["tasks"].size(); ++i) {
-    const json& t = doc["tasks"][i];
-    if (!t.is_object() || !t.contains("task") || !t["task"].is_string() || !t.contains("exit_code") || !t["exit_code"].is_number_integer())
-      return Status::InvalidArgument(fmt::format("{}: tasks[{}]: expected \"task\" and an integer \"exit_code\"", source, i));
-    const std::string name = t["task"].get<std::string>();
-    auto it = std::find_if(tasks->begin(), tasks->end(), [&](const TaskState& s) { return s.task == name; });
-    if (it == tasks->end()) it = tasks->insert(tasks->end(), TaskState{.task = name});
-    it->exit_code = t["exit_code"].get<int>();
-    if (t.contains("restarts") && t["restarts"].is_number_integer()) it->restarts = t["restarts"].get<int>();
-    if (t.contains("test_accuracy") && t["test_accuracy"].is_number()) it->test_accuracy = t["test_accuracy"].get<double>();
-    it->state = StateFromExit(it->exit_code, t.value("past_deadline", false));
+  TFD_ASSIGN_OR_RETURN(const RunSummary summary, ParseSummary(summary_json, source));
+  for (const TaskSummary& t : summary.tasks) {
+    auto it = std::find_if(tasks->begin(), tasks->end(), [&](const TaskState& s) { return s.task == t.task; });
+    if (it == tasks->end()) it = tasks->insert(tasks->end(), TaskState{.task = t.task});
+    it->exit_code = t.exit_code;
+    it->restarts = t.restarts;
+    if (t.test_accuracy) it->test_accuracy = *t.test_accuracy;
+    it->state = StateFromExit(it->exit_code, t.past_deadline);
   }
   std::sort(tasks->begin(), tasks->end(), [](const TaskState& a, const TaskState& b) { return a.task < b.task; });
   return Status::Ok();

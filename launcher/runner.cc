@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -22,12 +23,15 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "common/base/check.h"
 #include "common/base/logging.h"
 #include "common/base/terminal.h"
 #include "common/config/cluster_file.h"
+#include "common/config/json_writer.h"
 #include "launcher/live_table.h"
+#include "launcher/run_summary.h"
 #include "launcher/scale.h"
 
 namespace tfd::launcher {
@@ -54,7 +58,10 @@ struct Task {
   bool past_deadline = false;
   bool scaled_down = false;  // tfctl scale stopped it: its exit is no failure
   Row row;
-  std::string done_fields;  // the done event's accuracy and hash, for summary.json
+  // For summary.json: from the done event (an evaluator's from its last eval event).
+  std::optional<double> final_test_accuracy;
+  std::optional<std::int64_t> final_global_step;
+  std::string params_sha256;
 };
 
 // Starts one local task in its own process group; it gets SIGTERM if tfctl dies.
@@ -110,7 +117,7 @@ class Display {
     if (json_) {
       const std::size_t close = s.find("] ");
       const bool tagged = !s.empty() && s[0] == '[' && close != std::string::npos;
-      Say(stdout, /*json=*/true, "log", tagged ? s.substr(close + 2) : s, "", tagged ? s.substr(1, close - 1) : "tfctl");
+      Say(stdout, /*json=*/true, "log", tagged ? s.substr(close + 2) : s, {}, tagged ? s.substr(1, close - 1) : "tfctl");
       return;
     }
     Clear();
@@ -158,21 +165,27 @@ double UnixNow() { return std::chrono::duration<double>(std::chrono::system_cloc
 
 Clock::time_point After(double secs) { return Clock::now() + std::chrono::milliseconds(static_cast<std::int64_t>(secs * 1000)); }
 
+// The start of each JSON line of tfctl's own: {"ts": Unix seconds to the millisecond, "task", "event"}.
+nlohmann::ordered_json EventLine(std::string_view task, std::string_view event) {
+  return {{"ts", std::round(UnixNow() * 1000) / 1000}, {"task", task}, {"event", event}};
+}
+
+std::optional<std::int64_t> Step(double step) {
+  if (!std::isfinite(step)) return std::nullopt;
+  return std::llround(step);
+}
+
 }  // namespace
 
-void Say(std::FILE* stream, bool json, std::string_view event, std::string_view message, std::string_view extra, std::string_view task) {
+void Say(std::FILE* stream, bool json, std::string_view event, std::string_view message, const std::vector<EventField>& extra,
+         std::string_view task) {
   if (!json) {
     std::fprintf(stream, "tfctl: %.*s\n", static_cast<int>(message.size()), message.data());
   } else {
-    std::string line = fmt::format("{{\"ts\": {:.3f}, \"task\": ", UnixNow());
-    AppendJsonString(task, &line);
-    line += ", \"event\": ";
-    AppendJsonString(event, &line);
-    line += ", \"message\": ";
-    AppendJsonString(message, &line);
-    if (!extra.empty()) line += fmt::format(", {}", extra);
-    line += "}\n";
-    std::fputs(line.c_str(), stream);
+    nlohmann::ordered_json line = EventLine(task, event);
+    line["message"] = message;
+    for (const EventField& f : extra) std::visit([&](const auto& v) { line[f.key] = v; }, f.value);
+    std::fputs((config::JsonText(line) + "\n").c_str(), stream);
   }
   std::fflush(stream);
 }
@@ -348,7 +361,8 @@ int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
         r.global_step = e->Number("global_step", r.global_step);
         r.test_accuracy = e->Number("test_accuracy", r.test_accuracy);
         r.state = "evaluating";
-        t.done_fields = fmt::format(", \"global_step\": {:.0f}, \"test_accuracy\": {}", r.global_step, r.test_accuracy);
+        t.final_global_step = Step(r.global_step);
+        t.final_test_accuracy = r.test_accuracy;
       } else if (e->event == "stage") {
         r.stage = static_cast<int>(e->Number("stage", r.stage));
         r.stages = static_cast<int>(e->Number("stages", r.stages));
@@ -360,14 +374,11 @@ int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
         r.test_accuracy = e->Number("test_accuracy", r.test_accuracy);
         r.global_step = e->Number("global_step", r.global_step);
         r.state = "done";
-        std::string f;
-        if (e->numbers.contains("test_accuracy")) f += fmt::format(", \"test_accuracy\": {}", e->Number("test_accuracy"));
-        if (e->numbers.contains("global_step")) f += fmt::format(", \"global_step\": {:.0f}", e->Number("global_step"));
-        if (e->strings.contains("params_sha256")) {
-          f += ", \"params_sha256\": ";
-          AppendJsonString(e->strings["params_sha256"], &f);
-        }
-        t.done_fields = f;
+        t.final_test_accuracy.reset();
+        t.final_global_step.reset();
+        if (e->numbers.contains("test_accuracy")) t.final_test_accuracy = e->Number("test_accuracy");
+        if (e->numbers.contains("global_step")) t.final_global_step = Step(e->Number("global_step"));
+        t.params_sha256 = e->strings.contains("params_sha256") ? e->strings["params_sha256"] : "";
       }
       refresh();
       return;
@@ -416,9 +427,10 @@ int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
     return t.plan->task.type == config::TaskType::kWorker ? t.plan->task.index + (has_chief ? 1 : 0) : -1;
   };
   auto emit_scale = [&](const Task& t, std::string_view action, int workers) {
-    std::string line = fmt::format("{{\"ts\": {:.3f}, \"task\": ", UnixNow());
-    AppendJsonString(t.name, &line);
-    line += fmt::format(", \"event\": \"scale\", \"action\": \"{}\", \"workers\": {}}}", action, workers);
+    nlohmann::ordered_json event = EventLine(t.name, "scale");
+    event["action"] = action;
+    event["workers"] = workers;
+    const std::string line = config::JsonText(event);
     metrics << line << '\n';
     metrics.flush();
     if (options.json_output) {
@@ -603,9 +615,12 @@ int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
     }
     if (scalable && Clock::now() >= next_scale_check) {
       next_scale_check = After(0.25);
-      if (std::optional<ScaleRequest> request = TakeScaleRequest(options.run_dir)) {
-        const ScaleReply reply = scale(*request);
-        display.Line(fmt::format("[tfctl] scale to {} workers: {}{}", request->workers, reply.ok ? "" : "refused: ", reply.message));
+      Result<std::optional<ScaleRequest>> request = TakeScaleRequest(options.run_dir);
+      if (!request.ok()) {
+        display.Line(fmt::format("[tfctl] scale: {}", request.status().message()));
+      } else if (*request) {
+        const ScaleReply reply = scale(**request);
+        display.Line(fmt::format("[tfctl] scale to {} workers: {}{}", (*request)->workers, reply.ok ? "" : "refused: ", reply.message));
         if (Status s = WriteScaleReply(options.run_dir, reply); !s.ok()) display.Line(fmt::format("[tfctl] scale: {}", s.message()));
         refresh();
       }
@@ -619,24 +634,16 @@ int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
   if (fault != nullptr && fault->sent_at == 0 && fault->not_sent.empty())
     fault->not_sent = fmt::format("the run ended before event {} number {} from {}", fault->event, fault->nth, trigger_task);
 
-  std::string summary = "{\"run_dir\": ";
-  AppendJsonString(options.run_dir, &summary);
-  summary += fmt::format(", \"exit_code\": {}, \"tasks\": [", exit_code);
-  for (std::size_t i = 0; i < tasks.size(); ++i) {
-    summary += i == 0 ? "\n  {\"task\": " : ",\n  {\"task\": ";
-    AppendJsonString(tasks[i].name, &summary);
-    summary += fmt::format(", \"exit_code\": {}, \"restarts\": {}, \"ended_at\": {:.3f}{}{}{}}}", tasks[i].exit_code, tasks[i].restarts,
-                           tasks[i].ended_at, tasks[i].past_deadline ? ", \"past_deadline\": true" : "",
-                           tasks[i].scaled_down ? ", \"scaled_down\": true" : "", tasks[i].done_fields);
-  }
-  summary += "\n]}\n";
-  std::ofstream(options.run_dir + "/summary.json") << summary;
+  RunSummary summary{.run_dir = options.run_dir, .exit_code = exit_code};
+  for (const Task& t : tasks)
+    summary.tasks.push_back({.task = t.name, .exit_code = t.exit_code, .restarts = t.restarts, .ended_at = t.ended_at,
+                             .past_deadline = t.past_deadline, .scaled_down = t.scaled_down, .test_accuracy = t.final_test_accuracy,
+                             .global_step = t.final_global_step, .params_sha256 = t.params_sha256});
+  std::ofstream(options.run_dir + "/summary.json") << SummaryJson(summary);
   if (isatty(1) != 1 && !options.json_output)  // a terminal already shows the table; a log gets it once, at the end
     for (const std::string& l : display.Table()) std::printf("%s\n", l.c_str());
   if (exit_code == 1) Say(stderr, options.json_output, "failure", failure);
-  std::string folder = "\"run_dir\": ";
-  AppendJsonString(options.run_dir, &folder);
-  Say(stdout, options.json_output, "run_folder", "run folder " + options.run_dir, fmt::format("{}, \"exit_code\": {}", folder, exit_code));
+  Say(stdout, options.json_output, "run_folder", "run folder " + options.run_dir, {{"run_dir", options.run_dir}, {"exit_code", std::int64_t{exit_code}}});
   return exit_code;
 }
 

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/base/logging.h"
 #include "common/base/status.h"
 #include "launcher/plan.h"
 
@@ -80,9 +81,9 @@ CommandOutput RunAndCapture(const std::vector<std::string>& argv, double timeout
 // open so a remote task stops when tfctl goes away), streams their log lines to stdout prefixed with
 // the task, keeps a per-worker table (redrawn in place on a terminal), and writes into run_dir one
 // log per task, metrics.jsonl (every event) and summary.json (each task's exit code, restarts,
-// ended_at in Unix seconds, and the done event's fields). When a task fails the others are stopped,
-// unless options.observe. Returns tfctl's exit code: 0 all done, 1 a task failed (named, with its last lines),
-// 130 after Ctrl-C (every task stopped).
+// ended_at in Unix seconds, and the done event's fields: launcher/run_summary.h). When a task fails
+// the others are stopped, unless options.observe. Returns tfctl's exit code: 0 all done, 1 a task
+// failed (named, with its last lines), 130 after Ctrl-C (every task stopped).
 int Run(const std::vector<TaskPlan>& plan, const RunOptions& options);
 
 struct BackgroundOptions {
@@ -105,9 +106,9 @@ Status SignalTask(const TaskPlan& plan, pid_t pid, int sig);
 std::string SignalName(int sig);
 
 // One line of tfctl's own on `stream`, flushed: "tfctl: <message>", or with `json`
-// {"ts": Unix seconds, "task": task, "event": event, "message": message[, extra]}, where `extra` is
-// more members as JSON text ("\"url\": \"http://...\"").
-void Say(std::FILE* stream, bool json, std::string_view event, std::string_view message, std::string_view extra = "",
+// {"ts": Unix seconds, "task": task, "event": event, "message": message, extra...}, where `extra` is
+// more members ({{"url", "http://..."}}), written after the others (config/json_writer.h).
+void Say(std::FILE* stream, bool json, std::string_view event, std::string_view message, const std::vector<EventField>& extra = {},
          std::string_view task = "tfctl");
 
 // A task's log line without tfd's time and task prefix: "2026-11-22 03:46:02.971 [worker:1] info x"

@@ -1,20 +1,25 @@
 #include "launcher/scale.h"
 
+#include <climits>
 #include <fstream>
-#include <sstream>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/config/json_reader.h"
+#include "common/config/json_writer.h"
 
 namespace tfd::launcher {
 namespace {
 
 namespace fs = std::filesystem;
+using nlohmann::json;
 
-Status WriteLine(const fs::path& path, const std::string& line) {
+Status WriteRenamed(const fs::path& path, const std::string& text) {
   const fs::path tmp = path.string() + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
-    out << line << '\n';
+    out << text;
     if (!out.flush()) return Status::Internal(fmt::format("{}: cannot write", tmp.string()));
   }
   std::error_code ec;
@@ -23,11 +28,25 @@ Status WriteLine(const fs::path& path, const std::string& line) {
   return Status::Ok();
 }
 
-std::optional<std::string> ReadLine(const fs::path& path) {
-  std::ifstream in(path);
-  std::string line;
-  if (!in || !std::getline(in, line)) return std::nullopt;
-  return line;
+// The file's text; nullopt when there is none (or it went away meanwhile).
+std::optional<std::string> ReadIfThere(const fs::path& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return std::nullopt;
+  Result<std::string> text = config::ReadTextFile(path.string(), "the scale file");
+  if (!text.ok()) return std::nullopt;
+  return std::move(*text);
+}
+
+// The object of `text`, or Corruption naming `path`.
+Result<json> ParseObject(std::string_view text, std::string_view path) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Status::Corruption(fmt::format("{}: not valid JSON", path));
+  if (!j.is_object()) return Status::Corruption(fmt::format("{}: expected a JSON object", path));
+  return j;
+}
+
+Status FieldError(std::string_view path, std::string_view key, std::string_view expected) {
+  return Status::Corruption(fmt::format("{}: \"{}\": expected {}", path, key, expected));
 }
 
 }  // namespace
@@ -47,46 +66,76 @@ Status CheckScale(const config::JobSpec& job, int workers, std::string_view wher
   return Status::Ok();
 }
 
-Status WriteScaleRequest(const fs::path& run_dir, const ScaleRequest& request) {
-  return WriteLine(run_dir / "scale.request", fmt::format("{} {}", request.id, request.workers));
+std::string ScaleRequestJson(const ScaleRequest& request) {
+  return config::JsonText(nlohmann::ordered_json{{"id", request.id}, {"workers", request.workers}}) + "\n";
 }
 
-std::optional<ScaleRequest> TakeScaleRequest(const fs::path& run_dir) {
-  const fs::path path = run_dir / "scale.request";
-  std::error_code ec;
-  if (!fs::exists(path, ec)) return std::nullopt;
-  const std::optional<std::string> line = ReadLine(path);
-  fs::remove(path, ec);
+Result<ScaleRequest> ParseScaleRequest(std::string_view text, std::string_view path) {
+  TFD_ASSIGN_OR_RETURN(json j, ParseObject(text, path));
   ScaleRequest r;
-  std::istringstream in(line.value_or(""));
-  if (!(in >> r.id >> r.workers) || r.workers < 1) {
-    (void)WriteScaleReply(run_dir, {.id = r.id.empty() ? "?" : r.id, .ok = false, .message = "the request was not readable"});
-    return std::nullopt;
+  if (!j.contains("id") || !j["id"].is_string()) return FieldError(path, "id", "a string");
+  r.id = j["id"].get<std::string>();
+  if (!j.contains("workers") || !j["workers"].is_number_integer() || j["workers"].get<std::int64_t>() < 1 ||
+      j["workers"].get<std::int64_t>() > INT_MAX)
+    return FieldError(path, "workers", "an integer of at least 1");
+  r.workers = j["workers"].get<int>();
+  return r;
+}
+
+std::string ScaleReplyJson(const ScaleReply& reply) {
+  return config::JsonText(nlohmann::ordered_json{{"id", reply.id}, {"ok", reply.ok}, {"message", reply.message}, {"started", reply.started}}) +
+         "\n";
+}
+
+Result<ScaleReply> ParseScaleReply(std::string_view text, std::string_view path) {
+  TFD_ASSIGN_OR_RETURN(json j, ParseObject(text, path));
+  ScaleReply r;
+  if (!j.contains("id") || !j["id"].is_string()) return FieldError(path, "id", "a string");
+  r.id = j["id"].get<std::string>();
+  if (!j.contains("ok") || !j["ok"].is_boolean()) return FieldError(path, "ok", "true or false");
+  r.ok = j["ok"].get<bool>();
+  if (!j.contains("message") || !j["message"].is_string()) return FieldError(path, "message", "a string");
+  r.message = j["message"].get<std::string>();
+  if (!j.contains("started") || !j["started"].is_array()) return FieldError(path, "started", "an array of task names");
+  for (const json& t : j["started"]) {
+    if (!t.is_string()) return FieldError(path, "started", "an array of task names");
+    r.started.push_back(t.get<std::string>());
   }
   return r;
+}
+
+Status WriteScaleRequest(const fs::path& run_dir, const ScaleRequest& request) {
+  return WriteRenamed(run_dir / "scale.request", ScaleRequestJson(request));
+}
+
+Result<std::optional<ScaleRequest>> TakeScaleRequest(const fs::path& run_dir) {
+  const fs::path path = run_dir / "scale.request";
+  const std::optional<std::string> text = ReadIfThere(path);
+  if (!text) return std::optional<ScaleRequest>();
+  std::error_code ec;
+  fs::remove(path, ec);
+  Result<ScaleRequest> r = ParseScaleRequest(*text, path.string());
+  if (!r.ok()) {
+    // The requester waits for a reply to its id: give it one when the id can be read.
+    const json j = json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    const std::string id = j.is_object() && j.contains("id") && j["id"].is_string() ? j["id"].get<std::string>() : "?";
+    (void)WriteScaleReply(run_dir, {.id = id, .ok = false, .message = r.status().message()});
+    return r.status();
+  }
+  return std::optional<ScaleRequest>(std::move(*r));
 }
 
 Status WriteScaleReply(const fs::path& run_dir, const ScaleReply& reply) {
-  std::string started;
-  for (const std::string& t : reply.started) started += (started.empty() ? "" : ",") + t;
-  return WriteLine(run_dir / "scale.reply",
-                   fmt::format("{} {} {} {}", reply.id, reply.ok ? "ok" : "error", started.empty() ? "-" : started, reply.message));
+  return WriteRenamed(run_dir / "scale.reply", ScaleReplyJson(reply));
 }
 
-std::optional<ScaleReply> ReadScaleReply(const fs::path& run_dir, const std::string& id) {
-  const std::optional<std::string> line = ReadLine(run_dir / "scale.reply");
-  if (!line) return std::nullopt;
-  std::istringstream in(*line);
-  ScaleReply r;
-  std::string status, started;
-  if (!(in >> r.id >> status >> started) || r.id != id) return std::nullopt;
-  r.ok = status == "ok";
-  std::getline(in >> std::ws, r.message);
-  if (started != "-") {
-    std::istringstream names(started);
-    for (std::string t; std::getline(names, t, ',');) r.started.push_back(t);
-  }
-  return r;
+Result<std::optional<ScaleReply>> ReadScaleReply(const fs::path& run_dir, const std::string& id) {
+  const fs::path path = run_dir / "scale.reply";
+  const std::optional<std::string> text = ReadIfThere(path);
+  if (!text) return std::optional<ScaleReply>();
+  TFD_ASSIGN_OR_RETURN(ScaleReply r, ParseScaleReply(*text, path.string()));
+  if (r.id != id) return std::optional<ScaleReply>();
+  return std::optional<ScaleReply>(std::move(r));
 }
 
 }  // namespace tfd::launcher

@@ -5,7 +5,9 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
+#include "common/config/json_writer.h"
 #include "daemon/coordinator/leaderboard.h"
 
 namespace tfd::coordinator {
@@ -19,12 +21,11 @@ using Clock = std::chrono::steady_clock;
 // little-endian floats) and ensemble.f32 (their mean, as the coordinator computed it).
 void WriteEnsemble(const fs::path& run_dir, const std::vector<SweepScheduler::EnsembleEpoch>& epochs, const SweepScheduler::Predictions& last,
                    const SweepRunOptions& options) {
-  std::string json = "{\"epochs\": [";
-  for (std::size_t i = 0; i < epochs.size(); ++i)
-    json += fmt::format("{}{{\"epoch\": {}, \"members\": {}, \"ensemble_test_accuracy\": {}, \"best_member_test_accuracy\": {}}}",
-                        i ? ", " : "", epochs[i].epoch, epochs[i].members, epochs[i].accuracy, epochs[i].best_member);
-  json += fmt::format("], \"classes\": {}, \"predictions_epoch\": {}}}\n", last.classes, last.epoch);
-  std::ofstream(run_dir / "ensemble.json") << json;
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const SweepScheduler::EnsembleEpoch& e : epochs)
+    list.push_back({{"epoch", e.epoch}, {"members", e.members}, {"ensemble_test_accuracy", e.accuracy}, {"best_member_test_accuracy", e.best_member}});
+  const nlohmann::ordered_json doc = {{"epochs", std::move(list)}, {"classes", last.classes}, {"predictions_epoch", last.epoch}};
+  std::ofstream(run_dir / "ensemble.json") << config::JsonText(doc, /*open_levels=*/2) << "\n";
   if (!epochs.empty()) {
     const auto& e = epochs.back();
     options.say(false, "ensemble",

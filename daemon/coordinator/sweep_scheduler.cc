@@ -1,12 +1,47 @@
 #include "daemon/coordinator/sweep_scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
-#include "common/base/logging.h"
+#include "common/config/json_writer.h"
 
 namespace tfd::coordinator {
+namespace {
+
+using nlohmann::ordered_json;
+
+// A parameter's value is JSON text (config::Trial): parsed back into the object, or kept as a
+// string should it not parse.
+ordered_json ParamsObject(const std::vector<std::pair<std::string, std::string>>& params) {
+  ordered_json out = ordered_json::object();
+  for (const auto& [name, text] : params) {
+    ordered_json value = ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+    out[name] = value.is_discarded() ? ordered_json(text) : std::move(value);
+  }
+  return out;
+}
+
+ordered_json MetricsObject(const Metrics& metrics) {
+  ordered_json out = ordered_json::object();
+  for (const auto& [name, value] : metrics) out[name] = value;
+  return out;
+}
+
+double Millis(double secs) { return std::round(secs * 1000) / 1000; }
+
+// One trials.jsonl line about trial `t`; the caller adds the event's own fields.
+ordered_json TrialLine(double now, const TrialState& t, std::string_view event, const std::string& metric) {
+  ordered_json line = {{"ts", Millis(now)}, {"event", event}, {"trial", t.trial.id}, {"status", TrialStatusName(t.status)},
+                       {"worker", t.worker}, {"attempt", t.attempt}, {"epoch", t.epoch}, {"params", ParamsObject(t.trial.params)}};
+  if (t.metric) line[metric] = *t.metric;
+  if (!t.reason.empty()) line["reason"] = t.reason;
+  return line;
+}
+
+}  // namespace
 
 std::string_view TrialStatusName(TrialStatus s) {
   switch (s) {
@@ -19,25 +54,9 @@ std::string_view TrialStatusName(TrialStatus s) {
   return "?";
 }
 
-std::string ParamsJson(const std::vector<std::pair<std::string, std::string>>& params) {
-  std::string out = "{";
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    if (i > 0) out += ", ";
-    AppendJsonString(params[i].first, &out);
-    out += ": " + params[i].second;
-  }
-  return out + "}";
-}
+std::string ParamsJson(const std::vector<std::pair<std::string, std::string>>& params) { return config::JsonText(ParamsObject(params)); }
 
-std::string MetricsJson(const Metrics& metrics) {
-  std::string out = "{";
-  for (std::size_t i = 0; i < metrics.size(); ++i) {
-    if (i > 0) out += ", ";
-    AppendJsonString(metrics[i].first, &out);
-    out += fmt::format(": {}", metrics[i].second);
-  }
-  return out + "}";
-}
+std::string MetricsJson(const Metrics& metrics) { return config::JsonText(MetricsObject(metrics)); }
 
 SweepScheduler::SweepScheduler(const config::SweepSpec& sweep, std::vector<config::Trial> trials, int parallel)
     : metric_(sweep.metric), maximize_(sweep.maximize), parallel_(std::max(parallel, 1)), ensemble_(sweep.ensemble.members > 0) {
@@ -49,18 +68,8 @@ SweepScheduler::SweepScheduler(const config::SweepSpec& sweep, std::vector<confi
   }
 }
 
-void SweepScheduler::Record(double now, const TrialState& t, std::string_view event, const std::string& extra) {
-  std::string line = fmt::format("{{\"ts\": {:.3f}, \"event\": ", now);
-  AppendJsonString(event, &line);
-  line += fmt::format(", \"trial\": {}, \"status\": \"{}\", \"worker\": {}, \"attempt\": {}, \"epoch\": {}, \"params\": {}", t.trial.id,
-                      TrialStatusName(t.status), t.worker, t.attempt, t.epoch, ParamsJson(t.trial.params));
-  if (t.metric) line += fmt::format(", \"{}\": {}", metric_, *t.metric);
-  if (!t.reason.empty()) {
-    line += ", \"reason\": ";
-    AppendJsonString(t.reason, &line);
-  }
-  line += extra + "}";
-  lines_.push_back(std::move(line));
+void SweepScheduler::Record(double now, const TrialState& t, std::string_view event) {
+  lines_.push_back(config::JsonText(TrialLine(now, t, event, metric_)));
 }
 
 int SweepScheduler::running() const {
@@ -80,7 +89,9 @@ SweepScheduler::Next SweepScheduler::NextFor(int worker, double now, Assignment*
   out->job = t.trial.job_text;
   out->predictions = ensemble_;
   out->resume_epoch = t.checkpoint_epoch;
-  Record(now, t, "placed", t.checkpoint_epoch > 0 ? fmt::format(", \"resume_epoch\": {}", t.checkpoint_epoch) : "");
+  ordered_json line = TrialLine(now, t, "placed", metric_);
+  if (t.checkpoint_epoch > 0) line["resume_epoch"] = t.checkpoint_epoch;
+  lines_.push_back(config::JsonText(line));
   return Next::kAssigned;
 }
 
@@ -102,7 +113,10 @@ bool SweepScheduler::OnEpoch(int worker, int trial, int epoch, const Metrics& me
     stop = true;
     t.reason = fmt::format("pruned by ASHA at rung epoch {}", epoch);
   }
-  Record(now, t, "epoch", ", \"metrics\": " + MetricsJson(metrics) + (stop ? ", \"stop\": true" : ""));
+  ordered_json line = TrialLine(now, t, "epoch", metric_);
+  line["metrics"] = MetricsObject(metrics);
+  if (stop) line["stop"] = true;
+  lines_.push_back(config::JsonText(line));
   return stop;
 }
 
@@ -129,7 +143,9 @@ void SweepScheduler::OnEnd(int worker, int trial, bool ok, bool stopped, const s
   }
   for (const auto& [name, value] : metrics)
     if (name == metric_ && !t.best) t.best = value;
-  Record(now, t, "end", ", \"metrics\": " + MetricsJson(metrics));
+  ordered_json line = TrialLine(now, t, "end", metric_);
+  line["metrics"] = MetricsObject(metrics);
+  lines_.push_back(config::JsonText(line));
   if (ensemble_) MaybeCompleteEnsemble(now);
 }
 
@@ -194,9 +210,8 @@ void SweepScheduler::MaybeCompleteEnsemble(double now) {
     }
     e.accuracy = rows == 0 ? 0.0 : static_cast<double>(hits) / static_cast<double>(rows);
     ensemble_epochs_.push_back(e);
-    lines_.push_back(fmt::format("{{\"ts\": {:.3f}, \"event\": \"ensemble\", \"epoch\": {}, \"members\": {}, \"ensemble_test_accuracy\": {}, "
-                                 "\"best_member_test_accuracy\": {}}}",
-                                 now, e.epoch, e.members, e.accuracy, e.best_member));
+    lines_.push_back(config::JsonText(ordered_json{{"ts", Millis(now)}, {"event", "ensemble"}, {"epoch", e.epoch}, {"members", e.members},
+                                                   {"ensemble_test_accuracy", e.accuracy}, {"best_member_test_accuracy", e.best_member}}));
     if (p.epoch >= last_.epoch) last_ = std::move(p);
     it = pending_epochs_.erase(it);
   }

@@ -40,7 +40,8 @@ struct TrialState {
 // epoch. A worker sends the trial's checkpoint after each epoch (OnCheckpoint) before that epoch's
 // report, and the report commits it: a trial resumes after the last epoch it reported, so no epoch
 // is reported twice (an epoch reported again, by an attempt that resumed from an older checkpoint,
-// is ignored). Every change is appended to a JSON line list the owner drains (trials.jsonl). Not
+// is ignored). Every change is appended to a JSON line list the owner drains (trials.jsonl), each
+// line built with nlohmann and written by config::JsonText (a NaN or infinite metric is null). Not
 // thread-safe: the owner locks.
 class SweepScheduler {
  public:
@@ -105,7 +106,7 @@ class SweepScheduler {
   const Predictions& last_predictions() const { return last_; }
 
  private:
-  void Record(double now, const TrialState& t, std::string_view event, const std::string& extra = "");
+  void Record(double now, const TrialState& t, std::string_view event);  // a line with the trial's fields only
   bool Better(double a, double b) const { return maximize_ ? a > b : a < b; }
   int running() const;
 
@@ -124,7 +125,8 @@ class SweepScheduler {
   Predictions last_;
 };
 
-// "{"a": 1, "b": 2}" from (name, JSON text) pairs, and the same for metrics.
+// "{"a": 1, "b": 2}" from (name, JSON text) pairs, and the same for metrics (config::JsonText: a
+// non-finite metric is null).
 std::string ParamsJson(const std::vector<std::pair<std::string, std::string>>& params);
 std::string MetricsJson(const Metrics& metrics);
 

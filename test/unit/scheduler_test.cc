@@ -1,4 +1,7 @@
+#include <limits>
+
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include "common/config/sweep.h"
 #include "daemon/coordinator/sweep_scheduler.h"
@@ -158,6 +161,35 @@ TEST_CASE("a trial lost before any checkpoint starts again at epoch 1; the epoch
   CHECK_FALSE(s.OnEpoch(1, 0, 2, {{"test_accuracy", 0.8}}, 0));
   CHECK(s.TakeLines().size() == 1);
   CHECK(s.trials()[0].epoch == 2);
+}
+
+TEST_CASE("a NaN or infinite metric gives trials.jsonl lines that parse, the number written as null", "[unit][sweep][json]") {
+  config::SweepSpec spec = Spec(false);
+  SweepScheduler s(spec, config::GenerateTrials(spec), 1);
+  SweepScheduler::Assignment a;
+  REQUIRE(s.NextFor(0, 12.3456, &a) == Next::kAssigned);
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  CHECK_FALSE(s.OnEpoch(0, 0, 1, {{"test_accuracy", nan}, {"loss", inf}}, 13));
+  s.OnEnd(0, 0, false, false, "loss went to \"inf\"\n", {{"loss", -inf}}, 14);
+  std::vector<nlohmann::json> lines;
+  for (const std::string& l : s.TakeLines()) {
+    INFO(l);
+    lines.push_back(nlohmann::json::parse(l, nullptr, /*allow_exceptions=*/false));
+    REQUIRE_FALSE(lines.back().is_discarded());
+    CHECK(l.find('\n') == std::string::npos);  // one line each
+  }
+  REQUIRE(lines.size() == 3);
+  CHECK(lines[0]["event"] == "placed");
+  CHECK(lines[0]["ts"] == 12.346);
+  CHECK(lines[0]["params"]["optimizer.learning_rate"] == 0.1);
+  CHECK(lines[1]["event"] == "epoch");
+  CHECK(lines[1]["test_accuracy"].is_null());
+  CHECK(lines[1]["metrics"]["test_accuracy"].is_null());
+  CHECK(lines[1]["metrics"]["loss"].is_null());
+  CHECK(lines[2]["event"] == "end");
+  CHECK(lines[2]["status"] == "FAILED");
+  CHECK(lines[2]["reason"] == "loss went to \"inf\"\n");
+  CHECK(lines[2]["metrics"]["loss"].is_null());
 }
 
 }  // namespace
