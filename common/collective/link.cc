@@ -241,4 +241,10 @@ Result<const wire::InFrame*> Link::Read(bool* progress, const Placer* placer) {
   }
 }
 
+Status FromErrorFrame(std::string_view from, const wire::InFrame& frame) {
+  wire::ErrorMessage err;
+  if (Status s = wire::Decode(frame.payload, &err); !s.ok()) return Status::Corruption(fmt::format("{}: {}", from, s.message()));
+  return Status(CodeFromWire(err.code), fmt::format("{} reports: {}", from, err.message));
+}
+
 }  // namespace tfd::collective

@@ -8,11 +8,13 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/base/status.h"
 #include "common/transport/detached_link.h"
 #include "common/wire/frame.h"
+#include "common/wire/messages.h"
 
 namespace tfd::collective {
 
@@ -119,5 +121,9 @@ class Link {
   bool held_ = false;
   std::uint64_t frames_queued_ = 0, frames_written_ = 0;
 };
+
+// What a neighbour's ERROR frame reports, with its code, as "FROM reports: ..." (Ring::Blamed
+// follows such chains); Corruption naming `from` if the frame does not decode.
+Status FromErrorFrame(std::string_view from, const wire::InFrame& frame);
 
 }  // namespace tfd::collective

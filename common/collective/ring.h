@@ -15,6 +15,8 @@
 #include "common/base/mutex.h"
 #include "common/base/status.h"
 #include "common/collective/link.h"
+#include "common/collective/ring_schedule.h"
+#include "common/collective/shm_slots.h"
 #include "common/transport/connection.h"
 #include "common/transport/handshake.h"
 #include "common/wire/messages.h"
@@ -69,7 +71,12 @@ struct RingOptions {
 // is summed along the ring starting at rank c, each partial sum being `received + own`, and ends
 // complete at rank c - 1, which alone computes its final value and then sends those bits around.
 // So the summation order of every element is fixed by the ring and every rank ends with the same
-// bits, run after run.
+// bits, run after run. Which chunk goes where, and when, is ring_schedule.h's (pure functions).
+//
+// The class's code is in three files: ring_connect.cc forms the ring (dialing the next member,
+// accepting the previous one, HELLO/WELCOME, handing sockets over to Links); ring_drive.cc drives
+// collectives in flight (the pump over both Links, applying and forwarding chunks, shared slots);
+// ring.cc holds the public collectives, Finish, Close and the heartbeats.
 //
 // The handshake (token, HELLO/WELCOME) runs on ordinary transport Connections; then each side takes
 // the socket over (Connection::DetachAfterThisFrame) and the thread that calls a collective drives
@@ -153,23 +160,12 @@ class Ring final : public transport::FrameHandler, public std::enable_shared_fro
   void OnClosed(const std::shared_ptr<transport::Connection>& from, const Status& why) TFD_EXCLUDES(mu_) override;
 
  private:
-  // One chunk the schedule expects from the previous member, and what to do with it.
-  struct Expected {
-    wire::RingPhase phase;
-    std::uint16_t hop;
-    std::uint32_t segment;
-    std::uint64_t offset, count;
-    bool add;      // add to this member's values (reduce-scatter), else copy over them
-    bool forward;  // then send the result on to the next member as (forward_phase, forward_hop)
-    wire::RingPhase forward_phase;
-    std::uint16_t forward_hop;
-  };
-  // A collective in progress.
-  struct Work {
+  // A collective started and not yet waited for.
+  struct CollectiveInFlight {
     std::uint64_t id = 0;
     std::span<float> data;
-    std::vector<Expected> plan;
-    std::size_t done = 0;         // chunks of `plan` applied
+    std::vector<ExpectedChunk> expected;  // from the previous member, in order (ring_schedule.h)
+    std::size_t applied = 0;              // chunks of `expected` applied
     std::uint64_t last_frame = 0;  // the next link's number of its last frame (which reads `data`)
     std::uint64_t waiting = 0;     // its chunks waiting for a free shared slot (they read `data`)
   };
@@ -178,52 +174,40 @@ class Ring final : public transport::FrameHandler, public std::enable_shared_fro
     wire::RingChunk head;  // its fields
     std::span<const float> values;
   };
-  // One direction's shared slots: a page (the nonce first), then `slots` slots of `slot_bytes`,
-  // used in turn. The sender's mapping is writable; the receiver's read-only.
-  struct SharedSlots {
-    std::byte* base = nullptr;
-    std::size_t size = 0, slot_bytes = 0;
-    std::uint32_t slots = 0;
-    std::uint64_t used = 0;   // slots filled (sender) or read (receiver), from the first
-    std::uint64_t freed = 0;  // sender: slots the receiver has read (its last RING_SLOT_FREE)
-    SharedSlots() = default;
-    SharedSlots(const SharedSlots&) = delete;
-    SharedSlots& operator=(const SharedSlots&) = delete;
-    ~SharedSlots();
-    std::byte* slot(std::uint64_t n) const { return base + kPage + (n % slots) * slot_bytes; }
-    static constexpr std::size_t kPage = 4096;
-  };
 
   Ring(transport::asio::io_context& ioc, RingOptions options);
   std::string MemberName(int rank) const;
   transport::HandshakeIdentity Identity() const;  // this member, as its HELLO and WELCOME present it
   int Next() const { return (rank() + 1) % size(); }
   int Prev() const { return (rank() + size() - 1) % size(); }
-  Status SendChunk(Work& w, wire::RingPhase phase, int hop, int segment, std::uint64_t offset,
+  Status SendChunk(CollectiveInFlight& w, wire::RingPhase phase, int hop, int segment, std::uint64_t offset,
                    std::span<const float> values) TFD_REQUIRES(io_mu_);
-  // Queues `w`'s first frames and adds it to works_; Progress() then moves it on.
-  Result<std::uint64_t> Start(Work w, const std::vector<std::pair<std::uint64_t, std::uint64_t>>& first_sends, wire::RingPhase phase)
-      TFD_EXCLUDES(io_mu_, mu_);
+  // Queues this member's first chunks of `schedule` (from `data`) and adds the collective to
+  // in_flight_; Progress() then moves it on.
+  Result<std::uint64_t> Start(std::span<float> data, CollectiveSchedule schedule) TFD_EXCLUDES(io_mu_, mu_);
   // Pumps on the calling thread, waiting in poll(), until `done()` (called with io_mu_ held);
   // closes the ring on any error.
   Status Drive(const std::function<bool()>& done) TFD_EXCLUDES(io_mu_, mu_);
   Status Pump(bool* progress) TFD_REQUIRES(io_mu_);                        // one round of writes and reads
   Status WriteOrExplain(Link& link, bool* progress) TFD_REQUIRES(io_mu_);  // a write error, or the peer's ERROR
-  Status Apply(Work& w, const wire::RingChunk& c) TFD_REQUIRES(io_mu_);    // a chunk from the previous member
-  Status ApplyShm(Work& w, const wire::RingChunkShm& m) TFD_REQUIRES(io_mu_);  // ... in a shared slot
-  // The plan's next chunk, if `c` (with `count` floats) is it; Corruption naming both if not.
-  Result<const Expected*> Due(const Work& w, const wire::RingChunk& c, std::uint64_t count, const char* what) const TFD_REQUIRES(io_mu_);
-  Status Applied(Work& w, const Expected& e) TFD_REQUIRES(io_mu_);  // counts it and forwards it
+  Status Apply(CollectiveInFlight& w, const wire::RingChunk& c) TFD_REQUIRES(io_mu_);    // a chunk from the previous member
+  Status ApplyShm(CollectiveInFlight& w, const wire::RingChunkShm& m) TFD_REQUIRES(io_mu_);  // ... in a shared slot
+  // `w`'s next expected chunk, if the arrival `c` (with `count` floats) is it; Corruption naming both if not.
+  Result<const ExpectedChunk*> MatchArrival(const CollectiveInFlight& w, const wire::RingChunk& c, std::uint64_t count,
+                                            const char* what) const TFD_REQUIRES(io_mu_);
+  // `e` is applied: counts it and, when the schedule says so, forwards the result to the next member.
+  Status CountAndForward(CollectiveInFlight& w, const ExpectedChunk& e) TFD_REQUIRES(io_mu_);
   Status FlushWaiting() TFD_REQUIRES(io_mu_);  // waiting chunks into the free shared slots, in order
   void OfferSlots() TFD_REQUIRES(io_mu_);      // maps this member's slots and offers them to the next member
   void OnShmOffer(const wire::InFrame& frame) TFD_REQUIRES(io_mu_);
   Status ExplainFromPrev(Status local) TFD_REQUIRES(io_mu_);  // `local`, or the ERROR the previous member sent
   Status OnFromNext(const wire::InFrame& frame) TFD_REQUIRES(io_mu_);  // a control frame from the next member
   Status OnControl(const Link& from, const wire::InFrame& frame, bool* done) TFD_REQUIRES(io_mu_);
-  Work* FindWork(std::uint64_t id) TFD_REQUIRES(io_mu_);
+  CollectiveInFlight* FindInFlight(std::uint64_t id) TFD_REQUIRES(io_mu_);
   bool ExpectingFromPrev() const TFD_REQUIRES(io_mu_);
-  bool Complete(const Work& w) const TFD_REQUIRES(io_mu_);
-  std::string Stalled() const TFD_REQUIRES(io_mu_);  // what the step deadline waited for
+  bool Complete(const CollectiveInFlight& w) const TFD_REQUIRES(io_mu_);
+  // The step deadline's message: what it waited for (a chunk, a pipeline frame, a DONE) from whom.
+  std::string WhatTheStepWaitedFor() const TFD_REQUIRES(io_mu_);
   // Whether that neighbour's Link is in place. next_ and prev_ are set once, under both locks, so
   // mu_ alone is enough to see whether they are (the analysis knows one lock per member only).
   bool LinkedLocked(bool next) const TFD_REQUIRES(mu_) TFD_NO_THREAD_SAFETY_ANALYSIS {
@@ -250,7 +234,7 @@ class Ring final : public transport::FrameHandler, public std::enable_shared_fro
   bool prev_done_ TFD_GUARDED_BY(io_mu_) = false;
   bool next_eof_ TFD_GUARDED_BY(io_mu_) = false;  // closed after its DONE
   bool prev_eof_ TFD_GUARDED_BY(io_mu_) = false;
-  std::deque<Work> works_ TFD_GUARDED_BY(io_mu_);       // started, not yet waited for, in order
+  std::deque<CollectiveInFlight> in_flight_ TFD_GUARDED_BY(io_mu_);  // started, not yet waited for, in order
   std::uint64_t started_ TFD_GUARDED_BY(io_mu_) = 0;    // collectives started (ids below it)
   bool finishing_ TFD_GUARDED_BY(io_mu_) = false;       // Finish() waits for the DONEs
   int awaiting_ TFD_GUARDED_BY(io_mu_) = -1;            // the Side a Receive waits on (frames from prev are read meanwhile); -1: none
@@ -261,10 +245,9 @@ class Ring final : public transport::FrameHandler, public std::enable_shared_fro
   const bool shared_slots_;                           // options_.shared_slots, unless TFD_RING_SHM=off
   const std::uint64_t shm_nonce_;                     // random
   bool offered_ TFD_GUARDED_BY(io_mu_) = false;
-  int offer_fd_ TFD_GUARDED_BY(io_mu_) = -1;          // the slots' memfd, until the next member has opened it
   bool next_maps_ TFD_GUARDED_BY(io_mu_) = false;     // the next member accepted: chunks go through out_
-  SharedSlots out_ TFD_GUARDED_BY(io_mu_);            // to the next member
-  SharedSlots in_ TFD_GUARDED_BY(io_mu_);             // from the previous member, once accepted
+  ShmSlots out_ TFD_GUARDED_BY(io_mu_);  // to the next member (its memfd kept open until then)
+  ShmSlots in_ TFD_GUARDED_BY(io_mu_);   // from the previous member, once accepted
   std::deque<Pending> waiting_ TFD_GUARDED_BY(io_mu_);  // chunks for out_, in order, when every slot is in use
   std::uint64_t free_frame_ TFD_GUARDED_BY(io_mu_) = 0;  // the prev link's number of the last RING_SLOT_FREE queued
   std::atomic<std::uint64_t> shm_chunks_{0};
