@@ -13,10 +13,11 @@
 
 namespace tfd::optim {
 
-// An update rule over flat float spans, with TensorFlow's semantics. The optimizer itself is
-// stateless and thread-safe; its state (slots: num_slots() floats per parameter, and the count of
-// updates applied) belongs to whoever holds the parameters, so a ps shard, a worker and a
-// checkpoint all keep it the same way.
+// An update rule over flat float spans, with TensorFlow's semantics. Its state (slots: num_slots()
+// floats per parameter, and the count of updates applied) belongs to whoever holds the parameters,
+// so a ps shard, a worker and a checkpoint all keep it the same way.
+//
+// Threads: stateless and without a lock; any thread may call any method, several at once.
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
@@ -61,8 +62,10 @@ bool IsDecayed(std::string_view name);
 std::vector<Range> DecayedRanges(std::span<const std::pair<std::string, std::size_t>> runs);
 
 // The parameters, slots and update count of one block of variables, with its optimizer applied
-// locally: the single-process trainer's (and later each ps shard's) state. Not thread-safe and
-// holds no lock: one thread (the training thread, or the ps store under its own mutex) uses it.
+// locally: the single-process trainer's (and later each ps shard's) state.
+//
+// Threads: not thread-safe and holds no lock: one thread calls every method (the training thread,
+// or the ps store's handlers, one at a time under the store's mutex).
 class OptimizerState {
  public:
   // `decayed`: the ranges of the parameters that the optimizer's weight decay applies to.

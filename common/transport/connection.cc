@@ -36,10 +36,6 @@ bool IsLoopback(const asio::ip::address& a) {
   return a.is_v6() && a.to_v6().is_v4_mapped() && asio::ip::make_address_v4(asio::ip::v4_mapped, a.to_v6()).is_loopback();
 }
 
-bool IsAuthType(wire::MessageType t) {
-  return t == wire::MessageType::kAuthHello || t == wire::MessageType::kAuthChallenge || t == wire::MessageType::kAuthProof;
-}
-
 }  // namespace
 
 Connection::Connection(tcp::socket socket, FrameHandler& handler, std::string peer_name, ConnectionOptions options,
@@ -108,12 +104,13 @@ void Connection::Start(bool established) {
       self->handshake_slot_ = address;
     }
     if (self->options_.token != nullptr) {
+      wire::Nonce nonce;
+      RandomBytes(nonce);
       if (established) {  // we dialed: open the handshake
-        self->auth_ = Auth::kClientAwaitChallenge;
-        RandomBytes(self->client_nonce_);
-        self->QueueOnStrand(wire::Encode(wire::AuthHello{self->client_nonce_}), /*raw=*/true);
+        self->auth_ = TokenHandshake::Client(self->options_.token, nonce);
+        self->QueueOnStrand(self->auth_.Hello(), /*raw=*/true);
       } else {
-        self->auth_ = Auth::kServerAwaitHello;
+        self->auth_ = TokenHandshake::Server(self->options_.token, nonce);
       }
       return;
     }
@@ -246,87 +243,24 @@ void Connection::RefuseOnStrand(const Status& why) {
 }
 
 std::uint32_t Connection::payload_limit() const {
-  if (auth_ == Auth::kServerAwaitHello || auth_ == Auth::kServerAwaitProof) return kPreAuthPayload;
+  if (auth_.server_waiting()) return kPreAuthPayload;
   return established_ ? options_.max_payload : options_.max_handshake_payload;
 }
 
 bool Connection::OnHandshakeFrame(const wire::InFrame& frame) {
-  const wire::MessageType type = frame.header.type;
-  const ClusterToken& token = *options_.token;
-  if (type == wire::MessageType::kError) {
-    if (auth_ == Auth::kClientAwaitChallenge) return false;  // the server refused us: the handler reports why
-    wire::ErrorMessage err;
-    (void)wire::Decode(frame.payload, &err);
-    Status why = Status::PermissionDenied(fmt::format("{} refused to authenticate: {}", peer_name(), err.message));
-    spdlog::warn("refused: {}", why.message());
-    CloseOnStrand(why);
-    return true;
+  TokenHandshake::Step step = auth_.Receive(frame, peer_name());
+  if (step.send) QueueOnStrand(std::move(*step.send), /*raw=*/true);
+  if (step.refuse) {
+    RefuseOnStrand(*step.refuse);
+  } else if (step.closed) {
+    spdlog::warn("refused: {}", step.closed->message());
+    CloseOnStrand(*step.closed);
+  } else if (step.authenticated) {
+    send_mac_ = std::make_unique<FrameMac>(auth_.send_key());
+    recv_mac_ = std::make_unique<FrameMac>(auth_.recv_key());
+    wake_writer_.cancel();  // the frames queued behind the handshake may go
   }
-  switch (auth_) {
-    case Auth::kServerAwaitHello: {
-      wire::AuthHello hello;
-      if (type != wire::MessageType::kAuthHello || !wire::Decode(frame.payload, &hello).ok()) {
-        RefuseOnStrand(Status::PermissionDenied(fmt::format(
-            "{} sent {} without authenticating, but this task requires the cluster token (start the peer with the cluster's "
-            "--token-file)",
-            peer_name(), wire::MessageTypeName(type))));
-        return true;
-      }
-      client_nonce_ = hello.nonce;
-      RandomBytes(server_nonce_);
-      wire::AuthChallenge challenge;
-      challenge.nonce = server_nonce_;
-      challenge.proof = token.Derive(kServerProofLabel, client_nonce_, server_nonce_);
-      QueueOnStrand(wire::Encode(challenge), /*raw=*/true);
-      auth_ = Auth::kServerAwaitProof;
-      return true;
-    }
-    case Auth::kServerAwaitProof: {
-      wire::AuthProof proof;
-      if (type != wire::MessageType::kAuthProof || !wire::Decode(frame.payload, &proof).ok()) {
-        RefuseOnStrand(Status::PermissionDenied(fmt::format("{} sent {} where AUTH_PROOF was expected", peer_name(),
-                                                            wire::MessageTypeName(type))));
-        return true;
-      }
-      if (!SameBytes(proof.proof, token.Derive(kClientProofLabel, client_nonce_, server_nonce_))) {
-        RefuseOnStrand(Status::PermissionDenied(
-            fmt::format("{} holds a different cluster token (its --token-file differs from this task's)", peer_name())));
-        return true;
-      }
-      send_mac_ = std::make_unique<FrameMac>(token.Derive(kServerToClientLabel, client_nonce_, server_nonce_));
-      recv_mac_ = std::make_unique<FrameMac>(token.Derive(kClientToServerLabel, client_nonce_, server_nonce_));
-      auth_ = Auth::kOn;
-      wake_writer_.cancel();
-      return true;
-    }
-    case Auth::kClientAwaitChallenge: {
-      wire::AuthChallenge challenge;
-      if (type != wire::MessageType::kAuthChallenge || !wire::Decode(frame.payload, &challenge).ok()) {
-        const std::string what = IsAuthType(type) ? wire::MessageTypeName(type)
-                                                  : fmt::format("{} (it has no cluster token: start it with --token-file)",
-                                                                wire::MessageTypeName(type));
-        RefuseOnStrand(Status::PermissionDenied(fmt::format("{} answered the token handshake with {}", peer_name(), what)));
-        return true;
-      }
-      server_nonce_ = challenge.nonce;
-      if (!SameBytes(challenge.proof, token.Derive(kServerProofLabel, client_nonce_, server_nonce_))) {
-        RefuseOnStrand(Status::PermissionDenied(
-            fmt::format("{} holds a different cluster token (its --token-file differs from this task's)", peer_name())));
-        return true;
-      }
-      wire::AuthProof proof;
-      proof.proof = token.Derive(kClientProofLabel, client_nonce_, server_nonce_);
-      QueueOnStrand(wire::Encode(proof), /*raw=*/true);
-      send_mac_ = std::make_unique<FrameMac>(token.Derive(kClientToServerLabel, client_nonce_, server_nonce_));
-      recv_mac_ = std::make_unique<FrameMac>(token.Derive(kServerToClientLabel, client_nonce_, server_nonce_));
-      auth_ = Auth::kOn;
-      return true;
-    }
-    case Auth::kOff:
-    case Auth::kOn:
-      break;
-  }
-  return false;
+  return !step.for_handler;
 }
 
 asio::awaitable<void> Connection::ReadLoop() {
@@ -368,9 +302,9 @@ asio::awaitable<void> Connection::ReadLoop() {
     const bool has_mac = (header->flags & wire::kFlagMac) != 0;
     // After the handshake every frame has a MAC, except the ERROR a server sends instead of
     // accepting our proof (before it has sent any MAC'd frame); before it, none has.
-    const bool refused_proof = auth_ == Auth::kOn && dialed_ && recv_seq_ == 0 &&
+    const bool refused_proof = auth_.authenticated() && dialed_ && recv_seq_ == 0 &&
                                header->type == wire::MessageType::kError;
-    if (Status s = CheckMacFlag(*header, auth_ == Auth::kOn && !refused_proof, peer_name(), "before authenticating");
+    if (Status s = CheckMacFlag(*header, auth_.authenticated() && !refused_proof, peer_name(), "before authenticating");
         !s.ok() && !(refused_proof && has_mac)) {
       RefuseFrame(Refusal::kAuthentication, s);
       co_return;
@@ -424,15 +358,12 @@ asio::awaitable<void> Connection::ReadLoop() {
       RefuseFrame(has_mac ? Refusal::kAuthentication : Refusal::kMalformed, s);
       co_return;
     }
-    if (!app_frames_flow()) {
-      if (OnHandshakeFrame(frame)) continue;
-    } else if (IsAuthType(frame.header.type)) {
-      RefuseOnStrand(Status::PermissionDenied(
-          auth_ == Auth::kOff ? fmt::format("{} authenticates with a cluster token, but this task has none (start it with the "
-                                            "cluster's --token-file)",
-                                            peer_name())
-                              : fmt::format("{} sent {} after authenticating", peer_name(), wire::MessageTypeName(frame.header.type))));
-      co_return;
+    // Before authentication the handshake takes the frame; after it (or without a token) it
+    // refuses an AUTH_* frame, and the read loop stops there.
+    const bool flowing = app_frames_flow();
+    if (auth_.Takes(frame.header.type) && OnHandshakeFrame(frame)) {
+      if (flowing) co_return;
+      continue;
     }
     if (frame.header.type == wire::MessageType::kHeartbeat) continue;
     handler_.OnFrame(self, std::move(frame));
@@ -476,7 +407,7 @@ asio::awaitable<void> Connection::WriteLoop() {
       continue;
     }
     // Gather every queued frame into one write: header, fields, then tensor data in place.
-    const bool with_mac = !raw && auth_ == Auth::kOn;
+    const bool with_mac = !raw && auth_.authenticated();
     std::size_t count = queue.size();
     buffers.clear();
     for (std::size_t i = 0; i < count; ++i) {

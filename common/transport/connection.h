@@ -15,6 +15,7 @@
 #include "common/transport/auth.h"
 #include "common/transport/detached_link.h"
 #include "common/transport/peer_guard.h"
+#include "common/transport/token_handshake.h"
 #include "common/wire/frame.h"
 #include "common/wire/messages.h"
 
@@ -106,8 +107,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
     std::array<std::byte, wire::kFrameHeaderBytes> header;
     std::array<std::byte, wire::kMacBytes> mac;
   };
-  // Where the token handshake stands (strand only). kOff: no token; kOn: authenticated.
-  enum class Auth { kOff, kClientAwaitChallenge, kServerAwaitHello, kServerAwaitProof, kOn };
 
   asio::awaitable<void> ReadLoop();
   asio::awaitable<void> WriteLoop();
@@ -116,14 +115,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Strand only. `raw`: a handshake frame (CRC, no MAC), written before any other queued frame.
   void QueueOnStrand(wire::OutFrame frame, bool raw);
   void ErrorAndCloseOnStrand(const Status& why);
-  // A frame that arrived before authentication finished: moves the handshake on, or refuses the
-  // peer. False when the frame is for the handler (an ERROR from the server we dialed).
+  // Passes a frame to the token handshake, and does what it says: sends its answer, refuses the
+  // peer, or starts the frame MACs. False when the frame is for the handler.
   bool OnHandshakeFrame(const wire::InFrame& frame);
   void RefuseOnStrand(const Status& why);
   // A frame that fails its checks (header, MAC or CRC): counts `why`, logs `status` and answers it
   // with an ERROR frame before closing. The read loop reads nothing more. Strand only.
   void RefuseFrame(Refusal why, const Status& status);
-  bool app_frames_flow() const { return auth_ == Auth::kOff || auth_ == Auth::kOn; }
+  bool app_frames_flow() const { return auth_.frames_flow(); }
   void MaybeFinishDetach();
   std::uint32_t payload_limit() const;
 
@@ -135,8 +134,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   asio::steady_timer watchdog_;
   std::deque<Outgoing> outbox_;   // strand only
   std::deque<Outgoing> control_;  // strand only: handshake frames, written before outbox_
-  Auth auth_ = Auth::kOff;        // strand only
-  wire::Nonce client_nonce_{}, server_nonce_{};  // strand only
+  TokenHandshake auth_;           // strand only: off without a token
   std::unique_ptr<FrameMac> send_mac_, recv_mac_;  // strand only, once authenticated
   std::uint64_t send_seq_ = 0, recv_seq_ = 0;      // strand only
   Status close_reason_;           // strand only: why close_after_flush_ was set

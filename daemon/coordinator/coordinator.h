@@ -30,10 +30,14 @@ struct CoordinatorOptions {
 // The coordinator of a sweep (docs/sweeps.md): listens for generic workers (tfd --coordinator),
 // hands each idle one the next trial, answers each epoch report with continue or stop (ASHA), and
 // places a lost worker's trial on the next idle worker with the trial's last checkpoint
-// (TRIAL_CHECKPOINT, committed by the epoch report that follows it), to resume after that epoch. It owns an I/O thread; its frame handler
-// runs there and the SweepScheduler sits behind a mutex, so any thread may call the methods below
-// (tfctl's loop polls them). Workers identify with HELLO (kind worker, their index); the
-// coordinator answers WELCOME as coordinator:0. Destroying it closes every connection.
+// (TRIAL_CHECKPOINT, committed by the epoch report that follows it), to resume after that epoch.
+// Workers identify with HELLO (kind worker, their index); the coordinator answers WELCOME as
+// coordinator:0. Destroying it closes every connection.
+//
+// Threads: it owns an I/O thread, where its frame handler (Service) runs, on each connection's
+// strand. The SweepScheduler and the connection tables sit behind the Service's mutex, so any thread may
+// call the public methods below (tfctl's loop polls them) while the handler runs; Start and the
+// destructor are called by the owner's thread.
 class Coordinator {
  public:
   // InvalidArgument/Unavailable naming the address when it cannot listen.

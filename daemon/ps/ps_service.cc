@@ -1,9 +1,8 @@
 #include "daemon/ps/ps_service.h"
 
-// One handler per message and the bookkeeping that ties them together (losses, give-ups, the end of
-// the run, an elastic job's membership) in one file of about 640 lines (over the 600 a file should
-// hold; its worker roster is the part to move out next): they share mu_'s state and
-// its invariants, which read best side by side.
+// One handler per message and what ties them together (acting on the roster's give-ups, the end of
+// the run, an elastic job's membership): they share mu_'s state and its invariants, which read best
+// side by side. The roster's bookkeeping and rules are in worker_roster.cc.
 
 #include <algorithm>
 #include <utility>
@@ -41,6 +40,8 @@ void ReplyError(Connection& to, std::uint64_t request_id, const Status& why) {
 
 double Seconds(std::chrono::milliseconds d) { return std::chrono::duration<double>(d).count(); }
 
+WorkerRoster::Limits RosterLimits(const PsService::Limits& l) { return {.return_timeout = l.worker_return_timeout, .startup_timeout = l.startup_timeout}; }
+
 }  // namespace
 
 PsService::PsService(const config::TfConfig& config, std::uint64_t incarnation, ParameterStore& store, EventWriter& events,
@@ -53,7 +54,8 @@ PsService::PsService(const config::TfConfig& config, std::uint64_t incarnation, 
       metrics_(metrics),
       self_(config.task.ToString()),
       identity_(HandshakeIdentityOf(config, incarnation)),
-      started_(Clock::now()) {}
+      roster_(config.cluster.num_workers(), RosterLimits(limits), Clock::now(),
+              [&cluster = config.cluster](int rank) { return cluster.WorkerTask(rank).ToString(); }) {}
 
 Status PsService::LayoutMismatch(const Connection& worker) const {
   return Status::InvalidArgument(fmt::format("{} holds another variable layout than {} expects (different model, placement or "
@@ -63,12 +65,7 @@ Status PsService::LayoutMismatch(const Connection& worker) const {
 
 int PsService::RankOf(const Connection* c) {
   MutexLock lock(&mu_);
-  return RankOfLocked(c);
-}
-
-int PsService::RankOfLocked(const Connection* c) const {
-  auto it = ranks_.find(c);
-  return it == ranks_.end() ? -1 : it->second;
+  return roster_.RankOf(c);
 }
 
 void PsService::OnFrame(const std::shared_ptr<Connection>& from, wire::InFrame frame) {
@@ -141,17 +138,15 @@ void PsService::HandleHello(const ConnectionPtr& from, const wire::InFrame& fram
     MutexLock lock(&mu_);
     // The run is over: say so, and leave its record as it is. A worker whose DONE was counted may
     // still come back for its ack (its connection was lost on the way).
-    if (ended_ || (end_called_ && !done_.contains(rank))) {
+    if (ended_ || (end_called_ && !roster_.done(rank))) {
       const Status why = ended_ ? *ended_ : Status::FailedPrecondition(fmt::format("{}: the run is over: every worker is done", self_));
       spdlog::info("refused {}: {}", peer_name, why.message());
       return from->SendErrorAndClose(why);
     }
-    ranks_[from.get()] = rank;
-    if (metrics_ != nullptr) metrics_->connected_peers->Set(static_cast<double>(ranks_.size()));
-    if (!first_contact_) first_contact_ = Clock::now();
-    const bool was_given_up = given_up_.erase(rank) > 0;
-    if (gone_.erase(rank) > 0) RejoinedLocked(rank, peer_name, hello.incarnation);
-    if ((!listed && joined_.insert(rank).second) || (was_given_up && max_workers > 0)) MembersChangedLocked(fmt::format("{} joined", peer_name), false);
+    const WorkerRoster::Arrival arrival = roster_.Connected(from.get(), rank, !listed, Clock::now());
+    if (metrics_ != nullptr) metrics_->connected_peers->Set(static_cast<double>(roster_.connections()));
+    if (arrival.rejoined) RejoinedLocked(rank, peer_name, hello.incarnation);
+    if (arrival.newly_joined || (arrival.was_given_up && max_workers > 0)) MembersChangedLocked(fmt::format("{} joined", peer_name), false);
   }
   spdlog::debug("{} connected (incarnation {:016x})", peer_name, hello.incarnation);
   wire::Welcome w = transport::MakeWelcome(identity_);
@@ -291,9 +286,9 @@ void PsService::HandleDone(const ConnectionPtr& from, const wire::InFrame& frame
   {
     // Counted before the ack: a worker holding its ack finds its DONE counted.
     MutexLock lock(&mu_);
-    const bool first = done_.insert(rank).second;
+    const bool first = roster_.MarkDone(rank);
     stopped_early_ = stopped_early_ || done.stop;
-    count = done_.size();
+    count = roster_.done_count();
     finished = FinishedLocked();
     // Elastic: a finished worker no longer takes a share, nor (sync) a place in the steps' quorum.
     if (first && !finished && !ended_ && store_.update().max_workers > 0) MembersChangedLocked(fmt::format("{} finished", from->peer_name()), false);
@@ -330,7 +325,7 @@ void PsService::ReplyParams(Connection& to, std::uint64_t request_id) {
   Reply(to, std::move(params), request_id);
 }
 
-PsService::Work PsService::work() const {
+PsService::TimeSpent PsService::time_spent() const {
   return {.pushes = pushes_.load(std::memory_order_relaxed),
           .replies = replies_.load(std::memory_order_relaxed),
           .apply_s = static_cast<double>(apply_ns_.load(std::memory_order_relaxed)) * 1e-9,
@@ -339,12 +334,7 @@ PsService::Work PsService::work() const {
 
 PsService::WorkerState PsService::WorkerStateOf(int rank) const {
   MutexLock lock(&mu_);
-  if (done_.contains(rank)) return WorkerState::kDone;
-  for (const auto& [conn, r] : ranks_)
-    if (r == rank) return WorkerState::kConnected;
-  if (given_up_.contains(rank)) return WorkerState::kGivenUp;
-  if (gone_.contains(rank)) return WorkerState::kLost;
-  return WorkerState::kNone;
+  return roster_.StateOf(rank);
 }
 
 void PsService::ReleaseWaiters() {
@@ -375,19 +365,13 @@ void PsService::ReleaseWaiters() {
 }
 
 void PsService::OnClosed(const std::shared_ptr<Connection>& from, const Status& why) {
-  int rank;
-  bool done;
+  WorkerRoster::Departure left;
   {
     MutexLock lock(&mu_);
-    rank = RankOfLocked(from.get());
-    done = done_.contains(rank);
-    ranks_.erase(from.get());
-    // The loss is recorded with the connection's removal, so a Tick (any thread) never finds the
-    // worker neither connected nor lost and takes it for one that never connected.
-    if (rank >= 0 && !done) gone_[rank] = Absence{from->peer_name(), store_.global_step(), Clock::now(), false};
-    if (metrics_ != nullptr) metrics_->connected_peers->Set(static_cast<double>(ranks_.size()));
+    left = roster_.Closed(from.get(), from->peer_name(), store_.global_step(), Clock::now());
+    if (metrics_ != nullptr) metrics_->connected_peers->Set(static_cast<double>(roster_.connections()));
   }
-  if (rank < 0 || done) return;
+  if (left.rank < 0 || left.done) return;
   spdlog::warn("lost {}: {}", from->peer_name(), why.message());
   events_.Emit("peer_lost", {{"peer", from->peer_name()}, {"message", why.message()}});
   FailPullsIfStepStuck();  // async: nothing waits on the others
@@ -399,43 +383,15 @@ void PsService::Tick(Clock::time_point now) {
     MutexLock lock(&mu_);
     if (end_called_) return;
     if (!ended_) {
-      std::set<int> live;
-      for (const auto& [conn, r] : ranks_) live.insert(r);
-      const std::size_t given_up_before = given_up_.size();
-      for (int r : RanksLocked()) {
-        if (done_.contains(r) || live.contains(r) || given_up_.contains(r)) continue;
-        auto it = gone_.find(r);
-        // Never connected: given the startup timeout from the first worker's HELLO (or, with none
-        // yet, from this ps's start), as a worker gives a ps it waits for.
-        const Absence away =
-            it != gone_.end() ? it->second
-                              : Absence{config_.cluster.WorkerTask(r).ToString(), store_.global_step(), first_contact_.value_or(started_), true};
-        const std::chrono::milliseconds limit = away.never_connected ? limits_.startup_timeout : limits_.worker_return_timeout;
-        if (now - away.since < limit) continue;
-        given_up_.insert(r);
-        gone_[r] = away;
-        if (away.never_connected) {
-          spdlog::warn("gave up on {}: it never connected within {:g} s", away.name, Seconds(limit));
-        } else {
-          spdlog::warn("gave up on {}: lost at global_step {} and not back within {:g} s", away.name, away.global_step, Seconds(limit));
-        }
-        events_.Emit("gave_up", {{"peer", away.name}, {"global_step", static_cast<std::int64_t>(away.global_step)}});
-      }
-      if (given_up_.size() > given_up_before && store_.update().max_workers > 0) MembersChangedLocked("a worker left for good", true);
-      if (given_up_.contains(0)) {
-        const Absence& chief = gone_[0];
-        EndRunLocked(Status::FailedPrecondition(
-            chief.never_connected
-                ? fmt::format("{}: the run is over: the chief {} never connected within {:g} s", self_, chief.name,
-                              Seconds(limits_.startup_timeout))
-                : fmt::format("{}: the run is over: the chief {} was lost at global_step {} and did not come back within {:g} s",
-                              self_, chief.name, chief.global_step, Seconds(limits_.worker_return_timeout))));
+      GiveUpOverdueLocked(now);
+      if (const WorkerRoster::Absence* chief = roster_.ChiefGivenUp()) {
+        EndRunLocked(Status::FailedPrecondition(fmt::format("{}: the run is over: the chief {}", self_, roster_.GaveUpBecause(*chief))));
       } else {
         end = FinishedLocked();
       }
     }
-    if (ended_ && !end && (ranks_.empty() || now >= *ended_at_ + limits_.end_grace)) {
-      end = Ending{false, fmt::format("{}{}; global_step={}", ended_->message(), GivenUpLocked(ended_->message()), store_.global_step())};
+    if (ended_ && !end && (roster_.connections() == 0 || now >= *ended_at_ + limits_.end_grace)) {
+      end = Ending{false, fmt::format("{}{}; global_step={}", ended_->message(), roster_.AwayNote(ended_->message()), store_.global_step())};
       end_called_ = true;
     }
   }
@@ -449,42 +405,31 @@ void PsService::Tick(Clock::time_point now) {
   FailPullsIfStepStuck();  // sync: a step may wait on a worker just given up on
 }
 
-std::optional<PsService::Ending> PsService::FinishedLocked() {
-  if (end_called_ || ended_ || !done_.contains(0)) return std::nullopt;  // the chief's DONE comes first
-  const bool shrink = store_.sync() && store_.update().on_worker_loss == OnWorkerLoss::kShrink;
-  std::set<int> live;
-  for (const auto& [conn, r] : ranks_) live.insert(r);
-  std::vector<std::string> written_off;
-  for (int r : RanksLocked()) {
-    if (r == 0 || done_.contains(r) || given_up_.contains(r)) continue;
-    // With on_worker_loss shrink, a lost worker is written off: the others' DONE ends the run.
-    if (shrink && gone_.contains(r) && !live.contains(r)) {
-      written_off.push_back(gone_[r].name);
-      continue;
+void PsService::GiveUpOverdueLocked(Clock::time_point now) {
+  const std::vector<WorkerRoster::Absence> gave_up = roster_.GiveUpOverdue(now, store_.global_step());
+  for (const WorkerRoster::Absence& away : gave_up) {
+    if (away.never_connected) {
+      spdlog::warn("gave up on {}: it never connected within {:g} s", away.name, roster_.LimitSeconds(away));
+    } else {
+      spdlog::warn("gave up on {}: lost at global_step {} and not back within {:g} s", away.name, away.global_step,
+                   roster_.LimitSeconds(away));
     }
-    return std::nullopt;
+    events_.Emit("gave_up", {{"peer", away.name}, {"global_step", static_cast<std::int64_t>(away.global_step)}});
   }
-  std::string gave_up = GivenUpLocked();
-  if (!written_off.empty()) gave_up += fmt::format("; wrote off {} (update.on_worker_loss: shrink)", fmt::join(written_off, ", "));
+  if (!gave_up.empty() && store_.update().max_workers > 0) MembersChangedLocked("a worker left for good", true);
+}
+
+std::optional<PsService::Ending> PsService::FinishedLocked() {
+  if (end_called_ || ended_) return std::nullopt;
+  // With on_worker_loss shrink, a lost worker is written off: the others' DONE ends the run.
+  const bool shrink = store_.sync() && store_.update().on_worker_loss == OnWorkerLoss::kShrink;
+  const std::optional<std::vector<std::string>> written_off = roster_.Finished(shrink);
+  if (!written_off) return std::nullopt;
+  std::string gave_up = roster_.AwayNote();
+  if (!written_off->empty()) gave_up += fmt::format("; wrote off {} (update.on_worker_loss: shrink)", fmt::join(*written_off, ", "));
   end_called_ = true;  // decided under the lock that EndRunLocked takes too: one end, never both
   if (gave_up.empty()) return Ending{true, fmt::format("every worker is done: global_step={}; exiting", store_.global_step())};
   return Ending{true, fmt::format("every live worker is done{}; global_step={}; exiting", gave_up, store_.global_step())};
-}
-
-std::string PsService::GivenUpLocked(std::string_view named) const {
-  std::vector<std::string> gave_up, away;
-  std::set<int> live;
-  for (const auto& [conn, r] : ranks_) live.insert(r);
-  for (const auto& [r, a] : gone_) {
-    if (config::MentionsTask(named, a.name) || live.contains(r) || done_.contains(r)) continue;
-    const std::string what =
-        a.never_connected ? a.name + " (never connected)" : fmt::format("{} (lost at global_step {})", a.name, a.global_step);
-    (given_up_.contains(r) ? gave_up : away).push_back(what);
-  }
-  std::string out;
-  if (!gave_up.empty()) out += fmt::format("; gave up on {}", fmt::join(gave_up, ", "));
-  if (!away.empty()) out += fmt::format("; also lost {}", fmt::join(away, ", "));  // the end came before their deadline
-  return out;
 }
 
 void PsService::EndRunLocked(const Status& why) {
@@ -504,107 +449,65 @@ void PsService::FailPullsIfStepStuck() {
   if (!store_.sync()) return;
   const std::vector<bool> received = store_.received();
   const UpdateRule update = store_.update();
-  std::vector<Waiter> finished_only, failed;
+  using Action = StepVerdict::Action;
+  std::vector<Waiter> answer;
+  StepVerdict v;
   std::optional<Status> fail;
-  int held = 0, can_send = 0;
-  std::vector<std::string> missing;
   {
     MutexLock lock(&mu_);
     if (pull_waiters_.empty() || ended_) return;
-    bool lost = false, for_good = false;
-    std::set<int> live;
-    for (const auto& [conn, r] : ranks_) live.insert(r);
-    for (int r : RanksLocked()) {
-      const bool has = r < static_cast<int>(received.size()) && received[r];
-      held += has;
-      if (has) continue;
-      if (done_.contains(r)) {
-        missing.push_back(fmt::format("{} has finished", config_.cluster.WorkerTask(r).ToString()));
-      } else if (gone_.contains(r) && !live.contains(r)) {
-        const Absence& a = gone_[r];
-        lost = true;
-        if (given_up_.contains(r)) {
-          for_good = true;
-          missing.push_back(a.never_connected ? fmt::format("{} never connected within {:g} s", a.name, Seconds(limits_.startup_timeout))
-                                              : fmt::format("{} was lost at global_step {} and did not come back within {:g} s",
-                                                            a.name, a.global_step, Seconds(limits_.worker_return_timeout)));
-        } else {
-          missing.push_back(fmt::format("{} was lost", a.name));
-        }
-      } else {
-        ++can_send;  // connected, or not connected yet: it may still send its gradient
-      }
-    }
-    if (held + can_send >= store_.to_aggregate()) return;
-    if (lost && !for_good && update.on_worker_loss == OnWorkerLoss::kWait) {  // wait: a restarted worker resumes at this step
+    v = JudgeSyncStep(roster_, received, store_.to_aggregate(), update.on_worker_loss, update.min_replicas);
+    if (v.action == Action::kWait) return;
+    if (v.action == Action::kWaitForLost) {
       const std::string note = fmt::format("sync step {} waits for a lost worker to come back ({}; update.on_worker_loss: wait, for up to {:g} s)",
-                                           store_.global_step() + 1, fmt::join(missing, ", "), Seconds(limits_.worker_return_timeout));
+                                           store_.global_step() + 1, fmt::join(v.missing, ", "), Seconds(limits_.worker_return_timeout));
       if (note != waiting_note_) spdlog::warn("{}", note);
       waiting_note_ = note;
       return;
     }
-    const bool shrink = update.on_worker_loss == OnWorkerLoss::kShrink;
-    // Once the chief is done no step needs a lost worker any more: the run ends as the chief left it.
-    if (!lost || done_.contains(0)) {
-      // Only finished workers are missing (a backup worker's last steps, when the others are done):
-      // nothing more will be aggregated, so let it finish on the final parameters.
-      finished_only.swap(pull_waiters_);
-    } else if (!(shrink && held + can_send >= static_cast<int>(update.min_replicas))) {
+    if (v.action == Action::kEndRun || v.action == Action::kFailPulls) {
+      const bool shrink = update.on_worker_loss == OnWorkerLoss::kShrink;
       const std::string below = shrink ? fmt::format(" (fewer than min_replicas {})", update.min_replicas) : "";
       fail = Status::Unavailable(fmt::format("{}: sync step {} cannot complete: it needs {} gradients, has {}, and {}{}", self_,
-                                             store_.global_step() + 1, store_.to_aggregate(), held,
-                                             missing.empty() ? std::string("no other worker can send one")
-                                                             : fmt::format("{}", fmt::join(missing, ", ")),
+                                             store_.global_step() + 1, store_.to_aggregate(), v.held,
+                                             v.missing.empty() ? std::string("no other worker can send one")
+                                                               : fmt::format("{}", fmt::join(v.missing, ", ")),
                                              below));
       // A worker given up on never sends its gradient: the run is over, and every worker hears why.
-      if (for_good) return EndRunLocked(*fail);
-      // Otherwise the waiting pulls fail now (on_worker_loss fail), and the step still waits for
-      // the lost ones: restarted (launch.restart, systemd), the workers go on from it.
-      failed.swap(pull_waiters_);
+      if (v.action == Action::kEndRun) return EndRunLocked(*fail);
     }
+    // kFailPulls: the waiting pulls fail now (on_worker_loss fail), and the step still waits for
+    // the lost ones: restarted (launch.restart, systemd), the workers go on from it.
+    if (v.action != Action::kShrink) answer.swap(pull_waiters_);
   }
   if (fail) {
     spdlog::warn("{}", fail->message());
-    for (const Waiter& w : failed)
+    for (const Waiter& w : answer)
       if (auto c = w.conn.lock()) ReplyError(*c, w.request_id, *fail);
     return;
   }
-  if (!finished_only.empty()) {
-    for (const Waiter& w : finished_only)
+  if (v.action == Action::kFinalParams) {
+    for (const Waiter& w : answer)
       if (auto c = w.conn.lock()) ReplyParams(*c, w.request_id);
     return;
   }
   // shrink: go on with the gradients the workers left can send
-  const int quorum = held + can_send;
+  const int quorum = v.held + v.can_send;
   spdlog::warn("quorum: sync steps aggregate {} of {} gradients from step {} on ({}; update.on_worker_loss: shrink, "
                "min_replicas {})",
-               quorum, store_.configured_quorum(), store_.global_step() + 1, fmt::join(missing, ", "), update.min_replicas);
+               quorum, store_.configured_quorum(), store_.global_step() + 1, fmt::join(v.missing, ", "), update.min_replicas);
   events_.Emit("quorum", {{"quorum", std::int64_t{quorum}}, {"global_step", static_cast<std::int64_t>(store_.global_step())}});
   if (store_.SetQuorum(quorum)) ReleaseWaiters();
 }
 
-std::vector<int> PsService::RanksLocked() const {
-  std::vector<int> ranks;
-  for (int r = 0; r < config_.cluster.num_workers(); ++r) ranks.push_back(r);
-  for (int r : joined_)
-    if (r >= config_.cluster.num_workers()) ranks.push_back(r);
-  return ranks;
-}
-
 std::optional<wire::Membership> PsService::MembershipLocked(int rank) const {
   if (!store_.initialized() || store_.update().max_workers == 0) return std::nullopt;
+  const WorkerRoster::Place place = roster_.MemberPlace(rank);
+  if (!place.index) return std::nullopt;  // not in the run (given up on): it keeps the share it had
   wire::Membership m;
   m.run_epoch = run_epoch_;
-  bool member = false;
-  for (int r : RanksLocked()) {
-    if (given_up_.contains(r) || done_.contains(r)) continue;
-    if (r == rank) {
-      m.index = m.count;
-      member = true;
-    }
-    ++m.count;
-  }
-  if (!member) return std::nullopt;  // not in the run (given up on): it keeps the share it had
+  m.index = static_cast<std::uint32_t>(*place.index);
+  m.count = static_cast<std::uint32_t>(place.count);
   return m;
 }
 
@@ -617,14 +520,13 @@ wire::Ready PsService::ReadyFor(int rank) {
 
 void PsService::MembersChangedLocked(const std::string& why, bool loss) {
   const UpdateRule update = store_.update();
-  int members = 0;
-  for (int r : RanksLocked()) members += !given_up_.contains(r) && !done_.contains(r);
+  const int members = roster_.members();
   const std::uint64_t step = store_.global_step();
   spdlog::info("membership: {} workers from global_step {} ({}; elastic min_workers {}, max_workers {}){}", members, step + 1, why,
                update.min_workers, update.max_workers, store_.sync() ? fmt::format("; sync: total_num_replicas {}", members) : "");
   events_.Emit("membership", {{"workers", std::int64_t{members}}, {"global_step", static_cast<std::int64_t>(step)}});
   // Workers that finished their epochs count towards min_workers: the run is ending, not failing.
-  if (loss && members + static_cast<int>(done_.size()) < static_cast<int>(update.min_workers)) {
+  if (loss && members + static_cast<int>(roster_.done_count()) < static_cast<int>(update.min_workers)) {
     return EndRunLocked(Status::FailedPrecondition(fmt::format("{}: the run is over: {} workers left, fewer than elastic min_workers {} ({})",
                                                                self_, members, update.min_workers, why)));
   }

@@ -3,10 +3,8 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
-#include <map>
 #include <optional>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -17,6 +15,7 @@
 #include "common/transport/connection.h"
 #include "common/transport/handshake.h"
 #include "daemon/ps/parameter_store.h"
+#include "daemon/ps/worker_roster.h"
 
 namespace tfd::ps {
 
@@ -38,8 +37,13 @@ namespace tfd::ps {
 // `on_end` is called once, with how the run ended: ok (exit 0) only when the chief finished; after
 // a failed end, once the workers have left or `end_grace` has passed, so they hear the reason.
 //
+// Who is connected, done, lost or given up on, and the rules that decide it, are the WorkerRoster's
+// (worker_roster.h); whether a sync step can still complete is JudgeSyncStep's. This class acts on
+// their answers: it logs, emits events and answers the waiting requests.
+//
 // Threads: OnFrame and OnClosed run on the strand of the connection concerned, one frame of that
-// connection at a time; the handlers run inside them. RunPs runs its io_context on one thread, so
+// connection at a time; the handlers run inside them. Tick runs on whichever thread polls (RunPs:
+// the io thread); time_spent and WorkerStateOf on any thread. RunPs runs its io_context on one thread, so
 // two handlers never overlap there, but with several threads running the io_context the strands
 // of different connections run at once. mu_ serialises the service's own bookkeeping (which
 // connection is which worker, the requests waiting for INIT or a step, who is done or lost); the
@@ -72,18 +76,15 @@ class PsService : public transport::FrameHandler {
 
   // Where the ps's own time went, by its clock: pushes applied (the optimizer on this ps's
   // variables) and parameter replies built (copied out of the store into a frame). Any thread.
-  struct Work {
+  struct TimeSpent {
     std::uint64_t pushes = 0, replies = 0;
     double apply_s = 0, reply_s = 0;
   };
-  Work work() const;
+  TimeSpent time_spent() const;
 
-  // What the service has recorded of worker `rank`, as Tick reads it: kConnected while a connection
-  // of its that shook hands is open; kLost once that connection closed before its DONE, until it
-  // shakes hands again or is given up on; kGivenUp; kDone once its DONE was counted (whatever its
-  // connection does after). kNone otherwise: it never shook hands. Lets a test move Tick's clock
-  // only after the service has seen a worker come or go. Any thread; takes mu_.
-  enum class WorkerState { kNone, kConnected, kLost, kGivenUp, kDone };
+  // What the service has recorded of worker `rank`, as Tick reads it (see WorkerState). Lets a test
+  // move Tick's clock only after the service has seen a worker come or go. Any thread; takes mu_.
+  using WorkerState = ps::WorkerState;
   WorkerState WorkerStateOf(int rank) const TFD_EXCLUDES(mu_);
 
  private:
@@ -106,16 +107,10 @@ class PsService : public transport::FrameHandler {
   // With metrics: the push's outcome, its staleness (async) and the global step after it.
   void CountPush(std::uint64_t based_on_step, const ParameterStore::PushResult& r);
 
-  // A worker rank away from the run (lost before DONE, or never connected): since when, and its name.
-  struct Absence {
-    std::string name;
-    std::uint64_t global_step = 0;  // when it was lost
-    Clock::time_point since;
-    bool never_connected = false;
-  };
-
-  // A worker rejoined after it was lost: forget the loss, and (on_worker_loss shrink) grow the quorum back.
+  // A worker rejoined after it was lost: (on_worker_loss shrink) grow the quorum back.
   void RejoinedLocked(int rank, const std::string& peer_name, std::uint64_t incarnation) TFD_REQUIRES(mu_);
+  // Gives up on the workers away past their limit (logs, events, an elastic membership change).
+  void GiveUpOverdueLocked(Clock::time_point now) TFD_REQUIRES(mu_);
   void ReplyParams(transport::Connection& to, std::uint64_t request_id);
   void ReleaseWaiters() TFD_EXCLUDES(mu_);
   // sync: when the current step can no longer complete (too few workers left that have not
@@ -126,10 +121,6 @@ class PsService : public transport::FrameHandler {
   void EndRunLocked(const Status& why) TFD_REQUIRES(mu_);
   // Once nothing is left to wait for, the successful end (and end_called_ set); nullopt while the run goes on.
   std::optional<Ending> FinishedLocked() TFD_REQUIRES(mu_);
-  // "; gave up on worker:1 (...) (lost at ...)" for those not named in `named` already, or "".
-  std::string GivenUpLocked(std::string_view named = {}) const TFD_REQUIRES(mu_);
-  // Every worker rank of the run: the cluster's, and those that joined (elastic).
-  std::vector<int> RanksLocked() const TFD_REQUIRES(mu_);
   // An elastic job: `rank`'s place among the ranks not given up on, their count and the chief's
   // epoch; nullopt for a job that is not elastic, or a rank given up on.
   std::optional<wire::Membership> MembershipLocked(int rank) const TFD_REQUIRES(mu_);
@@ -139,7 +130,6 @@ class PsService : public transport::FrameHandler {
   // (sync) makes the steps aggregate every member's gradient.
   void MembersChangedLocked(const std::string& why, bool loss) TFD_REQUIRES(mu_);
   int RankOf(const transport::Connection* c) TFD_EXCLUDES(mu_);
-  int RankOfLocked(const transport::Connection* c) const TFD_REQUIRES(mu_);
   Status LayoutMismatch(const transport::Connection& worker) const;
 
   const config::TfConfig& config_;
@@ -148,25 +138,19 @@ class PsService : public transport::FrameHandler {
   const Limits limits_;
   std::function<void(const Ending&)> on_end_;
   metrics::TaskMetrics* const metrics_;  // null: none
-  std::atomic<std::uint64_t> pushes_{0}, replies_{0}, apply_ns_{0}, reply_ns_{0};  // for work()
+  std::atomic<std::uint64_t> pushes_{0}, replies_{0}, apply_ns_{0}, reply_ns_{0};  // for time_spent()
   const std::string self_;
   const transport::HandshakeIdentity identity_;
-  const Clock::time_point started_;
 
   mutable Mutex mu_;
-  std::map<const transport::Connection*, int> ranks_ TFD_GUARDED_BY(mu_);  // handshaken workers -> rank
+  WorkerRoster roster_ TFD_GUARDED_BY(mu_);
   std::vector<Waiter> ready_waiters_ TFD_GUARDED_BY(mu_);                  // WAIT_READY before INIT
   std::vector<Waiter> pull_waiters_ TFD_GUARDED_BY(mu_);                   // PULLs ahead of the global step
-  std::map<int, Absence> gone_ TFD_GUARDED_BY(mu_);                        // ranks lost before DONE
-  std::set<int> given_up_ TFD_GUARDED_BY(mu_);                             // away past the return timeout
-  std::optional<Clock::time_point> first_contact_ TFD_GUARDED_BY(mu_);     // the first worker's HELLO
   std::string waiting_note_ TFD_GUARDED_BY(mu_);                           // on_worker_loss wait: what was last logged
-  std::set<int> done_ TFD_GUARDED_BY(mu_);
   std::optional<Status> ended_ TFD_GUARDED_BY(mu_);  // the run ended as failed: why
   std::optional<Clock::time_point> ended_at_ TFD_GUARDED_BY(mu_);
   bool end_called_ TFD_GUARDED_BY(mu_) = false;  // the end was decided: on_end_ is called, once
   bool stopped_early_ TFD_GUARDED_BY(mu_) = false;  // the chief's DONE said it stopped the run early
-  std::set<int> joined_ TFD_GUARDED_BY(mu_);        // elastic: ranks beyond the cluster's that joined
   std::uint32_t run_epoch_ TFD_GUARDED_BY(mu_) = 0;  // elastic: the epoch of the chief's last push
   bool members_changed_ TFD_GUARDED_BY(mu_) = false; // sync: a step completed when the membership shrank
 };

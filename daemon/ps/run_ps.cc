@@ -169,7 +169,7 @@ Status RunPs(const config::TfConfig& config, EventWriter& events, const PsOption
   if (!ending) return Status::FailedPrecondition(fmt::format("stopped by a signal at global_step {}", store.global_step()));
   if (!ending->ok) return Status::FailedPrecondition(ending->message);
   spdlog::info("{}", ending->message);
-  const PsService::Work work = service.work();
+  const PsService::TimeSpent work = service.time_spent();
   spdlog::info("its own time: {} pushes applied in {:.2f} s ({:.0f} us each), {} parameter replies built in {:.2f} s ({:.0f} us each)",
                work.pushes, work.apply_s, work.pushes > 0 ? 1e6 * work.apply_s / static_cast<double>(work.pushes) : 0.0, work.replies,
                work.reply_s, work.replies > 0 ? 1e6 * work.reply_s / static_cast<double>(work.replies) : 0.0);

@@ -32,7 +32,11 @@ struct PsClientOptions {
 
 // A worker's connections to every ps task, and the calls it makes on them. The parameters and
 // gradients live in the model's flat buffers; each ps gets and returns its slices of them
-// (scatter/gather, no staging copy on the way out). Not thread-safe: one training thread uses it.
+// (scatter/gather, no staging copy on the way out).
+//
+// Threads: not thread-safe and holds no lock: one thread (the worker's training thread) calls
+// every method. The connections' strands, on the io_context's thread, only complete the futures of
+// its calls (and write ack_times_ before they do); it reads what they wrote once they are ready.
 class PsClient {
  public:
   // Connects to every ps (any start order: retries until startup_timeout, logging which ps it waits
@@ -47,14 +51,15 @@ class PsClient {
   // InvalidArgument for an update mode that has no ps (allreduce).
   Status Initialize(bool chief, const config::OptimizerSpec& optimizer, const config::UpdateSpec& update,
                     std::span<const float> params);
+  // What one exchange of PushPull (or CompletePushPull) brought back.
+  struct StepResult {
+    std::uint64_t global_step = 0;  // ps:0's
+    int stale = 0;  // ps tasks that dropped this gradient as stale
+  };
   // Pushes `grads` to every ps, tagged with `tag` and with the global step of the parameters this
   // worker last pulled from that ps (each ps counts its own steps), and pulls back parameters into
   // `params`: sync waits for each ps's next step, async takes what is there. Both requests go out
-  // back to back: one round trip. Returns ps:0's global step.
-  struct StepResult {
-    std::uint64_t global_step = 0;
-    int stale = 0;  // ps tasks that dropped this gradient as stale
-  };
+  // back to back: one round trip.
   Result<StepResult> PushPull(const wire::Push& tag, std::span<const float> grads, std::span<float> params, bool sync);
   // PushPull in two halves, so a step can compute while its predecessor's exchange is in flight:
   // Start sends (`grads` must stay unchanged until Complete returns; `keepalive`, when given, owns
@@ -65,9 +70,9 @@ class PsClient {
   // staleness, not by the newer step's.
   void StartPushPull(const wire::Push& tag, std::span<const float> grads, bool sync, std::shared_ptr<const void> keepalive,
                      std::vector<std::uint64_t> computed_on = {});
+  Result<StepResult> CompletePushPull(std::span<float> params);
   // Per ps: the global step of the parameters last pulled from it.
   const std::vector<std::uint64_t>& steps() const { return steps_; }
-  Result<StepResult> CompletePushPull(std::span<float> params);
   bool in_flight() const { return !pulls_.empty(); }
   // Where this worker resumes (its local steps already applied, async; the global step, sync): 0
   // unless it was here before and restarted.
