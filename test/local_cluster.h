@@ -4,10 +4,10 @@
 // instead of hanging. Every helper here runs on the test's main thread (Catch2 macros inside).
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -34,19 +34,6 @@ inline std::string Job(const std::string& data, const std::string& update, int e
          R"(, "seed": 5, "log_every_steps": 0)" + extra + "}";
 }
 
-// The JSON event lines among `out` (a task's stdout under --log-format json), in order; lines that
-// are not JSON are passed over. Only the events named `event`, unless it is empty.
-inline std::vector<nlohmann::json> ParseEvents(const std::string& out, std::string_view event = {}) {
-  std::vector<nlohmann::json> events;
-  std::istringstream in(out);
-  for (std::string line; std::getline(in, line);) {
-    auto e = nlohmann::json::parse(line, nullptr, false);
-    if (e.is_discarded() || (!event.empty() && e["event"] != event)) continue;
-    events.push_back(std::move(e));
-  }
-  return events;
-}
-
 // Whether `p`'s stderr contains `text` within `limit` (polled; true at once if it does already).
 inline bool LogsWithin(Process& p, const std::string& text, std::chrono::milliseconds limit) {
   const auto until = std::chrono::steady_clock::now() + limit;
@@ -60,6 +47,31 @@ inline void AwaitLine(Process& p, const std::string& text, std::chrono::millisec
   const bool seen = LogsWithin(p, text, limit);
   INFO(p.err());
   REQUIRE(seen);
+}
+
+// The first event named `event` on `p`'s stdout (under --log-format json) with every field of
+// `fields` (and satisfying `also`, where given), polled for up to `limit`; null if none came.
+inline nlohmann::json EventWithin(Process& p, std::string_view event, const nlohmann::json& fields, std::chrono::milliseconds limit,
+                                  const std::function<bool(const nlohmann::json&)>& also = {}) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    const bool last = std::chrono::steady_clock::now() >= until;
+    for (nlohmann::json& e : ParseEvents(p.out(), event))
+      if (HasFields(e, fields) && (!also || also(e))) return std::move(e);
+    if (last) return nullptr;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+// EventWithin, but failing the test (showing `p`'s stderr) when no such event comes in time: the
+// event counterpart of AwaitLine.
+inline nlohmann::json AwaitEvent(Process& p, std::string_view event, const nlohmann::json& fields = nlohmann::json::object(),
+                                 std::chrono::milliseconds limit = std::chrono::seconds(60),
+                                 const std::function<bool(const nlohmann::json&)>& also = {}) {
+  nlohmann::json found = EventWithin(p, event, fields, limit, also);
+  INFO("no event " << event << " with " << fields.dump() << " within " << limit.count() << " ms; stderr:\n" << p.err());
+  REQUIRE(found.is_object());
+  return found;
 }
 
 // What a task left when it exited.
@@ -146,6 +158,17 @@ class LocalCluster {
   // The task's event lines so far (its latest start), only those named `event` unless empty.
   std::vector<nlohmann::json> Events(const std::string& type, int i, std::string_view event = {}) {
     return ParseEvents(process(type, i).out(), event);
+  }
+
+  // The task's (its latest start's) event, as the free EventWithin and AwaitEvent below find it.
+  nlohmann::json EventWithin(const std::string& type, int i, std::string_view event, const nlohmann::json& fields,
+                             std::chrono::milliseconds limit, const std::function<bool(const nlohmann::json&)>& also = {}) {
+    return tfd::testing::EventWithin(process(type, i), event, fields, limit, also);
+  }
+  nlohmann::json AwaitEvent(const std::string& type, int i, std::string_view event, const nlohmann::json& fields = nlohmann::json::object(),
+                            std::chrono::milliseconds limit = std::chrono::seconds(60),
+                            const std::function<bool(const nlohmann::json&)>& also = {}) {
+    return tfd::testing::AwaitEvent(process(type, i), event, fields, limit, also);
   }
 
   // Waits for the task to exit and collects what it wrote. Fails the test (showing its stderr) if

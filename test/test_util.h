@@ -14,10 +14,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <chrono>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -159,6 +162,42 @@ inline std::vector<nlohmann::json> ReadJsonLines(const std::string& path) {
   for (std::string line; std::getline(in, line);)
     if (!line.empty()) out.push_back(nlohmann::json::parse(line));
   return out;
+}
+
+// The JSON event lines among `out` (a task's stdout under --log-format json, or a run folder's
+// metrics.jsonl), in order; lines that are not JSON are passed over. Only the events named
+// `event`, unless it is empty.
+inline std::vector<nlohmann::json> ParseEvents(const std::string& out, std::string_view event = {}) {
+  std::vector<nlohmann::json> events;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    auto e = nlohmann::json::parse(line, nullptr, false);
+    if (e.is_discarded() || !e.is_object() || (!event.empty() && e["event"] != event)) continue;
+    events.push_back(std::move(e));
+  }
+  return events;
+}
+
+// Whether `e` has every field of `fields` with the same value (numbers compare by value, so 300
+// matches 300.0).
+inline bool HasFields(const nlohmann::json& e, const nlohmann::json& fields) {
+  for (const auto& [key, value] : fields.items())
+    if (!e.contains(key) || e[key] != value) return false;
+  return true;
+}
+
+// Whether one of the events named `event` among `out` (as ParseEvents reads it) has every field
+// of `fields` with that value, and satisfies `also` where one is given.
+inline bool HasEvent(const std::string& out, std::string_view event, const nlohmann::json& fields = nlohmann::json::object(),
+                     const std::function<bool(const nlohmann::json&)>& also = {}) {
+  for (const nlohmann::json& e : ParseEvents(out, event))
+    if (HasFields(e, fields) && (!also || also(e))) return true;
+  return false;
+}
+
+// Whether the string field `key` of event `e` holds `fragment` (false where it is absent or no string).
+inline bool FieldHas(const nlohmann::json& e, const std::string& key, const std::string& fragment) {
+  return e.contains(key) && e[key].is_string() && e[key].get<std::string>().find(fragment) != std::string::npos;
 }
 
 // 127.0.0.1:port as a socket address.

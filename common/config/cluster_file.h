@@ -91,7 +91,7 @@ Status CheckGpuShares(const ClusterSpec& cluster, const JobSpec& job, const std:
 
 // Every event name tfd writes (tfd --log-format json); docs/config.md describes each.
 inline constexpr std::string_view kEventNames[] = {
-    "start",     "ready",      "step",  "epoch",         "checkpoint", "checkpoint_start", "restored", "done", "worker_done",
+    "start",     "ready",      "step",  "epoch",         "checkpoint", "checkpoint_start", "restored", "resumed", "done", "worker_done",
     "peer_lost", "peer_rejoined", "quorum", "gave_up", "run_ended", "early_stopping", "eval", "error",
     "membership", "share", "stage"};
 bool IsEventName(std::string_view name);

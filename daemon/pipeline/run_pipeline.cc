@@ -155,7 +155,10 @@ Status RunPipelineWorker(const config::TfConfig& config, const config::JobSpec& 
     if (config.is_chief()) {
       spdlog::info("restored {} at global_step {} onto {} stages ({} split) of {} replica{}: resuming after local step {}", restore->path,
                    restore->global_step, stages, config::SplitName(mp.split), replicas, replicas > 1 ? "s" : "", restore->resume_step);
-      events.Emit("restored", {{"path", restore->path}, {"global_step", static_cast<std::int64_t>(restore->global_step)}});
+      events.Emit("restored", {{"path", restore->path},
+                               {"global_step", static_cast<std::int64_t>(restore->global_step)},
+                               {"stages", std::int64_t{stages}},
+                               {"replicas", std::int64_t{replicas}}});
     }
   }
   if (Status s = train::Train(job, loaded.data, model, updater, events, topts); !s.ok()) {

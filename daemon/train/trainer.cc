@@ -61,6 +61,7 @@ Status TrainLoop(const config::JobSpec& job, const data::MnistData& data, model:
   if (local_step > 0) {
     spdlog::info("{}resuming at epoch {} step {} of {} (local_step {} was applied before this restart)", prefix, first_epoch,
                  local_step % steps + 1, steps, local_step);
+    events.Emit("resumed", {{"epoch", std::int64_t{first_epoch}}, {"step", local_step % steps + 1}, {"steps", steps}, {"local_step", local_step}});
   }
   // An updater that recovers from a failure (Updater::Recover) sends the loop back to a position
   // it returns: `resume` then says where, and the epoch in progress starts again there.

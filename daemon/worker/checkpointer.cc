@@ -99,7 +99,10 @@ void Checkpointer::Started(std::uint64_t global_step) {
   if (!restored_path_.empty() && client_.restored() > 0) {
     spdlog::info("restored {} at global_step {} ({} of {} ps)", restored_path_, restored_step_, client_.restored(),
                  placement_.shards.size());
-    events_.Emit("restored", {{"path", restored_path_}, {"global_step", static_cast<std::int64_t>(restored_step_)}});
+    events_.Emit("restored", {{"path", restored_path_},
+                              {"global_step", static_cast<std::int64_t>(restored_step_)},
+                              {"ps_restored", static_cast<std::int64_t>(client_.restored())},
+                              {"num_ps", static_cast<std::int64_t>(placement_.shards.size())}});
   }
   schedule_.emplace(spec_, global_step, Clock::now());
 }

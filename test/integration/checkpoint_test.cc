@@ -63,7 +63,7 @@ TEST_CASE("the chief keeps the newest checkpoints, each loadable; a restore onto
   CHECK(w[0].checkpoints.front()["global_step"].get<std::int64_t>() >= 70);
   CHECK(w[0].checkpoints.back()["global_step"] == 300);
   CHECK(w[0].checkpoints.back()["bytes"].get<std::int64_t>() > 0);
-  CHECK(w[0].err.find("checkpoint " + ckpt_dir + "/ckpt-000000000300.tfdckpt global_step=300 bytes=") != std::string::npos);
+  CHECK(w[0].checkpoints.back()["path"] == ckpt_dir + "/ckpt-000000000300.tfdckpt");
   Result<std::vector<std::string>> files = ckpt::List(ckpt_dir);
   REQUIRE(files.ok());
   REQUIRE(files->size() == 2);
@@ -85,8 +85,9 @@ TEST_CASE("the chief keeps the newest checkpoints, each loadable; a restore onto
   // Two more epochs on 2 ps, from the checkpoint.
   LocalCluster second(InDir(dir, 2, 1));
   w = second.Run({"--job", WriteJob(dir, "5.json", 5, kAdam, spec)});
-  CHECK(w[0].err.find("restored " + ckpt_dir + "/ckpt-000000000300.tfdckpt at global_step 300 (2 of 2 ps)") != std::string::npos);
-  CHECK(w[0].err.find("resuming at epoch 4 step 1 of 100") != std::string::npos);
+  CHECK(HasEvent(w[0].out, "restored",
+                 {{"path", ckpt_dir + "/ckpt-000000000300.tfdckpt"}, {"global_step", 300}, {"ps_restored", 2}, {"num_ps", 2}}));
+  CHECK(HasEvent(w[0].out, "resumed", {{"epoch", 4}, {"step", 1}, {"steps", 100}}));
   CHECK(w[0].done["global_step"] == 500);
   CHECK(w[0].done["local_step"] == 500);
 
@@ -108,19 +109,17 @@ TEST_CASE("a cluster killed (SIGKILL) after a checkpoint and started again resto
   // A checkpoint taken once both workers have finished an epoch, so both have a cursor to resume at:
   // one whose global step is past that of worker 1's first epoch (on a loaded machine worker 0 may
   // take a checkpoint or two before worker 1 has applied a step, and its line may come late).
-  AwaitLine(c.process("worker", 1), "worker=1 epoch=1 ", 30s);
-  const long long first_epoch = NumberAfter(c.process("worker", 1).err(), "worker=1 epoch=1 global_step=");
+  const std::int64_t first_epoch = c.AwaitEvent("worker", 1, "epoch", {{"epoch", 1}}, 30s)["global_step"].get<std::int64_t>();
   REQUIRE(first_epoch > 0);
   auto newest_checkpoint = [&] {
-    const std::string err = c.process("worker", 0).err(), line = "info checkpoint " + ckpt_dir;
-    const auto at = err.rfind(line);
-    return at == std::string::npos ? -1 : NumberAfter(err.substr(at), " global_step=");
+    const std::vector<nlohmann::json> written = c.Events("worker", 0, "checkpoint");
+    return written.empty() ? std::int64_t{-1} : written.back()["global_step"].get<std::int64_t>();
   };
   const auto until = std::chrono::steady_clock::now() + 30s;
   while (newest_checkpoint() <= first_epoch && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(10ms);
   REQUIRE(newest_checkpoint() > first_epoch);
-  // The fault must come mid-run (a slow disk makes a checkpoint line late).
-  REQUIRE(c.process("worker", 0).err().find("done: ") == std::string::npos);
+  // The fault must come mid-run (a slow disk makes a checkpoint event late).
+  REQUIRE(c.Events("worker", 0, "done").empty());
   for (auto [type, i] : {std::pair{"worker", 0}, {"worker", 1}, {"ps", 0}}) c.process(type, i).Signal(SIGKILL);
   for (auto [type, i] : {std::pair{"worker", 0}, {"worker", 1}, {"ps", 0}}) c.Finish(type, i, 10s);
   Result<std::vector<std::string>> files = ckpt::List(ckpt_dir);
@@ -132,12 +131,13 @@ TEST_CASE("a cluster killed (SIGKILL) after a checkpoint and started again resto
   c.StartAll({"--job", job});
   std::vector<TaskResult> w = c.FinishAll();
   INFO(w[0].err);
-  const long long restored = NumberAfter(w[0].err, "tfdckpt at global_step ");
-  CHECK(w[0].err.find("restored " + files->front()) != std::string::npos);
+  const std::vector<nlohmann::json> restore = ParseEvents(w[0].out, "restored");
+  const long long restored = restore.empty() ? -1 : restore[0]["global_step"].get<long long>();
+  CHECK(HasEvent(w[0].out, "restored", {{"path", files->front()}}));
   CHECK(restored >= static_cast<long long>(saved->global_step));
   for (int i = 0; i < 2; ++i) {
     INFO("worker:" << i << "\n" << w[i].err);
-    CHECK(w[i].err.find("resuming at epoch ") != std::string::npos);  // not from local step 0
+    CHECK(HasEvent(w[i].out, "resumed"));  // not from local step 0
     CHECK(w[i].done["local_step"] == 300 * 50);
     CHECK(w[i].done["global_step"].get<std::int64_t>() > restored);
   }
@@ -172,7 +172,7 @@ TEST_CASE("a corrupted newest checkpoint is skipped with a warning; an optimizer
     std::vector<TaskResult> w = second.Run({"--job", WriteJob(dir, "3.json", 3, kAdam, spec)});
     INFO(w[0].err);
     CHECK(w[0].err.find("warning skipping checkpoint " + newest + ": record ") != std::string::npos);
-    CHECK(w[0].err.find(fmt::format("restored {} at global_step {}", previous, fallback->global_step)) != std::string::npos);
+    CHECK(HasEvent(w[0].out, "restored", {{"path", previous}, {"global_step", fallback->global_step}}));
     CHECK(w[0].done["global_step"] == 300);
   }
   LocalCluster third(InDir(dir, 1, 1));
@@ -194,9 +194,9 @@ TEST_CASE("a ps killed and restarted gets the latest checkpoint's Adam slots bac
   const std::string job = WriteJob(dir, "job.json", 300, kAdam, R"({"dir": ")" + ckpt_dir + R"(", "every_steps": 500})");
   LocalCluster c(InDir(dir, 1, 2));
   c.StartAll({"--job", job});
-  AwaitLine(c.process("worker", 0), "info checkpoint " + ckpt_dir, 30s);
-  // The fault must come mid-run (a slow disk makes the first checkpoint line late).
-  REQUIRE(c.process("worker", 0).err().find("done: ") == std::string::npos);
+  c.AwaitEvent("worker", 0, "checkpoint", {}, 30s, [&](const nlohmann::json& e) { return FieldHas(e, "path", ckpt_dir + "/"); });
+  // The fault must come mid-run (a slow disk makes the first checkpoint event late).
+  REQUIRE(c.Events("worker", 0, "done").empty());
   c.process("ps", 0).Signal(SIGKILL);
   c.Finish("ps", 0, 10s);
   std::this_thread::sleep_for(200ms);

@@ -144,7 +144,7 @@ TEST_CASE("allreduce: a killed worker makes every other worker fail naming it, w
   TempDir data;
   LocalCluster c({.num_ps = 0, .num_workers = 4, .job = SyntheticJob(data, 2000, 50, R"({"mode": "allreduce"})", 1000)});
   for (int i = 0; i < 4; ++i) c.StartWorker(i, {"--peer-timeout", "5"});
-  AwaitLine(c.process("worker", 0), "epoch=1 ", 60s);
+  c.AwaitEvent("worker", 0, "epoch", {{"epoch", 1}}, 60s);
   c.process("worker", 2).Signal(SIGKILL);
   const std::string lost = "worker:2 (" + c.endpoint("worker", 2) + ")";
   for (int i : {0, 1, 3}) {

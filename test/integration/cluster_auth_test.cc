@@ -221,7 +221,7 @@ TEST_CASE("abuse against a live ps: 1,000 connections at once, a byte a second, 
   c.StartPs(0, {"--token-file", token});
   c.StartWorker(0, {"--token-file", token});
   c.StartWorker(1, {"--token-file", token});
-  AwaitLine(c.process("worker", 1), "worker=1 epoch=2 ");
+  c.AwaitEvent("worker", 1, "epoch", {{"epoch", 2}});
   const int port = c.port("ps", 0);
   sockaddr_in addr = LoopbackAddress(port);
 

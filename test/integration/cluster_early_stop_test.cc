@@ -29,14 +29,15 @@ void CheckStoppedEarly(LocalCluster& c) {
   const std::vector<TaskResult> workers = c.FinishAll();  // every worker and ps exits 0
   const TaskResult& chief = workers[0];
   INFO(chief.err);
-  CHECK(chief.err.find("early stopping: val_accuracy did not improve by 1 for 1 epoch (best ") != std::string::npos);
+  CHECK(HasEvent(chief.out, "early_stopping", {{"epoch", 2}},
+                 [](const nlohmann::json& e) { return FieldHas(e, "reason", "val_accuracy did not improve by 1 for 1 epoch (best "); }));
   const auto epochs = ParseEvents(chief.out, "epoch");
   REQUIRE(epochs.size() == 2);
   CHECK(epochs[1]["val_accuracy"].get<double>() >= 0);
   CHECK(epochs[1].contains("val_loss"));
   for (std::size_t i = 1; i < workers.size(); ++i) {
     INFO("worker " << i << ":\n" << workers[i].err);
-    CHECK(workers[i].err.find("early stopping: ") != std::string::npos);
+    CHECK(HasEvent(workers[i].out, "early_stopping", {}, [](const nlohmann::json& e) { return !e.value("reason", "").empty(); }));
     CHECK(ParseEvents(workers[i].out, "epoch").size() < 20);
     CHECK_FALSE(ParseEvents(workers[i].out, "early_stopping").empty());
   }

@@ -40,8 +40,8 @@ TaskResult FinishWithShare(LocalCluster& c, int i, int workers) {
   INFO(w.err);
   CHECK(w.exit_code == 0);
   CHECK(w.done.is_object());
-  CHECK(Has(w.err, "worker=" + std::to_string(i) + " membership: " + std::to_string(workers) + " workers from epoch "));
-  CHECK(Has(w.err, "this worker takes share " + std::to_string(i) + " of " + std::to_string(workers)));
+  CHECK(HasEvent(w.out, "share", {{"workers", workers}}, [](const nlohmann::json& e) { return e.value("epoch", 0) >= 1; }));
+  CHECK(HasEvent(w.out, "share", {{"index", i}, {"workers", workers}}));
   return w;
 }
 
@@ -51,7 +51,7 @@ TEST_CASE("elastic async: a worker that joins pulls the parameters and takes a s
   c.StartPs(0);
   c.StartWorker(0);
   c.StartWorker(1);
-  AwaitLine(c.process("worker", 0), "worker=0 epoch=1 ");
+  c.AwaitEvent("worker", 0, "epoch", {{"epoch", 1}});
   c.StartJoiner(2);
   const TaskResult joiner = FinishWithShare(c, 2, 3);
   CHECK(Has(joiner.err, "joined the run: 3 workers"));
@@ -60,9 +60,9 @@ TEST_CASE("elastic async: a worker that joins pulls the parameters and takes a s
   TaskResult ps = c.Finish("ps", 0, 30s);
   INFO(ps.err);
   CHECK(ps.exit_code == 0);
-  CHECK(Has(ps.err, "membership: 3 workers from global_step "));
-  CHECK(Has(ps.err, "worker:2 (local pid "));
-  CHECK(Has(ps.err, "every worker is done"));  // the joiner's DONE counted as the others'
+  CHECK(HasEvent(ps.out, "membership", {{"workers", 3}}));
+  CHECK(HasEvent(ps.out, "worker_done", {}, [](const nlohmann::json& e) { return e.value("peer", "").starts_with("worker:2 (local pid "); }));
+  CHECK(HasEvent(ps.out, "worker_done", {{"done", 3}}));  // the joiner's DONE counted as the others'
 }
 
 TEST_CASE("elastic async: a worker lost for good is given up on and its share goes to the others", "[integration][elastic]") {
@@ -70,14 +70,14 @@ TEST_CASE("elastic async: a worker lost for good is given up on and its share go
   LocalCluster c({.num_ps = 1, .num_workers = 3, .job = ElasticJob(data, R"({"mode": "async"})", 400, 1, 3)});
   c.StartPs(0, {"--reconnect-timeout", "1"});
   for (int i = 0; i < 3; ++i) c.StartWorker(i);
-  AwaitLine(c.process("worker", 2), "worker=2 epoch=1 ");
+  c.AwaitEvent("worker", 2, "epoch", {{"epoch", 1}});
   c.process("worker", 2).Signal(SIGKILL);
   for (int i = 0; i < 2; ++i) FinishWithShare(c, i, 2);
   TaskResult ps = c.Finish("ps", 0, 30s);
   INFO(ps.err);
   CHECK(ps.exit_code == 0);
-  CHECK(Has(ps.err, "gave up on worker:2"));
-  CHECK(Has(ps.err, "membership: 2 workers from global_step "));
+  CHECK(HasEvent(ps.out, "gave_up", {}, [](const nlohmann::json& e) { return FieldHas(e, "peer", "worker:2"); }));
+  CHECK(HasEvent(ps.out, "membership", {{"workers", 2}}));
 }
 
 TEST_CASE("elastic: a loss that leaves fewer than min_workers ends the run with a message", "[integration][elastic]") {
@@ -85,12 +85,12 @@ TEST_CASE("elastic: a loss that leaves fewer than min_workers ends the run with 
   LocalCluster c({.num_ps = 1, .num_workers = 3, .job = ElasticJob(data, R"({"mode": "async"})", 100000, 3, 3)});
   c.StartPs(0, {"--reconnect-timeout", "1"});
   for (int i = 0; i < 3; ++i) c.StartWorker(i);
-  AwaitLine(c.process("worker", 2), "worker=2 epoch=1 ");
+  c.AwaitEvent("worker", 2, "epoch", {{"epoch", 1}});
   c.process("worker", 2).Signal(SIGKILL);
   TaskResult ps = c.Finish("ps", 0, 60s);
   INFO(ps.err);
   CHECK(ps.exit_code != 0);
-  CHECK(Has(ps.err, "2 workers left, fewer than elastic min_workers 3"));
+  CHECK(HasEvent(ps.out, "run_ended", {}, [](const nlohmann::json& e) { return FieldHas(e, "message", "2 workers left, fewer than elastic min_workers 3"); }));
   for (int i = 0; i < 2; ++i) {
     TaskResult w = c.Finish("worker", i, 60s);
     INFO(w.err);
@@ -116,12 +116,12 @@ TEST_CASE("elastic sync: total_num_replicas follows the membership at step bound
   c.StartPs(0, {"--reconnect-timeout", "1"});
   c.StartWorker(0);
   c.StartWorker(1);
-  AwaitLine(c.process("worker", 0), "worker=0 epoch=1 ");
+  c.AwaitEvent("worker", 0, "epoch", {{"epoch", 1}});
   c.StartJoiner(2);
-  AwaitLine(c.process("worker", 2), "joined the run: 3 workers");
-  AwaitLine(c.process("ps", 0), "sync: total_num_replicas 3");
+  c.AwaitEvent("worker", 2, "share", {{"workers", 3}});
+  c.AwaitEvent("ps", 0, "membership", {{"workers", 3}});  // a sync job's total_num_replicas follows it
   // The joiner leaves for good: the steps go on with the two left.
-  AwaitLine(c.process("worker", 2), "worker=2 epoch=");
+  c.AwaitEvent("worker", 2, "epoch");
   c.process("worker", 2).Signal(SIGKILL);
   for (int i = 0; i < 2; ++i) {
     TaskResult w = c.Finish("worker", i);
@@ -132,7 +132,7 @@ TEST_CASE("elastic sync: total_num_replicas follows the membership at step bound
   TaskResult ps = c.Finish("ps", 0, 30s);
   INFO(ps.err);
   CHECK(ps.exit_code == 0);
-  CHECK(Has(ps.err, "gave up on worker:2"));
+  CHECK(HasEvent(ps.out, "gave_up", {}, [](const nlohmann::json& e) { return FieldHas(e, "peer", "worker:2"); }));
   CHECK(Has(ps.err, "a worker left for good; elastic min_workers 1, max_workers 3); sync: total_num_replicas 2"));
 }
 
@@ -143,7 +143,7 @@ TEST_CASE("elastic allreduce: a killed worker's ring re-forms from the last comm
   LocalCluster c({.num_ps = 0, .num_workers = 3,
                   .job = ElasticJob(data, R"({"mode": "allreduce"})", 150, 2, 3, R"(, "commit_every_steps": 7)", momentum)});
   for (int i = 0; i < 3; ++i) c.StartWorker(i, {"--peer-timeout", "3"});
-  AwaitLine(c.process("worker", 2), "worker=2 epoch=3 ");
+  c.AwaitEvent("worker", 2, "epoch", {{"epoch", 3}});
   c.process("worker", 2).Signal(SIGKILL);
   std::vector<TaskResult> left;
   for (int i = 0; i < 2; ++i) {
@@ -151,10 +151,10 @@ TEST_CASE("elastic allreduce: a killed worker's ring re-forms from the last comm
     INFO(w.err);
     CHECK(w.exit_code == 0);
     REQUIRE(w.done.is_object());
-    CHECK(Has(w.err, "worker:2 (127.0.0.1:"));
+    CHECK(HasEvent(w.out, "membership", {}, [](const nlohmann::json& e) { return e.value("lost", "").starts_with("worker:2 (127.0.0.1:"); }));
     CHECK(Has(w.err, "lost; elastic min_workers 2, max_workers 3); rolled back to the commit at global_step "));
     // The data is re-sharded over the two at once: the epoch in progress goes on with the new shares.
-    CHECK(Has(w.err, "this worker takes share " + std::to_string(i) + " of 2"));
+    CHECK(HasEvent(w.out, "share", {{"index", i}, {"workers", 2}}));
     const std::vector<nlohmann::json> events = MembershipEvents(w);
     REQUIRE(events.size() == 1);
     CHECK(events[0]["workers"] == 2);
@@ -175,7 +175,7 @@ TEST_CASE("elastic allreduce: when the chief is lost, the next rank leads the re
   TempDir data;
   LocalCluster c({.num_ps = 0, .num_workers = 3, .job = ElasticJob(data, R"({"mode": "allreduce"})", 120, 2, 3, R"(, "commit_every_steps": 5)")});
   for (int i = 0; i < 3; ++i) c.StartWorker(i, {"--peer-timeout", "3"});
-  AwaitLine(c.process("worker", 0), "worker=0 epoch=2 ");
+  c.AwaitEvent("worker", 0, "epoch", {{"epoch", 2}});
   c.process("worker", 0).Signal(SIGKILL);
   std::vector<TaskResult> left;
   for (int i = 1; i < 3; ++i) {
@@ -183,8 +183,8 @@ TEST_CASE("elastic allreduce: when the chief is lost, the next rank leads the re
     INFO(w.err);
     CHECK(w.exit_code == 0);
     REQUIRE(w.done.is_object());
-    CHECK(Has(w.err, "(worker:0 (127.0.0.1:"));
-    CHECK(Has(w.err, "this worker is rank " + std::to_string(i - 1) + " of the ring"));
+    CHECK(HasEvent(w.out, "membership", {}, [](const nlohmann::json& e) { return e.value("lost", "").starts_with("worker:0 (127.0.0.1:"); }));
+    CHECK(HasEvent(w.out, "membership", {{"rank", i - 1}}));
     left.push_back(std::move(w));
   }
   CHECK(left[0].done["params_sha256"] == left[1].done["params_sha256"]);
@@ -195,7 +195,7 @@ TEST_CASE("elastic allreduce: a loss below min_workers ends every task within th
   TempDir data;
   LocalCluster c({.num_ps = 0, .num_workers = 3, .job = ElasticJob(data, R"({"mode": "allreduce"})", 100000, 3, 3)});
   for (int i = 0; i < 3; ++i) c.StartWorker(i, {"--peer-timeout", "3"});
-  AwaitLine(c.process("worker", 2), "worker=2 epoch=2 ");
+  c.AwaitEvent("worker", 2, "epoch", {{"epoch", 2}});
   c.process("worker", 2).Signal(SIGKILL);
   for (int i = 0; i < 2; ++i) {
     TaskResult w = c.Finish("worker", i, 3s + 20s);  // the peer timeout and a margin

@@ -24,7 +24,7 @@ TEST_CASE("sync: a lost worker makes the others fail with its name instead of wa
   c.StartPs(0);
   c.StartWorker(0);
   c.StartWorker(1);
-  LogsWithin(c.process("worker", 0), "epoch=1 ", 60s);  // worker 1 is killed after a minute at most, epoch or not
+  c.EventWithin("worker", 0, "epoch", {{"epoch", 1}}, 60s);  // worker 1 is killed after a minute at most, epoch or not
   c.process("worker", 1).Signal(SIGKILL);
   TaskResult w = c.Finish("worker", 0, 30s);
   CHECK(w.exit_code == 1);
@@ -72,15 +72,15 @@ TEST_CASE("sync, on_worker_loss wait: the others wait for a killed worker, which
   c.StartPs(0);
   c.StartWorker(0);
   c.StartWorker(1);
-  AwaitLine(c.process("worker", 1), "worker=1 epoch=2 ");
+  c.AwaitEvent("worker", 1, "epoch", {{"epoch", 2}});
   c.process("worker", 1).Signal(SIGKILL);
-  AwaitLine(c.process("ps", 0), "waits for a lost worker to come back (worker:1 (local pid ");
+  c.AwaitEvent("ps", 0, "peer_lost", {}, 60s, [](const nlohmann::json& e) { return e.value("peer", "").starts_with("worker:1 (local pid "); });  // it waits for the lost worker to come back
   c.StartWorker(1);
   TaskResult w1 = c.Finish("worker", 1);
   TaskResult w0 = c.Finish("worker", 0);
   CHECK(w0.exit_code == 0);
   CHECK(w1.exit_code == 0);
-  CHECK(w1.err.find("resuming at epoch ") != std::string::npos);
+  CHECK(HasEvent(w1.out, "resumed"));
   REQUIRE(w0.done.is_object());
   REQUIRE(w1.done.is_object());
   CHECK(w0.done["global_step"] == 1500);  // every step aggregated both workers' gradients: none lost, none doubled
@@ -94,7 +94,7 @@ TEST_CASE("sync, on_worker_loss shrink: the others go on with a smaller quorum, 
                   .job = SyntheticJob(data, 3000, 50, R"({"mode": "sync", "on_worker_loss": "shrink", "min_replicas": 2})", 20)});
   c.StartPs(0);
   for (int i = 0; i < 3; ++i) c.StartWorker(i);
-  AwaitLine(c.process("worker", 2), "worker=2 epoch=1 ");
+  c.AwaitEvent("worker", 2, "epoch", {{"epoch", 1}});
   c.process("worker", 2).Signal(SIGKILL);
   for (int i = 0; i < 2; ++i) {
     TaskResult w = c.Finish("worker", i);
@@ -104,8 +104,8 @@ TEST_CASE("sync, on_worker_loss shrink: the others go on with a smaller quorum, 
   TaskResult ps = c.Finish("ps", 0, 30s);
   CHECK(ps.exit_code == 0);
   INFO(ps.err);
-  CHECK(ps.err.find("quorum: sync steps aggregate 2 of 3 gradients from step ") != std::string::npos);
-  CHECK(ps.err.find("worker:2 (local pid ") != std::string::npos);
+  CHECK(HasEvent(ps.out, "quorum", {{"quorum", 2}}));
+  CHECK(HasEvent(ps.out, "peer_lost", {}, [](const nlohmann::json& e) { return e.value("peer", "").starts_with("worker:2 (local pid "); }));
 }
 
 TEST_CASE("sync, on_worker_loss shrink below min_replicas fails the step naming the lost worker", "[integration][cluster][fault]") {
@@ -115,7 +115,7 @@ TEST_CASE("sync, on_worker_loss shrink below min_replicas fails the step naming 
   c.StartPs(0);
   c.StartWorker(0);
   c.StartWorker(1);
-  AwaitLine(c.process("worker", 1), "worker=1 epoch=1 ");
+  c.AwaitEvent("worker", 1, "epoch", {{"epoch", 1}});
   c.process("worker", 1).Signal(SIGKILL);
   TaskResult w0 = c.Finish("worker", 0, 60s);
   CHECK(w0.exit_code == 1);
@@ -134,8 +134,8 @@ TEST_CASE("a ps killed mid-run and restarted is initialised again by the chief; 
   c.StartWorker(1);
   AwaitLine(c.process("worker", 1), "connected to ps:0 (");
   c.StartWorker(0);
-  AwaitLine(c.process("worker", 1), "worker=1 epoch=1 ");  // both are training
-  AwaitLine(c.process("worker", 0), "worker=0 epoch=3 ");
+  c.AwaitEvent("worker", 1, "epoch", {{"epoch", 1}});  // both are training
+  const nlohmann::json epoch3 = c.AwaitEvent("worker", 0, "epoch", {{"epoch", 3}});
   c.process("ps", 0).Signal(SIGKILL);
   std::this_thread::sleep_for(500ms);
   c.StartPs(0);  // as systemd's Restart=on-failure or tfctl would
@@ -158,9 +158,8 @@ TEST_CASE("a ps killed mid-run and restarted is initialised again by the chief; 
   // It starts counting at the step the chief last saw from the killed ps, not at 0: at least the
   // global_step of the chief's epoch-3 line, read before the kill (its own 150 pushes at least;
   // how many of worker 1's came first depends on how fast worker 1 got going).
-  const auto epoch3 = w0.err.find("worker=0 epoch=3 global_step=");
-  REQUIRE(epoch3 != std::string::npos);
-  const long long seen = std::stoll(w0.err.substr(epoch3 + 29));
+  REQUIRE(epoch3["global_step"].is_number_integer());
+  const long long seen = epoch3["global_step"].get<long long>();
   CHECK(seen >= 50 * 3);
   const auto at = ps.err.find("async mode, at global_step ");
   REQUIRE(at != std::string::npos);
@@ -173,9 +172,9 @@ TEST_CASE("a worker stopped (SIGSTOP) past the peer timeout reconnects when cont
   c.StartPs(0, {"--peer-timeout", "2"});
   c.StartWorker(0);
   c.StartWorker(1, {"--peer-timeout", "2"});
-  AwaitLine(c.process("worker", 1), "worker=1 epoch=1 ");
+  c.AwaitEvent("worker", 1, "epoch", {{"epoch", 1}});
   c.process("worker", 1).Signal(SIGSTOP);
-  AwaitLine(c.process("ps", 0), "lost worker:1");
+  c.AwaitEvent("ps", 0, "peer_lost", {}, 60s, [](const nlohmann::json& e) { return e.value("peer", "").starts_with("worker:1"); });
   c.process("worker", 1).Signal(SIGCONT);
   TaskResult w1 = c.Finish("worker", 1);
   CHECK(w1.exit_code == 0);
@@ -186,7 +185,7 @@ TEST_CASE("a worker stopped (SIGSTOP) past the peer timeout reconnects when cont
   CHECK(c.Finish("worker", 0).exit_code == 0);
   TaskResult ps = c.Finish("ps", 0, 30s);
   CHECK(ps.exit_code == 0);
-  CHECK(ps.err.find("rejoined") != std::string::npos);
+  CHECK(HasEvent(ps.out, "peer_rejoined"));
 }
 
 }  // namespace

@@ -146,7 +146,7 @@ TEST_CASE("a TFJob's TF_CONFIG, late DNS records and a mounted token: the cluste
 TEST_CASE("SIGTERM, as the kubelet sends it, ends every task within the grace period", "[k8s]") {
   K8sCluster c(100000);
   WriteHosts(c.hosts, kRecords);
-  for (int w : {1, 2}) AwaitLine(c.pods[static_cast<std::size_t>(w)]->process(), "epoch=1 ", 120s);
+  for (int w : {1, 2}) AwaitEvent(c.pods[static_cast<std::size_t>(w)]->process(), "epoch", {{"epoch", 1}}, 120s);
   for (auto& pod : c.pods) pod->process().Signal(SIGTERM);
   // Kubernetes' default terminationGracePeriodSeconds is 30; every task ends well inside it, with
   // 128 + SIGTERM (a task stopped, not a failure of its own).

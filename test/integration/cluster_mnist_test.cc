@@ -84,15 +84,15 @@ TEST_CASE("async: a worker killed mid-epoch and restarted resumes its shard; acc
   c.StartPs(0);
   c.StartWorker(0);
   c.StartWorker(1, {"--log-level", "info"});
-  AwaitLine(c.process("worker", 1), "worker=1 epoch=1 ");
+  c.AwaitEvent("worker", 1, "epoch", {{"epoch", 1}});
   c.process("worker", 1).Signal(SIGKILL);
-  AwaitLine(c.process("ps", 0), "lost worker:1");
+  c.AwaitEvent("ps", 0, "peer_lost", {}, 60s, [](const nlohmann::json& e) { return e.value("peer", "").starts_with("worker:1"); });
   // The others go on meanwhile; the restarted worker (a new incarnation) picks up where the ps
   // says its last applied step was, in the same data order.
   c.StartWorker(1);
   TaskResult w1 = c.Finish("worker", 1);
   CHECK(w1.exit_code == 0);
-  CHECK(w1.err.find("resuming at epoch 2 step ") != std::string::npos);
+  CHECK(HasEvent(w1.out, "resumed", {{"epoch", 2}}));
   REQUIRE(w1.done.is_object());
   CHECK(w1.done["local_step"] == 900);  // counted across both incarnations: no step taken twice
   TaskResult w0 = c.Finish("worker", 0);
@@ -100,8 +100,8 @@ TEST_CASE("async: a worker killed mid-epoch and restarted resumes its shard; acc
   REQUIRE(w0.done.is_object());
   TaskResult ps = c.Finish("ps", 0, 30s);
   CHECK(ps.exit_code == 0);
-  CHECK(ps.err.find("worker:1 (local pid ") != std::string::npos);
-  CHECK(ps.err.find(") rejoined (incarnation ") != std::string::npos);
+  CHECK(HasEvent(ps.out, "peer_lost", {}, [](const nlohmann::json& e) { return e.value("peer", "").starts_with("worker:1 (local pid "); }));
+  CHECK(HasEvent(ps.out, "peer_rejoined", {}, [](const nlohmann::json& e) { return e.value("peer", "").starts_with("worker:1 (local pid "); }));
   // Async runs interleave differently every time: undisturbed ones have ended anywhere from 94.6% to
   // 95.8% here on a loaded machine. The fault must not cost accuracy beyond that spread.
   INFO("undisturbed " << reference << ", disturbed " << w0.done["test_accuracy"].get<double>());

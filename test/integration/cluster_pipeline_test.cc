@@ -170,10 +170,10 @@ TEST_CASE("a layers run's checkpoint restores onto another split and onto data p
                                          b_dir.path())});
   auto resumed = RunToCompletion(b);
   {
-    const std::string err = b.process("worker", 0).err();
-    INFO(err);
-    CHECK(err.find("restored " + (b_dir / "ckpt-000000000020.tfdckpt") + " at global_step 20 onto 3 stages") != std::string::npos);
-    CHECK(err.find("resuming at epoch 2 step 1 of 20") != std::string::npos);
+    const std::string out = b.process("worker", 0).out();
+    INFO(b.process("worker", 0).err());
+    CHECK(HasEvent(out, "restored", {{"path", b_dir / "ckpt-000000000020.tfdckpt"}, {"global_step", 20}, {"stages", 3}}));
+    CHECK(HasEvent(out, "resumed", {{"epoch", 2}, {"step", 1}, {"steps", 20}}));
   }
   for (const auto& d : resumed) {
     CHECK(d["global_step"] == 40);
@@ -190,9 +190,8 @@ TEST_CASE("a layers run's checkpoint restores onto another split and onto data p
   auto replicas = RunToCompletion(r);
   REQUIRE(replicas[0]["params_sha256"].is_string());
   for (int i = 0; i < 4; ++i) {
-    const std::string err = r.process("worker", i).err();
-    INFO("worker " << i << ": " << err);
-    CHECK(err.find("resuming at epoch 2 step 1 of 10") != std::string::npos);
+    INFO("worker " << i << ": " << r.process("worker", i).err());
+    CHECK(HasEvent(r.process("worker", i).out(), "resumed", {{"epoch", 2}, {"step", 1}, {"steps", 10}}));
     CHECK(replicas[i]["params_sha256"] == replicas[0]["params_sha256"]);
     CHECK(replicas[i]["global_step"] == 30);  // 20 updates restored, 10 made
     CHECK(replicas[i]["local_step"] == 20);
@@ -237,9 +236,8 @@ TEST_CASE("a layers run's checkpoint restores onto another split and onto data p
   LocalCluster d({.num_ps = 1, .num_workers = 1, .job = WithCheckpoints(dp, d_dir.path())});
   auto plain = RunToCompletion(d);
   {
-    const std::string err = d.process("worker", 0).err();
-    INFO(err);
-    CHECK(err.find("restored " + (d_dir / "ckpt-000000000020.tfdckpt") + " at global_step 20") != std::string::npos);
+    INFO(d.process("worker", 0).err());
+    CHECK(HasEvent(d.process("worker", 0).out(), "restored", {{"path", d_dir / "ckpt-000000000020.tfdckpt"}, {"global_step", 20}}));
   }
   CHECK(plain[0]["global_step"] == 40);
   CHECK(plain[0]["test_accuracy"].get<double>() >= 0.9);
@@ -255,10 +253,10 @@ TEST_CASE("a layers run's checkpoint restores onto another split and onto data p
                   .job = WithCheckpoints(PipelineJob(data, R"({"split": "layers", "stages": 2})", 3), e_dir.path())});
   auto third = RunToCompletion(e);
   {
-    const std::string err = e.process("worker", 0).err();
-    INFO(err);
-    CHECK(err.find("restored " + (e_dir / "ckpt-000000000040.tfdckpt") + " at global_step 40 onto 2 stages") != std::string::npos);
-    CHECK(err.find("resuming at epoch 3 step 1 of 20") != std::string::npos);
+    const std::string out = e.process("worker", 0).out();
+    INFO(e.process("worker", 0).err());
+    CHECK(HasEvent(out, "restored", {{"path", e_dir / "ckpt-000000000040.tfdckpt"}, {"global_step", 40}, {"stages", 2}}));
+    CHECK(HasEvent(out, "resumed", {{"epoch", 3}, {"step", 1}, {"steps", 20}}));
   }
   for (const auto& t : third) {
     CHECK(t["global_step"] == 60);
@@ -272,7 +270,7 @@ TEST_CASE("a lost stage ends its replica naming the stage and the step", "[integ
   WriteSyntheticMnist(data.path(), 2000, 50);
   LocalCluster c({.num_ps = 0, .num_workers = 2, .job = PipelineJob(data, R"({"split": "layers", "stages": 2, "microbatches": 2})", 1000)});
   for (int i = 0; i < 2; ++i) c.StartWorker(i, {"--peer-timeout", "5"});
-  AwaitLine(c.process("worker", 0), "epoch=1 ", 60s);
+  c.AwaitEvent("worker", 0, "epoch", {{"epoch", 1}}, 60s);
   c.process("worker", 1).Signal(SIGKILL);
   TaskResult w = c.Finish("worker", 0, 30s);
   INFO(w.err);
@@ -328,7 +326,7 @@ TEST_CASE("a stage lost in one replica ends every task of every replica, naming 
   WriteSyntheticMnist(data.path(), 2000, 50);
   LocalCluster c({.num_ps = 0, .num_workers = 4, .job = PipelineJob(data, R"({"split": "layers", "stages": 2, "microbatches": 2})", 1000)});
   for (int i = 0; i < 4; ++i) c.StartWorker(i, {"--peer-timeout", "5"});
-  AwaitLine(c.process("worker", 0), "epoch=1 ", 60s);
+  c.AwaitEvent("worker", 0, "epoch", {{"epoch", 1}}, 60s);
   c.process("worker", 1).Signal(SIGKILL);  // stage 1 of replica 0
   for (const int i : {0, 2, 3}) {
     TaskResult w = c.Finish("worker", i, 30s);
@@ -340,7 +338,7 @@ TEST_CASE("a stage lost in one replica ends every task of every replica, naming 
   // peer timeout (5 s) and tell the rest.
   LocalCluster s({.num_ps = 0, .num_workers = 4, .job = PipelineJob(data, R"({"split": "layers", "stages": 2, "microbatches": 2})", 1000)});
   for (int i = 0; i < 4; ++i) s.StartWorker(i, {"--peer-timeout", "5"});
-  AwaitLine(s.process("worker", 0), "epoch=1 ", 60s);
+  s.AwaitEvent("worker", 0, "epoch", {{"epoch", 1}}, 60s);
   s.process("worker", 2).Signal(SIGSTOP);
   for (const int i : {0, 1, 3}) {
     TaskResult w = s.Finish("worker", i, 60s);

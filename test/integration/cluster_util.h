@@ -51,7 +51,7 @@ inline std::unique_ptr<LocalCluster> StartTraining(const TempDir& data, std::vec
       LocalClusterOptions{.num_ps = 1, .num_workers = 1, .job = SyntheticJob(data, 2000, 50, R"({"mode": "async"})", 1000)});
   c->StartPs(0);
   c->StartWorker(0, std::move(worker_extra));
-  AwaitLine(c->process("worker", 0), "epoch=1 ", std::chrono::seconds(60));
+  c->AwaitEvent("worker", 0, "epoch", {{"epoch", 1}}, std::chrono::seconds(60));
   return c;
 }
 

@@ -58,7 +58,7 @@ TEST_CASE("the evaluator evaluates the chief's checkpoints and ends on the final
   CHECK(last["test_loss"].get<double>() > 0);
   CHECK_FALSE(last.contains("val_loss"));  // the job has no validation split
   CHECK(last["checkpoint"].get<std::string>().find("ckpt-000000000150.tfdckpt") != std::string::npos);
-  CHECK(eval.err.find("eval global_step=150 ") != std::string::npos);
+  CHECK(HasEvent(eval.out, "eval", {{"global_step", 150}}));
   // With "evaluation": "evaluator" the chief skips its per-epoch evaluation; its done event stays.
   const std::vector<nlohmann::json> chief_epochs = ParseEvents(workers[0].out, "epoch");
   REQUIRE(chief_epochs.size() == 3);
@@ -93,7 +93,7 @@ TEST_CASE("the evaluator gives up within its idle limit when the chief is killed
   LocalCluster cluster(AsyncWithEvaluator(dir, 1000, 50));
   cluster.StartAll();
   cluster.StartEvaluator({"--idle-timeout", "3"});
-  AwaitLine(cluster.process("evaluator", 0), "eval global_step=", 90s);
+  cluster.AwaitEvent("evaluator", 0, "eval", {}, 90s);
   cluster.process("worker", 0).Signal(SIGKILL);
   // 3 s of idle limit plus polls and the evaluation under way; a generous bound that still fails loudly.
   TaskResult eval = cluster.Finish("evaluator", 0, 60s);

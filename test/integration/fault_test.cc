@@ -75,6 +75,7 @@ class ProxiedCluster {
 
   Process& worker() { return cluster_.process("worker", 0); }
   Process& ps() { return cluster_.process("ps", 0); }
+  LocalCluster& cluster() { return cluster_; }
 
   // The worker's "done" event, or null.
   nlohmann::json Done() {
@@ -119,7 +120,7 @@ TEST_CASE("a partition longer than --peer-timeout and --reconnect-timeout makes 
   CHECK(err.find(") and could not reconnect: ") != std::string::npos);
   CHECK(detect_s >= ProxiedCluster::kPeerTimeoutSecs + 3);  // the peer timeout, then the reconnect timeout
   // The ps, on its side of the partition, gives up on the worker too, and keeps running.
-  CHECK(LogsWithin(c.ps(), "lost worker:0", kLogLag));
+  CHECK(c.cluster().EventWithin("ps", 0, "peer_lost", {}, kLogLag, [](const nlohmann::json& e) { return FieldHas(e, "peer", "worker:0"); }).is_object());
   CHECK_FALSE(c.ps().Wait(0ms).has_value());
 }
 
@@ -135,8 +136,11 @@ TEST_CASE("a stalled worker-to-ps link: the ps drops the silent worker, which ex
   INFO(c.ps().err());
   REQUIRE(code.has_value());
   CHECK(*code == 1);
-  CHECK(LogsWithin(c.ps(), "lost worker:0 (127.0.0.1:", kLogLag));
-  CHECK(c.ps().err().find("sent nothing for 2.0 s") != std::string::npos);
+  CHECK(c.cluster()
+            .EventWithin("ps", 0, "peer_lost", {}, kLogLag,
+                         [](const nlohmann::json& e) { return e.value("peer", "").starts_with("worker:0 (127.0.0.1:"); })
+            .is_object());
+  CHECK(HasEvent(c.ps().out(), "peer_lost", {}, [](const nlohmann::json& e) { return FieldHas(e, "message", "sent nothing for 2.0 s"); }));
   CHECK(c.worker().err().find("ps:0 (" + c.ps_address() + ") closed the connection") != std::string::npos);
   CHECK(detect_s >= ProxiedCluster::kPeerTimeoutSecs);
 }

@@ -107,7 +107,7 @@ TEST_CASE("tfctl up --dashboard: Chromium sees both workers' curves grow and the
   const std::string err = up.err();
   REQUIRE(std::regex_search(err, m, url_re));
   const std::string url = m[1];
-  REQUIRE(WaitFor([&] { const std::string o = up.out(); return o.find("worker=0 epoch=1 ") != std::string::npos && o.find("worker=1 epoch=1 ") != std::string::npos; }, 90s));
+  REQUIRE(WaitFor([&] { return RunEventWithin(dir, "epoch", {{"task", "worker:0"}, {"epoch", 1}}, 0ms) && RunEventWithin(dir, "epoch", {{"task", "worker:1"}, {"epoch", 1}}, 0ms); }, 90s));
   const std::string dom = Chromium(dir, url, 5000);
   INFO("DOM:\n" << dom.substr(0, 4000));
   const auto loss = CurvePoints(dom, "loss");

@@ -94,8 +94,7 @@ TEST_CASE("tasks in three network namespaces, started by tfctl over their sshds,
   for (const auto& t : summary["tasks"]) CHECK(t["exit_code"] == 0);
   for (int w = 0; w < 2; ++w)
     for (int e = 1; e <= 2; ++e)
-      CHECK(p.out().find("[worker:" + std::to_string(w) + "] info worker=" + std::to_string(w) + " epoch=" + std::to_string(e) + " ") !=
-            std::string::npos);
+      CHECK(HasEvent(ReadAll(RunFolder(dir) + "/metrics.jsonl"), "epoch", {{"task", "worker:" + std::to_string(w)}, {"epoch", e}}));
   // The workers reached the ps at its namespace's address, not 127.0.0.1 ...
   const std::string ps_log = ReadAll(RunFolder(dir) + "/ps:0.log");
   for (int w = 1; w <= 2; ++w) CHECK(ps_log.find(ns.Address(w)) != std::string::npos);

@@ -93,8 +93,8 @@ TEST_CASE("tfctl scale 2 -> 3 mid-run: the third worker joins, trains, and the r
   CHECK(summary["exit_code"] == 0);
   CHECK(SummaryOf(run, "worker:2")["exit_code"] == 0);
   CHECK_FALSE(Events(run, "worker:2", "epoch").empty());  // it trained
-  CHECK(ReadAll(run + "/worker:2.log").find("joined the run: 3 workers") != std::string::npos);
-  CHECK(ReadAll(run + "/ps:0.log").find("membership: 3 workers") != std::string::npos);
+  CHECK(HasEvent(ReadAll(run + "/metrics.jsonl"), "share", {{"task", "worker:2"}, {"workers", 3}}));  // it joined a run of 3
+  CHECK(HasEvent(ReadAll(run + "/metrics.jsonl"), "membership", {{"task", "ps:0"}, {"workers", 3}}));
   CHECK(Events(run, "worker:2", "scale").size() == 1);
 
   // The run is over: refused, exit 2.
@@ -122,7 +122,7 @@ TEST_CASE("tfctl scale 3 -> 2 stops the highest-ranked worker; its exit is no fa
   CHECK(summary["exit_code"] == 0);
   CHECK(SummaryOf(run, "worker:2").value("scaled_down", false));
   CHECK(SummaryOf(run, "worker:1")["exit_code"] == 0);
-  CHECK(ReadAll(run + "/ps:0.log").find("membership: 2 workers") != std::string::npos);
+  CHECK(HasEvent(ReadAll(run + "/metrics.jsonl"), "membership", {{"task", "ps:0"}, {"workers", 2}}));
   CHECK(WaitUntilNoneLeft(dir.path(), 10s));
 }
 

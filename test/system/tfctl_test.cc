@@ -83,10 +83,7 @@ TEST_CASE("launch.restart on-failure: a ps killed mid-run is started again and t
   f["launch"]["max_restarts"] = 2;
   WriteFile(dir / "restart.json", f.dump(2));
   Process p({kTfctl, "up", dir / "restart.json"}, {}, dir / "out", dir / "err");
-  const auto until = std::chrono::steady_clock::now() + 60s;
-  while (p.out().find("[worker:1] info worker=1 epoch=2 ") == std::string::npos && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(50ms);
-  REQUIRE(p.out().find("[worker:1] info worker=1 epoch=2 ") != std::string::npos);
+  REQUIRE(RunEventWithin(dir, "epoch", {{"task", "worker:1"}, {"epoch", 2}}, 60s));
   // The ps is the task without --job.
   std::string ps_pid;
   for (const std::string& proc : ProcessesMentioning(dir.path()))
@@ -112,9 +109,7 @@ TEST_CASE("Ctrl-C on tfctl stops every task and exits 130", "[system][tfctl]") {
   TempDir dir;
   const std::string file = ClusterFile(dir, 100000);
   Process p({kTfctl, "up", file, "--grace", "5"}, {}, dir / "out", dir / "err");
-  const auto until = std::chrono::steady_clock::now() + 60s;
-  while (p.out().find("epoch=1 ") == std::string::npos && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(50ms);
-  REQUIRE(p.out().find("epoch=1 ") != std::string::npos);
+  REQUIRE(RunEventWithin(dir, "epoch", {{"epoch", 1}}, 60s));
   p.Signal(SIGINT);
   auto code = p.Wait(30s);
   INFO("stdout:\n" << p.out());
@@ -129,9 +124,7 @@ TEST_CASE("kill -9 of tfctl leaves no tfd behind", "[system][tfctl]") {
   TempDir dir;
   const std::string file = ClusterFile(dir, 100000);
   Process p({kTfctl, "up", file}, {}, dir / "out", dir / "err");
-  const auto until = std::chrono::steady_clock::now() + 60s;
-  while (p.out().find("epoch=1 ") == std::string::npos && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(50ms);
-  REQUIRE(p.out().find("epoch=1 ") != std::string::npos);
+  REQUIRE(RunEventWithin(dir, "epoch", {{"epoch", 1}}, 60s));
   p.Signal(SIGKILL);
   p.Wait(10s);
   INFO("left: " << ProcessesMentioning(dir.path()).size());
@@ -149,9 +142,7 @@ TEST_CASE("tfctl up --detach returns with the run going on; status, logs and dow
   REQUIRE_FALSE(run.empty());
   CHECK(ProcessesMentioning(dir.path()).size() >= 2);  // the workers train on after up returned
   // Wait for an epoch, then look at it.
-  const auto until = std::chrono::steady_clock::now() + 60s;
-  while (ReadAll(run + "/worker:0.log").find("epoch=1 ") == std::string::npos && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(50ms);
+  (void)RunEventWithin(dir, "epoch", {{"task", "worker:0"}, {"epoch", 1}}, 60s);
   CommandResult status = RunCommand(kTfctl + " status " + run, dir);
   INFO(status.out);
   CHECK(status.exit_code == 0);
@@ -193,11 +184,10 @@ TEST_CASE("tfctl validate refuses, in one line with exit 2, what would fail at s
     const std::string file = ClusterFile(dir, 1);
     auto f = nlohmann::json::parse(ReadAll(file));
     const std::string ep = f["cluster"]["ps"][0];
-    Process holder({kTfd}, {"TF_CONFIG=" + nlohmann::json{{"cluster", f["cluster"]}, {"task", {{"type", "ps"}, {"index", 0}}}}.dump()},
+    Process holder({kTfd, "--log-format", "json"}, {"TF_CONFIG=" + nlohmann::json{{"cluster", f["cluster"]}, {"task", {{"type", "ps"}, {"index", 0}}}}.dump()},
                    dir / "h.out", dir / "h.err");
     const auto until = std::chrono::steady_clock::now() + 20s;
-    while (ReadAll(dir / "h.err").find("listening") == std::string::npos && std::chrono::steady_clock::now() < until)
-      std::this_thread::sleep_for(20ms);
+    while (!HasEvent(ReadAll(dir / "h.out"), "start") && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(20ms);
     CHECK(validate(file).find("cluster.ps[0]: " + ep + " is already in use on this machine") != std::string::npos);
   }
   SECTION("a host ssh cannot reach") {
@@ -396,9 +386,7 @@ TEST_CASE("kill -9 of tfctl leaves no tfd behind on an ssh host", "[system][tfct
   LoopbackSshd sshd(dir);
   const std::string file = SshClusterFile(dir, sshd, 100000);
   Process p({kTfctl, "up", file}, {}, dir / "out", dir / "err");
-  const auto until = std::chrono::steady_clock::now() + 60s;
-  while (p.out().find("epoch=1 ") == std::string::npos && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(50ms);
-  REQUIRE(p.out().find("epoch=1 ") != std::string::npos);
+  REQUIRE(RunEventWithin(dir, "epoch", {{"epoch", 1}}, 60s));
   // The remote tasks run in the test dir (found by their working folder): they are there now ...
   const auto before = ProcessesMentioning(dir.path());
   INFO("running before: " << before.size());
@@ -427,7 +415,8 @@ TEST_CASE("tfctl chaos kills a worker on an ssh host by its pid there; the async
     if (t["task"] == "worker:1") CHECK(t["exit_code"] != 0);  // killed on its host; ssh reports it
     else CHECK(t["exit_code"] == 0);
   }
-  CHECK(ReadAll(RunFolder(dir) + "/ps:0.log").find("gave up on worker:1") != std::string::npos);
+  CHECK(HasEvent(ReadAll(RunFolder(dir) + "/metrics.jsonl"), "gave_up", {{"task", "ps:0"}},
+                 [](const nlohmann::json& e) { return e.value("peer", "").starts_with("worker:1"); }));
   CHECK(WaitUntilNoneLeft(dir.path(), 10s));
 }
 

@@ -9,8 +9,10 @@
 #include <chrono>
 #include <csignal>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -48,6 +50,30 @@ inline std::string ClusterFile(const TempDir& dir, int epochs, const std::string
 inline std::string RunFolder(const TempDir& dir) {
   for (const auto& e : std::filesystem::directory_iterator(dir / "runs")) return e.path().string();
   return "";
+}
+
+// The events named `event` (all, where empty) in the metrics.jsonl of the run folder under
+// dir/runs: every task's JSON events, tagged with its "task", and tfctl's own rows. None while
+// there is no run folder yet.
+inline std::vector<nlohmann::json> RunEvents(const TempDir& dir, std::string_view event = {}) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir / "runs", ec)) return {};
+  const std::string run = RunFolder(dir);
+  return run.empty() ? std::vector<nlohmann::json>{} : ParseEvents(ReadAll(run + "/metrics.jsonl"), event);
+}
+
+// Whether the run's metrics.jsonl holds an event named `event` with every field of `fields` (and
+// satisfying `also`, where given) within `limit` (polled).
+inline bool RunEventWithin(const TempDir& dir, std::string_view event, const nlohmann::json& fields, std::chrono::milliseconds limit,
+                           const std::function<bool(const nlohmann::json&)>& also = {}) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    const bool last = std::chrono::steady_clock::now() >= until;
+    for (const nlohmann::json& e : RunEvents(dir, event))
+      if (HasFields(e, fields) && (!also || also(e))) return true;
+    if (last) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
 }
 
 // Processes whose command line mentions `needle` (a test's temp dir), or that run in a folder
