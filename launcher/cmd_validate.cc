@@ -26,7 +26,9 @@ Status CheckRemoteHost(const config::ClusterFile& f, const std::string& host, bo
   const config::HostLaunch& h = f.launch.For(host);
   std::string check = fmt::format("cd {} 2>/dev/null || {{ echo no-workdir; exit 3; }}; test -x {} || {{ echo no-tfd; exit 3; }}",
                                   ShellQuote(h.workdir), ShellQuote(h.tfd));
-  if (has_workers) check += fmt::format("; test -d {} || {{ echo no-data; exit 3; }}", ShellQuote(f.train.data));
+  if (has_workers)
+    for (const auto& [field, path] : f.train.data.NamedPaths())
+      check += fmt::format("; test -e {} || {{ echo no-data {}; exit 3; }}", ShellQuote(path), field);
   check += "; echo tfd-ok";
   const CommandOutput r = RunAndCapture(SshArgv(h, host, popts, check), popts.connect_timeout_secs + 20);
   if (r.exit_code == 0 && r.out.find("tfd-ok") != std::string::npos) return Status::Ok();
@@ -34,13 +36,27 @@ Status CheckRemoteHost(const config::ClusterFile& f, const std::string& host, bo
     return Status::InvalidArgument(fmt::format("{}: launch.workdir: \"{}\" is not a folder on {}", f.source, h.workdir, host));
   if (r.out.find("no-tfd") != std::string::npos)
     return Status::InvalidArgument(fmt::format("{}: launch.tfd: \"{}\" is not an executable file on {}", f.source, h.tfd, host));
-  if (r.out.find("no-data") != std::string::npos)
-    return Status::InvalidArgument(fmt::format("{}: train.data: \"{}\" is not a folder on {}", f.source, f.train.data, host));
+  for (const auto& [field, path] : f.train.data.NamedPaths())
+    if (r.out.find("no-data " + field + "\n") != std::string::npos)
+      return Status::InvalidArgument(fmt::format("{}: train.{}: \"{}\" does not exist on {}", f.source, field, path, host));
   std::string err = r.err;
   while (!err.empty() && (err.back() == '\n' || err.back() == '\r')) err.pop_back();
   if (auto nl = err.find_last_of('\n'); nl != std::string::npos) err = err.substr(nl + 1);
   return Status::Unavailable(fmt::format("{}: cannot reach {} with ssh (exit {}): {}", f.source, host, r.exit_code,
                                          err.empty() ? "no message" : err));
+}
+
+// The data's files and folders exist under the task's working folder (the MNIST folder is a folder).
+Status CheckLocalData(const config::ClusterFile& f, const fs::path& workdir) {
+  const config::DataSpec& d = f.train.data;
+  for (const auto& [field, path] : d.NamedPaths()) {
+    const fs::path at = fs::path(path).is_absolute() ? fs::path(path) : workdir / path;
+    if (d.is_mnist_folder() && !fs::is_directory(at))
+      return Status::InvalidArgument(fmt::format("{}: train.data: \"{}\" is not a folder (fetch MNIST with scripts/fetch_mnist.sh {})",
+                                                 f.source, at.string(), path));
+    if (!fs::exists(at)) return Status::InvalidArgument(fmt::format("{}: train.{}: \"{}\" does not exist", f.source, field, at.string()));
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -139,10 +155,7 @@ Status CheckCluster(const RunSetup& run) {
     const fs::path tfd = fs::path(h.tfd).is_absolute() ? fs::path(h.tfd) : workdir / h.tfd;
     if (access(tfd.c_str(), X_OK) != 0)
       return Status::InvalidArgument(fmt::format("{}: launch.tfd: \"{}\" is not an executable file (run scripts/build)", f.source, tfd.string()));
-    const fs::path data = fs::path(f.train.data).is_absolute() ? fs::path(f.train.data) : workdir / f.train.data;
-    if (p.task.type != config::TaskType::kPs && !fs::is_directory(data))
-      return Status::InvalidArgument(fmt::format("{}: train.data: \"{}\" is not a folder (fetch MNIST with scripts/fetch_mnist.sh {})",
-                                                 f.source, data.string(), f.train.data));
+    if (p.task.type != config::TaskType::kPs) TFD_RETURN_IF_ERROR(CheckLocalData(f, workdir));
     if (f.launch.metrics.port_base > 0 && !p.metrics_target.empty()) {
       const int port = std::stoi(p.metrics_target.substr(p.metrics_target.rfind(':') + 1));
       if (!PortFree("127.0.0.1", static_cast<std::uint16_t>(port)))
@@ -174,7 +187,7 @@ std::string Describe(const config::ClusterFile& f) {
     }
   }
   return fmt::format("{}: {} ps + {} workers{}; {} on {}, {} epochs, batch {} per worker, {}", f.source, f.cluster.ps.size(),
-                     f.cluster.num_workers(), f.cluster.evaluator.empty() ? "" : " + 1 evaluator", f.train.model.name, f.train.data,
+                     f.cluster.num_workers(), f.cluster.evaluator.empty() ? "" : " + 1 evaluator", f.train.model.name, f.train.data.Describe(),
                      f.train.epochs, f.train.batch_size, how);
 }
 

@@ -417,8 +417,7 @@ std::string_view ActivationName(Activation a) {
 JobSpec ReadJobSpec(ObjectReader& r) {
   JobSpec job;
   ReadModel(r, &job.model);
-  r.String("data", &job.data, /*required=*/true);
-  if (r.status().ok() && job.data.empty()) r.Fail(r.PathOf("data"), "must name a folder with the MNIST IDX files");
+  ReadDataSpec(r, &job.data);
   r.Int("epochs", 1, 100000, &job.epochs, /*required=*/true);
   r.Int("batch_size", 1, 1 << 16, &job.batch_size, /*required=*/true);
   ReadOptimizer(r, &job.optimizer);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/base/status.h"
+#include "common/config/data_spec.h"
 
 namespace tfd::config {
 
@@ -167,7 +168,7 @@ struct EnsembleSpec {
 // The job spec of docs/config.md: what to train and how. Validated whole at load.
 struct JobSpec {
   ModelSpec model;
-  std::string data;  // folder with the four MNIST IDX files
+  DataSpec data;  // the MNIST IDX folder, or the user's files (docs/data.md)
   int epochs = 1;
   int batch_size = 100;  // per worker
   OptimizerSpec optimizer;

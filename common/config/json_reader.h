@@ -50,6 +50,9 @@ class ObjectReader {
 Result<std::string> ReadTextFile(const std::string& path, std::string_view what);
 
 struct JobSpec;
+struct DataSpec;
+// Reads the job's "data" (common/config/data_spec.h) from `root`; errors go to its status.
+void ReadDataSpec(ObjectReader& root, DataSpec* d);
 // Reads a job spec from the object `r` reads (for a job file, or the "train" object of a cluster
 // file); errors go to r's status.
 JobSpec ReadJobSpec(ObjectReader& r);

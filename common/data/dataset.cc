@@ -39,18 +39,18 @@ Result<Dataset> LoadIdxPair(const std::string& images_path, const std::string& l
   d.height = static_cast<int>(images.dims[1]);
   d.width = static_cast<int>(images.dims[2]);
   d.num_classes = num_classes;
-  d.images = mapped.ok() ? ByteArray(std::move(mapped->data), mapped->size) : ByteArray(std::move(images.data));
+  d.features = mapped.ok() ? ByteArray(std::move(mapped->data), mapped->size) : ByteArray(std::move(images.data));
   d.labels = std::move(labels.data);
   return d;
 }
 
-Result<MnistData> LoadMnist(const std::string& dir) {
+Result<DataSplits> LoadMnist(const std::string& dir) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) {
     return Status::NotFound(fmt::format("{}: no such data folder (fetch MNIST with: scripts/fetch_mnist.sh {})", dir, dir));
   }
   auto path = [&dir](const char* name) { return (std::filesystem::path(dir) / name).string(); };
-  MnistData m;
+  DataSplits m;
   TFD_ASSIGN_OR_RETURN(m.train, LoadIdxPair(path(kTrainImages), path(kTrainLabels)));
   TFD_ASSIGN_OR_RETURN(m.test, LoadIdxPair(path(kTestImages), path(kTestLabels)));
   if (m.train.height != m.test.height || m.train.width != m.test.width) {
@@ -74,44 +74,63 @@ std::vector<std::uint32_t> EpochShard(std::int64_t n, std::uint64_t seed, int ep
 }
 
 namespace {
-// Converts one image; restrict tells the compiler the bytes and floats do not overlap (a uint8_t
-// pointer may alias anything), so the loop vectorises.
-void ConvertPixels(const std::uint8_t* __restrict src, float* __restrict dst, std::int64_t n) {
-  constexpr float kScale = 1.0f / 255.0f;
-  for (std::int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]) * kScale;
+// Converts one example; restrict tells the compiler the bytes and floats do not overlap (a uint8_t
+// pointer may alias anything), so the loops vectorise.
+void ConvertBytes(const std::uint8_t* __restrict src, float* __restrict dst, std::int64_t n, float scale) {
+  for (std::int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]) * scale;
+}
+void ConvertFloats(const float* __restrict src, float* __restrict dst, std::int64_t n, float scale) {
+  for (std::int64_t i = 0; i < n; ++i) dst[i] = src[i] * scale;
+}
+void Standardize(const Normalizer& norm, float* __restrict x, std::int64_t n) {
+  const float* __restrict mean = norm.mean.data();
+  const float* __restrict inv_std = norm.inv_std.data();
+  for (std::int64_t i = 0; i < n; ++i) x[i] = (x[i] - mean[i]) * inv_std[i];
 }
 }  // namespace
 
-void HoldOut(MnistData* data, std::int64_t count) {
+void HoldOut(DataSplits* data, std::int64_t count) {
   Dataset& train = data->train;
   TFD_CHECK(count > 0 && count < train.size);
   Dataset& val = data->validation;
+  val = Dataset{};
   val.height = train.height;
   val.width = train.width;
   val.channels = train.channels;
+  val.dtype = train.dtype;
   val.num_classes = train.num_classes;
+  val.class_names = train.class_names;
+  val.normalizer = train.normalizer;
   const std::int64_t keep = train.size - count;
-  const auto px = static_cast<std::ptrdiff_t>(train.pixels());
-  val.images = std::vector<std::uint8_t>(train.images.begin() + keep * px, train.images.end());
+  const auto bytes = static_cast<std::ptrdiff_t>(train.example_bytes());
+  val.features = std::vector<std::uint8_t>(train.features.begin() + keep * bytes, train.features.end());
   val.labels.assign(train.labels.begin() + keep, train.labels.end());
   val.size = count;
-  train.images.Truncate(static_cast<std::size_t>(keep * px));
+  train.features.Truncate(static_cast<std::size_t>(keep * bytes));
   train.labels.resize(static_cast<std::size_t>(keep));
   train.size = keep;
 }
 
 void FillBatch(const Dataset& data, std::span<const std::uint32_t> indices, float* x, std::uint8_t* y) {
-  const std::int64_t pixels = data.pixels();
-  const std::uint8_t* images = data.images.data();
-  constexpr std::size_t kAhead = 4;  // shuffled examples are scattered: fetch a few images early
+  const std::int64_t values = data.pixels();
+  const auto bytes = static_cast<std::int64_t>(data.example_bytes());
+  const std::uint8_t* features = data.features.data();
+  const Normalizer& norm = data.normalizer;
+  const bool standardize = !norm.mean.empty();
+  const float scale = norm.scale.value_or(data.dtype == DType::kU8 ? 1.0f / 255.0f : 1.0f);
+  constexpr std::size_t kAhead = 4;  // shuffled examples are scattered: fetch a few examples early
   for (std::size_t r = 0; r < std::min(kAhead, indices.size()); ++r)
-    for (std::int64_t off = 0; off < pixels; off += 64) __builtin_prefetch(images + indices[r] * pixels + off);
+    for (std::int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(features + indices[r] * bytes + off);
   for (std::size_t r = 0; r < indices.size(); ++r) {
     if (r + kAhead < indices.size()) {
-      const std::uint8_t* next = images + static_cast<std::int64_t>(indices[r + kAhead]) * pixels;
-      for (std::int64_t off = 0; off < pixels; off += 64) __builtin_prefetch(next + off);
+      const std::uint8_t* next = features + static_cast<std::int64_t>(indices[r + kAhead]) * bytes;
+      for (std::int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(next + off);
     }
-    ConvertPixels(images + static_cast<std::int64_t>(indices[r]) * pixels, x + static_cast<std::int64_t>(r) * pixels, pixels);
+    const std::uint8_t* src = features + static_cast<std::int64_t>(indices[r]) * bytes;
+    float* row = x + static_cast<std::int64_t>(r) * values;
+    if (data.dtype == DType::kU8) ConvertBytes(src, row, values, scale);
+    else ConvertFloats(reinterpret_cast<const float*>(src), row, values, scale);
+    if (standardize) Standardize(norm, row, values);
     y[r] = data.labels[indices[r]];
   }
 }

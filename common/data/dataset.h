@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -40,26 +41,42 @@ class ByteArray {
   std::size_t size_ = 0;
 };
 
-// Labelled images kept as bytes (one uint8 per pixel); converted to floats one batch at a time.
-// LoadIdxPair maps an image file that can be mapped, so the tasks of one host share its pages.
-struct Dataset {
-  std::int64_t size = 0;
-  int height = 0, width = 0, channels = 1;
-  int num_classes = 10;
-  ByteArray images;                  // size x height x width x channels
-  std::vector<std::uint8_t> labels;  // size, each < num_classes
+// The element type of a dataset's features: bytes (images, as files store them) or floats.
+enum class DType : std::uint8_t { kU8, kF32 };
+inline constexpr std::size_t DTypeBytes(DType t) { return t == DType::kU8 ? 1 : 4; }
 
-  std::int64_t pixels() const { return std::int64_t{height} * width * channels; }
+// How a feature value becomes the model's input: x * scale, then (x - mean[j]) * inv_std[j] per
+// feature j where `mean` is set (standardize). The same on every split; computed from the training split.
+struct Normalizer {
+  std::optional<float> scale;  // unset: 1/255 for bytes (pixels in [0, 1]), 1 for floats
+  std::vector<float> mean, inv_std;  // empty, or one per feature
 };
 
-struct MnistData {
+// Labelled examples in the file's element type (one byte per pixel for images, else floats),
+// converted to floats one batch at a time. LoadIdxPair maps an image file that can be mapped, so
+// the tasks of one host share its pages.
+struct Dataset {
+  std::int64_t size = 0;
+  int height = 0, width = 0, channels = 1;  // one example's shape; a table row is 1 x features x 1
+  DType dtype = DType::kU8;
+  int num_classes = 10;
+  ByteArray features;                 // size x height x width x channels elements of dtype
+  std::vector<std::uint8_t> labels;  // size, each < num_classes
+  std::vector<std::string> class_names;  // num_classes names, in id order (empty: the ids themselves)
+  Normalizer normalizer;
+
+  std::int64_t pixels() const { return std::int64_t{height} * width * channels; }
+  std::size_t example_bytes() const { return static_cast<std::size_t>(pixels()) * DTypeBytes(dtype); }
+};
+
+struct DataSplits {
   Dataset train, test;
   Dataset validation;  // the last examples of the training file, held out (validation_split); may be empty
 };
 
 // Moves the last `count` examples of `data->train` into `data->validation` (0 < count < train.size):
 // the validation images are copied out, and a mapped training file stays mapped.
-void HoldOut(MnistData* data, std::int64_t count);
+void HoldOut(DataSplits* data, std::int64_t count);
 
 // File names of the four MNIST IDX files inside the data folder.
 inline constexpr const char* kTrainImages = "train-images-idx3-ubyte";
@@ -72,7 +89,7 @@ inline constexpr const char* kTestLabels = "t10k-labels-idx1-ubyte";
 // (MapIdxFile) where it can be mapped, else read into memory; the labels are read.
 Result<Dataset> LoadIdxPair(const std::string& images_path, const std::string& labels_path, int num_classes = 10);
 // Loads the four files from `dir`; NotFound naming the folder when it does not exist.
-Result<MnistData> LoadMnist(const std::string& dir);
+Result<DataSplits> LoadMnist(const std::string& dir);
 
 // The training examples worker `index` of `count` uses in `epoch`: a permutation of [0, n)
 // seeded by (seed, epoch) (the identity when !shuffle), then every count-th entry from `index`
@@ -81,7 +98,8 @@ Result<MnistData> LoadMnist(const std::string& dir);
 // comparable with one process.
 std::vector<std::uint32_t> EpochShard(std::int64_t n, std::uint64_t seed, int epoch, int index, int count, bool shuffle);
 
-// Writes the examples `indices` as floats in [0, 1] to `x` (rows of pixels()) and their labels to `y`.
+// Writes the examples `indices` as the model's floats to `x` (rows of pixels(), normalised by
+// data.normalizer) and their labels to `y`.
 void FillBatch(const Dataset& data, std::span<const std::uint32_t> indices, float* x, std::uint8_t* y);
 
 }  // namespace tfd::data

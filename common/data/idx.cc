@@ -12,6 +12,8 @@
 
 #include <fmt/format.h>
 
+#include "common/data/readers.h"
+
 namespace tfd::data {
 namespace {
 
@@ -108,6 +110,53 @@ Result<MappedIdxArray> MapIdxFile(const std::string& path, int rank) {
   out.data = std::shared_ptr<const std::uint8_t>(region, bytes + header);  // shares the region's ownership
   out.size = size - header;
   return out;
+}
+
+namespace {
+// The rank an IDX file's magic declares (1 to 4).
+Result<int> IdxRank(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::NotFound(fmt::format("{}: cannot open", path));
+  std::byte head[4] = {};
+  in.read(reinterpret_cast<char*>(head), 4);
+  const std::uint32_t magic = in.gcount() == 4 ? BigEndian32(head) : 0;
+  const int rank = static_cast<int>(magic & 0xff);
+  if ((magic >> 8) != 0x08 || rank < 1 || rank > 4)
+    return Status::InvalidArgument(fmt::format("{}: not an unsigned-byte IDX file of 1 to 4 dimensions (magic 0x{:08x})", path, magic));
+  return rank;
+}
+}  // namespace
+
+Result<Examples> ReadIdxExamples(const std::string& x_path, const std::string& y_path) {
+  TFD_ASSIGN_OR_RETURN(const int rank, IdxRank(x_path));
+  if (rank < 2)
+    return Status::InvalidArgument(fmt::format("{}: features of 1 dimension; expected N x features, N x H x W or N x H x W x C", x_path));
+  Result<MappedIdxArray> mapped = MapIdxFile(x_path, rank);
+  Examples e;
+  std::vector<std::uint32_t> dims;
+  if (mapped.ok()) {
+    dims = mapped->dims;
+    e.features = ByteArray(std::move(mapped->data), mapped->size);
+  } else if (mapped.status().code() == Code::kUnavailable) {
+    TFD_ASSIGN_OR_RETURN(IdxArray read, ReadIdxFile(x_path, rank));
+    dims = read.dims;
+    e.features = ByteArray(std::move(read.data));
+  } else {
+    return Status::InvalidArgument(mapped.status().message());
+  }
+  TFD_ASSIGN_OR_RETURN(const int label_rank, IdxRank(y_path));
+  if (label_rank != 1) return Status::InvalidArgument(fmt::format("{}: labels of {} dimensions; expected one label per example (N)", y_path, label_rank));
+  Result<IdxArray> labels = ReadIdxFile(y_path, 1);
+  if (!labels.ok()) return Status::InvalidArgument(labels.status().message());
+  if (labels->dims[0] != dims[0])
+    return Status::InvalidArgument(fmt::format("{}: {} labels, but {} has {} examples", y_path, labels->dims[0], x_path, dims[0]));
+  e.size = dims[0];
+  e.dtype = DType::kU8;
+  if (rank == 2) e.width = static_cast<int>(dims[1]);  // a table: 1 x D x 1
+  if (rank >= 3) e.height = static_cast<int>(dims[1]), e.width = static_cast<int>(dims[2]);
+  if (rank == 4) e.channels = static_cast<int>(dims[3]);
+  e.label_ids.assign(labels->data.begin(), labels->data.end());
+  return e;
 }
 
 }  // namespace tfd::data

@@ -25,18 +25,19 @@ LayerSpec Dense(int units, config::Activation act, InitSpec init) {
   return l;
 }
 
-// The seeds' models, layer by layer, with the initializers the seeds used.
-std::vector<LayerSpec> SeedLayers(const std::string& name) {
+// The seeds' models, layer by layer, with the initializers the seeds used; the last layer has one
+// unit per class.
+std::vector<LayerSpec> SeedLayers(const std::string& name, int classes) {
   using A = config::Activation;
-  if (name == "softmax") return {Dense(10, A::kNone, {InitKind::kZeros})};  // TF's MNIST tutorial: zeros
+  if (name == "softmax") return {Dense(classes, A::kNone, {InitKind::kZeros})};  // TF's MNIST tutorial: zeros
   if (name == "mlp") {
     // tf.random_normal (stddev 1) weights: the seed's slow learner.
     InitSpec normal{InitKind::kNormal, 1.0};
-    return {Dense(100, A::kSigmoid, normal), Dense(10, A::kNone, normal)};
+    return {Dense(100, A::kSigmoid, normal), Dense(classes, A::kNone, normal)};
   }
   if (name == "dnn") {
     std::vector<LayerSpec> l(5, Dense(160, A::kElu, {InitKind::kHeNormal}));
-    l.push_back(Dense(10, A::kNone, {InitKind::kHeNormal}));
+    l.push_back(Dense(classes, A::kNone, {InitKind::kHeNormal}));
     return l;
   }
   // cnn: Keras defaults (glorot_uniform kernels).
@@ -50,7 +51,7 @@ std::vector<LayerSpec> SeedLayers(const std::string& name) {
   pool.pool_size = 2;
   LayerSpec flatten;
   flatten.kind = LayerSpec::Kind::kFlatten;
-  return {conv, pool, flatten, Dense(64, A::kRelu, {}), Dense(10, A::kNone, {})};
+  return {conv, pool, flatten, Dense(64, A::kRelu, {}), Dense(classes, A::kNone, {})};
 }
 
 void FillInit(const tensor::ParamSpec& p, std::span<float> out, Rng& rng) {
@@ -88,7 +89,7 @@ Result<std::unique_ptr<Model>> Model::Build(const config::ModelSpec& spec, tenso
   m->input_ = input;
   m->classes_ = classes;
   m->max_batch_ = max_batch;
-  std::vector<LayerSpec> specs = spec.name == "layers" ? spec.layers : SeedLayers(spec.name);
+  std::vector<LayerSpec> specs = spec.name == "layers" ? spec.layers : SeedLayers(spec.name, classes);
   tensor::ActShape shape = input;
   std::map<std::string, int> kind_count;
   std::vector<std::string> layer_names;
@@ -105,6 +106,10 @@ Result<std::unique_ptr<Model>> Model::Build(const config::ModelSpec& spec, tenso
         kind = "dense";
         break;
       case LayerSpec::Kind::kConv2D:
+        if (input.h == 1 && i == 0)
+          return Status::InvalidArgument(fmt::format("{}: conv2d needs images (height x width x channels), but the data's examples are "
+                                                     "rows of {} features: use a dense model (dnn, mlp or dense layers)",
+                                                     where, input.size()));
         if (shape.h < l.kernel_size || shape.w < l.kernel_size)
           return Status::InvalidArgument(fmt::format("{}: a {}x{} kernel does not fit a {}x{} input", where,
                                                      l.kernel_size, l.kernel_size, shape.h, shape.w));
@@ -133,9 +138,10 @@ Result<std::unique_ptr<Model>> Model::Build(const config::ModelSpec& spec, tenso
   if (m->layers_.empty() || last.kind != LayerSpec::Kind::kDense || last.units != classes ||
       last.activation != config::Activation::kNone) {
     return Status::InvalidArgument(fmt::format(
-        "model.layers[{}]: the last layer must be dense with {} units (one per class) and no activation: it gives "
-        "the logits",
-        specs.size() - 1, classes));
+        "model.layers[{}]: the last layer must be dense with {} units (one per class of the data) and no activation: it gives "
+        "the logits{}",
+        specs.size() - 1, classes,
+        last.kind == LayerSpec::Kind::kDense && last.units != classes ? fmt::format(" (it has {} units)", last.units) : ""));
   }
   // Lay the variables out in layer order, then bind every layer to its slices.
   for (std::size_t i = 0; i < m->layers_.size(); ++i) {

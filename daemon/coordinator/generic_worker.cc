@@ -13,6 +13,7 @@
 #include "common/ckpt/format.h"
 #include "common/config/job.h"
 #include "common/data/dataset.h"
+#include "common/data/source.h"
 #include "common/model/model.h"
 #include "common/transport/dial.h"
 #include "common/transport/handshake.h"
@@ -174,7 +175,7 @@ Status RunGenericWorker(const GenericWorkerOptions& options, EventWriter& events
     }
     data::Dataset test;  // an ensemble member's test set
     if (s.ok() && assign.predictions) {
-      Result<data::MnistData> data = data::LoadMnist(job->data);
+      Result<data::DataSplits> data = data::LoadData(job->data, job->seed);
       s = data.status();
       if (s.ok()) test = std::move(data->test);
     }

@@ -51,7 +51,7 @@ std::vector<Seen> ListFolder(const std::string& dir) {
 }
 
 // Evaluates the model, its parameters already loaded, on the job's test set and validation split.
-EvalResult Evaluate(model::Model& model, const data::MnistData& data) {
+EvalResult Evaluate(model::Model& model, const data::DataSplits& data) {
   EvalResult r;
   const model::EvalResult test = model::EvaluateLoss(model, data.test);
   r.test_loss = test.loss;
@@ -83,7 +83,7 @@ void Report(const EvalResult& r, EventWriter& events, const std::vector<EvalSink
 }
 
 // The polling loop: returns Ok after the final checkpoint, or why it gave up.
-Status Watch(const config::JobSpec& job, model::Model& model, const data::MnistData& data, EventWriter& events,
+Status Watch(const config::JobSpec& job, model::Model& model, const data::DataSplits& data, EventWriter& events,
              const EvaluatorOptions& options) {
   const std::string& dir = job.checkpoint.dir;
   const std::chrono::milliseconds idle = options.idle_timeout.count() > 0 ? options.idle_timeout : IdleTimeoutFor(job.checkpoint);

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "common/data/source.h"
 #include "common/tensor/cuda/runtime.h"
 #include "daemon/train/trainer.h"
 
@@ -18,7 +19,7 @@ Result<LoadedJob> LoadJobData(const config::JobSpec& job, int num_workers, bool 
                                                  job.device));
   }
   LoadedJob loaded;
-  Result<data::MnistData> data = data::LoadMnist(job.data);
+  Result<data::DataSplits> data = data::LoadData(job.data, job.seed);
   if (!data.ok()) {  // a corrupt input file is bad input, as a bad field is (exit code 2)
     return data.status().code() == Code::kCorruption ? Status::InvalidArgument(data.status().message()) : data.status();
   }
@@ -31,12 +32,12 @@ Result<LoadedJob> LoadJobData(const config::JobSpec& job, int num_workers, bool 
                                   : n - static_cast<std::int64_t>(std::floor(static_cast<double>(n) * (1 - job.validation_fraction)));
     if (held <= 0 || held >= n)
       return Status::InvalidArgument(fmt::format("validation_split: holds out {} of the {} training examples in {}; leave some of each",
-                                                 held, n, job.data));
+                                                 held, n, job.data.Describe()));
     data::HoldOut(&loaded.data, held);
   }
   if (StepsPerEpoch(loaded.data.train.size, num_workers, job.batch_size) == 0) {
     return Status::InvalidArgument(fmt::format("batch_size: {} is more than the {} training examples in {}{}", job.batch_size,
-                                               loaded.data.train.size / num_workers, job.data,
+                                               loaded.data.train.size / num_workers, job.data.Describe(),
                                                num_workers > 1 ? fmt::format(" per worker ({} workers)", num_workers) : ""));
   }
   tensor::ActShape input{loaded.data.train.height, loaded.data.train.width, loaded.data.train.channels};

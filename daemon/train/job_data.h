@@ -11,7 +11,7 @@ namespace tfd::train {
 
 // A job's data and its model, built and initialised from the seed.
 struct LoadedJob {
-  data::MnistData data;
+  data::DataSplits data;
   std::unique_ptr<model::Model> model;
 };
 

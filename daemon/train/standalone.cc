@@ -113,7 +113,7 @@ Status RunStandalone(const config::JobSpec& job, EventWriter& events, const Stan
   spdlog::info("model: {}", loaded.model->Summary());
   spdlog::info("optimizer: {}; batch_size={} epochs={} seed={} threads={} gemm={}", optimizer->Describe(), job.batch_size,
                job.epochs, job.seed, job.threads, tensor::GemmBackendName(loaded.model->gemm().backend));
-  spdlog::info("data: {} training and {} test examples from {}", loaded.data.train.size, loaded.data.test.size, job.data);
+  spdlog::info("data: {} training and {} test examples from {}", loaded.data.train.size, loaded.data.test.size, job.data.Describe());
   if (options.emit_start)
     task::EmitStart(events, {.role = "standalone",
                              .mode = "standalone",

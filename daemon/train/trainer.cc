@@ -37,7 +37,7 @@ namespace {
 
 double UnixNow() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
-Status TrainLoop(const config::JobSpec& job, const data::MnistData& data, model::Model& model, Updater& updater,
+Status TrainLoop(const config::JobSpec& job, const data::DataSplits& data, model::Model& model, Updater& updater,
                  EventWriter& events, const TrainerOptions& options) {
   const int batch = job.batch_size;
   const std::int64_t steps = StepsPerEpoch(data.train.size, options.num_workers, batch);
@@ -260,7 +260,7 @@ Status TrainLoop(const config::JobSpec& job, const data::MnistData& data, model:
 
 }  // namespace
 
-Status Train(const config::JobSpec& job, const data::MnistData& data, model::Model& model, Updater& updater,
+Status Train(const config::JobSpec& job, const data::DataSplits& data, model::Model& model, Updater& updater,
              EventWriter& events, const TrainerOptions& options) {
   Status s = TrainLoop(job, data, model, updater, events, options);
   for (TrainObserver* o : options.observers) o->OnEnd(s.ok());

@@ -43,7 +43,7 @@ struct TrainerOptions {
 // the end evaluates the final parameters and emits `done` with params_sha256.
 // `data` must give every worker at least one full batch (train::LoadJobData checks it). FailedPrecondition
 // when stopped by a signal; the updater's errors as they come.
-Status Train(const config::JobSpec& job, const data::MnistData& data, model::Model& model, Updater& updater,
+Status Train(const config::JobSpec& job, const data::DataSplits& data, model::Model& model, Updater& updater,
              EventWriter& events, const TrainerOptions& options);
 
 // The dropout seed of the batch a worker takes after `local_step` of its steps: a function of the

@@ -76,7 +76,7 @@ double SamplesPerSec(const std::function<void()>& step, int batch, double second
   return static_cast<double>(n * batch) / elapsed;
 }
 
-double MeasureOurs(const tfd::data::MnistData& data, const Config& c, double seconds, const tfd::tensor::GemmConfig& gemm) {
+double MeasureOurs(const tfd::data::DataSplits& data, const Config& c, double seconds, const tfd::tensor::GemmConfig& gemm) {
   auto model = BuildModel(c, gemm);
   if (!model.ok()) return 0;
   auto opt = tfd::optim::MakeOptimizer(OptimizerOf(c));
@@ -96,7 +96,7 @@ double MeasureOurs(const tfd::data::MnistData& data, const Config& c, double sec
 
 #ifdef TFD_HAVE_CUDA
 // The same steps as MeasureOurs on GPU `device`, the whole step on the device.
-double MeasureOursCuda(const tfd::data::MnistData& data, const Config& c, double seconds, int device) {
+double MeasureOursCuda(const tfd::data::DataSplits& data, const Config& c, double seconds, int device) {
   auto model = BuildModel(c, tfd::tensor::GemmConfig{});
   if (!model.ok()) return 0;
   auto opt = tfd::optim::MakeOptimizer(OptimizerOf(c));

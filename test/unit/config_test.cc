@@ -129,7 +129,7 @@ TEST_CASE("job spec errors name the file and the JSON path", "[unit][config]") {
   CHECK(ErrorOf(R"({"model": "mlp", "data": "d", "epochs": 1, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rate": 0}})") ==
         "job.json: optimizer.learning_rate: expected a number in (0, 1000000], got 0");
   CHECK(ErrorOf(R"({"model": "mlp", "epochs": 1, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rate": 1}})") ==
-        "job.json: data: missing (expected a string)");
+        "job.json: data: missing (expected a folder with the MNIST IDX files, or an object naming your data's files)");
   CHECK(ErrorOf(R"({"model": "mlp", "data": "d", "epochs": 1.5, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rate": 1}})") ==
         "job.json: epochs: expected an integer in [1, 100000], got 1.5");
   CHECK(ErrorOf(With(R"("update": {"mode": "sync", "replicas_to_aggregate": 3, "total_num_replicas": 2})")) ==

@@ -86,16 +86,16 @@ TEST_CASE("the job spec's early_stopping, stop_at_accuracy and validation_split,
 }
 
 TEST_CASE("HoldOut moves the last examples of the training set into the validation set", "[unit][early_stopping]") {
-  data::MnistData d;
+  data::DataSplits d;
   d.train.size = 5;
   d.train.height = d.train.width = 1;
-  d.train.images = {10, 11, 12, 13, 14};
+  d.train.features = {10, 11, 12, 13, 14};
   d.train.labels = {0, 1, 2, 3, 4};
   data::HoldOut(&d, 2);
   CHECK(d.train.size == 3);
-  CHECK(d.train.images == std::vector<std::uint8_t>{10, 11, 12});
+  CHECK(d.train.features == std::vector<std::uint8_t>{10, 11, 12});
   CHECK(d.validation.size == 2);
-  CHECK(d.validation.images == std::vector<std::uint8_t>{13, 14});
+  CHECK(d.validation.features == std::vector<std::uint8_t>{13, 14});
   CHECK(d.validation.labels == std::vector<std::uint8_t>{3, 4});
   CHECK(d.validation.height == 1);
 }

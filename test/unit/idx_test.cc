@@ -136,7 +136,7 @@ TEST_CASE("FillBatch scales pixels to [0, 1] and copies labels", "[unit][data]")
   d.size = 2;
   d.height = 1;
   d.width = 2;
-  d.images = {0, 255, 51, 102};
+  d.features = {0, 255, 51, 102};
   d.labels = {3, 4};
   std::vector<std::uint32_t> idx = {1, 0};
   float x[4];
@@ -158,19 +158,19 @@ TEST_CASE("LoadIdxPair maps a regular image file read-only; HoldOut copies the v
   tfd::testing::WriteFile(dir / "lab", IdxBytes({4}, {0, 1, 2, 3}));
   auto got = LoadIdxPair(dir / "img", dir / "lab");
   REQUIRE(got.ok());
-  CHECK(got->images.mapped());
-  CHECK(got->images == pixels);
-  MnistData m;
+  CHECK(got->features.mapped());
+  CHECK(got->features == pixels);
+  DataSplits m;
   m.train = *got;
   Dataset copy = m.train;  // shares the mapping
-  CHECK(copy.images.data() == m.train.images.data());
+  CHECK(copy.features.data() == m.train.features.data());
   HoldOut(&m, 1);
-  CHECK(m.train.images.mapped());
-  CHECK(m.train.images == std::vector<std::uint8_t>(pixels.begin(), pixels.begin() + 12));
-  CHECK_FALSE(m.validation.images.mapped());
-  CHECK(m.validation.images == std::vector<std::uint8_t>(pixels.begin() + 12, pixels.end()));
-  m = MnistData{};  // the copy keeps the mapping alive
-  CHECK(copy.images == pixels);
+  CHECK(m.train.features.mapped());
+  CHECK(m.train.features == std::vector<std::uint8_t>(pixels.begin(), pixels.begin() + 12));
+  CHECK_FALSE(m.validation.features.mapped());
+  CHECK(m.validation.features == std::vector<std::uint8_t>(pixels.begin() + 12, pixels.end()));
+  m = DataSplits{};  // the copy keeps the mapping alive
+  CHECK(copy.features == pixels);
 }
 
 TEST_CASE("MapIdxFile checks the header as ParseIdx does, and leaves a file it cannot map to the reader", "[unit][idx]") {

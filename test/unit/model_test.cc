@@ -72,7 +72,8 @@ TEST_CASE("a layer list that cannot produce the logits is rejected with its inde
   auto got = Model::Build(spec, {28, 28, 1}, 10, 4);
   REQUIRE_FALSE(got.ok());
   CHECK(got.status().message() ==
-        "model.layers[0]: the last layer must be dense with 10 units (one per class) and no activation: it gives the logits");
+        "model.layers[0]: the last layer must be dense with 10 units (one per class of the data) and no activation: it gives the "
+        "logits (it has 7 units)");
   spec.layers = {config::LayerSpec{.kind = config::LayerSpec::Kind::kConv2D, .filters = 2, .kernel_size = 30},
                  config::LayerSpec{.kind = config::LayerSpec::Kind::kDense, .units = 10}};
   got = Model::Build(spec, {28, 28, 1}, 10, 4);

@@ -216,7 +216,7 @@ TEST_CASE("cluster file errors name the file and the JSON path", "[unit][launche
   CHECK(ErrorOf(R"({"cluster": {"worker": ["127.0.0.1:2001", "127.0.0.1:2001"]}, )" + std::string(kTrain) + "}") ==
         R"(c.json: cluster.worker[1]: "127.0.0.1:2001" is listed twice)");
   CHECK(ErrorOf(R"({"cluster": {"worker": ["pc-03"]}, )" + std::string(kTrain) + "}") == R"(c.json: cluster.worker[0]: "pc-03" has no port)");
-  CHECK(ErrorOf("{" + c + R"(, "train": {"model": "mlp"}})") == "c.json: train.data: missing (expected a string)");
+  CHECK(ErrorOf("{" + c + R"(, "train": {"model": "mlp"}})") == "c.json: train.data: missing (expected a folder with the MNIST IDX files, or an object naming your data's files)");
   CHECK(ErrorOf("{" + c + "," + kTrain + R"(, "launch": {"ssh": {"port": 0}}})") ==
         "c.json: launch.ssh.port: expected an integer in [1, 65535], got 0");
   CHECK(ErrorOf("{" + c + "," + kTrain + R"(, "launch": {"ssh": {"options": ["StrictHostKeyChecking=no"]}}})") ==

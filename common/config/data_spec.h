@@ -1,0 +1,68 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace tfd::config {
+
+// Where one split's examples are read from: files (each a path or a glob; together one source, in
+// the order given, a glob's matches sorted), or, for formats that keep features and labels apart
+// (.npy, an IDX pair), an `x` and a `y` file.
+struct DataFiles {
+  std::vector<std::string> paths;
+  std::string x, y;
+  bool empty() const { return paths.empty() && x.empty(); }
+};
+
+// The job's "data" (docs/data.md). A string is the MNIST IDX folder (`folder`); an object names
+// the files and how to read them.
+struct DataSpec {
+  enum class Format { kMnistFolder, kCsv, kNpy, kNpz, kImages, kTfrecord, kIdx };
+  enum class Task { kClassification, kRegression };
+  enum class Normalize { kDefault, kScale, kStandardize, kNone };
+
+  Format format = Format::kMnistFolder;
+  std::string folder;      // kMnistFolder: the four MNIST IDX files
+  DataFiles train, test;   // test empty: held out from train by test_split
+  double test_fraction = 0;      // of the training files' examples, held out by a seeded shuffle
+  std::int64_t test_count = 0;   // ... or a count of them
+  Task task = Task::kClassification;
+  // The label (or regression target) column: by name, or by index (-1: the last column).
+  std::string label;
+  int label_index = -1;
+  // The feature columns by name or index; both empty: every column but the label.
+  std::vector<std::string> feature_names;
+  std::vector<int> feature_indices;
+  // CSV: the first row names the columns (else `columns` may); rows skipped before it; the delimiter.
+  bool header = true;
+  int skip_rows = 0;
+  char delimiter = ',';
+  std::vector<std::string> columns;
+  // Class names in id order; empty: the data's labels, sorted (numbers numerically).
+  std::vector<std::string> classes;
+  // Images (folders, TFRecord bytes): resized to height x width when set; channels 1 (grayscale) or
+  // 3 (RGB), 0: the first image's.
+  int image_height = 0, image_width = 0, channels = 0;
+  // .npz: the arrays holding features and labels.
+  std::string npz_x = "x", npz_y = "y";
+  Normalize normalize = Normalize::kDefault;
+
+  bool is_mnist_folder() const { return format == Format::kMnistFolder; }
+  bool held_out_test() const { return test.empty() && format != Format::kMnistFolder; }
+  // For logs and errors: the folder, or the first training file.
+  std::string Describe() const;
+  // Every path the spec names that is not a glob, with its field ("data", "data.train[0]",
+  // "data.test.x"): what a launcher can check on each host before a run.
+  std::vector<std::pair<std::string, std::string>> NamedPaths() const;
+};
+
+std::string_view FormatName(DataSpec::Format f);
+std::string_view NormalizeName(DataSpec::Normalize n);
+// The format a file's name implies (.csv, .csv.gz, .tsv, .npy, .npz, .tfrecord/.tfrecords, .idx/-ubyte);
+// false when it implies none (a folder of images is named by "format": "images").
+bool FormatFromName(std::string_view path, DataSpec::Format* out);
+
+}  // namespace tfd::config

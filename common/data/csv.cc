@@ -1,0 +1,244 @@
+// The CSV reader (common/data/readers.h): libcsv splits the records (RFC 4180: quoted fields with
+// delimiters, quotes and newlines inside, CRLF), zlib inflates .gz files, std::from_chars parses
+// the numbers.
+#include <csv.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "common/data/readers.h"
+
+namespace tfd::data {
+namespace {
+
+using config::DataSpec;
+
+constexpr std::size_t kBlock = 1 << 20;
+
+// Reads a file in blocks, inflating it when its name ends in .gz.
+class BlockReader {
+ public:
+  static Result<std::unique_ptr<BlockReader>> Open(const std::string& path) {
+    auto r = std::unique_ptr<BlockReader>(new BlockReader);
+    r->gz_ = path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
+    if (r->gz_) r->gzfile_ = gzopen(path.c_str(), "rb");
+    else r->file_ = std::fopen(path.c_str(), "rb");
+    if (r->gzfile_ == nullptr && r->file_ == nullptr) return Status::NotFound(fmt::format("{}: cannot open", path));
+    if (r->gzfile_ != nullptr) gzbuffer(r->gzfile_, 1 << 18);
+    return r;
+  }
+  ~BlockReader() {
+    if (file_ != nullptr) std::fclose(file_);
+    if (gzfile_ != nullptr) gzclose(gzfile_);
+  }
+  // Bytes read into `buf` (0 at the end); -1 on a read error (a corrupt .gz).
+  long Read(char* buf, std::size_t n) {
+    if (gz_) return gzread(gzfile_, buf, static_cast<unsigned>(n));
+    const std::size_t got = std::fread(buf, 1, n, file_);
+    return got == 0 && std::ferror(file_) ? -1 : static_cast<long>(got);
+  }
+
+ private:
+  BlockReader() = default;
+  bool gz_ = false;
+  std::FILE* file_ = nullptr;
+  gzFile gzfile_ = nullptr;
+};
+
+std::string Shown(std::string_view text) {
+  std::string s(text.substr(0, 40));
+  if (text.size() > 40) s += "...";
+  return s;
+}
+
+// What one file's records go through: the column plan (which cells are features, which the
+// label), then each data row's cells parsed into the examples.
+class CsvParser {
+ public:
+  // Appends each row's features to `floats` (float bytes), its label to `out`; `columns` holds the
+  // first file's column names, which every later file's header must repeat.
+  CsvParser(const DataSpec& spec, std::string path, Examples* out, std::vector<std::string>* columns, std::vector<std::uint8_t>* floats)
+      : spec_(spec), path_(std::move(path)), out_(out), columns_(columns), floats_(floats) {}
+
+  static void OnField(void* field, std::size_t len, void* self) { static_cast<CsvParser*>(self)->Field(static_cast<const char*>(field), len); }
+  static void OnRow(int, void* self) { static_cast<CsvParser*>(self)->Row(); }
+
+  const Status& status() const { return status_; }
+  std::int64_t rows() const { return rows_; }
+  std::int64_t line() const { return line_; }
+
+ private:
+  void Field(const char* field, std::size_t len) {
+    if (!status_.ok()) return;
+    if (cells_used_ == cells_.size()) cells_.emplace_back();
+    cells_[cells_used_++].assign(field == nullptr ? "" : field, field == nullptr ? 0 : len);
+    newlines_ += static_cast<std::int64_t>(std::count(field, field + (field == nullptr ? 0 : len), '\n'));
+  }
+
+  void Row() {
+    const std::int64_t line = line_;
+    line_ += 1 + newlines_;
+    newlines_ = 0;
+    const std::size_t n = cells_used_;
+    cells_used_ = 0;
+    if (!status_.ok()) return;
+    if (skipped_ < spec_.skip_rows) return void(++skipped_);
+    if (!planned_) {
+      if (spec_.header) {
+        std::vector<std::string> names(cells_.begin(), cells_.begin() + static_cast<std::ptrdiff_t>(n));
+        if (!columns_->empty() && names != *columns_)
+          return Fail(line, fmt::format("its header ({} columns) differs from the first file's ({} columns)", names.size(), columns_->size()));
+        *columns_ = std::move(names);
+        return Plan(line);
+      }
+      if (columns_->empty()) {
+        if (!spec_.columns.empty()) *columns_ = spec_.columns;
+        else
+          for (std::size_t i = 0; i < n; ++i) columns_->push_back(fmt::format("column {}", i));
+      }
+      Plan(line);
+      if (!status_.ok()) return;
+    }
+    if (n != columns_->size())
+      return Fail(line, fmt::format("{} fields, but the {} has {}", n, spec_.header ? "header" : "first row", columns_->size()));
+    for (std::size_t k = 0; k < features_.size(); ++k) {
+      float v = 0;
+      if (!Number(cells_[features_[k]], &v)) return Fail(line, Column(features_[k]), cells_[features_[k]]);
+      const auto at = floats_->size();
+      floats_->resize(at + sizeof(float));
+      std::memcpy(floats_->data() + at, &v, sizeof v);
+    }
+    const std::string& label = cells_[label_];
+    if (spec_.task == DataSpec::Task::kRegression) {
+      float t = 0;
+      if (!Number(label, &t)) return Fail(line, Column(label_), label);
+      out_->targets.push_back(t);
+    } else {
+      if (label.empty()) return Fail(line, fmt::format("{}: empty label", Column(label_)));
+      out_->label_text.push_back(label);
+    }
+    ++rows_;
+  }
+
+  // The label and feature columns, by name or index, from the column names.
+  void Plan(std::int64_t line) {
+    planned_ = true;
+    const std::vector<std::string>& cols = *columns_;
+    auto find = [&](const std::string& name) -> int {
+      auto it = std::find(cols.begin(), cols.end(), name);
+      return it == cols.end() ? -1 : static_cast<int>(it - cols.begin());
+    };
+    if (cols.size() < 2) return Fail(line, fmt::format("{} column; expected features and a label", cols.size()));
+    int label = spec_.label_index >= 0 ? spec_.label_index : static_cast<int>(cols.size()) - 1;
+    if (!spec_.label.empty() && (label = find(spec_.label)) < 0)
+      return FailPlan(fmt::format("data.label: no column \"{}\" (columns: {})", spec_.label, Listed(cols)));
+    if (label >= static_cast<int>(cols.size()))
+      return FailPlan(fmt::format("data.label: column {} does not exist ({} columns)", label, cols.size()));
+    label_ = static_cast<std::size_t>(label);
+    features_.clear();
+    for (const std::string& name : spec_.feature_names) {
+      const int at = find(name);
+      if (at < 0) return FailPlan(fmt::format("data.features: no column \"{}\" (columns: {})", name, Listed(cols)));
+      features_.push_back(static_cast<std::size_t>(at));
+    }
+    for (int at : spec_.feature_indices) {
+      if (at >= static_cast<int>(cols.size())) return FailPlan(fmt::format("data.features: column {} does not exist ({} columns)", at, cols.size()));
+      features_.push_back(static_cast<std::size_t>(at));
+    }
+    if (features_.empty())
+      for (std::size_t i = 0; i < cols.size(); ++i)
+        if (i != label_) features_.push_back(i);
+    if (std::find(features_.begin(), features_.end(), label_) != features_.end())
+      return FailPlan(fmt::format("data.features: includes the label column \"{}\"", cols[label_]));
+    if (out_->width == 0) {
+      out_->width = static_cast<int>(features_.size());
+      for (std::size_t f : features_) out_->feature_names.push_back(cols[f]);
+    }
+  }
+
+  static std::string Listed(const std::vector<std::string>& cols) {
+    std::string s = fmt::format("{}", fmt::join(cols.begin(), cols.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(cols.size(), 6)), ", "));
+    return cols.size() > 6 ? s + ", ..." : s;
+  }
+  std::string Column(std::size_t i) const { return fmt::format("{} (\"{}\")", i + 1, (*columns_)[i]); }
+
+  // A finite number, spaces around it allowed.
+  static bool Number(std::string_view s, float* v) {
+    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+    while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+    if (!s.empty() && s.front() == '+') s.remove_prefix(1);
+    auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), *v);
+    return !s.empty() && ec == std::errc() && ptr == s.data() + s.size() && std::isfinite(*v);
+  }
+
+  void Fail(std::int64_t line, const std::string& what) {
+    if (status_.ok()) status_ = Status::InvalidArgument(fmt::format("{}:{}: {}", path_, line, what));
+  }
+  void Fail(std::int64_t line, const std::string& column, const std::string& text) {
+    Fail(line, fmt::format("column {}: expected a finite number, got \"{}\"", column, Shown(text)));
+  }
+  void FailPlan(const std::string& what) {
+    if (status_.ok()) status_ = Status::InvalidArgument(fmt::format("{}: {}", path_, what));
+  }
+
+  const DataSpec& spec_;
+  std::string path_;
+  Examples* out_;
+  std::vector<std::string>* columns_;
+  std::vector<std::uint8_t>* floats_;
+  std::vector<std::string> cells_;
+  std::size_t cells_used_ = 0;
+  std::int64_t line_ = 1, newlines_ = 0, rows_ = 0;
+  int skipped_ = 0;
+  bool planned_ = false;
+  std::size_t label_ = 0;
+  std::vector<std::size_t> features_;
+  Status status_;
+};
+
+Status ReadOne(const DataSpec& spec, const std::string& path, Examples* out, std::vector<std::string>* columns, std::vector<std::uint8_t>* floats) {
+  TFD_ASSIGN_OR_RETURN(std::unique_ptr<BlockReader> in, BlockReader::Open(path));
+  csv_parser p{};
+  if (csv_init(&p, CSV_STRICT | CSV_STRICT_FINI | CSV_APPEND_NULL) != 0) return Status::Internal("csv_init failed");
+  csv_set_delim(&p, static_cast<unsigned char>(spec.delimiter));
+  std::unique_ptr<csv_parser, void (*)(csv_parser*)> owner(&p, [](csv_parser* q) { csv_free(q); });
+  CsvParser parser(spec, path, out, columns, floats);
+  std::vector<char> buf(kBlock);
+  for (;;) {
+    const long got = in->Read(buf.data(), buf.size());
+    if (got < 0) return Status::InvalidArgument(fmt::format("{}: read failed (a corrupt or truncated .gz?)", path));
+    if (got == 0) break;
+    const std::size_t used = csv_parse(&p, buf.data(), static_cast<std::size_t>(got), CsvParser::OnField, CsvParser::OnRow, &parser);
+    if (!parser.status().ok()) return parser.status();
+    if (used != static_cast<std::size_t>(got))
+      return Status::InvalidArgument(fmt::format("{}:{}: {}", path, parser.line(), csv_strerror(csv_error(&p))));
+  }
+  if (csv_fini(&p, CsvParser::OnField, CsvParser::OnRow, &parser) != 0)
+    return Status::InvalidArgument(fmt::format("{}:{}: {}", path, parser.line(), csv_strerror(csv_error(&p))));
+  if (!parser.status().ok()) return parser.status();
+  if (parser.rows() == 0) return Status::InvalidArgument(fmt::format("{}: no data rows", path));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<Examples> ReadCsv(const DataSpec& spec, const std::vector<std::string>& paths) {
+  Examples out;
+  out.dtype = DType::kF32;
+  std::vector<std::string> columns;
+  std::vector<std::uint8_t> floats;
+  for (const std::string& path : paths) TFD_RETURN_IF_ERROR(ReadOne(spec, path, &out, &columns, &floats));
+  out.size = static_cast<std::int64_t>(floats.size() / sizeof(float)) / std::max(out.width, 1);
+  if (spec.task == DataSpec::Task::kRegression) out.num_targets = 1;
+  out.features = ByteArray(std::move(floats));
+  return out;
+}
+
+}  // namespace tfd::data

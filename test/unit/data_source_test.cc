@@ -1,0 +1,272 @@
+// The data spec (common/config/data_spec), the CSV reader and the steps every source goes through
+// (common/data/source): classes numbered, a test set held out, normalisation.
+#include <zlib.h>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "common/config/job.h"
+#include "common/data/readers.h"
+#include "common/data/source.h"
+#include "test/test_util.h"
+
+namespace tfd::data {
+namespace {
+
+using config::DataSpec;
+using tfd::testing::TempDir;
+using tfd::testing::WriteFile;
+
+// The job's data spec from the JSON of its "data" field, or the error.
+Result<DataSpec> Spec(const std::string& data) {
+  Result<config::JobSpec> job = config::ParseJobSpec(
+      R"({"model": "dnn", "epochs": 1, "batch_size": 2, "optimizer": {"type": "sgd", "learning_rate": 0.1}, "data": )" + data + "}",
+      "job.json");
+  if (!job.ok()) return job.status();
+  return job->data;
+}
+
+std::string ErrorOf(const std::string& data) {
+  Result<DataSpec> s = Spec(data);
+  return s.ok() ? "" : s.status().message();
+}
+
+std::vector<float> Row(const Dataset& d, std::uint32_t i) {
+  std::vector<float> x(static_cast<std::size_t>(d.pixels()));
+  std::uint8_t y = 0;
+  FillBatch(d, std::span(&i, 1), x.data(), &y);
+  return x;
+}
+
+TEST_CASE("the data spec: a folder stays the MNIST folder; an object names files, format and task", "[unit][data]") {
+  Result<DataSpec> mnist = Spec(R"("data/mnist")");
+  REQUIRE(mnist.ok());
+  CHECK(mnist->is_mnist_folder());
+  CHECK(mnist->folder == "data/mnist");
+
+  Result<DataSpec> csv = Spec(R"({"train": ["a.csv", "b/*.csv.gz"], "test_split": 0.25, "label": "species", "delimiter": ";"})");
+  REQUIRE(csv.ok());
+  CHECK(csv->format == DataSpec::Format::kCsv);
+  CHECK(csv->train.paths == std::vector<std::string>{"a.csv", "b/*.csv.gz"});
+  CHECK(csv->test_fraction == 0.25);
+  CHECK(csv->label == "species");
+  CHECK(csv->delimiter == ';');
+  CHECK(csv->NamedPaths() == std::vector<std::pair<std::string, std::string>>{{"data.train[0]", "a.csv"}});
+
+  Result<DataSpec> npy = Spec(R"({"train": {"x": "x.npy", "y": "y.npy"}, "test_split": 100, "task": "regression"})");
+  REQUIRE(npy.ok());
+  CHECK(npy->format == DataSpec::Format::kNpy);
+  CHECK(npy->test_count == 100);
+  CHECK(npy->task == DataSpec::Task::kRegression);
+}
+
+TEST_CASE("a data spec that does not fit is refused naming the field", "[unit][data]") {
+  CHECK(ErrorOf(R"({"train": "a.csv"})") ==
+        "job.json: data.test: missing: name the test files, or hold some out with \"test_split\" (e.g. 0.2)");
+  CHECK(ErrorOf(R"({"train": "a.dat", "test_split": 0.2})") ==
+        "job.json: data.format: missing, and \"a.dat\" does not say it (expected csv, npy, npz, images, tfrecord or idx)");
+  CHECK(ErrorOf(R"({"train": "a.csv", "test_split": 1.5})") ==
+        "job.json: data.test_split: expected a fraction in (0, 1) or a count of examples >= 1, got 1.5");
+  CHECK(ErrorOf(R"({"train": "a.csv", "test": "b.csv", "test_split": 0.1})") ==
+        "job.json: data.test_split: holds out a test set, but \"test\" names one: keep one of the two");
+  CHECK(ErrorOf(R"({"train": {"x": "x.npy", "y": "y.npy"}, "test_split": 0.1, "delimiter": ";"})") ==
+        "job.json: data.delimiter: is a csv field; this data's format is npy");
+  CHECK(ErrorOf(R"({"train": "x.npy", "test_split": 0.1})") ==
+        "job.json: data.train: npy keeps features and labels apart: expected {\"x\": PATH, \"y\": PATH}");
+  CHECK(ErrorOf(R"({"train": "a.csv", "test_split": 0.1, "colour": "red"})").find("data.colour") != std::string::npos);
+  CHECK(ErrorOf(R"({"train": "a.csv", "test_split": 0.1, "task": "clustering"})") ==
+        "job.json: data.task: unknown task \"clustering\" (expected classification or regression)");
+  CHECK(ErrorOf(R"({"train": "a.csv", "test_split": 0.1, "classes": ["a", "a"]})") == "job.json: data.classes[1]: \"a\" is named twice");
+  CHECK(ErrorOf("5") == "job.json: data: expected a folder with the MNIST IDX files, or an object naming your data's files, got 5");
+}
+
+TEST_CASE("CSV: quotes, embedded delimiters and newlines, CRLF; text labels numbered in sorted order", "[unit][data][csv]") {
+  TempDir dir;
+  WriteFile(dir / "train.csv",
+            "a,\"b, the second\",species\r\n"
+            "1.5,2,\"setosa\"\r\n"
+            "3,-4e1,versicolor\r\n"
+            "\"5\",6,\"set\nosa\"\r\n"
+            " 7 ,8,setosa\r\n");
+  Result<DataSpec> spec = Spec(R"({"train": ")" + dir / "train.csv" + R"(", "test_split": 1})");
+  REQUIRE(spec.ok());
+  Result<Examples> e = ReadCsv(*spec, {dir / "train.csv"});
+  INFO(e.status().ToString());
+  REQUIRE(e.ok());
+  CHECK(e->size == 4);
+  CHECK(e->width == 2);
+  CHECK(e->feature_names == std::vector<std::string>{"a", "b, the second"});
+  CHECK(e->label_text == std::vector<std::string>{"setosa", "versicolor", "set\nosa", "setosa"});
+
+  Result<DataSplits> d = LoadData(*spec, 1);
+  REQUIRE(d.ok());
+  CHECK(d->train.size + d->test.size == 4);
+  CHECK(d->test.size == 1);
+  CHECK(d->train.num_classes == 3);
+  CHECK(d->train.class_names == std::vector<std::string>{"set\nosa", "setosa", "versicolor"});
+  CHECK(d->train.dtype == DType::kF32);
+}
+
+TEST_CASE("CSV errors name the file, line and column and the text found", "[unit][data][csv]") {
+  TempDir dir;
+  auto error = [&](const std::string& text, const std::string& fields = "") {
+    WriteFile(dir / "t.csv", text);
+    Result<DataSpec> spec = Spec(R"({"train": ")" + dir / "t.csv" + R"(", "test_split": 1)" + fields + "}");
+    REQUIRE(spec.ok());
+    Result<DataSplits> d = LoadData(*spec, 1);
+    REQUIRE_FALSE(d.ok());
+    CHECK(d.status().code() == Code::kInvalidArgument);
+    return d.status().message();
+  };
+  const std::string f = dir / "t.csv";
+  CHECK(error("x,y\n1,0\n2\n") == f + ":3: 1 fields, but the header has 2");
+  CHECK(error("x,y\n1,0\nabc,1\n") == f + ":3: column 1 (\"x\"): expected a finite number, got \"abc\"");
+  CHECK(error("x,y\n1,0\n,1\n") == f + ":3: column 1 (\"x\"): expected a finite number, got \"\"");
+  CHECK(error("x,y\n1,0\nnan,1\n") == f + ":3: column 1 (\"x\"): expected a finite number, got \"nan\"");
+  CHECK(error("x,y\n1,0\ninf,1\n") == f + ":3: column 1 (\"x\"): expected a finite number, got \"inf\"");
+  CHECK(error("x,y\n\"1,0\n") .find(f + ":") == 0);  // an unterminated quote
+  CHECK(error("x,y\n") == f + ": no data rows");
+  CHECK(error("") == f + ": no data rows");
+  CHECK(error("x,y\n1,0\n", R"(, "label": "z")") == f + ": data.label: no column \"z\" (columns: x, y)");
+  CHECK(error("x,y\n1,0\n2,0\n") == f + ": every example has the one label \"0\"; classification needs at least 2 classes");
+}
+
+TEST_CASE("CSV: a .gz file, several files with one header, label and features by index, no header", "[unit][data][csv]") {
+  TempDir dir;
+  const std::string text = "9,1,2\n8,3,4\n7,5,6\n";
+  gzFile gz = gzopen((dir / "a.csv.gz").c_str(), "wb");
+  REQUIRE(gz != nullptr);
+  gzwrite(gz, text.data(), static_cast<unsigned>(text.size()));
+  gzclose(gz);
+  WriteFile(dir / "b.csv", "6,7,8\n");
+  Result<DataSpec> spec =
+      Spec(R"({"train": [")" + dir / "a.csv.gz" + R"(", ")" + dir / "b.csv" + R"("], "test_split": 1, "header": false, "label": 0, "features": [2]})");
+  REQUIRE(spec.ok());
+  Result<Examples> e = ReadCsv(*spec, {dir / "a.csv.gz", dir / "b.csv"});
+  INFO(e.status().ToString());
+  REQUIRE(e.ok());
+  CHECK(e->size == 4);
+  CHECK(e->width == 1);
+  CHECK(e->label_text == std::vector<std::string>{"9", "8", "7", "6"});
+  const float* x = reinterpret_cast<const float*>(e->features.data());
+  CHECK(std::vector<float>(x, x + 4) == std::vector<float>{2, 4, 6, 8});
+
+  WriteFile(dir / "h1.csv", "p,q\n1,0\n");
+  WriteFile(dir / "h2.csv", "p,r\n1,1\n");
+  Result<DataSpec> two = Spec(R"({"train": [")" + dir / "h1.csv" + R"(", ")" + dir / "h2.csv" + R"("], "test_split": 1})");
+  REQUIRE(two.ok());
+  Result<Examples> bad = ReadCsv(*two, {dir / "h1.csv", dir / "h2.csv"});
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message() == dir / "h2.csv" + ":1: its header (2 columns) differs from the first file's (2 columns)");
+}
+
+TEST_CASE("integer labels are class ids; declared classes name them; a test label outside is refused", "[unit][data]") {
+  TempDir dir;
+  WriteFile(dir / "train.csv", "x,y\n1,0\n2,2\n3,1\n4,2\n");
+  WriteFile(dir / "test.csv", "x,y\n5,3\n");
+  Result<DataSpec> spec = Spec(R"({"train": ")" + dir / "train.csv" + R"(", "test": ")" + dir / "test.csv" + R"("})");
+  REQUIRE(spec.ok());
+  Result<DataSplits> d = LoadData(*spec, 1);
+  REQUIRE_FALSE(d.ok());
+  CHECK(d.status().message() == dir / "test.csv" + ": label 3 of example 0 is outside [0, 3)");
+
+  WriteFile(dir / "test.csv", "x,y\n5,2\n");
+  d = LoadData(*spec, 1);
+  REQUIRE(d.ok());
+  CHECK(d->train.num_classes == 3);
+  CHECK(d->train.labels == std::vector<std::uint8_t>{0, 2, 1, 2});
+  CHECK(d->test.labels == std::vector<std::uint8_t>{2});
+
+  Result<DataSpec> named = Spec(R"({"train": ")" + dir / "train.csv" + R"(", "test": ")" + dir / "test.csv" + R"(", "classes": ["b", "c"]})");
+  REQUIRE(named.ok());
+  d = LoadData(*named, 1);
+  REQUIRE_FALSE(d.ok());
+  CHECK(d.status().message().find("example 0 has label \"0\", which is not one of the 2 classes (b, c)") != std::string::npos);
+}
+
+TEST_CASE("the held-out test set is the same for a seed, differs for another, and keeps every example once", "[unit][data]") {
+  TempDir dir;
+  std::string text = "x,y\n";
+  for (int i = 0; i < 50; ++i) text += std::to_string(i) + "," + std::to_string(i % 2) + "\n";
+  WriteFile(dir / "t.csv", text);
+  Result<DataSpec> spec = Spec(R"({"train": ")" + dir / "t.csv" + R"(", "test_split": 0.2})");
+  REQUIRE(spec.ok());
+  auto firsts = [](const Dataset& d) {
+    std::vector<float> v;
+    for (std::uint32_t i = 0; i < d.size; ++i) v.push_back(Row(d, i)[0]);
+    return v;
+  };
+  Result<DataSplits> a = LoadData(*spec, 7), b = LoadData(*spec, 7), c = LoadData(*spec, 8);
+  REQUIRE((a.ok() && b.ok() && c.ok()));
+  CHECK(a->test.size == 10);
+  CHECK(a->train.size == 40);
+  CHECK(firsts(a->test) == firsts(b->test));
+  CHECK(firsts(a->test) != firsts(c->test));
+  std::vector<float> all = firsts(a->train), test = firsts(a->test);
+  all.insert(all.end(), test.begin(), test.end());
+  std::sort(all.begin(), all.end());
+  for (int i = 0; i < 50; ++i) CHECK(all[static_cast<std::size_t>(i)] == static_cast<float>(i));
+  CHECK(std::is_sorted(test.begin(), test.end()));  // the held-out examples keep the file's order
+}
+
+TEST_CASE("standardize: every feature of the training split gets mean 0 and std 1; the test split uses the same", "[unit][data]") {
+  TempDir dir;
+  WriteFile(dir / "train.csv", "a,b,c,y\n1,10,5,0\n2,20,5,1\n3,30,5,0\n4,40,5,1\n");
+  WriteFile(dir / "test.csv", "a,b,c,y\n2.5,25,6,1\n");
+  Result<DataSpec> spec = Spec(R"({"train": ")" + dir / "train.csv" + R"(", "test": ")" + dir / "test.csv" + R"(", "normalize": "standardize"})");
+  REQUIRE(spec.ok());
+  Result<DataSplits> d = LoadData(*spec, 1);
+  REQUIRE(d.ok());
+  double sum[3] = {}, sq[3] = {};
+  for (std::uint32_t i = 0; i < 4; ++i) {
+    std::vector<float> r = Row(d->train, i);
+    for (int j = 0; j < 3; ++j) sum[j] += r[static_cast<std::size_t>(j)], sq[j] += r[static_cast<std::size_t>(j)] * r[static_cast<std::size_t>(j)];
+  }
+  for (int j = 0; j < 2; ++j) {
+    CHECK(sum[j] / 4 == Approx(0).margin(1e-6));
+    CHECK(sq[j] / 4 == Approx(1).epsilon(1e-5));
+  }
+  CHECK(sum[2] == 0);  // a constant feature is centred, not divided by 0
+  std::vector<float> t = Row(d->test, 0);
+  CHECK(t[0] == Approx(0).margin(1e-6));  // 2.5 is the training mean of a
+  CHECK(t[2] == Approx(1));               // (6 - 5) * 1 for the constant feature
+}
+
+TEST_CASE("an IDX pair of any shape: a table, images with channels; bad ranks refused", "[unit][data][idx]") {
+  TempDir dir;
+  WriteFile(dir / "x2", tfd::testing::IdxBytes({3, 4}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}));
+  WriteFile(dir / "x4", tfd::testing::IdxBytes({3, 2, 1, 2}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}));
+  WriteFile(dir / "y", tfd::testing::IdxBytes({3}, {0, 1, 4}));
+  WriteFile(dir / "y2", tfd::testing::IdxBytes({2}, {0, 1}));
+  Result<Examples> table = ReadIdxExamples(dir / "x2", dir / "y");
+  REQUIRE(table.ok());
+  CHECK((table->height == 1 && table->width == 4 && table->channels == 1));
+  CHECK(table->label_ids == std::vector<std::int64_t>{0, 1, 4});
+  Result<Examples> images = ReadIdxExamples(dir / "x4", dir / "y");
+  REQUIRE(images.ok());
+  CHECK((images->height == 2 && images->width == 1 && images->channels == 2));
+  Result<Examples> bad = ReadIdxExamples(dir / "x2", dir / "y2");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message() == dir / "y2" + ": 2 labels, but " + dir / "x2" + " has 3 examples");
+  bad = ReadIdxExamples(dir / "y", dir / "y");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message().find("features of 1 dimension") != std::string::npos);
+}
+
+TEST_CASE("globs expand sorted; a path or glob that finds nothing is named", "[unit][data]") {
+  TempDir dir;
+  WriteFile(dir / "b.csv", "");
+  WriteFile(dir / "a.csv", "");
+  Result<std::vector<std::string>> got = ExpandPaths({dir / "*.csv"}, "data.train");
+  REQUIRE(got.ok());
+  CHECK(*got == std::vector<std::string>{dir / "a.csv", dir / "b.csv"});
+  got = ExpandPaths({dir / "*.npy"}, "data.train");
+  REQUIRE_FALSE(got.ok());
+  CHECK(got.status().message() == "data.train: \"" + dir / "*.npy" + "\" matches no file");
+  got = ExpandPaths({dir / "c.csv"}, "data.test");
+  REQUIRE_FALSE(got.ok());
+  CHECK(got.status().message() == "data.test: \"" + dir / "c.csv" + "\": no such file");
+}
+
+}  // namespace
+}  // namespace tfd::data
