@@ -209,7 +209,7 @@ int Validate(const ClusterArgs& args) {
   if (!run.ok()) return ReportFailure(run.status());
   if (Status s = CheckCluster(*run); !s.ok()) return ReportFailure(s);
   if (const std::string note = SharedFolderNote(*run); !note.empty()) std::printf("%s\n", note.c_str());
-  std::printf("%s\nok: the file is valid; on every host tfd is there and the data folder exists; every local ps port is free\n",
+  std::printf("%s\nok: the file is valid; on every host tfd is there and the data exists; every local ps port is free\n",
               Describe(run->file).c_str());
   return 0;
 }
