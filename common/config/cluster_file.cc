@@ -52,6 +52,141 @@ void ReadHostLaunch(ObjectReader& r, HostLaunch* h) {
   }
 }
 
+// launch.env: NAME: "value" for every task, TF_CONFIG excepted (tfctl sets it per task).
+void ReadLaunchEnv(ObjectReader& l, LaunchSpec* launch) {
+  if (const json* env = l.Get("env")) {
+    if (!env->is_object()) {
+      l.Fail(l.PathOf("env"), "expected an object of NAME: \"value\", got " + Describe(*env));
+    } else {
+      for (auto it = env->begin(); it != env->end(); ++it) {
+        const std::string& k = it.key();
+        bool name_ok = !k.empty() && !std::isdigit(static_cast<unsigned char>(k[0]));
+        for (char c : k) name_ok = name_ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
+        if (!name_ok) {
+          l.Fail(l.PathOf("env") + "." + k, "not an environment variable name");
+          break;
+        }
+        if (!it.value().is_string()) {
+          l.Fail(l.PathOf("env") + "." + k, "expected a string, got " + Describe(it.value()));
+          break;
+        }
+        if (k == "TF_CONFIG") {
+          l.Fail(l.PathOf("env") + "." + k, "tfctl sets TF_CONFIG for each task itself");
+          break;
+        }
+        launch->env[k] = it.value().get<std::string>();
+      }
+    }
+  }
+}
+
+// launch.tasks: per training task, its device and GPU memory share.
+void ReadLaunchTasks(ObjectReader& l, LaunchSpec* launch) {
+  if (const json* tasks = l.Get("tasks")) {
+    if (!tasks->is_object()) {
+      l.Fail(l.PathOf("tasks"), "expected an object of \"worker:N\": {\"device\": ..., \"gpu_memory_fraction\": ...}, got " + Describe(*tasks));
+    } else {
+      for (auto it = tasks->begin(); it != tasks->end(); ++it) {
+        ObjectReader tr = l.Child(it.value(), l.PathOf("tasks") + "." + it.key());
+        TaskLaunch t;
+        tr.String("device", &t.device);
+        if (tr.status().ok() && tr.Get("device") != nullptr)
+          if (Result<int> d = ParseDevice(t.device); !d.ok()) tr.Fail(tr.PathOf("device"), d.status().message());
+        tr.Double("gpu_memory_fraction", 0, 1, /*min_exclusive=*/true, &t.gpu_memory_fraction);
+        (void)tr.Finish();
+        launch->tasks[it.key()] = t;
+      }
+    }
+  }
+}
+
+// launch.hosts: per host, settings over the defaults.
+void ReadLaunchHosts(ObjectReader& l, LaunchSpec* launch) {
+  if (const json* hosts = l.Get("hosts")) {
+    if (!hosts->is_object()) {
+      l.Fail(l.PathOf("hosts"), "expected an object of host: {settings}, got " + Describe(*hosts));
+    } else {
+      for (auto it = hosts->begin(); it != hosts->end(); ++it) {
+        HostLaunch h = launch->defaults;
+        ObjectReader hr = l.Child(it.value(), l.PathOf("hosts") + "." + it.key());
+        ReadHostLaunch(hr, &h);
+        (void)hr.Finish();
+        launch->hosts[it.key()] = h;
+      }
+    }
+  }
+}
+
+// launch: how tfctl starts the tasks (docs/operations.md).
+void ReadLaunch(ObjectReader& l, LaunchSpec* launch) {
+  ReadHostLaunch(l, &launch->defaults);
+  l.String("run_dir", &launch->run_dir);
+  l.Double("start_timeout", 0, 3600, /*min_exclusive=*/true, &launch->start_timeout_secs);
+  l.Int("max_restarts", 0, 100, &launch->max_restarts);
+  if (const json* restart = l.Get("restart")) {
+    ObjectReader rr = l.Child(*restart, l.PathOf("restart"));
+    for (TaskType t : {TaskType::kChief, TaskType::kWorker, TaskType::kPs, TaskType::kEvaluator}) {
+      std::string policy = "never";
+      rr.String(TaskTypeName(t), &policy);
+      if (policy == "on-failure") launch->restart_on_failure.insert(t);
+      else if (policy != "never" && rr.status().ok())
+        rr.Fail(rr.PathOf(TaskTypeName(t)), fmt::format("unknown policy \"{}\" (expected on-failure or never)", policy));
+    }
+    (void)rr.Finish();
+  }
+  if (const json* timeouts = l.Get("timeouts")) {
+    ObjectReader tr = l.Child(*timeouts, l.PathOf("timeouts"));
+    TaskTimeouts& t = launch->timeouts;
+    for (auto [key, out] : {std::pair{"peer", &t.peer_secs}, {"reconnect", &t.reconnect_secs}, {"startup", &t.startup_secs}, {"step", &t.step_secs}})
+      tr.Double(key, 0, 100000, /*min_exclusive=*/true, out);
+    (void)tr.Finish();
+  }
+  if (const json* metrics = l.Get("metrics")) {
+    if (metrics->is_boolean()) {
+      launch->metrics.enabled = metrics->get<bool>();
+    } else if (metrics->is_object()) {
+      ObjectReader mr = l.Child(*metrics, l.PathOf("metrics"));
+      mr.Bool("enabled", &launch->metrics.enabled);
+      mr.Int("port_base", 1, 65535, &launch->metrics.port_base);
+      (void)mr.Finish();
+    } else {
+      l.Fail(l.PathOf("metrics"), "expected true, false or {\"enabled\": BOOL, \"port_base\": PORT}, got " + Describe(*metrics));
+    }
+  }
+  ReadLaunchEnv(l, launch);
+  ReadLaunchTasks(l, launch);
+  ReadLaunchHosts(l, launch);
+  (void)l.Finish();
+}
+
+// The checks across sections: the evaluation setting, metrics ports, and launch.tasks and
+// launch.hosts naming tasks and hosts of the cluster (a typo would silently not apply).
+Status CheckAcross(const ClusterFile& f, std::string_view source) {
+  TFD_RETURN_IF_ERROR(CheckEvaluation(f.cluster, f.train, fmt::format("{}: train.", source)));
+  // Every task's metrics port (port_base + its place in the plan) must be a port.
+  const int tasks = static_cast<int>(f.cluster.ps.size() + f.cluster.evaluator.size()) + f.cluster.num_workers();
+  if (f.launch.metrics.enabled && f.launch.metrics.port_base > 0 && f.launch.metrics.port_base + tasks - 1 > 65535)
+    return Status::InvalidArgument(fmt::format("{}: launch.metrics.port_base: {} + {} tasks goes past port 65535", source,
+                                               f.launch.metrics.port_base, tasks));
+  // launch.tasks names training tasks of the cluster: a ps never uses a GPU, a typo would not apply.
+  for (const auto& [name, settings] : f.launch.tasks) {
+    bool found = false;
+    for (int rank = 0; rank < f.cluster.num_workers(); ++rank) found = found || f.cluster.WorkerTask(rank).ToString() == name;
+    if (!found)
+      return Status::InvalidArgument(fmt::format("{}: launch.tasks.{}: not a training task of the cluster (expected chief:0 or worker:N; "
+                                                 "a ps or evaluator task never uses a GPU)", source, name));
+  }
+  TFD_RETURN_IF_ERROR(CheckGpuShares(f.cluster, f.train, f.launch.tasks, fmt::format("{}: ", source)));
+  // Hosts named under launch.hosts must be hosts of the cluster: a typo there would silently not apply.
+  for (const auto& [host, settings] : f.launch.hosts) {
+    bool used = false;
+    for (TaskType t : {TaskType::kChief, TaskType::kWorker, TaskType::kPs, TaskType::kEvaluator})
+      for (const Endpoint& e : f.cluster.Tasks(t)) used = used || e.host == host;
+    if (!used) return Status::InvalidArgument(fmt::format("{}: launch.hosts.{}: no task of the cluster runs on \"{}\"", source, host, host));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 const HostLaunch& LaunchSpec::For(const std::string& host) const {
@@ -96,118 +231,10 @@ Result<ClusterFile> ParseClusterFile(std::string_view text, std::string_view sou
   }
   if (const json* launch = r.Get("launch")) {
     ObjectReader l = r.Child(*launch, "launch");
-    ReadHostLaunch(l, &f.launch.defaults);
-    l.String("run_dir", &f.launch.run_dir);
-    l.Double("start_timeout", 0, 3600, /*min_exclusive=*/true, &f.launch.start_timeout_secs);
-    l.Int("max_restarts", 0, 100, &f.launch.max_restarts);
-    if (const json* restart = l.Get("restart")) {
-      ObjectReader rr = l.Child(*restart, l.PathOf("restart"));
-      for (TaskType t : {TaskType::kChief, TaskType::kWorker, TaskType::kPs, TaskType::kEvaluator}) {
-        std::string policy = "never";
-        rr.String(TaskTypeName(t), &policy);
-        if (policy == "on-failure") f.launch.restart_on_failure.insert(t);
-        else if (policy != "never" && rr.status().ok())
-          rr.Fail(rr.PathOf(TaskTypeName(t)), fmt::format("unknown policy \"{}\" (expected on-failure or never)", policy));
-      }
-      (void)rr.Finish();
-    }
-    if (const json* timeouts = l.Get("timeouts")) {
-      ObjectReader tr = l.Child(*timeouts, l.PathOf("timeouts"));
-      TaskTimeouts& t = f.launch.timeouts;
-      for (auto [key, out] : {std::pair{"peer", &t.peer_secs}, {"reconnect", &t.reconnect_secs}, {"startup", &t.startup_secs}, {"step", &t.step_secs}})
-        tr.Double(key, 0, 100000, /*min_exclusive=*/true, out);
-      (void)tr.Finish();
-    }
-    if (const json* metrics = l.Get("metrics")) {
-      if (metrics->is_boolean()) {
-        f.launch.metrics.enabled = metrics->get<bool>();
-      } else if (metrics->is_object()) {
-        ObjectReader mr = l.Child(*metrics, l.PathOf("metrics"));
-        mr.Bool("enabled", &f.launch.metrics.enabled);
-        mr.Int("port_base", 1, 65535, &f.launch.metrics.port_base);
-        (void)mr.Finish();
-      } else {
-        l.Fail(l.PathOf("metrics"), "expected true, false or {\"enabled\": BOOL, \"port_base\": PORT}, got " + Describe(*metrics));
-      }
-    }
-    if (const json* env = l.Get("env")) {
-      if (!env->is_object()) {
-        l.Fail(l.PathOf("env"), "expected an object of NAME: \"value\", got " + Describe(*env));
-      } else {
-        for (auto it = env->begin(); it != env->end(); ++it) {
-          const std::string& k = it.key();
-          bool name_ok = !k.empty() && !std::isdigit(static_cast<unsigned char>(k[0]));
-          for (char c : k) name_ok = name_ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
-          if (!name_ok) {
-            l.Fail(l.PathOf("env") + "." + k, "not an environment variable name");
-            break;
-          }
-          if (!it.value().is_string()) {
-            l.Fail(l.PathOf("env") + "." + k, "expected a string, got " + Describe(it.value()));
-            break;
-          }
-          if (k == "TF_CONFIG") {
-            l.Fail(l.PathOf("env") + "." + k, "tfctl sets TF_CONFIG for each task itself");
-            break;
-          }
-          f.launch.env[k] = it.value().get<std::string>();
-        }
-      }
-    }
-    if (const json* tasks = l.Get("tasks")) {
-      if (!tasks->is_object()) {
-        l.Fail(l.PathOf("tasks"), "expected an object of \"worker:N\": {\"device\": ..., \"gpu_memory_fraction\": ...}, got " + Describe(*tasks));
-      } else {
-        for (auto it = tasks->begin(); it != tasks->end(); ++it) {
-          ObjectReader tr = l.Child(it.value(), l.PathOf("tasks") + "." + it.key());
-          TaskLaunch t;
-          tr.String("device", &t.device);
-          if (tr.status().ok() && tr.Get("device") != nullptr)
-            if (Result<int> d = ParseDevice(t.device); !d.ok()) tr.Fail(tr.PathOf("device"), d.status().message());
-          tr.Double("gpu_memory_fraction", 0, 1, /*min_exclusive=*/true, &t.gpu_memory_fraction);
-          (void)tr.Finish();
-          f.launch.tasks[it.key()] = t;
-        }
-      }
-    }
-    if (const json* hosts = l.Get("hosts")) {
-      if (!hosts->is_object()) {
-        l.Fail(l.PathOf("hosts"), "expected an object of host: {settings}, got " + Describe(*hosts));
-      } else {
-        for (auto it = hosts->begin(); it != hosts->end(); ++it) {
-          HostLaunch h = f.launch.defaults;
-          ObjectReader hr = l.Child(it.value(), l.PathOf("hosts") + "." + it.key());
-          ReadHostLaunch(hr, &h);
-          (void)hr.Finish();
-          f.launch.hosts[it.key()] = h;
-        }
-      }
-    }
-    (void)l.Finish();
+    ReadLaunch(l, &f.launch);
   }
   TFD_RETURN_IF_ERROR(r.Finish());
-  TFD_RETURN_IF_ERROR(CheckEvaluation(f.cluster, f.train, fmt::format("{}: train.", source)));
-  // Every task's metrics port (port_base + its place in the plan) must be a port.
-  const int tasks = static_cast<int>(f.cluster.ps.size() + f.cluster.evaluator.size()) + f.cluster.num_workers();
-  if (f.launch.metrics.enabled && f.launch.metrics.port_base > 0 && f.launch.metrics.port_base + tasks - 1 > 65535)
-    return Status::InvalidArgument(fmt::format("{}: launch.metrics.port_base: {} + {} tasks goes past port 65535", source,
-                                               f.launch.metrics.port_base, tasks));
-  // launch.tasks names training tasks of the cluster: a ps never uses a GPU, a typo would not apply.
-  for (const auto& [name, settings] : f.launch.tasks) {
-    bool found = false;
-    for (int rank = 0; rank < f.cluster.num_workers(); ++rank) found = found || f.cluster.WorkerTask(rank).ToString() == name;
-    if (!found)
-      return Status::InvalidArgument(fmt::format("{}: launch.tasks.{}: not a training task of the cluster (expected chief:0 or worker:N; "
-                                                 "a ps or evaluator task never uses a GPU)", source, name));
-  }
-  TFD_RETURN_IF_ERROR(CheckGpuShares(f.cluster, f.train, f.launch.tasks, fmt::format("{}: ", source)));
-  // Hosts named under launch.hosts must be hosts of the cluster: a typo there would silently not apply.
-  for (const auto& [host, settings] : f.launch.hosts) {
-    bool used = false;
-    for (TaskType t : {TaskType::kChief, TaskType::kWorker, TaskType::kPs, TaskType::kEvaluator})
-      for (const Endpoint& e : f.cluster.Tasks(t)) used = used || e.host == host;
-    if (!used) return Status::InvalidArgument(fmt::format("{}: launch.hosts.{}: no task of the cluster runs on \"{}\"", source, host, host));
-  }
+  TFD_RETURN_IF_ERROR(CheckAcross(f, source));
   return f;
 }
 

@@ -79,7 +79,11 @@ void ReadColumns(ObjectReader& r, DataSpec* d) {
 }
 
 void ReadCsvFields(ObjectReader& r, DataSpec* d) {
-  r.Bool("header", &d->header);
+  if (r.Has("header")) {
+    bool header = true;
+    r.Bool("header", &header);
+    d->header = header;
+  }
   r.Int("skip_rows", 0, 1 << 20, &d->skip_rows);
   std::string delimiter = ",";
   r.String("delimiter", &delimiter);
@@ -88,8 +92,9 @@ void ReadCsvFields(ObjectReader& r, DataSpec* d) {
     r.Fail(r.PathOf("delimiter"), fmt::format("expected one character other than a quote or a newline, got \"{}\"", delimiter));
   else
     d->delimiter = tab ? '\t' : delimiter[0];
-  if (d->header && !d->columns.empty() && r.status().ok())
-    r.Fail(r.PathOf("columns"), "names the columns of a file without a header row: set \"header\": false too");
+  if (d->header.value_or(false) && !d->columns.empty() && r.status().ok())
+    r.Fail(r.PathOf("columns"), "names the columns of a file without a header row, but \"header\" is true");
+  if (!d->columns.empty()) d->header = false;
 }
 
 void ReadImageFields(ObjectReader& r, DataSpec* d) {

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -36,8 +37,9 @@ struct DataSpec {
   // The feature columns by name or index; both empty: every column but the label.
   std::vector<std::string> feature_names;
   std::vector<int> feature_indices;
-  // CSV: the first row names the columns (else `columns` may); rows skipped before it; the delimiter.
-  bool header = true;
+  // CSV: whether the first row names the columns (else `columns` may); unset: it does unless every
+  // one of its cells is a number. Rows skipped before it; the delimiter.
+  std::optional<bool> header;
   int skip_rows = 0;
   char delimiter = ',';
   std::vector<std::string> columns;

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -75,11 +76,31 @@ class CsvParser {
   std::int64_t line() const { return line_; }
 
  private:
+  // Before the plan (a skipped row, the header, a first row without one) a cell is kept as text;
+  // after it, a feature cell is parsed at once and the label's text kept: no copy of the others.
   void Field(const char* field, std::size_t len) {
     if (!status_.ok()) return;
-    if (cells_used_ == cells_.size()) cells_.emplace_back();
-    cells_[cells_used_++].assign(field == nullptr ? "" : field, field == nullptr ? 0 : len);
-    newlines_ += static_cast<std::int64_t>(std::count(field, field + (field == nullptr ? 0 : len), '\n'));
+    const std::size_t k = cells_used_++;
+    if (len > 0 && std::memchr(field, '\n', len) != nullptr) newlines_ += static_cast<std::int64_t>(std::count(field, field + len, '\n'));
+    if (!planned_ || skipped_ < spec_.skip_rows) {
+      if (k == cells_.size()) cells_.emplace_back();
+      cells_[k].assign(field == nullptr ? "" : field, len);
+      return;
+    }
+    Cell(k, std::string_view(field == nullptr ? "" : field, len));
+  }
+
+  void Cell(std::size_t k, std::string_view text) {
+    if (k >= slot_.size()) return;  // a ragged row: Row() reports it
+    const int s = slot_[k];
+    if (s >= 0) {
+      if (!Number(text, &row_[static_cast<std::size_t>(s)]) && bad_column_ < 0) {
+        bad_column_ = static_cast<int>(k);
+        bad_text_.assign(text);
+      }
+    } else if (s == kLabel) {
+      label_text_.assign(text);
+    }
   }
 
   void Row() {
@@ -91,7 +112,8 @@ class CsvParser {
     if (!status_.ok()) return;
     if (skipped_ < spec_.skip_rows) return void(++skipped_);
     if (!planned_) {
-      if (spec_.header) {
+      if (!header_) header_ = spec_.header.has_value() ? *spec_.header : !AllNumbers(n);
+      if (*header_) {
         std::vector<std::string> names(cells_.begin(), cells_.begin() + static_cast<std::ptrdiff_t>(n));
         if (!columns_->empty() && names != *columns_)
           return Fail(line, fmt::format("its header ({} columns) differs from the first file's ({} columns)", names.size(), columns_->size()));
@@ -105,24 +127,21 @@ class CsvParser {
       }
       Plan(line);
       if (!status_.ok()) return;
+      for (std::size_t k = 0; k < n; ++k) Cell(k, cells_[k]);  // the first row is data
     }
     if (n != columns_->size())
-      return Fail(line, fmt::format("{} fields, but the {} has {}", n, spec_.header ? "header" : "first row", columns_->size()));
-    for (std::size_t k = 0; k < features_.size(); ++k) {
-      float v = 0;
-      if (!Number(cells_[features_[k]], &v)) return Fail(line, Column(features_[k]), cells_[features_[k]]);
-      const auto at = floats_->size();
-      floats_->resize(at + sizeof(float));
-      std::memcpy(floats_->data() + at, &v, sizeof v);
-    }
-    const std::string& label = cells_[label_];
+      return Fail(line, fmt::format("{} fields, but the {} has {}", n, *header_ ? "header" : "first row", columns_->size()));
+    if (bad_column_ >= 0) return Fail(line, Column(static_cast<std::size_t>(bad_column_)), bad_text_);
+    const auto at = floats_->size();
+    floats_->resize(at + row_.size() * sizeof(float));
+    std::memcpy(floats_->data() + at, row_.data(), row_.size() * sizeof(float));
     if (spec_.task == DataSpec::Task::kRegression) {
       float t = 0;
-      if (!Number(label, &t)) return Fail(line, Column(label_), label);
+      if (!Number(label_text_, &t)) return Fail(line, Column(label_), label_text_);
       out_->targets.push_back(t);
     } else {
-      if (label.empty()) return Fail(line, fmt::format("{}: empty label", Column(label_)));
-      out_->label_text.push_back(label);
+      if (label_text_.empty()) return Fail(line, fmt::format("column {}: empty label", Column(label_)));
+      out_->label_text.push_back(label_text_);
     }
     ++rows_;
   }
@@ -157,6 +176,10 @@ class CsvParser {
         if (i != label_) features_.push_back(i);
     if (std::find(features_.begin(), features_.end(), label_) != features_.end())
       return FailPlan(fmt::format("data.features: includes the label column \"{}\"", cols[label_]));
+    slot_.assign(cols.size(), kIgnored);
+    for (std::size_t f = 0; f < features_.size(); ++f) slot_[features_[f]] = static_cast<int>(f);
+    slot_[label_] = kLabel;
+    row_.assign(features_.size(), 0.0f);
     if (out_->width == 0) {
       out_->width = static_cast<int>(features_.size());
       for (std::size_t f : features_) out_->feature_names.push_back(cols[f]);
@@ -168,6 +191,14 @@ class CsvParser {
     return cols.size() > 6 ? s + ", ..." : s;
   }
   std::string Column(std::size_t i) const { return fmt::format("{} (\"{}\")", i + 1, (*columns_)[i]); }
+
+  // Whether the first `n` cells kept as text are all numbers (a first row of data, not a header).
+  bool AllNumbers(std::size_t n) const {
+    float v = 0;
+    for (std::size_t k = 0; k < n; ++k)
+      if (!Number(cells_[k], &v)) return false;
+    return n > 0;
+  }
 
   // A finite number, spaces around it allowed.
   static bool Number(std::string_view s, float* v) {
@@ -193,8 +224,14 @@ class CsvParser {
   Examples* out_;
   std::vector<std::string>* columns_;
   std::vector<std::uint8_t>* floats_;
-  std::vector<std::string> cells_;
+  static constexpr int kIgnored = -1, kLabel = -2;
+  std::vector<std::string> cells_;  // the row's cells as text, before the plan
   std::size_t cells_used_ = 0;
+  std::vector<int> slot_;           // per column: its place in row_, kLabel or kIgnored
+  std::vector<float> row_;          // the row's features
+  std::string label_text_, bad_text_;
+  int bad_column_ = -1;             // the row's first cell that is not a number
+  std::optional<bool> header_;      // the spec's, or decided from the first row
   std::int64_t line_ = 1, newlines_ = 0, rows_ = 0;
   int skipped_ = 0;
   bool planned_ = false;

@@ -93,14 +93,7 @@ void HoldOut(DataSplits* data, std::int64_t count) {
   Dataset& train = data->train;
   TFD_CHECK(count > 0 && count < train.size);
   Dataset& val = data->validation;
-  val = Dataset{};
-  val.height = train.height;
-  val.width = train.width;
-  val.channels = train.channels;
-  val.dtype = train.dtype;
-  val.num_classes = train.num_classes;
-  val.class_names = train.class_names;
-  val.normalizer = train.normalizer;
+  val = train.Shell();
   const std::int64_t keep = train.size - count;
   const auto bytes = static_cast<std::ptrdiff_t>(train.example_bytes());
   val.features = std::vector<std::uint8_t>(train.features.begin() + keep * bytes, train.features.end());

@@ -63,9 +63,17 @@ struct Dataset {
   ByteArray features;                 // size x height x width x channels elements of dtype
   std::vector<std::uint8_t> labels;  // size, each < num_classes
   std::vector<std::string> class_names;  // num_classes names, in id order (empty: the ids themselves)
+  std::vector<std::string> feature_names;  // where the source names them (a CSV header), else empty
   Normalizer normalizer;
 
   std::int64_t pixels() const { return std::int64_t{height} * width * channels; }
+  // A dataset of no examples with this one's shape, type, classes and normalizer.
+  Dataset Shell() const {
+    Dataset d;
+    d.height = height, d.width = width, d.channels = channels, d.dtype = dtype, d.num_classes = num_classes;
+    d.class_names = class_names, d.feature_names = feature_names, d.normalizer = normalizer;
+    return d;
+  }
   std::size_t example_bytes() const { return static_cast<std::size_t>(pixels()) * DTypeBytes(dtype); }
 };
 

@@ -95,6 +95,7 @@ Dataset ToDataset(Examples&& e, std::vector<std::uint8_t> labels, const std::vec
   d.features = std::move(e.features);
   d.labels = std::move(labels);
   d.class_names = names;
+  d.feature_names = std::move(e.feature_names);
   return d;
 }
 
@@ -186,12 +187,10 @@ void HoldOutTest(DataSplits* data, std::int64_t count, std::uint64_t seed) {
   std::vector<bool> held(order.size(), false);
   for (std::int64_t i = 0; i < count; ++i) held[order[static_cast<std::size_t>(i)]] = true;
   const std::size_t bytes = train.example_bytes();
-  Dataset kept = train, test = train;
+  Dataset kept = train.Shell(), test = train.Shell();
   std::vector<std::uint8_t> kept_bytes, test_bytes;
   kept_bytes.reserve(static_cast<std::size_t>(train.size - count) * bytes);
   test_bytes.reserve(static_cast<std::size_t>(count) * bytes);
-  kept.labels.clear();
-  test.labels.clear();
   for (std::size_t i = 0; i < order.size(); ++i) {
     const std::uint8_t* src = train.features.data() + i * bytes;
     (held[i] ? test_bytes : kept_bytes).insert((held[i] ? test_bytes : kept_bytes).end(), src, src + bytes);
@@ -261,7 +260,7 @@ Result<DataSplits> LoadData(const DataSpec& spec, std::uint64_t seed) {
     if (!train.label_ids.empty()) test.label_ids.clear();
   }
   TFD_ASSIGN_OR_RETURN(DataSplits out, NumberClasses(spec, std::move(train), std::move(test), train_source, test_source));
-  if (spec.held_out_test()) {
+  if (spec.held_out_test() && (spec.test_count > 0 || spec.test_fraction > 0)) {
     const std::int64_t n = out.train.size;
     const std::int64_t held = spec.test_count > 0 ? spec.test_count
                                                   : n - static_cast<std::int64_t>(std::floor(static_cast<double>(n) * (1 - spec.test_fraction)));

@@ -478,7 +478,7 @@ double StandaloneAccuracy(const std::string& job_json, const std::filesystem::pa
   const Status s = train::RunStandalone(*job, events, options);
   INFO(s.ToString());
   REQUIRE(s.ok());
-  auto data = data::LoadMnist(job->data);
+  auto data = data::LoadMnist(job->data.folder);
   REQUIRE(data.ok());
   auto made = model::Model::Build(job->model, {data->test.height, data->test.width, data->test.channels}, 10, job->batch_size);
   REQUIRE(made.ok());

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/config/job.h"
+#include "common/data/inspect.h"
 #include "common/data/readers.h"
 #include "common/data/source.h"
 #include "test/test_util.h"
@@ -160,6 +161,23 @@ TEST_CASE("CSV: a .gz file, several files with one header, label and features by
   CHECK(bad.status().message() == dir / "h2.csv" + ":1: its header (2 columns) differs from the first file's (2 columns)");
 }
 
+TEST_CASE("CSV header: a first row of numbers is data unless \"header\" says otherwise", "[unit][data][csv]") {
+  TempDir dir;
+  WriteFile(dir / "n.csv", "1,2,0\n3,4,1\n");
+  WriteFile(dir / "h.csv", "a,b,y\n3,4,1\n");
+  auto rows = [&](const std::string& file, const std::string& fields) {
+    Result<DataSpec> spec = Spec(R"({"train": ")" + dir / file + R"(", "test_split": 1)" + fields + "}");
+    REQUIRE(spec.ok());
+    Result<Examples> e = ReadCsv(*spec, {dir / file});
+    REQUIRE(e.ok());
+    return e->size;
+  };
+  CHECK(rows("n.csv", "") == 2);
+  CHECK(rows("h.csv", "") == 1);
+  CHECK(rows("n.csv", R"(, "header": true)") == 1);
+  CHECK(rows("h.csv", R"(, "columns": ["p", "q", "r"], "label": "r", "skip_rows": 1)") == 1);
+}
+
 TEST_CASE("integer labels are class ids; declared classes name them; a test label outside is refused", "[unit][data]") {
   TempDir dir;
   WriteFile(dir / "train.csv", "x,y\n1,0\n2,2\n3,1\n4,2\n");
@@ -266,6 +284,38 @@ TEST_CASE("globs expand sorted; a path or glob that finds nothing is named", "[u
   got = ExpandPaths({dir / "c.csv"}, "data.test");
   REQUIRE_FALSE(got.ok());
   CHECK(got.status().message() == "data.test: \"" + dir / "c.csv" + "\": no such file");
+}
+
+TEST_CASE("inspect: classes with counts, feature ranges, constant features, rare classes and duplicate rows", "[unit][data]") {
+  TempDir dir;
+  std::string text = "a,b,y\n";
+  for (int i = 0; i < 200; ++i) text += std::to_string(i % 50) + ",7," + (i == 0 ? "rare" : i % 2 ? "odd" : "even") + "\n";
+  WriteFile(dir / "t.csv", text);
+  Result<DataSpec> spec = Spec(R"({"train": ")" + dir / "t.csv" + R"(", "test_split": 0.5})");
+  REQUIRE(spec.ok());
+  spec->test_fraction = 0;  // every row in train, as `tfd data inspect FILE` reads a bare file
+  Result<DataSplits> d = LoadData(*spec, 1);
+  REQUIRE(d.ok());
+  REQUIRE(d->test.size == 0);
+  const DataReport r = Inspect(d->train, d->train.feature_names);
+  CHECK(r.rows == 200);
+  CHECK(r.features == 2);
+  REQUIRE(r.classes.size() == 3);
+  CHECK(r.classes[0].name == "even");
+  CHECK(r.classes[0].count == 99);
+  CHECK(r.classes[2].name == "rare");
+  CHECK(r.classes[2].count == 1);
+  REQUIRE(r.first.size() == 2);
+  CHECK(r.first[0].name == "a");
+  CHECK(r.first[0].min == 0);
+  CHECK(r.first[0].max == 49);
+  CHECK(r.first[0].mean == Approx(24.5));
+  // Rows i, i + 50, i + 100 and i + 150 have the same features and parity: 3 duplicates for each of the
+  // 50 values of a, but for a = 0 row 0 is "rare" and only rows 100 and 150 repeat row 50: 149.
+  CHECK(r.warnings == std::vector<std::string>{"1 constant feature (b): no use to the model", "class \"rare\" has 1 of the 200 rows (under 1%)",
+                                              "149 duplicate rows (features and label repeat an earlier row)"});
+  const std::string text_report = FormatReport("t.csv", r);
+  CHECK(text_report.rfind("t.csv: 200 rows; each 1x2x1 (2 float32 values)\nclasses (3): even 99 (49.5%) odd 100 (50.0%) rare 1 (0.5%)\n", 0) == 0);
 }
 
 }  // namespace

@@ -1,0 +1,40 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/data/dataset.h"
+
+namespace tfd::data {
+
+// What `tfd data inspect` says about a dataset: its size and example shape, its classes with their
+// counts, the first features' ranges (as stored, before normalisation), and what looks wrong.
+struct DataReport {
+  struct Feature {
+    std::string name;
+    double min = 0, mean = 0, max = 0;
+  };
+  struct Class {
+    std::string name;
+    std::int64_t count = 0;
+  };
+  std::int64_t rows = 0;
+  int height = 0, width = 0, channels = 0;
+  DType dtype = DType::kU8;
+  std::vector<Class> classes;
+  std::int64_t features = 0;      // values per example
+  std::vector<Feature> first;     // the first kMaxReported features
+  std::vector<std::string> warnings;  // constant features, a class under 1%, duplicate rows
+};
+
+inline constexpr std::size_t kMaxReported = 20;
+
+// Reports on `data`; `names` names its features where the source had names (a CSV header), else
+// they are numbered. Constant features are looked for among all features, not only the first.
+DataReport Inspect(const Dataset& data, const std::vector<std::string>& names = {});
+
+// The report as lines of text, starting with `title` (the source and split).
+std::string FormatReport(const std::string& title, const DataReport& r);
+
+}  // namespace tfd::data
