@@ -106,7 +106,7 @@ std::vector<char*> CStrings(std::vector<std::string>& texts) {
   bool denied = false;
   for (const char* path : p.paths) {
     execve(path, p.argv.data(), p.envp.data());
-    if (errno == EACCES) denied = true;  // as execvp: EACCES wins if no later directory has it
+    if (errno == EACCES) denied = true;  // as execvp: a file found but not executable is the error to give
     else if (errno != ENOENT && errno != ENOTDIR) {
       error = errno;
       break;
