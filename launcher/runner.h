@@ -78,7 +78,8 @@ struct RunOptions {
 // log per task, metrics.jsonl (every event) and summary.json (each task's exit code, restarts,
 // ended_at in Unix seconds, and the done event's fields: launcher/run_summary.h). When a task fails
 // the others are stopped, unless options.observe. Returns tfctl's exit code: 0 all done, 1 a task
-// failed (named, with its last lines), 130 after Ctrl-C (every task stopped).
+// failed (named, with its last lines; or one that could not start, as "worker:0: cannot run tfd:
+// No such file or directory"), 130 after Ctrl-C (every task stopped).
 int Run(const std::vector<TaskPlan>& plan, const RunOptions& options);
 
 // Sends `sig` to process `pid` of `plan`'s task: kill(2) for a local task, `kill -SIG PID` over
