@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/config/json_writer.h"
+#include "launcher/child_process.h"
 #include "launcher/cli.h"
 #include "launcher/commands.h"
 #include "launcher/runner.h"

@@ -11,6 +11,7 @@
 #include "common/base/check.h"
 #include "common/config/json_reader.h"
 #include "launcher/chaos.h"
+#include "launcher/child_process.h"
 #include "launcher/commands.h"
 #include "launcher/run_summary.h"
 #include "launcher/runner.h"

@@ -1,4 +1,6 @@
 #include <cstdio>
+#include <string>
+#include <string_view>
 
 #include "launcher/commands.h"
 #include "launcher/runner.h"
@@ -61,7 +63,30 @@ A bad command line is one line naming the flag, exit 2, before anything starts.
 Exit codes: 0 every task finished, 1 a task failed, 2 a bad file or usage, 130 after Ctrl-C.
 )";
 
+// The usage's entries for `command`: each line "  tfctl COMMAND ...", with the lines indented under it.
+std::string CommandUsage(std::string_view command) {
+  const std::string head = "  tfctl " + std::string(command);
+  std::string out;
+  bool in_entry = false;
+  for (std::string_view text = kUsage; !text.empty();) {
+    const std::size_t nl = text.find('\n');
+    const std::string_view line = text.substr(0, nl == std::string_view::npos ? text.size() : nl + 1);
+    text.remove_prefix(line.size());
+    if (line.starts_with("  tfctl ")) in_entry = line.starts_with(head) && (line.size() == head.size() || line[head.size()] == ' ');
+    else if (!line.starts_with("    ")) in_entry = false;
+    if (in_entry) out += line;
+  }
+  return out;
+}
+
 }  // namespace
+
+int CommandHelp(std::string_view command) {
+  const std::string usage = CommandUsage(command);
+  if (usage.empty()) return -1;
+  std::printf("Usage:\n%s\ntfctl --help says more: every command, SECS and N, the exit codes.\n", usage.c_str());
+  return 0;
+}
 
 int Help(bool asked) {
   std::fputs(kUsage, asked ? stdout : stderr);

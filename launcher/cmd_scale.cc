@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "launcher/child_process.h"
 #include "launcher/cli.h"
 #include "launcher/commands.h"
 #include "launcher/runner.h"

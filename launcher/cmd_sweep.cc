@@ -15,6 +15,7 @@
 #include "common/config/sweep.h"
 #include "daemon/coordinator/coordinator.h"
 #include "daemon/coordinator/sweep_run.h"
+#include "launcher/child_process.h"
 #include "launcher/cli.h"
 #include "launcher/commands.h"
 #include "launcher/runner.h"

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "common/config/job_cluster.h"
+#include "launcher/child_process.h"
 #include "launcher/commands.h"
 #include "launcher/runner.h"
 

@@ -34,6 +34,9 @@ int Tfctl(const std::vector<std::string>& args, const Interrupts& interrupts);
 // help: the usage text, on stdout (exit 0) when asked for, on stderr (exit 2) when tfctl got no
 // arguments at all.
 int Help(bool asked);
+// `tfctl COMMAND --help` (or -h, or tfctl help COMMAND): the usage's entries for COMMAND on stdout,
+// exit 0. Returns -1, printing nothing, for a command the usage does not list.
+int CommandHelp(std::string_view command);
 // Prints "tfctl: <message> (see tfctl --help)" on stderr (with `json`, as a JSON line: runner.h's
 // Say) and returns 2.
 int UsageError(const std::string& message, bool json = false);

@@ -1,11 +1,64 @@
 #include "launcher/live_table.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include <fmt/format.h>
 
+#include "launcher/runner.h"
+
 namespace tfd::launcher {
+namespace {
+
+std::optional<std::int64_t> Step(double step) {
+  if (!std::isfinite(step)) return std::nullopt;
+  return std::llround(step);
+}
+
+}  // namespace
+
+void ApplyEvent(const config::Event& e, LiveRow& r, TaskFacts& facts) {
+  if (e.event == "start") {
+    facts.pid = static_cast<pid_t>(e.Number("pid", -1));
+    if (e.numbers.contains("stage") && e.numbers.contains("replica")) {  // a model-parallel stage: its replica's row
+      r.stage = static_cast<int>(e.Number("stage"));
+      r.stages = static_cast<int>(e.Number("stages", 0));
+      r.replica = static_cast<int>(e.Number("replica"));
+    }
+  } else if (e.event == "epoch") {
+    r.epoch = e.Number("epoch", r.epoch);
+    r.global_step = e.Number("global_step", r.global_step);
+    r.loss = e.Number("loss", r.loss);
+    r.accuracy = e.Number("accuracy", r.accuracy);
+    r.test_accuracy = e.Number("test_accuracy", r.test_accuracy);
+    r.samples_per_sec = e.Number("samples_per_sec", r.samples_per_sec);
+    r.state = "training";
+  } else if (e.event == "eval") {  // the evaluator's row: its last evaluated step and accuracy
+    r.global_step = e.Number("global_step", r.global_step);
+    r.test_accuracy = e.Number("test_accuracy", r.test_accuracy);
+    r.state = "evaluating";
+    facts.final_global_step = Step(r.global_step);
+    facts.final_test_accuracy = r.test_accuracy;
+  } else if (e.event == "stage") {
+    r.stage = static_cast<int>(e.Number("stage", r.stage));
+    r.stages = static_cast<int>(e.Number("stages", r.stages));
+    r.replica = static_cast<int>(e.Number("replica", r.replica < 0 ? 0 : r.replica));
+    r.busy = e.Number("busy", r.busy);
+  } else if (e.event == "ready") {
+    r.state = "training";
+  } else if (e.event == "done") {
+    r.test_accuracy = e.Number("test_accuracy", r.test_accuracy);
+    r.global_step = e.Number("global_step", r.global_step);
+    r.state = "done";
+    facts.final_test_accuracy.reset();
+    facts.final_global_step.reset();
+    if (e.numbers.contains("test_accuracy")) facts.final_test_accuracy = e.Number("test_accuracy");
+    if (e.numbers.contains("global_step")) facts.final_global_step = Step(e.Number("global_step"));
+    const auto sha = e.strings.find("params_sha256");
+    facts.params_sha256 = sha != e.strings.end() ? sha->second : "";
+  }
+}
 
 std::vector<LiveRow> ByReplica(const std::vector<LiveRow>& rows) {
   std::vector<LiveRow> out;
@@ -66,6 +119,47 @@ std::vector<std::string> FormatLiveTable(const std::vector<LiveRow>& rows) {
                                 num(r.test_accuracy, "{:.4f}"), num(r.samples_per_sec, "{:.0f}"), r.state));
   }
   return lines;
+}
+
+void LiveDisplay::Line(const std::string& s) {
+  if (json_) {
+    const std::size_t close = s.find("] ");
+    const bool tagged = !s.empty() && s[0] == '[' && close != std::string::npos;
+    Say(stdout, /*json=*/true, "log", tagged ? s.substr(close + 2) : s, {}, tagged ? s.substr(1, close - 1) : "tfctl");
+    return;
+  }
+  Clear();
+  std::fwrite(s.data(), 1, s.size(), stdout);
+  std::fputc('\n', stdout);
+  Draw();
+}
+
+void LiveDisplay::SetRows(std::vector<std::pair<std::string, LiveRow>> rows) {
+  rows_ = std::move(rows);
+  Clear();
+  Draw();
+}
+
+std::vector<std::string> LiveDisplay::Table() const {
+  std::vector<LiveRow> rows;
+  for (const auto& [name, r] : rows_) {
+    rows.push_back(r);
+    rows.back().name = name;
+  }
+  return FormatLiveTable(ByReplica(rows));
+}
+
+void LiveDisplay::Clear() {
+  if (tty_) block_.Clear();
+}
+
+void LiveDisplay::Draw() {
+  if (json_) return;
+  if (!tty_) {
+    std::fflush(stdout);
+    return;
+  }
+  block_.Draw(Table());
 }
 
 }  // namespace tfd::launcher

@@ -1,6 +1,7 @@
 #pragma once
 
-// tfctl's processes: every fork, wait and signal of the launcher goes through here.
+// Run: tfctl's tasks from start to summary.json (up and chaos), and the lines tfctl itself prints.
+// The processes themselves are started, reaped and named in launcher/child_process.h.
 
 #include <sys/types.h>
 
@@ -14,6 +15,7 @@
 
 #include "common/base/logging.h"
 #include "common/base/status.h"
+#include "launcher/child_process.h"
 #include "launcher/plan.h"
 
 namespace tfd::launcher {
@@ -70,41 +72,19 @@ struct RunOptions {
   std::function<Result<TaskPlan>(int rank)> plan_worker;
 };
 
-struct CommandOutput {
-  int exit_code = -1;  // 128 + signal when killed; -1 when it could not start
-  std::string out, err;
-};
-// Runs `argv` (no shell) with stdin closed, capturing its output; kills it after `timeout_secs`.
-CommandOutput RunAndCapture(const std::vector<std::string>& argv, double timeout_secs);
-
 // Starts every task of `plan` (local children, or ssh for remote hosts, whose stdin tfctl holds
 // open so a remote task stops when tfctl goes away), streams their log lines to stdout prefixed with
 // the task, keeps a per-worker table (redrawn in place on a terminal), and writes into run_dir one
 // log per task, metrics.jsonl (every event) and summary.json (each task's exit code, restarts,
 // ended_at in Unix seconds, and the done event's fields: launcher/run_summary.h). When a task fails
 // the others are stopped, unless options.observe. Returns tfctl's exit code: 0 all done, 1 a task
-// failed (named, with its last lines), 130 after Ctrl-C (every task stopped).
+// failed (named, with its last lines; or one that could not start, as "worker:0: cannot run tfd:
+// No such file or directory"), 130 after Ctrl-C (every task stopped).
 int Run(const std::vector<TaskPlan>& plan, const RunOptions& options);
-
-struct BackgroundOptions {
-  std::string log_path;  // the background process's stdout and stderr (truncated)
-  std::string pid_path;  // where the background process writes its pid
-  void (*on_signal)(int) = nullptr;  // its SIGINT and SIGTERM handler (SIGPIPE and SIGHUP are ignored)
-  double ready_timeout_secs = 30;
-};
-// Flushes stdio, then forks a background process in a new session (stdin /dev/null), which runs
-// `body` and ends with its return value; it never returns into the caller's code there. The calling
-// process polls `ready` every 50 ms and returns Ok once it is true, Unavailable when the background
-// process ended first (reaped), DeadlineExceeded after ready_timeout_secs (it goes on), Internal
-// when fork fails.
-Status RunInBackground(const std::function<int()>& body, const std::function<bool()>& ready, const BackgroundOptions& options);
 
 // Sends `sig` to process `pid` of `plan`'s task: kill(2) for a local task, `kill -SIG PID` over
 // plan.ssh for a remote one (waits up to 30 s for ssh). Unavailable naming the task when it fails.
 Status SignalTask(const TaskPlan& plan, pid_t pid, int sig);
-// "KILL", "TERM", "STOP", "CONT" for those signals, else the number.
-std::string SignalName(int sig);
-
 // One line of tfctl's own on `stream`, flushed: "tfctl: <message>", or with `json`
 // {"ts": Unix seconds, "task": task, "event": event, "message": message, extra...}, where `extra` is
 // more members ({{"url", "http://..."}}), written after the others (config/json_writer.h).
@@ -114,19 +94,5 @@ void Say(std::FILE* stream, bool json, std::string_view event, std::string_view 
 // A task's log line without tfd's time and task prefix: "2026-11-22 03:46:02.971 [worker:1] info x"
 // -> "info x"; other lines as they are.
 std::string_view LogMessage(std::string_view line);
-
-// Whether a process `pid` exists (kill(pid, 0)); false for pid <= 0. A child of the caller that ended
-// but is not reaped yet still exists.
-bool ProcessAlive(pid_t pid);
-// Sends SIGTERM to `pid` (any process, not only a child) and waits up to `timeout_secs` for it to
-// end; false when it is still alive then.
-bool TerminateAndWait(pid_t pid, double timeout_secs);
-
-// Starts `argv` (no shell) in its own process group, stdin /dev/null, stdout and stderr appended to
-// `log_path`; it gets SIGTERM if tfctl dies. Its pid, or Internal naming `argv[0]` when it cannot
-// start (a missing binary shows as exit code 127 in Reaped).
-Result<pid_t> StartLogged(const std::vector<std::string>& argv, const std::string& log_path);
-// Whether the child `pid` has ended (then reaped), with its exit code (128 + N after signal N).
-bool Reaped(pid_t pid, int* exit_code);
 
 }  // namespace tfd::launcher

@@ -14,12 +14,25 @@ bool AsksForJson(const std::vector<std::string>& args) {
   return false;
 }
 
+// -h or --help among a subcommand's words, before any "--".
+bool AsksForHelp(const std::vector<std::string>& args) {
+  for (std::size_t i = 0; i < args.size() && args[i] != "--"; ++i)
+    if (args[i] == "-h" || args[i] == "--help") return true;
+  return false;
+}
+
 }  // namespace
 
 int Tfctl(const std::vector<std::string>& args, const Interrupts& interrupts) {
+  if (args.size() == 2 && args[0] == "help") {  // tfctl help COMMAND
+    if (const int code = CommandHelp(args[1]); code >= 0) return code;
+  }
   if (args.empty() || args[0] == "-h" || args[0] == "--help" || args[0] == "help") return Help(/*asked=*/!args.empty());
   const std::string& command = args[0];
   const std::vector<std::string> rest(args.begin() + 1, args.end());
+  if (AsksForHelp(rest)) {
+    if (const int code = CommandHelp(command); code >= 0) return code;
+  }
   if (command == "up" || command == "validate") {
     const bool json = command == "up" && AsksForJson(rest);
     Result<ClusterArgs> cluster = ParseClusterArgs(command, rest);

@@ -328,5 +328,26 @@ TEST_CASE("tfctl with an unknown command or none", "[unit][cli]") {
   CHECK(help.out.starts_with("tfctl: start a tfd cluster"));
 }
 
+TEST_CASE("tfctl COMMAND --help prints that command's usage and exits 0, for every command", "[unit][cli]") {
+  for (const std::string command : {"up", "validate", "status", "logs", "down", "scale", "report", "dashboard", "slurm", "gen-token", "chaos",
+                                    "sweep", "ensemble"}) {
+    for (const std::string flag : {"--help", "-h"}) {
+      const Outcome o = RunTfctl({command, "c.json", flag});
+      INFO("tfctl " << command << " " << flag << "\nstdout: " << o.out << "\nstderr: " << o.err);
+      CHECK(o.exit_code == 0);
+      CHECK(o.err.empty());
+      CHECK(o.out.starts_with("Usage:\n  tfctl " + command + " "));
+    }
+  }
+  const Outcome up = RunTfctl({"up", "--help"});
+  CHECK(up.out.find("--detach") != std::string::npos);
+  CHECK(up.out.find("tfctl validate") == std::string::npos);  // up's entries only
+  const Outcome asked = RunTfctl({"help", "scale"});
+  CHECK(asked.exit_code == 0);
+  CHECK(asked.out.starts_with("Usage:\n  tfctl scale RUN --workers N"));
+  // An unknown command stays unknown.
+  CHECK(Refused({"upp", "--help"}).starts_with("tfctl: unknown command \"upp\""));
+}
+
 }  // namespace
 }  // namespace tfd::launcher

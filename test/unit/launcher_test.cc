@@ -12,7 +12,9 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "common/config/cluster_file.h"
 #include "launcher/commands.h"
+#include "launcher/live_table.h"
 #include "launcher/runner.h"
 #include "test/test_util.h"
 
@@ -212,6 +214,45 @@ TEST_CASE("ReadyWorkers counts workers' ready events, not the ps's", "[unit][lau
 not json
 {"ts":2,"task":"worker:1","event":"ready"})");
   CHECK(ReadyWorkers(dir.path()) == 2);
+}
+
+TEST_CASE("ApplyEvent: a task's events fill its row and the facts summary.json keeps", "[unit][launcher]") {
+  LiveRow row;
+  TaskFacts facts;
+  auto apply = [&](const std::string& line) {
+    Result<config::Event> e = config::ParseEvent(line);
+    REQUIRE(e.ok());
+    ApplyEvent(*e, row, facts);
+  };
+  apply(R"({"task":"worker:0","event":"start","pid":4242})");
+  CHECK(facts.pid == 4242);
+  CHECK(row.stage == -1);
+  apply(R"({"task":"worker:0","event":"ready"})");
+  CHECK(row.state == "training");
+  apply(R"({"task":"worker:0","event":"epoch","epoch":2,"global_step":40,"loss":0.5,"accuracy":0.8,"samples_per_sec":900})");
+  CHECK(row.epoch == 2);
+  CHECK(row.global_step == 40);
+  CHECK(row.loss == 0.5);
+  CHECK(row.test_accuracy == -1);  // the epoch event had none: still unknown
+  CHECK_FALSE(facts.final_global_step.has_value());
+  apply(R"({"task":"worker:0","event":"peer_lost","global_step":99})");
+  CHECK(row.global_step == 40);  // other events change nothing
+  apply(R"({"task":"worker:0","event":"done","global_step":60.4,"test_accuracy":0.91,"params_sha256":"ab12"})");
+  CHECK(row.state == "done");
+  CHECK(facts.final_global_step == 60);
+  CHECK(facts.final_test_accuracy == 0.91);
+  CHECK(facts.params_sha256 == "ab12");
+  apply(R"({"task":"worker:0","event":"done"})");  // a second done replaces every fact
+  CHECK_FALSE(facts.final_global_step.has_value());
+  CHECK(facts.params_sha256.empty());
+  LiveRow stage;
+  TaskFacts stage_facts;
+  Result<config::Event> e = config::ParseEvent(R"({"task":"worker:1","event":"start","pid":7,"stage":1,"stages":2,"replica":0})");
+  REQUIRE(e.ok());
+  ApplyEvent(*e, stage, stage_facts);
+  CHECK(stage.stage == 1);
+  CHECK(stage.stages == 2);
+  CHECK(stage.replica == 0);
 }
 
 }  // namespace
