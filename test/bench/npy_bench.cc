@@ -51,27 +51,26 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// The kB of each smaps_rollup field named in `keys`.
+// This process's smaps_rollup fields that say what it shares and what it alone holds.
 std::string Memory() {
   std::ifstream in("/proc/self/smaps_rollup");
   std::string line, out;
-  for (const char* key : {"Rss:", "Pss:", "Shared_Clean:", "Private_Clean:", "Private_Dirty:"}) {
-    in.clear();
-    in.seekg(0);
-    while (std::getline(in, line))
+  while (std::getline(in, line))
+    for (const char* key : {"Rss:", "Pss:", "Shared_Clean:", "Private_Clean:", "Private_Dirty:", "Anonymous:"})
       if (line.rfind(key, 0) == 0) {
         long kb = 0;
         std::sscanf(line.c_str() + std::strlen(key), "%ld", &kb);
         out += fmt::format(" {} {:.1f} MiB", key, static_cast<double>(kb) / 1024);
       }
-  }
   return out;
 }
 
-// Each child reads the pair, touches every feature (as an epoch does), reports when all hold it.
+// Each child reads the pair and touches every feature (as an epoch does); all measure while all
+// hold the mapping, and none exits before all have measured.
 void MemoryCheck(const std::string& dir, int workers) {
-  int ready[2], go[2];
-  if (pipe(ready) != 0 || pipe(go) != 0) return;
+  int ready[2], go[2], done[2], leave[2];
+  if (pipe(ready) != 0 || pipe(go) != 0 || pipe(done) != 0 || pipe(leave) != 0) return;
+  std::fflush(stdout);
   for (int w = 0; w < workers; ++w) {
     if (fork() != 0) continue;
     auto e = tfd::data::ReadNpyPair(tfd::config::DataSpec{}, dir + "/x.npy", dir + "/y.npy");
@@ -83,14 +82,19 @@ void MemoryCheck(const std::string& dir, int workers) {
     char c = 1;
     (void)!write(ready[1], &c, 1);
     (void)!read(go[0], &c, 1);
+    const std::string memory = Memory();
+    (void)!write(done[1], &c, 1);
+    (void)!read(leave[0], &c, 1);
     std::printf("worker %d (%s, mapped %d, checksum %.0f):%s\n", w, e.ok() ? "read" : e.status().message().c_str(),
-                e.ok() && e->features.mapped(), sum, Memory().c_str());
+                e.ok() && e->features.mapped(), sum, memory.c_str());
     std::fflush(stdout);
     _exit(0);
   }
   char c = 0;
-  for (int w = 0; w < workers; ++w) (void)!read(ready[0], &c, 1);
-  for (int w = 0; w < workers; ++w) (void)!write(go[1], &c, 1);
+  for (auto [from, to] : {std::pair{ready[0], go[1]}, std::pair{done[0], leave[1]}}) {
+    for (int w = 0; w < workers; ++w) (void)!read(from, &c, 1);
+    for (int w = 0; w < workers; ++w) (void)!write(to, &c, 1);
+  }
   for (int w = 0; w < workers; ++w) wait(nullptr);
 }
 
@@ -128,6 +132,7 @@ int main(int argc, char** argv) {
       "print('numpy.load mmap_mode=r + isfinite(x).all(): %.3f s' % t(lambda: (np.isfinite(np.load(d+'/x.npy', mmap_mode='r')).all(), np.load(d+'/y.npy'))))\n"
       "print('numpy.load (full read): %.3f s' % t(lambda: (np.load(d+'/x.npy'), np.load(d+'/y.npy'))))\n\"",
       dir);
+  std::fflush(stdout);
   if (std::system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") == 0) (void)!std::system(peer.c_str());
   else std::printf("numpy not found (/usr/bin/python3): ours only\n");
   if (workers > 0) MemoryCheck(dir, workers);
