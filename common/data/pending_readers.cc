@@ -6,7 +6,7 @@
 namespace tfd::data {
 namespace {
 Status NotYet(const config::DataSpec& spec) {
-  return Status::InvalidArgument(fmt::format("data.format: {} is not readable in this build yet (csv, idx and the MNIST folder are)",
+  return Status::InvalidArgument(fmt::format("data.format: {} is not readable in this build yet (csv, idx, tfrecord and the MNIST folder are)",
                                              config::FormatName(spec.format)));
 }
 }  // namespace
@@ -14,6 +14,5 @@ Status NotYet(const config::DataSpec& spec) {
 Result<Examples> ReadNpyPair(const config::DataSpec& spec, const std::string&, const std::string&) { return NotYet(spec); }
 Result<Examples> ReadNpz(const config::DataSpec& spec, const std::vector<std::string>&) { return NotYet(spec); }
 Result<Examples> ReadImageFolders(const config::DataSpec& spec, const std::vector<std::string>&) { return NotYet(spec); }
-Result<Examples> ReadTfrecords(const config::DataSpec& spec, const std::vector<std::string>&) { return NotYet(spec); }
 
 }  // namespace tfd::data
