@@ -75,6 +75,7 @@ using Opener = std::function<Result<std::unique_ptr<Input>>(const std::string& n
 
 // What ReadTfrecords does, over inputs opened one at a time by `open` (files for a job; bytes in
 // memory for the fuzz target): every record of every input, in order, into one Examples.
-Result<Examples> ReadAll(const config::DataSpec& spec, const std::vector<std::string>& names, const Opener& open);
+// `size_hint`: the inputs' bytes in all where known, else 0; the features' room is reserved from it.
+Result<Examples> ReadAll(const config::DataSpec& spec, const std::vector<std::string>& names, const Opener& open, std::uint64_t size_hint = 0);
 
 }  // namespace tfd::data::tfrecord

@@ -297,7 +297,7 @@ TEST_CASE("tfrecord: a job's data spec reads TFRecords through LoadData, classes
   CHECK(d->train.pixels() == 2);
 }
 
-TEST_CASE("tfrecord: DecodeImage refuses what is not a PNG or JPEG, and a corrupt one", "[unit][data]") {
+TEST_CASE("tfrecord: DecodeImage refuses what is not a PNG or JPEG, a corrupt one, and a PNG whose lengths lie", "[unit][data]") {
   const std::vector<std::uint8_t> text = {'h', 'e', 'l', 'l', 'o'};
   Result<DecodedImage> r = DecodeImage(text, 0);
   REQUIRE(!r.ok());
@@ -306,6 +306,28 @@ TEST_CASE("tfrecord: DecodeImage refuses what is not a PNG or JPEG, and a corrup
   Result<DecodedImage> c = DecodeImage(cut, 0);
   REQUIRE(!c.ok());
   CHECK(c.status().message().rfind("cannot decode the image: ", 0) == 0);
+
+  // A PNG whose IDAT chunk claims more bytes than there are: refused before stb_image, which would
+  // grow its buffer to the claimed length.
+  TempDir dir;
+  const std::uint8_t gray[4] = {0, 80, 160, 240};
+  REQUIRE(stbi_write_png((dir / "g.png").c_str(), 2, 2, 1, gray, 2) != 0);
+  const std::string png = tfd::testing::ReadAll(dir / "g.png");
+  const auto as_bytes = [](const std::string& s) { return std::vector<std::uint8_t>(s.begin(), s.end()); };
+  Result<DecodedImage> ok = DecodeImage(as_bytes(png), 0);
+  REQUIRE(ok.ok());
+  CHECK(ok->pixels == std::vector<std::uint8_t>(gray, gray + 4));
+  const std::size_t idat = png.find("IDAT") - 4;
+  std::string lying = png;
+  lying[idat] = '\x55';
+  Result<DecodedImage> l = DecodeImage(as_bytes(lying), 0);
+  REQUIRE(!l.ok());
+  CHECK(l.status().message() == fmt::format("PNG chunk at byte {} runs past the end of the image", idat));
+  std::string wide = png;  // the header says 3 pixels wide; the data holds 2
+  wide[16 + 3] = 3;
+  Result<DecodedImage> w = DecodeImage(as_bytes(wide), 0);
+  REQUIRE(!w.ok());
+  CHECK(w.status().message() == "PNG data inflates to 6 bytes; its pixels need 8");
 }
 
 }  // namespace
