@@ -6,12 +6,11 @@
 namespace tfd::data {
 namespace {
 Status NotYet(const config::DataSpec& spec) {
-  return Status::InvalidArgument(fmt::format("data.format: {} is not readable in this build yet (csv, npy, npz, idx and the MNIST folder are)",
+  return Status::InvalidArgument(fmt::format("data.format: {} is not readable in this build yet (csv, npy, npz, tfrecord, idx and the MNIST folder are)",
                                              config::FormatName(spec.format)));
 }
 }  // namespace
 
 Result<Examples> ReadImageFolders(const config::DataSpec& spec, const std::vector<std::string>&) { return NotYet(spec); }
-Result<Examples> ReadTfrecords(const config::DataSpec& spec, const std::vector<std::string>&) { return NotYet(spec); }
 
 }  // namespace tfd::data

@@ -1,5 +1,7 @@
 // Writes golden seed inputs for the fuzz targets: one valid frame of every message (with the
-// selector byte frame_fuzz.cc expects) and valid checkpoints. Usage: fuzz_make_seeds CORPUS_DIR
+// selector byte frame_fuzz.cc expects), valid checkpoints and TFRecord files. Usage: fuzz_make_seeds CORPUS_DIR
+#include <stb/stb_image_write.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -8,6 +10,8 @@
 #include <vector>
 
 #include "common/ckpt/format.h"
+#include "common/data/proto/example.pb.h"
+#include "common/summary/record.h"
 #include "common/wire/frame.h"
 #include "common/wire/messages.h"
 
@@ -52,6 +56,39 @@ void SaveStream(const fs::path& path, std::uint8_t s0, std::uint8_t s1, std::vec
 
 }  // namespace
 
+// TFRecords as tfrecord_fuzz.cc's two specs read them: float features with an int64 label; a raw
+// 4x4 grayscale "image" with a bytes label; a PNG "image".
+void SaveTfrecords(const fs::path& dir) {
+  auto file = [](const std::vector<tensorflow::Example>& examples) {
+    std::string framed;
+    for (const auto& e : examples) summary::AppendRecord(e.SerializeAsString(), &framed);
+    const auto* p = reinterpret_cast<const std::byte*>(framed.data());
+    return std::vector<std::byte>(p, p + framed.size());
+  };
+  std::vector<tensorflow::Example> table(3), raw(2), png(2);
+  std::string pixels(16, '\0');
+  for (int i = 0; i < 16; ++i) pixels[static_cast<std::size_t>(i)] = static_cast<char>(16 * i);
+  std::string encoded;
+  stbi_write_png_to_func([](void* out, void* data, int n) { static_cast<std::string*>(out)->append(static_cast<const char*>(data), static_cast<std::size_t>(n)); },
+                         &encoded, 4, 4, 1, pixels.data(), 4);
+  for (int i = 0; i < 3; ++i) {
+    auto& f = *table[static_cast<std::size_t>(i)].mutable_features()->mutable_feature();
+    f["x"].mutable_float_list()->add_value(0.5f * static_cast<float>(i));
+    f["x"].mutable_float_list()->add_value(-1.0f);
+    f["label"].mutable_int64_list()->add_value(i % 2);
+    if (i == 2) break;
+    auto& r = *raw[static_cast<std::size_t>(i)].mutable_features()->mutable_feature();
+    r["image"].mutable_bytes_list()->add_value(pixels);
+    r["label"].mutable_bytes_list()->add_value(i == 0 ? "cat" : "dog");
+    auto& p = *png[static_cast<std::size_t>(i)].mutable_features()->mutable_feature();
+    p["image"].mutable_bytes_list()->add_value(encoded);
+    p["label"].mutable_int64_list()->add_value(i);
+  }
+  Save(dir / "table.tfrecord", file(table));
+  Save(dir / "raw-image.tfrecord", file(raw));
+  Save(dir / "png-image.tfrecord", file(png));
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr, "usage: fuzz_make_seeds CORPUS_DIR\n");
@@ -66,8 +103,8 @@ int main(int argc, char** argv) {
   SaveFrame(frames, "welcome", 1, wire::Encode(wire::Welcome{.index = 0, .incarnation = 9, .initialized = true, .global_step = 5}));
   wire::Init init;
   init.layout_hash = 42;
-  init.optimizer = {.type = 2, .learning_rate = 0.001, .beta1 = 0.9, .beta2 = 0.999, .epsilon = 1e-7};
-  init.update = {.mode = 1, .replicas_to_aggregate = 2, .total_num_replicas = 2, .num_workers = 2};
+  init.optimizer = {.type = wire::OptimizerKind::kAdam, .learning_rate = 0.001, .beta1 = 0.9, .beta2 = 0.999, .epsilon = 1e-7};
+  init.update = {.mode = wire::UpdateMode::kSync, .replicas_to_aggregate = 2, .total_num_replicas = 2, .num_workers = 2};
   init.chunks = {{"dense/kernel[0:3]", 3}, {"dense/bias", 1}};
   SaveFrame(frames, "init", 2, wire::Encode(init, v));
   init.has_state = true;
@@ -136,6 +173,7 @@ int main(int argc, char** argv) {
   }
   Save(corpus / "checkpoint" / "valid-adam.tfdckpt", *adam);
   Save(corpus / "checkpoint" / "valid-momentum.tfdckpt", *momentum);
+  SaveTfrecords(corpus / "tfrecord");
   std::printf("fuzz_make_seeds: wrote seeds under %s\n", corpus.c_str());
   return 0;
 }
