@@ -355,6 +355,7 @@ int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
         r.loss = e->Number("loss", r.loss);
         r.accuracy = e->Number("accuracy", r.accuracy);
         r.test_accuracy = e->Number("test_accuracy", r.test_accuracy);
+        r.mae = e->Number("mae", r.mae), r.test_mae = e->Number("test_mae", r.test_mae);  // a regression run's
         r.samples_per_sec = e->Number("samples_per_sec", r.samples_per_sec);
         r.state = "training";
       } else if (e->event == "eval") {  // the evaluator's row: its last evaluated step and accuracy
@@ -372,6 +373,7 @@ int Run(const std::vector<TaskPlan>& plan, const RunOptions& options) {
         r.state = "training";
       } else if (e->event == "done") {
         r.test_accuracy = e->Number("test_accuracy", r.test_accuracy);
+        r.test_mae = e->Number("test_mae", r.test_mae);
         r.global_step = e->Number("global_step", r.global_step);
         r.state = "done";
         t.final_test_accuracy.reset();
