@@ -316,8 +316,9 @@ void ReadEarlyStopping(ObjectReader& root, JobSpec* job) {
   else if (monitor == "val_mae") es.monitor = M::kValMae;
   else if (monitor == "test_mae") es.monitor = M::kTestMae;
   else if (r.status().ok())
-    r.Fail(r.PathOf("monitor"), fmt::format("unknown metric \"{}\" (expected val_accuracy, val_loss, test_accuracy or loss; val_mae or "
-                                            "test_mae for regression)", monitor));
+    r.Fail(r.PathOf("monitor"), job->data.regression()
+                                    ? fmt::format("unknown metric \"{}\" (expected val_mae, val_loss, test_mae or loss)", monitor)
+                                    : fmt::format("unknown metric \"{}\" (expected val_accuracy, val_loss, test_accuracy or loss)", monitor));
   const bool regression = job->data.regression(), mae = es.monitor == M::kValMae || es.monitor == M::kTestMae;
   if (r.status().ok() && regression && (es.monitor == M::kValAccuracy || es.monitor == M::kTestAccuracy))
     r.Fail(r.PathOf("monitor"), fmt::format("{}: the data's task is regression, which has no accuracy (expected val_mae, val_loss, "
