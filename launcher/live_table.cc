@@ -32,6 +32,7 @@ void ApplyEvent(const config::Event& e, LiveRow& r, TaskFacts& facts) {
     r.loss = e.Number("loss", r.loss);
     r.accuracy = e.Number("accuracy", r.accuracy);
     r.test_accuracy = e.Number("test_accuracy", r.test_accuracy);
+    r.mae = e.Number("mae", r.mae), r.test_mae = e.Number("test_mae", r.test_mae);  // a regression run's
     r.samples_per_sec = e.Number("samples_per_sec", r.samples_per_sec);
     r.state = "training";
   } else if (e.event == "eval") {  // the evaluator's row: its last evaluated step and accuracy
@@ -49,6 +50,7 @@ void ApplyEvent(const config::Event& e, LiveRow& r, TaskFacts& facts) {
     r.state = "training";
   } else if (e.event == "done") {
     r.test_accuracy = e.Number("test_accuracy", r.test_accuracy);
+    r.test_mae = e.Number("test_mae", r.test_mae);
     r.global_step = e.Number("global_step", r.global_step);
     r.state = "done";
     facts.final_test_accuracy.reset();
@@ -93,6 +95,8 @@ std::vector<LiveRow> ByReplica(const std::vector<LiveRow>& rows) {
       if (m->loss >= 0) merged.loss = m->loss;
       if (m->accuracy >= 0) merged.accuracy = m->accuracy;
       if (m->test_accuracy >= 0) merged.test_accuracy = m->test_accuracy;
+      if (m->mae >= 0) merged.mae = m->mae;
+      if (m->test_mae >= 0) merged.test_mae = m->test_mae;
       same_state = same_state && m->state == members.front()->state;
       busy += fmt::format(" {}:{}", m->stage, m->busy < 0 ? std::string("-") : fmt::format("{:.0f}%", 100 * m->busy));
     }
@@ -110,13 +114,14 @@ std::vector<LiveRow> ByReplica(const std::vector<LiveRow>& rows) {
 }
 
 std::vector<std::string> FormatLiveTable(const std::vector<LiveRow>& rows) {
+  const bool regression = std::any_of(rows.begin(), rows.end(), [](const LiveRow& r) { return r.mae >= 0 || r.test_mae >= 0; });
   std::vector<std::string> lines = {fmt::format("{:<10} {:>5} {:>11} {:>8} {:>8} {:>9} {:>10}  {}", "worker", "epoch", "global_step", "loss",
-                                                "accuracy", "test_acc", "samples/s", "state")};
+                                                regression ? "mae" : "accuracy", regression ? "test_mae" : "test_acc", "samples/s", "state")};
   for (const LiveRow& r : rows) {
     auto num = [](double v, const char* f) { return v < 0 ? std::string("-") : fmt::format(fmt::runtime(f), v); };
     lines.push_back(fmt::format("{:<10} {:>5} {:>11} {:>8} {:>8} {:>9} {:>10}  {}", r.name, num(r.epoch, "{:.0f}"),
-                                num(r.global_step, "{:.0f}"), num(r.loss, "{:.4f}"), num(r.accuracy, "{:.4f}"),
-                                num(r.test_accuracy, "{:.4f}"), num(r.samples_per_sec, "{:.0f}"), r.state));
+                                num(r.global_step, "{:.0f}"), num(r.loss, "{:.4f}"), num(regression ? r.mae : r.accuracy, "{:.4f}"),
+                                num(regression ? r.test_mae : r.test_accuracy, "{:.4f}"), num(r.samples_per_sec, "{:.0f}"), r.state));
   }
   return lines;
 }

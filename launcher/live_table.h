@@ -21,6 +21,7 @@ namespace tfd::launcher {
 struct LiveRow {
   std::string name;  // "worker:1"
   double epoch = 0, global_step = 0, loss = -1, accuracy = -1, test_accuracy = -1, samples_per_sec = 0;
+  double mae = -1, test_mae = -1;  // a regression run's, in place of the accuracies
   std::string state = "starting";
   // A model-parallel stage (its `start` and `stage` events): which stage of which replica, and the
   // share of its last epoch's schedule it computed. stage < 0: not a stage.
@@ -50,7 +51,8 @@ void ApplyEvent(const config::Event& e, LiveRow& row, TaskFacts& facts);
 // every stage's busy share in its last epoch ("training, stages 0:29% 1:45%").
 std::vector<LiveRow> ByReplica(const std::vector<LiveRow>& rows);
 
-// The table's lines: a header, then one line per row.
+// The table's lines: a header, then one line per row. A regression run (a row with an MAE) shows
+// mae and test_mae in the accuracy columns.
 std::vector<std::string> FormatLiveTable(const std::vector<LiveRow>& rows);
 
 // The table on stdout while a run goes on, with every log line above it: on a terminal it is redrawn

@@ -124,6 +124,7 @@ Result<std::string> ReadText(const fs::path& path) {
 RunCurves ExtractCurves(std::string_view metrics_jsonl) {
   struct PerTask {
     std::vector<CurvePoint> step_loss, step_acc, epoch_loss, epoch_acc, test_acc, val_acc, rate;
+    std::vector<CurvePoint> step_mae, epoch_mae, test_mae, val_mae;  // a regression run's
   };
   std::map<std::string, PerTask> by_task;
   // A model-parallel stage's task -> the curve it draws: stage 0 draws its replica's ("replica R"),
@@ -156,7 +157,11 @@ RunCurves ExtractCurves(std::string_view metrics_jsonl) {
     if (e->event == "step") {
       add(t.step_loss, "global_step", "loss");
       add(t.step_acc, "global_step", "accuracy");
+      add(t.step_mae, "global_step", "mae");
     } else if (e->event == "epoch") {
+      add(t.epoch_mae, "global_step", "mae");
+      add(t.test_mae, "epoch", "test_mae");
+      add(t.val_mae, "epoch", "val_mae");
       add(t.epoch_loss, "global_step", "loss");
       add(t.epoch_acc, "global_step", "accuracy");
       add(t.test_acc, "epoch", "test_accuracy");
@@ -174,10 +179,21 @@ RunCurves ExtractCurves(std::string_view metrics_jsonl) {
   };
   out.charts.push_back(chart("loss", "loss", "global step",
                              [](PerTask& t) -> std::vector<CurvePoint>& { return t.step_loss.empty() ? t.epoch_loss : t.step_loss; }));
-  out.charts.push_back(chart("accuracy", "accuracy (training batches)", "global step",
-                             [](PerTask& t) -> std::vector<CurvePoint>& { return t.step_acc.empty() ? t.epoch_acc : t.step_acc; }));
-  out.charts.push_back(chart("test_accuracy", "test accuracy", "epoch", [](PerTask& t) -> std::vector<CurvePoint>& { return t.test_acc; }));
-  Chart val = chart("val_accuracy", "validation accuracy", "epoch", [](PerTask& t) -> std::vector<CurvePoint>& { return t.val_acc; });
+  // A regression run (some task logged an MAE) charts MAE where a classifier charts accuracy.
+  const bool regression = std::any_of(by_task.begin(), by_task.end(), [](const auto& t) {
+    return !t.second.epoch_mae.empty() || !t.second.step_mae.empty() || !t.second.test_mae.empty();
+  });
+  if (regression) {
+    out.charts.push_back(chart("mae", "MAE (training batches)", "global step",
+                               [](PerTask& t) -> std::vector<CurvePoint>& { return t.step_mae.empty() ? t.epoch_mae : t.step_mae; }));
+    out.charts.push_back(chart("test_mae", "test MAE", "epoch", [](PerTask& t) -> std::vector<CurvePoint>& { return t.test_mae; }));
+  } else {
+    out.charts.push_back(chart("accuracy", "accuracy (training batches)", "global step",
+                               [](PerTask& t) -> std::vector<CurvePoint>& { return t.step_acc.empty() ? t.epoch_acc : t.step_acc; }));
+    out.charts.push_back(chart("test_accuracy", "test accuracy", "epoch", [](PerTask& t) -> std::vector<CurvePoint>& { return t.test_acc; }));
+  }
+  Chart val = regression ? chart("val_mae", "validation MAE", "epoch", [](PerTask& t) -> std::vector<CurvePoint>& { return t.val_mae; })
+                         : chart("val_accuracy", "validation accuracy", "epoch", [](PerTask& t) -> std::vector<CurvePoint>& { return t.val_acc; });
   if (!val.series.empty()) out.charts.push_back(std::move(val));
   out.charts.push_back(chart("samples_per_sec", "samples/s", "epoch", [](PerTask& t) -> std::vector<CurvePoint>& { return t.rate; }));
   return out;

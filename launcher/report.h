@@ -24,7 +24,7 @@ struct Series {
 };
 
 struct Chart {
-  std::string metric;   // the event field: "loss", "accuracy", "test_accuracy", "val_accuracy", "samples_per_sec"
+  std::string metric;   // the event field: "loss", "accuracy", "test_accuracy", "val_accuracy" (a regression run: "mae", "test_mae", "val_mae"), "samples_per_sec"
   std::string title;    // "loss"
   std::string x_label;  // "global step" or "epoch"
   std::vector<Series> series;  // one per worker with points, by task name

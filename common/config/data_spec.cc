@@ -119,6 +119,12 @@ void ReadTask(ObjectReader& r, DataSpec* d) {
   if (task == "classification") d->task = DataSpec::Task::kClassification;
   else if (task == "regression") d->task = DataSpec::Task::kRegression;
   else r.Fail(r.PathOf("task"), fmt::format("unknown task \"{}\" (expected classification or regression)", task));
+  std::string loss;
+  r.String("loss", &loss);
+  if (loss == "mae") d->loss = DataSpec::Loss::kMae;
+  else if (!loss.empty() && loss != "mse") r.Fail(r.PathOf("loss"), fmt::format("unknown loss \"{}\" (expected mse or mae)", loss));
+  if (!loss.empty() && d->task != DataSpec::Task::kRegression && r.status().ok())
+    r.Fail(r.PathOf("loss"), "is a regression field (set \"task\": \"regression\"); classification trains on softmax cross-entropy");
   if (const json* v = r.Get("classes"); v != nullptr) {
     if (!v->is_array() || v->size() < 2) return r.Fail(r.PathOf("classes"), "expected a list of at least 2 class names, got " + config::Describe(*v));
     for (std::size_t i = 0; i < v->size(); ++i) {
@@ -189,6 +195,8 @@ std::string_view NormalizeName(DataSpec::Normalize n) {
   }
   return "?";
 }
+
+std::string_view LossName(DataSpec::Loss l) { return l == DataSpec::Loss::kMae ? "mae" : "mse"; }
 
 bool FormatFromName(std::string_view path, Format* out) {
   struct Tail {

@@ -31,6 +31,10 @@ struct DataSpec {
   double test_fraction = 0;      // of the training files' examples, held out by a seeded shuffle
   std::int64_t test_count = 0;   // ... or a count of them
   Task task = Task::kClassification;
+  // Regression: the loss minimised ("loss": mse, the default, or mae); classification always
+  // trains on softmax cross-entropy.
+  enum class Loss { kMse, kMae };
+  Loss loss = Loss::kMse;
   // The label (or regression target) column: by name, or by index (-1: the last column).
   std::string label;
   int label_index = -1;
@@ -52,6 +56,7 @@ struct DataSpec {
   std::string npz_x = "x", npz_y = "y";
   Normalize normalize = Normalize::kDefault;
 
+  bool regression() const { return task == Task::kRegression; }
   bool is_mnist_folder() const { return format == Format::kMnistFolder; }
   bool held_out_test() const { return test.empty() && format != Format::kMnistFolder; }
   // For logs and errors: the folder, or the first training file.
@@ -63,6 +68,7 @@ struct DataSpec {
 
 std::string_view FormatName(DataSpec::Format f);
 std::string_view NormalizeName(DataSpec::Normalize n);
+std::string_view LossName(DataSpec::Loss l);
 // The format a file's name implies (.csv, .csv.gz, .tsv, .npy, .npz, .tfrecord/.tfrecords, .idx/-ubyte);
 // false when it implies none (a folder of images is named by "format": "images").
 bool FormatFromName(std::string_view path, DataSpec::Format* out);

@@ -282,6 +282,25 @@ void ReadElastic(ObjectReader& root, ElasticSpec* elastic) {
   (void)r.Finish();
 }
 
+// The modes that train regression data: standalone, async, sync and allreduce, evaluated by the
+// chief (the evaluator task reports accuracies only). The ensemble
+// averages class probabilities, the GPU path has only the softmax loss, and a model-parallel
+// pipeline's stages send back the loss and hit count only (not the errors behind MAE and RMSE):
+// each refuses it.
+void CheckRegressionFits(ObjectReader& r, const JobSpec& job) {
+  if (!job.data.regression()) return;
+  if (job.model_parallel.enabled())
+    r.Fail(r.PathOf("model_parallel"), "the data's task is regression, which trains in standalone, async, sync and allreduce modes "
+                                       "only: not model parallel in this version");
+  else if (job.evaluation == Evaluation::kEvaluator)
+    r.Fail(r.PathOf("evaluation"), "\"evaluator\": the data's task is regression, which the evaluator task does not score in this "
+                                   "version (keep \"evaluation\": \"chief\")");
+  else if (job.ensemble.members > 0)
+    r.Fail(r.PathOf("ensemble"), "the data's task is regression: ensembles average class probabilities and train classification only");
+  else if (job.cuda_device >= 0)
+    r.Fail(r.PathOf("device"), fmt::format("\"{}\": the data's task is regression, which trains on the CPU only (set \"device\": \"cpu\")", job.device));
+}
+
 void ReadEarlyStopping(ObjectReader& root, JobSpec* job) {
   const json* v = root.Get("early_stopping");
   if (v == nullptr) return;
@@ -294,9 +313,19 @@ void ReadEarlyStopping(ObjectReader& root, JobSpec* job) {
   else if (monitor == "val_loss") es.monitor = M::kValLoss;
   else if (monitor == "test_accuracy") es.monitor = M::kTestAccuracy;
   else if (monitor == "loss") es.monitor = M::kLoss;
+  else if (monitor == "val_mae") es.monitor = M::kValMae;
+  else if (monitor == "test_mae") es.monitor = M::kTestMae;
   else if (r.status().ok())
-    r.Fail(r.PathOf("monitor"), fmt::format("unknown metric \"{}\" (expected val_accuracy, val_loss, test_accuracy or loss)", monitor));
-  if (r.status().ok() && (es.monitor == M::kValAccuracy || es.monitor == M::kValLoss) && !job->validates())
+    r.Fail(r.PathOf("monitor"), job->data.regression()
+                                    ? fmt::format("unknown metric \"{}\" (expected val_mae, val_loss, test_mae or loss)", monitor)
+                                    : fmt::format("unknown metric \"{}\" (expected val_accuracy, val_loss, test_accuracy or loss)", monitor));
+  const bool regression = job->data.regression(), mae = es.monitor == M::kValMae || es.monitor == M::kTestMae;
+  if (r.status().ok() && regression && (es.monitor == M::kValAccuracy || es.monitor == M::kTestAccuracy))
+    r.Fail(r.PathOf("monitor"), fmt::format("{}: the data's task is regression, which has no accuracy (expected val_mae, val_loss, "
+                                            "test_mae or loss)", monitor));
+  if (r.status().ok() && !regression && mae)
+    r.Fail(r.PathOf("monitor"), fmt::format("{}: the data's task is classification (expected val_accuracy, val_loss, test_accuracy or loss)", monitor));
+  if (r.status().ok() && (es.monitor == M::kValAccuracy || es.monitor == M::kValLoss || es.monitor == M::kValMae) && !job->validates())
     r.Fail(r.PathOf("monitor"), fmt::format("{} needs a validation set: set validation_split", monitor));
   r.Int("patience", 0, 100000, &es.patience);
   r.Double("min_delta", 0, 1e6, false, &es.min_delta);
@@ -390,6 +419,8 @@ std::string_view MonitorName(EarlyStoppingSpec::Monitor m) {
     case EarlyStoppingSpec::Monitor::kValLoss: return "val_loss";
     case EarlyStoppingSpec::Monitor::kTestAccuracy: return "test_accuracy";
     case EarlyStoppingSpec::Monitor::kLoss: return "loss";
+    case EarlyStoppingSpec::Monitor::kValMae: return "val_mae";
+    case EarlyStoppingSpec::Monitor::kTestMae: return "test_mae";
   }
   return "?";
 }
@@ -453,6 +484,9 @@ JobSpec ReadJobSpec(ObjectReader& r) {
   }
   ReadEarlyStopping(r, &job);
   r.Double("stop_at_accuracy", 0, 1, /*min_exclusive=*/true, &job.stop_at_accuracy);
+  if (r.status().ok() && job.stop_at_accuracy > 0 && job.data.regression())
+    r.Fail(r.PathOf("stop_at_accuracy"), "the data's task is regression, which has no accuracy: stop with \"early_stopping\" "
+                                         "(monitor val_mae, val_loss, test_mae or loss)");
   std::string evaluation = "chief";
   r.String("evaluation", &evaluation);
   if (evaluation == "chief") job.evaluation = Evaluation::kChief;
@@ -471,6 +505,7 @@ JobSpec ReadJobSpec(ObjectReader& r) {
   ReadElastic(r, &job.elastic);
   if (r.status().ok()) ReadModelParallel(r, &job);
   ReadEnsemble(r, &job);
+  if (r.status().ok()) CheckRegressionFits(r, job);
   (void)r.Finish();
   return job;
 }

@@ -126,7 +126,8 @@ struct SummarySpec {
 // Stop training at the end of an epoch when the monitored metric stops improving (Keras'
 // EarlyStopping: `patience` epochs without an improvement larger than `min_delta`).
 struct EarlyStoppingSpec {
-  enum class Monitor { kNone, kValAccuracy, kValLoss, kTestAccuracy, kLoss };
+  // Accuracies for classification data; MAEs (lower is better) for regression data.
+  enum class Monitor { kNone, kValAccuracy, kValLoss, kTestAccuracy, kLoss, kValMae, kTestMae };
   Monitor monitor = Monitor::kNone;  // kNone: no patience rule
   int patience = 0;
   double min_delta = 0;
@@ -189,7 +190,7 @@ struct JobSpec {
   std::int64_t validation_count = 0;
   EarlyStoppingSpec early_stopping;
   // Stop once the monitored accuracy (val_accuracy with a validation split, else test_accuracy)
-  // reaches this; 0: never.
+  // reaches this; 0: never. Classification only (regression stops with early_stopping).
   double stop_at_accuracy = 0;
   Evaluation evaluation = Evaluation::kChief;
   ElasticSpec elastic;

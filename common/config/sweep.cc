@@ -203,6 +203,9 @@ Result<SweepSpec> ParseSweepSpec(std::string_view text, std::string_view source_
   TFD_RETURN_IF_ERROR(status);
   Result<JobSpec> job = ParseJobSpec(s.job_text, job_source);
   if (!job.ok()) return job.status();
+  if (job->data.regression())
+    return Status::InvalidArgument(fmt::format("{}: job: the data's task is regression; sweeps rank trials by accuracy and train "
+                                               "classification only in this version", source));
   s.job = *job;
 
   std::string search = "grid";

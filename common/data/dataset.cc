@@ -97,14 +97,17 @@ void HoldOut(DataSplits* data, std::int64_t count) {
   const std::int64_t keep = train.size - count;
   const auto bytes = static_cast<std::ptrdiff_t>(train.example_bytes());
   val.features = std::vector<std::uint8_t>(train.features.begin() + keep * bytes, train.features.end());
-  val.labels.assign(train.labels.begin() + keep, train.labels.end());
+  val.labels.assign(train.labels.begin() + std::min<std::ptrdiff_t>(keep, std::ssize(train.labels)), train.labels.end());
+  const std::ptrdiff_t kept_targets = keep * train.num_targets;
+  val.targets.assign(train.targets.begin() + std::min<std::ptrdiff_t>(kept_targets, std::ssize(train.targets)), train.targets.end());
   val.size = count;
   train.features.Truncate(static_cast<std::size_t>(keep * bytes));
-  train.labels.resize(static_cast<std::size_t>(keep));
+  if (!train.labels.empty()) train.labels.resize(static_cast<std::size_t>(keep));
+  if (!train.targets.empty()) train.targets.resize(static_cast<std::size_t>(kept_targets));
   train.size = keep;
 }
 
-void FillBatch(const Dataset& data, std::span<const std::uint32_t> indices, float* x, std::uint8_t* y) {
+void FillBatch(const Dataset& data, std::span<const std::uint32_t> indices, float* x, std::uint8_t* y, float* targets) {
   const std::int64_t values = data.pixels();
   const auto bytes = static_cast<std::int64_t>(data.example_bytes());
   const std::uint8_t* features = data.features.data();
@@ -124,7 +127,12 @@ void FillBatch(const Dataset& data, std::span<const std::uint32_t> indices, floa
     if (data.dtype == DType::kU8) ConvertBytes(src, row, values, scale);
     else ConvertFloats(reinterpret_cast<const float*>(src), row, values, scale);
     if (standardize) Standardize(norm, row, values);
-    y[r] = data.labels[indices[r]];
+    if (data.regression()) {
+      const float* t = data.targets.data() + static_cast<std::int64_t>(indices[r]) * data.num_targets;
+      std::copy(t, t + data.num_targets, targets + static_cast<std::int64_t>(r) * data.num_targets);
+    } else {
+      y[r] = data.labels[indices[r]];
+    }
   }
 }
 

@@ -59,19 +59,26 @@ struct Dataset {
   std::int64_t size = 0;
   int height = 0, width = 0, channels = 1;  // one example's shape; a table row is 1 x features x 1
   DType dtype = DType::kU8;
-  int num_classes = 10;
+  int num_classes = 10;               // 0 for a regression dataset
   ByteArray features;                 // size x height x width x channels elements of dtype
-  std::vector<std::uint8_t> labels;  // size, each < num_classes
+  std::vector<std::uint8_t> labels;  // size, each < num_classes (classification)
   std::vector<std::string> class_names;  // num_classes names, in id order (empty: the ids themselves)
   std::vector<std::string> feature_names;  // where the source names them (a CSV header), else empty
+  // Regression ("task": "regression"): num_targets float targets per example (size x num_targets,
+  // row-major) in place of labels.
+  std::vector<float> targets;
+  int num_targets = 0;
   Normalizer normalizer;
 
+  bool regression() const { return num_targets > 0; }
+  // The model's outputs: one per class, or one per target.
+  int outputs() const { return regression() ? num_targets : num_classes; }
   std::int64_t pixels() const { return std::int64_t{height} * width * channels; }
   // A dataset of no examples with this one's shape, type, classes and normalizer.
   Dataset Shell() const {
     Dataset d;
     d.height = height, d.width = width, d.channels = channels, d.dtype = dtype, d.num_classes = num_classes;
-    d.class_names = class_names, d.feature_names = feature_names, d.normalizer = normalizer;
+    d.class_names = class_names, d.feature_names = feature_names, d.normalizer = normalizer, d.num_targets = num_targets;
     return d;
   }
   std::size_t example_bytes() const { return static_cast<std::size_t>(pixels()) * DTypeBytes(dtype); }
@@ -107,7 +114,8 @@ Result<DataSplits> LoadMnist(const std::string& dir);
 std::vector<std::uint32_t> EpochShard(std::int64_t n, std::uint64_t seed, int epoch, int index, int count, bool shuffle);
 
 // Writes the examples `indices` as the model's floats to `x` (rows of pixels(), normalised by
-// data.normalizer) and their labels to `y`.
-void FillBatch(const Dataset& data, std::span<const std::uint32_t> indices, float* x, std::uint8_t* y);
+// data.normalizer) and their labels to `y`; for a regression dataset, their targets to `targets`
+// (rows of num_targets) instead, and `y` is not written (it may be null).
+void FillBatch(const Dataset& data, std::span<const std::uint32_t> indices, float* x, std::uint8_t* y, float* targets = nullptr);
 
 }  // namespace tfd::data

@@ -99,6 +99,20 @@ Dataset ToDataset(Examples&& e, std::vector<std::uint8_t> labels, const std::vec
   return d;
 }
 
+// A regression split: the reader's targets as they are, no classes.
+Dataset ToRegression(Examples&& e) {
+  Dataset d = ToDataset(std::move(e), {}, {});
+  d.targets = std::move(e.targets);
+  d.num_targets = e.num_targets;
+  return d;
+}
+
+Status CheckTargets(const Examples& e, const std::string& source) {
+  if (e.num_targets < 1 || e.targets.size() != static_cast<std::size_t>(e.size) * static_cast<std::size_t>(e.num_targets))
+    return Status::InvalidArgument(fmt::format("{}: no regression targets were read (\"task\": \"regression\" needs a numeric target column)", source));
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<std::vector<std::string>> ExpandPaths(const std::vector<std::string>& paths, const std::string& field) {
@@ -142,6 +156,21 @@ Result<Examples> ReadExamples(const DataSpec& spec, const config::DataFiles& fil
     case F::kIdx: break;  // an x/y pair, or the MNIST folder: not here
   }
   return Status::InvalidArgument(fmt::format("{}: {} data needs {{\"x\": PATH, \"y\": PATH}}", field, config::FormatName(spec.format)));
+}
+
+Result<DataSplits> RegressionSplits(Examples train, Examples test, const std::string& train_source, const std::string& test_source) {
+  TFD_RETURN_IF_ERROR(CheckTargets(train, train_source));
+  if (test.size > 0) {
+    TFD_RETURN_IF_ERROR(CheckTargets(test, test_source));
+    if (test.num_targets != train.num_targets)
+      return Status::InvalidArgument(fmt::format("{}: {} targets per example, but the training files ({}) have {}", test_source, test.num_targets,
+                                                 train_source, train.num_targets));
+  }
+  test.num_targets = train.num_targets;
+  DataSplits out;
+  out.train = ToRegression(std::move(train));
+  out.test = ToRegression(std::move(test));
+  return out;
 }
 
 Result<DataSplits> NumberClasses(const DataSpec& spec, Examples train, Examples test, const std::string& train_source,
@@ -191,10 +220,16 @@ void HoldOutTest(DataSplits* data, std::int64_t count, std::uint64_t seed) {
   std::vector<std::uint8_t> kept_bytes, test_bytes;
   kept_bytes.reserve(static_cast<std::size_t>(train.size - count) * bytes);
   test_bytes.reserve(static_cast<std::size_t>(count) * bytes);
+  const auto width = static_cast<std::size_t>(train.num_targets);
   for (std::size_t i = 0; i < order.size(); ++i) {
     const std::uint8_t* src = train.features.data() + i * bytes;
     (held[i] ? test_bytes : kept_bytes).insert((held[i] ? test_bytes : kept_bytes).end(), src, src + bytes);
-    (held[i] ? test.labels : kept.labels).push_back(train.labels[i]);
+    if (train.regression()) {
+      const float* t = train.targets.data() + i * width;
+      (held[i] ? test.targets : kept.targets).insert((held[i] ? test.targets : kept.targets).end(), t, t + width);
+    } else {
+      (held[i] ? test.labels : kept.labels).push_back(train.labels[i]);
+    }
   }
   kept.features = std::move(kept_bytes);
   kept.size = train.size - count;
@@ -259,7 +294,9 @@ Result<DataSplits> LoadData(const DataSpec& spec, std::uint64_t seed) {
     test.height = train.height, test.width = train.width, test.channels = train.channels, test.dtype = train.dtype;
     if (!train.label_ids.empty()) test.label_ids.clear();
   }
-  TFD_ASSIGN_OR_RETURN(DataSplits out, NumberClasses(spec, std::move(train), std::move(test), train_source, test_source));
+  TFD_ASSIGN_OR_RETURN(DataSplits out, spec.task == DataSpec::Task::kRegression
+                                            ? RegressionSplits(std::move(train), std::move(test), train_source, test_source)
+                                            : NumberClasses(spec, std::move(train), std::move(test), train_source, test_source));
   if (spec.held_out_test() && (spec.test_count > 0 || spec.test_fraction > 0)) {
     const std::int64_t n = out.train.size;
     const std::int64_t held = spec.test_count > 0 ? spec.test_count

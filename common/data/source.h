@@ -32,6 +32,10 @@ Result<DataSplits> NumberClasses(const config::DataSpec& spec, Examples train, E
 
 // Moves `count` examples of `data->train`, chosen by a shuffle seeded by `seed`, into data->test
 // (0 < count < train size), keeping their order; every task draws the same ones.
+// Regression: the two splits with the readers' float targets and no classes. InvalidArgument when a
+// split has no targets or the two have different numbers of them.
+Result<DataSplits> RegressionSplits(Examples train, Examples test, const std::string& train_source, const std::string& test_source);
+
 void HoldOutTest(DataSplits* data, std::int64_t count, std::uint64_t seed);
 
 // Sets every split's normalizer from the spec (scale, standardize from the training split's

@@ -34,6 +34,18 @@ Gauge* TaskMetrics::EvalAccuracy(std::string_view split) {
                             {{"split", std::string(split)}});
 }
 
+Gauge* TaskMetrics::Mae() { return registry_.AddGauge("tfd_mae", "Mean absolute error of the last step's batch (a regression model)."); }
+
+Gauge* TaskMetrics::EvalMae(std::string_view split) {
+  return registry_.AddGauge("tfd_eval_mae", "Mean absolute error on a held-out split at the last epoch end where this task evaluated (regression).",
+                            {{"split", std::string(split)}});
+}
+
+Gauge* TaskMetrics::EvalRmse(std::string_view split) {
+  return registry_.AddGauge("tfd_eval_rmse", "Root mean squared error on a held-out split at the last epoch end where this task evaluated (regression).",
+                            {{"split", std::string(split)}});
+}
+
 void TaskMetrics::AddPsClientMetrics() {
   push_bytes = registry_.AddCounter("tfd_push_bytes_total", "Gradient bytes pushed to the ps tasks.");
   pull_bytes = registry_.AddCounter("tfd_pull_bytes_total", "Parameter bytes pulled from the ps tasks.");

@@ -45,6 +45,11 @@ class TaskMetrics {
   Gauge* epoch = nullptr;                    // tfd_epoch: the epoch in progress (1-based), the last one once done
   // At an epoch's end where this task evaluated: tfd_eval_accuracy{split="test"|"val"}, made on first use.
   Gauge* EvalAccuracy(std::string_view split);
+  // A regression model's in place of the accuracies, made on first use: tfd_mae (the last step's
+  // batch) and tfd_eval_mae / tfd_eval_rmse{split="test"|"val"} at an epoch's end.
+  Gauge* Mae();
+  Gauge* EvalMae(std::string_view split);
+  Gauge* EvalRmse(std::string_view split);
 
   // The ps modes' worker (PsClient).
   void AddPsClientMetrics();

@@ -26,7 +26,7 @@ LayerSpec Dense(int units, config::Activation act, InitSpec init) {
 }
 
 // The seeds' models, layer by layer, with the initializers the seeds used; the last layer has one
-// unit per class.
+// unit per class (or regression target).
 std::vector<LayerSpec> SeedLayers(const std::string& name, int classes) {
   using A = config::Activation;
   if (name == "softmax") return {Dense(classes, A::kNone, {InitKind::kZeros})};  // TF's MNIST tutorial: zeros
@@ -82,12 +82,14 @@ void FillInit(const tensor::ParamSpec& p, std::span<float> out, Rng& rng) {
 
 }  // namespace
 
-Result<std::unique_ptr<Model>> Model::Build(const config::ModelSpec& spec, tensor::ActShape input, int classes,
+Result<std::unique_ptr<Model>> Model::Build(const config::ModelSpec& spec, tensor::ActShape input, Outputs outputs,
                                             int max_batch, tensor::GemmConfig gemm) {
   std::unique_ptr<Model> m(new Model());
+  const int classes = outputs.units;
   m->gemm_ = gemm;
   m->input_ = input;
   m->classes_ = classes;
+  m->loss_ = outputs.loss;
   m->max_batch_ = max_batch;
   std::vector<LayerSpec> specs = spec.name == "layers" ? spec.layers : SeedLayers(spec.name, classes);
   tensor::ActShape shape = input;
@@ -138,9 +140,9 @@ Result<std::unique_ptr<Model>> Model::Build(const config::ModelSpec& spec, tenso
   if (m->layers_.empty() || last.kind != LayerSpec::Kind::kDense || last.units != classes ||
       last.activation != config::Activation::kNone) {
     return Status::InvalidArgument(fmt::format(
-        "model.layers[{}]: the last layer must be dense with {} units (one per class of the data) and no activation: it gives "
-        "the logits{}",
-        specs.size() - 1, classes,
+        "model.layers[{}]: the last layer must be dense with {} units (one per {} of the data) and no activation: it gives "
+        "the {}{}",
+        specs.size() - 1, classes, m->regression() ? "regression target" : "class", m->regression() ? "outputs" : "logits",
         last.kind == LayerSpec::Kind::kDense && last.units != classes ? fmt::format(" (it has {} units)", last.units) : ""));
   }
   // Lay the variables out in layer order, then bind every layer to its slices.
@@ -206,8 +208,8 @@ void Model::SetTraining(bool training) {
     layers_[i]->SetTraining(training, layers_[i]->Stochastic() ? Rng(dropout_seed_, i).Next() : 0);
 }
 
-tensor::LossResult Model::ComputeGradients(const float* x, std::span<const std::uint8_t> y, const GradientsReady& ready) {
-  const int batch = static_cast<int>(y.size());
+tensor::LossResult Model::ComputeGradients(const float* x, const tensor::Labels& y, const GradientsReady& ready) {
+  const int batch = static_cast<int>(y.rows());
   ForwardLayers(0, layers_.size(), x, 0, batch, /*training=*/true);
   tensor::LossResult r = LossGradient(0, y);
   BackwardLayers(0, layers_.size(), x, 0, nullptr, nullptr, batch, ready);
@@ -215,23 +217,25 @@ tensor::LossResult Model::ComputeGradients(const float* x, std::span<const std::
   return r;
 }
 
-tensor::LossResult Model::ComputeMicrobatchGradients(const float* x, std::span<const std::uint8_t> y, int microbatches,
+tensor::LossResult Model::ComputeMicrobatchGradients(const float* x, const tensor::Labels& y, int microbatches,
                                                      std::uint64_t dropout_seed, std::vector<float>& acc) {
   if (microbatches <= 1) {
     SetDropoutSeed(dropout_seed);
     return ComputeGradients(x, y);
   }
-  const int mb = static_cast<int>(y.size()) / microbatches;
+  const int mb = static_cast<int>(y.rows()) / microbatches;
   acc.resize(grads_.size());
   tensor::LossResult total{};
   double loss_sum = 0;
   for (int m = 0; m < microbatches; ++m) {
     SetDropoutSeed(MicrobatchSeed(dropout_seed, m));
     const tensor::LossResult r =
-        ComputeGradients(x + static_cast<std::int64_t>(m) * mb * input_.size(), y.subspan(static_cast<std::size_t>(m * mb), mb));
+        ComputeGradients(x + static_cast<std::int64_t>(m) * mb * input_.size(), y.Rows(static_cast<std::size_t>(m * mb), mb));
     AccumulateGradients(acc, grads_, m == 0);
     loss_sum += r.loss;
     total.correct += r.correct;
+    total.abs_error += r.abs_error;
+    total.squared_error += r.squared_error;
   }
   ScaleGradients(grads_, acc, microbatches);
   total.loss = loss_sum / microbatches;
@@ -253,8 +257,8 @@ const float* Model::ForwardLayers(std::size_t first, std::size_t last, const flo
   return in;
 }
 
-tensor::LossResult Model::LossGradient(int row, std::span<const std::uint8_t> y) {
-  return tensor::SoftmaxCrossEntropy(layer_output(layers_.size() - 1, row), y, classes_, dbuf_[0].data());
+tensor::LossResult Model::LossGradient(int row, const tensor::Labels& y) {
+  return tensor::ComputeLoss(loss_, layer_output(layers_.size() - 1, row), y, classes_, dbuf_[0].data());
 }
 
 void Model::BackwardLayers(std::size_t first, std::size_t last, const float* in, int row, const float* dout, float* din, int batch,
@@ -312,29 +316,57 @@ std::vector<std::pair<std::string, std::size_t>> VariableRuns(const Model& model
   return runs;
 }
 
-double Evaluate(Model& model, const data::Dataset& data) { return EvaluateLoss(model, data, /*with_loss=*/false).accuracy; }
+double Evaluate(Model& model, const data::Dataset& data) {
+  const EvalResult r = EvaluateLoss(model, data, /*with_loss=*/false);
+  return model.regression() ? r.mae : r.accuracy;
+}
 
 EvalResult EvaluateLoss(Model& model, const data::Dataset& data, bool with_loss) {
   std::vector<float> x(static_cast<std::size_t>(model.max_batch() * model.input_size()));
-  std::vector<std::uint8_t> y(static_cast<std::size_t>(model.max_batch()));
+  BatchLabels y(data, model.max_batch());
   std::vector<std::uint32_t> idx(static_cast<std::size_t>(model.max_batch()));
   std::int64_t correct = 0;
-  double loss_sum = 0;
+  double loss_sum = 0, abs_sum = 0, sq_sum = 0;
   for (std::int64_t start = 0; start < data.size; start += model.max_batch()) {
     int n = static_cast<int>(std::min<std::int64_t>(model.max_batch(), data.size - start));
     for (int i = 0; i < n; ++i) idx[i] = static_cast<std::uint32_t>(start + i);
-    data::FillBatch(data, std::span(idx).first(n), x.data(), y.data());
+    y.Fill(data, std::span(idx).first(n), x.data());
     const float* logits = model.Forward(x.data(), n);
-    if (with_loss) {
-      const tensor::LossResult r = tensor::SoftmaxCrossEntropy(logits, std::span(y).first(n), model.classes(), nullptr);
+    if (with_loss || model.regression()) {
+      const tensor::LossResult r = tensor::ComputeLoss(model.loss(), logits, y.View(n), model.classes(), nullptr);
       loss_sum += r.loss * n;
       correct += r.correct;
+      abs_sum += r.abs_error;
+      sq_sum += r.squared_error;
     } else {
-      correct += tensor::CountCorrect(logits, std::span(y).first(n), model.classes());
+      correct += tensor::CountCorrect(logits, y.View(n).ids, model.classes());
     }
   }
   if (data.size == 0) return {};
-  return {static_cast<double>(correct) / static_cast<double>(data.size), loss_sum / static_cast<double>(data.size)};
+  const double rows = static_cast<double>(data.size), values = rows * model.classes();
+  EvalResult out{static_cast<double>(correct) / rows, loss_sum / rows};
+  if (model.regression()) out.accuracy = 0, out.mae = abs_sum / values, out.rmse = std::sqrt(sq_sum / values);
+  return out;
+}
+
+BatchLabels::BatchLabels(const data::Dataset& data, int max_batch) : width_(data.num_targets) {
+  if (data.regression()) targets_.resize(static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(width_));
+  else ids_.resize(static_cast<std::size_t>(max_batch));
+}
+
+void BatchLabels::Fill(const data::Dataset& data, std::span<const std::uint32_t> indices, float* x) {
+  TFD_CHECK(data.num_targets == width_);
+  data::FillBatch(data, indices, x, ids_.data(), targets_.data());
+}
+
+tensor::Labels BatchLabels::View(std::size_t rows) const {
+  if (width_ > 0) return tensor::Labels(std::span(targets_).first(rows * static_cast<std::size_t>(width_)), width_);
+  return tensor::Labels(std::span(ids_).first(rows));
+}
+
+Outputs OutputsFor(const data::Dataset& data, const config::DataSpec& spec) {
+  if (!data.regression()) return Outputs(data.num_classes);
+  return Outputs(data.num_targets, spec.loss == config::DataSpec::Loss::kMae ? tensor::LossKind::kMae : tensor::LossKind::kMse);
 }
 
 std::vector<float> PredictProbabilities(Model& model, const data::Dataset& data) {

@@ -24,22 +24,33 @@ struct Variable {
   std::int64_t offset = 0, size = 0; // in floats
 };
 
-// A feed-forward classifier: a stack of layers whose parameters and gradients live in two flat
+// What the last layer gives and what it is trained to: `units` logits under softmax cross-entropy
+// (one per class), or `units` regression outputs under the mean squared or absolute error.
+struct Outputs {
+  int units = 0;
+  tensor::LossKind loss = tensor::LossKind::kSoftmaxCrossEntropy;
+  Outputs(int classes) : units(classes) {}  // implicit: a classifier's class count
+  Outputs(int n, tensor::LossKind kind) : units(n), loss(kind) {}
+};
+// The outputs a model needs for `data`, trained with `spec`'s regression loss where it applies.
+Outputs OutputsFor(const data::Dataset& data, const config::DataSpec& spec);
+
+// A feed-forward classifier or regressor: a stack of layers whose parameters and gradients live in two flat
 // float buffers (variables in a fixed order), so they can be pushed, pulled, all-reduced, hashed
 // and checkpointed as one span. Single-threaded; buffers are allocated once, at Build.
 class Model {
  public:
-  // Builds the model `spec` for inputs of shape `input` with `classes` outputs and batches of up to
+  // Builds the model `spec` for inputs of shape `input` with `outputs` and batches of up to
   // `max_batch` rows; every GEMM of its layers runs on `gemm` (the job's `threads`; the build's
   // fastest backend unless a caller picks another). InvalidArgument (naming model.layers[i]) when
   // the layer list does not fit.
-  static Result<std::unique_ptr<Model>> Build(const config::ModelSpec& spec, tensor::ActShape input, int classes,
+  static Result<std::unique_ptr<Model>> Build(const config::ModelSpec& spec, tensor::ActShape input, Outputs outputs,
                                               int max_batch, tensor::GemmConfig gemm = {});
 
   // Fills the parameters from `seed` per each layer's initializer; the same seed gives the same bits.
   void Initialize(std::uint64_t seed);
 
-  // Logits [batch, classes] of the batch x [batch, input size], as at evaluation (dropout is the
+  // Outputs [batch, classes()] (logits, or regression outputs) of the batch x [batch, input size], as at evaluation (dropout is the
   // identity); valid until the next call.
   const float* Forward(const float* x, int batch);
   // Seeds the dropout masks of the next ComputeGradients (each dropout layer its own stream of
@@ -49,12 +60,12 @@ class Model {
   // down, to 0. The last layers' gradients are ready while the first layers' are computed.
   using GradientsReady = std::function<void(std::size_t from)>;
   // Forward (dropout active) and backward: writes the mean loss's gradient into grads() and returns loss and hits.
-  tensor::LossResult ComputeGradients(const float* x, std::span<const std::uint8_t> y, const GradientsReady& ready = nullptr);
+  tensor::LossResult ComputeGradients(const float* x, const tensor::Labels& y, const GradientsReady& ready = nullptr);
   // The same on rows [0, rows) of a batch cut into `microbatches` equal micro-batches: each one's
   // gradient is computed alone (dropout seeded by MicrobatchSeed) and they are summed in order by
   // AccumulateGradients, then scaled by 1 / microbatches: a pipeline's stages sum the same
   // micro-batch gradients in the same order, so both give the same bits. `acc` is scratch.
-  tensor::LossResult ComputeMicrobatchGradients(const float* x, std::span<const std::uint8_t> y, int microbatches,
+  tensor::LossResult ComputeMicrobatchGradients(const float* x, const tensor::Labels& y, int microbatches,
                                                 std::uint64_t dropout_seed, std::vector<float>& acc);
 
   // Layer by layer, for a model split across tasks (daemon/pipeline). Layer i's output for the
@@ -70,9 +81,9 @@ class Model {
   // Runs layers [first, last) forward on `batch` rows at `row` from `in` (dropout active when
   // `training`, seeded by SetDropoutSeed); returns layer last - 1's output.
   const float* ForwardLayers(std::size_t first, std::size_t last, const float* in, int row, int batch, bool training);
-  // dL/dlogits of the rows at `row` (layer_output of the last layer) into scratch for
+  // dL/doutputs of the rows at `row` (layer_output of the last layer) into scratch for
   // BackwardLayers; returns their mean loss and hits.
-  tensor::LossResult LossGradient(int row, std::span<const std::uint8_t> y);
+  tensor::LossResult LossGradient(int row, const tensor::Labels& y);
   // Backprop through layers [first, last) for the rows at `row`: `dout` is dL/d(output of layer
   // last - 1) (null: LossGradient's); writes those layers' parameter gradients into grads() (not
   // accumulated) and, when `din` is not null, dL/d`in` into it. `in` is what ForwardLayers read.
@@ -89,7 +100,10 @@ class Model {
   std::span<float> grads() { return grads_; }
   std::int64_t input_size() const { return input_.size(); }
   tensor::ActShape input_shape() const { return input_; }
+  // Units of the last layer: classes, or regression targets.
   int classes() const { return classes_; }
+  tensor::LossKind loss() const { return loss_; }
+  bool regression() const { return loss_ != tensor::LossKind::kSoftmaxCrossEntropy; }
   int max_batch() const { return max_batch_; }
   // The backend and thread count its GEMMs run on, as Build was given them; code that runs GEMMs
   // on this model's buffers (a pipeline stage's slices) runs them on this too.
@@ -103,6 +117,7 @@ class Model {
 
   tensor::ActShape input_;
   int classes_ = 0, max_batch_ = 0;
+  tensor::LossKind loss_ = tensor::LossKind::kSoftmaxCrossEntropy;
   tensor::GemmConfig gemm_;
   std::vector<std::unique_ptr<tensor::Layer>> layers_;
   std::vector<config::LayerSpec> layer_specs_;  // layers_[i]'s, with the model's init applied
@@ -123,15 +138,33 @@ std::uint64_t MicrobatchSeed(std::uint64_t step_seed, int m);
 void AccumulateGradients(std::span<float> acc, std::span<const float> g, bool first);
 void ScaleGradients(std::span<float> g, std::span<const float> acc, int microbatches);
 
+// Room for one batch's labels of a dataset (class ids, or regression targets) that FillBatch
+// fills with the examples' features; Labels views the rows filled.
+class BatchLabels {
+ public:
+  BatchLabels(const data::Dataset& data, int max_batch);
+  // data::FillBatch of `indices` into `x` and these labels.
+  void Fill(const data::Dataset& data, std::span<const std::uint32_t> indices, float* x);
+  // The first `rows` rows.
+  tensor::Labels View(std::size_t rows) const;
+
+ private:
+  std::vector<std::uint8_t> ids_;
+  std::vector<float> targets_;
+  int width_ = 0;
+};
+
 // Each variable's name and float count, in order (optim::DecayedRanges takes them).
 std::vector<std::pair<std::string, std::size_t>> VariableRuns(const Model& model);
 
-// Test-set accuracy of `model` in batches of its max_batch.
+// Test-set accuracy of `model` in batches of its max_batch (a regression model: its MAE).
 double Evaluate(Model& model, const data::Dataset& data);
 // Accuracy and (with `with_loss`) mean cross-entropy of `model` on `data`, as at evaluation
-// (dropout off); zeros for an empty set.
+// (dropout off); zeros for an empty set. A regression model: its mean loss, MAE and RMSE over
+// every example and target (accuracy 0).
 struct EvalResult {
   double accuracy = 0, loss = 0;
+  double mae = 0, rmse = 0;
 };
 EvalResult EvaluateLoss(Model& model, const data::Dataset& data, bool with_loss = true);
 // The softmax of `model` on every example of `data`, as at evaluation: data.size x classes floats,

@@ -37,6 +37,30 @@ LossResult SoftmaxCrossEntropy(const float* logits, std::span<const std::uint8_t
   return r;
 }
 
+LossResult RegressionLoss(const float* outputs, std::span<const float> targets, LossKind kind, float* doutputs) {
+  LossResult r;
+  const std::size_t n = targets.size();
+  if (n == 0) return r;
+  const float inv_n = 1.0f / static_cast<float>(n);
+  double loss = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const float diff = outputs[i] - targets[i];
+    const double sq = static_cast<double>(diff) * diff, abs = std::abs(static_cast<double>(diff));
+    r.abs_error += abs;
+    r.squared_error += sq;
+    loss += kind == LossKind::kMae ? abs : sq;
+    if (doutputs != nullptr)
+      doutputs[i] = kind == LossKind::kMae ? static_cast<float>((diff > 0) - (diff < 0)) * inv_n : 2.0f * diff * inv_n;
+  }
+  r.loss = loss / static_cast<double>(n);
+  return r;
+}
+
+LossResult ComputeLoss(LossKind kind, const float* outputs, const Labels& y, int units, float* doutputs) {
+  if (kind == LossKind::kSoftmaxCrossEntropy) return SoftmaxCrossEntropy(outputs, y.ids, units, doutputs);
+  return RegressionLoss(outputs, y.targets, kind, doutputs);
+}
+
 int CountCorrect(const float* logits, std::span<const std::uint8_t> labels, int classes) {
   int correct = 0;
   for (std::size_t i = 0; i < labels.size(); ++i) {

@@ -115,7 +115,7 @@ Status LayerStage::Forward(int m, const float* x, std::uint64_t seed) {
   return Status::Ok();
 }
 
-Status LayerStage::Backward(int m, const float* x, std::span<const std::uint8_t> y, std::uint64_t seed) {
+Status LayerStage::Backward(int m, const float* x, const tensor::Labels& y, std::uint64_t seed) {
   const float* dout = nullptr;
   double loss = 0;
   std::uint32_t correct = 0;
@@ -130,7 +130,7 @@ Status LayerStage::Backward(int m, const float* x, std::span<const std::uint8_t>
     start = Clock::now();
   } else {
     start = Clock::now();
-    const tensor::LossResult r = model_.LossGradient(m * mb_, y.subspan(static_cast<std::size_t>(m * mb_), static_cast<std::size_t>(mb_)));
+    const tensor::LossResult r = model_.LossGradient(m * mb_, y.Rows(static_cast<std::size_t>(m * mb_), static_cast<std::size_t>(mb_)));
     loss = r.loss;
     correct = static_cast<std::uint32_t>(r.correct);
   }
@@ -157,7 +157,7 @@ Status LayerStage::Backward(int m, const float* x, std::span<const std::uint8_t>
   return Status::Ok();
 }
 
-Result<tensor::LossResult> LayerStage::Step(const float* x, std::span<const std::uint8_t> y, std::uint64_t dropout_seed) {
+Result<tensor::LossResult> LayerStage::Step(const float* x, const tensor::Labels& y, std::uint64_t dropout_seed) {
   ++step_;
   loss_sum_ = 0;
   correct_ = 0;

@@ -51,12 +51,12 @@ class LayerStage {
   LayerStage(collective::Ring& ring, model::Model& model, std::size_t first, std::size_t last, int stage, int stages, int replica,
              const config::ModelParallelSpec& spec, int batch_size);
 
-  Result<tensor::LossResult> Step(const float* x, std::span<const std::uint8_t> y, std::uint64_t dropout_seed);
+  Result<tensor::LossResult> Step(const float* x, const tensor::Labels& y, std::uint64_t dropout_seed);
   StageStats& stats() { return stats_; }
 
  private:
   Status Forward(int m, const float* x, std::uint64_t seed);
-  Status Backward(int m, const float* x, std::span<const std::uint8_t> y, std::uint64_t seed);
+  Status Backward(int m, const float* x, const tensor::Labels& y, std::uint64_t seed);
   // The next frame from `side`, checked: `type`, this replica, stage `from_stage`, this step,
   // micro-batch `m`, `width` floats per row.
   Result<wire::InFrame> ReceiveChecked(collective::Ring::Side side, wire::MessageType type, int from_stage, int m, std::size_t width,

@@ -118,14 +118,14 @@ Status RunPipelineWorker(const config::TfConfig& config, const config::JobSpec& 
     layer_stage = std::make_unique<LayerStage>(*ring, model, first, last, stage, stages, replica, mp, job.batch_size);
     owned = LayerRanges(model, first, last);
     stats = &layer_stage->stats();
-    topts.compute = [s = layer_stage.get()](const float* x, std::span<const std::uint8_t> y, std::uint64_t seed) {
+    topts.compute = [s = layer_stage.get()](const float* x, const tensor::Labels& y, std::uint64_t seed) {
       return s->Step(x, y, seed);
     };
   } else {
     unit_stage = std::make_unique<UnitStage>(*ring, model, stage, stages, mp.microbatches, job.batch_size);
     owned = UnitRanges(model, stage, stages);
     stats = &unit_stage->stats();
-    topts.compute = [s = unit_stage.get()](const float* x, std::span<const std::uint8_t> y, std::uint64_t seed) {
+    topts.compute = [s = unit_stage.get()](const float* x, const tensor::Labels& y, std::uint64_t seed) {
       return s->Step(x, y, seed);
     };
   }

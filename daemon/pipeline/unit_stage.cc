@@ -90,7 +90,7 @@ Status UnitStage::BackwardLayer(std::size_t i, const float* in, int row, float* 
   return AllReduce(std::span(din, static_cast<std::size_t>(mb_) * static_cast<std::size_t>(k)));  // the input gradient's shares summed
 }
 
-Result<tensor::LossResult> UnitStage::Step(const float* x, std::span<const std::uint8_t> y, std::uint64_t dropout_seed) {
+Result<tensor::LossResult> UnitStage::Step(const float* x, const tensor::Labels& y, std::uint64_t dropout_seed) {
   const Clock::time_point start = Clock::now();
   const std::size_t layers = model_.num_layers();
   const std::int64_t in_width = model_.input_size();
@@ -101,10 +101,12 @@ Result<tensor::LossResult> UnitStage::Step(const float* x, std::span<const std::
     const int row = m * mb_;
     model_.SetDropoutSeed(model::MicrobatchSeed(dropout_seed, m));
     for (std::size_t i = 0; i < layers; ++i) TFD_RETURN_IF_ERROR(ForwardLayer(i, i == 0 ? xm : out_[i - 1].data(), row));
-    const tensor::LossResult r = tensor::SoftmaxCrossEntropy(out_[layers - 1].data(), y.subspan(static_cast<std::size_t>(row), mb_),
-                                                             model_.classes(), dbuf_[0].data());
+    const tensor::LossResult r = tensor::ComputeLoss(model_.loss(), out_[layers - 1].data(), y.Rows(static_cast<std::size_t>(row), mb_),
+                                                     model_.classes(), dbuf_[0].data());
     loss_sum += r.loss;
     total.correct += r.correct;
+    total.abs_error += r.abs_error;
+    total.squared_error += r.squared_error;
     float* dout = dbuf_[0].data();
     for (std::size_t i = layers; i-- > 0;) {
       float* din = i == 0 ? nullptr : dbuf_[(layers - i) % 2].data();

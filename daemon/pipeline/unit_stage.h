@@ -26,7 +26,7 @@ class UnitStage {
  public:
   UnitStage(collective::Ring& ring, model::Model& model, int stage, int stages, int microbatches, int batch_size);
 
-  Result<tensor::LossResult> Step(const float* x, std::span<const std::uint8_t> y, std::uint64_t dropout_seed);
+  Result<tensor::LossResult> Step(const float* x, const tensor::Labels& y, std::uint64_t dropout_seed);
   StageStats& stats() { return stats_; }
 
  private:

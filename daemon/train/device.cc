@@ -56,8 +56,8 @@ Result<decltype(TrainerOptions::compute)> DeviceGradients(const config::JobSpec&
   TFD_ASSIGN_OR_RETURN(std::unique_ptr<cuda::CudaModel> made, cuda::CudaModel::Create(model, job.cuda_device, job.gpu_memory_fraction));
   std::shared_ptr<cuda::CudaModel> device = std::move(made);
   spdlog::info("device: {} (gradients on the GPU, updates as the update mode makes them)", device->Describe());
-  return Compute([device, &model](const float* x, std::span<const std::uint8_t> y, std::uint64_t seed) {
-    return device->ComputeGradients(model.params(), x, y, seed, model.grads());
+  return Compute([device, &model](const float* x, const tensor::Labels& y, std::uint64_t seed) {
+    return device->ComputeGradients(model.params(), x, y.ids, seed, model.grads());  // classification only (config refuses regression)
   });
 #else
   (void)model;
@@ -79,8 +79,8 @@ Result<std::unique_ptr<Updater>> MakeDeviceStandalone(const config::JobSpec& job
     spdlog::info("model_parallel: micro-batches are not split on the GPU: one batch per step, the same update up to rounding");
   }
   spdlog::info("device: {} (forward, backward and the optimizer on the GPU, one CUDA graph per step)", device->Describe());
-  options.compute = [device](const float* x, std::span<const std::uint8_t> y, std::uint64_t seed) {
-    return device->TrainStep(x, y, seed);
+  options.compute = [device](const float* x, const tensor::Labels& y, std::uint64_t seed) {
+    return device->TrainStep(x, y.ids, seed);  // classification only (config refuses regression)
   };
   return std::unique_ptr<Updater>(new DeviceUpdater(device, host_state, steps_per_epoch));
 #else

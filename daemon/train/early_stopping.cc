@@ -22,10 +22,12 @@ std::optional<std::string> EarlyStopper::Update(int epoch, const EpochMetrics& m
     case Monitor::kValLoss: value = m.val_loss; break;
     case Monitor::kTestAccuracy: value = m.test_accuracy; break;
     case Monitor::kLoss: value = m.loss; break;
+    case Monitor::kValMae: value = m.val_mae; break;
+    case Monitor::kTestMae: value = m.test_mae; break;
     case Monitor::kNone: break;
   }
   if (value < 0) return std::nullopt;  // not measured this epoch
-  const bool lower_is_better = spec_.monitor == Monitor::kValLoss || spec_.monitor == Monitor::kLoss;
+  const bool lower_is_better = spec_.monitor != Monitor::kValAccuracy && spec_.monitor != Monitor::kTestAccuracy;
   const bool improved = !have_best_ || (lower_is_better ? value < best_ - spec_.min_delta : value > best_ + spec_.min_delta);
   if (improved) {
     have_best_ = true;

@@ -11,11 +11,12 @@ namespace tfd::train {
 // validation metrics; `loss` is the epoch's training loss).
 struct EpochMetrics {
   double loss = -1, val_loss = -1, val_accuracy = -1, test_accuracy = -1;
+  double val_mae = -1, test_mae = -1;  // regression
 };
 
 // The chief's end-of-epoch decision (job.early_stopping and job.stop_at_accuracy), with Keras'
 // EarlyStopping semantics: an epoch improves when the monitored value beats the best so far by
-// more than min_delta (accuracy: higher; loss: lower); the run stops once `patience` epochs in a
+// more than min_delta (accuracy: higher; loss and MAE: lower); the run stops once `patience` epochs in a
 // row have not improved (patience 0: at the first that does not). Not thread-safe.
 class EarlyStopper {
  public:

@@ -5,8 +5,8 @@
 
 namespace tfd::train {
 
-// Feeds a training task's metrics (steps, examples, step time, loss, accuracy, learning rate,
-// epoch, global step; the evaluation accuracies at epoch ends) from the epoch loop. Runs on the
+// Feeds a training task's metrics (steps, examples, step time, loss, accuracy or a regression
+// model's MAE, learning rate, epoch, global step; the evaluation accuracies or MAE/RMSE at epoch ends) from the epoch loop. Runs on the
 // training thread; each step costs a few relaxed atomic operations. `metrics` must have had
 // AddTrainingMetrics() and must outlive the observer.
 class MetricsObserver final : public TrainObserver {
@@ -17,6 +17,7 @@ class MetricsObserver final : public TrainObserver {
 
  private:
   metrics::TaskMetrics& m_;
+  metrics::Gauge* mae_ = nullptr;  // tfd_mae, made at a regression model's first step
 };
 
 }  // namespace tfd::train

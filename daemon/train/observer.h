@@ -17,6 +17,8 @@ struct StepStats {
   std::int64_t local_step = 0;   // this worker's steps so far, this one included
   int examples = 0;              // the batch
   double loss = 0, accuracy = 0;
+  bool regression = false;       // a regression model: `mae` in place of `accuracy`
+  double mae = 0;                // over the batch's examples and targets
   double learning_rate = 0;      // the schedule's rate at this step's global step
   double compute_seconds = 0;    // forward and backward (gradient hand-offs to the updater excluded)
   double update_seconds = 0;     // the updater: sending, waiting for the others, applying
@@ -29,6 +31,8 @@ struct EpochStats {
   std::int64_t global_step = 0, local_step = 0;
   double loss = 0, accuracy = 0, samples_per_sec = 0;
   std::optional<double> val_loss, val_accuracy, test_accuracy;  // where this task evaluated
+  // A regression model's metrics in place of the accuracies (which stay unset).
+  std::optional<double> mae, rmse, val_mae, val_rmse, test_mae, test_rmse;
   double wall_time = 0;
   // The parameters at the epoch's end (weight histograms); valid during OnEpoch only.
   const model::Model* model = nullptr;

@@ -143,7 +143,7 @@ Status RunStandalone(const config::JobSpec& job, EventWriter& events, const Stan
   if (const int m = job.model_parallel.microbatches; job.model_parallel.enabled() && m > 1) {
     spdlog::info("model_parallel: {} micro-batches of {} examples per step, their gradients summed (split ignored here)", m,
                  job.batch_size / m);
-    topts.compute = [&model = *loaded.model, m, &accumulated](const float* x, std::span<const std::uint8_t> y,
+    topts.compute = [&model = *loaded.model, m, &accumulated](const float* x, const tensor::Labels& y,
                                                              std::uint64_t seed) -> Result<tensor::LossResult> {
       return model.ComputeMicrobatchGradients(x, y, m, seed, accumulated);
     };

@@ -29,7 +29,7 @@ void SummaryObserver::OnStep(const StepStats& s) {
   ++steps_;
   examples_ += s.examples;
   loss_ += s.loss;
-  accuracy_ += s.accuracy;
+  accuracy_ += s.regression ? s.mae : s.accuracy;
   compute_ += s.compute_seconds;
   update_ += s.update_seconds;
   if (s.local_step % spec_.every_steps != 0) return;
@@ -37,7 +37,7 @@ void SummaryObserver::OnStep(const StepStats& s) {
   const double secs = s.wall_time - since_;
   const std::pair<std::string, double> values[] = {
       {"loss", loss_ / n},
-      {"accuracy", accuracy_ / n},
+      {s.regression ? "mae" : "accuracy", accuracy_ / n},
       {"samples_per_sec", secs > 0 ? static_cast<double>(examples_) / secs : 0},
       {"learning_rate", s.learning_rate},
       {"time/compute_seconds", compute_ / n},
@@ -57,10 +57,15 @@ void SummaryObserver::OnStep(const StepStats& s) {
 void SummaryObserver::OnEpoch(const EpochStats& e) {
   if (writer_ == nullptr) return;
   std::vector<std::pair<std::string, double>> values = {
-      {"epoch/loss", e.loss}, {"epoch/accuracy", e.accuracy}, {"epoch/samples_per_sec", e.samples_per_sec}};
+      {"epoch/loss", e.loss}, {"epoch/samples_per_sec", e.samples_per_sec}};
+  if (e.mae) values.insert(values.begin() + 1, {{"epoch/mae", *e.mae}, {"epoch/rmse", e.rmse.value_or(0)}});
+  else values.insert(values.begin() + 1, {"epoch/accuracy", e.accuracy});
   if (e.test_accuracy) values.emplace_back("test_accuracy", *e.test_accuracy);
   if (e.val_accuracy) values.emplace_back("val_accuracy", *e.val_accuracy);
   if (e.val_loss) values.emplace_back("val_loss", *e.val_loss);
+  for (const auto& [name, v] : {std::pair{"test_mae", e.test_mae}, std::pair{"test_rmse", e.test_rmse}, std::pair{"val_mae", e.val_mae},
+                                std::pair{"val_rmse", e.val_rmse}})
+    if (v) values.emplace_back(name, *v);
   Check(writer_->Scalars(e.global_step, values, e.wall_time));
   if (writer_ != nullptr && e.model != nullptr && spec_.histograms_every_epochs > 0 && e.epoch % spec_.histograms_every_epochs == 0) {
     for (const model::Variable& v : e.model->variables()) {

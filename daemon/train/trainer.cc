@@ -37,6 +37,35 @@ namespace {
 
 double UnixNow() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
+// A run's training metric over `rows` examples: classification's accuracy, or regression's MAE
+// and RMSE over every example and target, as event fields named `prefix` + metric and a log
+// line's " name=value" pieces.
+struct Metric {
+  std::vector<EventField> fields;
+  std::string line;
+};
+Metric TrainMetric(const model::Model& model, std::int64_t correct, double abs_sum, double sq_sum, std::int64_t rows,
+                   const std::string& prefix) {
+  Metric m;
+  if (!model.regression()) {
+    const double accuracy = rows > 0 ? static_cast<double>(correct) / static_cast<double>(rows) : 0.0;
+    m.fields = {{prefix + "accuracy", accuracy}};
+    m.line = fmt::format(" {}accuracy={:.4f}", prefix, accuracy);
+    return m;
+  }
+  const double values = static_cast<double>(rows) * model.classes();
+  const double mae = values > 0 ? abs_sum / values : 0.0, rmse = values > 0 ? std::sqrt(sq_sum / values) : 0.0;
+  m.fields = {{prefix + "mae", mae}, {prefix + "rmse", rmse}};
+  m.line = fmt::format(" {}mae={:.4f} {}rmse={:.4f}", prefix, mae, prefix, rmse);
+  return m;
+}
+
+// An evaluation's metric (test or validation), as TrainMetric gives it.
+Metric EvalMetric(const model::Model& model, const model::EvalResult& r, const std::string& prefix) {
+  if (!model.regression()) return {{{prefix + "accuracy", r.accuracy}}, fmt::format(" {}accuracy={:.4f}", prefix, r.accuracy)};
+  return {{{prefix + "mae", r.mae}, {prefix + "rmse", r.rmse}}, fmt::format(" {}mae={:.4f} {}rmse={:.4f}", prefix, r.mae, prefix, r.rmse)};
+}
+
 Status TrainLoop(const config::JobSpec& job, const data::DataSplits& data, model::Model& model, Updater& updater,
                  EventWriter& events, const TrainerOptions& options) {
   const int batch = job.batch_size;
@@ -45,9 +74,10 @@ Status TrainLoop(const config::JobSpec& job, const data::DataSplits& data, model
   const bool worker_line = options.task != "standalone";
   const std::string prefix = worker_line ? fmt::format("worker={} ", options.rank) : "";
   std::vector<float> x(static_cast<std::size_t>(batch * model.input_size()));
-  std::vector<std::uint8_t> y(static_cast<std::size_t>(batch));
+  model::BatchLabels y(data.train, batch);
   std::int64_t local_step = std::min<std::int64_t>(options.start_local_step, steps * job.epochs), global_step = 0;
-  double test_accuracy = -1;
+  double test_accuracy = -1;  // the test metric: accuracy, or a regression model's MAE
+  model::EvalResult test_result;
   EarlyStopper stopper(job);
   const bool validate = options.evaluate_each_epoch && data.validation.size > 0;
   const int first_epoch = options.first_epoch > 0 ? options.first_epoch : static_cast<int>(local_step / steps) + 1;
@@ -86,6 +116,7 @@ Status TrainLoop(const config::JobSpec& job, const data::DataSplits& data, model
                                                            share ? share->count : options.num_workers, job.shuffle);
       double loss_sum = 0;
       std::int64_t correct = 0, seen = 0;
+      double abs_sum = 0, sq_sum = 0;  // regression
       // Where the epoch's time went, by the task's own clock: reading the batch, forward and backward,
       // and the update (the exchange with the ps or the ring and the optimizer, with any gradients
       // handed over during backprop).
@@ -104,7 +135,7 @@ Status TrainLoop(const config::JobSpec& job, const data::DataSplits& data, model
           return Status::FailedPrecondition(fmt::format("stopped by a signal at epoch {} local_step {}", epoch, local_step));
         }
         const Clock::time_point fill_start = Clock::now();
-        data::FillBatch(data.train, std::span(shard).subspan(static_cast<std::size_t>(s * batch), batch), x.data(), y.data());
+        y.Fill(data.train, std::span(shard).subspan(static_cast<std::size_t>(s * batch), batch), x.data());
         if (join) updater.SetHasNextBatch(s + 1 < my_steps);
         const std::uint64_t dropout_seed = DropoutSeed(job.seed, options.rank, local_step);
         Status sending;
@@ -113,12 +144,12 @@ Status TrainLoop(const config::JobSpec& job, const data::DataSplits& data, model
         Clock::duration handing_off{};  // gradients handed to the updater during backprop (overlap)
         tensor::LossResult r;
         if (options.compute) {
-          Result<tensor::LossResult> computed = options.compute(x.data(), y, dropout_seed);
+          Result<tensor::LossResult> computed = options.compute(x.data(), y.View(batch), dropout_seed);
           if (!computed.ok()) return fail(computed.status());
           r = *computed;
         } else {
           model.SetDropoutSeed(dropout_seed);
-          r = model.ComputeGradients(x.data(), y, [&](std::size_t from) {
+          r = model.ComputeGradients(x.data(), y.View(batch), [&](std::size_t from) {
             const Clock::time_point t = Clock::now();
             if (sending.ok()) sending = updater.GradientsReady(model, from);
             handing_off += Clock::now() - t;
@@ -141,6 +172,7 @@ Status TrainLoop(const config::JobSpec& job, const data::DataSplits& data, model
         if (!options.observers.empty()) {
           const StepStats stats{.epoch = epoch, .global_step = global_step, .local_step = local_step, .examples = batch,
                                 .loss = r.loss, .accuracy = static_cast<double>(r.correct) / batch,
+                                .regression = model.regression(), .mae = r.abs_error / (static_cast<double>(batch) * model.classes()),
                                 .learning_rate = optim::LearningRate(job.optimizer, std::max<std::int64_t>(global_step - 1, 0)),
                                 .compute_seconds = std::chrono::duration<double>(computed - step_start - handing_off).count(),
                                 .update_seconds = std::chrono::duration<double>(stepped_at - computed + handing_off).count(),
@@ -155,10 +187,14 @@ Status TrainLoop(const config::JobSpec& job, const data::DataSplits& data, model
         }
         loss_sum += r.loss * batch;
         correct += r.correct;
+        abs_sum += r.abs_error;
+        sq_sum += r.squared_error;
         seen += batch;
         if (job.log_every_steps > 0 && local_step % job.log_every_steps == 0) {
-          events.Emit("step", {{"epoch", std::int64_t{epoch}}, {"global_step", global_step}, {"local_step", local_step},
-                               {"loss", r.loss}, {"accuracy", static_cast<double>(r.correct) / batch}});
+          std::vector<EventField> fields = {{"epoch", std::int64_t{epoch}}, {"global_step", global_step}, {"local_step", local_step},
+                                            {"loss", r.loss}};
+          for (EventField& f : TrainMetric(model, r.correct, r.abs_error, r.squared_error, batch, "").fields) fields.push_back(std::move(f));
+          events.Emit("step", fields);
         }
       }
       if (updater.StopRequested()) break;
@@ -177,42 +213,53 @@ Status TrainLoop(const config::JobSpec& job, const data::DataSplits& data, model
       // (seen is 0 in an epoch taken up again at its end, after a recovery)
       const double loss = seen > 0 ? loss_sum / static_cast<double>(seen) : 0.0;
       const double accuracy = seen > 0 ? static_cast<double>(correct) / static_cast<double>(seen) : 0.0;
+      const Metric trained = TrainMetric(model, correct, abs_sum, sq_sum, seen, "");
       const auto seconds = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
       std::vector<EventField> fields = {{"epoch", std::int64_t{epoch}}, {"global_step", global_step}, {"local_step", local_step},
-                                        {"loss", loss}, {"accuracy", accuracy}, {"samples_per_sec", samples_per_sec},
-                                        {"epoch_s", secs}, {"input_s", seconds(input_time)}, {"compute_s", seconds(compute_time)},
-                                        {"update_s", seconds(update_time)}};
+                                        {"loss", loss}};
+      fields.insert(fields.end(), trained.fields.begin(), trained.fields.end());
+      for (EventField f : std::vector<EventField>{{"samples_per_sec", samples_per_sec}, {"epoch_s", secs}, {"input_s", seconds(input_time)},
+                                                  {"compute_s", seconds(compute_time)}, {"update_s", seconds(update_time)}})
+        fields.push_back(std::move(f));
       std::string eval;
       EpochMetrics metrics;
       metrics.loss = loss;
+      model::EvalResult val;
       if (validate) {
-        const model::EvalResult val = model::EvaluateLoss(model, data.validation);
+        val = model::EvaluateLoss(model, data.validation);
         metrics.val_loss = val.loss;
         metrics.val_accuracy = val.accuracy;
+        metrics.val_mae = val.mae;
+        const Metric m = EvalMetric(model, val, "val_");
         fields.push_back({"val_loss", val.loss});
-        fields.push_back({"val_accuracy", val.accuracy});
-        eval = fmt::format(" val_loss={:.4f} val_accuracy={:.4f}", val.loss, val.accuracy);
+        fields.insert(fields.end(), m.fields.begin(), m.fields.end());
+        eval = fmt::format(" val_loss={:.4f}{}", val.loss, m.line);
       }
       if (options.evaluate_each_epoch) {
-        test_accuracy = model::Evaluate(model, data.test);
-        metrics.test_accuracy = test_accuracy;
-        fields.push_back({"test_accuracy", test_accuracy});
-        eval += fmt::format(" test_accuracy={:.4f}", test_accuracy);
+        test_result = model::EvaluateLoss(model, data.test, /*with_loss=*/false);
+        test_accuracy = model.regression() ? test_result.mae : test_result.accuracy;
+        metrics.test_accuracy = test_result.accuracy;
+        metrics.test_mae = test_result.mae;
+        const Metric m = EvalMetric(model, test_result, "test_");
+        fields.insert(fields.end(), m.fields.begin(), m.fields.end());
+        eval += m.line;
       }
       std::string note = updater.EpochNote();
-      spdlog::info("{}epoch={} global_step={}{} loss={:.4f} accuracy={:.4f}{} samples_per_sec={:.0f}{}{}", prefix, epoch, global_step,
-                   worker_line ? fmt::format(" local_step={}", local_step) : "", loss, accuracy, eval, samples_per_sec,
+      spdlog::info("{}epoch={} global_step={}{} loss={:.4f}{}{} samples_per_sec={:.0f}{}{}", prefix, epoch, global_step,
+                   worker_line ? fmt::format(" local_step={}", local_step) : "", loss, trained.line, eval, samples_per_sec,
                    note.empty() ? "" : " ", note);
       events.Emit("epoch", fields);
       if (!options.observers.empty()) {
         EpochStats stats{.epoch = epoch, .global_step = global_step, .local_step = local_step, .loss = loss, .accuracy = accuracy,
                          .samples_per_sec = samples_per_sec, .wall_time = UnixNow(), .model = &model};
-        if (validate) stats.val_loss = metrics.val_loss, stats.val_accuracy = metrics.val_accuracy;
-        if (options.evaluate_each_epoch) stats.test_accuracy = metrics.test_accuracy;
+        if (model.regression()) stats.mae = std::get<double>(trained.fields[0].value), stats.rmse = std::get<double>(trained.fields[1].value);
+        if (validate && model.regression()) stats.val_loss = val.loss, stats.val_mae = val.mae, stats.val_rmse = val.rmse;
+        else if (validate) stats.val_loss = metrics.val_loss, stats.val_accuracy = metrics.val_accuracy;
+        if (options.evaluate_each_epoch && model.regression()) stats.test_mae = test_result.mae, stats.test_rmse = test_result.rmse;
+        else if (options.evaluate_each_epoch) stats.test_accuracy = metrics.test_accuracy;
         for (TrainObserver* o : options.observers) o->OnEpoch(stats);
       }
-      NotifyStatus(fmt::format("epoch {} of {}: global_step={} loss={:.4f} accuracy={:.4f}{}", epoch, job.epochs, global_step, loss,
-                               accuracy, eval));
+      NotifyStatus(fmt::format("epoch {} of {}: global_step={} loss={:.4f}{}{}", epoch, job.epochs, global_step, loss, trained.line, eval));
       if (job.can_stop_early() && epoch < job.epochs) {
         std::optional<std::string> reason;
         if (options.evaluate_each_epoch) reason = stopper.Update(epoch, metrics);
@@ -244,17 +291,22 @@ Status TrainLoop(const config::JobSpec& job, const data::DataSplits& data, model
     local_step = resume->local_step;
     global_step = resume->global_step;
   }
-  if (updater.FinishChangesParams() || test_accuracy < 0) test_accuracy = model::Evaluate(model, data.test);
+  if (updater.FinishChangesParams() || test_accuracy < 0) {
+    test_result = model::EvaluateLoss(model, data.test, /*with_loss=*/false);
+    test_accuracy = model.regression() ? test_result.mae : test_result.accuracy;
+  }
+  const Metric tested = EvalMetric(model, test_result, "test_");
   const std::string sha = model::ParamsSha256(model);
   if (!options.params_out.empty()) {
     std::ofstream out(options.params_out, std::ios::binary | std::ios::trunc);
     out.write(reinterpret_cast<const char*>(model.params().data()), static_cast<std::streamsize>(model.params().size_bytes()));
     if (!out) return Status::Unavailable(fmt::format("--params-out: cannot write {}", options.params_out));
   }
-  spdlog::info("{}done: global_step={} local_step={} test_accuracy={:.4f} params_sha256={}", prefix, global_step, local_step,
-               test_accuracy, sha);
-  events.Emit("done", {{"global_step", global_step}, {"local_step", local_step}, {"test_accuracy", test_accuracy},
-                       {"params_sha256", sha}});
+  spdlog::info("{}done: global_step={} local_step={}{} params_sha256={}", prefix, global_step, local_step, tested.line, sha);
+  std::vector<EventField> done = {{"global_step", global_step}, {"local_step", local_step}};
+  done.insert(done.end(), tested.fields.begin(), tested.fields.end());
+  done.push_back({"params_sha256", sha});
+  events.Emit("done", done);
   return Status::Ok();
 }
 

@@ -35,7 +35,7 @@ struct TrainerOptions {
   // When set, computes each step's gradient into model.grads() instead of model.ComputeGradients
   // (micro-batches, a model-parallel stage's schedule), from the batch and the step's dropout
   // seed; its error ends the run as an updater's does. Updater::GradientsReady is not called then.
-  std::function<Result<tensor::LossResult>(const float* x, std::span<const std::uint8_t> y, std::uint64_t dropout_seed)> compute;
+  std::function<Result<tensor::LossResult>(const float* x, const tensor::Labels& y, std::uint64_t dropout_seed)> compute;
 };
 
 // The epoch loop shared by standalone and cluster workers: shards and batches the data, computes

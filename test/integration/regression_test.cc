@@ -1,0 +1,103 @@
+// Regression end to end through the tfd binary: a CSV whose target is a known linear function of
+// two features plus small noise (fixed seed), trained standalone, in an allreduce ring and with a
+// sync ps, each reaching a stated test MAE; the events carry mae/rmse in place of accuracy.
+#include <cmath>
+#include <random>
+#include <sstream>
+#include <string>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "test/integration/cluster_util.h"
+#include "test/local_cluster.h"
+#include "test/test_util.h"
+
+namespace tfd::testing {
+namespace {
+
+// y = 3 x0 - 2 x1 + 0.5 + noise, x uniform in [-1, 1], noise uniform in [-0.05, 0.05] (its MAE
+// floor is 0.025): `rows` rows with a header, from a fixed seed.
+std::string WriteLinearCsv(const TempDir& dir, int rows) {
+  std::mt19937 gen(2024);
+  auto uniform = [&] { return static_cast<double>(gen()) / 4294967296.0 * 2 - 1; };
+  std::string csv = "x0,x1,y\n";
+  for (int i = 0; i < rows; ++i) {
+    const double x0 = uniform(), x1 = uniform(), noise = 0.05 * uniform();
+    csv += fmt::format("{:.6f},{:.6f},{:.6f}\n", x0, x1, 3 * x0 - 2 * x1 + 0.5 + noise);
+  }
+  const std::string path = dir / "linear.csv";
+  WriteFile(path, csv);
+  return path;
+}
+
+// A linear model (one dense unit) trained on the CSV with 20% held out for test.
+std::string RegressionJob(const std::string& csv, const std::string& update, const std::string& loss = "mse") {
+  return R"({"model": {"layers": [{"type": "dense", "units": 16, "activation": "tanh"}, {"type": "dense", "units": 1}]},
+             "data": {"train": ")" + csv + R"(", "test_split": 0.2, "task": "regression", "loss": ")" + loss + R"("},
+             "epochs": 8, "batch_size": 20, "optimizer": {"type": "adam", "learning_rate": 0.02},
+             "update": )" + update + R"(, "seed": 3, "log_every_steps": 0})";
+}
+
+constexpr double kMaxMae = 0.12;  // what these runs reach is ~0.05; the noise alone gives 0.025
+
+TEST_CASE("a regression CSV trains standalone to a stated MAE; events carry mae and rmse", "[integration][regression]") {
+  TempDir dir;
+  const std::string csv = WriteLinearCsv(dir, 1000);
+  for (const char* loss : {"mse", "mae"}) {
+    WriteFile(dir / "job.json", RegressionJob(csv, R"({"mode": "async"})", loss));
+    CommandResult r = RunCommand(std::string(TFD_BINARY) + " --standalone --log-format json --job " + dir / "job.json", dir);
+    INFO("loss " << loss << " stderr: " << r.err);
+    REQUIRE(r.exit_code == 0);
+    std::istringstream in(r.out);
+    nlohmann::json last, epoch;
+    for (std::string line; std::getline(in, line);) {
+      last = nlohmann::json::parse(line);
+      if (last["event"] == "epoch") epoch = last;
+    }
+    REQUIRE(epoch.is_object());
+    CHECK(epoch.contains("mae"));
+    CHECK(epoch.contains("rmse"));
+    CHECK(epoch.contains("test_mae"));
+    CHECK(!epoch.contains("accuracy"));
+    CHECK(!epoch.contains("test_accuracy"));
+    REQUIRE(last["event"] == "done");
+    CHECK(!last.contains("test_accuracy"));
+    const double mae = last["test_mae"].get<double>(), rmse = last["test_rmse"].get<double>();
+    INFO("test mae " << mae << " rmse " << rmse);
+    CHECK(mae < kMaxMae);
+    CHECK(rmse >= mae);
+    CHECK(r.err.find("test_mae=") != std::string::npos);
+  }
+}
+
+TEST_CASE("regression trains in an allreduce ring and with a sync ps to the same MAE, every worker with the same bits",
+          "[integration][regression][cluster]") {
+  TempDir dir;
+  const std::string csv = WriteLinearCsv(dir, 1000);
+  for (const auto& [update, ps] : {std::pair{std::string(R"({"mode": "allreduce"})"), 0}, std::pair{std::string(R"({"mode": "sync"})"), 1}}) {
+    LocalCluster c({.num_ps = ps, .num_workers = 2, .job = RegressionJob(csv, update)});
+    const std::vector<nlohmann::json> done = RunToCompletion(c);
+    REQUIRE(done.size() == 2);
+    INFO("update " << update << ": " << done[0].dump());
+    REQUIRE(done[0]["params_sha256"].is_string());
+    CHECK(done[0]["params_sha256"] == done[1]["params_sha256"]);
+    REQUIRE(done[0]["test_mae"].is_number());
+    CHECK(done[0]["test_mae"].get<double>() < kMaxMae);
+  }
+}
+
+TEST_CASE("a regression job in a mode that does not take it is exit 2 naming the mode", "[integration][regression]") {
+  TempDir dir;
+  const std::string csv = WriteLinearCsv(dir, 100);
+  std::string job = RegressionJob(csv, R"({"mode": "async"})");
+  job.insert(job.rfind('}'), R"(, "model_parallel": {"stages": 2, "split": "layers"})");
+  WriteFile(dir / "job.json", job);
+  CommandResult r = RunCommand(std::string(TFD_BINARY) + " --standalone --job " + dir / "job.json", dir);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("model_parallel: the data's task is regression") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace tfd::testing
