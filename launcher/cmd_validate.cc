@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -158,7 +159,10 @@ Status CheckCluster(const RunSetup& run) {
       return Status::InvalidArgument(fmt::format("{}: launch.tfd: \"{}\" is not an executable file (run scripts/build)", f.source, tfd.string()));
     if (p.task.type != config::TaskType::kPs) TFD_RETURN_IF_ERROR(CheckLocalData(f, workdir));
     if (f.launch.metrics.port_base > 0 && !p.metrics_target.empty()) {
-      const int port = std::stoi(p.metrics_target.substr(p.metrics_target.rfind(':') + 1));
+      // The plan wrote the target as HOST:PORT itself.
+      int port = 0;
+      const std::string_view digits = std::string_view(p.metrics_target).substr(p.metrics_target.rfind(':') + 1);
+      std::from_chars(digits.data(), digits.data() + digits.size(), port);
       if (!PortFree("127.0.0.1", static_cast<std::uint16_t>(port)))
         return Status::InvalidArgument(fmt::format("{}: launch.metrics.port_base: port {} (for {}) is already in use on this machine",
                                                    f.source, port, p.task.ToString()));
