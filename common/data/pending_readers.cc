@@ -13,7 +13,6 @@ Status NotYet(const config::DataSpec& spec) {
 
 Result<Examples> ReadNpyPair(const config::DataSpec& spec, const std::string&, const std::string&) { return NotYet(spec); }
 Result<Examples> ReadNpz(const config::DataSpec& spec, const std::vector<std::string>&) { return NotYet(spec); }
-Result<Examples> ReadImageFolders(const config::DataSpec& spec, const std::vector<std::string>&) { return NotYet(spec); }
 Result<Examples> ReadTfrecords(const config::DataSpec& spec, const std::vector<std::string>&) { return NotYet(spec); }
 
 }  // namespace tfd::data
