@@ -237,6 +237,17 @@ Status DecodeAll(const std::vector<ImageFile>& files, const Plan& plan, int thre
   return first->index == SIZE_MAX ? Status::Ok() : first->status;
 }
 
+// Refuses, before allocating, decoded images that would not fit in this host's memory.
+Status CheckFits(std::size_t n, const Plan& plan, const std::string& root) {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  const double need = static_cast<double>(n) * static_cast<double>(plan.bytes());
+  const double have = pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 1e300;
+  if (need < have) return Status::Ok();
+  return Status::InvalidArgument(fmt::format("{}: {} images of {}x{}x{} bytes need {:.1f} GiB, more than this host's {:.1f} GiB; set a "
+                                             "smaller data.image_size",
+                                             root, n, plan.height, plan.width, plan.channels, need / (1 << 30), have / (1 << 30)));
+}
+
 }  // namespace
 
 Result<Image> DecodeImage(std::span<const std::uint8_t> bytes, int channels, std::int64_t max_pixels) {
@@ -260,11 +271,11 @@ Result<Examples> ReadImageFolders(const DataSpec& spec, const std::vector<std::s
     return Status::InvalidArgument(fmt::format("{}: data.task: image folders give each image a class (its folder); regression needs a "
                                                "number per example (npy, csv or tfrecord)",
                                                paths.empty() ? "data.train" : paths.front()));
+  if (paths.empty()) return Status::InvalidArgument("data.train: names no folder of images");
   TFD_ASSIGN_OR_RETURN(Listing listing, ListFolders(paths));
   TFD_ASSIGN_OR_RETURN(Plan plan, PlanShape(spec, listing.files.front().path));
   const std::size_t n = listing.files.size();
-  if (plan.bytes() != 0 && n > SIZE_MAX / plan.bytes())
-    return Status::InvalidArgument(fmt::format("{}: {} images of {} bytes do not fit in memory", paths.front(), n, plan.bytes()));
+  TFD_RETURN_IF_ERROR(CheckFits(n, plan, paths.front()));
   std::vector<std::uint8_t> features(n * plan.bytes());
   TFD_RETURN_IF_ERROR(DecodeAll(listing.files, plan, std::clamp<int>(threads, 1, static_cast<int>(std::min<std::size_t>(n, 1024))), features.data()));
   Examples out;
