@@ -21,6 +21,7 @@
 
 #include <fmt/format.h>
 #include <stb/stb_image.h>
+#include <zlib.h>
 #include <stb/stb_image_resize.h>
 
 #include "common/data/readers.h"
@@ -132,7 +133,40 @@ struct Header {
 
 int Clamp(std::size_t n) { return static_cast<int>(std::min<std::size_t>(n, std::numeric_limits<int>::max())); }
 
+// Whether every Huffman table of a JPEG's DHT segments holds at most 256 codes. stb_image 2.27
+// (Debian 12's) writes past a table's arrays when the 16 code counts sum over 256 (fixed upstream
+// in 2.28; found by test/fuzz/images_fuzz.cc), so such a file is refused before stb reads it. The
+// markers are walked as stb walks them: fill bytes skipped, a segment's tables read while its
+// length lasts (past the segment's end, as stb would), zeros past the end of the bytes.
+bool JpegTablesFit(std::span<const std::uint8_t> b) {
+  auto at = [&](std::size_t i) -> unsigned { return i < b.size() ? b[i] : 0u; };
+  std::size_t p = 0;
+  if (at(p) != 0xFF) return true;  // not a JPEG: not this check's business
+  while (p < b.size() && b[p] == 0xFF) ++p;
+  if (at(p) != 0xD8) return true;
+  for (++p; p + 1 < b.size();) {
+    const unsigned m = b[p + 1];
+    if (b[p] != 0xFF || m == 0xFF) { ++p; continue; }  // entropy-coded data or a fill byte
+    if (m == 0x00 || m == 0x01 || (m >= 0xD0 && m <= 0xD8)) { p += 2; continue; }  // stuffed zero, TEM, RSTn, SOI: no length
+    if (m == 0xD9) return true;                                                     // EOI
+    const long length = static_cast<long>(at(p + 2) << 8 | at(p + 3));
+    if (m == 0xC4) {
+      std::size_t q = p + 4;
+      for (long left = length - 2; left > 0;) {
+        long codes = 0;
+        for (std::size_t i = 1; i <= 16; ++i) codes += at(q + i);
+        if (codes > 256) return false;
+        q += 17 + static_cast<std::size_t>(codes);
+        left -= 17 + codes;
+      }
+    }
+    p += 2 + static_cast<std::size_t>(length);
+  }
+  return true;
+}
+
 Result<Header> ReadHeader(std::span<const std::uint8_t> bytes, std::int64_t max_pixels) {
+  if (!JpegTablesFit(bytes)) return Status::InvalidArgument("not a JPEG image stb_image can read (a Huffman table of over 256 codes)");
   Header h;
   if (stbi_info_from_memory(bytes.data(), Clamp(bytes.size()), &h.width, &h.height, &h.channels) == 0)
     return Status::InvalidArgument(fmt::format("not a PNG or JPEG image stb_image can read ({})", stbi_failure_reason()));
@@ -141,10 +175,65 @@ Result<Header> ReadHeader(std::span<const std::uint8_t> bytes, std::int64_t max_
   return h;
 }
 
+std::uint32_t BigEndian32(std::span<const std::uint8_t> b, std::size_t at) {
+  return std::uint32_t{b[at]} << 24 | std::uint32_t{b[at + 1]} << 16 | std::uint32_t{b[at + 2]} << 8 | b[at + 3];
+}
+
+// Whether a zlib stream inflates to at most `limit` bytes (counted in a small buffer, never kept).
+bool InflatesWithin(const std::vector<std::span<const std::uint8_t>>& parts, bool raw_deflate, std::uint64_t limit) {
+  z_stream z{};
+  if (inflateInit2(&z, raw_deflate ? -15 : 15) != Z_OK) return false;
+  std::vector<std::uint8_t> sink(1 << 16);
+  int rc = Z_OK;
+  for (std::size_t i = 0; i < parts.size() && rc == Z_OK && z.total_out <= limit; ++i) {
+    z.next_in = const_cast<std::uint8_t*>(parts[i].data());
+    z.avail_in = static_cast<uInt>(parts[i].size());
+    while (rc == Z_OK && z.avail_in > 0 && z.total_out <= limit) {
+      z.next_out = sink.data();
+      z.avail_out = static_cast<uInt>(sink.size());
+      rc = inflate(&z, Z_NO_FLUSH);
+    }
+  }
+  const bool within = z.total_out <= limit;
+  inflateEnd(&z);
+  return within;
+}
+
+// stb_image 2.27 sizes a PNG's image data buffer from each IDAT chunk's length before it checks the
+// bytes are there, and inflates it into a buffer that grows as far as the stream goes (a 1 KB
+// zlib bomb asks for gigabytes). So a PNG is walked first: every chunk must fit in the file, and
+// image data over 256 KiB (below that the output is bounded anyway) must inflate to no more than
+// the image's rows (`h` x `w` pixels, interlaced or not) can hold.
+Status CheckPngChunks(std::span<const std::uint8_t> b, const Header& h) {
+  static constexpr std::uint8_t kSignature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+  if (b.size() < 8 || !std::equal(kSignature, kSignature + 8, b.begin())) return Status::Ok();  // not a PNG
+  std::vector<std::span<const std::uint8_t>> idat;
+  std::uint64_t idat_bytes = 0;
+  bool cgbi = false;
+  for (std::size_t p = 8; p + 8 <= b.size();) {
+    const std::uint32_t length = BigEndian32(b, p);
+    const std::string type(reinterpret_cast<const char*>(b.data() + p + 4), 4);
+    if (length > b.size() - p - 8)
+      return Status::InvalidArgument(fmt::format("not a PNG image stb_image can read (chunk at byte {} claims {} bytes; {} remain)", p, length,
+                                                 b.size() - p - 8));
+    if (type == "IEND") break;
+    if (type == "CgBI") cgbi = true;  // Apple's PNGs: raw deflate, no zlib header
+    if (type == "IDAT") idat.push_back(b.subspan(p + 8, length)), idat_bytes += length;
+    p += 12 + std::size_t{length};
+  }
+  const std::uint64_t rows = static_cast<std::uint64_t>(h.height) * (1 + 8 * static_cast<std::uint64_t>(h.width) * 2);  // <= 4 channels x 16 bits
+  const std::uint64_t limit = 2 * rows + 16 * static_cast<std::uint64_t>(h.height) + 1024;  // interlacing's extra filter bytes
+  if (idat_bytes > (256u << 10) && !InflatesWithin(idat, cgbi, limit))
+    return Status::InvalidArgument(fmt::format("not a PNG image stb_image can read (its image data inflates past the {} bytes {}x{} pixels need)",
+                                               limit, h.height, h.width));
+  return Status::Ok();
+}
+
 using StbPixels = std::unique_ptr<std::uint8_t, void (*)(void*)>;
 
 // The pixels as `channels` bytes each; `h` is the header ReadHeader read from the same bytes.
 Result<StbPixels> Decode(std::span<const std::uint8_t> bytes, const Header& h, int channels) {
+  TFD_RETURN_IF_ERROR(CheckPngChunks(bytes, h));
   int w = 0, ht = 0, stored = 0;
   StbPixels px(stbi_load_from_memory(bytes.data(), Clamp(bytes.size()), &w, &ht, &stored, channels), stbi_image_free);
   if (px == nullptr) return Status::InvalidArgument(fmt::format("cannot decode the image ({})", stbi_failure_reason()));

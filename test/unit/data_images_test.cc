@@ -1,5 +1,7 @@
 // The image folder reader (common/data/images.h): PNG and JPEG files written here with
 // stb_image_write (test/image_files.h), read back through ReadImageFolders and LoadData.
+#include <zlib.h>
+
 #include <filesystem>
 
 #include <catch2/catch.hpp>
@@ -150,7 +152,7 @@ TEST_CASE("image folders: bad folders and bad files are refused naming them", "[
   WritePng(dir / "bad/a/1.png", 8, 8, 1, Ramp(8, 8, 0));
   std::filesystem::create_directories(dir / "bad/b");
   WriteFile(dir / "bad/b/2.png", png.substr(0, png.size() - 24));  // the image data cut short
-  CHECK(ErrorOf(spec, {dir / "bad"}).starts_with(dir / "bad/b/2.png: cannot decode the image ("));
+  CHECK(ErrorOf(spec, {dir / "bad"}).starts_with(dir / "bad/b/2.png: not a PNG image stb_image can read (chunk at byte 33 claims "));
   WriteFile(dir / "bad/b/2.png", "BM not a PNG at all");
   CHECK(ErrorOf(spec, {dir / "bad"}) == dir / "bad/b/2.png: not a PNG or JPEG image stb_image can read (unknown image type)");
 
@@ -191,6 +193,28 @@ TEST_CASE("DecodeImage bounds the size from the header before decoding", "[unit]
   Result<Image> huge = DecodeImage(std::span(reinterpret_cast<const std::uint8_t*>(png.data()), png.size()), 1);
   REQUIRE_FALSE(huge.ok());
   CHECK(huge.status().message() == "8000x5000 pixels (height x width) is over the 33554432 an image may have");
+}
+
+// A PNG chunk: length, type, data, CRC over type and data.
+std::string Chunk(const std::string& type, const std::string& data) {
+  std::string body = type + data;
+  const auto crc = static_cast<std::uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(body.data()), static_cast<uInt>(body.size())));
+  return tfd::testing::BigEndian32(static_cast<std::uint32_t>(data.size())) + body + tfd::testing::BigEndian32(crc);
+}
+
+TEST_CASE("DecodeImage refuses a PNG whose image data inflates past what its size needs", "[unit][data]") {
+  std::string raw(300 << 10, '\0');  // 300 KiB that deflate cannot shrink, for an 8 x 8 gray image
+  std::uint32_t x = 1;
+  for (char& c : raw) c = static_cast<char>((x = x * 1664525u + 1013904223u) >> 24);
+  std::string packed(compressBound(static_cast<uLong>(raw.size())), '\0');
+  uLongf packed_size = packed.size();
+  REQUIRE(compress(reinterpret_cast<Bytef*>(packed.data()), &packed_size, reinterpret_cast<const Bytef*>(raw.data()), static_cast<uLong>(raw.size())) == Z_OK);
+  packed.resize(packed_size);
+  const std::string ihdr = tfd::testing::BigEndian32(8) + tfd::testing::BigEndian32(8) + std::string("\x08\x00\x00\x00\x00", 5);
+  const std::string png = std::string("\x89PNG\r\n\x1a\n", 8) + Chunk("IHDR", ihdr) + Chunk("IDAT", packed) + Chunk("IEND", "");
+  Result<Image> img = DecodeImage(std::span(reinterpret_cast<const std::uint8_t*>(png.data()), png.size()), 1);
+  REQUIRE_FALSE(img.ok());
+  CHECK(img.status().message() == "not a PNG image stb_image can read (its image data inflates past the 3216 bytes 8x8 pixels need)");
 }
 
 TEST_CASE("image folders through LoadData: classes sorted by name, a test folder or a held-out split", "[unit][data]") {
