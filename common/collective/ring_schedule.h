@@ -11,7 +11,7 @@
 // The ring's schedule as pure functions of (rank, members, buffer length, chunk size): which
 // chunks a member sends from its own values, and which chunks it expects from the previous member,
 // in the order they arrive, with what to do with each. No sockets and no state, so the schedule is
-// tested on its own (test/unit/ring_schedule_test.cc); Ring (ring.h) follows it.
+// tested on its own (test/unit/common/collective/ring_schedule_test.cc); Ring (ring.h) follows it.
 //
 // AllReduce: the buffer is cut into n segments (segment c is floats [len * c / n, len * (c + 1) / n)),
 // each cut into chunks of at most `chunk_floats`. Reduce-scatter: at hop h segment r - h - 1

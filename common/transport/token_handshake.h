@@ -15,7 +15,7 @@ namespace tfd::transport {
 // takes the frames a connection receives before and after authentication and says what to do:
 // send a frame, hand the frame to the handler, refuse the peer with a reason, or close because the
 // peer refused us. It opens no socket, reads no clock and draws no random bytes (its own nonce is
-// given), so every path is unit-tested (test/unit/token_handshake_test.cc). Connection drives it.
+// given), so every path is unit-tested (test/unit/common/transport/token_handshake_test.cc). Connection drives it.
 //
 //   client (dialed)                          server (accepted)
 //   AUTH_HELLO(client nonce)          ->

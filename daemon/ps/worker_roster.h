@@ -23,7 +23,7 @@ enum class WorkerState { kNone, kConnected, kLost, kGivenUp, kDone };
 // The ps's worker roster: which rank each handshaken connection carries, who is done, lost or given
 // up on, and the rules that decide when to give up and when the run is over. Pure bookkeeping: the
 // clock is an argument (never read here), nothing is logged or sent, so every rule is unit-tested
-// with a fake clock (test/unit/worker_roster_test.cc).
+// with a fake clock (test/unit/daemon/ps/worker_roster_test.cc).
 //
 // The rules:
 // - a worker lost before its DONE is given up on once it has been away `return_timeout`;

@@ -8,7 +8,7 @@
 // common/optim/optimizer.cc (their CPU twins). The rate is read on the device when the kernel runs
 // (`lr` points at device memory), so a captured graph replays with each step's rate. This file is
 // compiled without FMA contraction and with IEEE division and square root, so the results are the
-// CPU's bit for bit (test/unit/cuda_kernels_test.cc checks it).
+// CPU's bit for bit (test/unit/common/tensor/cuda_kernels_test.cc checks it).
 namespace tfd::cuda {
 
 // p -= lr * g

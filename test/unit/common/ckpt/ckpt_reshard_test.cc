@@ -8,7 +8,7 @@
 
 #include "common/ckpt/checkpoint.h"
 #include "common/ckpt/reshard.h"
-#include "test/unit/ckpt_fixtures.h"
+#include "test/unit/common/ckpt/ckpt_fixtures.h"
 
 namespace tfd::ckpt {
 namespace {

@@ -14,7 +14,7 @@
 
 #include "common/ckpt/file.h"
 #include "test/test_util.h"
-#include "test/unit/ckpt_fixtures.h"
+#include "test/unit/common/ckpt/ckpt_fixtures.h"
 
 namespace tfd::ckpt {
 namespace {

@@ -10,7 +10,7 @@
 
 #include "common/wire/frame.h"
 #include "common/wire/messages.h"
-#include "test/unit/wire_fixtures.h"
+#include "test/unit/common/wire/wire_fixtures.h"
 
 namespace tfd::wire {
 namespace {

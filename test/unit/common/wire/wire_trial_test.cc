@@ -1,7 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include "common/wire/trial_messages.h"
-#include "test/unit/wire_fixtures.h"
+#include "test/unit/common/wire/wire_fixtures.h"
 
 namespace tfd::wire {
 namespace {

@@ -11,7 +11,7 @@
 
 #include "common/ckpt/format.h"
 #include "common/wire/crc32c.h"
-#include "test/unit/ckpt_fixtures.h"
+#include "test/unit/common/ckpt/ckpt_fixtures.h"
 
 namespace tfd::ckpt {
 namespace {
