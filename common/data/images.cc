@@ -339,9 +339,17 @@ Status CheckFits(std::size_t n, const Plan& plan, const std::string& root) {
 
 }  // namespace
 
+bool IsPngOrJpeg(std::span<const std::uint8_t> bytes) {
+  static constexpr std::uint8_t kPng[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+  if (bytes.size() >= 8 && std::equal(kPng, kPng + 8, bytes.begin())) return true;
+  return bytes.size() >= 3 && bytes[0] == 0xff && bytes[1] == 0xd8 && bytes[2] == 0xff;
+}
+
 Result<Image> DecodeImage(std::span<const std::uint8_t> bytes, int channels, std::int64_t max_pixels) {
-  if (channels != 1 && channels != 3) return Status::InvalidArgument(fmt::format("channels must be 1 or 3, got {}", channels));
+  if (channels != 0 && channels != 1 && channels != 3) return Status::InvalidArgument(fmt::format("channels must be 0, 1 or 3, got {}", channels));
+  if (!IsPngOrJpeg(bytes)) return Status::InvalidArgument("not a PNG or JPEG image");
   TFD_ASSIGN_OR_RETURN(Header h, ReadHeader(bytes, max_pixels));
+  if (channels == 0) channels = h.channels <= 2 ? 1 : 3;
   TFD_ASSIGN_OR_RETURN(StbPixels px, Decode(bytes, h, channels));
   Image img{.height = h.height, .width = h.width, .channels = channels};
   img.pixels.assign(px.get(), px.get() + static_cast<std::size_t>(h.height) * h.width * channels);

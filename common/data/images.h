@@ -26,8 +26,12 @@ struct Image {
   std::vector<std::uint8_t> pixels;
 };
 
+// True when `bytes` begin with a PNG or JPEG signature.
+bool IsPngOrJpeg(std::span<const std::uint8_t> bytes);
+
 // Decodes a PNG or JPEG (any other format is refused) to `channels` 1 (grayscale, stb's luma of
-// RGB) or 3 (RGB, gray repeated); an alpha channel is dropped. InvalidArgument with stb_image's
+// RGB) or 3 (RGB, gray repeated), or 0: the image's own (1 for gray with or without alpha, else 3);
+// an alpha channel is dropped. InvalidArgument with stb_image's
 // reason ("bad png sig", "bad huffman code", ...) or the size over `max_pixels`; the message does
 // not name a file (the caller does).
 Result<Image> DecodeImage(std::span<const std::uint8_t> bytes, int channels, std::int64_t max_pixels = kMaxImagePixels);

@@ -14,7 +14,7 @@
 
 #include <fmt/format.h>
 
-#include "common/data/image_decode.h"
+#include "common/data/images.h"
 #include "common/data/proto/example.pb.h"
 #include "common/data/readers.h"
 #include "common/summary/record.h"
@@ -336,7 +336,7 @@ class ExampleBuilder {
                                   s.key, v.size()));
     }
     image_ = Image::kEncoded;
-    Result<DecodedImage> img = DecodeImage(bytes, spec_.channels);
+    Result<data::Image> img = DecodeImage(bytes, spec_.channels);
     if (!img.ok()) return Fail(at, fmt::format("feature \"{}\": {}", s.key, img.status().message()));
     if (area > 0 && (img->height != h || img->width != w))
       return Fail(at, fmt::format("feature \"{}\": the image is {}x{}, data.image_size is {}x{} (TFRecord images are not resized)", s.key, img->height,
@@ -384,7 +384,7 @@ class ExampleBuilder {
       bytes_.insert(bytes_.end(), v.begin(), v.end());
       return Status::Ok();
     }
-    Result<DecodedImage> img = DecodeImage(std::span(reinterpret_cast<const std::uint8_t*>(v.data()), v.size()), out_.channels);
+    Result<data::Image> img = DecodeImage(std::span(reinterpret_cast<const std::uint8_t*>(v.data()), v.size()), out_.channels);
     if (!img.ok()) return Fail(at, fmt::format("feature \"{}\": {}", s.key, img.status().message()));
     if (img->height != out_.height || img->width != out_.width)
       return Fail(at, fmt::format("feature \"{}\": the image is {}x{}; the first record's is {}x{}", s.key, img->height, img->width, out_.height, out_.width));
