@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <string>
 
+#include <boost/program_options.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -62,17 +63,23 @@ int Fail(const std::string& message) {
 }  // namespace
 
 int Run(int argc, char** argv, std::ostream& out) {
-  std::string verb = argc > 1 ? argv[1] : "", source;
-  bool json = false;
-  for (int i = 2; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--json") json = true;
-    else if (arg == "-h" || arg == "--help") return out << kUsage, 0;
-    else if (!arg.empty() && arg[0] == '-') return Fail(fmt::format("data inspect: unknown option {}\n{}", arg, kUsage));
-    else if (source.empty()) source = arg;
-    else return Fail(fmt::format("data inspect: one source, got \"{}\" and \"{}\"", source, arg));
+  namespace po = boost::program_options;
+  std::string verb, source;
+  bool json = false, help = false;
+  po::options_description named;
+  named.add_options()("json", po::bool_switch(&json))("help,h", po::bool_switch(&help));
+  po::options_description all;
+  all.add(named).add_options()("verb", po::value(&verb))("source", po::value(&source));
+  po::positional_options_description positional;
+  positional.add("verb", 1).add("source", 1);
+  try {
+    po::variables_map vm;
+    po::store(po::command_line_parser(argc, argv).options(all).positional(positional).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    return Fail(fmt::format("data: {}\n{}", e.what(), kUsage));
   }
-  if (verb == "-h" || verb == "--help") return out << kUsage, 0;
+  if (help) return out << kUsage, 0;
   if (verb != "inspect") return Fail(fmt::format("data: unknown command \"{}\" (expected inspect)\n{}", verb, kUsage));
   if (source.empty()) return Fail(fmt::format("data inspect: name a source or a job file\n{}", kUsage));
   Result<config::DataSpec> spec = config::DataSpec{};

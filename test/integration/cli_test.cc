@@ -226,5 +226,27 @@ TEST_CASE("Ctrl-C stops a training run within a second with exit code 130", "[in
   CHECK(err.find("stopped by a signal") != std::string::npos);
 }
 
+TEST_CASE("tfd data inspect reports a CSV's rows, classes and warnings, as text and JSON; bad data is one line, exit 2", "[integration][cli][data]") {
+  TempDir dir;
+  WriteFile(dir / "t.csv", "a,b,y\n1,5,cat\n2,5,dog\n3,5,dog\n3,5,dog\n");
+  CommandResult text = RunCommand(kTfd + " data inspect " + dir / "t.csv", dir);
+  INFO(text.err);
+  REQUIRE(text.exit_code == 0);
+  CHECK(text.out.rfind(dir / "t.csv" + " (csv), training split: 4 rows; each 1x2x1 (2 float32 values)\nclasses (2): cat 1 (25.0%) dog 3 (75.0%)\n", 0) == 0);
+  CHECK(text.out.find("warning: 1 constant feature (b): no use to the model\n") != std::string::npos);
+  CHECK(text.out.find("warning: 1 duplicate row (features and label repeat an earlier row)\n") != std::string::npos);
+  CommandResult json = RunCommand(kTfd + " data inspect --json " + dir / "t.csv", dir);
+  REQUIRE(json.exit_code == 0);
+  const nlohmann::json j = nlohmann::json::parse(json.out);
+  CHECK(j["train"]["rows"] == 4);
+  CHECK(j["train"]["classes"][1]["name"] == "dog");
+  CHECK(j["train"]["classes"][1]["count"] == 3);
+  WriteFile(dir / "bad.csv", "a,y\n1,cat\nx,dog\n");
+  ExpectUsageError(RunCommand(kTfd + " data inspect " + dir / "bad.csv", dir), dir / "bad.csv" + ":3: column 1 (\"a\"): expected a finite number, got \"x\"");
+  CommandResult usage = RunCommand(kTfd + " data inspect", dir);
+  CHECK(usage.exit_code == 2);
+  CHECK(usage.err.rfind("tfd: data inspect: name a source or a job file\n", 0) == 0);
+}
+
 }  // namespace
 }  // namespace tfd::testing
