@@ -58,7 +58,9 @@ struct DataSpec {
 
   bool regression() const { return task == Task::kRegression; }
   bool is_mnist_folder() const { return format == Format::kMnistFolder; }
-  bool held_out_test() const { return test.empty() && format != Format::kMnistFolder; }
+  // Whether a test set is held out of the training files (no `test`, a test_split given; `tfd data
+  // inspect` of a bare file has neither).
+  bool held_out_test() const { return test.empty() && format != Format::kMnistFolder && (test_count > 0 || test_fraction > 0); }
   // For logs and errors: the folder, or the first training file.
   std::string Describe() const;
   // Every path the spec names that is not a glob, with its field ("data", "data.train[0]",

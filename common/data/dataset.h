@@ -1,6 +1,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -88,6 +89,12 @@ struct DataSplits {
   Dataset train, test;
   Dataset validation;  // the last examples of the training file, held out (validation_split); may be empty
 };
+
+// How many of `n` examples a split holds out: `count` when set, else Keras' rule for a `fraction`
+// (the first floor(n * (1 - fraction)) stay). Used for validation_split and data.test_split alike.
+inline std::int64_t HeldOutCount(std::int64_t n, std::int64_t count, double fraction) {
+  return count > 0 ? count : n - static_cast<std::int64_t>(std::floor(static_cast<double>(n) * (1 - fraction)));
+}
 
 // Moves the last `count` examples of `data->train` into `data->validation` (0 < count < train.size):
 // the validation images are copied out, and a mapped training file stays mapped.

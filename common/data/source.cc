@@ -292,15 +292,13 @@ Result<DataSplits> LoadData(const DataSpec& spec, std::uint64_t seed) {
                                                  test.dtype == DType::kU8 ? "bytes" : "floats", train.dtype == DType::kU8 ? "bytes" : "floats"));
   } else {
     test.height = train.height, test.width = train.width, test.channels = train.channels, test.dtype = train.dtype;
-    if (!train.label_ids.empty()) test.label_ids.clear();
   }
   TFD_ASSIGN_OR_RETURN(DataSplits out, spec.task == DataSpec::Task::kRegression
                                             ? RegressionSplits(std::move(train), std::move(test), train_source, test_source)
                                             : NumberClasses(spec, std::move(train), std::move(test), train_source, test_source));
-  if (spec.held_out_test() && (spec.test_count > 0 || spec.test_fraction > 0)) {
+  if (spec.held_out_test()) {
     const std::int64_t n = out.train.size;
-    const std::int64_t held = spec.test_count > 0 ? spec.test_count
-                                                  : n - static_cast<std::int64_t>(std::floor(static_cast<double>(n) * (1 - spec.test_fraction)));
+    const std::int64_t held = HeldOutCount(n, spec.test_count, spec.test_fraction);
     if (held <= 0 || held >= n)
       return Status::InvalidArgument(fmt::format("data.test_split: holds out {} of the {} examples in {}; leave some of each", held, n, train_source));
     HoldOutTest(&out, held, seed);

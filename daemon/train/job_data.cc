@@ -1,7 +1,5 @@
 #include "daemon/train/job_data.h"
 
-#include <cmath>
-
 #include <fmt/format.h>
 
 #include "common/data/source.h"
@@ -26,10 +24,7 @@ Result<LoadedJob> LoadJobData(const config::JobSpec& job, int num_workers, bool 
   loaded.data = std::move(data).value();
   if (job.validation_count > 0 || job.validation_fraction > 0) {
     const std::int64_t n = loaded.data.train.size;
-    // Keras' rule: the first floor(n * (1 - split)) examples train, the rest validate.
-    const std::int64_t held = job.validation_count > 0
-                                  ? job.validation_count
-                                  : n - static_cast<std::int64_t>(std::floor(static_cast<double>(n) * (1 - job.validation_fraction)));
+    const std::int64_t held = data::HeldOutCount(n, job.validation_count, job.validation_fraction);
     if (held <= 0 || held >= n)
       return Status::InvalidArgument(fmt::format("validation_split: holds out {} of the {} training examples in {}; leave some of each",
                                                  held, n, job.data.Describe()));
