@@ -62,20 +62,31 @@ Status FsyncPath(const std::string& path, int flags) {
   return Status::Ok();
 }
 
+}  // namespace
+
+Status WriteSynced(const std::string& path, std::span<const std::byte> bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::Internal(fmt::format("{}: create: {}", path, ErrnoText(errno)));
+  Status s = WriteAll(fd, bytes, path);
+  if (s.ok() && ::fsync(fd) != 0) s = Status::Internal(fmt::format("{}: fsync: {}", path, ErrnoText(errno)));
+  if (::close(fd) != 0 && s.ok()) s = Status::Internal(fmt::format("{}: close: {}", path, ErrnoText(errno)));
+  if (!s.ok()) ::unlink(path.c_str());
+  return s;
+}
+
+Status SyncFolder(const std::string& dir) { return FsyncPath(dir, O_RDONLY | O_DIRECTORY); }
+
+namespace {
+
 Status WriteFileDurably(const std::string& dir, const std::string& final_path, const std::string& tmp_path,
                         std::span<const std::byte> bytes) {
-  const int fd = ::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::Internal(fmt::format("{}: create: {}", tmp_path, ErrnoText(errno)));
-  Status s = WriteAll(fd, bytes, tmp_path);
-  if (s.ok() && ::fsync(fd) != 0) s = Status::Internal(fmt::format("{}: fsync: {}", tmp_path, ErrnoText(errno)));
-  if (::close(fd) != 0 && s.ok()) s = Status::Internal(fmt::format("{}: close: {}", tmp_path, ErrnoText(errno)));
-  if (s.ok() && ::rename(tmp_path.c_str(), final_path.c_str()) != 0)
-    s = Status::Internal(fmt::format("{}: rename to {}: {}", tmp_path, final_path, ErrnoText(errno)));
-  if (!s.ok()) {
+  TFD_RETURN_IF_ERROR(WriteSynced(tmp_path, bytes));
+  if (::rename(tmp_path.c_str(), final_path.c_str()) != 0) {
+    Status s = Status::Internal(fmt::format("{}: rename to {}: {}", tmp_path, final_path, ErrnoText(errno)));
     ::unlink(tmp_path.c_str());
     return s;
   }
-  return FsyncPath(dir, O_RDONLY | O_DIRECTORY);
+  return SyncFolder(dir);
 }
 
 }  // namespace

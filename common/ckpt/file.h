@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,11 @@ namespace tfd::ckpt {
 std::string FileName(std::uint64_t global_step);
 // The step a checkpoint file's name (no folder) says; false for any other name (a .tmp file too).
 bool StepOfFileName(std::string_view name, std::uint64_t* step);
+
+// Writes `bytes` to `path` (created or truncated) and fsyncs it; on failure the file is removed
+// and the error names the path. SyncFolder fsyncs a folder, so that renames and new files in it last.
+Status WriteSynced(const std::string& path, std::span<const std::byte> bytes);
+Status SyncFolder(const std::string& dir);
 
 // Writes `ckpt` into `dir` (which must exist) as FileName(global_step): a temporary file in the
 // same folder, fsync, rename, fsync of the folder; then deletes all but the newest `keep_last`

@@ -88,6 +88,8 @@ void ReadLayer(const json& j, const std::string& path, LayerSpec* layer, const O
   (void)r.Finish();
 }
 
+}  // namespace
+
 void ReadModel(ObjectReader& root, ModelSpec* model) {
   const json* v = root.Get("model");
   if (v == nullptr) return root.Fail(root.PathOf("model"), std::string("missing (expected ") + std::string(Known("model")) + ")");
@@ -118,6 +120,8 @@ void ReadModel(ObjectReader& root, ModelSpec* model) {
   ReadInit(r, &model->init);
   (void)r.Finish();
 }
+
+namespace {
 
 // "learning_rate": 0.1 | {"schedule": "exponential_decay" | "piecewise_constant" | "cosine_decay", ...}
 void ReadLearningRate(ObjectReader& r, bool required, OptimizerSpec* opt) {

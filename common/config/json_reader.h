@@ -53,6 +53,9 @@ struct JobSpec;
 struct DataSpec;
 // Reads the job's "data" (common/config/data_spec.h) from `root`; errors go to its status.
 void ReadDataSpec(ObjectReader& root, DataSpec* d);
+struct ModelSpec;
+// Reads the job's "model" from `root`; errors go to its status.
+void ReadModel(ObjectReader& root, ModelSpec* model);
 // Reads a job spec from the object `r` reads (for a job file, or the "train" object of a cluster
 // file); errors go to r's status.
 JobSpec ReadJobSpec(ObjectReader& r);

@@ -5,9 +5,11 @@
 #include <numeric>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/base/check.h"
 #include "common/base/random.h"
+#include "common/base/sha256.h"
 #include "common/data/idx.h"
 
 namespace tfd::data {
@@ -88,6 +90,18 @@ void Standardize(const Normalizer& norm, float* __restrict x, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) x[i] = (x[i] - mean[i]) * inv_std[i];
 }
 }  // namespace
+
+std::string Fingerprint(const Dataset& data) {
+  Sha256 h;
+  const std::string head = fmt::format("tfd-data-1 {} {} {} {} {} {} {} {}", data.size, data.height, data.width, data.channels,
+                                       data.dtype == DType::kU8 ? "u8" : "f32", data.num_classes, data.num_targets,
+                                       fmt::join(data.class_names, "\x1f"));
+  h.Update(std::as_bytes(std::span(head)));
+  h.Update(std::as_bytes(std::span(data.features.data(), data.features.size())));
+  h.Update(std::as_bytes(std::span(data.labels)));
+  h.Update(std::as_bytes(std::span(data.targets)));
+  return h.HexDigest();
+}
 
 void HoldOut(DataSplits* data, std::int64_t count) {
   Dataset& train = data->train;

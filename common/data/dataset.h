@@ -100,6 +100,12 @@ inline std::int64_t HeldOutCount(std::int64_t n, std::int64_t count, double frac
 // the validation images are copied out, and a mapped training file stays mapped.
 void HoldOut(DataSplits* data, std::int64_t count);
 
+// SHA-256 (hex) of what a model learns from: the shape, element type, classes (names) or target
+// count, and every example's features and labels or targets in order. Two datasets with equal
+// fingerprints hold the same examples; a checkpoint and an exported model record their training
+// split's, so that resuming on other data is caught.
+std::string Fingerprint(const Dataset& data);
+
 // File names of the four MNIST IDX files inside the data folder.
 inline constexpr const char* kTrainImages = "train-images-idx3-ubyte";
 inline constexpr const char* kTrainLabels = "train-labels-idx1-ubyte";
