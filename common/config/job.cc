@@ -274,6 +274,17 @@ void ReadSummaries(ObjectReader& root, SummarySpec* summaries) {
   (void)r.Finish();
 }
 
+void ReadExport(ObjectReader& root, ExportSpec* out) {
+  const json* v = root.Get("export");
+  if (v == nullptr) return;
+  ObjectReader r = root.Child(*v, root.PathOf("export"));
+  r.String("dir", &out->dir);
+  if (r.status().ok() && r.Has("dir") && out->dir.empty())
+    r.Fail(r.PathOf("dir"), "must not be empty (leave it out for no export, or let tfd's --export-dir set it)");
+  r.Int("every_epochs", 0, 1 << 20, &out->every_epochs);
+  (void)r.Finish();
+}
+
 void ReadElastic(ObjectReader& root, ElasticSpec* elastic) {
   const json* v = root.Get("elastic");
   if (v == nullptr) return;
@@ -478,6 +489,7 @@ JobSpec ReadJobSpec(ObjectReader& r) {
   r.Bool("shuffle", &job.shuffle);
   ReadCheckpoint(r, &job.checkpoint);
   ReadSummaries(r, &job.summaries);
+  ReadExport(r, &job.export_model);
   if (const json* v = r.Get("validation_split"); v != nullptr) {
     if (v->is_number_integer() && v->get<std::int64_t>() >= 1)
       job.validation_count = v->get<std::int64_t>();

@@ -123,6 +123,13 @@ struct SummarySpec {
   int histograms_every_epochs = 0; // weight histograms every this many epochs; 0: none
 };
 
+// The trained model out (docs/serving.md): the chief (or a standalone run) writes a version folder
+// into `dir` at the end of the run, and every `every_epochs` epochs when set.
+struct ExportSpec {
+  std::string dir;       // empty: no export (tfd's --export-dir sets or overrides it; tfctl up sets RUN/model)
+  int every_epochs = 0;  // 0: at the end only
+};
+
 // Stop training at the end of an epoch when the monitored metric stops improving (Keras'
 // EarlyStopping: `patience` epochs without an improvement larger than `min_delta`).
 struct EarlyStoppingSpec {
@@ -184,6 +191,7 @@ struct JobSpec {
   bool shuffle = true;
   CheckpointSpec checkpoint;
   SummarySpec summaries;
+  ExportSpec export_model;  // "export"
   // Held out from the end of the training set before sharding: a fraction in (0, 1) of it, or a
   // count of examples. Both 0: none.
   double validation_fraction = 0;

@@ -31,7 +31,7 @@
 namespace tfd::task {
 namespace {
 
-// The job of a task: --job read, the flags' overrides applied (--summaries-dir, --device,
+// The job of a task: --job read, the flags' overrides applied (--summaries-dir, --export-dir, --device,
 // --gpu-memory-fraction), and checked against the cluster (config::CheckJobOnCluster).
 Result<config::JobSpec> LoadTaskJob(const RoleContext& c) {
   const TaskFlags& f = c.flags;
@@ -44,6 +44,7 @@ Result<config::JobSpec> LoadTaskJob(const RoleContext& c) {
     if (c.place.tf) TFD_RETURN_IF_ERROR(config::CheckJobOnCluster(c.place.tf->cluster, job, f.job_path + ": "));
   }
   if (!f.summaries_dir.empty()) job.summaries.dir = f.summaries_dir;
+  if (!f.export_dir.empty()) job.export_model.dir = f.export_dir;
   if (f.device) {
     job.device = *f.device;
     job.cuda_device = *f.cuda_device;

@@ -123,6 +123,7 @@ Status RunStandalone(const config::JobSpec& job, EventWriter& events, const Stan
   LocalUpdater updater(*optimizer, *loaded.model);
   TrainerOptions topts;
   topts.stop = options.stop;
+  topts.exports = true;
   topts.params_out = options.params_out;
   if (options.resume != nullptr) {
     const std::int64_t steps = StepsPerEpoch(loaded.data.train.size, 1, job.batch_size);

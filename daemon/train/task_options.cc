@@ -8,6 +8,7 @@ TrainerOptions TrainerOptionsFor(const config::TfConfig& config, const config::J
   t.rank = config.cluster.WorkerRank(config.task);
   t.num_workers = config.cluster.num_workers();
   t.evaluate_each_epoch = config.is_chief() && job.evaluation == config::Evaluation::kChief;
+  t.exports = config.is_chief();
   t.stop = options.stop;
   t.params_out = options.params_out;
   t.shard_limit = options.shard_limit;

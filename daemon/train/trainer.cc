@@ -12,6 +12,7 @@
 #include "common/base/service.h"
 #include "common/optim/schedule.h"
 #include "daemon/train/early_stopping.h"
+#include "daemon/train/export.h"
 
 namespace tfd::train {
 namespace {
@@ -259,6 +260,14 @@ Status TrainLoop(const config::JobSpec& job, const data::DataSplits& data, model
         else if (options.evaluate_each_epoch) stats.test_accuracy = metrics.test_accuracy;
         for (TrainObserver* o : options.observers) o->OnEpoch(stats);
       }
+      // Every export.every_epochs epochs (a model-parallel stage holds its own layers only until the
+      // final gather, so it exports at the end alone). A failed export here is logged; the run goes on.
+      const int every = job.export_model.every_epochs;
+      if (options.exports && !job.export_model.dir.empty() && every > 0 && epoch % every == 0 && epoch < job.epochs &&
+          !job.model_parallel.enabled()) {
+        Result<std::string> exported = ExportTrainedModel(job, data.train, model, global_step, fields, TrainedBy(job, options.task == "standalone"), events);
+        if (!exported.ok()) spdlog::warn("{}epoch {}: the model was not exported: {}", prefix, epoch, exported.status().message());
+      }
       NotifyStatus(fmt::format("epoch {} of {}: global_step={} loss={:.4f}{}{}", epoch, job.epochs, global_step, loss, trained.line, eval));
       if (job.can_stop_early() && epoch < job.epochs) {
         std::optional<std::string> reason;
@@ -301,6 +310,13 @@ Status TrainLoop(const config::JobSpec& job, const data::DataSplits& data, model
     std::ofstream out(options.params_out, std::ios::binary | std::ios::trunc);
     out.write(reinterpret_cast<const char*>(model.params().data()), static_cast<std::streamsize>(model.params().size_bytes()));
     if (!out) return Status::Unavailable(fmt::format("--params-out: cannot write {}", options.params_out));
+  }
+  if (options.exports && !job.export_model.dir.empty()) {
+    std::vector<EventField> final_metrics = tested.fields;
+    final_metrics.push_back({"epochs", std::int64_t{job.epochs}});
+    TFD_RETURN_IF_ERROR(ExportTrainedModel(job, data.train, model, global_step, final_metrics, TrainedBy(job, options.task == "standalone"), events)
+                            .status()
+                            .WithContext("exporting the trained model"));
   }
   spdlog::info("{}done: global_step={} local_step={}{} params_sha256={}", prefix, global_step, local_step, tested.line, sha);
   std::vector<EventField> done = {{"global_step", global_step}, {"local_step", local_step}};

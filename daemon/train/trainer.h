@@ -31,6 +31,9 @@ struct TrainerOptions {
   // When > 0, this worker uses at most this many examples of its shard each epoch (uneven shards;
   // only with an updater that JoinsUnevenShards).
   std::int64_t shard_limit = 0;
+  // The chief (or a standalone run): writes the trained model into the job's export.dir, when set,
+  // at the end (and every export.every_epochs epochs), emitting `exported`.
+  bool exports = false;
   std::vector<TrainObserver*> observers;  // told of every step and epoch; not owned
   // When set, computes each step's gradient into model.grads() instead of model.ComputeGradients
   // (micro-batches, a model-parallel stage's schedule), from the batch and the step's dropout
