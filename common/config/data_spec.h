@@ -55,6 +55,11 @@ struct DataSpec {
   // .npz: the arrays holding features and labels.
   std::string npz_x = "x", npz_y = "y";
   Normalize normalize = Normalize::kDefault;
+  // Predicting (tfd predict), not a job field: when > 0, a file may lack the label. A CSV does when
+  // the label named is not among its columns, or (a label by position, no features named) when it
+  // has exactly this many columns; an .npy pair when no labels file is named. The reader then fills
+  // no labels or targets.
+  int unlabeled_width = 0;
 
   bool regression() const { return task == Task::kRegression; }
   bool is_mnist_folder() const { return format == Format::kMnistFolder; }

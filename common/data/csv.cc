@@ -135,7 +135,9 @@ class CsvParser {
     const auto at = floats_->size();
     floats_->resize(at + row_.size() * sizeof(float));
     std::memcpy(floats_->data() + at, row_.data(), row_.size() * sizeof(float));
-    if (spec_.task == DataSpec::Task::kRegression) {
+    if (!labelled_) {
+      // predicting on a file without the label column: features only
+    } else if (spec_.task == DataSpec::Task::kRegression) {
       float t = 0;
       if (!Number(label_text_, &t)) return Fail(line, Column(label_), label_text_);
       out_->targets.push_back(t);
@@ -154,11 +156,15 @@ class CsvParser {
       auto it = std::find(cols.begin(), cols.end(), name);
       return it == cols.end() ? -1 : static_cast<int>(it - cols.begin());
     };
-    if (cols.size() < 2) return Fail(line, fmt::format("{} column; expected features and a label", cols.size()));
+    const bool named_features = !spec_.feature_names.empty() || !spec_.feature_indices.empty();
+    labelled_ = spec_.unlabeled_width == 0 ||
+                (spec_.label.empty() ? named_features || std::ssize(cols) != spec_.unlabeled_width : find(spec_.label) >= 0);
+    if (cols.size() < 2 && labelled_) return Fail(line, fmt::format("{} column; expected features and a label", cols.size()));
     int label = spec_.label_index >= 0 ? spec_.label_index : static_cast<int>(cols.size()) - 1;
-    if (!spec_.label.empty() && (label = find(spec_.label)) < 0)
+    if (!labelled_) label = static_cast<int>(cols.size());  // no column: every other one may be a feature
+    else if (!spec_.label.empty() && (label = find(spec_.label)) < 0)
       return FailPlan(fmt::format("data.label: no column \"{}\" (columns: {})", spec_.label, Listed(cols)));
-    if (label >= static_cast<int>(cols.size()))
+    if (label >= static_cast<int>(cols.size()) && labelled_)
       return FailPlan(fmt::format("data.label: column {} does not exist ({} columns)", label, cols.size()));
     label_ = static_cast<std::size_t>(label);
     features_.clear();
@@ -174,11 +180,11 @@ class CsvParser {
     if (features_.empty())
       for (std::size_t i = 0; i < cols.size(); ++i)
         if (i != label_) features_.push_back(i);
-    if (std::find(features_.begin(), features_.end(), label_) != features_.end())
+    if (labelled_ && std::find(features_.begin(), features_.end(), label_) != features_.end())
       return FailPlan(fmt::format("data.features: includes the label column \"{}\"", cols[label_]));
     slot_.assign(cols.size(), kIgnored);
     for (std::size_t f = 0; f < features_.size(); ++f) slot_[features_[f]] = static_cast<int>(f);
-    slot_[label_] = kLabel;
+    if (labelled_) slot_[label_] = kLabel;
     row_.assign(features_.size(), 0.0f);
     if (out_->width == 0) {
       out_->width = static_cast<int>(features_.size());
@@ -235,6 +241,7 @@ class CsvParser {
   std::int64_t line_ = 1, newlines_ = 0, rows_ = 0;
   int skipped_ = 0;
   bool planned_ = false;
+  bool labelled_ = true;  // false: a file to predict on, without the label column
   std::size_t label_ = 0;
   std::vector<std::size_t> features_;
   Status status_;

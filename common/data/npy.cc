@@ -21,6 +21,7 @@
 #include <memory>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/data/readers.h"
 
@@ -478,6 +479,7 @@ Result<Examples> ReadNpyPair(const DataSpec& spec, const std::string& x_path, co
   } else {
     return mapped.status();
   }
+  if (y_path.empty() && spec.unlabeled_width > 0) return e;  // predicting: features only
   Result<Mapping> y = MapFile(y_path);
   if (y.ok()) {
     TFD_RETURN_IF_ERROR(NpyLabels(spec, std::span(y->base.get(), y->size), y_path, e.size, x_path, &e));
@@ -488,6 +490,19 @@ Result<Examples> ReadNpyPair(const DataSpec& spec, const std::string& x_path, co
     return y.status();
   }
   return e;
+}
+
+std::string NpyFloat32(std::span<const float> values, const std::vector<std::uint64_t>& shape) {
+  std::string dict = fmt::format("{{'descr': '<f4', 'fortran_order': False, 'shape': ({}{}), }}", fmt::join(shape, ", "), shape.size() == 1 ? "," : "");
+  constexpr std::size_t kPrefix = 10;  // magic, version, u16 header length
+  while ((kPrefix + dict.size() + 1) % 64 != 0) dict += ' ';
+  dict += '\n';
+  std::string out("\x93NUMPY\x01\x00", 8);
+  out += static_cast<char>(dict.size() & 0xff);
+  out += static_cast<char>((dict.size() >> 8) & 0xff);
+  out += dict;
+  out.append(reinterpret_cast<const char*>(values.data()), values.size_bytes());  // little-endian host
+  return out;
 }
 
 }  // namespace tfd::data

@@ -59,4 +59,8 @@ Status NpyFeatures(std::vector<std::uint8_t> file, std::string_view source, Exam
 Status NpyLabels(const config::DataSpec& spec, std::span<const std::uint8_t> file, std::string_view source, std::int64_t examples,
                  std::string_view x_source, Examples* out);
 
+// An .npy file (format 1.0, '<f4', C order) of `values` with `shape` (its product values.size()),
+// as numpy.save writes one: `tfd predict --out FILE.npy`. The bytes, to be written by the caller.
+std::string NpyFloat32(std::span<const float> values, const std::vector<std::uint64_t>& shape);
+
 }  // namespace tfd::data

@@ -380,6 +380,10 @@ std::vector<float> PredictProbabilities(Model& model, const data::Dataset& data)
     for (int i = 0; i < n; ++i) idx[i] = static_cast<std::uint32_t>(start + i);
     data::FillBatch(data, std::span(idx).first(n), x.data(), y.data());
     const float* logits = model.Forward(x.data(), n);
+    if (model.regression()) {
+      std::copy(logits, logits + static_cast<std::ptrdiff_t>(n) * classes, out.begin() + start * classes);
+      continue;
+    }
     for (int i = 0; i < n; ++i) {
       const float* row = logits + static_cast<std::ptrdiff_t>(i) * classes;
       float* p = out.data() + (start + i) * classes;

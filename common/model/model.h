@@ -168,7 +168,7 @@ struct EvalResult {
 };
 EvalResult EvaluateLoss(Model& model, const data::Dataset& data, bool with_loss = true);
 // The softmax of `model` on every example of `data`, as at evaluation: data.size x classes floats,
-// row-major (an ensemble member's predictions).
+// row-major (an ensemble member's predictions); a regression model's outputs, data.size x targets.
 std::vector<float> PredictProbabilities(Model& model, const data::Dataset& data);
 
 // SHA-256 (hex) of the parameters: each variable's name, then its floats as little-endian bytes,
