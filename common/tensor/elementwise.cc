@@ -14,7 +14,7 @@ namespace {
 
 // Cephes' expf: x = n ln2 + r, |r| <= ln2/2, exp(r) by a degree-6 polynomial, 2^n put into the
 // exponent bits. Rounding to n uses the 1.5 * 2^23 trick rather than floorf, which the baseline
-// (SSE2) cannot vectorise. Branch-free, so loops over it vectorise.
+// (SSE2) cannot vectorise. Branch-free, so loops over it vectorise (with -fno-trapping-math: CMakeLists.txt).
 inline float Exp(float x) {
   x = std::min(std::max(x, -87.3f), 88.3f);
   constexpr float kRound = 12582912.0f;  // 1.5 * 2^23
