@@ -24,9 +24,7 @@ async function pickSession(path, features) {
 
 async function main() {
   const [path, port] = process.argv.slice(2);
-  const probe = await ort.InferenceSession.create(path);
   const features = 784;  // the benchmark's MNIST-shaped dnn
-  void probe;
   const session = await pickSession(path, features);
   http.createServer((req, res) => {
     const chunks = [];
