@@ -9,6 +9,7 @@
 
 #include "daemon/data/data_command.h"
 #include "daemon/predict/predict_command.h"
+#include "daemon/serve/serve_command.h"
 #include "daemon/task/flags.h"
 #include "daemon/task/roles.h"
 #include "daemon/task/select.h"
@@ -39,6 +40,7 @@ tfd::Status Dispatch(const tfd::task::RoleContext& c) {
 int main(int argc, char** argv) {
   if (argc > 1 && std::string_view(argv[1]) == "data") return tfd::data_command::Run(argc - 1, argv + 1, std::cout);
   if (argc > 1 && std::string_view(argv[1]) == "predict") return tfd::predict_command::Run(argc - 1, argv + 1, std::cout);
+  if (argc > 1 && std::string_view(argv[1]) == "serve") return tfd::serve_command::Run(argc - 1, argv + 1, std::cout);
   tfd::Result<tfd::task::ParsedFlags> parsed = tfd::task::ParseTaskFlags(argc, argv, std::cout);
   if (!parsed.ok()) return UsageError(parsed.status());
   if (parsed->exit_now) return 0;

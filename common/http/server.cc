@@ -23,9 +23,6 @@ namespace bhttp = boost::beast::http;
 using tcp = asio::ip::tcp;
 
 constexpr std::size_t kMaxHeader = 8 * 1024;
-constexpr std::size_t kMaxBody = 64 * 1024;
-constexpr auto kReadTimeout = std::chrono::seconds(10);
-constexpr int kMaxConnections = 64;
 
 bhttp::response<bhttp::string_body> Plain(bhttp::status status, unsigned version, std::string body) {
   bhttp::response<bhttp::string_body> res(status, version);
@@ -41,7 +38,8 @@ bhttp::response<bhttp::string_body> Plain(bhttp::status status, unsigned version
 // handler, because destroying it destroys the sessions still queued on it, which count themselves out.
 struct Server::Impl {
   std::atomic<int> connections{0};
-  Handler handler;
+  AsyncHandler handler;
+  ServerOptions options;
   asio::io_context ioc{1};
   tcp::acceptor acceptor{ioc};
   std::thread thread;
@@ -49,50 +47,75 @@ struct Server::Impl {
 
 namespace {
 
-// One connection: read a request, answer it, again while the client keeps it alive.
+// One connection: read a request, hand it to the handler, write its answer when it comes, again
+// while the client keeps the connection alive. Runs on the server's thread only; a Respond called
+// elsewhere posts its answer there.
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, Server::Impl& server) : stream_(std::move(socket)), server_(server) { ++server_.connections; }
   ~Session() { --server_.connections; }
 
+  // Waits idle_timeout for a request's header, then read_timeout for its body.
   void Read() {
     parser_.emplace();
     parser_->header_limit(kMaxHeader);
-    parser_->body_limit(kMaxBody);
-    stream_.expires_after(kReadTimeout);
-    bhttp::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, std::size_t) { self->OnRead(ec); });
+    parser_->body_limit(server_.options.max_body_bytes);
+    stream_.expires_after(server_.options.idle_timeout);
+    bhttp::async_read_header(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      if (ec) return self->OnRead(ec);
+      self->stream_.expires_after(self->server_.options.read_timeout);
+      bhttp::async_read(self->stream_, self->buffer_, *self->parser_, [self](beast::error_code ec2, std::size_t) { self->OnRead(ec2); });
+    });
   }
 
  private:
   void OnRead(beast::error_code ec) {
     if (ec == bhttp::error::end_of_stream || ec == asio::error::operation_aborted) return Close();
-    if (ec == beast::error::timeout) return Send(Plain(bhttp::status::request_timeout, 11, "request not received within 10 s\n"), false);
+    if (ec == beast::error::timeout) {
+      if (!parser_->got_some() && buffer_.size() == 0) return Close();  // idle keep-alive connection
+      return Refuse(bhttp::status::request_timeout, "request not received in time");
+    }
     if (ec == bhttp::error::header_limit || ec == bhttp::error::body_limit)
-      return Send(Plain(bhttp::status::payload_too_large, 11, "request too large\n"), false);
+      return Refuse(bhttp::status::payload_too_large, fmt::format("request too large (header over {} bytes or body over {})", kMaxHeader,
+                                                                  server_.options.max_body_bytes));
     if (ec) return Close();
     bhttp::request<bhttp::string_body> req = parser_->release();
-    Request request{std::string(req.method_string()), std::string(req.target()), std::move(req.body())};
-    const bool head = req.method() == bhttp::verb::head;
-    if (head) request.method = "GET";
-    bhttp::response<bhttp::string_body> res;
+    version_ = req.version();
+    keep_alive_ = req.keep_alive();
+    head_ = req.method() == bhttp::verb::head;
+    Request request{head_ ? "GET" : std::string(req.method_string()), std::string(req.target()), std::move(req.body()),
+                    std::string(req[bhttp::field::authorization])};
+    stream_.expires_never();  // the handler's own deadline bounds the wait for its answer
     try {
-      Response answer = server_.handler(request);
-      res = bhttp::response<bhttp::string_body>(static_cast<bhttp::status>(answer.status), req.version());
-      res.set(bhttp::field::content_type, answer.content_type);
-      for (const auto& [name, value] : answer.headers) res.set(name, value);
-      res.body() = std::move(answer.body);
+      server_.handler(std::move(request), [self = shared_from_this()](Response answer) {
+        asio::post(self->stream_.get_executor(), [self, answer = std::move(answer)]() mutable { self->Answer(std::move(answer)); });
+      });
     } catch (const std::exception& e) {
-      res = Plain(bhttp::status::internal_server_error, req.version(), fmt::format("internal error: {}\n", e.what()));
+      Answer(Response{.status = 500, .body = fmt::format("internal error: {}\n", e.what())});
     }
-    res.keep_alive(req.keep_alive());
+  }
+
+  void Refuse(bhttp::status status, const std::string& message) {
+    keep_alive_ = head_ = false;
+    version_ = 11;
+    if (!server_.options.refusal) return Send(Plain(status, version_, message + "\n"), false);
+    Answer(server_.options.refusal(static_cast<int>(status), message));
+  }
+
+  void Answer(Response answer) {
+    bhttp::response<bhttp::string_body> res(static_cast<bhttp::status>(answer.status), version_);
+    res.set(bhttp::field::content_type, answer.content_type);
+    for (const auto& [name, value] : answer.headers) res.set(name, value);
+    res.body() = std::move(answer.body);
+    res.keep_alive(keep_alive_);
     res.prepare_payload();
-    if (head) res.body().clear();  // Content-Length stays GET's
-    Send(std::move(res), req.keep_alive());
+    if (head_) res.body().clear();  // Content-Length stays GET's
+    Send(std::move(res), keep_alive_);
   }
 
   void Send(bhttp::response<bhttp::string_body> res, bool keep_alive) {
     auto owned = std::make_shared<bhttp::response<bhttp::string_body>>(std::move(res));
-    stream_.expires_after(kReadTimeout);
+    stream_.expires_after(server_.options.read_timeout);
     bhttp::async_write(stream_, *owned, [self = shared_from_this(), owned, keep_alive](beast::error_code ec, std::size_t) {
       if (ec || !keep_alive) return self->Close();
       self->Read();
@@ -109,13 +132,15 @@ class Session : public std::enable_shared_from_this<Session> {
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   Server::Impl& server_;
+  unsigned version_ = 11;
+  bool keep_alive_ = false, head_ = false;
 };
 
 void Accept(Server::Impl& server) {
   server.acceptor.async_accept([&server](beast::error_code ec, tcp::socket socket) {
     if (ec == asio::error::operation_aborted) return;
     if (!ec) {
-      if (server.connections.load() >= kMaxConnections) {
+      if (server.connections.load() >= server.options.max_connections) {
         beast::error_code ignored;
         socket.close(ignored);
       } else {
@@ -139,12 +164,18 @@ Server::~Server() {
   impl_->thread.join();
 }
 
-Result<std::unique_ptr<Server>> Server::Start(std::string_view host, std::uint16_t port, Handler handler) {
+Result<std::unique_ptr<Server>> Server::Start(std::string_view host, std::uint16_t port, Handler handler, ServerOptions options) {
+  return StartAsync(
+      host, port, [handler = std::move(handler)](Request request, Respond respond) { respond(handler(request)); }, options);
+}
+
+Result<std::unique_ptr<Server>> Server::StartAsync(std::string_view host, std::uint16_t port, AsyncHandler handler, ServerOptions options) {
   beast::error_code ec;
   const asio::ip::address ip = asio::ip::make_address(std::string(host), ec);
   if (ec) return Status::InvalidArgument(fmt::format("{}: not an IP address (expected e.g. 127.0.0.1 or 0.0.0.0)", host));
   auto impl = std::make_unique<Impl>();
   impl->handler = std::move(handler);
+  impl->options = options;
   const tcp::endpoint endpoint(ip, port);
   const std::string where = endpoint.address().is_v6() ? fmt::format("[{}]:{}", host, port) : fmt::format("{}:{}", host, port);
   impl->acceptor.open(endpoint.protocol(), ec);

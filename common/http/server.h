@@ -1,8 +1,11 @@
 #pragma once
 
 // A small HTTP/1.1 server (Boost.Beast) for what tfd and tfctl serve to people and scrapers:
-// Prometheus's /metrics, /healthz, tfctl's dashboard. Not for training traffic.
+// Prometheus's /metrics, /healthz, tfctl's dashboard, and `tfd serve`'s prediction API (whose
+// handler answers later, from its batcher thread). Not for training traffic.
 
+#include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -19,6 +22,7 @@ struct Request {
   std::string method;  // "GET", "HEAD", ...
   std::string target;  // path and query, as sent: "/metrics", "/api/events?since=10"
   std::string body;
+  std::string authorization;  // the Authorization header, as sent ("" when absent)
 };
 
 struct Response {
@@ -32,14 +36,36 @@ struct Response {
 // or a page poll waits for it). What it throws becomes a 500.
 using Handler = std::function<Response(const Request&)>;
 
-// Serves `handler` on HOST:PORT from a thread of its own until destroyed. Requests are bounded
-// (header 8 KiB, body 64 KiB, 10 s to arrive: 413/408 beyond), at most 64 connections at a time
-// (more are closed at once), keep-alive honoured. HEAD gets GET's headers without the body.
+// Answers one request of an AsyncHandler: call it once, from any thread. The connection reads no
+// further request until it is called. Every Respond must be called or destroyed before the Server
+// is (it holds the connection).
+using Respond = std::function<void(Response)>;
+// Called on the server's thread; hands the request on (to a queue) and returns at once. What it
+// throws before it hands `respond` on becomes a 500.
+using AsyncHandler = std::function<void(Request, Respond)>;
+
+struct ServerOptions {
+  std::size_t max_body_bytes = 64 * 1024;  // 413 beyond
+  int max_connections = 64;                // more are closed at once
+  // A request must arrive whole within read_timeout of its first byte (slow clients get a 408); a
+  // kept-alive connection that sends nothing for idle_timeout is closed.
+  std::chrono::milliseconds read_timeout{10000};
+  std::chrono::milliseconds idle_timeout{10000};
+  // The answer the server gives itself (413, 408) given its status and message, on the server's
+  // thread (to count it, or answer in the handler's format); empty: plain text.
+  std::function<Response(int status, std::string_view message)> refusal;
+};
+
+// Serves a handler on HOST:PORT from a thread of its own until destroyed. Requests are bounded
+// (header 8 KiB, body and time as ServerOptions: 413/408 beyond), connections capped, keep-alive
+// honoured. HEAD gets GET's headers without the body.
 class Server {
  public:
   // `port` 0 binds a free port (see port()). InvalidArgument for a bad host, Unavailable when the
   // address cannot be bound (the message names it and the system's reason).
-  static Result<std::unique_ptr<Server>> Start(std::string_view host, std::uint16_t port, Handler handler);
+  static Result<std::unique_ptr<Server>> Start(std::string_view host, std::uint16_t port, Handler handler, ServerOptions options = {});
+  static Result<std::unique_ptr<Server>> StartAsync(std::string_view host, std::uint16_t port, AsyncHandler handler,
+                                                    ServerOptions options = {});
   ~Server();  // stops accepting, closes every connection, joins the thread
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
