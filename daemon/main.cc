@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "daemon/data/data_command.h"
+#include "daemon/export/export_command.h"
 #include "daemon/predict/predict_command.h"
 #include "daemon/serve/serve_command.h"
 #include "daemon/task/flags.h"
@@ -39,6 +40,7 @@ tfd::Status Dispatch(const tfd::task::RoleContext& c) {
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::string_view(argv[1]) == "data") return tfd::data_command::Run(argc - 1, argv + 1, std::cout);
+  if (argc > 1 && std::string_view(argv[1]) == "export") return tfd::export_command::Run(argc - 1, argv + 1, std::cout);
   if (argc > 1 && std::string_view(argv[1]) == "predict") return tfd::predict_command::Run(argc - 1, argv + 1, std::cout);
   if (argc > 1 && std::string_view(argv[1]) == "serve") return tfd::serve_command::Run(argc - 1, argv + 1, std::cout);
   tfd::Result<tfd::task::ParsedFlags> parsed = tfd::task::ParseTaskFlags(argc, argv, std::cout);

@@ -57,6 +57,10 @@ struct Checkpoint {
   OptimizerInfo optimizer;
   std::vector<DataCursor> cursors;  // one per worker rank, in rank order
   std::vector<NamedTensor> tensors;  // in the model's flat order
+  // The model card (common/export/model_card.h) as JSON text: the model, how its data was read and
+  // preprocessed, the classes, the data's fingerprint. Empty in files written before it existed
+  // (and by a ps, which knows no model): such a checkpoint resumes unchecked and cannot be exported.
+  std::string model_card;
 };
 
 // FailedPrecondition when `ckpt` was saved under another optimizer or other hyper-parameters, or

@@ -17,7 +17,7 @@ constexpr std::size_t kFileHeaderBytes = 8;    // magic u32 | version u16 | rese
 constexpr std::size_t kRecordHeaderBytes = 8;  // type u16 | reserved u16 | length u32
 constexpr std::size_t kRecordCrcBytes = 4;
 
-enum class RecordType : std::uint16_t { kMeta = 1, kOptimizer = 2, kCursors = 3, kTensor = 4, kEnd = 5 };
+enum class RecordType : std::uint16_t { kMeta = 1, kOptimizer = 2, kCursors = 3, kTensor = 4, kEnd = 5, kCard = 6 };
 
 const char* RecordName(std::uint16_t type) {
   switch (static_cast<RecordType>(type)) {
@@ -26,6 +26,7 @@ const char* RecordName(std::uint16_t type) {
     case RecordType::kCursors: return "CURSORS";
     case RecordType::kTensor: return "TENSOR";
     case RecordType::kEnd: return "END";
+    case RecordType::kCard: return "CARD";
   }
   return "unknown";
 }
@@ -160,6 +161,11 @@ class Parser {
     TFD_RETURN_IF_ERROR(ParseOptimizer(r, &c.optimizer));
     TFD_RETURN_IF_ERROR(Expect(RecordType::kCursors, &r));
     TFD_RETURN_IF_ERROR(ParseCursors(r, c.num_workers, &c.cursors));
+    if (NextType() == static_cast<std::uint16_t>(RecordType::kCard)) {  // optional: files before it have none
+      TFD_RETURN_IF_ERROR(Expect(RecordType::kCard, &r));
+      if (r.payload.size() > kMaxCardBytes) return Fault(r, fmt::format("{} bytes is over the limit of {}", r.payload.size(), kMaxCardBytes));
+      c.model_card.assign(reinterpret_cast<const char*>(r.payload.data()), r.payload.size());
+    }
     for (std::uint32_t i = 0; i < num_tensors; ++i) {
       TFD_RETURN_IF_ERROR(Expect(RecordType::kTensor, &r));
       NamedTensor t;
@@ -194,6 +200,14 @@ class Parser {
     if (reserved != 0) return Status::Corruption(fmt::format("{}: reserved header field is {}, expected 0", source_, reserved));
     pos_ = kFileHeaderBytes;
     return Status::Ok();
+  }
+
+  // The type of the record at pos_, or 0 when too few bytes remain to say (Expect then reports it).
+  std::uint16_t NextType() const {
+    if (bytes_.size() - pos_ < 2) return 0;
+    std::uint16_t type = 0;
+    std::memcpy(&type, bytes_.data() + pos_, 2);
+    return type;
   }
 
   // Reads the next record, checks its bounds, CRC and type.
@@ -411,6 +425,13 @@ Result<std::vector<std::byte>> Serialize(const Checkpoint& c) {
       w.U64(d.base);
       w.U64(d.next);
     }
+    TFD_RETURN_IF_ERROR(rw.End());
+  }
+  if (!c.model_card.empty()) {
+    if (c.model_card.size() > kMaxCardBytes)
+      return Status::InvalidArgument(fmt::format("a model card of {} bytes is over the limit of {}", c.model_card.size(), kMaxCardBytes));
+    ByteWriter& w = rw.Begin(RecordType::kCard);
+    w.Raw(c.model_card.data(), c.model_card.size());
     TFD_RETURN_IF_ERROR(rw.End());
   }
   for (const NamedTensor& t : c.tensors) {

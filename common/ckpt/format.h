@@ -12,7 +12,7 @@
 namespace tfd::ckpt {
 
 // The checkpoint file's bytes, as docs/checkpoints.md specifies them: a file header, then
-// META, OPTIMIZER, CURSORS, one TENSOR per variable and END, each record with its own CRC-32C.
+// META, OPTIMIZER, CURSORS, an optional CARD, one TENSOR per variable and END, each record with its own CRC-32C.
 // Pure functions over memory: no files, no logging; safe from any thread.
 
 inline constexpr std::uint32_t kFileMagic = 0x4B444654;  // the bytes 'T' 'F' 'D' 'K'
@@ -22,6 +22,7 @@ inline constexpr std::size_t kMaxRank = 8;
 inline constexpr std::size_t kMaxSlots = 8;
 inline constexpr std::uint32_t kMaxTensors = 1u << 20;
 inline constexpr std::uint32_t kMaxCursors = 1u << 16;
+inline constexpr std::size_t kMaxCardBytes = 64u << 20;  // the model card's JSON (a standardized model's per-feature statistics)
 // META's optional flags word (written only when a flag is set, so other files keep the old layout).
 inline constexpr std::uint32_t kMetaFlagFinal = 1u << 0;
 

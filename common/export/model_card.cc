@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "common/config/json_writer.h"
 #include "common/config/spec_json.h"
 
 namespace tfd::exporting {
@@ -68,6 +69,22 @@ nlohmann::ordered_json CardJson(const ModelCard& c) {
   if (!c.feature_names.empty()) j["feature_names"] = c.feature_names;
   j["data_fingerprint"] = c.data_fingerprint;
   return j;
+}
+
+std::string CardText(const ModelCard& card) { return config::CompactJson(CardJson(card)); }
+
+Status CheckSameData(std::string_view saved, const ModelCard& now, std::string_view source) {
+  if (saved.empty()) return Status::Ok();
+  const json j = json::parse(saved, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("data_fingerprint") || !j["data_fingerprint"].is_string())
+    return Status::InvalidArgument(fmt::format("{}: its model card is not valid JSON with a data_fingerprint", source));
+  const std::string was = j["data_fingerprint"].get<std::string>();
+  if (was == now.data_fingerprint) return Status::Ok();
+  Result<config::DataSpec> then = j.contains("data") ? config::ParseDataSpec(j["data"], source) : Status::InvalidArgument("");
+  return Status::InvalidArgument(fmt::format("{}: was trained on other data ({}, fingerprint {}) than this job's ({}, fingerprint {}): "
+                                             "resume on the data it was trained on, or point checkpoint.dir at a new folder",
+                                             source, then.ok() ? then->Describe() : std::string("?"), was.substr(0, 12),
+                                             now.data.Describe(), now.data_fingerprint.substr(0, 12)));
 }
 
 Result<ModelCard> ParseCard(const nlohmann::json& j, std::string_view source) {

@@ -42,7 +42,14 @@ struct ModelCard {
 ModelCard CardFor(const config::JobSpec& job, const data::Dataset& train);
 
 nlohmann::ordered_json CardJson(const ModelCard& card);
+// CardJson on one line: what a checkpoint's CARD record holds.
+std::string CardText(const ModelCard& card);
 // InvalidArgument "SOURCE: FIELD: what was expected" for a card that is not one CardJson writes.
 Result<ModelCard> ParseCard(const nlohmann::json& j, std::string_view source);
+
+// Whether a checkpoint whose card is `saved` (CardText; empty for a file from before cards, which
+// passes) was trained on the data `now` describes. InvalidArgument naming `source`, both data sources
+// and their fingerprints when it was not (a run resumed on other data would silently mix two).
+Status CheckSameData(std::string_view saved, const ModelCard& now, std::string_view source);
 
 }  // namespace tfd::exporting

@@ -54,7 +54,9 @@ Status RunPipelineWorker(const config::TfConfig& config, const config::JobSpec& 
 
   const std::int64_t steps_per_epoch = train::StepsPerEpoch(loaded.data.train.size, replicas, job.batch_size);
   // The chief reads the newest checkpoint now; every stage gets it once the rings are formed.
-  Result<StageRestore> restore = config.is_chief() ? LoadStageRestore(job, model, replicas, steps_per_epoch) : StageRestore{};
+  // Its card (the model, the data's fingerprint) goes into every checkpoint and is checked at a restore.
+  const exporting::ModelCard card = config.is_chief() && !job.checkpoint.dir.empty() ? exporting::CardFor(job, loaded.data.train) : exporting::ModelCard{};
+  Result<StageRestore> restore = config.is_chief() ? LoadStageRestore(job, model, card, replicas, steps_per_epoch) : StageRestore{};
 
   std::unique_ptr<transport::Listener> listener;
   std::shared_ptr<collective::Ring> ring, replica_ring;
@@ -131,7 +133,8 @@ Status RunPipelineWorker(const config::TfConfig& config, const config::JobSpec& 
   }
   StageCheckpointing checkpointing{.spec = job.checkpoint, .optimizer = job.optimizer,
                                    .steps_per_epoch = steps_per_epoch,
-                                   .replicas = replicas, .batch_size = job.batch_size, .writer = config.is_chief(), .events = &events};
+                                   .replicas = replicas, .batch_size = job.batch_size, .writer = config.is_chief(), .events = &events,
+                                   .model_card = card.data_fingerprint.empty() ? std::string() : exporting::CardText(card)};
   if (!job.checkpoint.dir.empty() && job.checkpoint.every_secs > 0 && job.checkpoint.every_steps == 0)
     spdlog::warn("checkpoint.every_secs: a model-parallel job checkpoints every_steps (every stage gathers at the same step) and at "
                  "the end only");

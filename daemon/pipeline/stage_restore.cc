@@ -29,7 +29,7 @@ Status Share(collective::Ring& stages, collective::Ring* replicas, std::span<flo
 
 }  // namespace
 
-Result<StageRestore> LoadStageRestore(const config::JobSpec& job, const model::Model& model, int replicas,
+Result<StageRestore> LoadStageRestore(const config::JobSpec& job, const model::Model& model, const exporting::ModelCard& card, int replicas,
                                       std::int64_t steps_per_epoch) {
   StageRestore out;
   if (job.checkpoint.dir.empty()) return out;
@@ -42,6 +42,7 @@ Result<StageRestore> LoadStageRestore(const config::JobSpec& job, const model::M
   const std::string& path = loaded->path;
   if (Status s = ckpt::CheckOptimizer(ck, job.optimizer, path); !s.ok())
     return Status::InvalidArgument(fmt::format("optimizer: {}", s.message()));
+  TFD_RETURN_IF_ERROR(exporting::CheckSameData(ck.model_card, card, path));
   std::vector<ckpt::Variable> variables;
   for (const model::Variable& v : model.variables()) variables.push_back({v.name, v.offset, v.size});
   if (ck.tensors.size() != variables.size())

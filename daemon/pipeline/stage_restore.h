@@ -7,6 +7,7 @@
 #include "common/base/status.h"
 #include "common/collective/ring.h"
 #include "common/config/job.h"
+#include "common/export/model_card.h"
 #include "common/model/model.h"
 
 namespace tfd::pipeline {
@@ -30,7 +31,7 @@ struct StageRestore {
 // Resume step: with as many replicas as the checkpoint has workers, each resumes after the batches
 // its cursor finished, and every replica takes the lowest of them (the replicas step together);
 // with another count, every replica starts again the oldest epoch any worker was in.
-Result<StageRestore> LoadStageRestore(const config::JobSpec& job, const model::Model& model, int replicas,
+Result<StageRestore> LoadStageRestore(const config::JobSpec& job, const model::Model& model, const exporting::ModelCard& card, int replicas,
                                       std::int64_t steps_per_epoch);
 
 // Every task, once the rings are formed: the chief's StageRestore reaches every stage of every

@@ -135,6 +135,7 @@ Status StageUpdater::SaveCheckpoint(const model::Model& model, std::int64_t loca
   ck.optimizer.spec = checkpointing_.optimizer;
   ck.optimizer.updates = updates_;
   ck.optimizer.slot_names = slot_names_;
+  ck.model_card = checkpointing_.model_card;
   const auto steps = static_cast<std::uint64_t>(std::max<std::int64_t>(checkpointing_.steps_per_epoch, 1));
   for (std::uint32_t r = 0; r < ck.num_workers; ++r)  // every replica is at the same step of its shard
     ck.cursors.push_back({.rank = r, .epoch = static_cast<std::uint32_t>(static_cast<std::uint64_t>(local_step) / steps + 1), .base = 0,

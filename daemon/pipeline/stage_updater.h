@@ -42,6 +42,7 @@ struct StageCheckpointing {
   int batch_size = 0;
   bool writer = false;               // this task writes the files (the chief)
   EventWriter* events = nullptr;     // `checkpoint` events; not owned
+  std::string model_card;            // the checkpoints' CARD (exporting::CardText); empty: none
 };
 
 // A model-parallel stage's updates: the step's gradient (already in model.grads() over the owned

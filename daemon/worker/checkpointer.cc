@@ -61,6 +61,7 @@ Status Checkpointer::PrepareRestore() {
   const std::string& path = loaded->path;
   if (Status s = ckpt::CheckOptimizer(ck, job_.optimizer, path); !s.ok())
     return Status::InvalidArgument(fmt::format("optimizer: {}", s.message()));
+  if (!card_text_.empty()) TFD_RETURN_IF_ERROR(exporting::CheckSameData(ck.model_card, card_, path));
   if (ck.tensors.size() != variables_.size())
     return Status::InvalidArgument(fmt::format("model: {} holds {} tensors, the job's model has {} variables", path, ck.tensors.size(),
                                                variables_.size()));
@@ -146,6 +147,7 @@ Status Checkpointer::Take(bool wait, bool final) {
   ck->optimizer.spec = job_.optimizer;
   ck->optimizer.updates = static_cast<std::int64_t>(states[0].updates);
   ck->optimizer.slot_names = slot_names_;
+  ck->model_card = card_text_;
   for (int r = 0; r < num_workers_; ++r) {
     std::uint64_t local = UINT64_MAX;
     for (const PsClient::PsState& s : states)

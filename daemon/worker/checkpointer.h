@@ -11,7 +11,9 @@
 #include "common/ckpt/checkpoint.h"
 #include "common/ckpt/file.h"
 #include "common/ckpt/reshard.h"
+#include "common/export/model_card.h"
 #include "common/config/job.h"
+#include "common/export/model_card.h"
 #include "common/metrics/task_metrics.h"
 #include "common/model/model.h"
 #include "daemon/worker/placement.h"
@@ -34,6 +36,12 @@ class Checkpointer {
                EventWriter& events, int num_workers, std::int64_t steps_per_epoch);
 
   bool enabled() const { return !spec_.dir.empty(); }
+  // The model's card (the model, the data's fingerprint): written into every checkpoint, and
+  // PrepareRestore refuses a checkpoint trained on other data. Call before PrepareRestore.
+  void SetModelCard(exporting::ModelCard card) {
+    card_text_ = exporting::CardText(card);
+    card_ = std::move(card);
+  }
   // Before PsClient::Initialize: when checkpoint.dir holds a valid checkpoint, gives the client its
   // state re-sharded for this placement (the ps tasks that are not initialised yet start from it).
   // InvalidArgument naming the file and field when the model, optimizer or placement cannot take it.
@@ -59,6 +67,8 @@ class Checkpointer {
   ckpt::DataCursor CursorFor(std::uint32_t rank, std::uint64_t local_step) const;
 
   config::CheckpointSpec spec_;
+  exporting::ModelCard card_;
+  std::string card_text_;  // empty until SetModelCard
   config::JobSpec job_;
   const Placement& placement_;
   const model::Model& model_;  // its parameters re-initialise a ps that restarted while a save fetched the state

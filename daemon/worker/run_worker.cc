@@ -165,6 +165,7 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
   Checkpointer checkpointer(job, model, placement, *client, events, num_workers,
                             train::StepsPerEpoch(loaded.data.train.size, num_workers, job.batch_size));
   if (chief && checkpointer.enabled() && options.metrics != nullptr) checkpointer.set_metrics(options.metrics);
+  if (chief && checkpointer.enabled()) checkpointer.SetModelCard(exporting::CardFor(job, loaded.data.train));
   if (chief) TFD_RETURN_IF_ERROR(checkpointer.PrepareRestore());
   if (Status s = client->Initialize(chief, job.optimizer, job.update, model.params()); !s.ok()) return train::AtStartup(s);
   // Start from what the ps tasks hold (the chief's initial values, a checkpoint's, or further if

@@ -53,6 +53,7 @@ inline void RequireSame(const Checkpoint& a, const Checkpoint& b) {
   REQUIRE(a.optimizer.spec.learning_rate == b.optimizer.spec.learning_rate);
   REQUIRE(a.optimizer.updates == b.optimizer.updates);
   REQUIRE(a.optimizer.slot_names == b.optimizer.slot_names);
+  REQUIRE(a.model_card == b.model_card);
   REQUIRE(a.cursors.size() == b.cursors.size());
   for (std::size_t i = 0; i < a.cursors.size(); ++i) {
     CHECK(a.cursors[i].rank == b.cursors[i].rank);

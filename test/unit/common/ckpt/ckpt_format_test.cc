@@ -184,5 +184,29 @@ TEST_CASE("Serialize refuses an inconsistent checkpoint", "[unit][ckpt]") {
   CHECK_FALSE(Serialize(c).ok());
 }
 
+TEST_CASE("a checkpoint carries its model card in a CARD record; a file without one reads as before", "[unit][ckpt]") {
+  Checkpoint c = MakeCheckpoint();
+  const auto plain = Serialize(c);
+  REQUIRE(plain.ok());
+  c.model_card = R"({"model":"mlp","data_fingerprint":"ab"})";
+  const auto carded = Serialize(c);
+  REQUIRE(carded.ok());
+  CHECK(carded->size() == plain->size() + 8 + c.model_card.size() + 4);  // header, JSON, CRC
+  auto back = Parse(*carded, "mem");
+  REQUIRE(back.ok());
+  RequireSame(c, *back);
+  auto old = Parse(*plain, "mem");
+  REQUIRE(old.ok());
+  CHECK(old->model_card.empty());
+  // The card's bytes are under the record's CRC like every other record's.
+  std::vector<std::byte> flipped = *carded;
+  const std::size_t at = std::string_view(reinterpret_cast<const char*>(flipped.data()), flipped.size()).find("mlp");
+  REQUIRE(at != std::string_view::npos);
+  flipped[at] = std::byte{'x'};
+  auto bad = Parse(flipped, "f");
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.status().message(), Contains("CARD") && Contains("CRC"));
+}
+
 }  // namespace
 }  // namespace tfd::ckpt
