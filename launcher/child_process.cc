@@ -241,12 +241,27 @@ Status RunInBackground(const std::function<int()>& body, const std::function<boo
   }
 }
 
-CommandOutput RunAndCapture(const std::vector<std::string>& argv, double timeout_secs) {
+CommandOutput RunAndCapture(const std::vector<std::string>& argv, double timeout_secs, const std::string& stdin_data,
+                            const std::string& workdir) {
   CommandOutput r;
-  Result<Child> c = StartChild({.argv = argv, .out = ChildStream::kPipe, .err = ChildStream::kPipe});
+  Result<Child> c = StartChild({.argv = argv,
+                                .workdir = workdir,
+                                .in = stdin_data.empty() ? ChildStream::kNull : ChildStream::kPipe,
+                                .out = ChildStream::kPipe,
+                                .err = ChildStream::kPipe});
   if (!c.ok()) {
     r.err = c.status().message();
     return r;
+  }
+  if (c->in >= 0) {
+    std::signal(SIGPIPE, SIG_IGN);  // a child that closes its stdin early fails the write, not tfctl
+    for (std::size_t at = 0; at < stdin_data.size();) {
+      const ssize_t n = write(c->in, stdin_data.data() + at, stdin_data.size() - at);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;  // the child closed its stdin: it reports what it missed
+      at += static_cast<std::size_t>(n);
+    }
+    close(c->in);
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<std::int64_t>(timeout_secs * 1000));
   int fds[2] = {c->out, c->err};

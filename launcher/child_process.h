@@ -91,8 +91,11 @@ struct CommandOutput {
   int exit_code = -1;  // 128 + signal when killed; -1 when it could not start (then `err` says why)
   std::string out, err;
 };
-// Runs `argv` (no shell) with stdin /dev/null, capturing its output; kills it after `timeout_secs`.
-CommandOutput RunAndCapture(const std::vector<std::string>& argv, double timeout_secs);
+// Runs `argv` (no shell) in `workdir` (empty: tfctl's) with `stdin_data` on its stdin (empty:
+// /dev/null; it must fit a pipe's buffer, 64 KiB, as it is written before the output is read),
+// capturing its output; kills it after `timeout_secs`.
+CommandOutput RunAndCapture(const std::vector<std::string>& argv, double timeout_secs, const std::string& stdin_data = "",
+                            const std::string& workdir = "");
 
 // waitpid's status as tfctl reports it everywhere: the exit code, or 128 + N after signal N.
 int ExitCode(int wait_status);

@@ -7,10 +7,13 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <fstream>
 #include <map>
+#include <set>
 
 #include <boost/asio/ip/address.hpp>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "common/config/job_cluster.h"
 #include "launcher/child_process.h"
@@ -59,6 +62,70 @@ Status CheckLocalData(const config::ClusterFile& f, const fs::path& workdir) {
     if (!fs::exists(at)) return Status::InvalidArgument(fmt::format("{}: train.{}: \"{}\" does not exist", f.source, field, at.string()));
   }
   return Status::Ok();
+}
+
+// `tfd data inspect --json` of the job's data as one line: rows, shape, classes or targets, warnings.
+std::string DataLine(const std::string& host, const nlohmann::json& j) {
+  const nlohmann::json train = j.value("train", nlohmann::json::object());
+  const nlohmann::json shape = train.value("shape", nlohmann::json::array());
+  std::string line = fmt::format("data on {}: {} training", host, train.value("rows", 0));
+  if (j.contains("test")) line += fmt::format(" + {} test", j["test"].value("rows", 0));
+  line += fmt::format(" examples of {} {}", shape.size() == 3 ? fmt::format("{}x{}x{}", shape[0].get<int>(), shape[1].get<int>(),
+                                                                            shape[2].get<int>())
+                                                               : std::string("?"),
+                      train.value("dtype", "?"));
+  const nlohmann::json classes = train.value("classes", nlohmann::json::array());
+  if (!classes.empty()) line += fmt::format(", {} classes", classes.size());
+  const nlohmann::json warnings = train.value("warnings", nlohmann::json::array());
+  if (!warnings.empty() && warnings[0].is_string())
+    line += fmt::format("; {} warning{}: {}", warnings.size(), warnings.size() == 1 ? "" : "s", warnings[0].get<std::string>());
+  return line;
+}
+
+// Runs the job's data check (`tfd data inspect JOB --json`, which reads the data as training will)
+// where the workers run: here for local tasks, over ssh (the job on its stdin) on each remote host.
+// Returns one line per host; InvalidArgument with tfd's own line when the data does not load.
+Result<std::vector<std::string>> CheckDataOnHosts(const RunSetup& run) {
+  const config::ClusterFile& f = run.file;
+  std::set<std::string> hosts;
+  bool local = false;
+  for (const TaskPlan& p : run.plan) {
+    if (p.task.type == config::TaskType::kPs) continue;
+    if (p.local) local = true;
+    else hosts.insert(p.host);
+  }
+  std::vector<std::string> lines;
+  auto judge = [&](const std::string& host, const CommandOutput& r) -> Status {
+    if (r.exit_code != 0) {
+      std::string err = r.err;
+      while (!err.empty() && (err.back() == '\n' || err.back() == '\r')) err.pop_back();
+      if (auto nl = err.find('\n'); nl != std::string::npos) err = err.substr(0, nl);
+      return Status::InvalidArgument(fmt::format("{}: train.data on {}: {}", f.source, host, err.empty() ? "the data check failed" : err));
+    }
+    const nlohmann::json j = nlohmann::json::parse(r.out, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) return Status::InvalidArgument(fmt::format("{}: train.data on {}: tfd data inspect gave no JSON", f.source, host));
+    lines.push_back(DataLine(host, j));
+    return Status::Ok();
+  };
+  const std::string remote_check = "f=$(mktemp --suffix=.json) && cat > \"$f\" && {} data inspect \"$f\" --json; rc=$?; rm -f \"$f\"; exit $rc";
+  if (local) {
+    const config::HostLaunch& h = f.launch.For("127.0.0.1");
+    char path[] = "/tmp/tfctl-validate-XXXXXX.json";  // tfd data inspect takes a .json as a job file
+    const int fd = mkstemps(path, 5);
+    if (fd < 0) return Status::Internal(fmt::format("cannot create a temporary job file: {}", std::strerror(errno)));
+    close(fd);
+    std::ofstream(path) << f.train_json << "\n";
+    const std::string tfd = fs::path(h.tfd).is_absolute() ? h.tfd : (fs::path(h.workdir) / h.tfd).string();
+    const CommandOutput r = RunAndCapture({tfd, "data", "inspect", path, "--json"}, 120, "", h.workdir);
+    fs::remove(path);
+    TFD_RETURN_IF_ERROR(judge("this machine", r));
+  }
+  for (const std::string& host : hosts) {
+    const config::HostLaunch& h = f.launch.For(host);
+    const std::string check = fmt::format("cd {} && {}", ShellQuote(h.workdir), fmt::format(fmt::runtime(remote_check), ShellQuote(h.tfd)));
+    TFD_RETURN_IF_ERROR(judge(host, RunAndCapture(SshArgv(h, host, run.options, check), run.options.connect_timeout_secs + 120, f.train_json + "\n")));
+  }
+  return lines;
 }
 
 }  // namespace
@@ -214,8 +281,11 @@ int Validate(const ClusterArgs& args) {
   if (!run.ok()) return ReportFailure(run.status());
   if (Status s = CheckCluster(*run); !s.ok()) return ReportFailure(s);
   if (const std::string note = SharedFolderNote(*run); !note.empty()) std::printf("%s\n", note.c_str());
-  std::printf("%s\nok: the file is valid; on every host tfd is there and the data exists; every local ps port is free\n",
-              Describe(run->file).c_str());
+  Result<std::vector<std::string>> data = CheckDataOnHosts(*run);
+  if (!data.ok()) return ReportFailure(data.status());
+  std::printf("%s\n", Describe(run->file).c_str());
+  for (const std::string& line : *data) std::printf("%s\n", line.c_str());
+  std::printf("ok: the file is valid; on every host tfd is there and the data loads; every local ps port is free\n");
   return 0;
 }
 

@@ -178,6 +178,9 @@ TEST_CASE("tfctl validate refuses, in one line with exit 2, what would fail at s
     INFO(r.err);
     CHECK(r.exit_code == 0);
     CHECK(r.out.find("1 ps + 2 workers") != std::string::npos);
+    // The job's data check ran where the workers run, as training reads the data.
+    INFO(r.out);
+    CHECK(r.out.find("data on this machine: 800 training + 100 test examples of 8x8x1 uint8, 10 classes") != std::string::npos);
   }
   SECTION("a missing tfd") { CHECK(validate(ClusterFile(dir, 1, "/nonexistent/tfd")).find("launch.tfd: \"/nonexistent/tfd\" is not an executable file") != std::string::npos); }
   SECTION("a ps port already in use") {
@@ -200,6 +203,15 @@ TEST_CASE("tfctl validate refuses, in one line with exit 2, what would fail at s
     CHECK(r.exit_code == 1);
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
     CHECK(r.err.find("cannot reach pc-02.invalid with ssh (exit 255): ssh: Could not resolve hostname pc-02.invalid") != std::string::npos);
+  }
+  SECTION("data that does not load") {
+    const std::string file = ClusterFile(dir, 1);
+    auto f = nlohmann::json::parse(ReadAll(file));
+    WriteFile(dir / "ragged.csv", "a,b,label\n1,2,x\n3,y\n");
+    f["train"]["data"] = {{"train", dir / "ragged.csv"}, {"test_split", 1}};
+    WriteFile(file, f.dump());
+    CHECK(validate(file).find("train.data on this machine: tfd: " + (dir / "ragged.csv") + ":3: 2 fields, but the header has 3") !=
+          std::string::npos);
   }
   SECTION("a bad file") {
     WriteFile(dir / "bad.json", R"({"cluster": {"worker": ["x:1"]}})");
