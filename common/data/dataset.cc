@@ -142,7 +142,7 @@ void FillBatch(const Dataset& data, std::span<const std::uint32_t> indices, floa
     else ConvertFloats(reinterpret_cast<const float*>(src), row, values, scale);
     if (standardize) Standardize(norm, row, values);
     if (data.regression()) {
-      if (data.targets.empty()) continue;  // examples to predict on, without targets
+      if (targets == nullptr || data.targets.empty()) continue;  // the statistics pass; examples to predict on
       const float* t = data.targets.data() + static_cast<std::int64_t>(indices[r]) * data.num_targets;
       std::copy(t, t + data.num_targets, targets + static_cast<std::int64_t>(r) * data.num_targets);
     } else if (!data.labels.empty()) {  // (examples to predict on may have none)

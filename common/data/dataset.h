@@ -129,7 +129,7 @@ std::vector<std::uint32_t> EpochShard(std::int64_t n, std::uint64_t seed, int ep
 // Writes the examples `indices` as the model's floats to `x` (rows of pixels(), normalised by
 // data.normalizer) and their labels to `y`; for a regression dataset, their targets to `targets`
 // (rows of num_targets) instead, and `y` is not written (it may be null). A dataset without labels
-// or targets (examples to predict on) writes only `x`.
+// or targets (examples to predict on), or a null `targets`, writes only `x`.
 void FillBatch(const Dataset& data, std::span<const std::uint32_t> indices, float* x, std::uint8_t* y, float* targets = nullptr);
 
 }  // namespace tfd::data

@@ -250,6 +250,20 @@ TEST_CASE("standardize: every feature of the training split gets mean 0 and std 
   CHECK(t[2] == Approx(1));               // (6 - 5) * 1 for the constant feature
 }
 
+TEST_CASE("standardize on a regression table: the statistics pass reads no targets, and the targets stay as in the file", "[unit][data]") {
+  TempDir dir;  // (the statistics pass once wrote the targets through a null pointer)
+  WriteFile(dir / "train.csv", "a,b,y\n1,10,0.5\n3,30,1.5\n");
+  WriteFile(dir / "test.csv", "a,b,y\n2,20,1\n");
+  Result<DataSpec> spec = Spec(R"({"train": ")" + dir / "train.csv" + R"(", "test": ")" + dir / "test.csv" +
+                               R"(", "task": "regression", "normalize": "standardize"})");
+  INFO(spec.status().ToString());
+  REQUIRE(spec.ok());
+  Result<DataSplits> d = LoadData(*spec, 1);
+  REQUIRE(d.ok());
+  CHECK(Row(d->train, 0)[0] == Approx(-1));
+  CHECK(d->train.targets == std::vector<float>{0.5f, 1.5f});
+}
+
 TEST_CASE("an IDX pair of any shape: a table, images with channels; bad ranks refused", "[unit][data][idx]") {
   TempDir dir;
   WriteFile(dir / "x2", tfd::testing::IdxBytes({3, 4}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}));
