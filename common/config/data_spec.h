@@ -57,8 +57,8 @@ struct DataSpec {
   Normalize normalize = Normalize::kDefault;
   // Predicting (tfd predict), not a job field: when > 0, a file may lack the label. A CSV does when
   // the label named is not among its columns, or (a label by position, no features named) when it
-  // has exactly this many columns; an .npy pair when no labels file is named. The reader then fills
-  // no labels or targets.
+  // has exactly this many columns; an .npy pair when no labels file is named; an .npz without its
+  // "y" array. The reader then fills no labels or targets.
   int unlabeled_width = 0;
 
   bool regression() const { return task == Task::kRegression; }

@@ -85,6 +85,8 @@ Result<Examples> ReadNpzFile(const DataSpec& spec, const std::string& path) {
   TFD_ASSIGN_OR_RETURN(std::vector<std::uint8_t> x, ReadMember(z.get(), path, spec.npz_x, "data.arrays.x"));
   const std::string x_source = fmt::format("{}: array \"{}\"", path, spec.npz_x);
   TFD_RETURN_IF_ERROR(NpyFeatures(std::move(x), x_source, &out));
+  const bool has_y = zip_name_locate(z.get(), (spec.npz_y + ".npy").c_str(), 0) >= 0 || zip_name_locate(z.get(), spec.npz_y.c_str(), 0) >= 0;
+  if (!has_y && spec.unlabeled_width > 0) return out;  // predicting: features only
   TFD_ASSIGN_OR_RETURN(std::vector<std::uint8_t> y, ReadMember(z.get(), path, spec.npz_y, "data.arrays.y"));
   TFD_RETURN_IF_ERROR(NpyLabels(spec, y, fmt::format("{}: array \"{}\"", path, spec.npz_y), out.size, x_source, &out));
   return out;

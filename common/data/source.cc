@@ -139,6 +139,7 @@ Result<Examples> ReadExamples(const DataSpec& spec, const config::DataFiles& fil
   using F = DataSpec::Format;
   if (!files.x.empty()) {
     TFD_ASSIGN_OR_RETURN(std::vector<std::string> x, ExpandPaths({files.x}, field + ".x"));
+    if (files.y.empty() && spec.unlabeled_width > 0 && spec.format == F::kNpy) return ReadNpyPair(spec, x[0], "");  // predicting: no labels
     TFD_ASSIGN_OR_RETURN(std::vector<std::string> y, ExpandPaths({files.y}, field + ".y"));
     if (x.size() != 1 || y.size() != 1)
       return Status::InvalidArgument(fmt::format("{}: \"x\" and \"y\" must each name one file ({} and {} match)", field, x.size(), y.size()));

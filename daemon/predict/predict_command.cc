@@ -1,15 +1,20 @@
 #include "daemon/predict/predict_command.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/config/data_spec.h"
 #include "common/data/npy.h"
@@ -25,19 +30,33 @@ using Format = config::DataSpec::Format;
 
 constexpr const char* kUsage =
     "usage: tfd predict --model DIR --data SOURCE [--labels FILE] [--out FILE.csv|FILE.npy] [--top K] [--threads N] [--batch N]\n"
+    "                   [--skip-rows N] [--header true|false|auto]\n"
     "  DIR: an exported model's version folder, or the folder of its versions (the newest is used).\n"
     "  SOURCE: a file (or folder) in any format tfd trains on, read as the model's training data was;\n"
     "  its label column is optional (with labels, the accuracy or MAE/RMSE is printed). --labels: the\n"
-    "  labels of an .npy or IDX features file. Rows go to --out, or as CSV to standard output.\n";
+    "  labels of an .npy or IDX features file. Rows go to --out, or as CSV to standard output.\n"
+    "  --skip-rows, --header: read a CSV otherwise than training read its files (docs/serving.md).\n";
 
 struct Args {
-  std::string model, data, labels, out, device = "cpu";
-  int top = 1, threads = 1, batch = 256;
+  std::string model, data, labels, out, device = "cpu", header;
+  int top = 1, threads = 1, batch = 256, skip_rows = -1;  // skip_rows -1: training's
+  bool top_given = false;
 };
-
 int Fail(const std::string& message) {
   std::fprintf(stderr, "tfd: predict: %s\n", message.c_str());
   return 2;
+}
+
+// A CSV read as training read its files (delimiter, columns, header, rows skipped) unless the
+// flags say otherwise: a file cut from the same source as training's needs no flag.
+Status CsvOverrides(const Args& a, config::DataSpec* spec) {
+  if (a.skip_rows >= 0) spec->skip_rows = a.skip_rows;
+  if (a.header == "true") spec->header = true;
+  else if (a.header == "false") spec->header = false;
+  else if (a.header == "auto") spec->header.reset();
+  if ((a.skip_rows >= 0 || !a.header.empty()) && spec->format != Format::kCsv)
+    return Status::InvalidArgument(fmt::format("--skip-rows, --header: only for a CSV file (--data {} is {})", a.data, config::FormatName(spec->format)));
+  return Status::Ok();
 }
 
 // The spec that reads `a.data` as the model's training read its own files.
@@ -47,18 +66,24 @@ Result<config::DataSpec> SourceSpec(const exporting::ModelCard& card, const Args
   spec.test_count = 0, spec.test_fraction = 0;
   spec.unlabeled_width = static_cast<int>(card.features());
   std::error_code ec;
-  const bool folder = fs::is_directory(a.data, ec);
   if (!fs::exists(a.data, ec)) return Status::NotFound(fmt::format("--data {}: no such file or folder", a.data));
+  const bool folder = fs::is_directory(a.data, ec);
   if (folder && fs::exists(fs::path(a.data) / data::kTestImages, ec)) {  // the MNIST folder: its test pair
+    if (!a.labels.empty()) return Status::InvalidArgument(fmt::format("--labels: not with the MNIST folder {} (its t10k labels are read)", a.data));
     spec.format = Format::kIdx;
     spec.train.x = (fs::path(a.data) / data::kTestImages).string();
     spec.train.y = (fs::path(a.data) / data::kTestLabels).string();
     return spec;
   }
+  if (folder && card.dtype != data::DType::kU8)
+    return Status::InvalidArgument(fmt::format("--data {}: a folder (read as image class folders), but the model was trained on {} data: name a file",
+                                               a.data, config::FormatName(card.data.format)));
   if (folder) spec.format = Format::kImages;
   else if (!config::FormatFromName(a.data, &spec.format) && card.data.is_mnist_folder())
     return Status::InvalidArgument(fmt::format("--data {}: cannot tell the format from the name (expected .csv, .npy, .npz, .tfrecord, -ubyte, "
                                                "or a folder)", a.data));
+  TFD_RETURN_IF_ERROR(CsvOverrides(a, &spec));
+  if (!a.labels.empty() && !fs::is_regular_file(a.labels, ec)) return Status::NotFound(fmt::format("--labels {}: no such file", a.labels));
   if (spec.format == Format::kNpy || spec.format == Format::kIdx) {
     if (spec.format == Format::kIdx && a.labels.empty())
       return Status::InvalidArgument(fmt::format("--data {}: an IDX features file needs its labels file (--labels)", a.data));
@@ -70,11 +95,27 @@ Result<config::DataSpec> SourceSpec(const exporting::ModelCard& card, const Args
   return spec;
 }
 
+// "SOURCE: ... but the model takes ...": a table's width in features, an image's shape.
+Status WrongShape(const exporting::ModelCard& card, const data::Examples& e, bool labelled, const std::string& source) {
+  if (card.height == 1 && card.channels == 1 && e.height == 1 && e.channels == 1)
+    return Status::InvalidArgument(fmt::format("{}: {} features per example{}, but the model takes {} (a row without the label has exactly {} columns)",
+                                               source, e.values(), labelled ? " besides the label" : "", card.features(), card.features()));
+  return Status::InvalidArgument(fmt::format("{}: examples of {} x {} x {} ({} values), but the model takes {} x {} x {} ({} values)", source,
+                                             e.height, e.width, e.channels, e.values(), card.height, card.width, card.channels, card.features()));
+}
+
+// The first few class names, for an error.
+std::string ClassList(const std::vector<std::string>& names) {
+  const std::size_t shown = std::min<std::size_t>(names.size(), 10);
+  return fmt::format("{}{}", fmt::join(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(shown), ", "), shown < names.size() ? ", ..." : "");
+}
+
 // The examples as a dataset under the model's card: its classes numbered as the model numbers them.
 Result<data::Dataset> AsDataset(const exporting::ModelCard& card, data::Examples e, const std::string& source) {
-  if (e.values() != card.features())
-    return Status::InvalidArgument(fmt::format("{}: examples of {} x {} x {} ({} values), but the model takes {} x {} x {} ({} values)", source,
-                                               e.height, e.width, e.channels, e.values(), card.height, card.width, card.channels, card.features()));
+  const std::size_t n = card.regression() ? e.targets.size() / std::max(1, e.num_targets) : std::max(e.label_text.size(), e.label_ids.size());
+  if (n != 0 && std::cmp_not_equal(n, e.size))
+    return Status::InvalidArgument(fmt::format("{}: {} labels for {} examples (give every example its label, or none)", source, n, e.size));
+  if (e.values() != card.features()) return WrongShape(card, e, n > 0, source);
   data::Dataset d = card.Shell();
   d.size = e.size;
   d.dtype = e.dtype;
@@ -85,14 +126,13 @@ Result<data::Dataset> AsDataset(const exporting::ModelCard& card, data::Examples
     d.targets = std::move(e.targets);
     return d;
   }
-  const std::size_t n = std::max(e.label_text.size(), e.label_ids.size());
   d.labels.reserve(n);
   for (std::size_t i = 0; i < n; ++i) {
     const std::string label = i < e.label_text.size() ? e.label_text[i] : std::to_string(e.label_ids[i]);
     auto it = std::find(card.class_names.begin(), card.class_names.end(), label);
     if (it == card.class_names.end())
-      return Status::InvalidArgument(fmt::format("{}: example {}: label \"{}\" is not one of the model's {} classes", source, i, label,
-                                                 card.class_names.size()));
+      return Status::InvalidArgument(fmt::format("{}: example {}: label \"{}\" is not one of the model's {} classes ({})", source, i + 1, label,
+                                                 card.class_names.size(), ClassList(card.class_names)));
     d.labels.push_back(static_cast<std::uint8_t>(it - card.class_names.begin()));
   }
   return d;
@@ -139,25 +179,57 @@ Result<Args> ParseArgs(int argc, char** argv, std::ostream& out, bool* exit_now)
   po::options_description opts;
   opts.add_options()("model", po::value(&a.model))("data", po::value(&a.data))("labels", po::value(&a.labels))("out", po::value(&a.out))(
       "top", po::value(&a.top))("threads", po::value(&a.threads))("batch", po::value(&a.batch))("device", po::value(&a.device))(
-      "help,h", po::bool_switch(&help));
+      "skip-rows", po::value(&a.skip_rows))("header", po::value(&a.header))("help,h", po::bool_switch(&help));
+  po::variables_map vm;
   try {
-    po::variables_map vm;
     po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
     po::notify(vm);
   } catch (const po::error& e) {
     return Status::InvalidArgument(fmt::format("{}\n{}", e.what(), kUsage));
   }
   if (help) return *exit_now = true, out << kUsage, a;
+  a.top_given = vm.count("top") > 0;
   if (a.model.empty() || a.data.empty()) return Status::InvalidArgument(fmt::format("--model and --data are required\n{}", kUsage));
   if (a.top < 1) return Status::InvalidArgument(fmt::format("--top {}: expected a count >= 1", a.top));
   if (a.threads < 1 || a.threads > 256) return Status::InvalidArgument(fmt::format("--threads {}: expected 1 to 256", a.threads));
   if (a.batch < 1 || a.batch > 65536) return Status::InvalidArgument(fmt::format("--batch {}: expected 1 to 65536", a.batch));
+  if (vm.count("skip-rows") > 0 && a.skip_rows < 0) return Status::InvalidArgument(fmt::format("--skip-rows {}: expected a count >= 0", a.skip_rows));
+  if (!a.header.empty() && a.header != "true" && a.header != "false" && a.header != "auto")
+    return Status::InvalidArgument(fmt::format("--header {}: expected true, false or auto", a.header));
   if (a.device != "cpu")
     return Status::InvalidArgument(fmt::format("--device {}: tfd predict runs on the CPU (expected \"cpu\")", a.device));
-  const bool npy = a.out.ends_with(".npy");
-  if (!a.out.empty() && !npy && !a.out.ends_with(".csv"))
+  if (!a.out.empty() && !a.out.ends_with(".npy") && !a.out.ends_with(".csv"))
     return Status::InvalidArgument(fmt::format("--out {}: expected a .csv or .npy file", a.out));
   return a;
+}
+
+// The file the rows go to, opened before any work, so that an unwritable --out fails at once.
+Result<std::unique_ptr<std::ofstream>> OpenOut(const std::string& path) {
+  auto f = std::make_unique<std::ofstream>(path, std::ios::binary | std::ios::trunc);
+  if (!*f) return Status::InvalidArgument(fmt::format("--out {}: cannot write: {}", path, std::strerror(errno)));
+  return f;
+}
+
+// The examples of --data under the model's card, or the one-line reason they cannot be read.
+Result<data::Dataset> ReadSource(const exporting::ModelCard& card, const Args& a) {
+  if (card.regression() && a.top_given) return Status::InvalidArgument(fmt::format("--top {}: the model is a regression model (no classes)", a.top));
+  if (!card.regression() && a.top > card.outputs()) return Status::InvalidArgument(fmt::format("--top {}: the model has {} classes", a.top, card.outputs()));
+  TFD_ASSIGN_OR_RETURN(config::DataSpec spec, SourceSpec(card, a));
+  TFD_ASSIGN_OR_RETURN(data::Examples examples, data::ReadExamples(spec, spec.train, "--data"));
+  return AsDataset(card, std::move(examples), a.data);
+}
+
+// What is printed after the rows: how many, from where, and the metric when the data has labels.
+std::string Summary(model::Model& model, const exporting::ModelCard& card, const data::Dataset& d, const Args& a, const std::string& dir) {
+  std::string line = fmt::format("{} examples from {} with the model in {}", d.size, a.data, dir);
+  if (card.data.format == Format::kCsv && card.data.skip_rows > 0 && a.skip_rows < 0 && d.dtype == data::DType::kF32)
+    line += fmt::format(" (its first {} rows skipped, as training skipped them; --skip-rows 0 reads them)", card.data.skip_rows);
+  if (card.regression() ? !d.targets.empty() : !d.labels.empty()) {
+    const model::EvalResult r = model::EvaluateLoss(model, d, /*with_loss=*/false);
+    line += card.regression() ? fmt::format("; mae={:.4f} rmse={:.4f}", r.mae, r.rmse) : fmt::format("; accuracy={:.4f}", r.accuracy);
+  }
+  if (!a.out.empty()) line += fmt::format("; predictions in {}", a.out);
+  return line;
 }
 
 }  // namespace
@@ -173,37 +245,27 @@ int Run(int argc, char** argv, std::ostream& out) {
   Result<exporting::LoadedModel> loaded = exporting::LoadVersion(*dir, a.batch, {.threads = a.threads});
   if (!loaded.ok()) return Fail(loaded.status().message());
   const exporting::ModelCard& card = loaded->card;
-  if (!card.regression() && a.top > card.outputs())
-    return Fail(fmt::format("--top {}: the model has {} classes", a.top, card.outputs()));
-  Result<config::DataSpec> spec = SourceSpec(card, a);
-  if (!spec.ok()) return Fail(spec.status().message());
-  Result<data::Examples> examples = data::ReadExamples(*spec, spec->train, "--data");
-  if (!examples.ok()) return Fail(examples.status().message());
-  Result<data::Dataset> dataset = AsDataset(card, std::move(*examples), a.data);
+  Result<data::Dataset> dataset = ReadSource(card, a);
   if (!dataset.ok()) return Fail(dataset.status().message());
+  std::unique_ptr<std::ofstream> file;
+  if (!a.out.empty()) {
+    Result<std::unique_ptr<std::ofstream>> opened = OpenOut(a.out);
+    if (!opened.ok()) return Fail(opened.status().message());
+    file = std::move(*opened);
+  }
   const data::Dataset& d = *dataset;
   model::Model& model = *loaded->model;
   const std::vector<float> predictions = model::PredictProbabilities(model, d);
-
   if (a.out.ends_with(".npy")) {
     const std::string bytes = data::NpyFloat32(predictions, {static_cast<std::uint64_t>(d.size), static_cast<std::uint64_t>(card.outputs())});
-    std::ofstream f(a.out, std::ios::binary | std::ios::trunc);
-    if (!f.write(bytes.data(), static_cast<std::streamsize>(bytes.size())) || !f.flush()) return Fail(fmt::format("--out {}: cannot write", a.out));
-  } else if (!a.out.empty()) {
-    std::ofstream f(a.out, std::ios::trunc);
-    WriteCsv(f, card, predictions, d.size, card.regression() ? 1 : a.top);
-    if (!f.flush()) return Fail(fmt::format("--out {}: cannot write", a.out));
+    file->write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   } else {
-    WriteCsv(out, card, predictions, d.size, card.regression() ? 1 : a.top);
+    WriteCsv(file ? *file : out, card, predictions, d.size, card.regression() ? 1 : a.top);
   }
-  const bool labelled = card.regression() ? !d.targets.empty() : !d.labels.empty();
-  std::string line = fmt::format("{} examples from {} with the model in {}", d.size, a.data, *dir);
-  if (labelled) {
-    const model::EvalResult r = model::EvaluateLoss(model, d, /*with_loss=*/false);
-    line += card.regression() ? fmt::format("; mae={:.4f} rmse={:.4f}", r.mae, r.rmse) : fmt::format("; accuracy={:.4f}", r.accuracy);
-  }
-  if (a.out.empty()) std::fprintf(stderr, "tfd: predict: %s\n", line.c_str());
-  else out << line << (a.out.empty() ? "" : fmt::format("; predictions in {}", a.out)) << "\n";
+  if (file && !(file->flush() && (file->close(), !file->fail()))) return Fail(fmt::format("--out {}: cannot write: {}", a.out, std::strerror(errno)));
+  const std::string line = Summary(model, card, d, a, *dir);
+  if (a.out.empty()) std::fprintf(stderr, "tfd: predict: %s\n", line.c_str());  // stdout holds the rows
+  else out << line << "\n";
   return 0;
 }
 
