@@ -241,7 +241,7 @@ int Run(int argc, char** argv, std::ostream& out) {
   if (exit_now) return 0;
   const Args& a = *args;
   Result<std::string> dir = exporting::ResolveVersionDir(a.model);
-  if (!dir.ok()) return Fail(dir.status().message());
+  if (!dir.ok()) return Fail("--model " + dir.status().message());
   Result<exporting::LoadedModel> loaded = exporting::LoadVersion(*dir, a.batch, {.threads = a.threads});
   if (!loaded.ok()) return Fail(loaded.status().message());
   const exporting::ModelCard& card = loaded->card;
