@@ -2,6 +2,7 @@
 // test/tools/ort_run.js) against tfd's own forward pass on the same raw rows: the version folder
 // read back with LoadVersion, the rows normalised by data::FillBatch under the card's normalizer,
 // then Model::Forward (probabilities: their softmax). Each output within |a - b| <= 1e-5 max(1, |b|).
+// The `tfd predict` binary on the same raw rows (an .npy file; --out .npy) against ONNX Runtime too.
 // Also the graph itself (names, no Dropout, the classes metadata) and python3-onnx's full checker.
 // Exits 77 (skipped) without node or onnxruntime-node (scripts/fetch_onnxruntime.sh).
 #include <algorithm>
@@ -19,6 +20,8 @@
 #include <nlohmann/json.hpp>
 #include <onnx/onnx_pb.h>
 
+#include "common/data/npy.h"
+#include "common/data/readers.h"
 #include "common/export/model_dir.h"
 #include "common/export/onnx.h"
 #include "test/catch/session.h"
@@ -77,6 +80,27 @@ std::map<std::string, std::vector<float>> TfdOutputs(const std::string& dir, con
   return {{exporting::kOnnxLogits, first}, {exporting::kOnnxProbabilities, model::PredictProbabilities(m, rows)}};
 }
 
+// `tfd predict` (the binary) on `rows` raw rows written as an .npy file: its --out .npy, the
+// probabilities of a classifier or a regression model's outputs, as floats.
+std::vector<float> PredictBinary(const std::string& dir, const std::vector<float>& rows, std::int64_t features, const TempDir& tmp) {
+  const std::string in = dir + "-rows.npy", out = dir + "-predicted.npy";
+  const auto n = static_cast<std::uint64_t>(rows.size()) / static_cast<std::uint64_t>(features);
+  WriteFile(in, data::NpyFloat32(rows, {n, static_cast<std::uint64_t>(features)}));
+  const CommandResult r = RunCommand(fmt::format("{} predict --model {} --data {} --out {}", TFD_BINARY, dir, in, out), tmp);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const std::string bytes = ReadAll(out);
+  data::Examples e;
+  const Status read = data::NpyFeatures(std::vector<std::uint8_t>(bytes.begin(), bytes.end()), out, &e);
+  INFO(read.ToString());
+  REQUIRE(read.ok());
+  REQUIRE(e.dtype == data::DType::kF32);
+  REQUIRE(static_cast<std::uint64_t>(e.size) == n);
+  std::vector<float> v(e.features.size() / sizeof(float));
+  std::memcpy(v.data(), e.features.data(), v.size() * sizeof(float));
+  return v;
+}
+
 onnx::ModelProto ReadOnnx(const std::string& path) {
   onnx::ModelProto proto;
   REQUIRE(proto.ParseFromString(ReadAll(path)));
@@ -92,7 +116,7 @@ std::string Export(const ExportCase& c, const std::string& base) {
   return *dir;
 }
 
-TEST_CASE("ONNX Runtime gives tfd's outputs on every exported model kind", "[integration][export]") {
+TEST_CASE("ONNX Runtime gives tfd's outputs on every exported model kind, in this process and from the tfd predict binary", "[integration][export]") {
   TempDir tmp;
   for (const ExportCase& c : ExportCases(kRows, 11)) {
     INFO("model " << c.name);
@@ -121,6 +145,15 @@ TEST_CASE("ONNX Runtime gives tfd's outputs on every exported model kind", "[int
       INFO(fmt::format("worst at {}: onnxruntime {} tfd {}", at, at < got.size() ? got[at] : NAN, at < values.size() ? values[at] : NAN));
       CHECK(err <= kTolerance);
     }
+    // The binary users run, on the same rows: what it writes is the probabilities (or outputs).
+    const std::string compared = c.data.regression() ? exporting::kOnnxOutputs : exporting::kOnnxProbabilities;
+    const std::vector<float> predicted = PredictBinary(dir, RawRows(c.data), c.data.pixels(), tmp);
+    const std::vector<float> ort_values = ReadFloats(out_dir + "/" + compared + ".f32");
+    std::size_t at = 0;
+    const double err = MaxRelativeError(predicted, ort_values, &at);
+    INFO(fmt::format("tfd predict against onnxruntime's {}: worst at {}: tfd predict {} onnxruntime {}", compared, at,
+                     at < predicted.size() ? predicted[at] : NAN, at < ort_values.size() ? ort_values[at] : NAN));
+    CHECK(err <= kTolerance);
   }
 }
 
