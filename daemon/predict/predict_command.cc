@@ -211,19 +211,21 @@ Result<std::unique_ptr<std::ofstream>> OpenOut(const std::string& path) {
 }
 
 // The examples of --data under the model's card, or the one-line reason they cannot be read.
-Result<data::Dataset> ReadSource(const exporting::ModelCard& card, const Args& a) {
+// `skipped`: the CSV rows skipped by the job's skip_rows (not by --skip-rows), for the summary.
+Result<data::Dataset> ReadSource(const exporting::ModelCard& card, const Args& a, int* skipped) {
   if (card.regression() && a.top_given) return Status::InvalidArgument(fmt::format("--top {}: the model is a regression model (no classes)", a.top));
   if (!card.regression() && a.top > card.outputs()) return Status::InvalidArgument(fmt::format("--top {}: the model has {} classes", a.top, card.outputs()));
   TFD_ASSIGN_OR_RETURN(config::DataSpec spec, SourceSpec(card, a));
+  *skipped = spec.format == Format::kCsv && a.skip_rows < 0 ? spec.skip_rows : 0;
   TFD_ASSIGN_OR_RETURN(data::Examples examples, data::ReadExamples(spec, spec.train, "--data"));
   return AsDataset(card, std::move(examples), a.data);
 }
 
 // What is printed after the rows: how many, from where, and the metric when the data has labels.
-std::string Summary(model::Model& model, const exporting::ModelCard& card, const data::Dataset& d, const Args& a, const std::string& dir) {
+std::string Summary(model::Model& model, const exporting::ModelCard& card, const data::Dataset& d, const Args& a, const std::string& dir,
+                    int skipped) {
   std::string line = fmt::format("{} examples from {} with the model in {}", d.size, a.data, dir);
-  if (card.data.format == Format::kCsv && card.data.skip_rows > 0 && a.skip_rows < 0 && d.dtype == data::DType::kF32)
-    line += fmt::format(" (its first {} rows skipped, as training skipped them; --skip-rows 0 reads them)", card.data.skip_rows);
+  if (skipped > 0) line += fmt::format(" (its first {} rows skipped, as training skipped them; --skip-rows 0 reads them)", skipped);
   if (card.regression() ? !d.targets.empty() : !d.labels.empty()) {
     const model::EvalResult r = model::EvaluateLoss(model, d, /*with_loss=*/false);
     line += card.regression() ? fmt::format("; mae={:.4f} rmse={:.4f}", r.mae, r.rmse) : fmt::format("; accuracy={:.4f}", r.accuracy);
@@ -245,7 +247,8 @@ int Run(int argc, char** argv, std::ostream& out) {
   Result<exporting::LoadedModel> loaded = exporting::LoadVersion(*dir, a.batch, {.threads = a.threads});
   if (!loaded.ok()) return Fail(loaded.status().message());
   const exporting::ModelCard& card = loaded->card;
-  Result<data::Dataset> dataset = ReadSource(card, a);
+  int skipped = 0;
+  Result<data::Dataset> dataset = ReadSource(card, a, &skipped);
   if (!dataset.ok()) return Fail(dataset.status().message());
   std::unique_ptr<std::ofstream> file;
   if (!a.out.empty()) {
@@ -263,7 +266,7 @@ int Run(int argc, char** argv, std::ostream& out) {
     WriteCsv(file ? *file : out, card, predictions, d.size, card.regression() ? 1 : a.top);
   }
   if (file && !(file->flush() && (file->close(), !file->fail()))) return Fail(fmt::format("--out {}: cannot write: {}", a.out, std::strerror(errno)));
-  const std::string line = Summary(model, card, d, a, *dir);
+  const std::string line = Summary(model, card, d, a, *dir, skipped);
   if (a.out.empty()) std::fprintf(stderr, "tfd: predict: %s\n", line.c_str());  // stdout holds the rows
   else out << line << "\n";
   return 0;

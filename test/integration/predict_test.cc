@@ -88,6 +88,16 @@ Npy ReadNpy(const std::string& path) {
   return out;
 }
 
+// An .npy file as numpy.save writes one: `descr` ('<f4', '<i8'), a 1-D or 2-D shape, the raw bytes.
+void WriteNpy(const std::string& path, const std::string& descr, const std::string& shape, const void* data, std::size_t bytes) {
+  std::string dict = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
+  while ((10 + dict.size() + 1) % 64 != 0) dict += ' ';
+  dict += '\n';
+  std::string out = std::string("\x93NUMPY\x01\x00", 8) + static_cast<char>(dict.size() & 0xff) + static_cast<char>(dict.size() >> 8) + dict;
+  out.append(static_cast<const char*>(data), bytes);
+  WriteFile(path, out);
+}
+
 // Column `k` of a CSV's rows after its header.
 std::vector<std::string> Column(const std::string& csv, std::size_t k) {
   std::vector<std::string> out;
@@ -174,6 +184,28 @@ TEST_CASE("tfd predict on breast cancer: the accuracy training reported, CSV and
     REQUIRE(bare.exit_code == 0);
     CHECK(Column(ReadAll(dir / "q.csv"), 0) == classes);
     CHECK(std::isnan(Printed(bare.out, "accuracy")));
+  }
+  SECTION("an .npy of the same rows: the same classes without --labels, the accuracy with them") {
+    std::vector<float> x;
+    std::vector<std::int64_t> y;
+    for (const std::string& line : Lines(ReadAll(f.test_bare))) {
+      std::istringstream in(line);
+      std::vector<double> cells;
+      for (std::string c; std::getline(in, c, ',');) cells.push_back(std::stod(c));
+      REQUIRE(cells.size() == 31);
+      for (int j = 0; j < 30; ++j) x.push_back(static_cast<float>(cells[static_cast<std::size_t>(j)]));
+      y.push_back(static_cast<std::int64_t>(cells[30]));
+    }
+    WriteNpy(dir / "x.npy", "<f4", fmt::format("({}, 30)", kBcTest), x.data(), x.size() * sizeof(float));
+    WriteNpy(dir / "y.npy", "<i8", fmt::format("({},)", kBcTest), y.data(), y.size() * sizeof(std::int64_t));
+    const CommandResult bare = Predict(dir, fmt::format("--model {} --data {} --out {}", model, dir / "x.npy", dir / "x.csv"));
+    INFO(bare.err);
+    REQUIRE(bare.exit_code == 0);
+    CHECK(Column(ReadAll(dir / "x.csv"), 0) == classes);
+    CHECK(std::isnan(Printed(bare.out, "accuracy")));
+    const CommandResult labelled = Predict(dir, fmt::format("--model {} --data {} --labels {} --out {}", model, dir / "x.npy", dir / "y.npy", dir / "x.csv"));
+    REQUIRE(labelled.exit_code == 0);
+    CHECK(Decimals4(Printed(labelled.out, "accuracy")) == Decimals4(done["test_accuracy"].get<double>()));
   }
   SECTION("the job's skip_rows applies unless --skip-rows says otherwise, and the summary says so") {
     const CommandResult kept = Predict(dir, fmt::format("--model {} --data {} --skip-rows 0", model, f.test_bare));
