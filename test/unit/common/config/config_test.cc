@@ -69,7 +69,7 @@ TEST_CASE("the canonical job spec of the design parses whole", "[unit][config]")
 
 TEST_CASE("an unknown field is an error that lists the known ones", "[unit][config]") {
   CHECK(ErrorOf(With(R"("learning_rate": 1)")) ==
-        "job.json: learning_rate: unknown field (expected one of: batch_size, checkpoint, data, device, early_stopping, elastic, ensemble, epochs, evaluation, "
+        "job.json: learning_rate: unknown field (expected one of: batch_size, checkpoint, data, device, early_stopping, elastic, ensemble, epochs, evaluation, export, "
         "gpu_memory_fraction, log_every_steps, model, model_parallel, optimizer, placement, seed, shuffle, stop_at_accuracy, summaries, threads, "
         "update, validation_split)");
 }
