@@ -4,7 +4,7 @@
 
 namespace tfd::predict_command {
 
-// `tfd predict --model DIR --data SOURCE [--labels FILE] [--out FILE.csv|FILE.npy] [--top K]
+// `tfd predict --model DIR --data SOURCE [--labels FILE] [--out FILE.csv|FILE.npy] [--top K] [--skip-rows N] [--header B]
 // [--threads N] [--batch N] [--device cpu]` (docs/serving.md): the exported model in DIR (a version
 // folder, or the base of several: its newest) on every example of SOURCE, read as training read its
 // data (the model's card: format, columns, preprocessing). Writes one row per example (CSV: the
