@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <random>
 
+#include <fmt/format.h>
+
 #include "test/test_util.h"
 
 namespace tfd::testing {
@@ -44,6 +46,16 @@ void WriteSyntheticImageFolders(const std::string& dir, int train, int test, con
   };
   make(train, "train");
   make(test, "test");
+}
+
+void WriteDatasetPngs(const data::Dataset& d, std::int64_t count, const std::string& dir) {
+  const auto bytes = d.example_bytes();
+  for (int c = 0; c < d.num_classes; ++c) std::filesystem::create_directories(fmt::format("{}/{}", dir, c));
+  for (std::int64_t i = 0; i < count; ++i) {
+    const std::uint8_t* px = d.features.data() + static_cast<std::size_t>(i) * bytes;
+    WriteFile(fmt::format("{}/{}/{:05}.png", dir, d.labels[static_cast<std::size_t>(i)], i),
+              PngBytes(d.height, d.width, 1, std::vector<std::uint8_t>(px, px + bytes)));
+  }
 }
 
 }  // namespace tfd::testing

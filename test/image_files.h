@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "common/data/dataset.h"
+
 namespace tfd::testing {
 
 // The bytes of a PNG (or a JPEG at `quality` 1..100) of height x width x channels pixels
@@ -18,5 +20,9 @@ std::string JpegBytes(int height, int width, int channels, const std::vector<std
 // lights a distinct band of rows, plus noise (the images of WriteSyntheticMnist, as files).
 void WriteSyntheticImageFolders(const std::string& dir, int train, int test, const std::vector<std::string>& classes, int side = 8,
                                 std::uint32_t seed = 7);
+
+// Writes the first `count` examples of a grayscale byte dataset (MNIST) as `dir`/<label>/<index>.png,
+// the index zero-padded to 5 digits so that a class folder's files sort in the dataset's order.
+void WriteDatasetPngs(const data::Dataset& d, std::int64_t count, const std::string& dir);
 
 }  // namespace tfd::testing

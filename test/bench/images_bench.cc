@@ -27,17 +27,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Writes the first `count` examples of `d` as DIR/<label>/<index>.png.
-void WritePngs(const tfd::data::Dataset& d, std::int64_t count, const std::string& dir) {
-  const auto bytes = d.example_bytes();
-  for (int c = 0; c < d.num_classes; ++c) std::filesystem::create_directories(fmt::format("{}/{}", dir, c));
-  for (std::int64_t i = 0; i < count; ++i) {
-    const std::uint8_t* px = d.features.data() + static_cast<std::size_t>(i) * bytes;
-    tfd::testing::WriteFile(fmt::format("{}/{}/{:05}.png", dir, d.labels[static_cast<std::size_t>(i)], i),
-                            tfd::testing::PngBytes(d.height, d.width, 1, std::vector<std::uint8_t>(px, px + bytes)));
-  }
-}
-
 // Pins this process (and the peer it starts) to the one CPU it is on now.
 void PinToOneCpu() {
   cpu_set_t set;
@@ -69,14 +58,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (!keep.empty()) {
-    WritePngs(mnist->train, mnist->train.size, keep + "/train");
-    WritePngs(mnist->test, mnist->test.size, keep + "/test");
+    tfd::testing::WriteDatasetPngs(mnist->train, mnist->train.size, keep + "/train");
+    tfd::testing::WriteDatasetPngs(mnist->test, mnist->test.size, keep + "/test");
     std::printf("wrote MNIST as PNG folders in %s/train and %s/test\n", keep.c_str(), keep.c_str());
     return 0;
   }
   count = std::clamp<std::int64_t>(count, 1, mnist->train.size);
   tfd::testing::TempDir dir;
-  WritePngs(mnist->train, count, dir / "train");
+  tfd::testing::WriteDatasetPngs(mnist->train, count, dir / "train");
   PinToOneCpu();
 
   tfd::config::DataSpec spec;

@@ -17,23 +17,16 @@
 
 #include "common/config/data_spec.h"
 #include "common/data/readers.h"
+#include "test/npy_files.h"
 
 namespace {
 
 constexpr int kFeatures = 784;
 
-// An .npy header for `descr` and `shape`, padded to 64 bytes as numpy writes it.
-std::string Header(const std::string& descr, const std::string& shape) {
-  std::string dict = fmt::format("{{'descr': '{}', 'fortran_order': False, 'shape': {}, }}", descr, shape);
-  while ((10 + dict.size() + 1) % 64 != 0) dict += ' ';
-  dict += '\n';
-  return std::string("\x93NUMPY\x01\x00", 8) + static_cast<char>(dict.size() & 0xff) + static_cast<char>(dict.size() >> 8) + dict;
-}
-
 void WriteFiles(const std::string& dir, std::int64_t n) {
   std::ofstream x(dir + "/x.npy", std::ios::binary), y(dir + "/y.npy", std::ios::binary);
-  x << Header("<f4", fmt::format("({}, {})", n, kFeatures));
-  y << Header("|u1", fmt::format("({},)", n));
+  x << tfd::testing::NpyHeader("<f4", fmt::format("({}, {})", n, kFeatures));
+  y << tfd::testing::NpyHeader("|u1", fmt::format("({},)", n));
   std::vector<float> row(kFeatures);
   for (std::int64_t i = 0; i < n; ++i) {
     for (int j = 0; j < kFeatures; ++j) row[static_cast<std::size_t>(j)] = static_cast<float>((i * 31 + j) % 255) / 255.0f;
