@@ -92,6 +92,28 @@ TEST_CASE("every task writes its summaries into its run folder, on its own host"
   CHECK(plan[2].argv.back().find("'--summaries-dir' 'runs/x'") != std::string::npos);  // relative to the remote workdir
 }
 
+TEST_CASE("every training task exports into RUN/model on its own host, unless the job names export.dir", "[unit][launcher]") {
+  const std::string cluster = R"({"cluster": {"ps": ["127.0.0.1:2000"], "worker": ["127.0.0.1:2001", "pc-02:2002"]}, )";
+  const PlanOptions options{.job_path = "/runs/x/job.json", .run_dir = "/runs/x", .remote_run_dir = "runs/x", .job_json = "{}"};
+  auto export_dir = [](const std::vector<std::string>& argv) -> std::string {
+    for (std::size_t i = 0; i + 1 < argv.size(); ++i)
+      if (argv[i] == "--export-dir") return argv[i + 1];
+    return "";
+  };
+  auto plan = MakePlan(Parse(cluster + kTrain + "}"), options);
+  REQUIRE(plan.size() == 3);
+  CHECK(export_dir(plan[0].argv).empty());  // a ps trains nothing
+  CHECK(export_dir(plan[1].argv) == "/runs/x/model");
+  REQUIRE_FALSE(plan[2].local);
+  CHECK(plan[2].argv.back().find("'--export-dir' 'runs/x/model'") != std::string::npos);  // relative to the remote workdir
+  // The job's own export.dir wins: tfctl adds no flag that would override it.
+  std::string own = kTrain;
+  own.insert(own.rfind('}'), R"(, "export": {"dir": "/models/mnist"})");
+  plan = MakePlan(Parse(cluster + own + "}"), options);
+  CHECK(export_dir(plan[1].argv).empty());
+  CHECK(plan[2].argv.back().find("--export-dir") == std::string::npos);
+}
+
 TEST_CASE("the run's token reaches tasks as a file path or on ssh's stdin, never on a command line", "[unit][launcher]") {
   auto f = Parse(std::string(R"({"cluster": {"ps": ["127.0.0.1:2000"], "worker": ["pc-02:2001"]}, )") + kTrain + "}");
   const std::string hex(64, 'a');
