@@ -68,7 +68,7 @@ TEST_CASE("a remote task is one ssh argv with every remote word quoted and host 
   CHECK(w.argv.back() ==
         R"(cd '/srv/a b' && mkdir -p 'runs/r1' && printf '%s\n' '{"a": "it'\''s"}' > 'runs/r1'/job.json && exec 3<&0 && )"
         R"({ env TF_CONFIG=')" + w.tf_config +
-            R"(' NOTE='it'\''s fine' setsid '/opt/my tfd' '--log-format' 'json' '--job' 'runs/r1/job.json' '--summaries-dir' 'runs/r1' </dev/null 3<&- & )"
+            R"(' NOTE='it'\''s fine' setsid '/opt/my tfd' '--log-format' 'json' '--job' 'runs/r1/job.json' '--summaries-dir' 'runs/r1' '--export-dir' 'runs/r1/model' </dev/null 3<&- & )"
             R"(pid=$!; echo $pid > 'runs/r1'/'worker:0.pid'; )"
             R"(( cat <&3 >/dev/null; kill -TERM -$pid 2>/dev/null; sleep 5; kill -KILL -$pid 2>/dev/null ) >/dev/null 2>&1 & )"
             R"(wait $pid; })");

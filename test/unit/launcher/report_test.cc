@@ -166,7 +166,7 @@ TEST_CASE("the report shows the exported model: where, the commands that use it,
   html = ReadAll(dir / "report.html");
   CHECK(html.find("<code>pc-02:runs/x/model/1</code>") != std::string::npos);
   CHECK(html.find("serve (on pc-02)") != std::string::npos);
-  CHECK(html.find("data-metric=") == std::string::npos);
+  CHECK(html.find("<tr data-metric=") == std::string::npos);
   // A run that exported nothing says so.
   WriteFile(dir / "summary.json", R"({"exit_code": 0, "tasks": [{"task": "worker:0", "exit_code": 0}]})");
   REQUIRE(WriteReport(dir.path()).ok());
