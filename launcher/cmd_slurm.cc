@@ -58,6 +58,7 @@ Result<std::string> SlurmScript(const config::ClusterFile& f, const SlurmArgs& a
   std::string tfd = fmt::format("{} --slurm-ps {} --slurm-port-base {} --job \"$run/job.json\" --token-file \"$run/token\"",
                                 ShellQuote(h.tfd), num_ps, args.port_base);
   tfd += fmt::format(" --summaries-dir \"$run\" --run-name {}-\"$SLURM_JOB_ID\"", f.name);
+  if (f.train.export_model.dir.empty()) tfd += " --export-dir \"$run/model\"";  // the chief writes the model there; other ranks ignore it
   const config::TaskTimeouts& t = f.launch.timeouts;
   for (auto [flag, secs] : {std::pair{"--peer-timeout", t.peer_secs}, {"--reconnect-timeout", t.reconnect_secs},
                             {"--startup-timeout", t.startup_secs}, {"--step-timeout", t.step_secs}})

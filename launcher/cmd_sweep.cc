@@ -89,6 +89,9 @@ int Sweep(const SweepArgs& args, const Interrupts& interrupts) {
       fmt::format("sweep {}: {} trials, {} at once on {} workers, {} of {}, scheduler {}; run folder {}", args.file, trials.size(), parallel,
                   sweep.workers, sweep.maximize ? "max" : "min", sweep.metric, sweep.asha ? "asha" : "none", run_dir.string()));
 
+  // Trial K exports its model into RUN/trials/K/model (an ensemble's member K into
+  // RUN/members/K/model); RunSweep copies the best trial's into RUN/model.
+  const std::string trial_models = (run_dir / (args.ensemble ? "members" : "trials")).string();
   std::vector<Worker> workers(static_cast<std::size_t>(sweep.workers));
   {
     std::ofstream pids(run_dir / "workers.txt");
@@ -96,7 +99,7 @@ int Sweep(const SweepArgs& args, const Interrupts& interrupts) {
       Worker& w = workers[static_cast<std::size_t>(i)];
       w.index = i;
       Result<pid_t> pid = StartLogged({tfd, "--coordinator", fmt::format("127.0.0.1:{}", coord->port()), "--task_index", std::to_string(i),
-                                       "--log-format", "json"},
+                                       "--log-format", "json", "--export-dir", trial_models},
                                       (run_dir / fmt::format("worker-{}.log", i)).string());
       if (!pid.ok()) {
         Say(stderr, false, "error", pid.status().message());
@@ -111,6 +114,7 @@ int Sweep(const SweepArgs& args, const Interrupts& interrupts) {
   coordinator::SweepRunOptions ropts;
   ropts.run_dir = run_dir.string();
   ropts.ensemble = args.ensemble;
+  ropts.trial_models = trial_models;
   ropts.table = stdout;
   ropts.tty = isatty(1) != 0;
   ropts.say = [](bool error, std::string_view event, const std::string& message) { Say(error ? stderr : stdout, false, event, message); };

@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <thread>
 
@@ -17,6 +18,7 @@
 #include "launcher/commands.h"
 #include "launcher/dashboard.h"
 #include "launcher/report.h"
+#include "launcher/run_summary.h"
 #include "launcher/runner.h"
 #include "launcher/scale.h"
 
@@ -28,6 +30,32 @@ namespace {
 void WriteRunReport(const std::filesystem::path& run_dir, bool json) {
   if (Status s = WriteReport(run_dir); !s.ok()) Say(stderr, json, "warning", "no report: " + s.message());
   else Say(stdout, json, "report", fmt::format("report {}", (run_dir / "report.html").string()));
+}
+
+// The lines that end up's output: the model the run exported (summary.json's, from the chief's
+// exported event), and the commands that serve it and predict with it; as JSON one "model" event.
+// Nothing when the run exported none.
+void SayModel(const std::filesystem::path& run_dir, const config::DataSpec& data, bool json) {
+  std::ifstream in(run_dir / "summary.json");
+  const std::string text(std::istreambuf_iterator<char>(in), {});
+  Result<RunSummary> summary = ParseSummary(text, (run_dir / "summary.json").string());
+  if (!summary.ok() || !summary->model) return;
+  const ModelSummary& m = *summary->model;
+  const ModelCommands commands = CommandsFor(m, data);
+  const std::string step = m.global_step ? fmt::format(", global_step {}", *m.global_step) : "";
+  std::vector<EventField> fields = {{"path", m.path}, {"version", m.version}, {"serve", commands.serve}, {"predict", commands.predict}};
+  if (!m.host.empty()) fields.push_back({"host", m.host});
+  Say(stdout, json, "model", fmt::format("model {} (version {}{})", m.where(), m.version, step), fields);
+  if (json) return;
+  const std::string on = m.host.empty() ? "" : " on " + m.host;
+  Say(stdout, false, "serve", fmt::format("serve it{}: {}", on, commands.serve));
+  if (!commands.predict.empty()) Say(stdout, false, "predict", fmt::format("predict with it{}: {}", on, commands.predict));
+}
+
+// What follows the run: report.html, then the model lines.
+void EndOfRun(const std::filesystem::path& run_dir, const config::DataSpec& data, bool json) {
+  WriteRunReport(run_dir, json);
+  SayModel(run_dir, data, json);
 }
 
 }  // namespace
@@ -130,7 +158,7 @@ int Up(const ClusterArgs& args, const Interrupts& interrupts, Injection* fault, 
     std::signal(SIGPIPE, SIG_IGN);
     std::ofstream(run_dir / "tfctl.pid") << getpid() << "\n";
     const int code = Run(run->plan, ropts);
-    WriteRunReport(run_dir, json);
+    EndOfRun(run_dir, run->file.train.data, json);
     if (dashboard != nullptr) {  // an open page polls once a second: let it fetch the final state
       dashboard->site().SetEnded();
       std::this_thread::sleep_for(std::chrono::seconds(2));
@@ -146,7 +174,7 @@ int Up(const ClusterArgs& args, const Interrupts& interrupts, Injection* fault, 
   const int num_workers = run->file.cluster.num_workers();
   const Status started = RunInBackground([&] {  // the background tfctl's whole life
     const int code = Run(run->plan, ropts);
-    WriteRunReport(run_dir, json);
+    EndOfRun(run_dir, run->file.train.data, json);
     return code;
   },
                                          [&] { return ReadyWorkers(run_dir) >= num_workers; }, bopts);

@@ -59,6 +59,13 @@ void ApplyEvent(const config::Event& e, LiveRow& r, TaskFacts& facts) {
     if (e.numbers.contains("global_step")) facts.final_global_step = Step(e.Number("global_step"));
     const auto sha = e.strings.find("params_sha256");
     facts.params_sha256 = sha != e.strings.end() ? sha->second : "";
+  } else if (e.event == "exported") {  // the latest version folder it wrote (export.every_epochs writes several)
+    const auto path = e.strings.find("path"), version = e.strings.find("version");
+    if (path == e.strings.end()) return;
+    facts.exported_path = path->second;
+    facts.exported_version = version != e.strings.end() ? version->second : "";
+    facts.exported_step.reset();
+    if (e.numbers.contains("global_step")) facts.exported_step = Step(e.Number("global_step"));
   }
 }
 

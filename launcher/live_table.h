@@ -31,16 +31,19 @@ struct LiveRow {
 
 // What a task's events tell tfctl besides its row: the pid of its latest start event (a remote
 // task's tfd is signalled by it) and, for summary.json, its done event's test_accuracy, global_step
-// and params_sha256 (an evaluator's accuracy and step from its last eval event).
+// and params_sha256 (an evaluator's accuracy and step from its last eval event), and its latest
+// exported event's path, version and global_step (the model it wrote; path as the task named it).
 struct TaskFacts {
   pid_t pid = -1;
   std::optional<double> final_test_accuracy;
   std::optional<std::int64_t> final_global_step;
   std::string params_sha256;
+  std::string exported_path, exported_version;  // empty: it exported nothing
+  std::optional<std::int64_t> exported_step;
 };
 
 // One event of a task into its row and facts: start (pid; a stage's place), epoch, eval, stage,
-// ready and done; other events change nothing. A field an event lacks keeps its value, except
+// ready, done and exported; other events change nothing. A field an event lacks keeps its value, except
 // that done replaces every fact of the done event (absent ones become unknown).
 void ApplyEvent(const config::Event& e, LiveRow& row, TaskFacts& facts);
 

@@ -106,10 +106,15 @@ std::vector<TaskPlan> MakePlan(const config::ClusterFile& file, const PlanOption
       tfd.insert(tfd.end(), {"--metrics", fmt::format("{}:{}", p.local ? "127.0.0.1" : "", metrics_port)});
       p.metrics_target = fmt::format("{}:{}", p.local ? "127.0.0.1" : p.host, metrics_port);
     }
+    // The trained model goes into the run folder unless the job names its own export.dir; only
+    // the chief writes it (the daemon decides), so every training task gets the flag.
+    const bool trains = task.type == config::TaskType::kChief || task.type == config::TaskType::kWorker;
+    const bool export_here = trains && file.train.export_model.dir.empty();
     if (p.local) {
       if (task.type != config::TaskType::kPs) tfd.insert(tfd.end(), {"--job", options.job_path});
       if (!options.token_path.empty()) tfd.insert(tfd.end(), {"--token-file", options.token_path});
       if (!options.run_dir.empty()) tfd.insert(tfd.end(), {"--summaries-dir", options.run_dir});
+      if (export_here && !options.run_dir.empty()) tfd.insert(tfd.end(), {"--export-dir", options.run_dir + "/model"});
       p.argv = tfd;
       p.workdir = h.workdir;
       p.env.push_back(fmt::format("TF_CONFIG={}", p.tf_config));
@@ -125,6 +130,7 @@ std::vector<TaskPlan> MakePlan(const config::ClusterFile& file, const PlanOption
     const std::string name = task.ToString();
     if (task.type != config::TaskType::kPs) tfd.insert(tfd.end(), {"--job", options.remote_run_dir + "/job.json"});
     if (!options.remote_run_dir.empty()) tfd.insert(tfd.end(), {"--summaries-dir", options.remote_run_dir});
+    if (export_here && !options.remote_run_dir.empty()) tfd.insert(tfd.end(), {"--export-dir", options.remote_run_dir + "/model"});
     // The token comes first on ssh's stdin, one line, into a file only its owner can read.
     std::string take_token;
     if (!options.token_hex.empty()) {
@@ -144,6 +150,7 @@ std::vector<TaskPlan> MakePlan(const config::ClusterFile& file, const PlanOption
         fmt::arg("workdir", ShellQuote(h.workdir)), fmt::arg("dir", dir), fmt::arg("job", ShellQuote(options.job_json)),
         fmt::arg("start", start), fmt::arg("pidfile", ShellQuote(name + ".pid")), fmt::arg("take_token", take_token));
     p.argv = SshArgv(h, p.host, options, remote);
+    p.workdir = h.workdir;
     p.ssh.assign(p.argv.begin(), p.argv.end() - 1);
     plan.push_back(std::move(p));
   }

@@ -16,7 +16,7 @@ struct TaskPlan {
   bool local = true;              // a child of tfctl (else reached through ssh)
   std::vector<std::string> argv;  // executed as is: no shell on this side
   std::vector<std::string> env;   // NAME=value added to a local child's environment
-  std::string workdir;            // a local child's working folder
+  std::string workdir;            // its working folder on its host (a local child starts in it; a remote task's line cds into it)
   std::string tf_config;          // this task's TF_CONFIG
   std::string stdin_data;         // written to a remote task's ssh first: the run's token, never on a command line
   int max_restarts = 0;           // times tfctl starts it again after a failure (launch.restart)
@@ -26,8 +26,10 @@ struct TaskPlan {
 
 struct PlanOptions {
   std::string job_path;          // where the job spec is written for local tasks
-  std::string run_dir;           // a local task's run folder: its --summaries-dir (none when empty)
-  std::string remote_run_dir;    // a remote task's run folder, relative to its workdir (also its --summaries-dir)
+  // A local task's run folder: its --summaries-dir, and RUN/model its --export-dir where it trains
+  // and the job sets no export.dir (none of these when empty).
+  std::string run_dir;
+  std::string remote_run_dir;    // a remote task's run folder, relative to its workdir (its --summaries-dir, and RUN/model as above)
   std::string job_json;          // the job spec, written into remote_run_dir by each remote task
   // The run's cluster token: local tasks read token_path (mode 0600); a remote task reads token_hex
   // from its ssh's stdin into a 0600 file in its run folder. Empty: no token (tfctl validate).

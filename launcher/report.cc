@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/config/cluster_file.h"
+#include "common/config/job.h"
+#include "launcher/plan.h"
 #include "launcher/run_summary.h"
 
 namespace tfd::launcher {
@@ -119,7 +121,55 @@ Result<std::string> ReadText(const fs::path& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
+// `s` as one shell word: as it is when it holds nothing a shell reads, else quoted.
+std::string ShellWord(const std::string& s) {
+  const bool plain = !s.empty() && s.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-./:=@%+,") == std::string::npos;
+  return plain ? s : ShellQuote(s);
+}
+
+// tfd predict's --data (and --labels) for the job's data: the MNIST folder (predict reads its test
+// pair), else the test files, else the training files.
+std::string PredictData(const config::DataSpec& data) {
+  if (data.is_mnist_folder()) return "--data " + ShellWord(data.folder);
+  const config::DataFiles& files = data.test.empty() ? data.train : data.test;
+  if (!files.x.empty()) return "--data " + ShellWord(files.x) + (files.y.empty() ? "" : " --labels " + ShellWord(files.y));
+  return files.paths.empty() ? "" : "--data " + ShellWord(files.paths.front());
+}
+
+void RenderModel(const ReportInputs& in, std::string* h) {
+  *h += "<h2>Model</h2>\n";
+  if (!in.model) {
+    *h += "<p class=\"empty\">The run exported no model (summary.json names none).</p>\n";
+    return;
+  }
+  const ModelSummary& m = *in.model;
+  auto row = [&](const std::string& key, const std::string& value, bool code) {
+    *h += fmt::format("<tr><th>{}</th><td>{}{}{}</td></tr>\n", key, code ? "<code>" : "", Escape(value), code ? "</code>" : "");
+  };
+  *h += "<table id=\"model\">\n";
+  row("path", m.where(), true);
+  row("version", m.version, false);
+  if (m.global_step) row("global step", std::to_string(*m.global_step), false);
+  row("exported by", m.task, false);
+  row(m.host.empty() ? "serve" : "serve (on " + Escape(m.host) + ")", in.commands.serve, true);
+  if (!in.commands.predict.empty()) row(m.host.empty() ? "predict" : "predict (on " + Escape(m.host) + ")", in.commands.predict, true);
+  const json card = json::parse(in.model_json, nullptr, /*allow_exceptions=*/false);
+  if (card.is_object() && card.contains("metrics") && card["metrics"].is_object()) {
+    for (const auto& [k, v] : card["metrics"].items()) {
+      const std::string value = v.is_number_float() ? fmt::format("{:.6g}", v.get<double>()) : v.is_string() ? v.get<std::string>() : v.dump();
+      *h += fmt::format("<tr data-metric=\"{0}\"><th>{0}</th><td>{1}</td></tr>\n", Escape(k), Escape(value));
+    }
+  }
+  *h += "</table>\n";
+}
+
 }  // namespace
+
+ModelCommands CommandsFor(const ModelSummary& model, const config::DataSpec& data) {
+  const std::string base = ShellWord(model.base());
+  const std::string from = PredictData(data);
+  return {.serve = "tfd serve --model " + base, .predict = from.empty() ? "" : "tfd predict --model " + base + " " + from};
+}
 
 RunCurves ExtractCurves(std::string_view metrics_jsonl) {
   struct PerTask {
@@ -221,8 +271,9 @@ std::vector<TaskState> TaskStatesFromEvents(std::string_view metrics_jsonl) {
   return out;
 }
 
-Status ApplySummary(std::string_view summary_json, std::string_view source, std::vector<TaskState>* tasks) {
-  TFD_ASSIGN_OR_RETURN(const RunSummary summary, ParseSummary(summary_json, source));
+namespace {
+
+void ApplyRunSummary(const RunSummary& summary, std::vector<TaskState>* tasks) {
   for (const TaskSummary& t : summary.tasks) {
     auto it = std::find_if(tasks->begin(), tasks->end(), [&](const TaskState& s) { return s.task == t.task; });
     if (it == tasks->end()) it = tasks->insert(tasks->end(), TaskState{.task = t.task});
@@ -232,6 +283,13 @@ Status ApplySummary(std::string_view summary_json, std::string_view source, std:
     it->state = StateFromExit(it->exit_code, t.past_deadline);
   }
   std::sort(tasks->begin(), tasks->end(), [](const TaskState& a, const TaskState& b) { return a.task < b.task; });
+}
+
+}  // namespace
+
+Status ApplySummary(std::string_view summary_json, std::string_view source, std::vector<TaskState>* tasks) {
+  TFD_ASSIGN_OR_RETURN(const RunSummary summary, ParseSummary(summary_json, source));
+  ApplyRunSummary(summary, tasks);
   return Status::Ok();
 }
 
@@ -271,7 +329,9 @@ std::string RenderReportHtml(const ReportInputs& in) {
   std::vector<std::pair<std::string, std::string>> rows;
   Flatten(json::parse(in.job_json, nullptr, false), "", &rows);
   for (const auto& [k, v] : rows) h += fmt::format("<tr><th>{}</th><td>{}</td></tr>\n", Escape(k), Escape(v));
-  h += "</table>\n<h2>Curves</h2>\n";
+  h += "</table>\n";
+  if (in.ended) RenderModel(in, &h);
+  h += "<h2>Curves</h2>\n";
   if (in.curves.events == 0) {
     h += "<p class=\"empty\">No events yet: metrics.jsonl has no event line, so there is nothing to plot.</p>\n";
   } else {
@@ -300,8 +360,19 @@ Status WriteReport(const fs::path& run_dir) {
   if (fs::exists(run_dir / "summary.json", ec)) {
     Result<std::string> summary = ReadText(run_dir / "summary.json");
     if (!summary.ok()) return summary.status();
-    TFD_RETURN_IF_ERROR(ApplySummary(*summary, (run_dir / "summary.json").string(), &in.tasks));
+    TFD_ASSIGN_OR_RETURN(const RunSummary parsed, ParseSummary(*summary, (run_dir / "summary.json").string()));
+    ApplyRunSummary(parsed, &in.tasks);
     in.ended = true;
+    in.model = parsed.model;
+  }
+  if (in.model) {
+    Result<config::JobSpec> spec = config::ParseJobSpec(*job, (run_dir / "job.json").string());
+    in.commands = CommandsFor(*in.model, spec.ok() ? spec->data : config::DataSpec{});
+    if (!spec.ok()) in.commands.predict.clear();
+    if (in.model->host.empty()) {  // a remote chief's model.json is on its host
+      Result<std::string> card = ReadText(fs::path(in.model->path) / "model.json");
+      if (card.ok()) in.model_json = std::move(card).value();
+    }
   }
   for (const auto& [file, text] : {std::pair{"report.html", RenderReportHtml(in)}, std::pair{"curves.svg", RenderCurvesSvg(in.curves)}}) {
     const fs::path path = run_dir / file;

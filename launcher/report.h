@@ -4,11 +4,14 @@
 // the files' text, for tests and the dashboard), and report.html / curves.svg written from them.
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "common/base/status.h"
+#include "common/config/data_spec.h"
+#include "launcher/run_summary.h"
 #include "launcher/runner.h"
 
 namespace tfd::launcher {
@@ -54,17 +57,31 @@ Status ApplySummary(std::string_view summary_json, std::string_view source, std:
 // data-metric and data-points (the number of points).
 std::string RenderCurvesSvg(const RunCurves& curves);
 
+// The commands that use an exported model, run where it is: `tfd serve --model BASE` and
+// `tfd predict --model BASE --data SOURCE` with the job's test data (else its training data),
+// words quoted for a shell where they need it.
+struct ModelCommands {
+  std::string serve, predict;
+};
+ModelCommands CommandsFor(const ModelSummary& model, const config::DataSpec& data);
+
 struct ReportInputs {
   std::string run_dir;
   std::string job_json;  // job.json's text (a JSON object)
   std::vector<TaskState> tasks;
   bool ended = false;  // summary.json exists
   RunCurves curves;
+  std::optional<ModelSummary> model;  // summary.json's: the model the run exported
+  ModelCommands commands;             // for `model`; predict empty when job.json is not a job tfd reads
+  std::string model_json;             // the version folder's model.json, where it is on this machine and readable
 };
-// report.html's text: self-contained (inline CSS and SVG, generic fonts, no script).
+// report.html's text: self-contained (inline CSS and SVG, generic fonts, no script). The exported
+// model, when there is one, is a table id="model": where, version, step, the commands, and each of
+// model.json's final metrics in a row with data-metric.
 std::string RenderReportHtml(const ReportInputs& in);
 
-// Reads run_dir's job.json, metrics.jsonl and (when there) summary.json, and writes report.html and
+// Reads run_dir's job.json, metrics.jsonl, (when there) summary.json and the model.json of the model
+// it names (when on this machine), and writes report.html and
 // curves.svg into it. InvalidArgument naming the file when the folder, job.json or metrics.jsonl is
 // missing, or one of them is not what tfctl writes (exit 2); Internal when the files cannot be written.
 // A run with no events yet gets a report that says so.

@@ -1,6 +1,7 @@
 #include "launcher/run_summary.h"
 
 #include <cmath>
+#include <filesystem>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -8,6 +9,36 @@
 #include "common/config/json_writer.h"
 
 namespace tfd::launcher {
+
+std::string ModelSummary::base() const { return std::filesystem::path(path).parent_path().string(); }
+
+std::string ModelSummary::where() const { return host.empty() ? path : host + ":" + path; }
+
+namespace {
+
+nlohmann::ordered_json ModelJson(const ModelSummary& m) {
+  nlohmann::ordered_json j = {{"task", m.task}};
+  if (!m.host.empty()) j["host"] = m.host;
+  j["path"] = m.path;
+  j["version"] = m.version;
+  if (m.global_step) j["global_step"] = *m.global_step;
+  return j;
+}
+
+Result<ModelSummary> ParseModel(const nlohmann::json& j, std::string_view source) {
+  auto text = [&](const char* key) { return j.contains(key) && j[key].is_string(); };
+  if (!j.is_object() || !text("path") || !text("version"))
+    return Status::InvalidArgument(fmt::format("{}: model: expected an object with string \"path\" and \"version\"", source));
+  ModelSummary m{.task = text("task") ? j["task"].get<std::string>() : "", .host = text("host") ? j["host"].get<std::string>() : "",
+                 .path = j["path"].get<std::string>(), .version = j["version"].get<std::string>()};
+  if (j.contains("global_step") && !j["global_step"].is_null()) {
+    if (!j["global_step"].is_number_integer()) return Status::InvalidArgument(fmt::format("{}: model.global_step: expected an integer", source));
+    m.global_step = j["global_step"].get<std::int64_t>();
+  }
+  return m;
+}
+
+}  // namespace
 
 std::string SummaryJson(const RunSummary& summary) {
   nlohmann::ordered_json tasks = nlohmann::ordered_json::array();
@@ -21,7 +52,9 @@ std::string SummaryJson(const RunSummary& summary) {
     if (!t.params_sha256.empty()) j["params_sha256"] = t.params_sha256;
     tasks.push_back(std::move(j));
   }
-  const nlohmann::ordered_json doc = {{"run_dir", summary.run_dir}, {"exit_code", summary.exit_code}, {"tasks", std::move(tasks)}};
+  nlohmann::ordered_json doc = {{"run_dir", summary.run_dir}, {"exit_code", summary.exit_code}};
+  if (summary.model) doc["model"] = ModelJson(*summary.model);
+  doc["tasks"] = std::move(tasks);
   return config::JsonText(doc, /*open_levels=*/2) + "\n";
 }
 
@@ -39,6 +72,9 @@ Result<RunSummary> ParseSummary(std::string_view text, std::string_view source) 
   if (doc.contains("exit_code")) {
     if (!doc["exit_code"].is_number_integer()) return Status::InvalidArgument(fmt::format("{}: exit_code: expected an integer", source));
     s.exit_code = doc["exit_code"].get<int>();
+  }
+  if (doc.contains("model")) {
+    TFD_ASSIGN_OR_RETURN(s.model, ParseModel(doc["model"], source));
   }
   for (std::size_t i = 0; i < doc["tasks"].size(); ++i) {
     const json& t = doc["tasks"][i];

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -59,7 +60,7 @@ struct Task {
 Status Spawn(Task& t) {
   Result<Child> c = StartChild({.argv = t.plan->argv,
                                 .env = t.plan->env,
-                                .workdir = t.plan->workdir,
+                                .workdir = t.plan->local ? t.plan->workdir : "",  // a remote task's is on its host
                                 .in = t.plan->local ? ChildStream::kNull : ChildStream::kPipe,
                                 .out = ChildStream::kPipe,
                                 .err = ChildStream::kPipe,
@@ -104,6 +105,19 @@ struct FaultState {
   pid_t pid = -1;
   Clock::time_point cont_at = Clock::time_point::max(), deadline_at = Clock::time_point::max();
 };
+
+// The model `t` exported last, where it is: a relative path is relative to the task's workdir
+// (a remote task's run folder is), and a remote task's folder is on its host.
+std::optional<ModelSummary> ExportedModel(const Task& t) {
+  if (t.facts.exported_path.empty()) return std::nullopt;
+  const std::filesystem::path path = t.facts.exported_path;
+  const std::string& workdir = t.plan->workdir;
+  return ModelSummary{.task = t.name,
+                      .host = t.plan->local ? "" : t.plan->host,
+                      .path = (path.is_relative() && !workdir.empty() ? std::filesystem::path(workdir) / path : path).lexically_normal().string(),
+                      .version = t.facts.exported_version,
+                      .global_step = t.facts.exported_step};
+}
 
 // One call of Run: the tasks and everything the loop keeps between its turns. Run's thread only.
 class Runner {
@@ -518,6 +532,8 @@ void Runner::WriteSummary() {
     summary.tasks.push_back({.task = t.name, .exit_code = t.exit_code, .restarts = t.restarts, .ended_at = t.ended_at,
                              .past_deadline = t.past_deadline, .scaled_down = t.scaled_down, .test_accuracy = t.facts.final_test_accuracy,
                              .global_step = t.facts.final_global_step, .params_sha256 = t.facts.params_sha256});
+  for (const Task& t : tasks_)  // plan order: the chief's before any other's
+    if (!summary.model) summary.model = ExportedModel(t);
   std::ofstream(options_.run_dir + "/summary.json") << SummaryJson(summary);
   if (isatty(1) != 1 && !options_.json_output)  // a terminal already shows the table; a log gets it once, at the end
     for (const std::string& l : display_.Table()) std::printf("%s\n", l.c_str());

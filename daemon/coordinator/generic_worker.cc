@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <filesystem>
 #include <new>
 #include <optional>
 
@@ -164,6 +165,8 @@ Status RunGenericWorker(const GenericWorkerOptions& options, EventWriter& events
     std::atomic<bool> trial_stop{false};
     Result<config::JobSpec> job = config::ParseJobSpec(assign.job, fmt::format("trial {}'s job", assign.trial));
     Status s = job.status();
+    if (s.ok() && !options.export_root.empty())
+      job->export_model.dir = (std::filesystem::path(options.export_root) / std::to_string(assign.trial) / "model").string();
     std::optional<ckpt::Checkpoint> resume;
     if (s.ok() && !assign.checkpoint.empty()) {
       const std::string source = fmt::format("trial {}'s checkpoint after epoch {}", assign.trial, assign.resume_epoch);

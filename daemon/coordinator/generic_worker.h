@@ -21,6 +21,9 @@ struct GenericWorkerOptions {
   const std::atomic<bool>* stop = nullptr;  // a signal: stop the trial at its next step and return
   std::chrono::milliseconds startup_timeout{120000};  // to reach the coordinator
   std::vector<train::TrainObserver*> observers;  // given every trial's steps and epochs; not owned
+  // tfd --export-dir: trial K exports its trained model into <export_root>/K/model (whatever its
+  // job's export.dir, so trials never share a folder); "": where its job says, if anywhere.
+  std::string export_root;
 };
 
 // A generic worker (tfd --coordinator HOST:PORT): asks the coordinator for a trial, trains its job

@@ -45,6 +45,47 @@ void WriteEnsemble(const fs::path& run_dir, const std::vector<SweepScheduler::En
 
 std::chrono::duration<double> Seconds(double s) { return std::chrono::duration<double>(s); }
 
+// The best trial's exported model (`from`, a base of version folders) copied whole into `to`: into a
+// temporary folder beside it first, renamed at the end, so a `tfd serve --model TO` started early
+// never sees half of it. Half-written version folders (a killed attempt's ".tmp-*") are left out.
+// NotFound when the trial exported none (ASHA stopped it before its last epoch, or it failed).
+Status CopyModel(const fs::path& from, const fs::path& to) {
+  std::error_code ec;
+  if (!fs::is_directory(from, ec)) return Status::NotFound(fmt::format("{}: no such folder (the trial exported no model)", from.string()));
+  const fs::path tmp = to.parent_path() / ("." + to.filename().string() + ".tmp");
+  fs::remove_all(tmp, ec);
+  fs::create_directories(tmp, ec);
+  for (fs::directory_iterator it(from, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    if (it->path().filename().string().starts_with(".")) continue;
+    fs::copy(it->path(), tmp / it->path().filename(), fs::copy_options::recursive, ec);
+    if (ec) break;
+  }
+  if (!ec) fs::rename(tmp, to, ec);
+  if (ec) {
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+    return Status::Unavailable(fmt::format("cannot copy {} to {}: {}", from.string(), to.string(), ec.message()));
+  }
+  return Status::Ok();
+}
+
+// Where the run's trained networks are, said at the end: the best trial's model copied into
+// run_dir/model, or an ensemble's members' own.
+void SayModels(const fs::path& run_dir, int best, const SweepRunOptions& options) {
+  if (options.trial_models.empty()) return;
+  if (options.ensemble) {
+    options.say(false, "models", fmt::format("each member's model: {}/<member>/model (tfd serve --model one of them)", options.trial_models));
+    return;
+  }
+  const fs::path to = run_dir / "model";
+  Status copied = CopyModel(fs::path(options.trial_models) / std::to_string(best) / "model", to);
+  if (!copied.ok()) {
+    options.say(true, "warning", fmt::format("the best trial's model is not in {}: {}", to.string(), copied.message()));
+    return;
+  }
+  options.say(false, "model", fmt::format("model {} (trial {}'s); serve it: tfd serve --model {}", to.string(), best, to.string()));
+}
+
 }  // namespace
 
 Result<PreparedSweep> PrepareSweep(const std::string& file, bool ensemble, int workers) {
@@ -136,6 +177,7 @@ int RunSweep(Coordinator& coord, const config::SweepSpec& sweep, const SweepRunO
     options.say(false, "best",
                 fmt::format("best: trial {} {} {} = {:.4f}; its job: {}", b.trial.id, ParamsJson(b.trial.params), sweep.metric, *b.best,
                             (run_dir / "best.json").string()));
+    SayModels(run_dir, b.trial.id, options);
   } else {
     options.say(true, "error", "no trial reported " + sweep.metric);
   }

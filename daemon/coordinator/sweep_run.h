@@ -44,6 +44,10 @@ struct SweepRunOptions {
   // `startup_timeout` from the start at most, so a worker that starts late still ends cleanly;
   // workers still connected 10 s after the sweep ended are not waited for.
   int expected_workers = 0;
+  // Where trial K's exported model is, as trial_models/K/model (the workers' --export-dir): the
+  // best trial's is copied into run_dir/model at the end ("": the trials' models are not on this
+  // machine, and nothing is copied). Not for an ensemble, whose members are several networks.
+  std::string trial_models;
 };
 
 // A sweep (or an ensemble's members, `ensemble`) read from its file, with its trials and how many
@@ -65,8 +69,9 @@ Status MakeSweepFolder(const std::filesystem::path& run_dir, const std::string& 
 
 // Runs the sweep to its end: appends the coordinator's lines to trials.jsonl, draws the
 // leaderboard, stops every trial on an interrupt, fails the waiting trials when no worker is left,
-// then writes leaderboard.csv and best.json (the best trial's job, runnable as is) and, for an
-// ensemble, ensemble.json and predictions/. Destroys nothing: the caller resets `coord` after.
+// then writes leaderboard.csv and best.json (the best trial's job, runnable as is), copies the best
+// trial's model into model/ (options.trial_models) and, for an ensemble, writes ensemble.json and
+// predictions/. Destroys nothing: the caller resets `coord` after.
 // Returns 0 when a best trial was found, 1 when no trial reported the objective, 130 after an
 // interrupt (what was written is kept).
 int RunSweep(Coordinator& coord, const config::SweepSpec& sweep, const SweepRunOptions& options);

@@ -91,7 +91,7 @@ Result<ParsedFlags> ParseTaskFlags(int argc, const char* const* argv, std::ostre
       ("idle-timeout", po::value<double>(&idle_timeout)->value_name("SECS"), "evaluator: how long it waits for the chief's next checkpoint once it has seen one (default: 3 x checkpoint.every_secs, at least 60; 600 without every_secs)")
       ("shard-limit", po::value<std::int64_t>(&f.shard_limit)->value_name("N"), "allreduce: use at most N examples of this worker's shard each epoch (uneven shards)")
       ("summaries-dir", po::value<std::string>(&f.summaries_dir)->value_name("DIR"), "write TensorBoard summaries into DIR/<task> (sets or overrides the job's summaries.dir)")
-      ("export-dir", po::value<std::string>(&f.export_dir)->value_name("DIR"), "the chief writes the trained model into DIR/<version>/ (sets or overrides the job's export.dir)")
+      ("export-dir", po::value<std::string>(&f.export_dir)->value_name("DIR"), "the chief writes the trained model into DIR/<version>/ (sets or overrides the job's export.dir); a generic worker (--coordinator) writes trial K's into DIR/K/model/<version>/")
       ("device", po::value<std::string>(&device)->value_name("DEV"), "train on DEV, cpu or cuda:N, whatever the job's \"device\" says (one task of a mixed cluster)")
       ("gpu-memory-fraction", po::value<double>(&gpu_memory_fraction)->value_name("F"), "the share in (0, 1] of the GPU's memory this task may take (overrides the job's gpu_memory_fraction)")
       ("params-out", po::value<std::string>(&f.params_out)->value_name("FILE"), "write the final parameters to FILE (raw little-endian float32, in variable order)")

@@ -31,7 +31,7 @@ struct TaskFlags {
   std::string run_dir;       // --run-dir (coordinator task)
   std::string params_out;    // --params-out
   std::string summaries_dir; // --summaries-dir: overrides the job's summaries.dir
-  std::string export_dir;    // --export-dir: overrides the job's export.dir
+  std::string export_dir;    // --export-dir: overrides the job's export.dir; a generic worker: the root of its trials' models
   std::optional<std::string> device;            // --device, as given ("cpu", "cuda:N"), checked
   std::optional<int> cuda_device;               // --device parsed: -1 cpu, N for cuda:N
   std::optional<double> gpu_memory_fraction;    // --gpu-memory-fraction, in (0, 1]

@@ -203,7 +203,8 @@ Status RunGenericWorkerTask(const RoleContext& c) {
                                             .cluster_id = c.place.tf ? c.place.tf->cluster.Id() : 0,
                                             .stop = c.task.stop(),
                                             .startup_timeout = c.flags.startup_timeout,
-                                            .observers = o.observers()};
+                                            .observers = o.observers(),
+                                            .export_root = c.flags.export_dir};
   // A worker of tfctl sweep (--coordinator) reaches it on this host with no token; a worker task of
   // a TF_CONFIG cluster with the cluster's.
   const transport::ConnectionOptions conn = ConnectionFor(c, nullptr);

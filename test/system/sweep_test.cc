@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -88,6 +89,25 @@ TEST_CASE("a sweep of 6 trials on 2 workers: the right best, a pruned trial and 
   CommandResult again = RunCommand(kTfd + " --standalone --job " + run + "/best.json", dir);
   INFO(again.err);
   CHECK(again.exit_code == 0);
+  // Each trial that trained to its end exported its model; the best one's is the run's model.
+  int exported = 0;
+  for (const auto& [id, l] : last) {
+    const bool has = std::filesystem::exists(run + "/trials/" + std::to_string(id) + "/model/1/model.json");
+    if (l["status"] == "FAILED") CHECK_FALSE(has);
+    exported += has;
+  }
+  CHECK(exported == done);
+  REQUIRE(std::filesystem::exists(run + "/model/1/model.json"));
+  int best_id = -1;  // the one trial with learning rate 0.3 and batch size 20
+  for (const auto& [id, l] : last)
+    if (l["params"]["optimizer.learning_rate"] == 0.3 && l["params"]["batch_size"] == 20) best_id = id;
+  REQUIRE(best_id >= 0);
+  CHECK(ReadAll(run + "/model/1/model.json") == ReadAll(run + "/trials/" + std::to_string(best_id) + "/model/1/model.json"));
+  CHECK_THAT(r.out, Catch::Contains("tfctl: model " + run + "/model (trial "));
+  CHECK_THAT(r.out, Catch::Contains("serve it: tfd serve --model " + run + "/model"));
+  CommandResult predicted = RunCommand(kTfd + " predict --model " + run + "/model --data " + dir.path(), dir);
+  INFO(predicted.err);
+  CHECK(predicted.exit_code == 0);
 }
 
 TEST_CASE("a worker killed mid-sweep: its trial resumes on the other worker after its last reported epoch and finishes there",
@@ -274,6 +294,9 @@ TEST_CASE("an ensemble of 3 members on 2 workers: the averaged prediction is the
   CHECK(summary["epochs"][1]["best_member_test_accuracy"].get<double>() == Approx(best_member));
   // The members trained with their own seeds and batch sizes: their predictions differ.
   CHECK(members[0] != members[1]);
+  // Each member exported its own network; an ensemble is no single model, so there is no RUN/model.
+  for (int k = 0; k < 3; ++k) CHECK(std::filesystem::exists(run + "/members/" + std::to_string(k) + "/model/1/model.json"));
+  CHECK_FALSE(std::filesystem::exists(run + "/model"));
   // tfd refuses to train an ensemble job alone.
   CommandResult alone = RunCommand(kTfd + " --standalone --job " + (dir / "job.json"), dir);
   CHECK(alone.exit_code == 2);

@@ -54,9 +54,24 @@ TEST_CASE("tfctl up trains a local cluster to completion and writes the run fold
     CHECK(t["exit_code"] == 0);
     if (t["task"] != "ps:0") CHECK(t["test_accuracy"].get<double>() > 0.5);
   }
-  // Lines are streamed with the task's prefix, and the table ends the output.
+  // Lines are streamed with the task's prefix, and the table is in the output.
   CHECK(p.out().find("[worker:1] info worker=1 epoch=2 ") != std::string::npos);
   CHECK(p.out().find("worker:0       2 ") != std::string::npos);
+  // The chief exported the trained model into the run folder; the summary names it, and the
+  // output ends with the commands that serve it and predict with it.
+  CHECK(std::filesystem::exists(run + "/model/1/model.json"));
+  REQUIRE(summary.contains("model"));
+  CHECK(summary["model"]["task"] == "worker:0");
+  CHECK(summary["model"]["path"] == run + "/model/1");
+  CHECK(summary["model"]["version"] == "1");
+  CHECK_THAT(p.out(), Catch::Contains("tfctl: model " + run + "/model/1 (version 1"));
+  CHECK_THAT(p.out(), Catch::EndsWith("tfctl: serve it: tfd serve --model " + run + "/model\n" +
+                                      "tfctl: predict with it: tfd predict --model " + run + "/model --data " + dir.path() + "\n"));
+  CommandResult predicted = RunCommand(kTfd + " predict --model " + run + "/model --data " + dir.path() + " --out " + (dir / "p.csv"), dir);
+  INFO(predicted.err);
+  CHECK(predicted.exit_code == 0);
+  CHECK_THAT(ReadAll(dir / "p.csv"), Catch::StartsWith("class,probability\n"));
+  CHECK_THAT(ReadAll(run + "/report.html"), Catch::Contains("<table id=\"model\">"));
 }
 
 TEST_CASE("tfctl up names a failed task with its last lines and exits 1", "[system][tfctl]") {
@@ -391,6 +406,14 @@ TEST_CASE("tfctl up reaches worker hosts through a real sshd and trains to compl
   REQUIRE(stat(remote_token.c_str(), &st) == 0);
   CHECK((st.st_mode & 0777) == 0600);
   CHECK(ReadAll(remote_token) == ReadAll(run + "/token"));
+  // worker:0, the chief, is on the ssh host: it exported into its own run folder there, and the
+  // summary says where, host first.
+  const std::string remote_model = (std::filesystem::path(dir / "remote") / "runs" / std::filesystem::path(run).filename() / "model").string();
+  CHECK(std::filesystem::exists(remote_model + "/1/model.json"));
+  REQUIRE(summary.contains("model"));
+  CHECK(summary["model"]["host"] == "localhost");
+  CHECK(summary["model"]["path"] == remote_model + "/1");
+  CHECK_THAT(p.out(), Catch::Contains("tfctl: serve it on localhost: tfd serve --model " + remote_model + "\n"));
 }
 
 TEST_CASE("kill -9 of tfctl leaves no tfd behind on an ssh host", "[system][tfctl][ssh]") {

@@ -114,6 +114,31 @@ TEST_CASE("summary.json with a NaN or infinite test accuracy is valid JSON, read
   }
 }
 
+TEST_CASE("summary.json keeps the exported model, with its host when it is on another machine", "[unit][json][summary]") {
+  RunSummary s{.run_dir = "/r", .exit_code = 0};
+  s.model = ModelSummary{.task = "worker:0", .host = "pc-02", .path = "/srv/runs/x/model/3", .version = "3", .global_step = 1200};
+  s.tasks.push_back({.task = "worker:0", .exit_code = 0});
+  Result<RunSummary> back = ParseSummary(SummaryJson(s), "summary.json");
+  REQUIRE(back.ok());
+  REQUIRE(back->model.has_value());
+  CHECK(back->model->task == "worker:0");
+  CHECK(back->model->path == "/srv/runs/x/model/3");
+  CHECK(back->model->version == "3");
+  CHECK(back->model->global_step == 1200);
+  CHECK(back->model->base() == "/srv/runs/x/model");
+  CHECK(back->model->where() == "pc-02:/srv/runs/x/model/3");
+  s.model->host.clear();
+  back = ParseSummary(SummaryJson(s), "summary.json");
+  REQUIRE(back.ok());
+  CHECK(back->model->where() == "/srv/runs/x/model/3");
+  CHECK(SummaryJson(s).find("\"host\"") == std::string::npos);
+  s.model.reset();  // a run that exported nothing has no "model"
+  CHECK(SummaryJson(s).find("\"model\"") == std::string::npos);
+  back = ParseSummary(SummaryJson(s), "summary.json");
+  REQUIRE(back.ok());
+  CHECK_FALSE(back->model.has_value());
+}
+
 TEST_CASE("ParseSummary names the file and the field of the wrong type", "[unit][json][summary]") {
   auto error = [](const std::string& text) {
     Result<RunSummary> s = ParseSummary(text, "r/summary.json");
@@ -129,6 +154,9 @@ TEST_CASE("ParseSummary names the file and the field of the wrong type", "[unit]
         "r/summary.json: tasks[0].past_deadline: expected true or false");
   CHECK(error(R"({"tasks": [{"task": "ps:0", "exit_code": 0, "test_accuracy": "high"}]})") ==
         "r/summary.json: tasks[0].test_accuracy: expected a number or null");
+  CHECK(error(R"({"model": {"path": "m/1"}, "tasks": []})") == "r/summary.json: model: expected an object with string \"path\" and \"version\"");
+  CHECK(error(R"({"model": {"path": "m/1", "version": "1", "global_step": "x"}, "tasks": []})") ==
+        "r/summary.json: model.global_step: expected an integer");
 }
 
 TEST_CASE("Run's summary.json and metrics.jsonl parse for a run folder named with quotes, backslashes, control characters and non-ASCII",

@@ -245,6 +245,13 @@ TEST_CASE("ApplyEvent: a task's events fill its row and the facts summary.json k
   apply(R"({"task":"worker:0","event":"done"})");  // a second done replaces every fact
   CHECK_FALSE(facts.final_global_step.has_value());
   CHECK(facts.params_sha256.empty());
+  const double step = row.global_step;
+  apply(R"({"task":"worker:0","event":"exported","path":"/r/model/1","version":"1","global_step":30})");
+  apply(R"({"task":"worker:0","event":"exported","path":"/r/model/2","version":"2","global_step":60})");
+  CHECK(facts.exported_path == "/r/model/2");  // the latest version folder it wrote
+  CHECK(facts.exported_version == "2");
+  CHECK(facts.exported_step == 60);
+  CHECK(row.global_step == step);  // an export is no progress
   LiveRow stage;
   TaskFacts stage_facts;
   Result<config::Event> e = config::ParseEvent(R"({"task":"worker:1","event":"start","pid":7,"stage":1,"stages":2,"replica":0})");

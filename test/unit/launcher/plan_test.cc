@@ -68,7 +68,7 @@ TEST_CASE("a remote task is one ssh argv with every remote word quoted and host 
   CHECK(w.argv.back() ==
         R"(cd '/srv/a b' && mkdir -p 'runs/r1' && printf '%s\n' '{"a": "it'\''s"}' > 'runs/r1'/job.json && exec 3<&0 && )"
         R"({ env TF_CONFIG=')" + w.tf_config +
-            R"(' NOTE='it'\''s fine' setsid '/opt/my tfd' '--log-format' 'json' '--job' 'runs/r1/job.json' '--summaries-dir' 'runs/r1' </dev/null 3<&- & )"
+            R"(' NOTE='it'\''s fine' setsid '/opt/my tfd' '--log-format' 'json' '--job' 'runs/r1/job.json' '--summaries-dir' 'runs/r1' '--export-dir' 'runs/r1/model' </dev/null 3<&- & )"
             R"(pid=$!; echo $pid > 'runs/r1'/'worker:0.pid'; )"
             R"(( cat <&3 >/dev/null; kill -TERM -$pid 2>/dev/null; sleep 5; kill -KILL -$pid 2>/dev/null ) >/dev/null 2>&1 & )"
             R"(wait $pid; })");
@@ -90,6 +90,28 @@ TEST_CASE("every task writes its summaries into its run folder, on its own host"
   CHECK(has(plan[1].argv, "/runs/x"));
   REQUIRE_FALSE(plan[2].local);
   CHECK(plan[2].argv.back().find("'--summaries-dir' 'runs/x'") != std::string::npos);  // relative to the remote workdir
+}
+
+TEST_CASE("every training task exports into RUN/model on its own host, unless the job names export.dir", "[unit][launcher]") {
+  const std::string cluster = R"({"cluster": {"ps": ["127.0.0.1:2000"], "worker": ["127.0.0.1:2001", "pc-02:2002"]}, )";
+  const PlanOptions options{.job_path = "/runs/x/job.json", .run_dir = "/runs/x", .remote_run_dir = "runs/x", .job_json = "{}"};
+  auto export_dir = [](const std::vector<std::string>& argv) -> std::string {
+    for (std::size_t i = 0; i + 1 < argv.size(); ++i)
+      if (argv[i] == "--export-dir") return argv[i + 1];
+    return "";
+  };
+  auto plan = MakePlan(Parse(cluster + kTrain + "}"), options);
+  REQUIRE(plan.size() == 3);
+  CHECK(export_dir(plan[0].argv).empty());  // a ps trains nothing
+  CHECK(export_dir(plan[1].argv) == "/runs/x/model");
+  REQUIRE_FALSE(plan[2].local);
+  CHECK(plan[2].argv.back().find("'--export-dir' 'runs/x/model'") != std::string::npos);  // relative to the remote workdir
+  // The job's own export.dir wins: tfctl adds no flag that would override it.
+  std::string own = kTrain;
+  own.insert(own.rfind('}'), R"(, "export": {"dir": "/models/mnist"})");
+  plan = MakePlan(Parse(cluster + own + "}"), options);
+  CHECK(export_dir(plan[1].argv).empty());
+  CHECK(plan[2].argv.back().find("--export-dir") == std::string::npos);
 }
 
 TEST_CASE("the run's token reaches tasks as a file path or on ssh's stdin, never on a command line", "[unit][launcher]") {

@@ -142,6 +142,50 @@ TEST_CASE("WriteReport names the missing or bad file, and a run with no events s
   CHECK(WriteReport(dir.path()).message() == (dir / "summary.json") + ": not valid JSON");
 }
 
+TEST_CASE("the report shows the exported model: where, the commands that use it, and model.json's metrics", "[unit][report]") {
+  TempDir dir;
+  WriteFile(dir / "job.json", R"({"model": "mlp", "data": "data/mnist", "epochs": 1, "batch_size": 10, "optimizer": {"type": "sgd", "learning_rate": 0.1}})");
+  WriteFile(dir / "metrics.jsonl", Epoch("worker:0", 1, 10, 1.0));
+  const std::string model = dir / "model";
+  std::filesystem::create_directories(model + "/1");
+  WriteFile(model + "/1/model.json", R"({"format": "tfd-model", "version": 1, "metrics": {"test_accuracy": 0.9175, "epochs": 1}})");
+  WriteFile(dir / "summary.json", fmt::format(R"({{"exit_code": 0, "model": {{"task": "worker:0", "path": "{}/1", "version": "1", "global_step": 583}},
+                                                  "tasks": [{{"task": "worker:0", "exit_code": 0}}]}})",
+                                              model));
+  REQUIRE(WriteReport(dir.path()).ok());
+  std::string html = ReadAll(dir / "report.html");
+  CHECK(html.find("<table id=\"model\">") != std::string::npos);
+  CHECK(html.find("<code>" + model + "/1</code>") != std::string::npos);
+  CHECK(html.find("<code>tfd serve --model " + model + "</code>") != std::string::npos);
+  CHECK(html.find("<code>tfd predict --model " + model + " --data data/mnist</code>") != std::string::npos);
+  CHECK(html.find(R"(<tr data-metric="test_accuracy"><th>test_accuracy</th><td>0.9175</td></tr>)") != std::string::npos);
+  // A remote chief's model: host:path, and no model.json read from this machine.
+  WriteFile(dir / "summary.json", R"({"exit_code": 0, "model": {"task": "worker:0", "host": "pc-02", "path": "runs/x/model/1", "version": "1"},
+                                      "tasks": [{"task": "worker:0", "exit_code": 0}]})");
+  REQUIRE(WriteReport(dir.path()).ok());
+  html = ReadAll(dir / "report.html");
+  CHECK(html.find("<code>pc-02:runs/x/model/1</code>") != std::string::npos);
+  CHECK(html.find("serve (on pc-02)") != std::string::npos);
+  CHECK(html.find("<tr data-metric=") == std::string::npos);
+  // A run that exported nothing says so.
+  WriteFile(dir / "summary.json", R"({"exit_code": 0, "tasks": [{"task": "worker:0", "exit_code": 0}]})");
+  REQUIRE(WriteReport(dir.path()).ok());
+  CHECK(ReadAll(dir / "report.html").find("exported no model") != std::string::npos);
+}
+
+TEST_CASE("CommandsFor: tfd predict reads the job's test files, else its training files, quoted where a shell needs it", "[unit][report]") {
+  const ModelSummary m{.path = "/runs/my run/model/2", .version = "2"};
+  config::DataSpec data;
+  data.format = config::DataSpec::Format::kCsv;
+  data.train.paths = {"iris.csv"};
+  ModelCommands c = CommandsFor(m, data);
+  CHECK(c.serve == "tfd serve --model '/runs/my run/model'");
+  CHECK(c.predict == "tfd predict --model '/runs/my run/model' --data iris.csv");
+  data.format = config::DataSpec::Format::kNpy;
+  data.test.x = "x_test.npy", data.test.y = "y_test.npy";
+  CHECK(CommandsFor(m, data).predict == "tfd predict --model '/runs/my run/model' --data x_test.npy --labels y_test.npy");
+}
+
 TEST_CASE("ReadEventsPage hands out complete lines from a byte offset, within its caps", "[unit][dashboard]") {
   TempDir dir;
   const std::string a = Step("worker:0", 1, 1), b = Step("worker:0", 2, 1), c = Step("worker:1", 1, 1);

@@ -202,6 +202,7 @@ TEST_CASE("tfctl slurm's script: the task count, one srun step of tfd --slurm-ps
   CHECK(s.find("srun --distribution=block --kill-on-bad-exit=1 --label '/opt/tfd/bin/tfd' --slurm-ps 2 --slurm-port-base 9000 "
                "--job \"$run/job.json\" --token-file \"$run/token\"") != std::string::npos);
   CHECK(s.find("--startup-timeout 300") != std::string::npos);
+  CHECK(s.find("--export-dir \"$run/model\"") != std::string::npos);  // the chief's trained model, in the run folder
   // A chief counts as a worker: TensorFlow's resolver has none, and rank N leads the workers.
   script = launcher::SlurmScript(SlurmClusterFile(R"({"chief": ["x:1"], "worker": ["c:1"]})"), {});
   REQUIRE(script.ok());
