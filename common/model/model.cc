@@ -384,16 +384,20 @@ std::vector<float> PredictProbabilities(Model& model, const data::Dataset& data)
       std::copy(logits, logits + static_cast<std::ptrdiff_t>(n) * classes, out.begin() + start * classes);
       continue;
     }
-    for (int i = 0; i < n; ++i) {
-      const float* row = logits + static_cast<std::ptrdiff_t>(i) * classes;
-      float* p = out.data() + (start + i) * classes;
-      const float top = *std::max_element(row, row + classes);
-      double sum = 0;
-      for (int c = 0; c < classes; ++c) sum += p[c] = std::exp(row[c] - top);
-      for (int c = 0; c < classes; ++c) p[c] = static_cast<float>(p[c] / sum);
-    }
+    std::copy(logits, logits + static_cast<std::ptrdiff_t>(n) * classes, out.begin() + start * classes);
+    SoftmaxRows(std::span(out).subspan(static_cast<std::size_t>(start * classes), static_cast<std::size_t>(n) * classes), classes);
   }
   return out;
+}
+
+void SoftmaxRows(std::span<float> rows, int classes) {
+  for (std::size_t at = 0; at + static_cast<std::size_t>(classes) <= rows.size(); at += static_cast<std::size_t>(classes)) {
+    float* p = rows.data() + at;
+    const float top = *std::max_element(p, p + classes);
+    double sum = 0;
+    for (int c = 0; c < classes; ++c) sum += p[c] = std::exp(p[c] - top);
+    for (int c = 0; c < classes; ++c) p[c] = static_cast<float>(p[c] / sum);
+  }
 }
 
 std::string ParamsSha256(const Model& model) {

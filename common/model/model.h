@@ -170,6 +170,8 @@ EvalResult EvaluateLoss(Model& model, const data::Dataset& data, bool with_loss 
 // The softmax of `model` on every example of `data`, as at evaluation: data.size x classes floats,
 // row-major (an ensemble member's predictions); a regression model's outputs, data.size x targets.
 std::vector<float> PredictProbabilities(Model& model, const data::Dataset& data);
+// Each row of `rows` (rows x classes logits, row-major) replaced by its softmax, as PredictProbabilities computes it.
+void SoftmaxRows(std::span<float> rows, int classes);
 
 // SHA-256 (hex) of the parameters: each variable's name, then its floats as little-endian bytes,
 // in variable order. Equal hashes mean bit-identical parameters.

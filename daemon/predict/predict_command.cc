@@ -8,6 +8,8 @@
 #include <fstream>
 #include <memory>
 #include <numeric>
+#include <optional>
+#include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,6 +23,10 @@
 #include "common/data/readers.h"
 #include "common/data/source.h"
 #include "common/export/model_dir.h"
+#include "common/tensor/cuda/runtime.h"
+#ifdef TFD_HAVE_CUDA
+#include "common/tensor/cuda/cuda_model.h"
+#endif
 
 namespace tfd::predict_command {
 namespace {
@@ -41,6 +47,7 @@ struct Args {
   std::string model, data, labels, out, device = "cpu", header;
   int top = 1, threads = 1, batch = 256, skip_rows = -1;  // skip_rows -1: training's
   bool top_given = false;
+  int cuda_device = -1;  // --device cuda:N; -1: the CPU
 };
 int Fail(const std::string& message) {
   std::fprintf(stderr, "tfd: predict: %s\n", message.c_str());
@@ -196,8 +203,12 @@ Result<Args> ParseArgs(int argc, char** argv, std::ostream& out, bool* exit_now)
   if (vm.count("skip-rows") > 0 && a.skip_rows < 0) return Status::InvalidArgument(fmt::format("--skip-rows {}: expected a count >= 0", a.skip_rows));
   if (!a.header.empty() && a.header != "true" && a.header != "false" && a.header != "auto")
     return Status::InvalidArgument(fmt::format("--header {}: expected true, false or auto", a.header));
-  if (a.device != "cpu")
-    return Status::InvalidArgument(fmt::format("--device {}: tfd predict runs on the CPU (expected \"cpu\")", a.device));
+  Result<int> device = config::ParseDevice(a.device);
+  if (!device.ok()) return Status::InvalidArgument(fmt::format("--device: {}", device.status().message()));
+  if (*device >= 0) {
+    if (Status s = cuda::CheckDevice(*device); !s.ok()) return Status::InvalidArgument(fmt::format("--device {}: {}", a.device, s.message()));
+    a.cuda_device = *device;
+  }
   if (!a.out.empty() && !a.out.ends_with(".npy") && !a.out.ends_with(".csv"))
     return Status::InvalidArgument(fmt::format("--out {}: expected a .csv or .npy file", a.out));
   return a;
@@ -221,13 +232,63 @@ Result<data::Dataset> ReadSource(const exporting::ModelCard& card, const Args& a
   return AsDataset(card, std::move(examples), a.data);
 }
 
-// What is printed after the rows: how many, from where, and the metric when the data has labels.
+// The model's outputs on the GPU (`device`), batch by batch, and the metric from them: what
+// PredictProbabilities and EvaluateLoss give on the CPU (the GPU's sums may differ in the last bits).
+struct DeviceRun {
+  std::vector<float> outputs;  // softmax for a classifier, as PredictProbabilities
+  model::EvalResult metric;
+};
+Result<DeviceRun> PredictOnDevice(model::Model& model, const data::Dataset& d, int device) {
+#ifdef TFD_HAVE_CUDA
+  TFD_ASSIGN_OR_RETURN(std::unique_ptr<cuda::CudaModel> gpu, cuda::CudaModel::Create(model, device, /*memory_fraction=*/0.9));
+  TFD_RETURN_IF_ERROR(gpu->UploadParams(model.params()));
+  const int width = model.classes(), max_batch = model.max_batch();
+  DeviceRun run;
+  run.outputs.resize(static_cast<std::size_t>(d.size) * static_cast<std::size_t>(width));
+  std::vector<float> x(static_cast<std::size_t>(max_batch * model.input_size()));
+  std::vector<std::uint8_t> y(static_cast<std::size_t>(max_batch));
+  std::vector<float> targets(static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(std::max(width, 1)));
+  std::vector<std::uint32_t> idx(static_cast<std::size_t>(max_batch));
+  double hits = 0, abs_sum = 0, sq_sum = 0;
+  for (std::int64_t start = 0; start < d.size; start += max_batch) {
+    const int n = static_cast<int>(std::min<std::int64_t>(max_batch, d.size - start));
+    std::iota(idx.begin(), idx.begin() + n, static_cast<std::uint32_t>(start));
+    data::FillBatch(d, std::span(idx).first(static_cast<std::size_t>(n)), x.data(), y.data(), targets.data());
+    float* out = run.outputs.data() + start * width;
+    TFD_RETURN_IF_ERROR(gpu->Forward(x.data(), n, std::span(out, static_cast<std::size_t>(n) * static_cast<std::size_t>(width))));
+    for (int i = 0; i < n; ++i) {
+      const float* row = out + static_cast<std::ptrdiff_t>(i) * width;
+      if (model.regression()) {
+        if (d.targets.empty()) continue;
+        for (int j = 0; j < width; ++j) {
+          const double e = row[j] - targets[static_cast<std::size_t>(i * width + j)];
+          abs_sum += std::abs(e), sq_sum += e * e;
+        }
+      } else if (!d.labels.empty()) {
+        hits += std::max_element(row, row + width) - row == y[static_cast<std::size_t>(i)];
+      }
+    }
+  }
+  if (!model.regression()) model::SoftmaxRows(run.outputs, width);
+  const double n = static_cast<double>(d.size), values = n * width;
+  run.metric.accuracy = d.size > 0 ? hits / n : 0;
+  run.metric.mae = values > 0 ? abs_sum / values : 0;
+  run.metric.rmse = values > 0 ? std::sqrt(sq_sum / values) : 0;
+  return run;
+#else
+  (void)model, (void)d;
+  return Status::InvalidArgument(fmt::format("--device cuda:{}: this tfd was built without CUDA", device));
+#endif
+}
+
+// What is printed after the rows: how many, from where, and the metric when the data has labels
+// (`metric`: the GPU's; else EvaluateLoss on the CPU, as training evaluates).
 std::string Summary(model::Model& model, const exporting::ModelCard& card, const data::Dataset& d, const Args& a, const std::string& dir,
-                    int skipped) {
+                    int skipped, const model::EvalResult* metric) {
   std::string line = fmt::format("{} examples from {} with the model in {}", d.size, a.data, dir);
   if (skipped > 0) line += fmt::format(" (its first {} rows skipped, as training skipped them; --skip-rows 0 reads them)", skipped);
   if (card.regression() ? !d.targets.empty() : !d.labels.empty()) {
-    const model::EvalResult r = model::EvaluateLoss(model, d, /*with_loss=*/false);
+    const model::EvalResult r = metric != nullptr ? *metric : model::EvaluateLoss(model, d, /*with_loss=*/false);
     line += card.regression() ? fmt::format("; mae={:.4f} rmse={:.4f}", r.mae, r.rmse) : fmt::format("; accuracy={:.4f}", r.accuracy);
   }
   if (!a.out.empty()) line += fmt::format("; predictions in {}", a.out);
@@ -258,7 +319,16 @@ int Run(int argc, char** argv, std::ostream& out) {
   }
   const data::Dataset& d = *dataset;
   model::Model& model = *loaded->model;
-  const std::vector<float> predictions = model::PredictProbabilities(model, d);
+  std::vector<float> predictions;
+  std::optional<model::EvalResult> device_metric;
+  if (a.cuda_device >= 0) {
+    Result<DeviceRun> run = PredictOnDevice(model, d, a.cuda_device);
+    if (!run.ok()) return Fail(fmt::format("--device {}: {}", a.device, run.status().message()));
+    predictions = std::move(run->outputs);
+    device_metric = run->metric;
+  } else {
+    predictions = model::PredictProbabilities(model, d);
+  }
   if (a.out.ends_with(".npy")) {
     const std::string bytes = data::NpyFloat32(predictions, {static_cast<std::uint64_t>(d.size), static_cast<std::uint64_t>(card.outputs())});
     file->write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
@@ -266,7 +336,7 @@ int Run(int argc, char** argv, std::ostream& out) {
     WriteCsv(file ? *file : out, card, predictions, d.size, card.regression() ? 1 : a.top);
   }
   if (file && !(file->flush() && (file->close(), !file->fail()))) return Fail(fmt::format("--out {}: cannot write: {}", a.out, std::strerror(errno)));
-  const std::string line = Summary(model, card, d, a, *dir, skipped);
+  const std::string line = Summary(model, card, d, a, *dir, skipped, device_metric ? &*device_metric : nullptr);
   if (a.out.empty()) std::fprintf(stderr, "tfd: predict: %s\n", line.c_str());  // stdout holds the rows
   else out << line << "\n";
   return 0;

@@ -314,7 +314,8 @@ TEST_CASE("tfd predict refuses bad input with one line naming the flag or file, 
       {"--model " + model + data + " --labels " + dir / "x.npy", "--labels"},
       {"--model " + model + " --data " + dir.path(), "name a file"},
       {"--model " + model + data + " --header maybe", "--header"},
-      {"--model " + model + data + " --device cuda:0", "--device"},
+      {"--model " + model + data + " --device cuda:63", "--device cuda:63"},
+      {"--model " + model + data + " --device gpu", "--device"},
   };
   for (const auto& c : cases) {
     const CommandResult r = Predict(dir, c.args);

@@ -414,6 +414,20 @@ Result<tensor::LossResult> CudaModel::TrainStep(const float* x, std::span<const 
   return r;
 }
 
+Status CudaModel::Forward(const float* x, int batch, std::span<float> out) {
+  Impl& m = *impl_;
+  TFD_RETURN_IF_ERROR(CheckBatch(batch, m.max_batch));
+  TFD_CHECK(static_cast<std::int64_t>(out.size()) == std::int64_t{batch} * m.classes);
+  TFD_CUDA_RETURN(cudaSetDevice(m.arena->device()), "set device");
+  std::memcpy(m.h_x, x, sizeof(float) * m.input_size * batch);
+  TFD_CUDA_RETURN(cudaMemcpyAsync(m.x, m.h_x, sizeof(float) * m.input_size * batch, cudaMemcpyHostToDevice, m.stream), "batch in");
+  TFD_RETURN_IF_ERROR(m.Forward(batch, /*training=*/false));
+  TFD_CUDA_RETURN(cudaMemcpyAsync(out.data(), m.layers.back().out_buf, out.size_bytes(), cudaMemcpyDeviceToHost, m.stream), "outputs out");
+  TFD_CUDA_RETURN(cudaGetLastError(), "kernel launch");
+  TFD_CUDA_RETURN(cudaStreamSynchronize(m.stream), "forward");
+  return Status::Ok();
+}
+
 Status CudaModel::DownloadParams(std::span<float> params) {
   Impl& m = *impl_;
   TFD_CUDA_RETURN(cudaSetDevice(m.arena->device()), "set device");

@@ -45,6 +45,11 @@ class CudaModel {
   // The reverse, for a run resumed from a checkpoint: the next TrainStep is update updates + 1.
   Status UploadState(std::span<const float> slots, std::int64_t updates);
 
+  // Inference (tfd predict --device cuda:N): the outputs (logits, or regression outputs) of `batch`
+  // rows of `x` at the parameters UploadParams gave, as at evaluation (dropout the identity),
+  // written to `out` (batch x classes host floats). Not captured as a graph: each call is eager.
+  Status Forward(const float* x, int batch, std::span<float> out);
+
   // "NVIDIA H100 ..., 3.2 MiB of a 39.6 GiB limit": for the start-up log.
   std::string Describe() const;
 
