@@ -92,6 +92,24 @@ inline void WriteSyntheticMnist(const std::string& dir, int train, int test, int
   make(test, "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte");
 }
 
+// Writes DIR/linear.csv, a regression set with a known answer: `rows` rows under the header x0,x1,y
+// with y = 3 x0 - 2 x1 + 0.5 + noise, x uniform in [-1, 1], noise uniform in [-0.05, 0.05] (its
+// MAE floor is 0.025), from a fixed seed. Returns the file's path.
+inline std::string WriteLinearCsv(const TempDir& dir, int rows) {
+  std::mt19937 gen(2024);
+  auto uniform = [&] { return static_cast<double>(gen()) / 4294967296.0 * 2 - 1; };
+  std::string csv = "x0,x1,y\n";
+  char line[96];
+  for (int i = 0; i < rows; ++i) {
+    const double x0 = uniform(), x1 = uniform(), noise = 0.05 * uniform();
+    std::snprintf(line, sizeof line, "%.6f,%.6f,%.6f\n", x0, x1, 3 * x0 - 2 * x1 + 0.5 + noise);
+    csv += line;
+  }
+  const std::string path = dir / "linear.csv";
+  WriteFile(path, csv);
+  return path;
+}
+
 // Sets (or, with nullptr, unsets) an environment variable for the scope, then restores what was
 // there, even when a REQUIRE ends the test early. Tasks started meanwhile inherit it.
 class ScopedEnv {

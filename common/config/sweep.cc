@@ -14,9 +14,39 @@ namespace {
 using nlohmann::json;
 
 constexpr int kMaxTrials = 100000;
-constexpr std::string_view kMetrics[] = {"test_accuracy", "val_accuracy", "val_loss", "loss", "accuracy"};
+constexpr std::string_view kMetrics[] = {"test_accuracy", "val_accuracy", "val_loss", "loss", "accuracy", "val_mae", "val_rmse", "mae", "rmse",
+                                         "test_mae", "test_rmse"};
 
-std::string MetricList() { return "test_accuracy, val_accuracy, val_loss, loss or accuracy"; }
+std::string MetricList() { return "test_accuracy, val_accuracy, val_loss, loss or accuracy (regression: val_mae, val_rmse, val_loss, mae, rmse or loss)"; }
+
+// A regression run reports these in place of the accuracies (docs/data.md, "Regression").
+bool IsRegressionMetric(std::string_view m) {
+  return m == "mae" || m == "rmse" || m == "val_mae" || m == "val_rmse" || m == "test_mae" || m == "test_rmse";
+}
+
+bool IsAccuracyMetric(std::string_view m) { return m == "accuracy" || m == "val_accuracy" || m == "test_accuracy"; }
+
+// The objective's checks against the base job's data: a classifier has no MAE, a regression no
+// accuracy, and a regression sweep chooses on its validation set only (the test set is for
+// reporting the winner, never for choosing it, so it needs validation_split whatever the metric).
+void CheckObjectiveFitsData(ObjectReader& r, const SweepSpec& s) {
+  if (!r.status().ok()) return;
+  if (!s.job.data.regression()) {
+    if (IsRegressionMetric(s.metric))
+      r.Fail("objective.metric", fmt::format("\"{}\": the data's task is classification, which reports no MAE or RMSE (expected {})", s.metric,
+                                             "test_accuracy, val_accuracy, val_loss, loss or accuracy"));
+    return;
+  }
+  constexpr std::string_view kRegressionList = "val_mae, val_rmse, val_loss, mae, rmse or loss";
+  if (IsAccuracyMetric(s.metric))
+    return r.Fail("objective.metric", fmt::format("\"{}\": the data's task is regression, which has no accuracy (expected {})", s.metric, kRegressionList));
+  if (s.metric.starts_with("test_"))
+    return r.Fail("objective.metric", fmt::format("\"{}\": a regression sweep chooses on the validation set, never the test set (expected {})",
+                                                  s.metric, kRegressionList));
+  if (!s.job.validates())
+    r.Fail("job.validation_split", fmt::format("missing: the data's task is regression, and a regression sweep ranks its trials by {} on "
+                                               "a validation set (the test set never chooses a trial)", s.metric));
+}
 
 // "PATH": {"choice": [...]} | {"uniform": [lo, hi]} | {"log_uniform": [lo, hi]} | [...] (a choice)
 void ReadParam(ObjectReader& space, const std::string& key, const json& v, SweepParam* p) {
@@ -96,6 +126,8 @@ std::string Draw(const SweepParam& p, Rng& rng) {
 }
 
 }  // namespace
+
+bool LowerIsBetter(std::string_view metric) { return metric == "loss" || metric == "val_loss" || IsRegressionMetric(metric); }
 
 bool IsSweepMetric(std::string_view metric) {
   for (std::string_view m : kMetrics)
@@ -203,10 +235,11 @@ Result<SweepSpec> ParseSweepSpec(std::string_view text, std::string_view source_
   TFD_RETURN_IF_ERROR(status);
   Result<JobSpec> job = ParseJobSpec(s.job_text, job_source);
   if (!job.ok()) return job.status();
-  if (job->data.regression())
-    return Status::InvalidArgument(fmt::format("{}: job: the data's task is regression; sweeps rank trials by accuracy and train "
-                                               "classification only in this version", source));
   s.job = *job;
+  if (s.job.data.regression()) {
+    s.metric = "val_mae";
+    s.shown = {"test_mae", "test_rmse"};
+  }
 
   std::string search = "grid";
   r.String("search", &search);
@@ -231,12 +264,13 @@ Result<SweepSpec> ParseSweepSpec(std::string_view text, std::string_view source_
     }
   }
 
+  s.maximize = !LowerIsBetter(s.metric);
   if (const json* o = r.Get("objective"); o != nullptr) {
     ObjectReader orr = r.Child(*o, "objective");
     orr.String("metric", &s.metric, /*required=*/true);
     if (status.ok() && !IsSweepMetric(s.metric))
       orr.Fail("objective.metric", fmt::format("unknown metric \"{}\" (expected {})", s.metric, MetricList()));
-    s.maximize = s.metric != "loss" && s.metric != "val_loss";
+    s.maximize = !LowerIsBetter(s.metric);
     std::string mode = s.maximize ? "max" : "min";
     orr.String("mode", &mode);
     if (mode == "max") s.maximize = true;
@@ -244,6 +278,7 @@ Result<SweepSpec> ParseSweepSpec(std::string_view text, std::string_view source_
     else if (status.ok()) orr.Fail("objective.mode", fmt::format("unknown mode \"{}\" (expected max or min)", mode));
     (void)orr.Finish();
   }
+  CheckObjectiveFitsData(r, s);
   if (status.ok() && (s.metric == "val_accuracy" || s.metric == "val_loss") && !s.job.validates())
     r.Fail("objective.metric", fmt::format("no trial reports {}: the job has no validation set (set validation_split)", s.metric));
   if (status.ok() && s.metric == "test_accuracy" && s.job.evaluation != Evaluation::kChief)
@@ -269,6 +304,13 @@ Result<SweepSpec> ParseSweepSpec(std::string_view text, std::string_view source_
     if (!text.ok()) return Status::InvalidArgument(fmt::format("{}: space.{}", source, text.status().message()));
     Result<JobSpec> tj = ParseJobSpec(*text, fmt::format("{}: trial {}'s job", source, t.id));
     if (!tj.ok()) return tj.status();
+    // The objective was checked against the base job's task: a trial of the other task would
+    // report none of it.
+    if (tj->data.regression() != s.job.data.regression())
+      return Status::InvalidArgument(fmt::format("{}: trial {}'s job: data.task: {}, where the base job's is {} (every trial must have the "
+                                                 "base job's task, which the objective {} is for)", source, t.id,
+                                                 tj->data.regression() ? "regression" : "classification",
+                                                 s.job.data.regression() ? "regression" : "classification", s.metric));
   }
   return s;
 }

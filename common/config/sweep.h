@@ -35,8 +35,11 @@ struct SweepSpec {
   Search search = Search::kGrid;
   std::uint64_t seed = 1;
   std::vector<SweepParam> space;
-  std::string metric = "test_accuracy";  // an epoch event's metric
-  bool maximize = true;
+  std::string metric = "test_accuracy";  // an epoch event's metric; a regression job's default: val_mae
+  bool maximize = true;                  // by default false for a loss, an MAE or an RMSE
+  // Metrics shown beside the objective (the leaderboard, best_trial.json), at each trial's best
+  // epoch, never used to choose: a regression sweep's test_mae and test_rmse.
+  std::vector<std::string> shown;
   int max_trials = 0;  // grid: 0 = the whole grid; random: required
   int parallel = 0;    // trials at once; 0 = one per worker
   int workers = 2;     // generic worker tasks tfctl starts on this machine
@@ -47,8 +50,10 @@ struct SweepSpec {
   EnsembleSpec ensemble;
 };
 
-// Epoch metrics an objective may name, and whether bigger is better for each.
+// Epoch metrics an objective may name, and whether smaller is better by default (a loss, an MAE,
+// an RMSE).
 bool IsSweepMetric(std::string_view metric);
+bool LowerIsBetter(std::string_view metric);
 
 // Parses and validates a sweep file. `source` names it in errors ("SOURCE: JSON.PATH: expected");
 // `base_dir` resolves a "job" given as a path. Every trial's job is checked here too, so a value

@@ -42,11 +42,16 @@ Result<wire::InFrame> Await(transport::RpcClient& rpc, std::future<Result<wire::
   return frame;
 }
 
+// The epoch's metrics under their event names; a regression model's MAEs and RMSEs in place of
+// the accuracies (its `accuracy` is a placeholder 0, not sent, so no objective can rank by it).
 std::vector<std::pair<std::string, double>> EpochMetrics(const train::EpochStats& e) {
-  std::vector<std::pair<std::string, double>> m = {{"loss", e.loss}, {"accuracy", e.accuracy}};
-  if (e.test_accuracy) m.emplace_back("test_accuracy", *e.test_accuracy);
-  if (e.val_accuracy) m.emplace_back("val_accuracy", *e.val_accuracy);
-  if (e.val_loss) m.emplace_back("val_loss", *e.val_loss);
+  std::vector<std::pair<std::string, double>> m = {{"loss", e.loss}};
+  if (!e.mae) m.emplace_back("accuracy", e.accuracy);
+  for (const auto& [name, value] : {std::pair{"test_accuracy", e.test_accuracy}, std::pair{"val_accuracy", e.val_accuracy},
+                                    std::pair{"val_loss", e.val_loss}, std::pair{"mae", e.mae}, std::pair{"rmse", e.rmse},
+                                    std::pair{"val_mae", e.val_mae}, std::pair{"val_rmse", e.val_rmse}, std::pair{"test_mae", e.test_mae},
+                                    std::pair{"test_rmse", e.test_rmse}})
+    if (value) m.emplace_back(name, *value);
   return m;
 }
 

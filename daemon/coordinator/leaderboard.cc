@@ -46,24 +46,42 @@ std::string ShortParams(const TrialState& t) {
 
 }  // namespace
 
-std::string LeaderboardCsv(const std::vector<TrialState>& trials, const std::string& metric, bool maximize) {
-  std::string out = fmt::format("trial,status,epoch,{},best,worker,attempts,params,reason\n", metric);
+std::optional<double> ReportedAtBest(const TrialState& t, const std::string& name) {
+  for (const auto& [n, value] : t.best_metrics)
+    if (n == name) return value;
+  return std::nullopt;
+}
+
+std::string LeaderboardCsv(const std::vector<TrialState>& trials, const std::string& metric, bool maximize, const std::vector<std::string>& shown) {
+  std::string extra_header;
+  for (const std::string& name : shown) extra_header += name + ",";
+  std::string out = fmt::format("trial,status,epoch,{},best,{}worker,attempts,params,reason\n", metric, extra_header);
   for (std::size_t i : Order(trials, maximize)) {
     const TrialState& t = trials[i];
-    out += fmt::format("{},{},{},{},{},{},{},{},{}\n", t.trial.id, TrialStatusName(t.status), t.epoch,
-                       t.metric ? fmt::format("{}", *t.metric) : "", t.best ? fmt::format("{}", *t.best) : "", t.worker, t.attempt,
+    std::string extra;
+    for (const std::string& name : shown) {
+      const std::optional<double> v = ReportedAtBest(t, name);
+      extra += (v ? fmt::format("{}", *v) : "") + ",";
+    }
+    out += fmt::format("{},{},{},{},{},{}{},{},{},{}\n", t.trial.id, TrialStatusName(t.status), t.epoch,
+                       t.metric ? fmt::format("{}", *t.metric) : "", t.best ? fmt::format("{}", *t.best) : "", extra, t.worker, t.attempt,
                        CsvField(ParamsJson(t.trial.params)), CsvField(t.reason));
   }
   return out;
 }
 
-std::vector<std::string> LeaderboardRows(const std::vector<TrialState>& trials, const std::string& metric, bool maximize, int best) {
+std::vector<std::string> LeaderboardRows(const std::vector<TrialState>& trials, const std::string& metric, bool maximize, int best,
+                                         const std::vector<std::string>& shown) {
   std::vector<std::string> rows;
-  rows.push_back(fmt::format("  {:>5}  {:<8} {:>5}  {:>14}  {:>8}  {}", "trial", "status", "epoch", metric, "best", "parameters"));
+  std::string extra_header;
+  for (const std::string& name : shown) extra_header += fmt::format("  {:>9}", name);
+  rows.push_back(fmt::format("  {:>5}  {:<8} {:>5}  {:>14}  {:>8}{}  {}", "trial", "status", "epoch", metric, "best", extra_header, "parameters"));
   for (std::size_t i : Order(trials, maximize)) {
     const TrialState& t = trials[i];
-    std::string row = fmt::format("{} {:>5}  {:<8} {:>5}  {:>14}  {:>8}  {}", static_cast<int>(i) == best ? '*' : ' ', t.trial.id,
-                                  TrialStatusName(t.status), t.epoch, Value(t.metric), Value(t.best), ShortParams(t));
+    std::string extra;
+    for (const std::string& name : shown) extra += fmt::format("  {:>9}", Value(ReportedAtBest(t, name)));
+    std::string row = fmt::format("{} {:>5}  {:<8} {:>5}  {:>14}  {:>8}{}  {}", static_cast<int>(i) == best ? '*' : ' ', t.trial.id,
+                                  TrialStatusName(t.status), t.epoch, Value(t.metric), Value(t.best), extra, ShortParams(t));
     if (t.status == TrialStatus::kFailed || t.status == TrialStatus::kStopped) row += "  (" + t.reason.substr(0, 100) + ")";
     rows.push_back(std::move(row));
   }
@@ -72,7 +90,7 @@ std::vector<std::string> LeaderboardRows(const std::vector<TrialState>& trials, 
 
 void LeaderboardPrinter::Update(const std::vector<TrialState>& trials, int best) {
   if (tty_) {
-    std::vector<std::string> rows = LeaderboardRows(trials, metric_, maximize_, best);
+    std::vector<std::string> rows = LeaderboardRows(trials, metric_, maximize_, best, shown_);
     if (rows == last_) return;
     block_.Draw(rows);
     last_ = std::move(rows);
@@ -95,7 +113,7 @@ void LeaderboardPrinter::Update(const std::vector<TrialState>& trials, int best)
 
 void LeaderboardPrinter::Final(const std::vector<TrialState>& trials, int best) {
   if (tty_) return Update(trials, best);
-  for (const std::string& r : LeaderboardRows(trials, metric_, maximize_, best)) std::fprintf(out_, "%s\n", r.c_str());
+  for (const std::string& r : LeaderboardRows(trials, metric_, maximize_, best, shown_)) std::fprintf(out_, "%s\n", r.c_str());
   std::fflush(out_);
 }
 

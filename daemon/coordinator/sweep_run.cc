@@ -43,6 +43,29 @@ void WriteEnsemble(const fs::path& run_dir, const std::vector<SweepScheduler::En
   write("ensemble.f32", last.mean.data(), last.mean.size() * sizeof(float));
 }
 
+// best_trial.json: which trial won, on what, and everything it reported at its best epoch (for a
+// regression, its test_mae and test_rmse: shown, never used to choose). best.json stays the job.
+nlohmann::ordered_json BestTrialJson(const TrialState& b, const config::SweepSpec& sweep) {
+  // ParamsJson and MetricsJson are the scheduler's one way to turn these into JSON; read back here.
+  const auto object = [](const std::string& text) { return nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false); };
+  nlohmann::ordered_json doc = {{"trial", b.trial.id},
+                                {"params", object(ParamsJson(b.trial.params))},
+                                {"objective", {{"metric", sweep.metric}, {"mode", sweep.maximize ? "max" : "min"}}},
+                                {"epoch", b.best_epoch},
+                                {sweep.metric, *b.best},
+                                {"metrics", object(MetricsJson(b.best_metrics))},
+                                {"job", "best.json"}};
+  return doc;
+}
+
+// " (test_mae 0.0498, test_rmse 0.0621 at that epoch, not used to choose)", or "" with nothing shown.
+std::string ShownNote(const TrialState& b, const std::vector<std::string>& shown) {
+  std::string values;
+  for (const std::string& name : shown)
+    if (const std::optional<double> v = ReportedAtBest(b, name)) values += fmt::format("{}{} {:.4f}", values.empty() ? "" : ", ", name, *v);
+  return values.empty() ? "" : fmt::format(" ({} at that epoch, not used to choose)", values);
+}
+
 std::chrono::duration<double> Seconds(double s) { return std::chrono::duration<double>(s); }
 
 // The best trial's exported model (`from`, a base of version folders) copied whole into `to`: into a
@@ -109,7 +132,7 @@ Status MakeSweepFolder(const fs::path& run_dir, const std::string& file, bool en
 int RunSweep(Coordinator& coord, const config::SweepSpec& sweep, const SweepRunOptions& options) {
   const fs::path run_dir = options.run_dir;
   std::ofstream jsonl(run_dir / "trials.jsonl", std::ios::app);
-  LeaderboardPrinter printer(options.tty, sweep.metric, sweep.maximize, options.table, options.prefix);
+  LeaderboardPrinter printer(options.tty, sweep.metric, sweep.maximize, options.table, options.prefix, sweep.shown);
   const bool remote = !options.workers_running;  // the workers are other tasks
   bool stopping = false;
   const Clock::time_point started = Clock::now();
@@ -170,12 +193,14 @@ int RunSweep(Coordinator& coord, const config::SweepSpec& sweep, const SweepRunO
   const int best = coord.Best();
   if (options.ensemble) WriteEnsemble(run_dir, coord.EnsembleEpochs(), coord.LastPredictions(), options);
   printer.Final(final_trials, best);
-  std::ofstream(run_dir / "leaderboard.csv") << LeaderboardCsv(final_trials, sweep.metric, sweep.maximize);
+  std::ofstream(run_dir / "leaderboard.csv") << LeaderboardCsv(final_trials, sweep.metric, sweep.maximize, sweep.shown);
   if (best >= 0) {
     const TrialState& b = final_trials[static_cast<std::size_t>(best)];
     std::ofstream(run_dir / "best.json") << b.trial.job_text << "\n";
+    std::ofstream(run_dir / "best_trial.json") << config::JsonText(BestTrialJson(b, sweep), /*open_levels=*/1) << "\n";
     options.say(false, "best",
-                fmt::format("best: trial {} {} {} = {:.4f}; its job: {}", b.trial.id, ParamsJson(b.trial.params), sweep.metric, *b.best,
+                fmt::format("best: trial {} {} {} = {:.4f}{}{}; its job: {}", b.trial.id, ParamsJson(b.trial.params), sweep.metric, *b.best,
+                            b.best_epoch > 0 ? fmt::format(" at epoch {}", b.best_epoch) : "", ShownNote(b, sweep.shown),
                             (run_dir / "best.json").string()));
     SayModels(run_dir, b.trial.id, options);
   } else {

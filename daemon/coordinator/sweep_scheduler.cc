@@ -106,7 +106,11 @@ bool SweepScheduler::OnEpoch(int worker, int trial, int epoch, const Metrics& me
   for (const auto& [name, value] : metrics)
     if (name == metric_) {
       t.metric = value;
-      if (!t.best || Better(value, *t.best)) t.best = value;
+      if (!t.best || Better(value, *t.best)) {
+        t.best = value;
+        t.best_metrics = metrics;
+        t.best_epoch = epoch;
+      }
     }
   bool stop = stopping_;
   if (!stop && asha_ && t.metric && asha_->OnEpoch(trial, epoch, *t.metric) == Asha::Decision::kStop) {
@@ -142,7 +146,10 @@ void SweepScheduler::OnEnd(int worker, int trial, bool ok, bool stopped, const s
     t.reason = reason;
   }
   for (const auto& [name, value] : metrics)
-    if (name == metric_ && !t.best) t.best = value;
+    if (name == metric_ && !t.best) {
+      t.best = value;
+      t.best_metrics = metrics;
+    }
   ordered_json line = TrialLine(now, t, "end", metric_);
   line["metrics"] = MetricsObject(metrics);
   lines_.push_back(config::JsonText(line));

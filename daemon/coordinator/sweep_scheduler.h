@@ -30,6 +30,10 @@ struct TrialState {
   int checkpoint_epoch = 0;
   int pending_checkpoint = 0;
   std::optional<double> metric, best;  // the objective at the last epoch, and its best so far
+  // Everything the trial reported at the epoch of `best` (its test metrics among them, shown
+  // beside the objective and never used to choose), and that epoch (0: from its end report).
+  Metrics best_metrics;
+  int best_epoch = 0;
   std::string reason;  // FAILED: why; STOPPED: which rung stopped it
 };
 

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -118,31 +119,39 @@ TEST_CASE("a TF_CONFIG cluster of a coordinator and 2 workers started by hand ru
   CHECK(json::parse(ReadAll(run + "/sweep.json")) == SweepFile(dir, 2));
 }
 
-TEST_CASE("a coordinator task runs an ensemble job (--job with \"ensemble\") on its worker tasks", "[integration][sweep]") {
-  TempDir dir;
-  WriteSyntheticMnist(dir / "", 400, 100);
-  json job = SweepFile(dir, 2)["job"];
-  job["ensemble"] = {{"members", 3}};
-  WriteFile(dir / "ensemble.json", job.dump());
+// A coordinator task started with `flags` and 2 worker tasks (the workers first: they dial until
+// the coordinator listens), on free loopback ports without a cluster token; each must exit 0.
+// Returns the coordinator's stderr.
+std::string RunWithoutToken(const TempDir& dir, const std::vector<std::string>& flags) {
   const json cluster = Cluster(FreePorts(3));
-  const std::string run = dir / "run";
-  // The workers first: they dial until the coordinator listens.
   std::vector<std::unique_ptr<Process>> workers;
   for (int i = 0; i < 2; ++i)
     workers.push_back(std::make_unique<Process>(std::vector<std::string>{kTfd}, std::vector<std::string>{"TF_CONFIG=" + TfConfig(cluster, "worker", i)},
                                                 dir / ("worker" + std::to_string(i) + ".out"), dir / ("worker" + std::to_string(i) + ".err")));
-  Process coordinator({kTfd, "--job", dir / "ensemble.json", "--run-dir", run}, {"TF_CONFIG=" + TfConfig(cluster, "coordinator", 0)},
-                      dir / "coordinator.out", dir / "coordinator.err");
+  std::vector<std::string> argv = {kTfd};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  Process coordinator(argv, {"TF_CONFIG=" + TfConfig(cluster, "coordinator", 0)}, dir / "coordinator.out", dir / "coordinator.err");
   const std::optional<int> code = coordinator.Wait(300s);
   INFO("coordinator stderr:\n" << coordinator.err());
   REQUIRE(code.has_value());
-  CHECK(*code == 0);
+  REQUIRE(*code == 0);
   for (auto& w : workers) {
     const std::optional<int> c = w->Wait(60s);
     INFO("worker stderr:\n" << w->err());
     REQUIRE(c.has_value());
     CHECK(*c == 0);
   }
+  return coordinator.err();
+}
+
+TEST_CASE("a coordinator task runs an ensemble job (--job with \"ensemble\") on its worker tasks", "[integration][sweep]") {
+  TempDir dir;
+  WriteSyntheticMnist(dir / "", 400, 100);
+  json job = SweepFile(dir, 2)["job"];
+  job["ensemble"] = {{"members", 3}};
+  WriteFile(dir / "ensemble.json", job.dump());
+  const std::string run = dir / "run";
+  RunWithoutToken(dir, {"--job", dir / "ensemble.json", "--run-dir", run});
   const json ensemble = json::parse(ReadAll(run + "/ensemble.json"));
   REQUIRE(ensemble["epochs"].size() == 2);
   CHECK(ensemble["epochs"][1]["members"] == 3);
@@ -150,6 +159,83 @@ TEST_CASE("a coordinator task runs an ensemble job (--job with \"ensemble\") on 
   for (const char* f : {"/predictions/labels.u8", "/predictions/ensemble.f32", "/predictions/member-0.f32", "/predictions/member-2.f32", "/best.json",
                         "/leaderboard.csv", "/job.json"})
     CHECK(std::filesystem::exists(run + f));
+}
+
+// A regression sweep of 3 learning rates (the best, 0.03, in the middle) on a CSV whose target is a
+// known linear function; trials are ranked by their validation MAE.
+json RegressionSweepFile(const std::string& csv) {
+  json job = {{"model", {{"layers", {{{"type", "dense"}, {"units", 16}, {"activation", "tanh"}}, {{"type", "dense"}, {"units", 1}}}}}},
+              {"data", {{"train", csv}, {"test_split", 0.2}, {"task", "regression"}}},
+              {"validation_split", 0.2},
+              {"epochs", 4},
+              {"batch_size", 20},
+              {"seed", 3},
+              {"log_every_steps", 0},
+              {"optimizer", {{"type", "adam"}, {"learning_rate", 0.01}}}};
+  return {{"job", job}, {"space", {{"optimizer.learning_rate", {0.0003, 0.03, 0.003}}}}};
+}
+
+TEST_CASE("a regression sweep on a coordinator and 2 workers picks the trial with the lowest val_mae, the leaderboard sorted by it",
+          "[integration][sweep][regression]") {
+  TempDir dir;
+  WriteFile(dir / "sweep.json", RegressionSweepFile(WriteLinearCsv(dir, 1000)).dump(2));
+  const std::string run = dir / "run";
+  const std::string coordinator_err = RunWithoutToken(dir, {"--sweep", dir / "sweep.json", "--run-dir", run});
+
+  // Each trial's lowest val_mae over its epochs, and the test MAE it reported at that epoch.
+  std::map<int, double> lowest, test_at_lowest, lr;
+  std::map<int, std::string> status;
+  for (const json& l : ReadJsonLines(run + "/trials.jsonl")) {
+    const int id = l["trial"].get<int>();
+    status[id] = l["status"];
+    lr[id] = l["params"]["optimizer.learning_rate"];
+    if (l["event"] != "epoch") continue;
+    const json& m = l["metrics"];
+    INFO(l.dump());
+    REQUIRE(m.contains("val_mae"));
+    CHECK(m.contains("test_mae"));
+    CHECK(m.contains("test_rmse"));
+    CHECK_FALSE(m.contains("accuracy"));
+    CHECK(l["val_mae"] == m["val_mae"]);  // the objective, beside the metrics
+    const double v = m["val_mae"];
+    if (!lowest.contains(id) || v < lowest[id]) lowest[id] = v, test_at_lowest[id] = m["test_mae"];
+  }
+  REQUIRE(lowest.size() == 3);
+  for (const auto& [id, s] : status) CHECK(s == "DONE");
+  const auto winner = std::min_element(lowest.begin(), lowest.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+  CHECK(lr[winner->first] == 0.03);  // 0.0003 barely moves in 4 epochs; 0.003 is behind
+  CHECK(winner->second < 0.3);       // it learned the function (a constant guess is ~1.5)
+
+  const json best = json::parse(ReadAll(run + "/best.json"));
+  CHECK(best["optimizer"]["learning_rate"] == lr[winner->first]);
+  CHECK(best["validation_split"] == 0.2);
+  const json summary = json::parse(ReadAll(run + "/best_trial.json"));
+  CHECK(summary["trial"] == winner->first);
+  CHECK(summary["objective"] == json{{"metric", "val_mae"}, {"mode", "min"}});
+  CHECK(summary["val_mae"] == winner->second);
+  CHECK(summary["metrics"]["test_mae"] == test_at_lowest[winner->first]);  // reported, not used to choose
+  CHECK(summary["metrics"].contains("test_rmse"));
+  CHECK(coordinator_err.find("not used to choose") != std::string::npos);
+
+  // leaderboard.csv: ascending by each trial's best val_mae, the test MAE at that epoch beside it.
+  const std::string csv = ReadAll(run + "/leaderboard.csv");
+  INFO(csv);
+  REQUIRE_THAT(csv, Catch::StartsWith("trial,status,epoch,val_mae,best,test_mae,test_rmse,worker,attempts,params,reason\n"));
+  std::vector<double> bests;
+  std::istringstream rows(csv.substr(csv.find('\n') + 1));
+  for (std::string row; std::getline(rows, row);) {
+    std::vector<std::string> cells;
+    std::istringstream cell(row);
+    for (std::string c; cells.size() < 6 && std::getline(cell, c, ',');) cells.push_back(c);
+    REQUIRE(cells.size() == 6);
+    const int id = std::stoi(cells[0]);
+    CHECK(std::stod(cells[4]) == Approx(lowest[id]).epsilon(1e-12));
+    CHECK(std::stod(cells[5]) == Approx(test_at_lowest[id]).epsilon(1e-12));
+    bests.push_back(std::stod(cells[4]));
+  }
+  CHECK(bests.size() == 3);
+  CHECK(std::is_sorted(bests.begin(), bests.end()));
+  CHECK(std::stoi(csv.substr(csv.find('\n') + 1)) == winner->first);
 }
 
 // Expects exit code 2 and exactly one line on stderr containing `fragment`.

@@ -2,7 +2,6 @@
 // two features plus small noise (fixed seed), trained standalone, in an allreduce ring and with a
 // sync ps, each reaching a stated test MAE; the events carry mae/rmse in place of accuracy.
 #include <cmath>
-#include <random>
 #include <sstream>
 #include <string>
 
@@ -16,21 +15,6 @@
 
 namespace tfd::testing {
 namespace {
-
-// y = 3 x0 - 2 x1 + 0.5 + noise, x uniform in [-1, 1], noise uniform in [-0.05, 0.05] (its MAE
-// floor is 0.025): `rows` rows with a header, from a fixed seed.
-std::string WriteLinearCsv(const TempDir& dir, int rows) {
-  std::mt19937 gen(2024);
-  auto uniform = [&] { return static_cast<double>(gen()) / 4294967296.0 * 2 - 1; };
-  std::string csv = "x0,x1,y\n";
-  for (int i = 0; i < rows; ++i) {
-    const double x0 = uniform(), x1 = uniform(), noise = 0.05 * uniform();
-    csv += fmt::format("{:.6f},{:.6f},{:.6f}\n", x0, x1, 3 * x0 - 2 * x1 + 0.5 + noise);
-  }
-  const std::string path = dir / "linear.csv";
-  WriteFile(path, csv);
-  return path;
-}
 
 // A linear model (one dense unit) trained on the CSV with 20% held out for test.
 std::string RegressionJob(const std::string& csv, const std::string& update, const std::string& loss = "mse") {

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/config/sweep.h"
+#include "daemon/coordinator/leaderboard.h"
 #include "daemon/coordinator/sweep_scheduler.h"
 
 namespace tfd::coordinator {
@@ -190,6 +191,73 @@ TEST_CASE("a NaN or infinite metric gives trials.jsonl lines that parse, the num
   CHECK(lines[2]["status"] == "FAILED");
   CHECK(lines[2]["reason"] == "loss went to \"inf\"\n");
   CHECK(lines[2]["metrics"]["loss"].is_null());
+}
+
+// A regression sweep: the objective is val_mae (lower is better) by default.
+config::SweepSpec RegressionSpec(bool asha) {
+  Result<config::SweepSpec> s = config::ParseSweepSpec(
+      std::string(R"({"job": {"model": "mlp", "data": {"train": "y.csv", "task": "regression", "test_split": 0.2}, "validation_split": 0.2,
+                              "epochs": 9, "batch_size": 10, "optimizer": {"type": "sgd", "learning_rate": 0.1}},
+                      "space": {"optimizer.learning_rate": [0.1, 0.2, 0.3, 0.4]})") +
+          (asha ? R"(, "scheduler": "asha"})" : "}"),
+      "s.json");
+  INFO(s.status().message());
+  REQUIRE(s.ok());
+  return *s;
+}
+
+Metrics Reported(double val_mae, double test_mae) {
+  return {{"loss", 0.1}, {"mae", 0.2}, {"val_mae", val_mae}, {"val_rmse", val_mae * 1.25}, {"test_mae", test_mae}, {"test_rmse", test_mae * 1.25}};
+}
+
+TEST_CASE("a regression sweep picks the lowest val_mae, never the test MAE; the leaderboard is sorted by it and shows the test MAE",
+          "[unit][sweep][regression]") {
+  config::SweepSpec spec = RegressionSpec(false);
+  REQUIRE(spec.metric == "val_mae");
+  REQUIRE_FALSE(spec.maximize);
+  SweepScheduler s(spec, config::GenerateTrials(spec), 4);
+  SweepScheduler::Assignment x;
+  for (int w = 0; w < 4; ++w) REQUIRE(s.NextFor(w, 0, &x) == Next::kAssigned);
+  // Trial 2 has the lowest test MAE but not the lowest validation MAE: it must not win.
+  CHECK_FALSE(s.OnEpoch(0, 0, 1, Reported(0.30, 0.31), 0));
+  CHECK_FALSE(s.OnEpoch(0, 0, 2, Reported(0.12, 0.14), 0));  // trial 0's best epoch
+  CHECK_FALSE(s.OnEpoch(0, 0, 3, Reported(0.15, 0.11), 0));
+  CHECK_FALSE(s.OnEpoch(1, 1, 1, Reported(0.50, 0.52), 0));
+  CHECK_FALSE(s.OnEpoch(2, 2, 1, Reported(0.20, 0.01), 0));
+  s.OnEnd(3, 3, false, false, "diverged", {}, 0);
+  for (int t = 0; t < 3; ++t) s.OnEnd(t, t, true, false, "", {}, 0);
+  REQUIRE(s.finished());
+  REQUIRE(s.best() == 0);
+  const TrialState& b = s.trials()[0];
+  CHECK(b.best == 0.12);
+  CHECK(b.metric == 0.15);  // the last epoch's
+  CHECK(b.best_epoch == 2);
+  CHECK(ReportedAtBest(b, "test_mae") == 0.14);  // at the best epoch, not the last
+  CHECK_FALSE(ReportedAtBest(s.trials()[3], "test_mae").has_value());
+
+  const std::string csv = LeaderboardCsv(s.trials(), spec.metric, spec.maximize, spec.shown);
+  INFO(csv);
+  CHECK_THAT(csv, Catch::StartsWith("trial,status,epoch,val_mae,best,test_mae,test_rmse,worker,attempts,params,reason\n"
+                                    "0,DONE,3,0.15,0.12,0.14,"));
+  // Ascending by the best val_mae (0.12, 0.20, 0.50), the failed trial without one last.
+  std::vector<int> order;
+  for (std::size_t at = csv.find('\n') + 1; at < csv.size(); at = csv.find('\n', at) + 1) order.push_back(std::stoi(csv.substr(at)));
+  CHECK(order == std::vector<int>{0, 2, 1, 3});
+  const std::vector<std::string> rows = LeaderboardRows(s.trials(), spec.metric, spec.maximize, s.best(), spec.shown);
+  REQUIRE(rows.size() == 5);
+  CHECK_THAT(rows[0], Catch::Contains("val_mae") && Catch::Contains("test_mae") && Catch::Contains("test_rmse"));
+  CHECK_THAT(rows[1], Catch::StartsWith("*     0  DONE") && Catch::Contains("0.1200") && Catch::Contains("0.1400"));
+}
+
+TEST_CASE("ASHA on a regression sweep stops the trial whose val_mae is highest at the rung", "[unit][sweep][regression][asha]") {
+  config::SweepSpec spec = RegressionSpec(true);  // grace 1, eta 3, max 9: rungs 1 and 3
+  SweepScheduler s(spec, config::GenerateTrials(spec), 4);
+  SweepScheduler::Assignment x;
+  for (int w = 0; w < 3; ++w) REQUIRE(s.NextFor(w, 0, &x) == Next::kAssigned);
+  CHECK_FALSE(s.OnEpoch(0, 0, 1, Reported(0.40, 0.40), 0));
+  CHECK_FALSE(s.OnEpoch(1, 1, 1, Reported(0.10, 0.90), 0));  // n=2, keep 1: lower than 0.40, goes on
+  CHECK(s.OnEpoch(2, 2, 1, Reported(0.30, 0.05), 0));         // n=3, keep 1: 0.10 is lower; its test MAE does not count
+  CHECK(s.trials()[2].reason == "pruned by ASHA at rung epoch 1");
 }
 
 }  // namespace

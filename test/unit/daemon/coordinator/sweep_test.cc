@@ -3,6 +3,8 @@
 #include <set>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "common/config/sweep.h"
 #include "daemon/coordinator/asha.h"
 
@@ -123,6 +125,64 @@ TEST_CASE("bad sweep files are errors naming the JSON path", "[unit][sweep]") {
   Result<config::SweepSpec> none = config::ParseSweepSpec(R"({"space": {"a": [1]}})", "s.json");
   REQUIRE_FALSE(none.ok());
   CHECK_THAT(none.status().message(), Catch::StartsWith("s.json: job: missing"));
+}
+
+// A regression job (a CSV target) with `extra` fields, as a sweep file's "job".
+std::string RegressionSweep(const std::string& job_extra, const std::string& rest) {
+  return R"({"job": {"model": "mlp", "data": {"train": "y.csv", "task": "regression", "test_split": 0.2}, "epochs": 3, "batch_size": 20,
+                     "optimizer": {"type": "adam", "learning_rate": 0.01})" + job_extra + "}, " + rest + "}";
+}
+
+TEST_CASE("a regression sweep ranks by val_mae (min) by default and shows the test MAE and RMSE beside it", "[unit][sweep][regression]") {
+  Result<config::SweepSpec> s =
+      config::ParseSweepSpec(RegressionSweep(R"(, "validation_split": 0.2)", R"("space": {"optimizer.learning_rate": [0.1, 0.01]})"), "s.json");
+  INFO(s.status().message());
+  REQUIRE(s.ok());
+  CHECK(s->metric == "val_mae");
+  CHECK_FALSE(s->maximize);
+  CHECK(s->shown == std::vector<std::string>{"test_mae", "test_rmse"});
+  CHECK(config::GenerateTrials(*s).size() == 2);
+  // Another validation metric, or the training loss; "max" is taken as told.
+  for (const char* metric : {"val_rmse", "val_loss", "loss", "mae", "rmse"}) {
+    Result<config::SweepSpec> m = config::ParseSweepSpec(
+        RegressionSweep(R"(, "validation_split": 0.2)", fmt::format(R"("space": {{"batch_size": [10]}}, "objective": {{"metric": "{}"}})", metric)),
+        "s.json");
+    INFO(metric << ": " << m.status().message());
+    REQUIRE(m.ok());
+    CHECK_FALSE(m->maximize);
+  }
+  Result<config::SweepSpec> up = config::ParseSweepSpec(
+      RegressionSweep(R"(, "validation_split": 0.2)", R"("space": {"batch_size": [10]}, "objective": {"metric": "val_mae", "mode": "max"})"), "s.json");
+  REQUIRE(up.ok());
+  CHECK(up->maximize);
+  // A classification sweep keeps its defaults and shows nothing more.
+  Result<config::SweepSpec> c = Parse(R"("space": {"batch_size": [50]})");
+  REQUIRE(c.ok());
+  CHECK(c->metric == "test_accuracy");
+  CHECK(c->shown.empty());
+}
+
+TEST_CASE("a regression sweep without a validation set, or ranking by the test set or an accuracy, is an error naming the field",
+          "[unit][sweep][regression]") {
+  auto error = [](const std::string& job_extra, const std::string& rest) {
+    Result<config::SweepSpec> s = config::ParseSweepSpec(RegressionSweep(job_extra, rest), "s.json");
+    REQUIRE_FALSE(s.ok());
+    CHECK(s.status().code() == Code::kInvalidArgument);
+    return s.status().message();
+  };
+  const std::string val = R"(, "validation_split": 0.2)";
+  CHECK_THAT(error("", R"("space": {"batch_size": [10]})"),
+             Catch::StartsWith("s.json: job.validation_split: missing: the data's task is regression") && Catch::Contains("val_mae"));
+  CHECK_THAT(error("", R"("space": {"batch_size": [10]}, "objective": {"metric": "loss"})"), Catch::StartsWith("s.json: job.validation_split: missing"));
+  CHECK_THAT(error(val, R"("space": {"batch_size": [10]}, "objective": {"metric": "test_mae"})"),
+             Catch::StartsWith("s.json: objective.metric: \"test_mae\": a regression sweep chooses on the validation set, never the test set"));
+  CHECK_THAT(error(val, R"("space": {"batch_size": [10]}, "objective": {"metric": "test_accuracy"})"),
+             Catch::StartsWith("s.json: objective.metric: \"test_accuracy\": the data's task is regression, which has no accuracy"));
+  CHECK_THAT(error(val, R"("space": {"data.task": ["regression", "classification"]})"),
+             Catch::StartsWith("s.json: trial 1's job: data.task: classification, where the base job's is regression"));
+  // A classifier has no MAE.
+  CHECK_THAT(ErrorOf(R"("space": {"batch_size": [50]}, "objective": {"metric": "val_mae"})"),
+             Catch::StartsWith("s.json: objective.metric: \"val_mae\": the data's task is classification"));
 }
 
 using D = coordinator::Asha::Decision;
