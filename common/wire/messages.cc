@@ -624,7 +624,9 @@ OutFrame Encode(MessageType type, const PipeTensor& m, std::span<const float> va
   w.U32(m.rows);
   w.U32(m.correct);
   w.F64(m.loss);
-  w.U64(values.size());  // the 40-byte head keeps the floats 4-byte aligned in the payload
+  w.F64(m.abs_error);
+  w.F64(m.squared_error);
+  w.U64(values.size());  // the 56-byte head keeps the floats 4-byte aligned in the payload
   f.tail.push_back(AsBytes(values));
   return f;
 }
@@ -632,7 +634,8 @@ OutFrame Encode(MessageType type, const PipeTensor& m, std::span<const float> va
 Status Decode(std::span<const std::byte> p, PipeTensor* m) {
   ByteReader r(p);
   if (!r.U64(&m->step) || !r.U32(&m->microbatch) || !r.U16(&m->stage) || !r.U16(&m->replica) || !r.U32(&m->rows) ||
-      !r.U32(&m->correct) || !r.F64(&m->loss) || !ReadFloats(r, &m->values))
+      !r.U32(&m->correct) || !r.F64(&m->loss) || !r.F64(&m->abs_error) ||
+      !r.F64(&m->squared_error) || !ReadFloats(r, &m->values))
     return Short("PIPE tensor");
   if (m->stage >= kMaxStages) return Status::Corruption(fmt::format("PIPE tensor: stage {} is not below {}", m->stage, kMaxStages));
   if (m->rows == 0 || m->values.size() % (std::size_t{4} * m->rows) != 0)

@@ -227,8 +227,8 @@ struct RingSlotFree {  // RING_SLOT_FREE, receiver -> sender: slots read so far,
 };
 
 // PIPE_ACTIVATION and PIPE_GRADIENT: one micro-batch's tensor between neighbouring stages of a
-// model-parallel replica. 40 bytes of fields, so the floats start 4-byte aligned.
-inline constexpr std::size_t kPipeTensorHeadBytes = 40;
+// model-parallel replica. 56 bytes of fields, so the floats start 4-byte aligned.
+inline constexpr std::size_t kPipeTensorHeadBytes = 56;
 inline constexpr std::uint32_t kMaxStages = 1u << 12;
 struct PipeTensor {
   std::uint64_t step = 0;        // the local step the micro-batch belongs to, from 1
@@ -238,6 +238,9 @@ struct PipeTensor {
   std::uint32_t rows = 0;        // examples in the micro-batch; values hold rows x (floats per row)
   std::uint32_t correct = 0;     // PIPE_GRADIENT: the last stage's hits on the micro-batch (0 in an activation)
   double loss = 0;               // PIPE_GRADIENT: the last stage's mean loss on it (0 in an activation)
+  // PIPE_GRADIENT of a regression model: the last stage's sums of |output - target| and of its
+  // square over the micro-batch (LossResult's), so every stage reports MAE and RMSE; else 0.
+  double abs_error = 0, squared_error = 0;
   std::span<const std::byte> values;
 };
 

@@ -137,7 +137,8 @@ TEST_CASE("PUSH round-trips its fields and concatenates several gradient spans",
 
 TEST_CASE("PIPE_ACTIVATION and PIPE_GRADIENT round-trip every field; rows that do not divide the floats are refused", "[unit][wire]") {
   const std::vector<float> values = {1.0f, -2.5f, 1e-20f, 7.75f, 3.0f, -0.0f};
-  PipeTensor m{.step = 1234567, .microbatch = 5, .stage = 2, .replica = 1, .rows = 3, .correct = 2, .loss = 0.625};
+  PipeTensor m{.step = 1234567, .microbatch = 5, .stage = 2, .replica = 1, .rows = 3, .correct = 2, .loss = 0.625,
+               .abs_error = 1.5, .squared_error = 3.25};
   OutFrame f = Encode(MessageType::kPipeGradient, m, values);
   CHECK(f.head.size() == kPipeTensorHeadBytes);
   const auto payload = Transmit(f, MessageType::kPipeGradient);
@@ -150,6 +151,8 @@ TEST_CASE("PIPE_ACTIVATION and PIPE_GRADIENT round-trip every field; rows that d
   CHECK(got.rows == 3);
   CHECK(got.correct == 2);
   CHECK(got.loss == 0.625);
+  CHECK(got.abs_error == 1.5);
+  CHECK(got.squared_error == 3.25);
   CHECK(FloatsOf(got.values) == values);
   CheckMalformedRejected<PipeTensor>(payload);
   m.rows = 4;  // 6 floats are not 4 rows
