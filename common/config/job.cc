@@ -297,17 +297,12 @@ void ReadElastic(ObjectReader& root, ElasticSpec* elastic) {
   (void)r.Finish();
 }
 
-// The modes that train regression data: standalone, async, sync and allreduce, evaluated by the
-// chief (the evaluator task reports accuracies only). The ensemble
-// averages class probabilities, the GPU path has only the softmax loss, and a model-parallel
-// pipeline's stages send back the loss and hit count only (not the errors behind MAE and RMSE):
-// each refuses it.
+// The modes that train regression data: standalone, async, sync, allreduce and model parallel,
+// evaluated by the chief (the evaluator task reports accuracies only). The ensemble averages class
+// probabilities and the GPU path has only the softmax loss: each refuses it.
 void CheckRegressionFits(ObjectReader& r, const JobSpec& job) {
   if (!job.data.regression()) return;
-  if (job.model_parallel.enabled())
-    r.Fail(r.PathOf("model_parallel"), "the data's task is regression, which trains in standalone, async, sync and allreduce modes "
-                                       "only: not model parallel in this version");
-  else if (job.evaluation == Evaluation::kEvaluator)
+  if (job.evaluation == Evaluation::kEvaluator)
     r.Fail(r.PathOf("evaluation"), "\"evaluator\": the data's task is regression, which the evaluator task does not score in this "
                                    "version (keep \"evaluation\": \"chief\")");
   else if (job.ensemble.members > 0)

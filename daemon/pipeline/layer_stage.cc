@@ -117,22 +117,18 @@ Status LayerStage::Forward(int m, const float* x, std::uint64_t seed) {
 
 Status LayerStage::Backward(int m, const float* x, const tensor::Labels& y, std::uint64_t seed) {
   const float* dout = nullptr;
-  double loss = 0;
-  std::uint32_t correct = 0;
+  tensor::LossResult r;  // the last stage's on micro-batch m, computed here or sent back to this stage
   Clock::time_point start;
   if (stage_ + 1 < stages_) {
     wire::PipeTensor t;
     TFD_ASSIGN_OR_RETURN(wire::InFrame frame, ReceiveChecked(Side::kNext, wire::MessageType::kPipeGradient, stage_ + 1, m, out_width_, &t));
     std::memcpy(grad_out_.data(), t.values.data(), t.values.size());
     dout = grad_out_.data();
-    loss = t.loss;
-    correct = t.correct;
+    r = {.loss = t.loss, .correct = static_cast<int>(t.correct), .abs_error = t.abs_error, .squared_error = t.squared_error};
     start = Clock::now();
   } else {
     start = Clock::now();
-    const tensor::LossResult r = model_.LossGradient(m * mb_, y.Rows(static_cast<std::size_t>(m * mb_), static_cast<std::size_t>(mb_)));
-    loss = r.loss;
-    correct = static_cast<std::uint32_t>(r.correct);
+    r = model_.LossGradient(m * mb_, y.Rows(static_cast<std::size_t>(m * mb_), static_cast<std::size_t>(mb_)));
   }
   if (keeps_state_ && last_forward_ != m) {  // the layers' state is another micro-batch's: recompute this one's
     model_.SetDropoutSeed(model::MicrobatchSeed(seed, m));
@@ -144,12 +140,15 @@ Status LayerStage::Backward(int m, const float* x, const tensor::Labels& y, std:
     model::AccumulateGradients(acc_, model_.grads().subspan(param_begin_, param_end_ - param_begin_), m == 0);
   stats_.backward_s += std::chrono::duration<double>(Clock::now() - start).count();
   --in_flight_;
-  loss_sum_ += loss;
-  correct_ += correct;
+  loss_sum_ += r.loss;
+  metrics_.correct += r.correct;
+  metrics_.abs_error += r.abs_error;
+  metrics_.squared_error += r.squared_error;
   if (stage_ > 0) {
     const wire::PipeTensor t{.step = step_, .microbatch = static_cast<std::uint32_t>(m), .stage = static_cast<std::uint16_t>(stage_),
                              .replica = static_cast<std::uint16_t>(replica_), .rows = static_cast<std::uint32_t>(mb_),
-                             .correct = correct, .loss = loss};
+                             .correct = static_cast<std::uint32_t>(r.correct), .loss = r.loss, .abs_error = r.abs_error,
+                             .squared_error = r.squared_error};
     wire::OutFrame f = wire::Encode(wire::MessageType::kPipeGradient, t, din_);
     stats_.bytes_sent += f.payload_size();
     TFD_RETURN_IF_ERROR(ring_.Send(Side::kPrev, std::move(f)));
@@ -160,7 +159,7 @@ Status LayerStage::Backward(int m, const float* x, const tensor::Labels& y, std:
 Result<tensor::LossResult> LayerStage::Step(const float* x, const tensor::Labels& y, std::uint64_t dropout_seed) {
   ++step_;
   loss_sum_ = 0;
-  correct_ = 0;
+  metrics_ = {};
   const Clock::time_point start = Clock::now();
   const int m_count = microbatches_;
   if (!one_f_one_b_) {
@@ -181,9 +180,8 @@ Result<tensor::LossResult> LayerStage::Step(const float* x, const tensor::Labels
   std::int64_t act_bytes = static_cast<std::int64_t>(in_width_ + out_width_) * 4 * mb_;
   for (std::size_t i = first_; i + 1 < last_; ++i) act_bytes += model_.layer_output_shape(i).size() * 4 * mb_;
   stats_.peak_activation_bytes = act_bytes * stats_.peak_in_flight;
-  tensor::LossResult r;
+  tensor::LossResult r = metrics_;
   r.loss = loss_sum_ / m_count;
-  r.correct = correct_;
   return r;
 }
 

@@ -35,7 +35,9 @@ struct StageStats {
 // micro-batches through the stage on the chosen schedule, exchanging activations with the previous
 // stage and their gradients with the next over `ring` (the replica's stages in stage order), and
 // leaves the step's gradient of its layers in model.grads(): micro-batch gradients summed in order
-// 0 .. M-1 and scaled by 1/M, as Model::ComputeMicrobatchGradients does in one process.
+// 0 .. M-1 and scaled by 1/M, as Model::ComputeMicrobatchGradients does in one process. Every
+// stage returns the last stage's figures (they travel back with the gradients): the micro-batches'
+// mean loss and their summed hits, or a regression model's summed errors.
 //
 // GPipe runs every forward, then every backward. 1F1B (PipeDream-flush) runs S-1-s forwards, then
 // alternates one forward and one backward, then the remaining backwards, so at most S-s
@@ -80,7 +82,7 @@ class LayerStage {
   int last_forward_ = -1;        // the micro-batch whose forward state the layers hold
   int in_flight_ = 0;
   double loss_sum_ = 0;
-  std::int64_t correct_ = 0;
+  tensor::LossResult metrics_;  // the step's hits (classification) or error sums (regression), over its micro-batches
   StageStats stats_;
 };
 

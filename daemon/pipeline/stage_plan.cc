@@ -98,8 +98,10 @@ Status CheckUnits(const config::ModelParallelSpec& spec, const model::Model& mod
   for (std::size_t i = 0; i < model.num_layers(); ++i) {
     const LayerSpec& l = model.layer_spec(i);
     if (l.kind == LayerSpec::Kind::kDense) {
-      if (l.units < spec.stages)
-        return Status::InvalidArgument(fmt::format("model_parallel.stages: expected at most {} (the units of dense layer {}), got {}",
+      // The output layer may be narrower (a regression model's few targets): the stages without
+      // any of its units only take part in its gathers.
+      if (l.units < spec.stages && i + 1 < model.num_layers())
+        return Status::InvalidArgument(fmt::format("model_parallel.stages: expected at most {} (the units of hidden dense layer {}), got {}",
                                                    l.units, i, spec.stages));
     } else if (l.kind != LayerSpec::Kind::kDropout) {
       return Status::InvalidArgument(fmt::format(

@@ -30,7 +30,8 @@ std::vector<double> LayerCosts(const model::Model& model);
 Result<StagePlan> PlanLayers(const config::ModelParallelSpec& spec, const model::Model& model);
 
 // Whether `model` can be split by units among spec.stages tasks: dense layers only (dropout and
-// flatten need no split), each with at least one unit per stage. InvalidArgument naming
+// flatten need no split), each hidden one with at least one unit per stage (the output layer may
+// have fewer: a regression model's one target). InvalidArgument naming
 // model_parallel.split or model_parallel.stages otherwise.
 Status CheckUnits(const config::ModelParallelSpec& spec, const model::Model& model);
 

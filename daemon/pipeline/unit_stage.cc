@@ -50,7 +50,7 @@ Status UnitStage::ForwardLayer(std::size_t i, const float* in, int row) {
   const float* bias = kernel + static_cast<std::ptrdiff_t>(k) * units;
   const Clock::time_point start = Clock::now();
   std::fill(out_[i].begin(), out_[i].end(), -0.0f);
-  tensor::Gemm(model_.gemm(), false, false, mb_, c1 - c0, k, 1.0f, in, k, kernel + c0, units, 0.0f, out + c0, units);
+  if (c1 > c0) tensor::Gemm(model_.gemm(), false, false, mb_, c1 - c0, k, 1.0f, in, k, kernel + c0, units, 0.0f, out + c0, units);
   for (int r = 0; r < mb_; ++r) tensor::BiasActivation(out + static_cast<std::ptrdiff_t>(r) * units + c0, bias + c0, 1, c1 - c0, l.activation);
   stats_.forward_s += Since(start);
   return AllReduce(out_[i]);  // the all-gather: every other column is -0.0 here
@@ -75,7 +75,7 @@ Status UnitStage::BackwardLayer(std::size_t i, const float* in, int row, float* 
     const std::ptrdiff_t at = static_cast<std::ptrdiff_t>(r) * units + c0;
     tensor::ActivationGradBias(y + at, dout + at, 1, n, l.activation, nullptr);
   }
-  tensor::Gemm(model_.gemm(), true, false, k, n, mb_, 1.0f, in, k, dout + c0, units, 0.0f, dkernel + c0, units);
+  if (n > 0) tensor::Gemm(model_.gemm(), true, false, k, n, mb_, 1.0f, in, k, dout + c0, units, 0.0f, dkernel + c0, units);
   for (int c = c0; c < c1; ++c) {
     float s = 0;
     for (int r = 0; r < mb_; ++r) s += dout[static_cast<std::ptrdiff_t>(r) * units + c];
@@ -85,7 +85,11 @@ Status UnitStage::BackwardLayer(std::size_t i, const float* in, int row, float* 
     stats_.backward_s += Since(start);
     return Status::Ok();
   }
-  tensor::Gemm(model_.gemm(), false, true, mb_, k, n, 1.0f, dout + c0, units, kernel + c0, units, 0.0f, din, k);
+  if (n > 0) {
+    tensor::Gemm(model_.gemm(), false, true, mb_, k, n, 1.0f, dout + c0, units, kernel + c0, units, 0.0f, din, k);
+  } else {  // none of this layer's units here (an output narrower than the stages): no share of the sum
+    std::fill(din, din + static_cast<std::ptrdiff_t>(mb_) * k, -0.0f);
+  }
   stats_.backward_s += Since(start);
   return AllReduce(std::span(din, static_cast<std::size_t>(mb_) * static_cast<std::size_t>(k)));  // the input gradient's shares summed
 }

@@ -18,7 +18,9 @@ namespace tfd::pipeline {
 // output is all-gathered over the ring (each task contributes its columns and -0.0 elsewhere, so
 // the sum is exact); on the way back each task computes its slice's parameter gradients and its
 // share of the input gradient, and the shares are summed by an all-reduce. Dropout is elementwise
-// and the same on every task (same seed), so it needs no exchange. Micro-batches are run one after
+// and the same on every task (same seed), so it needs no exchange. An output layer narrower than
+// the stages (a regression model's one target) leaves some tasks none of its units: they
+// contribute -0.0 to its gather and to its input gradient's sum. Micro-batches are run one after
 // another (forward, then backward) and their gradients summed in order, as in one process; the
 // sums inside each layer are split, so the result is close to one process's, not bitwise equal.
 // Training thread only.

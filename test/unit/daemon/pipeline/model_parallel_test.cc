@@ -105,8 +105,11 @@ TEST_CASE("the stage plan balances the dnn and refuses what does not fit", "[uni
   spec.split = config::ModelParallelSpec::Split::kUnits;
   spec.stages = 2;
   CHECK(pipeline::CheckUnits(spec, *dnn).ok());
-  spec.stages = 11;  // the logits layer has 10 units
-  CHECK_THAT(pipeline::CheckUnits(spec, *dnn).message(), Catch::Contains("model_parallel.stages: expected at most 10"));
+  spec.stages = 11;  // the logits layer has 10 units: some stages hold none of it, as a regression output
+  CHECK(pipeline::CheckUnits(spec, *dnn).ok());
+  spec.stages = 161;  // a hidden layer has 160
+  CHECK_THAT(pipeline::CheckUnits(spec, *dnn).message(),
+             Catch::Contains("model_parallel.stages: expected at most 160 (the units of hidden dense layer 0)"));
   auto cnn = Build("cnn", 2);
   spec.stages = 2;
   CHECK_THAT(pipeline::CheckUnits(spec, *cnn).message(), Catch::Contains("model_parallel.split") && Catch::Contains("conv2d"));
@@ -156,6 +159,56 @@ TEST_CASE("the layer-range passes at any rows give ComputeGradients' bits", "[un
   split->BackwardLayers(2, 6, h.data(), 3, nullptr, dh.data(), 3);
   split->BackwardLayers(0, 2, x1, 3, dh.data(), nullptr, 3);
   CHECK(std::equal(whole->grads().begin(), whole->grads().end(), split->grads().begin()));
+}
+
+// A regression dnn: one linear output trained on the mean squared error.
+std::unique_ptr<model::Model> BuildRegression(int batch) {
+  config::ModelSpec spec;
+  spec.name = "dnn";
+  auto m = model::Model::Build(spec, {1, 1, 8}, model::Outputs(1, tensor::LossKind::kMse), batch);
+  REQUIRE(m.ok());
+  (*m)->Initialize(7);
+  return std::move(m).value();
+}
+
+TEST_CASE("the layer-range passes of a regression model give ComputeGradients' bits and its error sums", "[unit][model_parallel][regression]") {
+  const int batch = 6;
+  auto whole = BuildRegression(batch), split = BuildRegression(batch);
+  std::vector<float> x(static_cast<std::size_t>(batch * whole->input_size())), y(batch);
+  Rng rng(5, 0);
+  for (float& v : x) v = static_cast<float>(rng.Uniform());
+  for (int i = 0; i < batch; ++i) y[static_cast<std::size_t>(i)] = 3 * x[static_cast<std::size_t>(i * 8)] - 1;
+  // Micro-batch 1 of 2 (rows 3-5) of float targets, on two "stages" [0, 3) and [3, 6).
+  const float* x1 = x.data() + 3 * whole->input_size();
+  const tensor::Labels y1 = tensor::Labels(std::span<const float>(y), 1).Rows(3, 3);
+  const tensor::LossResult want = whole->ComputeGradients(x1, y1);
+  const float* mid = split->ForwardLayers(0, 3, x1, 3, 3, true);
+  std::vector<float> h(mid, mid + 3 * split->layer_output_shape(2).size());
+  split->ForwardLayers(3, 6, h.data(), 3, 3, true);
+  const tensor::LossResult got = split->LossGradient(3, y1);
+  std::vector<float> dh(h.size());
+  split->BackwardLayers(3, 6, h.data(), 3, nullptr, dh.data(), 3);
+  split->BackwardLayers(0, 3, x1, 3, dh.data(), nullptr, 3);
+  CHECK(std::equal(whole->grads().begin(), whole->grads().end(), split->grads().begin()));
+  CHECK(got.loss == want.loss);
+  CHECK(got.abs_error == want.abs_error);
+  CHECK(got.squared_error == want.squared_error);
+  CHECK(want.abs_error > 0);
+}
+
+TEST_CASE("a regression model's one output splits by units: one stage holds it, every parameter once", "[unit][model_parallel][regression]") {
+  auto dnn = BuildRegression(2);
+  config::ModelParallelSpec spec;
+  spec.split = config::ModelParallelSpec::Split::kUnits;
+  spec.stages = 3;
+  REQUIRE(pipeline::CheckUnits(spec, *dnn).ok());
+  std::vector<int> owners(dnn->params().size(), 0);
+  for (int s = 0; s < 3; ++s)
+    for (const pipeline::OwnedRange& r : pipeline::UnitRanges(*dnn, s, 3))
+      for (std::size_t i = r.begin; i < r.end; ++i) ++owners[i];
+  CHECK(std::all_of(owners.begin(), owners.end(), [](int n) { return n == 1; }));
+  CHECK(pipeline::UnitSlice(1, 0, 3) == std::pair{0, 0});
+  CHECK(pipeline::UnitSlice(1, 2, 3) == std::pair{0, 1});
 }
 
 TEST_CASE("each stage's owned ranges cover the parameters once", "[unit][model_parallel]") {
