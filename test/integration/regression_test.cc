@@ -1,6 +1,7 @@
 // Regression end to end through the tfd binary: a CSV whose target is a known linear function of
 // two features plus small noise (fixed seed), trained standalone, in an allreduce ring and with a
-// sync ps, each reaching a stated test MAE; the events carry mae/rmse in place of accuracy.
+// sync ps, each reaching a stated test MAE; the events carry mae/rmse in place of accuracy (model
+// parallel: cluster_pipeline_test.cc).
 #include <cmath>
 #include <sstream>
 #include <string>
@@ -76,11 +77,11 @@ TEST_CASE("a regression job in a mode that does not take it is exit 2 naming the
   TempDir dir;
   const std::string csv = WriteLinearCsv(dir, 100);
   std::string job = RegressionJob(csv, R"({"mode": "async"})");
-  job.insert(job.rfind('}'), R"(, "model_parallel": {"stages": 2, "split": "layers"})");
+  job.insert(job.rfind('}'), R"(, "device": "cuda:0")");
   WriteFile(dir / "job.json", job);
   CommandResult r = RunCommand(std::string(TFD_BINARY) + " --standalone --job " + dir / "job.json", dir);
   CHECK(r.exit_code == 2);
-  CHECK(r.err.find("model_parallel: the data's task is regression") != std::string::npos);
+  CHECK(r.err.find("device: \"cuda:0\": the data's task is regression") != std::string::npos);
 }
 
 }  // namespace
