@@ -35,12 +35,13 @@ void ApplyEvent(const config::Event& e, LiveRow& r, TaskFacts& facts) {
     r.mae = e.Number("mae", r.mae), r.test_mae = e.Number("test_mae", r.test_mae);  // a regression run's
     r.samples_per_sec = e.Number("samples_per_sec", r.samples_per_sec);
     r.state = "training";
-  } else if (e.event == "eval") {  // the evaluator's row: its last evaluated step and accuracy
+  } else if (e.event == "eval") {  // the evaluator's row: its last evaluated step and accuracy (a regression's test MAE)
     r.global_step = e.Number("global_step", r.global_step);
     r.test_accuracy = e.Number("test_accuracy", r.test_accuracy);
+    r.test_mae = e.Number("test_mae", r.test_mae);
     r.state = "evaluating";
     facts.final_global_step = Step(r.global_step);
-    facts.final_test_accuracy = r.test_accuracy;
+    if (e.numbers.contains("test_accuracy")) facts.final_test_accuracy = r.test_accuracy;
   } else if (e.event == "stage") {
     r.stage = static_cast<int>(e.Number("stage", r.stage));
     r.stages = static_cast<int>(e.Number("stages", r.stages));

@@ -53,32 +53,35 @@ std::vector<Seen> ListFolder(const std::string& dir) {
 // Evaluates the model, its parameters already loaded, on the job's test set and validation split.
 EvalResult Evaluate(model::Model& model, const data::DataSplits& data) {
   EvalResult r;
+  r.regression = model.regression();
   const model::EvalResult test = model::EvaluateLoss(model, data.test);
   r.test_loss = test.loss;
   r.test_accuracy = test.accuracy;
+  r.test_mae = test.mae;
+  r.test_rmse = test.rmse;
   if (data.validation.size > 0) {
     const model::EvalResult val = model::EvaluateLoss(model, data.validation);
     r.val_loss = val.loss;
-    r.val_accuracy = val.accuracy;
+    if (r.regression) r.val_mae = val.mae, r.val_rmse = val.rmse;
+    else r.val_accuracy = val.accuracy;
   }
   r.wall_time = UnixNow();
   return r;
 }
 
 void Report(const EvalResult& r, EventWriter& events, const std::vector<EvalSink*>& sinks) {
-  std::string val;
-  std::vector<EventField> fields = {{"global_step", r.global_step}, {"test_loss", r.test_loss}, {"test_accuracy", r.test_accuracy}};
-  if (r.val_loss) {
-    val = fmt::format(" val_loss={:.4f} val_accuracy={:.4f}", *r.val_loss, *r.val_accuracy);
-    fields.push_back({"val_loss", *r.val_loss});
-    fields.push_back({"val_accuracy", *r.val_accuracy});
+  std::string line;
+  std::vector<EventField> fields = {{"global_step", r.global_step}};
+  for (const auto& [name, value] : Scores(r)) {
+    line += fmt::format(" {}={:.4f}", name, value);
+    fields.push_back({name, value});
   }
   fields.push_back({"checkpoint", r.checkpoint});
   fields.push_back({"final", r.final});
-  spdlog::info("eval global_step={} test_loss={:.4f} test_accuracy={:.4f}{} checkpoint={}{}", r.global_step, r.test_loss,
-               r.test_accuracy, val, r.checkpoint, r.final ? " final" : "");
+  spdlog::info("eval global_step={}{} checkpoint={}{}", r.global_step, line, r.checkpoint, r.final ? " final" : "");
   events.Emit("eval", fields);
-  NotifyStatus(fmt::format("evaluated global step {}: test_accuracy={:.4f}", r.global_step, r.test_accuracy));
+  NotifyStatus(r.regression ? fmt::format("evaluated global step {}: test_mae={:.4f}", r.global_step, r.test_mae)
+                            : fmt::format("evaluated global step {}: test_accuracy={:.4f}", r.global_step, r.test_accuracy));
   for (EvalSink* s : sinks) s->OnEval(r);
 }
 
@@ -137,6 +140,16 @@ Status Watch(const config::JobSpec& job, model::Model& model, const data::DataSp
 }
 
 }  // namespace
+
+std::vector<std::pair<std::string, double>> Scores(const EvalResult& r) {
+  std::vector<std::pair<std::string, double>> out = {{"test_loss", r.test_loss}};
+  if (r.regression) out.insert(out.end(), {{"test_mae", r.test_mae}, {"test_rmse", r.test_rmse}});
+  else out.emplace_back("test_accuracy", r.test_accuracy);
+  if (r.val_loss) out.emplace_back("val_loss", *r.val_loss);
+  if (r.val_accuracy) out.emplace_back("val_accuracy", *r.val_accuracy);
+  if (r.val_mae) out.insert(out.end(), {{"val_mae", *r.val_mae}, {"val_rmse", r.val_rmse.value_or(0)}});
+  return out;
+}
 
 std::chrono::milliseconds IdleTimeoutFor(const config::CheckpointSpec& spec) {
   using std::chrono::milliseconds;

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/base/logging.h"
@@ -20,7 +21,7 @@ namespace tfd::evaluator {
 // The evaluator task (docs/observability.md, "The evaluator task"): it never trains and never
 // joins the ps tasks or the ring. It polls the chief's checkpoint folder (a directory listing),
 // evaluates each new valid checkpoint on the test set and on the validation split when the job
-// has one, and ends once it has evaluated the chief's final checkpoint.
+// has one (accuracy, or a regression's MAE and RMSE, and the loss), and ends once it has evaluated the chief's final checkpoint.
 
 // One checkpoint's evaluation.
 struct EvalResult {
@@ -29,8 +30,18 @@ struct EvalResult {
   bool final = false;      // the chief's last checkpoint of the run
   double test_loss = 0, test_accuracy = 0;
   std::optional<double> val_loss, val_accuracy;  // only when the job has a validation split
+  // A regression job's scores in place of the accuracies (test_accuracy 0, val_accuracy unset): the
+  // MAE and RMSE over every example and target, as the chief reports them.
+  bool regression = false;
+  double test_mae = 0, test_rmse = 0;
+  std::optional<double> val_mae, val_rmse;
   double wall_time = 0;                          // seconds since the Unix epoch, when it was evaluated
 };
+
+// The result's scores as (name, value), as the eval event names them: test_loss, then test_accuracy
+// or a regression's test_mae and test_rmse, then the validation split's (val_loss, val_accuracy or
+// val_mae and val_rmse) when the job has one.
+std::vector<std::pair<std::string, double>> Scores(const EvalResult& result);
 
 // Where results go besides the log and the event lines (summaries, metrics). Called on
 // RunEvaluator's thread; a sink must not block for long, and reports its own errors (it cannot

@@ -20,10 +20,7 @@ void SummarySink::Check(const Status& s) {
 
 void SummarySink::OnEval(const EvalResult& r) {
   if (writer_ == nullptr) return;
-  std::vector<std::pair<std::string, double>> values = {{"test_loss", r.test_loss}, {"test_accuracy", r.test_accuracy}};
-  if (r.val_loss) values.emplace_back("val_loss", *r.val_loss);
-  if (r.val_accuracy) values.emplace_back("val_accuracy", *r.val_accuracy);
-  Check(writer_->Scalars(r.global_step, values, r.wall_time));
+  Check(writer_->Scalars(r.global_step, Scores(r), r.wall_time));
   if (writer_ != nullptr) Check(writer_->Flush());
 }
 
@@ -34,9 +31,15 @@ void SummarySink::OnEnd(bool) {
 MetricsSink::MetricsSink(metrics::TaskMetrics& metrics) : metrics_(metrics) {}
 
 void MetricsSink::OnEval(const EvalResult& r) {
-  // Absent until the first evaluation, as on the chief.
-  if (test_ == nullptr) test_ = metrics_.EvalAccuracy("test");
-  test_->Set(r.test_accuracy);
+  // Absent until the first evaluation, as on the chief (whose regression also sets MAE and RMSE only).
+  if (r.regression) {
+    metrics_.EvalMae("test")->Set(r.test_mae);
+    metrics_.EvalRmse("test")->Set(r.test_rmse);
+    if (r.val_mae) metrics_.EvalMae("val")->Set(*r.val_mae), metrics_.EvalRmse("val")->Set(r.val_rmse.value_or(0));
+  } else {
+    if (test_ == nullptr) test_ = metrics_.EvalAccuracy("test");
+    test_->Set(r.test_accuracy);
+  }
   if (r.val_accuracy) {
     if (val_ == nullptr) val_ = metrics_.EvalAccuracy("val");
     val_->Set(*r.val_accuracy);

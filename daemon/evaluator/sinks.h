@@ -10,8 +10,9 @@
 
 namespace tfd::evaluator {
 
-// Writes each evaluation as TensorBoard scalars (test_loss, test_accuracy, val_loss, val_accuracy)
-// at the checkpoint's global step into LOGDIR/eval/, the folder TensorFlow's evaluator uses; flushed
+// Writes each evaluation as TensorBoard scalars (test_loss, test_accuracy, val_loss, val_accuracy;
+// a regression's test_mae, test_rmse, val_mae, val_rmse in place of the accuracies: Scores) at the
+// checkpoint's global step into LOGDIR/eval/, the folder TensorFlow's evaluator uses; flushed
 // after every evaluation, since they come seconds apart. A failed write is one warning and ends the
 // sink's writing, never the evaluator.
 class SummarySink final : public EvalSink {
@@ -27,7 +28,8 @@ class SummarySink final : public EvalSink {
   std::unique_ptr<summary::Writer> writer_;  // null once a write failed
 };
 
-// Sets tfd_eval_accuracy{split} and tfd_global_step from each evaluation.
+// Sets tfd_eval_accuracy{split} (a regression: tfd_eval_mae{split} and tfd_eval_rmse{split}) and
+// tfd_global_step from each evaluation.
 class MetricsSink final : public EvalSink {
  public:
   explicit MetricsSink(metrics::TaskMetrics& metrics);

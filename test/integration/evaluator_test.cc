@@ -1,7 +1,7 @@
 // The evaluator task with real tfd processes on synthetic data: it evaluates the chief's
-// checkpoints and ends after the final one with the chief's own accuracy; it gives up, naming what
-// it waited for, when the chief dies or never saves; a file it cannot read is a warning. Every wait
-// has a deadline that fails the test instead of hanging.
+// checkpoints and ends after the final one with the chief's own accuracy (a regression job's MAE and
+// RMSE); it gives up, naming what it waited for, when the chief dies or never saves; a file it
+// cannot read is a warning. Every wait has a deadline that fails the test instead of hanging.
 #include <csignal>
 #include <cstdint>
 #include <filesystem>
@@ -84,6 +84,41 @@ TEST_CASE("the evaluator reports the validation split when the job has one", "[i
   CHECK(evals[0]["val_accuracy"].get<double>() >= 0);
   CHECK(evals[0]["val_loss"].get<double>() > 0);
   CHECK(evals[0]["test_accuracy"].get<double>() == workers[0].done["test_accuracy"].get<double>());
+}
+
+TEST_CASE("the evaluator scores a regression job's checkpoints with MAE and RMSE; the final one's are the chief's",
+          "[integration][evaluator][regression]") {
+  TempDir dir;
+  const std::string csv = WriteLinearCsv(dir, 600);
+  const std::string job = R"({"model": {"layers": [{"type": "dense", "units": 16, "activation": "tanh"}, {"type": "dense", "units": 1}]},
+      "data": {"train": ")" + csv + R"(", "test_split": 0.2, "task": "regression"}, "epochs": 3, "batch_size": 20,
+      "optimizer": {"type": "adam", "learning_rate": 0.02}, "update": {"mode": "async"}, "seed": 3, "log_every_steps": 0,
+      "evaluation": "evaluator", "checkpoint": {"dir": ")" + (dir / "ckpt") + R"(", "every_steps": 30, "keep": 1000}})";
+  LocalCluster cluster({.num_ps = 1, .num_workers = 1, .job = job, .dir = &dir, .evaluator = true});
+  cluster.StartAll();
+  cluster.StartEvaluator({"--idle-timeout", "120"});
+  std::vector<TaskResult> workers = cluster.FinishAll();
+  TaskResult eval = cluster.Finish("evaluator", 0, 120s);
+  INFO("evaluator stderr:\n" << eval.err);
+  CHECK(eval.exit_code == 0);
+  const std::vector<nlohmann::json> evals = ParseEvents(eval.out, "eval");
+  REQUIRE(evals.size() >= 2);  // 72 steps, saved every 30 and at the end
+  for (const nlohmann::json& e : evals) {
+    REQUIRE(e["test_mae"].is_number());
+    CHECK(e["test_rmse"].get<double>() >= e["test_mae"].get<double>());
+    CHECK(e["test_loss"].get<double>() > 0);
+    CHECK_FALSE(e.contains("test_accuracy"));
+  }
+  const nlohmann::json& last = evals.back();
+  CHECK(last["final"] == true);
+  const nlohmann::json& chief_done = workers[0].done;
+  INFO("chief's done event: " << chief_done.dump() << "\nthe last eval event: " << last.dump());
+  REQUIRE(chief_done["test_mae"].is_number());
+  CHECK(last["global_step"] == chief_done["global_step"]);
+  CHECK(last["test_mae"].get<double>() == Approx(chief_done["test_mae"].get<double>()).margin(5e-5));
+  CHECK(last["test_rmse"].get<double>() == Approx(chief_done["test_rmse"].get<double>()).margin(5e-5));
+  CHECK(last["test_mae"].get<double>() < 0.2);  // ~0.05 from these runs; the noise alone gives 0.025
+  CHECK(eval.err.find(" test_mae=") != std::string::npos);
 }
 
 TEST_CASE("the evaluator gives up within its idle limit when the chief is killed, naming what it waited for",

@@ -61,3 +61,19 @@ TEST_CASE("LoadParams names the file and the variable that does not fit", "[unit
 
 }  // namespace
 }  // namespace tfd::evaluator
+
+namespace tfd::evaluator {
+namespace {
+
+TEST_CASE("an evaluation's scores: the accuracies, or a regression's MAE and RMSE in their place", "[unit][evaluator][regression]") {
+  using Scored = std::vector<std::pair<std::string, double>>;
+  EvalResult c{.test_loss = 0.5, .test_accuracy = 0.9, .val_loss = 0.4, .val_accuracy = 0.8};
+  CHECK(Scores(c) == Scored{{"test_loss", 0.5}, {"test_accuracy", 0.9}, {"val_loss", 0.4}, {"val_accuracy", 0.8}});
+  EvalResult r{.test_loss = 0.02, .regression = true, .test_mae = 0.1, .test_rmse = 0.15};
+  CHECK(Scores(r) == Scored{{"test_loss", 0.02}, {"test_mae", 0.1}, {"test_rmse", 0.15}});
+  r.val_loss = 0.03, r.val_mae = 0.12, r.val_rmse = 0.17;
+  CHECK(Scores(r) == Scored{{"test_loss", 0.02}, {"test_mae", 0.1}, {"test_rmse", 0.15}, {"val_loss", 0.03}, {"val_mae", 0.12}, {"val_rmse", 0.17}});
+}
+
+}  // namespace
+}  // namespace tfd::evaluator
