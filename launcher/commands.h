@@ -140,8 +140,8 @@ Result<SweepArgs> ParseSweepArgs(bool ensemble, const std::vector<std::string>& 
 // leaderboard.csv and best.json. 0 when a best trial was found, 1 when none reported the objective,
 // 2 for a bad sweep file, 130 after Ctrl-C (what was written is kept, leaderboard and best too).
 // ensemble JOB.json is the same with the job's members as trials: each epoch the coordinator
-// averages their test softmax (ensemble_test_accuracy), and ensemble.json and predictions/ are
-// written too.
+// averages their test softmax (ensemble_test_accuracy; a regression's outputs: ensemble_test_mae),
+// and ensemble.json and predictions/ are written too.
 int Sweep(const SweepArgs& args, const Interrupts& interrupts);
 
 // Pieces of the commands, declared for tests.

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -170,6 +171,14 @@ inline CommandResult RunCommand(const std::string& command, const TempDir& dir) 
 inline std::string ReadAll(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// A file of little-endian float32 values (an ensemble's predictions/*.f32), as floats.
+inline std::vector<float> ReadFloats(const std::string& path) {
+  const std::string bytes = ReadAll(path);
+  std::vector<float> out(bytes.size() / sizeof(float));
+  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
+  return out;
 }
 
 // The JSON objects of a JSON-lines file (trials.jsonl, metrics.jsonl), blank lines skipped; a line

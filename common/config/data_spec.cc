@@ -252,6 +252,13 @@ void ReadDataSpec(ObjectReader& root, DataSpec* d) {
   }
   if (r.status().ok() && d->test.empty() && d->test_count == 0 && d->test_fraction == 0)
     return r.Fail(r.PathOf("test"), "missing: name the test files, or hold some out with \"test_split\" (e.g. 0.2)");
+  if (r.Get("split_seed") != nullptr) {
+    std::int64_t split_seed = 0;
+    r.Int("split_seed", std::int64_t{0}, INT64_MAX, &split_seed);
+    if (r.status().ok() && d->test_count == 0 && d->test_fraction == 0)
+      return r.Fail(r.PathOf("split_seed"), "seeds the test_split's shuffle, but no test_split holds a test set out");
+    d->split_seed = static_cast<std::uint64_t>(split_seed);
+  }
   ReadFormat(r, d);
   ReadTask(r, d);
   ReadColumns(r, d);

@@ -30,6 +30,9 @@ struct DataSpec {
   DataFiles train, test;   // test empty: held out from train by test_split
   double test_fraction = 0;      // of the training files' examples, held out by a seeded shuffle
   std::int64_t test_count = 0;   // ... or a count of them
+  // Seeds that shuffle ("split_seed"); unset: the job's seed. An ensemble's members (seed + k) share
+  // the ensemble's, so they hold out the same test set.
+  std::optional<std::uint64_t> split_seed;
   Task task = Task::kClassification;
   // Regression: the loss minimised ("loss": mse, the default, or mae); classification always
   // trains on softmax cross-entropy.

@@ -298,16 +298,11 @@ void ReadElastic(ObjectReader& root, ElasticSpec* elastic) {
 }
 
 // The modes that train regression data: standalone, async, sync, allreduce and model parallel,
-// evaluated by the chief (the evaluator task reports accuracies only). The ensemble averages class
-// probabilities and the GPU path has only the softmax loss: each refuses it.
+// ensembles (their members' outputs averaged) and the evaluator task. The GPU path has only the
+// softmax loss: it refuses it.
 void CheckRegressionFits(ObjectReader& r, const JobSpec& job) {
   if (!job.data.regression()) return;
-  if (job.evaluation == Evaluation::kEvaluator)
-    r.Fail(r.PathOf("evaluation"), "\"evaluator\": the data's task is regression, which the evaluator task does not score in this "
-                                   "version (keep \"evaluation\": \"chief\")");
-  else if (job.ensemble.members > 0)
-    r.Fail(r.PathOf("ensemble"), "the data's task is regression: ensembles average class probabilities and train classification only");
-  else if (job.cuda_device >= 0)
+  if (job.cuda_device >= 0)
     r.Fail(r.PathOf("device"), fmt::format("\"{}\": the data's task is regression, which trains on the CPU only (set \"device\": \"cpu\")", job.device));
 }
 

@@ -321,12 +321,18 @@ Result<SweepSpec> ParseEnsembleSpec(std::string_view text, std::string_view sour
   if (job.ensemble.members == 0) return Status::InvalidArgument(fmt::format("{}: ensemble: missing (expected {{\"members\": N, \"vary\": {{...}}}})", source));
   json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
   doc.erase("ensemble");
+  // The members' seeds differ (seed + k): a held-out test set is shuffled out with the ensemble's own,
+  // so every member is scored on the same examples and trains on none of them.
+  if (job.data.held_out_test() && !job.data.split_seed) doc["data"]["split_seed"] = job.seed;
   SweepSpec s;
   s.job_text = doc.dump(2);
   s.job = job;
   s.ensemble = job.ensemble;
   s.job.ensemble = {};
-  s.metric = "test_accuracy";
+  // Members are ranked as the ensemble is scored: by test accuracy, or a regression's test MAE (lower is better).
+  s.metric = job.data.regression() ? "test_mae" : "test_accuracy";
+  s.maximize = !job.data.regression();
+  if (job.data.regression()) s.shown = {"test_rmse"};
   s.workers = std::min(job.ensemble.members, 2);
   for (const Trial& t : GenerateTrials(s)) {
     Result<std::string> member = ApplyParams(s.job_text, t.params);

@@ -62,8 +62,8 @@ bool LowerIsBetter(std::string_view metric);
 Result<SweepSpec> ParseSweepSpec(std::string_view text, std::string_view source, const std::string& base_dir = ".");
 Result<SweepSpec> LoadSweepSpec(const std::string& path);
 
-// A job file with "ensemble" as a sweep whose trials are the members (objective test_accuracy, no
-// scheduler, workers = min(members, 2) unless told). InvalidArgument naming the path for a job
+// A job file with "ensemble" as a sweep whose trials are the members (objective test_accuracy, or
+// test_mae minimised for regression data; no scheduler, workers = min(members, 2) unless told). InvalidArgument naming the path for a job
 // without "ensemble" or a member whose job is invalid.
 Result<SweepSpec> LoadEnsembleSpec(const std::string& path);
 Result<SweepSpec> ParseEnsembleSpec(std::string_view text, std::string_view source);

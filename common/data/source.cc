@@ -302,7 +302,7 @@ Result<DataSplits> LoadData(const DataSpec& spec, std::uint64_t seed) {
     const std::int64_t held = HeldOutCount(n, spec.test_count, spec.test_fraction);
     if (held <= 0 || held >= n)
       return Status::InvalidArgument(fmt::format("data.test_split: holds out {} of the {} examples in {}; leave some of each", held, n, train_source));
-    HoldOutTest(&out, held, seed);
+    HoldOutTest(&out, held, spec.split_seed.value_or(seed));
   }
   Normalize(spec, &out);
   return out;

@@ -155,6 +155,8 @@ Status Decode(std::span<const std::byte> p, TrialEnd* m) {
 }
 
 // trial u32 | epoch u32 | classes u32 | rows u32 | labels u8[rows] | probabilities f32[rows x classes]
+// [| regression u8 (= 1) | targets f32[rows x classes]]: the trailer was appended for regression, so
+// a classification frame is byte for byte what it was.
 OutFrame Encode(const TrialPredictions& m) {
   OutFrame f = Start(MessageType::kTrialPredictions);
   ByteWriter w(&f.head);
@@ -164,6 +166,10 @@ OutFrame Encode(const TrialPredictions& m) {
   w.U32(static_cast<std::uint32_t>(m.labels.size()));
   w.Raw(m.labels.data(), m.labels.size());
   w.Floats(m.probabilities);
+  if (!m.targets.empty()) {
+    w.U8(1);
+    w.Floats(m.targets);
+  }
   return f;
 }
 
@@ -180,6 +186,12 @@ Status Decode(std::span<const std::byte> p, TrialPredictions* m) {
   if (!r.FloatBytes(count, &floats)) return Bad("TRIAL_PREDICTIONS");
   m->probabilities.resize(static_cast<std::size_t>(count));
   if (count > 0) std::memcpy(m->probabilities.data(), floats.data(), floats.size());
+  m->targets.clear();
+  if (r.remaining() == 0) return Status::Ok();
+  std::uint8_t regression = 0;
+  if (!r.U8(&regression) || regression != 1 || !r.FloatBytes(count, &floats)) return Bad("TRIAL_PREDICTIONS");
+  m->targets.resize(static_cast<std::size_t>(count));
+  if (count > 0) std::memcpy(m->targets.data(), floats.data(), floats.size());
   return Trailing("TRIAL_PREDICTIONS", r);
 }
 

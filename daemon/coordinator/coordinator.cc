@@ -124,7 +124,7 @@ class Coordinator::Service final : public transport::FrameHandler {
         {
           MutexLock lock(&mu_);
           taken = scheduler_.OnPredictions(worker, static_cast<int>(m.trial), static_cast<int>(m.epoch), static_cast<int>(m.classes), m.labels,
-                                           m.probabilities, Now());
+                                           m.probabilities, m.targets, Now());
         }
         if (!taken) spdlog::warn("worker:{}: trial {}'s predictions for epoch {} were not taken (not its trial, or another shape)", worker, m.trial, m.epoch);
         return Reply(*from, wire::Encode(wire::TrialControl{.stop = false}), id);

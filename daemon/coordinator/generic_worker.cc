@@ -55,6 +55,18 @@ std::vector<std::pair<std::string, double>> EpochMetrics(const train::EpochStats
   return m;
 }
 
+// An ensemble member's test-set outputs after an epoch; a regression's carry the targets (and a
+// label of 0 per row, which the frame's layout keeps).
+wire::TrialPredictions MemberPredictions(std::uint32_t trial, int epoch, model::Model& m, const data::Dataset& test) {
+  wire::TrialPredictions p{.trial = trial, .epoch = static_cast<std::uint32_t>(epoch), .classes = static_cast<std::uint32_t>(m.classes()),
+                           .labels = test.labels, .probabilities = model::PredictProbabilities(m, test), .targets = {}};
+  if (test.regression()) {
+    p.labels.assign(static_cast<std::size_t>(test.size), 0);
+    p.targets = test.targets;
+  }
+  return p;
+}
+
 // Reports each epoch of one trial and sets `trial_stop` when the coordinator (or a signal) says
 // stop. Runs on the training thread.
 class TrialReporter final : public train::TrainObserver {
@@ -74,9 +86,7 @@ class TrialReporter final : public train::TrainObserver {
       // Forward writes only the model's activation buffers, which the epoch loop does not read
       // across epochs; the parameters stay as they are.
       model::Model& m = const_cast<model::Model&>(*e.model);
-      wire::TrialPredictions p{.trial = trial_, .epoch = static_cast<std::uint32_t>(e.epoch), .classes = static_cast<std::uint32_t>(m.classes()),
-                               .labels = test_->labels, .probabilities = model::PredictProbabilities(m, *test_)};
-      auto reply = rpc_.Call(wire::Encode(p));
+      auto reply = rpc_.Call(wire::Encode(MemberPredictions(trial_, e.epoch, m, *test_)));
       Result<wire::InFrame> frame = Await(rpc_, reply, wire::MessageType::kTrialControl, signal_, "TRIAL_CONTROL");
       if (!frame.ok()) {
         lost_ = frame.status();

@@ -16,21 +16,30 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-// ensemble.json (the ensemble's accuracy per epoch beside its best member's) and, for the last
-// complete epoch, predictions/: labels.u8, member-K.f32 (each member's softmax, rows x classes
-// little-endian floats) and ensemble.f32 (their mean, as the coordinator computed it).
+// ensemble.json (the ensemble's accuracy, or MAE and RMSE, per epoch beside its members') and, for
+// the last complete epoch, predictions/: labels.u8 (or for a regression targets.f32), member-K.f32
+// (each member's softmax or predicted values, rows x classes little-endian floats) and ensemble.f32
+// (their mean, as the coordinator computed it).
 void WriteEnsemble(const fs::path& run_dir, const std::vector<SweepScheduler::EnsembleEpoch>& epochs, const SweepScheduler::Predictions& last,
                    const SweepRunOptions& options) {
   nlohmann::ordered_json list = nlohmann::ordered_json::array();
-  for (const SweepScheduler::EnsembleEpoch& e : epochs)
-    list.push_back({{"epoch", e.epoch}, {"members", e.members}, {"ensemble_test_accuracy", e.accuracy}, {"best_member_test_accuracy", e.best_member}});
-  const nlohmann::ordered_json doc = {{"epochs", std::move(list)}, {"classes", last.classes}, {"predictions_epoch", last.epoch}};
+  for (const SweepScheduler::EnsembleEpoch& e : epochs) {
+    nlohmann::ordered_json item = {{"epoch", e.epoch}};
+    item.update(EnsembleFields(e));
+    list.push_back(std::move(item));
+  }
+  nlohmann::ordered_json doc = {{"epochs", std::move(list)}};
+  doc[last.regression() ? "targets" : "classes"] = last.classes;
+  doc["predictions_epoch"] = last.epoch;
   std::ofstream(run_dir / "ensemble.json") << config::JsonText(doc, /*open_levels=*/2) << "\n";
   if (!epochs.empty()) {
     const auto& e = epochs.back();
     options.say(false, "ensemble",
-                fmt::format("epoch {}: ensemble_test_accuracy {:.4f} (best of {} members {:.4f}, {:+.4f})", e.epoch, e.accuracy, e.members,
-                            e.best_member, e.accuracy - e.best_member));
+                e.regression ? fmt::format("epoch {}: ensemble_test_mae {:.4f} ensemble_test_rmse {:.4f} (members' test_mae: best {:.4f}, "
+                                           "mean {:.4f}, {} members)",
+                                           e.epoch, e.ensemble.mae, e.ensemble.rmse, e.best_member, e.mean_member_mae, e.members)
+                             : fmt::format("epoch {}: ensemble_test_accuracy {:.4f} (best of {} members {:.4f}, {:+.4f})", e.epoch,
+                                           e.ensemble.accuracy, e.members, e.best_member, e.ensemble.accuracy - e.best_member));
   }
   if (last.members.empty()) return;
   std::error_code ec;
@@ -38,8 +47,9 @@ void WriteEnsemble(const fs::path& run_dir, const std::vector<SweepScheduler::En
   auto write = [&](const std::string& name, const void* data, std::size_t bytes) {
     std::ofstream(run_dir / "predictions" / name, std::ios::binary).write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
   };
-  write("labels.u8", last.labels.data(), last.labels.size());
-  for (const auto& [trial, probs] : last.members) write(fmt::format("member-{}.f32", trial), probs.data(), probs.size() * sizeof(float));
+  if (last.regression()) write("targets.f32", last.targets.data(), last.targets.size() * sizeof(float));
+  else write("labels.u8", last.labels.data(), last.labels.size());
+  for (const auto& [trial, outputs] : last.members) write(fmt::format("member-{}.f32", trial), outputs.data(), outputs.size() * sizeof(float));
   write("ensemble.f32", last.mean.data(), last.mean.size() * sizeof(float));
 }
 

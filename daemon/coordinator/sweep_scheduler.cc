@@ -157,68 +157,116 @@ void SweepScheduler::OnEnd(int worker, int trial, bool ok, bool stopped, const s
 }
 
 bool SweepScheduler::OnPredictions(int worker, int trial, int epoch, int classes, const std::vector<std::uint8_t>& labels,
-                                   const std::vector<float>& probabilities, double now) {
+                                   const std::vector<float>& outputs, const std::vector<float>& targets, double now) {
   if (!ensemble_ || trial < 0 || trial >= static_cast<int>(trials_.size())) return false;
   const TrialState& t = trials_[static_cast<std::size_t>(trial)];
-  if (t.status != TrialStatus::kRunning || t.worker != worker || classes <= 0 ||
-      probabilities.size() != labels.size() * static_cast<std::size_t>(classes))
+  const std::size_t values = labels.size() * static_cast<std::size_t>(std::max(classes, 0));
+  if (t.status != TrialStatus::kRunning || t.worker != worker || classes <= 0 || outputs.size() != values ||
+      (!targets.empty() && targets.size() != values))
     return false;
   Predictions& p = pending_epochs_[epoch];
   if (p.members.empty()) {
     p.epoch = epoch;
     p.classes = classes;
     p.labels = labels;
-  } else if (p.classes != classes || p.labels != labels) {
+    p.targets = targets;
+  } else if (p.classes != classes || p.labels != labels || p.targets != targets) {
     return false;
   }
   if (p.members.contains(trial)) return true;  // a re-placed member's repeat
-  p.members.emplace(trial, probabilities);
+  p.members.emplace(trial, outputs);
   MaybeCompleteEnsemble(now);
   return true;
 }
 
+namespace {
+
+SweepScheduler::Score ScoreOutputs(const SweepScheduler::Predictions& p, const std::vector<float>& outputs) {
+  SweepScheduler::Score s;
+  const std::size_t classes = static_cast<std::size_t>(p.classes), rows = p.labels.size();
+  if (rows == 0) return s;
+  if (p.regression()) {
+    double abs_sum = 0, sq_sum = 0;
+    for (std::size_t i = 0; i < outputs.size(); ++i) {
+      const double d = static_cast<double>(outputs[i]) - p.targets[i];
+      abs_sum += std::abs(d);
+      sq_sum += d * d;
+    }
+    s.mae = abs_sum / static_cast<double>(outputs.size());
+    s.rmse = std::sqrt(sq_sum / static_cast<double>(outputs.size()));
+    return s;
+  }
+  std::size_t hits = 0;
+  for (std::size_t r = 0; r < rows; ++r) {
+    const float* row = outputs.data() + r * classes;
+    hits += static_cast<std::size_t>(std::max_element(row, row + classes) - row) == p.labels[r];
+  }
+  s.accuracy = static_cast<double>(hits) / static_cast<double>(rows);
+  return s;
+}
+
+// Averages the members' outputs into p->mean and scores it and each member.
+SweepScheduler::EnsembleEpoch CompleteEpoch(SweepScheduler::Predictions* p) {
+  SweepScheduler::EnsembleEpoch e{.epoch = p->epoch, .members = static_cast<int>(p->members.size()), .regression = p->regression()};
+  std::vector<double> sum(p->labels.size() * static_cast<std::size_t>(p->classes), 0.0);
+  for (const auto& [trial, outputs] : p->members) {
+    for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += outputs[i];
+    const SweepScheduler::Score s = ScoreOutputs(*p, outputs);
+    e.by_member[trial] = s;
+    e.mean_member_mae += s.mae / e.members;
+    const bool first = e.by_member.size() == 1;
+    if (e.regression) e.best_member = first ? s.mae : std::min(e.best_member, s.mae);
+    else e.best_member = std::max(e.best_member, s.accuracy);
+  }
+  p->mean.resize(sum.size());
+  for (std::size_t i = 0; i < sum.size(); ++i) p->mean[i] = static_cast<float>(sum[i] / e.members);
+  e.ensemble = ScoreOutputs(*p, p->mean);
+  return e;
+}
+
+ordered_json ByMember(const SweepScheduler::EnsembleEpoch& e, double SweepScheduler::Score::*field) {
+  ordered_json out = ordered_json::object();
+  for (const auto& [trial, s] : e.by_member) out[std::to_string(trial)] = s.*field;
+  return out;
+}
+
+}  // namespace
+
+ordered_json EnsembleFields(const SweepScheduler::EnsembleEpoch& e) {
+  using Score = SweepScheduler::Score;
+  if (!e.regression)
+    return {{"members", e.members}, {"ensemble_test_accuracy", e.ensemble.accuracy}, {"best_member_test_accuracy", e.best_member},
+            {"member_test_accuracy", ByMember(e, &Score::accuracy)}};
+  return {{"members", e.members},
+          {"ensemble_test_mae", e.ensemble.mae},
+          {"ensemble_test_rmse", e.ensemble.rmse},
+          {"best_member_test_mae", e.best_member},
+          {"mean_member_test_mae", e.mean_member_mae},
+          {"member_test_mae", ByMember(e, &Score::mae)},
+          {"member_test_rmse", ByMember(e, &Score::rmse)}};
+}
+
+bool SweepScheduler::InEnsemble(int trial) const {
+  const TrialStatus s = trials_[static_cast<std::size_t>(trial)].status;
+  return s != TrialStatus::kFailed && s != TrialStatus::kStopped;
+}
+
 void SweepScheduler::MaybeCompleteEnsemble(double now) {
   int in = 0;  // members still in the ensemble
-  for (const TrialState& t : trials_) in += t.status != TrialStatus::kFailed && t.status != TrialStatus::kStopped;
+  for (std::size_t t = 0; t < trials_.size(); ++t) in += InEnsemble(static_cast<int>(t));
   for (auto it = pending_epochs_.begin(); it != pending_epochs_.end();) {
     Predictions& p = it->second;
-    int counted = 0;
-    for (const auto& [trial, probs] : p.members)
-      counted += trials_[static_cast<std::size_t>(trial)].status != TrialStatus::kFailed &&
-                 trials_[static_cast<std::size_t>(trial)].status != TrialStatus::kStopped;
+    std::erase_if(p.members, [&](const auto& kv) { return !InEnsemble(kv.first); });
+    const int counted = static_cast<int>(p.members.size());
     if (counted < in || counted == 0) {
       ++it;
       continue;
     }
-    const std::size_t classes = static_cast<std::size_t>(p.classes), rows = p.labels.size();
-    std::vector<double> sum(rows * classes, 0.0);
-    EnsembleEpoch e{.epoch = p.epoch, .members = counted};
-    for (auto m = p.members.begin(); m != p.members.end();) {
-      const TrialStatus st = trials_[static_cast<std::size_t>(m->first)].status;
-      if (st == TrialStatus::kFailed || st == TrialStatus::kStopped) {
-        m = p.members.erase(m);
-        continue;
-      }
-      std::size_t hits = 0;
-      for (std::size_t r = 0; r < rows; ++r) {
-        const float* row = m->second.data() + r * classes;
-        hits += static_cast<std::size_t>(std::max_element(row, row + classes) - row) == p.labels[r];
-        for (std::size_t c = 0; c < classes; ++c) sum[r * classes + c] += row[c];
-      }
-      e.best_member = std::max(e.best_member, rows == 0 ? 0.0 : static_cast<double>(hits) / static_cast<double>(rows));
-      ++m;
-    }
-    p.mean.resize(rows * classes);
-    std::size_t hits = 0;
-    for (std::size_t r = 0; r < rows; ++r) {
-      for (std::size_t c = 0; c < classes; ++c) p.mean[r * classes + c] = static_cast<float>(sum[r * classes + c] / counted);
-      const float* row = p.mean.data() + r * classes;
-      hits += static_cast<std::size_t>(std::max_element(row, row + classes) - row) == p.labels[r];
-    }
-    e.accuracy = rows == 0 ? 0.0 : static_cast<double>(hits) / static_cast<double>(rows);
-    ensemble_epochs_.push_back(e);
-    lines_.push_back(config::JsonText(ordered_json{{"ts", Millis(now)}, {"event", "ensemble"}, {"epoch", e.epoch}, {"members", e.members},
-                                                   {"ensemble_test_accuracy", e.accuracy}, {"best_member_test_accuracy", e.best_member}}));
+    EnsembleEpoch e = CompleteEpoch(&p);
+    ordered_json line = {{"ts", Millis(now)}, {"event", "ensemble"}, {"epoch", e.epoch}};
+    line.update(EnsembleFields(e));
+    lines_.push_back(config::JsonText(line));
+    ensemble_epochs_.push_back(std::move(e));
     if (p.epoch >= last_.epoch) last_ = std::move(p);
     it = pending_epochs_.erase(it);
   }

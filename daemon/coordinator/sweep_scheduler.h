@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/config/sweep.h"
 #include "daemon/coordinator/asha.h"
 
@@ -74,13 +76,15 @@ class SweepScheduler {
   bool OnCheckpoint(int worker, int trial, int epoch);
   void OnEnd(int worker, int trial, bool ok, bool stopped, const std::string& reason, const Metrics& metrics, double now);
   void OnWorkerLost(int worker, const std::string& why, double now);
-  // An ensemble member's test-set softmax after `epoch` (rows x classes). Once every member still in
-  // the ensemble (not FAILED or STOPPED) has reported an epoch, the members' probabilities are
-  // averaged, the ensemble's accuracy recorded, and that epoch's predictions kept as last_*. A
-  // member's first report of an epoch counts (a re-placed member's repeats do not); a report whose
-  // shape or labels differ from the others' is ignored and returned false.
+  // An ensemble member's test-set outputs after `epoch` (rows x classes): its softmax, or for a
+  // regression member (`targets` non-empty, rows x classes like `outputs`) its predicted values. Once
+  // every member still in the ensemble (not FAILED or STOPPED) has reported an epoch, the members'
+  // outputs are averaged, the ensemble's test accuracy (or MAE and RMSE) and each member's recorded,
+  // and that epoch's predictions kept as last_*. A member's first report of an epoch counts (a
+  // re-placed member's repeats do not); a report whose shape, labels or targets differ from the
+  // others' is ignored and returned false.
   bool OnPredictions(int worker, int trial, int epoch, int classes, const std::vector<std::uint8_t>& labels,
-                     const std::vector<float>& probabilities, double now);
+                     const std::vector<float>& outputs, const std::vector<float>& targets, double now);
   // Ctrl-C: no trial starts any more and every running one is told to stop at its next epoch.
   void StopAll(double now);
   // No worker is left to run them: every waiting trial is FAILED with `why`.
@@ -94,18 +98,30 @@ class SweepScheduler {
   // The JSON lines recorded since the last call, in order.
   std::vector<std::string> TakeLines();
 
+  // Outputs scored against the test set: the argmax's accuracy (classification), or the MAE and
+  // RMSE over every row and target (regression).
+  struct Score {
+    double accuracy = 0, mae = 0, rmse = 0;
+  };
   struct EnsembleEpoch {
     int epoch = 0, members = 0;
-    double accuracy = 0;          // of the averaged softmax
-    double best_member = 0;       // the best member's test accuracy at that epoch
+    bool regression = false;
+    Score ensemble;                  // of the averaged outputs
+    std::map<int, Score> by_member;  // each member's own, by trial id
+    // The best member's figure: the highest accuracy, or the lowest MAE.
+    double best_member = 0;
+    // The mean of the members' MAEs: the ensemble's MAE is at most this (|mean - y| <= mean |p_k - y|).
+    double mean_member_mae = 0;
   };
   const std::vector<EnsembleEpoch>& ensemble_epochs() const { return ensemble_epochs_; }
   // The last complete epoch's predictions: each member's (by trial id) and their mean.
   struct Predictions {
     int epoch = 0, classes = 0;
     std::vector<std::uint8_t> labels;
+    std::vector<float> targets;  // a regression's (rows x classes); empty for classification
     std::map<int, std::vector<float>> members;
     std::vector<float> mean;
+    bool regression() const { return !targets.empty(); }
   };
   const Predictions& last_predictions() const { return last_; }
 
@@ -123,6 +139,7 @@ class SweepScheduler {
   bool stopping_ = false;
   std::vector<std::string> lines_;
   void MaybeCompleteEnsemble(double now);
+  bool InEnsemble(int trial) const;
   bool ensemble_ = false;
   std::map<int, Predictions> pending_epochs_;  // epoch -> the members' predictions so far
   std::vector<EnsembleEpoch> ensemble_epochs_;
@@ -133,5 +150,12 @@ class SweepScheduler {
 // non-finite metric is null).
 std::string ParamsJson(const std::vector<std::pair<std::string, std::string>>& params);
 std::string MetricsJson(const Metrics& metrics);
+
+// An ensemble epoch's figures as JSON fields (the `ensemble` line of trials.jsonl, ensemble.json):
+// members, ensemble_test_accuracy and best_member_test_accuracy, or for a regression
+// ensemble_test_mae, ensemble_test_rmse, best_member_test_mae and mean_member_test_mae; then each
+// member's own (member_test_accuracy, or member_test_mae and member_test_rmse: objects keyed by
+// member id).
+nlohmann::ordered_json EnsembleFields(const SweepScheduler::EnsembleEpoch& e);
 
 }  // namespace tfd::coordinator

@@ -240,13 +240,6 @@ TEST_CASE("Ctrl-C stops every trial and keeps what was written", "[system][sweep
 namespace tfd::testing {
 namespace {
 
-std::vector<float> ReadFloats(const std::string& path) {
-  const std::string bytes = ReadAll(path);
-  std::vector<float> out(bytes.size() / sizeof(float));
-  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
-  return out;
-}
-
 TEST_CASE("an ensemble of 3 members on 2 workers: the averaged prediction is the mean of the members' predictions", "[system][sweep][ensemble]") {
   TempDir dir;
   WriteSyntheticMnist(dir / "", 800, 100);

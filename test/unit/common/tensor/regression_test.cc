@@ -141,7 +141,11 @@ TEST_CASE("a regression data spec reads its loss; the fields regression has no u
         "job.json: early_stopping.monitor: unknown metric \"mae\" (expected val_mae, val_loss, test_mae or loss)");
   CHECK(JobError(data + R"(}, "model_parallel": {"stages": 2, "split": "layers"})").empty());  // it trains there too
   CHECK(JobError(data + R"(}, "device": "cuda:0")").find("device: \"cuda:0\": the data's task is regression") != std::string::npos);
-  CHECK(JobError(data + R"(}, "ensemble": {"members": 2})").find("ensemble: the data's task is regression") != std::string::npos);
+  // Ensembles average a regression's outputs and the evaluator task scores its MAE and RMSE: both are taken.
+  CHECK(JobError(data + R"(}, "ensemble": {"members": 2})").empty());
+  CHECK(JobError(data + R"(}, "evaluation": "evaluator", "checkpoint": {"dir": "ckpt"})").empty());
+  CHECK(JobError(R"("data": {"train": "a.csv", "test": "b.csv", "split_seed": 4})") ==
+        "job.json: data.split_seed: seeds the test_split's shuffle, but no test_split holds a test set out");
 }
 
 TEST_CASE("a regression CSV loads its targets; the held-out test and validation sets take theirs along", "[unit][data][regression]") {

@@ -74,6 +74,19 @@ TEST_CASE("the coordinator's messages refuse short, oversize and trailing bytes"
   CHECK(Decode(pp, &got).code() == Code::kCorruption);  // a float cut short
   std::vector<std::byte> no_classes = Flatten(Encode(TrialPredictions{.trial = 1, .epoch = 1, .classes = 0, .labels = {}, .probabilities = {}}));
   CHECK(Decode(no_classes, &got).code() == Code::kCorruption);
+  // A regression member's outputs carry the targets in a trailer; a classification frame has none.
+  TrialPredictions reg{.trial = 1, .epoch = 2, .classes = 1, .labels = {0, 0}, .probabilities = {1.5f, -2.0f}, .targets = {1.25f, -1.75f}};
+  std::vector<std::byte> rp = Flatten(Encode(reg));
+  REQUIRE(Decode(rp, &got).ok());
+  CHECK(got.probabilities == reg.probabilities);
+  CHECK(got.targets == reg.targets);
+  REQUIRE(Decode(Flatten(Encode(pred)), &got).ok());
+  CHECK(got.targets.empty());
+  std::vector<std::byte> cut_target(rp.begin(), rp.end() - 1);
+  CHECK(Decode(cut_target, &got).code() == Code::kCorruption);
+  std::vector<std::byte> bad_trailer = rp;
+  bad_trailer[bad_trailer.size() - 2 * sizeof(float) - 1] = std::byte{2};
+  CHECK(Decode(bad_trailer, &got).code() == Code::kCorruption);
 }
 
 TEST_CASE("TRIAL_CHECKPOINT and a resuming TRIAL_ASSIGN round-trip; their lengths are bounded", "[unit][wire][sweep]") {

@@ -1,3 +1,4 @@
+#include <cmath>
 #include <limits>
 
 #include <catch2/catch.hpp>
@@ -258,6 +259,65 @@ TEST_CASE("ASHA on a regression sweep stops the trial whose val_mae is highest a
   CHECK_FALSE(s.OnEpoch(1, 1, 1, Reported(0.10, 0.90), 0));  // n=2, keep 1: lower than 0.40, goes on
   CHECK(s.OnEpoch(2, 2, 1, Reported(0.30, 0.05), 0));         // n=3, keep 1: 0.10 is lower; its test MAE does not count
   CHECK(s.trials()[2].reason == "pruned by ASHA at rung epoch 1");
+}
+
+}  // namespace
+}  // namespace tfd::coordinator
+
+namespace tfd::coordinator {
+namespace {
+
+TEST_CASE("a regression ensemble averages its members' outputs and reports its and each member's test MAE and RMSE",
+          "[unit][sweep][ensemble][regression]") {
+  Result<config::SweepSpec> spec = config::ParseEnsembleSpec(
+      R"({"model": "mlp", "data": {"train": "a.csv", "test_split": 0.2, "task": "regression"}, "epochs": 2, "batch_size": 10,
+          "optimizer": {"type": "sgd", "learning_rate": 0.1}, "ensemble": {"members": 2}})",
+      "e.json");
+  INFO(spec.status().message());
+  REQUIRE(spec.ok());
+  CHECK(spec->metric == "test_mae");  // members are ranked by it, lower first
+  CHECK_FALSE(spec->maximize);
+  for (const config::Trial& t : config::GenerateTrials(*spec)) {
+    Result<config::JobSpec> member = config::ParseJobSpec(t.job_text, "member");
+    REQUIRE(member.ok());
+    CHECK(member->seed == 1u + static_cast<unsigned>(t.id));
+    CHECK(member->data.split_seed == std::optional<std::uint64_t>(1));  // every member holds out the same test set
+  }
+  SweepScheduler s(*spec, config::GenerateTrials(*spec), 2);
+  SweepScheduler::Assignment a, b;
+  REQUIRE(s.NextFor(0, 0, &a) == Next::kAssigned);
+  REQUIRE(s.NextFor(1, 0, &b) == Next::kAssigned);
+  CHECK(a.predictions);
+  const std::vector<std::uint8_t> rows(3, 0);
+  const std::vector<float> targets = {1.5f, 2, 3};
+  REQUIRE(s.OnPredictions(0, 0, 1, 1, rows, {1, 2, 5}, targets, 0));  // errors 0.5, 0, 2
+  CHECK(s.ensemble_epochs().empty());                                    // member 1 has not reported
+  CHECK_FALSE(s.OnPredictions(1, 1, 1, 1, rows, {2, 2, 2}, {1.5f, 2, 4}, 0));  // other targets: not the same test set
+  CHECK_FALSE(s.OnPredictions(1, 1, 1, 1, rows, {2, 2, 2}, {}, 0));            // a classification's report
+  REQUIRE(s.OnPredictions(1, 1, 1, 1, rows, {2, 2, 2}, targets, 0));           // errors 0.5, 0, 1
+  REQUIRE(s.ensemble_epochs().size() == 1);
+  const SweepScheduler::EnsembleEpoch& e = s.ensemble_epochs()[0];
+  CHECK(e.regression);
+  CHECK(e.members == 2);
+  CHECK(e.by_member.at(0).mae == Approx(2.5 / 3));
+  CHECK(e.by_member.at(0).rmse == Approx(std::sqrt(4.25 / 3)));
+  CHECK(e.by_member.at(1).mae == Approx(0.5));
+  CHECK(e.best_member == Approx(0.5));
+  CHECK(e.mean_member_mae == Approx((2.5 / 3 + 0.5) / 2));
+  // The mean is 1.5, 2, 3.5: errors 0, 0, 0.5.
+  CHECK(e.ensemble.mae == Approx(0.5 / 3));
+  CHECK(e.ensemble.rmse == Approx(std::sqrt(0.25 / 3)));
+  CHECK(s.last_predictions().mean == std::vector<float>{1.5f, 2, 3.5f});
+  CHECK(s.last_predictions().targets == targets);
+  const std::vector<std::string> lines = s.TakeLines();
+  REQUIRE_FALSE(lines.empty());
+  const nlohmann::json line = nlohmann::json::parse(lines.back());
+  CHECK(line["event"] == "ensemble");
+  CHECK(line["ensemble_test_mae"].get<double>() == Approx(0.5 / 3));
+  CHECK(line["mean_member_test_mae"].get<double>() == Approx((2.5 / 3 + 0.5) / 2));
+  CHECK(line["member_test_mae"]["1"].get<double>() == Approx(0.5));
+  CHECK(line["member_test_rmse"]["0"].get<double>() == Approx(std::sqrt(4.25 / 3)));
+  CHECK_FALSE(line.contains("ensemble_test_accuracy"));
 }
 
 }  // namespace
