@@ -306,6 +306,9 @@ void CheckRegressionFits(ObjectReader& r, const JobSpec& job) {
     r.Fail(r.PathOf("device"), fmt::format("\"{}\": the data's task is regression, which trains on the CPU only (set \"device\": \"cpu\")", job.device));
 }
 
+// The metrics early stopping may watch, for a classifier or a regression.
+std::string_view MonitorList(bool regression) { return regression ? "val_mae, val_loss or loss" : "val_accuracy, val_loss or loss"; }
+
 void ReadEarlyStopping(ObjectReader& root, JobSpec* job) {
   const json* v = root.Get("early_stopping");
   if (v == nullptr) return;
@@ -314,22 +317,21 @@ void ReadEarlyStopping(ObjectReader& root, JobSpec* job) {
   std::string monitor;
   r.String("monitor", &monitor, /*required=*/true);
   using M = EarlyStoppingSpec::Monitor;
+  const bool regression = job->data.regression();
   if (monitor == "val_accuracy") es.monitor = M::kValAccuracy;
   else if (monitor == "val_loss") es.monitor = M::kValLoss;
-  else if (monitor == "test_accuracy") es.monitor = M::kTestAccuracy;
   else if (monitor == "loss") es.monitor = M::kLoss;
   else if (monitor == "val_mae") es.monitor = M::kValMae;
-  else if (monitor == "test_mae") es.monitor = M::kTestMae;
+  else if (r.status().ok() && monitor.starts_with("test_"))
+    // Stopping on the test set would tune the epoch count on it (docs/config.md, "The test set").
+    r.Fail(r.PathOf("monitor"), fmt::format("\"{}\": early stopping never watches the test set, which is reported, not tuned on: set "
+                                            "validation_split and monitor {}", monitor, regression ? "val_mae or val_loss" : "val_accuracy or val_loss"));
   else if (r.status().ok())
-    r.Fail(r.PathOf("monitor"), job->data.regression()
-                                    ? fmt::format("unknown metric \"{}\" (expected val_mae, val_loss, test_mae or loss)", monitor)
-                                    : fmt::format("unknown metric \"{}\" (expected val_accuracy, val_loss, test_accuracy or loss)", monitor));
-  const bool regression = job->data.regression(), mae = es.monitor == M::kValMae || es.monitor == M::kTestMae;
-  if (r.status().ok() && regression && (es.monitor == M::kValAccuracy || es.monitor == M::kTestAccuracy))
-    r.Fail(r.PathOf("monitor"), fmt::format("{}: the data's task is regression, which has no accuracy (expected val_mae, val_loss, "
-                                            "test_mae or loss)", monitor));
-  if (r.status().ok() && !regression && mae)
-    r.Fail(r.PathOf("monitor"), fmt::format("{}: the data's task is classification (expected val_accuracy, val_loss, test_accuracy or loss)", monitor));
+    r.Fail(r.PathOf("monitor"), fmt::format("unknown metric \"{}\" (expected {})", monitor, MonitorList(regression)));
+  if (r.status().ok() && regression && es.monitor == M::kValAccuracy)
+    r.Fail(r.PathOf("monitor"), fmt::format("{}: the data's task is regression, which has no accuracy (expected {})", monitor, MonitorList(regression)));
+  if (r.status().ok() && !regression && es.monitor == M::kValMae)
+    r.Fail(r.PathOf("monitor"), fmt::format("{}: the data's task is classification (expected {})", monitor, MonitorList(regression)));
   if (r.status().ok() && (es.monitor == M::kValAccuracy || es.monitor == M::kValLoss || es.monitor == M::kValMae) && !job->validates())
     r.Fail(r.PathOf("monitor"), fmt::format("{} needs a validation set: set validation_split", monitor));
   r.Int("patience", 0, 100000, &es.patience);
@@ -422,10 +424,8 @@ std::string_view MonitorName(EarlyStoppingSpec::Monitor m) {
     case EarlyStoppingSpec::Monitor::kNone: return "none";
     case EarlyStoppingSpec::Monitor::kValAccuracy: return "val_accuracy";
     case EarlyStoppingSpec::Monitor::kValLoss: return "val_loss";
-    case EarlyStoppingSpec::Monitor::kTestAccuracy: return "test_accuracy";
     case EarlyStoppingSpec::Monitor::kLoss: return "loss";
     case EarlyStoppingSpec::Monitor::kValMae: return "val_mae";
-    case EarlyStoppingSpec::Monitor::kTestMae: return "test_mae";
   }
   return "?";
 }
@@ -492,7 +492,11 @@ JobSpec ReadJobSpec(ObjectReader& r) {
   r.Double("stop_at_accuracy", 0, 1, /*min_exclusive=*/true, &job.stop_at_accuracy);
   if (r.status().ok() && job.stop_at_accuracy > 0 && job.data.regression())
     r.Fail(r.PathOf("stop_at_accuracy"), "the data's task is regression, which has no accuracy: stop with \"early_stopping\" "
-                                         "(monitor val_mae, val_loss, test_mae or loss)");
+                                         "(monitor val_mae, val_loss or loss)");
+  // It stops on val_accuracy; on the test set it would tune the epoch count on the data it reports.
+  if (r.status().ok() && job.stop_at_accuracy > 0 && !job.validates())
+    r.Fail(r.PathOf("stop_at_accuracy"), "needs a validation set: it stops on val_accuracy, never on the test set, which is reported, "
+                                         "not tuned on: set validation_split (a fraction or a count of training examples, e.g. 5000 for MNIST)");
   std::string evaluation = "chief";
   r.String("evaluation", &evaluation);
   if (evaluation == "chief") job.evaluation = Evaluation::kChief;

@@ -133,8 +133,9 @@ struct ExportSpec {
 // Stop training at the end of an epoch when the monitored metric stops improving (Keras'
 // EarlyStopping: `patience` epochs without an improvement larger than `min_delta`).
 struct EarlyStoppingSpec {
-  // Accuracies for classification data; MAEs (lower is better) for regression data.
-  enum class Monitor { kNone, kValAccuracy, kValLoss, kTestAccuracy, kLoss, kValMae, kTestMae };
+  // Accuracies for classification data; MAEs (lower is better) for regression data. No test
+  // metric: the test set is reported, never used to decide when to stop (test_* is refused).
+  enum class Monitor { kNone, kValAccuracy, kValLoss, kLoss, kValMae };
   Monitor monitor = Monitor::kNone;  // kNone: no patience rule
   int patience = 0;
   double min_delta = 0;
@@ -197,8 +198,8 @@ struct JobSpec {
   double validation_fraction = 0;
   std::int64_t validation_count = 0;
   EarlyStoppingSpec early_stopping;
-  // Stop once the monitored accuracy (val_accuracy with a validation split, else test_accuracy)
-  // reaches this; 0: never. Classification only (regression stops with early_stopping).
+  // Stop once val_accuracy reaches this; 0: never. Needs a validation split (never the test set);
+  // classification only (regression stops with early_stopping).
   double stop_at_accuracy = 0;
   Evaluation evaluation = Evaluation::kChief;
   ElasticSpec elastic;

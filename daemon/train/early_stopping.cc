@@ -7,27 +7,22 @@ namespace tfd::train {
 using Monitor = config::EarlyStoppingSpec::Monitor;
 
 EarlyStopper::EarlyStopper(const config::JobSpec& job)
-    : spec_(job.early_stopping), stop_at_(job.stop_at_accuracy), use_val_(job.validates()) {}
+    : spec_(job.early_stopping), stop_at_(job.stop_at_accuracy) {}
 
 std::optional<std::string> EarlyStopper::Update(int epoch, const EpochMetrics& m) {
-  if (stop_at_ > 0) {
-    const double acc = use_val_ ? m.val_accuracy : m.test_accuracy;
-    if (acc >= stop_at_)
-      return fmt::format("{} {:.4f} reached stop_at_accuracy {} at epoch {}", use_val_ ? "val_accuracy" : "test_accuracy", acc, stop_at_, epoch);
-  }
+  if (stop_at_ > 0 && m.val_accuracy >= stop_at_)
+    return fmt::format("val_accuracy {:.4f} reached stop_at_accuracy {} at epoch {}", m.val_accuracy, stop_at_, epoch);
   if (spec_.monitor == Monitor::kNone) return std::nullopt;
   double value = -1;
   switch (spec_.monitor) {
     case Monitor::kValAccuracy: value = m.val_accuracy; break;
     case Monitor::kValLoss: value = m.val_loss; break;
-    case Monitor::kTestAccuracy: value = m.test_accuracy; break;
     case Monitor::kLoss: value = m.loss; break;
     case Monitor::kValMae: value = m.val_mae; break;
-    case Monitor::kTestMae: value = m.test_mae; break;
     case Monitor::kNone: break;
   }
   if (value < 0) return std::nullopt;  // not measured this epoch
-  const bool lower_is_better = spec_.monitor != Monitor::kValAccuracy && spec_.monitor != Monitor::kTestAccuracy;
+  const bool lower_is_better = spec_.monitor != Monitor::kValAccuracy;
   const bool improved = !have_best_ || (lower_is_better ? value < best_ - spec_.min_delta : value > best_ + spec_.min_delta);
   if (improved) {
     have_best_ = true;

@@ -7,15 +7,16 @@
 
 namespace tfd::train {
 
-// What one epoch measured; a metric below 0 was not measured (the chief measures test and
-// validation metrics; `loss` is the epoch's training loss).
+// What one epoch measured that may stop the run; a metric below 0 was not measured (the chief
+// measures the validation metrics; `loss` is the epoch's training loss). No test metric: the test
+// set is reported, never used to decide when to stop.
 struct EpochMetrics {
-  double loss = -1, val_loss = -1, val_accuracy = -1, test_accuracy = -1;
-  double val_mae = -1, test_mae = -1;  // regression
+  double loss = -1, val_loss = -1, val_accuracy = -1;
+  double val_mae = -1;  // regression
 };
 
-// The chief's end-of-epoch decision (job.early_stopping and job.stop_at_accuracy), with Keras'
-// EarlyStopping semantics: an epoch improves when the monitored value beats the best so far by
+// The chief's end-of-epoch decision (job.early_stopping and job.stop_at_accuracy, which watches
+// val_accuracy: the job spec requires a validation split for it), with Keras' EarlyStopping semantics: an epoch improves when the monitored value beats the best so far by
 // more than min_delta (accuracy: higher; loss and MAE: lower); the run stops once `patience` epochs in a
 // row have not improved (patience 0: at the first that does not). Not thread-safe.
 class EarlyStopper {
@@ -28,7 +29,6 @@ class EarlyStopper {
  private:
   config::EarlyStoppingSpec spec_;
   double stop_at_ = 0;
-  bool use_val_ = false;  // stop_at_accuracy watches val_accuracy, else test_accuracy
   bool have_best_ = false;
   double best_ = 0;
   int best_epoch_ = 0, wait_ = 0;

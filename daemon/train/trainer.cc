@@ -239,8 +239,6 @@ Status TrainLoop(const config::JobSpec& job, const data::DataSplits& data, model
       if (options.evaluate_each_epoch) {
         test_result = model::EvaluateLoss(model, data.test, /*with_loss=*/false);
         test_accuracy = model.regression() ? test_result.mae : test_result.accuracy;
-        metrics.test_accuracy = test_result.accuracy;
-        metrics.test_mae = test_result.mae;
         const Metric m = EvalMetric(model, test_result, "test_");
         fields.insert(fields.end(), m.fields.begin(), m.fields.end());
         eval += m.line;
@@ -257,7 +255,7 @@ Status TrainLoop(const config::JobSpec& job, const data::DataSplits& data, model
         if (validate && model.regression()) stats.val_loss = val.loss, stats.val_mae = val.mae, stats.val_rmse = val.rmse;
         else if (validate) stats.val_loss = metrics.val_loss, stats.val_accuracy = metrics.val_accuracy;
         if (options.evaluate_each_epoch && model.regression()) stats.test_mae = test_result.mae, stats.test_rmse = test_result.rmse;
-        else if (options.evaluate_each_epoch) stats.test_accuracy = metrics.test_accuracy;
+        else if (options.evaluate_each_epoch) stats.test_accuracy = test_result.accuracy;
         for (TrainObserver* o : options.observers) o->OnEpoch(stats);
       }
       // Every export.every_epochs epochs (a model-parallel stage holds its own layers only until the

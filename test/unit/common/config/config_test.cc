@@ -187,7 +187,7 @@ TEST_CASE("evaluation errors name the field: a typo, no checkpoints, allreduce, 
         "job.json: evaluation: \"evaluator\" needs checkpoints (the evaluator reads the chief's): set checkpoint.dir");
   CHECK(ErrorOf(With(R"("evaluation": "evaluator", "checkpoint": {"dir": "ck"}, "update": {"mode": "allreduce"})")) ==
         "job.json: evaluation: \"evaluator\" needs checkpoints, which allreduce mode does not write in this version");
-  CHECK(ErrorOf(With(R"("evaluation": "none", "stop_at_accuracy": 0.9)")) ==
+  CHECK(ErrorOf(With(R"("evaluation": "none", "validation_split": 100, "stop_at_accuracy": 0.9)")) ==
         "job.json: evaluation: \"none\" with stop_at_accuracy: the chief decides to stop on its own per-epoch metrics, so early "
         "stopping needs \"evaluation\": \"chief\"");
   CHECK(ErrorOf(With(R"("evaluation": "evaluator", "checkpoint": {"dir": "ck"}, "early_stopping": {"monitor": "loss"})")) ==

@@ -129,16 +129,15 @@ TEST_CASE("a regression data spec reads its loss; the fields regression has no u
         "job.json: data.loss: is a regression field (set \"task\": \"regression\"); classification trains on softmax cross-entropy");
   CHECK(JobError(data + R"(}, "stop_at_accuracy": 0.9)") ==
         "job.json: stop_at_accuracy: the data's task is regression, which has no accuracy: stop with \"early_stopping\" (monitor "
-        "val_mae, val_loss, test_mae or loss)");
-  CHECK(JobError(data + R"(}, "early_stopping": {"monitor": "test_accuracy"})") ==
-        "job.json: early_stopping.monitor: test_accuracy: the data's task is regression, which has no accuracy (expected val_mae, "
-        "val_loss, test_mae or loss)");
-  CHECK(JobError(R"("data": "mnist", "early_stopping": {"monitor": "test_mae"})") ==
-        "job.json: early_stopping.monitor: test_mae: the data's task is classification (expected val_accuracy, val_loss, "
-        "test_accuracy or loss)");
-  CHECK(JobError(data + R"(}, "early_stopping": {"monitor": "test_mae", "patience": 2})").empty());
+        "val_mae, val_loss or loss)");
+  CHECK(JobError(data + R"(}, "validation_split": 0.1, "early_stopping": {"monitor": "val_accuracy"})") ==
+        "job.json: early_stopping.monitor: val_accuracy: the data's task is regression, which has no accuracy (expected val_mae, "
+        "val_loss or loss)");
+  CHECK(JobError(R"("data": "mnist", "validation_split": 0.1, "early_stopping": {"monitor": "val_mae"})") ==
+        "job.json: early_stopping.monitor: val_mae: the data's task is classification (expected val_accuracy, val_loss or loss)");
+  CHECK(JobError(data + R"(}, "validation_split": 0.1, "early_stopping": {"monitor": "val_mae", "patience": 2})").empty());
   CHECK(JobError(data + R"(}, "early_stopping": {"monitor": "mae"})") ==
-        "job.json: early_stopping.monitor: unknown metric \"mae\" (expected val_mae, val_loss, test_mae or loss)");
+        "job.json: early_stopping.monitor: unknown metric \"mae\" (expected val_mae, val_loss or loss)");
   CHECK(JobError(data + R"(}, "model_parallel": {"stages": 2, "split": "layers"})").empty());  // it trains there too
   CHECK(JobError(data + R"(}, "device": "cuda:0")").find("device: \"cuda:0\": the data's task is regression") != std::string::npos);
   // Ensembles average a regression's outputs and the evaluator task scores its MAE and RMSE: both are taken.

@@ -42,18 +42,16 @@ TEST_CASE("a loss improves downwards; patience 0 stops at the first epoch that d
   CHECK(*why == "loss did not improve by 0 for 1 epoch (best 0.4000 at epoch 2)");
 }
 
-TEST_CASE("stop_at_accuracy watches val_accuracy with a validation set, else test_accuracy", "[unit][early_stopping]") {
+TEST_CASE("stop_at_accuracy watches val_accuracy", "[unit][early_stopping]") {
   config::JobSpec job;
-  job.stop_at_accuracy = 0.98;
-  EarlyStopper test(job);
-  CHECK_FALSE(test.Update(1, {.val_accuracy = 0.99, .test_accuracy = 0.97}).has_value());
-  const auto why = test.Update(2, {.test_accuracy = 0.9805});
-  REQUIRE(why.has_value());
-  CHECK(*why == "test_accuracy 0.9805 reached stop_at_accuracy 0.98 at epoch 2");
   job.validation_fraction = 0.1;
+  job.stop_at_accuracy = 0.98;
   EarlyStopper val(job);
-  CHECK_FALSE(val.Update(1, {.val_accuracy = 0.97, .test_accuracy = 0.99}).has_value());
-  CHECK(val.Update(2, {.val_accuracy = 0.98, .test_accuracy = 0.5}).has_value());
+  CHECK_FALSE(val.Update(1, {.val_accuracy = 0.97}).has_value());
+  CHECK_FALSE(val.Update(2, {.loss = 0.01}).has_value());  // not measured: no stop
+  const auto why = val.Update(3, {.val_accuracy = 0.9805});
+  REQUIRE(why.has_value());
+  CHECK(*why == "val_accuracy 0.9805 reached stop_at_accuracy 0.98 at epoch 3");
 }
 
 TEST_CASE("the job spec's early_stopping, stop_at_accuracy and validation_split, with their errors", "[unit][config][early_stopping]") {
@@ -77,12 +75,40 @@ TEST_CASE("the job spec's early_stopping, stop_at_accuracy and validation_split,
   CHECK(error(R"(, "early_stopping": {"monitor": "val_accuracy"})") ==
         "job.json: early_stopping.monitor: val_accuracy needs a validation set: set validation_split");
   CHECK(error(R"(, "early_stopping": {"monitor": "accuracy"})") ==
-        "job.json: early_stopping.monitor: unknown metric \"accuracy\" (expected val_accuracy, val_loss, test_accuracy or loss)");
+        "job.json: early_stopping.monitor: unknown metric \"accuracy\" (expected val_accuracy, val_loss or loss)");
   CHECK(error(R"(, "early_stopping": {"monitor": "loss", "patience": -1})") ==
         "job.json: early_stopping.patience: expected an integer in [0, 100000], got -1");
   CHECK(error(R"(, "early_stopping": {"monitor": "loss", "wait": 1})") ==
         "job.json: early_stopping.wait: unknown field (expected one of: min_delta, monitor, patience)");
   CHECK(error(R"(, "stop_at_accuracy": 0)") == "job.json: stop_at_accuracy: expected a number in (0, 1], got 0");
+}
+
+// Model selection never sees the test set: stopping on it would tune the epoch count on it.
+TEST_CASE("early stopping on a test metric and stop_at_accuracy without a validation split are refused", "[unit][config][early_stopping]") {
+  const std::string head = R"({"model": "mlp", "data": "d", "epochs": 1, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rate": 1})";
+  const auto error = [&](const std::string& extra) {
+    auto r = config::ParseJobSpec(head + extra + "}", "job.json");
+    return r.ok() ? std::string("ok") : r.status().message();
+  };
+  CHECK(error(R"(, "stop_at_accuracy": 0.985)") ==
+        "job.json: stop_at_accuracy: needs a validation set: it stops on val_accuracy, never on the test set, which is reported, not tuned on: "
+        "set validation_split (a fraction or a count of training examples, e.g. 5000 for MNIST)");
+  CHECK(error(R"(, "validation_split": 5000, "stop_at_accuracy": 0.985)") == "ok");
+  // Refused with a validation split too: the test set is never the thing watched.
+  for (const char* split : {"", R"(, "validation_split": 0.1)"})
+    CHECK(error(std::string(split) + R"(, "early_stopping": {"monitor": "test_accuracy", "patience": 2})") ==
+          "job.json: early_stopping.monitor: \"test_accuracy\": early stopping never watches the test set, which is reported, not tuned on: "
+          "set validation_split and monitor val_accuracy or val_loss");
+  const std::string regression = R"(, "data": {"train": "a.csv", "test_split": 0.2, "task": "regression"})";
+  const auto regression_error = [&](const std::string& extra) {
+    auto r = config::ParseJobSpec(R"({"model": "mlp", "epochs": 1, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rate": 1})" +
+                                      regression + extra + "}", "job.json");
+    return r.ok() ? std::string("ok") : r.status().message();
+  };
+  CHECK(regression_error(R"(, "validation_split": 0.1, "early_stopping": {"monitor": "test_mae"})") ==
+        "job.json: early_stopping.monitor: \"test_mae\": early stopping never watches the test set, which is reported, not tuned on: "
+        "set validation_split and monitor val_mae or val_loss");
+  CHECK(regression_error(R"(, "validation_split": 0.1, "early_stopping": {"monitor": "val_mae"})") == "ok");
 }
 
 TEST_CASE("HoldOut moves the last examples of the training set into the validation set", "[unit][early_stopping]") {
