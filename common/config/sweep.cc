@@ -14,10 +14,15 @@ namespace {
 using nlohmann::json;
 
 constexpr int kMaxTrials = 100000;
+// Every metric an epoch event carries. The test_* ones are known so that naming one as the
+// objective gets the reason it is refused, not "unknown metric".
 constexpr std::string_view kMetrics[] = {"test_accuracy", "val_accuracy", "val_loss", "loss", "accuracy", "val_mae", "val_rmse", "mae", "rmse",
                                          "test_mae", "test_rmse"};
 
-std::string MetricList() { return "test_accuracy, val_accuracy, val_loss, loss or accuracy (regression: val_mae, val_rmse, val_loss, mae, rmse or loss)"; }
+constexpr std::string_view kClassificationList = "val_accuracy, val_loss, accuracy or loss";
+constexpr std::string_view kRegressionList = "val_mae, val_rmse, val_loss, mae, rmse or loss";
+
+std::string MetricList() { return fmt::format("{} (regression: {})", kClassificationList, kRegressionList); }
 
 // A regression run reports these in place of the accuracies (docs/data.md, "Regression").
 bool IsRegressionMetric(std::string_view m) {
@@ -26,26 +31,28 @@ bool IsRegressionMetric(std::string_view m) {
 
 bool IsAccuracyMetric(std::string_view m) { return m == "accuracy" || m == "val_accuracy" || m == "test_accuracy"; }
 
-// The objective's checks against the base job's data: a classifier has no MAE, a regression no
-// accuracy, and a regression sweep chooses on its validation set only (the test set is for
-// reporting the winner, never for choosing it, so it needs validation_split whatever the metric).
+// The objective's checks against the base job. A classifier has no MAE, a regression no accuracy;
+// and model selection never sees the test set (docs/sweeps.md, "The test set"): a sweep ranks on its
+// validation set, so it needs validation_split whatever the metric, and a test_* objective is
+// refused. The test metrics are shown beside the winner instead (SweepSpec::shown).
 void CheckObjectiveFitsData(ObjectReader& r, const SweepSpec& s) {
   if (!r.status().ok()) return;
-  if (!s.job.data.regression()) {
-    if (IsRegressionMetric(s.metric))
-      r.Fail("objective.metric", fmt::format("\"{}\": the data's task is classification, which reports no MAE or RMSE (expected {})", s.metric,
-                                             "test_accuracy, val_accuracy, val_loss, loss or accuracy"));
-    return;
-  }
-  constexpr std::string_view kRegressionList = "val_mae, val_rmse, val_loss, mae, rmse or loss";
-  if (IsAccuracyMetric(s.metric))
-    return r.Fail("objective.metric", fmt::format("\"{}\": the data's task is regression, which has no accuracy (expected {})", s.metric, kRegressionList));
+  const bool regression = s.job.data.regression();
+  const std::string_view expected = regression ? kRegressionList : kClassificationList;
+  if (!regression && IsRegressionMetric(s.metric))
+    return r.Fail("objective.metric", fmt::format("\"{}\": the data's task is classification, which reports no MAE or RMSE (expected {})", s.metric, expected));
+  if (regression && IsAccuracyMetric(s.metric))
+    return r.Fail("objective.metric", fmt::format("\"{}\": the data's task is regression, which has no accuracy (expected {})", s.metric, expected));
   if (s.metric.starts_with("test_"))
-    return r.Fail("objective.metric", fmt::format("\"{}\": a regression sweep chooses on the validation set, never the test set (expected {})",
-                                                  s.metric, kRegressionList));
+    return r.Fail("objective.metric", fmt::format("\"{}\": a sweep never chooses on the test set, which is reported, not tuned on: set "
+                                                  "validation_split and rank on {} (expected {})",
+                                                  s.metric, regression ? "val_mae or val_loss" : "val_accuracy or val_loss", expected));
   if (!s.job.validates())
-    r.Fail("job.validation_split", fmt::format("missing: the data's task is regression, and a regression sweep ranks its trials by {} on "
-                                               "a validation set (the test set never chooses a trial)", s.metric));
+    return r.Fail("job.validation_split", fmt::format("missing: a sweep ranks its trials by {} on a validation set, never the test set: set "
+                                                      "validation_split (a fraction or a count of training examples, e.g. 5000 for MNIST)",
+                                                      s.metric));
+  if (s.metric.starts_with("val_") && s.job.evaluation != Evaluation::kChief)
+    r.Fail("objective.metric", fmt::format("no trial reports {} each epoch: the job's evaluation is not \"chief\"", s.metric));
 }
 
 // "PATH": {"choice": [...]} | {"uniform": [lo, hi]} | {"log_uniform": [lo, hi]} | [...] (a choice)
@@ -239,6 +246,8 @@ Result<SweepSpec> ParseSweepSpec(std::string_view text, std::string_view source_
   if (s.job.data.regression()) {
     s.metric = "val_mae";
     s.shown = {"test_mae", "test_rmse"};
+  } else {
+    s.shown = {"test_accuracy"};
   }
 
   std::string search = "grid";
@@ -279,10 +288,6 @@ Result<SweepSpec> ParseSweepSpec(std::string_view text, std::string_view source_
     (void)orr.Finish();
   }
   CheckObjectiveFitsData(r, s);
-  if (status.ok() && (s.metric == "val_accuracy" || s.metric == "val_loss") && !s.job.validates())
-    r.Fail("objective.metric", fmt::format("no trial reports {}: the job has no validation set (set validation_split)", s.metric));
-  if (status.ok() && s.metric == "test_accuracy" && s.job.evaluation != Evaluation::kChief)
-    r.Fail("objective.metric", "no trial reports test_accuracy each epoch: the job's evaluation is not \"chief\"");
 
   r.Int("max_trials", 0, kMaxTrials, &s.max_trials, /*required=*/s.search == SweepSpec::Search::kRandom);
   if (status.ok() && s.search == SweepSpec::Search::kRandom && s.max_trials < 1) r.Fail("max_trials", "a random search needs at least 1 trial");

@@ -35,10 +35,12 @@ struct SweepSpec {
   Search search = Search::kGrid;
   std::uint64_t seed = 1;
   std::vector<SweepParam> space;
-  std::string metric = "test_accuracy";  // an epoch event's metric; a regression job's default: val_mae
-  bool maximize = true;                  // by default false for a loss, an MAE or an RMSE
+  // An epoch event's metric, never a test_* one (a sweep needs validation_split); a regression
+  // job's default: val_mae. An ensemble's is test_accuracy: it reports, it chooses nothing.
+  std::string metric = "val_accuracy";
+  bool maximize = true;  // by default false for a loss, an MAE or an RMSE
   // Metrics shown beside the objective (the leaderboard, best_trial.json), at each trial's best
-  // epoch, never used to choose: a regression sweep's test_mae and test_rmse.
+  // epoch, never used to choose: test_accuracy, or a regression sweep's test_mae and test_rmse.
   std::vector<std::string> shown;
   int max_trials = 0;  // grid: 0 = the whole grid; random: required
   int parallel = 0;    // trials at once; 0 = one per worker
@@ -57,7 +59,8 @@ bool LowerIsBetter(std::string_view metric);
 
 // Parses and validates a sweep file. `source` names it in errors ("SOURCE: JSON.PATH: expected");
 // `base_dir` resolves a "job" given as a path. Every trial's job is checked here too, so a value
-// that makes an invalid job spec (not just one that fails while training) is refused at load.
+// that makes an invalid job spec (not just one that fails while training) is refused at load; so
+// are a test_* objective and a base job without validation_split (the test set never chooses).
 // Every error is InvalidArgument (NotFound for a job file that cannot be read).
 Result<SweepSpec> ParseSweepSpec(std::string_view text, std::string_view source, const std::string& base_dir = ".");
 Result<SweepSpec> LoadSweepSpec(const std::string& path);

@@ -13,8 +13,8 @@ namespace {
 
 config::SweepSpec Spec(bool asha) {
   Result<config::SweepSpec> s = config::ParseSweepSpec(
-      std::string(R"({"job": {"model": "softmax", "data": "d", "epochs": 9, "batch_size": 10, "optimizer": {"type": "sgd", "learning_rate": 0.1}},
-                      "space": {"optimizer.learning_rate": [0.1, 0.2, 0.3, 0.4]}, "objective": {"metric": "test_accuracy"})") +
+      std::string(R"({"job": {"model": "softmax", "data": "d", "epochs": 9, "batch_size": 10, "validation_split": 100, "optimizer": {"type": "sgd", "learning_rate": 0.1}},
+                      "space": {"optimizer.learning_rate": [0.1, 0.2, 0.3, 0.4]}, "objective": {"metric": "val_accuracy"})") +
           (asha ? R"(, "scheduler": "asha"})" : "}"),
       "s.json");
   REQUIRE(s.ok());
@@ -32,8 +32,8 @@ TEST_CASE("the scheduler places trials in order, at most `parallel` at once, and
   CHECK(a.trial == 0);
   CHECK(b.trial == 1);
   CHECK(s.NextFor(2, 0, &c) == Next::kWait);  // two run already
-  CHECK_FALSE(s.OnEpoch(0, 0, 1, {{"test_accuracy", 0.5}}, 0));
-  s.OnEnd(0, 0, true, false, "", {{"test_accuracy", 0.6}}, 0);
+  CHECK_FALSE(s.OnEpoch(0, 0, 1, {{"val_accuracy", 0.5}}, 0));
+  s.OnEnd(0, 0, true, false, "", {{"val_accuracy", 0.6}}, 0);
   s.OnEnd(1, 1, false, false, "no data", {}, 0);
   CHECK(s.trials()[1].status == TrialStatus::kFailed);
   CHECK(s.trials()[1].reason == "no data");
@@ -63,9 +63,9 @@ TEST_CASE("a lost worker's trial goes first to the next idle worker; the old wor
   REQUIRE(s.NextFor(1, 0, &c) == Next::kAssigned);
   CHECK(c.trial == 0);    // before trials 2 and 3
   CHECK(c.attempt == 1);  // the second placement
-  CHECK(s.OnEpoch(0, 0, 1, {{"test_accuracy", 0.9}}, 0));  // worker 0 no longer runs it: stop, ignored
+  CHECK(s.OnEpoch(0, 0, 1, {{"val_accuracy", 0.9}}, 0));  // worker 0 no longer runs it: stop, ignored
   CHECK_FALSE(s.trials()[0].metric.has_value());
-  CHECK_FALSE(s.OnEpoch(1, 0, 1, {{"test_accuracy", 0.4}}, 0));
+  CHECK_FALSE(s.OnEpoch(1, 0, 1, {{"val_accuracy", 0.4}}, 0));
   CHECK(s.trials()[0].metric == 0.4);
 }
 
@@ -74,14 +74,14 @@ TEST_CASE("ASHA stops a trial below the rung's top third; StopAll stops the rest
   SweepScheduler s(spec, config::GenerateTrials(spec), 4);
   SweepScheduler::Assignment x;
   for (int w = 0; w < 3; ++w) REQUIRE(s.NextFor(w, 0, &x) == Next::kAssigned);
-  CHECK_FALSE(s.OnEpoch(0, 0, 1, {{"test_accuracy", 0.8}}, 0));
-  CHECK(s.OnEpoch(1, 1, 1, {{"test_accuracy", 0.5}}, 0));  // n=2, keep 1
+  CHECK_FALSE(s.OnEpoch(0, 0, 1, {{"val_accuracy", 0.8}}, 0));
+  CHECK(s.OnEpoch(1, 1, 1, {{"val_accuracy", 0.5}}, 0));  // n=2, keep 1
   CHECK(s.trials()[1].reason == "pruned by ASHA at rung epoch 1");
   s.OnEnd(1, 1, false, true, "stopped", {}, 0);
   CHECK(s.trials()[1].status == TrialStatus::kStopped);
   s.StopAll(0);
   CHECK(s.trials()[3].status == TrialStatus::kStopped);  // never started
-  CHECK(s.OnEpoch(0, 0, 2, {{"test_accuracy", 0.9}}, 0));  // told to stop at its next epoch
+  CHECK(s.OnEpoch(0, 0, 2, {{"val_accuracy", 0.9}}, 0));  // told to stop at its next epoch
   CHECK(s.NextFor(1, 0, &x) == Next::kWait);
   s.OnEnd(0, 0, false, true, "", {}, 0);
   s.OnWorkerLost(2, "gone", 0);
@@ -105,10 +105,10 @@ TEST_CASE("a re-placed trial resumes after its last reported epoch whose checkpo
   // Epochs 1 and 2: each checkpoint arrives before its report, which commits it.
   CHECK(s.OnCheckpoint(0, 0, 1));
   CHECK(s.trials()[0].checkpoint_epoch == 0);  // pending until epoch 1 is reported
-  CHECK_FALSE(s.OnEpoch(0, 0, 1, {{"test_accuracy", 0.5}}, 0));
+  CHECK_FALSE(s.OnEpoch(0, 0, 1, {{"val_accuracy", 0.5}}, 0));
   CHECK(s.trials()[0].checkpoint_epoch == 1);
   CHECK(s.OnCheckpoint(0, 0, 2));
-  CHECK_FALSE(s.OnEpoch(0, 0, 2, {{"test_accuracy", 0.6}}, 0));
+  CHECK_FALSE(s.OnEpoch(0, 0, 2, {{"val_accuracy", 0.6}}, 0));
   CHECK(s.trials()[0].checkpoint_epoch == 2);
   CHECK_FALSE(s.OnCheckpoint(1, 0, 3));  // not worker 1's trial
   CHECK_FALSE(s.OnCheckpoint(0, 0, 2));  // epoch 2 is reported already
@@ -132,15 +132,15 @@ TEST_CASE("a re-placed trial resumes after its last reported epoch whose checkpo
   CHECK(lines[1].find("\"placed\"") != std::string::npos);
   CHECK(lines[1].find("\"resume_epoch\": 2") != std::string::npos);
   // The lost worker's late report of epoch 3 changes nothing; the new worker's report counts once.
-  CHECK(s.OnEpoch(0, 0, 3, {{"test_accuracy", 0.99}}, 0));
+  CHECK(s.OnEpoch(0, 0, 3, {{"val_accuracy", 0.99}}, 0));
   CHECK(s.trials()[0].metric == 0.6);
   CHECK(s.OnCheckpoint(1, 0, 3));
-  CHECK_FALSE(s.OnEpoch(1, 0, 3, {{"test_accuracy", 0.7}}, 0));
+  CHECK_FALSE(s.OnEpoch(1, 0, 3, {{"val_accuracy", 0.7}}, 0));
   CHECK(s.trials()[0].epoch == 3);
   CHECK(s.trials()[0].checkpoint_epoch == 3);
   CHECK(s.trials()[0].metric == 0.7);
   CHECK(s.TakeLines().size() == 1);  // one epoch line
-  CHECK_FALSE(s.OnEpoch(1, 0, 3, {{"test_accuracy", 0.1}}, 0));  // a repeat: ignored
+  CHECK_FALSE(s.OnEpoch(1, 0, 3, {{"val_accuracy", 0.1}}, 0));  // a repeat: ignored
   CHECK(s.trials()[0].metric == 0.7);
   CHECK(s.TakeLines().empty());
   s.OnEnd(1, 0, true, false, "", {}, 0);
@@ -152,15 +152,15 @@ TEST_CASE("a trial lost before any checkpoint starts again at epoch 1; the epoch
   SweepScheduler s(spec, config::GenerateTrials(spec), 1);
   SweepScheduler::Assignment a, b;
   REQUIRE(s.NextFor(0, 0, &a) == Next::kAssigned);
-  CHECK_FALSE(s.OnEpoch(0, 0, 1, {{"test_accuracy", 0.5}}, 0));  // no checkpoint came first
+  CHECK_FALSE(s.OnEpoch(0, 0, 1, {{"val_accuracy", 0.5}}, 0));  // no checkpoint came first
   s.OnWorkerLost(0, "killed", 0);
   REQUIRE(s.NextFor(1, 0, &b) == Next::kAssigned);
   CHECK(b.resume_epoch == 0);
   s.TakeLines();
-  CHECK_FALSE(s.OnEpoch(1, 0, 1, {{"test_accuracy", 0.4}}, 0));
+  CHECK_FALSE(s.OnEpoch(1, 0, 1, {{"val_accuracy", 0.4}}, 0));
   CHECK(s.TakeLines().empty());
   CHECK(s.trials()[0].metric == 0.5);
-  CHECK_FALSE(s.OnEpoch(1, 0, 2, {{"test_accuracy", 0.8}}, 0));
+  CHECK_FALSE(s.OnEpoch(1, 0, 2, {{"val_accuracy", 0.8}}, 0));
   CHECK(s.TakeLines().size() == 1);
   CHECK(s.trials()[0].epoch == 2);
 }
@@ -171,7 +171,7 @@ TEST_CASE("a NaN or infinite metric gives trials.jsonl lines that parse, the num
   SweepScheduler::Assignment a;
   REQUIRE(s.NextFor(0, 12.3456, &a) == Next::kAssigned);
   const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
-  CHECK_FALSE(s.OnEpoch(0, 0, 1, {{"test_accuracy", nan}, {"loss", inf}}, 13));
+  CHECK_FALSE(s.OnEpoch(0, 0, 1, {{"val_accuracy", nan}, {"loss", inf}}, 13));
   s.OnEnd(0, 0, false, false, "loss went to \"inf\"\n", {{"loss", -inf}}, 14);
   std::vector<nlohmann::json> lines;
   for (const std::string& l : s.TakeLines()) {
@@ -185,8 +185,8 @@ TEST_CASE("a NaN or infinite metric gives trials.jsonl lines that parse, the num
   CHECK(lines[0]["ts"] == 12.346);
   CHECK(lines[0]["params"]["optimizer.learning_rate"] == 0.1);
   CHECK(lines[1]["event"] == "epoch");
-  CHECK(lines[1]["test_accuracy"].is_null());
-  CHECK(lines[1]["metrics"]["test_accuracy"].is_null());
+  CHECK(lines[1]["val_accuracy"].is_null());
+  CHECK(lines[1]["metrics"]["val_accuracy"].is_null());
   CHECK(lines[1]["metrics"]["loss"].is_null());
   CHECK(lines[2]["event"] == "end");
   CHECK(lines[2]["status"] == "FAILED");

@@ -11,7 +11,7 @@
 namespace tfd {
 namespace {
 
-constexpr const char* kJob = R"("job": {"model": "dnn", "data": "d", "epochs": 3, "batch_size": 50,
+constexpr const char* kJob = R"("job": {"model": "dnn", "data": "d", "epochs": 3, "batch_size": 50, "validation_split": 100,
                                         "optimizer": {"type": "momentum", "learning_rate": 0.1, "momentum": 0.9}})";
 
 Result<config::SweepSpec> Parse(const std::string& rest) { return config::ParseSweepSpec("{" + std::string(kJob) + ", " + rest + "}", "s.json"); }
@@ -28,8 +28,9 @@ TEST_CASE("a grid sweep parses with its defaults and gives the grid, dimensions 
   INFO(s.status().message());
   REQUIRE(s.ok());
   CHECK(s->search == config::SweepSpec::Search::kGrid);
-  CHECK(s->metric == "test_accuracy");
+  CHECK(s->metric == "val_accuracy");
   CHECK(s->maximize);
+  CHECK(s->shown == std::vector<std::string>{"test_accuracy"});  // reported beside the winner, never used to choose
   CHECK_FALSE(s->asha);
   std::vector<config::Trial> trials = config::GenerateTrials(*s);
   REQUIRE(trials.size() == 6);
@@ -103,8 +104,6 @@ TEST_CASE("bad sweep files are errors naming the JSON path", "[unit][sweep]") {
              Catch::StartsWith("s.json: space.optimizer.learning_rate.uniform: expected low < high"));
   CHECK_THAT(ErrorOf(R"("space": {"batch_size": [50]}, "objective": {"metric": "f1"})"),
              Catch::StartsWith("s.json: objective.metric: unknown metric \"f1\""));
-  CHECK_THAT(ErrorOf(R"("space": {"batch_size": [50]}, "objective": {"metric": "val_accuracy"})"),
-             Catch::StartsWith("s.json: objective.metric: no trial reports val_accuracy"));
   CHECK_THAT(ErrorOf(R"("space": {"batch_size": [50]}, "objective": {"metric": "loss", "mode": "up"})"),
              Catch::StartsWith("s.json: objective.mode: unknown mode \"up\""));
   CHECK_THAT(ErrorOf(R"("space": {"optimizer.momentum": {"uniform": [0.1, 0.9]}})"),
@@ -155,11 +154,11 @@ TEST_CASE("a regression sweep ranks by val_mae (min) by default and shows the te
       RegressionSweep(R"(, "validation_split": 0.2)", R"("space": {"batch_size": [10]}, "objective": {"metric": "val_mae", "mode": "max"})"), "s.json");
   REQUIRE(up.ok());
   CHECK(up->maximize);
-  // A classification sweep keeps its defaults and shows nothing more.
+  // A classification sweep ranks by val_accuracy and shows test_accuracy.
   Result<config::SweepSpec> c = Parse(R"("space": {"batch_size": [50]})");
   REQUIRE(c.ok());
-  CHECK(c->metric == "test_accuracy");
-  CHECK(c->shown.empty());
+  CHECK(c->metric == "val_accuracy");
+  CHECK(c->shown == std::vector<std::string>{"test_accuracy"});
 }
 
 TEST_CASE("a regression sweep without a validation set, or ranking by the test set or an accuracy, is an error naming the field",
@@ -172,10 +171,12 @@ TEST_CASE("a regression sweep without a validation set, or ranking by the test s
   };
   const std::string val = R"(, "validation_split": 0.2)";
   CHECK_THAT(error("", R"("space": {"batch_size": [10]})"),
-             Catch::StartsWith("s.json: job.validation_split: missing: the data's task is regression") && Catch::Contains("val_mae"));
+             Catch::StartsWith("s.json: job.validation_split: missing: a sweep ranks its trials by val_mae on a validation set, never the "
+                               "test set: set validation_split"));
   CHECK_THAT(error("", R"("space": {"batch_size": [10]}, "objective": {"metric": "loss"})"), Catch::StartsWith("s.json: job.validation_split: missing"));
   CHECK_THAT(error(val, R"("space": {"batch_size": [10]}, "objective": {"metric": "test_mae"})"),
-             Catch::StartsWith("s.json: objective.metric: \"test_mae\": a regression sweep chooses on the validation set, never the test set"));
+             Catch::StartsWith("s.json: objective.metric: \"test_mae\": a sweep never chooses on the test set, which is reported, not tuned on: "
+                               "set validation_split and rank on val_mae or val_loss"));
   CHECK_THAT(error(val, R"("space": {"batch_size": [10]}, "objective": {"metric": "test_accuracy"})"),
              Catch::StartsWith("s.json: objective.metric: \"test_accuracy\": the data's task is regression, which has no accuracy"));
   CHECK_THAT(error(val, R"("space": {"data.task": ["regression", "classification"]})"),
@@ -183,6 +184,39 @@ TEST_CASE("a regression sweep without a validation set, or ranking by the test s
   // A classifier has no MAE.
   CHECK_THAT(ErrorOf(R"("space": {"batch_size": [50]}, "objective": {"metric": "val_mae"})"),
              Catch::StartsWith("s.json: objective.metric: \"val_mae\": the data's task is classification"));
+}
+
+// A classification sweep: the test set is reported, never the objective, and every sweep needs a
+// validation set to rank on, as a regression's does.
+TEST_CASE("a classification sweep ranking by test_accuracy, or whose job has no validation split, is an error naming the field",
+          "[unit][sweep]") {
+  CHECK(ErrorOf(R"("space": {"batch_size": [50]}, "objective": {"metric": "test_accuracy"})") ==
+        "s.json: objective.metric: \"test_accuracy\": a sweep never chooses on the test set, which is reported, not tuned on: set "
+        "validation_split and rank on val_accuracy or val_loss (expected val_accuracy, val_loss, accuracy or loss)");
+  const auto without_split = [](const std::string& rest) {
+    Result<config::SweepSpec> s = config::ParseSweepSpec(
+        R"({"job": {"model": "dnn", "data": "d", "epochs": 3, "batch_size": 50, "optimizer": {"type": "sgd", "learning_rate": 0.1}}, )" + rest + "}",
+        "s.json");
+    REQUIRE_FALSE(s.ok());
+    CHECK(s.status().code() == Code::kInvalidArgument);
+    return s.status().message();
+  };
+  CHECK(without_split(R"("space": {"batch_size": [50]})") ==
+        "s.json: job.validation_split: missing: a sweep ranks its trials by val_accuracy on a validation set, never the test set: set "
+        "validation_split (a fraction or a count of training examples, e.g. 5000 for MNIST)");
+  // Whatever the metric, as for regression: the training loss too.
+  CHECK_THAT(without_split(R"("space": {"batch_size": [50]}, "objective": {"metric": "loss"})"),
+             Catch::StartsWith("s.json: job.validation_split: missing: a sweep ranks its trials by loss"));
+  // The test metric is refused before the missing split, so the message says what is wrong with it.
+  CHECK_THAT(without_split(R"("space": {"batch_size": [50]}, "objective": {"metric": "test_accuracy"})"),
+             Catch::StartsWith("s.json: objective.metric: \"test_accuracy\": a sweep never chooses on the test set"));
+  // A trial that does not evaluate each epoch reports no val_accuracy.
+  Result<config::SweepSpec> none = config::ParseSweepSpec(
+      R"({"job": {"model": "dnn", "data": "d", "epochs": 3, "batch_size": 50, "validation_split": 100, "evaluation": "none",
+                  "optimizer": {"type": "sgd", "learning_rate": 0.1}}, "space": {"batch_size": [50]}})",
+      "s.json");
+  REQUIRE_FALSE(none.ok());
+  CHECK(none.status().message() == "s.json: objective.metric: no trial reports val_accuracy each epoch: the job's evaluation is not \"chief\"");
 }
 
 using D = coordinator::Asha::Decision;
