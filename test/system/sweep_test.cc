@@ -30,6 +30,13 @@ json BaseJob(const TempDir& dir, int epochs) {
           {"optimizer", {{"type", "sgd"}, {"learning_rate", 0.1}}}};
 }
 
+// A sweep's base job: a sweep ranks its trials on a validation set, never the test set.
+json SweepJob(const TempDir& dir, int epochs) {
+  json job = BaseJob(dir, epochs);
+  job["validation_split"] = 100;
+  return job;
+}
+
 std::string Command(const TempDir& dir, const std::string& sweep_file) {
   return kTfctl + " sweep " + sweep_file + " --workers 2 --tfd " + kTfd + " --run-dir " + (dir / "runs");
 }
@@ -39,7 +46,7 @@ TEST_CASE("a sweep of 6 trials on 2 workers: the right best, a pruned trial and 
   TempDir dir;
   WriteSyntheticMnist(dir / "", 800, 100);
   // batch_size 5000 cannot be trained on 800 examples: those trials fail while the sweep goes on.
-  json sweep = {{"job", BaseJob(dir, 3)},
+  json sweep = {{"job", SweepJob(dir, 3)},
                 {"space", {{"optimizer.learning_rate", {0.3, 0.03, 0.001}}, {"batch_size", {20, 5000}}}},
                 {"objective", {{"metric", "loss"}, {"mode", "min"}}},
                 {"scheduler", {{"type", "asha"}, {"grace_epochs", 1}, {"reduction_factor", 3}, {"max_epochs", 3}}}};
@@ -82,7 +89,8 @@ TEST_CASE("a sweep of 6 trials on 2 workers: the right best, a pruned trial and 
   CHECK(best["optimizer"]["learning_rate"] == 0.3);
   CHECK(best["batch_size"] == 20);
   const std::string csv = ReadAll(run + "/leaderboard.csv");
-  CHECK_THAT(csv, Catch::StartsWith("trial,status,epoch,loss,best,worker,attempts,params,reason\n"));
+  // Ranked by the training loss; the test accuracy at each trial's best epoch is shown, never used.
+  CHECK_THAT(csv, Catch::StartsWith("trial,status,epoch,loss,best,test_accuracy,worker,attempts,params,reason\n"));
   CHECK(std::count(csv.begin(), csv.end(), '\n') == 7);
   CHECK_THAT(r.out, Catch::Contains("best: trial"));
   // best.json runs as is.
@@ -116,7 +124,7 @@ TEST_CASE("a worker killed mid-sweep: its trial resumes on the other worker afte
   WriteSyntheticMnist(dir / "", 4000, 100);
   // Long enough (seconds) that the kill below lands while the trial trains, however fast a step is.
   constexpr int kEpochs = 300;
-  json sweep = {{"job", BaseJob(dir, kEpochs)}, {"space", {{"optimizer.learning_rate", {0.1}}}}, {"objective", {{"metric", "test_accuracy"}}}};
+  json sweep = {{"job", SweepJob(dir, kEpochs)}, {"space", {{"optimizer.learning_rate", {0.1}}}}, {"objective", {{"metric", "val_accuracy"}}}};
   WriteFile(dir / "sweep.json", sweep.dump(2));
   CommandResult r;
   std::thread tfctl([&] { r = RunCommand(Command(dir, dir / "sweep.json"), dir); });
@@ -191,19 +199,31 @@ TEST_CASE("a worker killed mid-sweep: its trial resumes on the other worker afte
 
 TEST_CASE("a bad sweep file is exit 2 naming the JSON path; nothing starts", "[system][sweep]") {
   TempDir dir;
-  json sweep = {{"job", BaseJob(dir, 1)}, {"search", "random"}, {"max_trials", 2},
+  json sweep = {{"job", SweepJob(dir, 1)}, {"search", "random"}, {"max_trials", 2},
                 {"space", {{"optimizer.learning_rate", {{"log_uniform", {0, 1}}}}}}};
   WriteFile(dir / "sweep.json", sweep.dump(2));
   CommandResult r = RunCommand(Command(dir, dir / "sweep.json"), dir);
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Catch::Contains("space.optimizer.learning_rate.log_uniform[0]: log_uniform needs bounds above 0"));
   CHECK_FALSE(std::filesystem::exists(dir / "runs"));
+  // The test set never chooses: a test_accuracy objective, and a job without a validation split.
+  json on_test = {{"job", SweepJob(dir, 1)}, {"space", {{"optimizer.learning_rate", {0.1}}}}, {"objective", {{"metric", "test_accuracy"}}}};
+  WriteFile(dir / "on_test.json", on_test.dump(2));
+  CommandResult t = RunCommand(Command(dir, dir / "on_test.json"), dir);
+  CHECK(t.exit_code == 2);
+  CHECK_THAT(t.err, Catch::Contains("objective.metric: \"test_accuracy\": a sweep never chooses on the test set"));
+  json no_split = {{"job", BaseJob(dir, 1)}, {"space", {{"optimizer.learning_rate", {0.1}}}}};
+  WriteFile(dir / "no_split.json", no_split.dump(2));
+  CommandResult n = RunCommand(Command(dir, dir / "no_split.json"), dir);
+  CHECK(n.exit_code == 2);
+  CHECK_THAT(n.err, Catch::Contains("job.validation_split: missing: a sweep ranks its trials by val_accuracy on a validation set"));
+  CHECK_FALSE(std::filesystem::exists(dir / "runs"));
 }
 
 TEST_CASE("Ctrl-C stops every trial and keeps what was written", "[system][sweep]") {
   TempDir dir;
   WriteSyntheticMnist(dir / "", 4000, 100);
-  json sweep = {{"job", BaseJob(dir, 200)}, {"space", {{"optimizer.learning_rate", {0.1, 0.05, 0.01}}}}};
+  json sweep = {{"job", SweepJob(dir, 200)}, {"space", {{"optimizer.learning_rate", {0.1, 0.05, 0.01}}}}};
   WriteFile(dir / "sweep.json", sweep.dump(2));
   CommandResult r;
   std::thread tfctl([&] { r = RunCommand("exec " + Command(dir, dir / "sweep.json"), dir); });
