@@ -80,10 +80,11 @@ Status CheckSameData(std::string_view saved, const ModelCard& now, std::string_v
     return Status::InvalidArgument(fmt::format("{}: its model card is not valid JSON with a data_fingerprint", source));
   const std::string was = j["data_fingerprint"].get<std::string>();
   if (was == now.data_fingerprint) return Status::Ok();
-  Result<config::DataSpec> then = j.contains("data") ? config::ParseDataSpec(j["data"], source) : Status::InvalidArgument("");
+  std::string then = "?";
+  if (Result<config::DataSpec> d = config::ParseDataSpec(j.value("data", json()), source); d.ok()) then = d->Describe();
   return Status::InvalidArgument(fmt::format("{}: was trained on other data ({}, fingerprint {}) than this job's ({}, fingerprint {}): "
                                              "resume on the data it was trained on, or point checkpoint.dir at a new folder",
-                                             source, then.ok() ? then->Describe() : std::string("?"), was.substr(0, 12),
+                                             source, then, was.substr(0, 12),
                                              now.data.Describe(), now.data_fingerprint.substr(0, 12)));
 }
 

@@ -102,6 +102,13 @@ Status TrainLoop(const config::JobSpec& job, const data::DataSplits& data, model
     updater_error = s;
     return where(s);
   };
+  // The exported model's card, made at the first export: its data fingerprint hashes the whole
+  // training split, once per run rather than once per export.
+  std::optional<exporting::ModelCard> card;
+  const auto card_of = [&]() -> const exporting::ModelCard& {
+    if (!card) card = exporting::CardFor(job, data.train);
+    return *card;
+  };
   auto run = [&]() -> Status {
     for (epoch = resume ? resume->epoch : first_epoch; epoch <= job.epochs; ++epoch) {
       updater.StartingEpoch(epoch);
@@ -263,7 +270,7 @@ Status TrainLoop(const config::JobSpec& job, const data::DataSplits& data, model
       const int every = job.export_model.every_epochs;
       if (options.exports && !job.export_model.dir.empty() && every > 0 && epoch % every == 0 && epoch < job.epochs &&
           !job.model_parallel.enabled()) {
-        Result<std::string> exported = ExportTrainedModel(job, data.train, model, global_step, fields, TrainedBy(job, options.task == "standalone"), events);
+        Result<std::string> exported = ExportTrainedModel(job, card_of(), model, global_step, fields, TrainedBy(job, options.task == "standalone"), events);
         if (!exported.ok()) spdlog::warn("{}epoch {}: the model was not exported: {}", prefix, epoch, exported.status().message());
       }
       NotifyStatus(fmt::format("epoch {} of {}: global_step={} loss={:.4f}{}{}", epoch, job.epochs, global_step, loss, trained.line, eval));
@@ -312,7 +319,7 @@ Status TrainLoop(const config::JobSpec& job, const data::DataSplits& data, model
   if (options.exports && !job.export_model.dir.empty()) {
     std::vector<EventField> final_metrics = tested.fields;
     final_metrics.push_back({"epochs", std::int64_t{job.epochs}});
-    TFD_RETURN_IF_ERROR(ExportTrainedModel(job, data.train, model, global_step, final_metrics, TrainedBy(job, options.task == "standalone"), events)
+    TFD_RETURN_IF_ERROR(ExportTrainedModel(job, card_of(), model, global_step, final_metrics, TrainedBy(job, options.task == "standalone"), events)
                             .status()
                             .WithContext("exporting the trained model"));
   }
