@@ -163,6 +163,17 @@ Status PsClient::Reconnect(std::size_t i, const Status& why, std::span<const flo
   TFD_ASSIGN_OR_RETURN(wire::InFrame frame, Await(*ps_[i], ready, std::max(left, std::chrono::milliseconds(1000)),
                                                   chief_ ? std::string("INIT") : WaitReadyWhat()));
   TFD_RETURN_IF_ERROR(Expect(frame, wire::MessageType::kReady, name));
+  wire::Ready answer;
+  TFD_RETURN_IF_ERROR(wire::Decode(frame.payload, &answer).WithContext(name));
+  // The chief initialised a restarted ps at the step it last saw, which may be one behind the step
+  // this worker last pulled (its pull was answered, the chief's was lost with the ps): the step in
+  // flight is sent again as one for the ps's step, so the sync step completes instead of the push
+  // being refused as one from the future.
+  if (restarted && steps_[i] != answer.global_step) {
+    spdlog::info("{} was initialised again at global_step {}; this worker had pulled global_step {}: its step in flight counts for {}",
+                 name, answer.global_step, steps_[i], answer.global_step);
+    steps_[i] = answer.global_step;
+  }
   spdlog::info("reconnected to {} (incarnation {:016x}{})", name, welcome->incarnation,
                restarted ? fmt::format(", restarted: initialised again {} at global_step {}{}",
                                        chief_ ? "from this chief's parameters" : "by the chief", steps_[i],
