@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -48,6 +49,17 @@ struct NamedTensor {
   std::vector<Slot> slots;
 };
 
+// What job.early_stopping has seen (daemon/train/early_stopping.h): after `epoch`, the best value of
+// its monitor (if any yet), the epoch of that best, and how many epochs since have not improved.
+struct EarlyStopping {
+  std::uint32_t epoch = 0;
+  bool have_best = false;
+  double best = 0;
+  std::uint32_t best_epoch = 0;
+  std::uint32_t wait = 0;
+  bool operator==(const EarlyStopping&) const = default;
+};
+
 struct Checkpoint {
   std::uint64_t global_step = 0;
   std::uint32_t num_workers = 0;  // the worker count the cursors were taken under
@@ -61,6 +73,9 @@ struct Checkpoint {
   // preprocessed, the classes, the data's fingerprint. Empty in files written before it existed
   // (and by a ps, which knows no model): such a checkpoint resumes unchecked and cannot be exported.
   std::string model_card;
+  // The early-stopping rule's memory after the last finished epoch, so a resumed run stops where an
+  // undisturbed one would. Absent in files written before it existed, and without a rule.
+  std::optional<EarlyStopping> early_stopping;
 };
 
 // FailedPrecondition when `ckpt` was saved under another optimizer or other hyper-parameters, or

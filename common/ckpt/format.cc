@@ -17,7 +17,7 @@ constexpr std::size_t kFileHeaderBytes = 8;    // magic u32 | version u16 | rese
 constexpr std::size_t kRecordHeaderBytes = 8;  // type u16 | reserved u16 | length u32
 constexpr std::size_t kRecordCrcBytes = 4;
 
-enum class RecordType : std::uint16_t { kMeta = 1, kOptimizer = 2, kCursors = 3, kTensor = 4, kEnd = 5, kCard = 6 };
+enum class RecordType : std::uint16_t { kMeta = 1, kOptimizer = 2, kCursors = 3, kTensor = 4, kEnd = 5, kCard = 6, kEarlyStopping = 7 };
 
 const char* RecordName(std::uint16_t type) {
   switch (static_cast<RecordType>(type)) {
@@ -27,6 +27,7 @@ const char* RecordName(std::uint16_t type) {
     case RecordType::kTensor: return "TENSOR";
     case RecordType::kEnd: return "END";
     case RecordType::kCard: return "CARD";
+    case RecordType::kEarlyStopping: return "EARLY_STOPPING";
   }
   return "unknown";
 }
@@ -165,6 +166,10 @@ class Parser {
       TFD_RETURN_IF_ERROR(Expect(RecordType::kCard, &r));
       if (r.payload.size() > kMaxCardBytes) return Fault(r, fmt::format("{} bytes is over the limit of {}", r.payload.size(), kMaxCardBytes));
       c.model_card.assign(reinterpret_cast<const char*>(r.payload.data()), r.payload.size());
+    }
+    if (NextType() == static_cast<std::uint16_t>(RecordType::kEarlyStopping)) {  // optional, as CARD
+      TFD_RETURN_IF_ERROR(Expect(RecordType::kEarlyStopping, &r));
+      TFD_RETURN_IF_ERROR(ParseEarlyStopping(r, &c.early_stopping.emplace()));
     }
     for (std::uint32_t i = 0; i < num_tensors; ++i) {
       TFD_RETURN_IF_ERROR(Expect(RecordType::kTensor, &r));
@@ -313,6 +318,18 @@ class Parser {
     return Finish(r, in);
   }
 
+  Status ParseEarlyStopping(const RecordView& r, EarlyStopping* e) {
+    ByteReader in(r.payload);
+    std::uint8_t have_best = 0;
+    if (!in.U32(&e->epoch) || !in.U8(&have_best) || !in.F64(&e->best) || !in.U32(&e->best_epoch) || !in.U32(&e->wait))
+      return Fault(r, "payload too short");
+    if (have_best > 1) return Fault(r, fmt::format("have_best is {}, expected 0 or 1", have_best));
+    e->have_best = have_best == 1;
+    if (e->best_epoch > e->epoch || e->wait > e->epoch)
+      return Fault(r, fmt::format("best epoch {} and wait {} after epoch {}: neither can be past it", e->best_epoch, e->wait, e->epoch));
+    return Finish(r, in);
+  }
+
   Status ParseTensor(const RecordView& r, const std::vector<std::string>& slot_names, NamedTensor* t) {
     ByteReader in(r.payload);
     if (!in.Str(&t->name, kMaxNameBytes) || t->name.empty()) return Fault(r, fmt::format("name is empty, short or over {} bytes", kMaxNameBytes));
@@ -432,6 +449,16 @@ Result<std::vector<std::byte>> Serialize(const Checkpoint& c) {
       return Status::InvalidArgument(fmt::format("a model card of {} bytes is over the limit of {}", c.model_card.size(), kMaxCardBytes));
     ByteWriter& w = rw.Begin(RecordType::kCard);
     w.Raw(c.model_card.data(), c.model_card.size());
+    TFD_RETURN_IF_ERROR(rw.End());
+  }
+  if (c.early_stopping) {
+    const EarlyStopping& e = *c.early_stopping;
+    ByteWriter& w = rw.Begin(RecordType::kEarlyStopping);
+    w.U32(e.epoch);
+    w.U8(e.have_best ? 1 : 0);
+    w.F64(e.best);
+    w.U32(e.best_epoch);
+    w.U32(e.wait);
     TFD_RETURN_IF_ERROR(rw.End());
   }
   for (const NamedTensor& t : c.tensors) {

@@ -12,7 +12,7 @@
 namespace tfd::ckpt {
 
 // The checkpoint file's bytes, as docs/checkpoints.md specifies them: a file header, then
-// META, OPTIMIZER, CURSORS, an optional CARD, one TENSOR per variable and END, each record with its own CRC-32C.
+// META, OPTIMIZER, CURSORS, an optional CARD, an optional EARLY_STOPPING, one TENSOR per variable and END, each record with its own CRC-32C.
 // Pure functions over memory: no files, no logging; safe from any thread.
 
 inline constexpr std::uint32_t kFileMagic = 0x4B444654;  // the bytes 'T' 'F' 'D' 'K'

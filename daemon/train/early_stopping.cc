@@ -10,6 +10,7 @@ EarlyStopper::EarlyStopper(const config::JobSpec& job)
     : spec_(job.early_stopping), stop_at_(job.stop_at_accuracy) {}
 
 std::optional<std::string> EarlyStopper::Update(int epoch, const EpochMetrics& m) {
+  epoch_ = epoch;
   if (stop_at_ > 0 && m.val_accuracy >= stop_at_)
     return fmt::format("val_accuracy {:.4f} reached stop_at_accuracy {} at epoch {}", m.val_accuracy, stop_at_, epoch);
   if (spec_.monitor == Monitor::kNone) return std::nullopt;
@@ -34,6 +35,22 @@ std::optional<std::string> EarlyStopper::Update(int epoch, const EpochMetrics& m
   if (++wait_ < spec_.patience) return std::nullopt;
   return fmt::format("{} did not improve by {} for {} epoch{} (best {:.4f} at epoch {})", config::MonitorName(spec_.monitor), spec_.min_delta,
                      wait_, wait_ == 1 ? "" : "s", best_, best_epoch_);
+}
+
+ckpt::EarlyStopping EarlyStopper::State() const {
+  return {.epoch = static_cast<std::uint32_t>(epoch_),
+          .have_best = have_best_,
+          .best = best_,
+          .best_epoch = static_cast<std::uint32_t>(best_epoch_),
+          .wait = static_cast<std::uint32_t>(wait_)};
+}
+
+void EarlyStopper::Restore(const ckpt::EarlyStopping& state) {
+  epoch_ = static_cast<int>(state.epoch);
+  have_best_ = state.have_best;
+  best_ = state.best;
+  best_epoch_ = static_cast<int>(state.best_epoch);
+  wait_ = static_cast<int>(state.wait);
 }
 
 }  // namespace tfd::train

@@ -3,6 +3,7 @@
 #include <optional>
 #include <string>
 
+#include "common/ckpt/checkpoint.h"
 #include "common/config/job.h"
 
 namespace tfd::train {
@@ -25,6 +26,10 @@ class EarlyStopper {
   // The reason to stop after `epoch` ("val_accuracy did not improve by 0.001 for 3 epochs (best
   // 0.9812 at epoch 7)"), or nothing to go on.
   std::optional<std::string> Update(int epoch, const EpochMetrics& m);
+  // What the rule remembers after the last Update, for checkpoints; Restore takes it back on resume,
+  // so patience goes on counting where it was instead of from zero.
+  ckpt::EarlyStopping State() const;
+  void Restore(const ckpt::EarlyStopping& state);
 
  private:
   config::EarlyStoppingSpec spec_;
@@ -32,6 +37,7 @@ class EarlyStopper {
   bool have_best_ = false;
   double best_ = 0;
   int best_epoch_ = 0, wait_ = 0;
+  int epoch_ = 0;  // of the last Update
 };
 
 }  // namespace tfd::train

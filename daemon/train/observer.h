@@ -4,6 +4,8 @@
 #include <optional>
 #include <string>
 
+#include "common/ckpt/checkpoint.h"
+
 namespace tfd::model {
 class Model;
 }  // namespace tfd::model
@@ -34,6 +36,8 @@ struct EpochStats {
   // A regression model's metrics in place of the accuracies (which stay unset).
   std::optional<double> mae, rmse, val_mae, val_rmse, test_mae, test_rmse;
   double wall_time = 0;
+  // The early-stopping rule's state after this epoch (the chief of a job that can stop early).
+  std::optional<ckpt::EarlyStopping> early_stopping;
   // The parameters at the epoch's end (weight histograms); valid during OnEpoch only.
   const model::Model* model = nullptr;
 };

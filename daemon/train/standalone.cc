@@ -43,7 +43,9 @@ class EpochCheckpointer final : public TrainObserver {
       : job_(job), updater_(updater), fn_(fn) {}
   void OnEpoch(const EpochStats& e) override {
     if (e.model == nullptr) return;
-    fn_(e.epoch, EpochCheckpoint(job_, *e.model, updater_.state().slots(), updater_.state().updates(), e.epoch, e.local_step));
+    ckpt::Checkpoint c = EpochCheckpoint(job_, *e.model, updater_.state().slots(), updater_.state().updates(), e.epoch, e.local_step);
+    c.early_stopping = e.early_stopping;
+    fn_(e.epoch, c);
   }
 
  private:
@@ -131,6 +133,7 @@ Status RunStandalone(const config::JobSpec& job, EventWriter& events, const Stan
     TFD_ASSIGN_OR_RETURN(topts.start_local_step, RestoreEpochCheckpoint(*options.resume, job, *loaded.model, steps, loaded.model->params(),
                                                                         slots, "the checkpoint to resume from"));
     TFD_RETURN_IF_ERROR(updater.state().Restore(slots, options.resume->optimizer.updates));
+    topts.early_stopping = options.resume->early_stopping;
     spdlog::info("resuming from a checkpoint after epoch {} (step {}, {} optimizer updates)", topts.start_local_step / steps,
                  topts.start_local_step, options.resume->optimizer.updates);
   }

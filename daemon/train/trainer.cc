@@ -89,6 +89,18 @@ Status TrainLoop(const config::JobSpec& job, const data::DataSplits& data, model
     return Status(s.code(), fmt::format("{} (this worker was at epoch {}, local_step {}, global_step {})", s.message(), epoch,
                                         local_step, global_step));
   };
+  // The rule's state from the checkpoint resumed, unless it has judged an epoch this run trains
+  // again (resumed on another worker count, from an older epoch's start): judged twice, an epoch
+  // would count twice, so the rule starts afresh then.
+  if (options.early_stopping && static_cast<int>(options.early_stopping->epoch) < first_epoch) {
+    stopper.Restore(*options.early_stopping);
+    const ckpt::EarlyStopping& e = *options.early_stopping;
+    spdlog::info("{}early stopping: resumed after epoch {}: {} epoch{} without improvement{}", prefix, e.epoch, e.wait,
+                 e.wait == 1 ? "" : "s", e.have_best ? fmt::format(", best {:.4f} at epoch {}", e.best, e.best_epoch) : "");
+  } else if (options.early_stopping) {
+    spdlog::info("{}early stopping: the checkpoint's state is after epoch {}, which this run trains again: patience counts afresh",
+                 prefix, options.early_stopping->epoch);
+  }
   if (local_step > 0) {
     spdlog::info("{}resuming at epoch {} step {} of {} (local_step {} was applied before this restart)", prefix, first_epoch,
                  local_step % steps + 1, steps, local_step);
@@ -255,6 +267,14 @@ Status TrainLoop(const config::JobSpec& job, const data::DataSplits& data, model
                    worker_line ? fmt::format(" local_step={}", local_step) : "", loss, trained.line, eval, samples_per_sec,
                    note.empty() ? "" : " ", note);
       events.Emit("epoch", fields);
+      // The chief judges the epoch before the observers run, so an epoch's checkpoint holds the
+      // rule's state after it; the decision is shared at EndOfEpoch below.
+      const bool judges = job.can_stop_early() && epoch < job.epochs;
+      std::optional<std::string> reason;
+      if (judges && options.evaluate_each_epoch) {
+        reason = stopper.Update(epoch, metrics);
+        updater.EpochJudged(stopper.State());
+      }
       if (!options.observers.empty()) {
         EpochStats stats{.epoch = epoch, .global_step = global_step, .local_step = local_step, .loss = loss, .accuracy = accuracy,
                          .samples_per_sec = samples_per_sec, .wall_time = UnixNow(), .model = &model};
@@ -263,6 +283,7 @@ Status TrainLoop(const config::JobSpec& job, const data::DataSplits& data, model
         else if (validate) stats.val_loss = metrics.val_loss, stats.val_accuracy = metrics.val_accuracy;
         if (options.evaluate_each_epoch && model.regression()) stats.test_mae = test_result.mae, stats.test_rmse = test_result.rmse;
         else if (options.evaluate_each_epoch) stats.test_accuracy = test_result.accuracy;
+        if (judges && options.evaluate_each_epoch) stats.early_stopping = stopper.State();
         for (TrainObserver* o : options.observers) o->OnEpoch(stats);
       }
       // Every export.every_epochs epochs (a model-parallel stage holds its own layers only until the
@@ -274,9 +295,7 @@ Status TrainLoop(const config::JobSpec& job, const data::DataSplits& data, model
         if (!exported.ok()) spdlog::warn("{}epoch {}: the model was not exported: {}", prefix, epoch, exported.status().message());
       }
       NotifyStatus(fmt::format("epoch {} of {}: global_step={} loss={:.4f}{}{}", epoch, job.epochs, global_step, loss, trained.line, eval));
-      if (job.can_stop_early() && epoch < job.epochs) {
-        std::optional<std::string> reason;
-        if (options.evaluate_each_epoch) reason = stopper.Update(epoch, metrics);
+      if (judges) {
         Result<bool> ended = updater.EndOfEpoch(reason.has_value());
         if (!ended.ok()) return fail(ended.status());
         const bool stop = *ended;

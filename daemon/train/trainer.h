@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -26,6 +27,9 @@ struct TrainerOptions {
   // Local steps a previous incarnation of this worker already took: a restarted worker goes on
   // from there in the same data order instead of starting its shard again.
   std::int64_t start_local_step = 0;
+  // The early-stopping rule's state in the checkpoint this run resumes from (the chief): patience
+  // goes on counting where it was.
+  std::optional<ckpt::EarlyStopping> early_stopping;
   // A worker that joined an elastic run starts at this epoch (0: where start_local_step puts it).
   int first_epoch = 0;
   // When > 0, this worker uses at most this many examples of its shard each epoch (uneven shards;

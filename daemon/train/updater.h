@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/base/status.h"
+#include "common/ckpt/checkpoint.h"
 #include "common/model/model.h"
 
 namespace tfd::train {
@@ -31,6 +32,9 @@ class Updater {
   // worker stops now. The ps modes return `stop` (the others learn it from the ps: StopRequested);
   // allreduce agrees on it in a collective.
   virtual Result<bool> EndOfEpoch(bool stop) { return stop; }
+  // At the end of every epoch on the chief of a job that can stop early, before EndOfEpoch: the
+  // early-stopping rule's state after it, for the checkpoints this updater writes.
+  virtual void EpochJudged(const ckpt::EarlyStopping&) {}
   // After a Step: whether the chief has stopped the run early, so this worker stops too.
   virtual bool StopRequested() const { return false; }
   // An elastic job: this worker's share of the data for the epoch about to start, as last heard

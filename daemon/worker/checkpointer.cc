@@ -62,6 +62,7 @@ Status Checkpointer::PrepareRestore() {
   if (Status s = ckpt::CheckOptimizer(ck, job_.optimizer, path); !s.ok())
     return Status::InvalidArgument(fmt::format("optimizer: {}", s.message()));
   if (!card_text_.empty()) TFD_RETURN_IF_ERROR(exporting::CheckSameData(ck.model_card, card_, path));
+  restored_early_stopping_ = ck.early_stopping;
   if (ck.tensors.size() != variables_.size())
     return Status::InvalidArgument(fmt::format("model: {} holds {} tensors, the job's model has {} variables", path, ck.tensors.size(),
                                                variables_.size()));
@@ -148,6 +149,7 @@ Status Checkpointer::Take(bool wait, bool final) {
   ck->optimizer.updates = static_cast<std::int64_t>(states[0].updates);
   ck->optimizer.slot_names = slot_names_;
   ck->model_card = card_text_;
+  ck->early_stopping = early_stopping_;
   for (int r = 0; r < num_workers_; ++r) {
     std::uint64_t local = UINT64_MAX;
     for (const PsClient::PsState& s : states)

@@ -11,7 +11,6 @@
 #include "common/ckpt/checkpoint.h"
 #include "common/ckpt/file.h"
 #include "common/ckpt/reshard.h"
-#include "common/export/model_card.h"
 #include "common/config/job.h"
 #include "common/export/model_card.h"
 #include "common/metrics/task_metrics.h"
@@ -54,6 +53,12 @@ class Checkpointer {
   // Saves now, marked final (ckpt::Checkpoint::final), and waits until it is written (the end of
   // training); its errors are returned.
   Status Save();
+  // The early-stopping rule's state after the last epoch the chief judged: written into every save
+  // from now on.
+  void SetEarlyStopping(const ckpt::EarlyStopping& state) { early_stopping_ = state; }
+  // The rule's state in the newest valid checkpoint PrepareRestore read (whether or not the ps tasks
+  // took its parameters: a restarted chief whose ps tasks kept theirs still resumes its patience).
+  const std::optional<ckpt::EarlyStopping>& restored_early_stopping() const { return restored_early_stopping_; }
   // Registers the checkpoint metrics and sets the time of each checkpoint written (from the writer
   // thread: the metrics are thread-safe). `metrics` must outlive this.
   void set_metrics(metrics::TaskMetrics* metrics);
@@ -69,6 +74,7 @@ class Checkpointer {
   config::CheckpointSpec spec_;
   exporting::ModelCard card_;
   std::string card_text_;  // empty until SetModelCard
+  std::optional<ckpt::EarlyStopping> early_stopping_, restored_early_stopping_;
   config::JobSpec job_;
   const Placement& placement_;
   const model::Model& model_;  // its parameters re-initialise a ps that restarted while a save fetched the state

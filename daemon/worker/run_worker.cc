@@ -48,7 +48,7 @@ class PsUpdater final : public train::Updater {
     if (!overlap_) {
       TFD_ASSIGN_OR_RETURN(PsClient::StepResult r, client_.PushPull(tag, model.grads(), model.params(), sync_));
       Count(r);
-      if (checkpointer_ != nullptr) TFD_RETURN_IF_ERROR(checkpointer_->MaybeSave(step_));
+      TFD_RETURN_IF_ERROR(MaybeSave(local_step));
       return static_cast<std::int64_t>(step_);
     }
     // This gradient was computed on the parameters pulled before the exchange completed here: it
@@ -60,7 +60,7 @@ class PsUpdater final : public train::Updater {
     if (sending_.use_count() > 1) sending_ = std::make_shared<std::vector<float>>(model.grads().size());
     std::copy(model.grads().begin(), model.grads().end(), sending_->begin());
     client_.StartPushPull(tag, *sending_, false, sending_, std::move(computed_on));
-    if (checkpointer_ != nullptr) TFD_RETURN_IF_ERROR(checkpointer_->MaybeSave(step_));
+    TFD_RETURN_IF_ERROR(MaybeSave(local_step));
     return static_cast<std::int64_t>(step_);
   }
   Result<std::int64_t> Finish(model::Model& model) override {
@@ -88,6 +88,14 @@ class PsUpdater final : public train::Updater {
     return Share{static_cast<int>(m->index), static_cast<int>(m->count)};
   }
   void StartingEpoch(int epoch) override { epoch_ = epoch; }
+  // A save due at an epoch's last step waits for the chief's judgement of that epoch (EpochJudged),
+  // so the checkpoint holds the early-stopping rule's state after it.
+  void DeferEpochEndSaves(std::int64_t steps_per_epoch) { defer_every_ = steps_per_epoch; }
+  void EpochJudged(const ckpt::EarlyStopping& state) override {
+    if (checkpointer_ == nullptr) return;
+    checkpointer_->SetEarlyStopping(state);
+    if (Status s = checkpointer_->MaybeSave(step_); !s.ok()) spdlog::warn("checkpoint after the epoch: {}", s.message());
+  }
   bool stopped_early() const { return stopped_early_; }
 
  private:
@@ -97,6 +105,10 @@ class PsUpdater final : public train::Updater {
     Count(r);
     return Status::Ok();
   }
+  Status MaybeSave(std::int64_t local_step) {
+    if (checkpointer_ == nullptr || (defer_every_ > 0 && local_step % defer_every_ == 0)) return Status::Ok();
+    return checkpointer_->MaybeSave(step_);
+  }
   void Count(const PsClient::StepResult& r) {
     stale_ += r.stale > 0;
     epoch_stale_ += r.stale > 0;
@@ -104,6 +116,7 @@ class PsUpdater final : public train::Updater {
   }
 
   Checkpointer* checkpointer_;  // the chief's, with a checkpoint.dir; else null
+  std::int64_t defer_every_ = 0;  // DeferEpochEndSaves
   PsClient& client_;
   std::uint32_t rank_;
   std::uint64_t incarnation_;
@@ -181,6 +194,10 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
                     model.params().size(), chief && checkpointer.enabled() ? &checkpointer : nullptr);
   train::TrainerOptions topts = train::TrainerOptionsFor(config, job, options);
   topts.start_local_step = static_cast<std::int64_t>(client->resume_step());
+  if (chief && checkpointer.enabled() && job.can_stop_early() && topts.evaluate_each_epoch) {
+    topts.early_stopping = checkpointer.restored_early_stopping();
+    updater.DeferEpochEndSaves(train::StepsPerEpoch(loaded.data.train.size, num_workers, job.batch_size));
+  }
   if (joining && client->membership()) {
     // From the epoch after the chief's: the others take their smaller shares from then on too.
     topts.first_epoch = static_cast<int>(client->membership()->run_epoch) + 1;

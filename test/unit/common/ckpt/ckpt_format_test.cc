@@ -208,5 +208,32 @@ TEST_CASE("a checkpoint carries its model card in a CARD record; a file without 
   CHECK_THAT(bad.status().message(), Contains("CARD") && Contains("CRC"));
 }
 
+TEST_CASE("a checkpoint carries the early-stopping state in an EARLY_STOPPING record; a file without one reads as before",
+          "[unit][ckpt][early_stopping]") {
+  Checkpoint c = MakeCheckpoint();
+  c.model_card = R"({"model":"mlp"})";
+  const auto plain = Serialize(c);
+  REQUIRE(plain.ok());
+  c.early_stopping = EarlyStopping{.epoch = 5, .have_best = true, .best = 0.25, .best_epoch = 3, .wait = 2};
+  const auto with = Serialize(c);
+  REQUIRE(with.ok());
+  CHECK(with->size() == plain->size() + 8 + 21 + 4);  // header, epoch u32 have_best u8 best f64 best_epoch u32 wait u32, CRC
+  auto back = Parse(*with, "mem");
+  REQUIRE(back.ok());
+  RequireSame(c, *back);
+  REQUIRE(back->early_stopping.has_value());
+  CHECK(back->early_stopping->best == 0.25);
+  auto old = Parse(*plain, "mem");
+  REQUIRE(old.ok());
+  CHECK_FALSE(old->early_stopping.has_value());
+  // A best epoch past the epoch judged is refused, naming the record (its CRC made right).
+  c.early_stopping->best_epoch = 9;
+  auto bad_bytes = Serialize(c);
+  REQUIRE(bad_bytes.ok());
+  auto bad = Parse(*bad_bytes, "f");
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.status().message(), Contains("EARLY_STOPPING") && Contains("best epoch 9") && Contains("after epoch 5"));
+}
+
 }  // namespace
 }  // namespace tfd::ckpt

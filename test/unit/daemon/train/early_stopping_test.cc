@@ -42,6 +42,24 @@ TEST_CASE("a loss improves downwards; patience 0 stops at the first epoch that d
   CHECK(*why == "loss did not improve by 0 for 1 epoch (best 0.4000 at epoch 2)");
 }
 
+TEST_CASE("a restored early stopper goes on counting its patience where the saved one was", "[unit][early_stopping]") {
+  const config::JobSpec job = WithStopping(config::EarlyStoppingSpec::Monitor::kValLoss, 3, 0.01);
+  EarlyStopper first(job);
+  CHECK_FALSE(first.Update(1, {.val_loss = 0.5}).has_value());  // best 0.5 at 1
+  CHECK_FALSE(first.Update(2, {.val_loss = 0.6}).has_value());  // wait 1
+  CHECK_FALSE(first.Update(3, {.val_loss = 0.7}).has_value());  // wait 2
+  const ckpt::EarlyStopping saved = first.State();
+  CHECK(saved == ckpt::EarlyStopping{.epoch = 3, .have_best = true, .best = 0.5, .best_epoch = 1, .wait = 2});
+  EarlyStopper resumed(job);
+  resumed.Restore(saved);
+  const auto why = resumed.Update(4, {.val_loss = 0.8});  // wait 3 = patience: as the undisturbed one stops
+  REQUIRE(why.has_value());
+  CHECK(*why == "val_loss did not improve by 0.01 for 3 epochs (best 0.5000 at epoch 1)");
+  CHECK(first.Update(4, {.val_loss = 0.8}) == why);
+  EarlyStopper afresh(job);  // what a restart did before: patience from zero
+  CHECK_FALSE(afresh.Update(4, {.val_loss = 0.8}).has_value());
+}
+
 TEST_CASE("stop_at_accuracy watches val_accuracy", "[unit][early_stopping]") {
   config::JobSpec job;
   job.validation_fraction = 0.1;
