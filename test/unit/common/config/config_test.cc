@@ -115,7 +115,7 @@ TEST_CASE("a layer list parses with activations and initializers", "[unit][confi
 
 // kGood with the layer list `layers` as its model.
 std::string WithLayers(const std::string& layers) {
-  return R"({"model": {"layers": [)" + layers + R"(]}, "data": "d", "epochs": 1, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rate": 1})";
+  return R"({"model": {"layers": [)" + layers + R"(]}, "data": "d", "epochs": 1, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rate": 1}})";
 }
 
 TEST_CASE("conv2d and pooling take Keras' strides and padding, with Keras' defaults", "[unit][config]") {

@@ -124,7 +124,7 @@ TEST_CASE("ActivationGradBias gives the derivative and the bias gradient in one 
     CHECK(worst <= 1e-5);
     for (int c = 0; c < cols; ++c) CHECK(dbias[c] == Approx(sums[c]).margin(1e-5));
     std::vector<float> dy2 = g;
-    ActivationGradBias(y.data(), dy2.data(), rows, cols, act, nullptr);  // no bias: the same dy
+    ActivationGradBias(y.data(), dy2.data(), rows, cols, act, nullptr, pre.data());  // no bias: the same dy
     CHECK(dy2 == dy);
   }
 }
