@@ -90,6 +90,17 @@ std::vector<ExportCase> ExportCases(int rows, std::uint32_t seed) {
   ExportCase layers = Case("layers", stack, Images(rows, 11, 3, 5, rng));
   layers.data.class_names = {"cat", "dog", "emu", "fox", "gnu"};
   out.push_back(std::move(layers));
+  // Keras' padding and strides on odd sizes, both poolings, relu6 and gelu (built from Erf in opset 13).
+  const nlohmann::json windows = {{"layers",
+                                   {{{"type", "conv2d"}, {"filters", 4}, {"kernel_size", 3}, {"strides", 2}, {"padding", "same"}, {"activation", "relu6"}},
+                                    {{"type", "max_pool2d"}, {"pool_size", 3}, {"strides", 2}, {"padding", "same"}},
+                                    {{"type", "conv2d"}, {"filters", 5}, {"kernel_size", 2}, {"padding", "same"}, {"activation", "gelu"}},
+                                    {{"type", "avg_pool2d"}, {"pool_size", 2}, {"strides", 1}, {"padding", "same"}},
+                                    {{"type", "conv2d"}, {"filters", 6}, {"kernel_size", 2}, {"strides", 2}},
+                                    {{"type", "global_avg_pool2d"}},
+                                    {{"type", "dense"}, {"units", 7}, {"activation", "gelu"}},
+                                    {{"type", "dense"}, {"units", 4}}}}};
+  out.push_back(Case("windows", windows, Images(rows, 13, 3, 4, rng)));
   ExportCase table = Case("standardized", "mlp", Table(rows, 8, 3, 0, rng));
   table.data.class_names = {"setosa", "versicolor", "virginica"};
   out.push_back(std::move(table));

@@ -26,6 +26,8 @@ bool ParseActivation(std::string_view s, Activation* out) {
   else if (s == "sigmoid") *out = Activation::kSigmoid;
   else if (s == "elu") *out = Activation::kElu;
   else if (s == "tanh") *out = Activation::kTanh;
+  else if (s == "relu6") *out = Activation::kRelu6;
+  else if (s == "gelu") *out = Activation::kGelu;
   else return false;
   return true;
 }
@@ -55,6 +57,16 @@ void ReadInit(ObjectReader& r, InitSpec* out) {
   else r.Fail(path, fmt::format("unknown initializer \"{}\" (expected zeros, normal, truncated_normal, glorot_uniform or he_normal)", type));
 }
 
+// "strides" and "padding" of a convolution or pooling layer, Keras' names and defaults.
+void ReadWindow(ObjectReader& r, LayerSpec* layer) {
+  r.Int("strides", 1, 64, &layer->strides);
+  std::string padding = "valid";
+  r.String("padding", &padding);
+  if (padding == "same") layer->padding = Padding::kSame;
+  else if (padding != "valid" && r.status().ok())
+    r.Fail(r.PathOf("padding"), fmt::format("unknown padding \"{}\" (expected valid or same)", padding));
+}
+
 void ReadLayer(const json& j, const std::string& path, LayerSpec* layer, const ObjectReader& parent) {
   ObjectReader r = parent.Child(j, path);
   std::string type;
@@ -66,9 +78,13 @@ void ReadLayer(const json& j, const std::string& path, LayerSpec* layer, const O
     layer->kind = LayerSpec::Kind::kConv2D;
     r.Int("filters", 1, 4096, &layer->filters, /*required=*/true);
     r.Int("kernel_size", 1, 64, &layer->kernel_size, /*required=*/true);
-  } else if (type == "max_pool2d") {
-    layer->kind = LayerSpec::Kind::kMaxPool2D;
+    ReadWindow(r, layer);
+  } else if (type == "max_pool2d" || type == "avg_pool2d") {
+    layer->kind = type == "max_pool2d" ? LayerSpec::Kind::kMaxPool2D : LayerSpec::Kind::kAvgPool2D;
     r.Int("pool_size", 1, 64, &layer->pool_size, /*required=*/true);
+    ReadWindow(r, layer);
+  } else if (type == "global_avg_pool2d") {
+    layer->kind = LayerSpec::Kind::kGlobalAvgPool2D;
   } else if (type == "flatten") {
     layer->kind = LayerSpec::Kind::kFlatten;
   } else if (type == "dropout") {
@@ -76,13 +92,15 @@ void ReadLayer(const json& j, const std::string& path, LayerSpec* layer, const O
     r.Double("rate", 0, 1, /*min_exclusive=*/false, &layer->rate, /*required=*/true);
     if (r.status().ok() && layer->rate >= 1) r.Fail(r.PathOf("rate"), "must be below 1 (a dropout of every value)");
   } else if (r.status().ok()) {
-    r.Fail(r.PathOf("type"), fmt::format("unknown layer type \"{}\" (expected dense, conv2d, max_pool2d, flatten or dropout)", type));
+    r.Fail(r.PathOf("type"), fmt::format("unknown layer type \"{}\" (expected dense, conv2d, max_pool2d, avg_pool2d, global_avg_pool2d, "
+                                         "flatten or dropout)",
+                                         type));
   }
   if (layer->kind == LayerSpec::Kind::kDense || layer->kind == LayerSpec::Kind::kConv2D) {
     std::string act = "none";
     r.String("activation", &act);
     if (r.status().ok() && !ParseActivation(act, &layer->activation))
-      r.Fail(r.PathOf("activation"), fmt::format("unknown activation \"{}\" (expected none, relu, sigmoid, elu or tanh)", act));
+      r.Fail(r.PathOf("activation"), fmt::format("unknown activation \"{}\" (expected none, relu, relu6, sigmoid, elu, tanh or gelu)", act));
     ReadInit(r, &layer->init);
   }
   (void)r.Finish();
@@ -446,6 +464,23 @@ std::string_view ActivationName(Activation a) {
     case Activation::kSigmoid: return "sigmoid";
     case Activation::kElu: return "elu";
     case Activation::kTanh: return "tanh";
+    case Activation::kRelu6: return "relu6";
+    case Activation::kGelu: return "gelu";
+  }
+  return "?";
+}
+
+std::string_view PaddingName(Padding p) { return p == Padding::kSame ? "same" : "valid"; }
+
+std::string_view LayerKindName(LayerSpec::Kind k) {
+  switch (k) {
+    case LayerSpec::Kind::kDense: return "dense";
+    case LayerSpec::Kind::kConv2D: return "conv2d";
+    case LayerSpec::Kind::kMaxPool2D: return "max_pool2d";
+    case LayerSpec::Kind::kFlatten: return "flatten";
+    case LayerSpec::Kind::kDropout: return "dropout";
+    case LayerSpec::Kind::kAvgPool2D: return "avg_pool2d";
+    case LayerSpec::Kind::kGlobalAvgPool2D: return "global_avg_pool2d";
   }
   return "?";
 }
@@ -516,6 +551,9 @@ JobSpec ReadJobSpec(ObjectReader& r) {
   if (r.status().ok()) ReadModelParallel(r, &job);
   ReadEnsemble(r, &job);
   if (r.status().ok()) CheckRegressionFits(r, job);
+  if (r.status().ok() && job.cuda_device >= 0) {
+    if (Status s = CheckCudaLayers(job.model); !s.ok()) r.Fail(r.PathOf("device"), fmt::format("\"{}\": {}", job.device, s.message()));
+  }
   (void)r.Finish();
   return job;
 }

@@ -11,7 +11,8 @@
 
 namespace tfd::config {
 
-enum class Activation { kNone, kRelu, kSigmoid, kElu, kTanh };
+// relu6: min(max(x, 0), 6); gelu: Keras' default (approximate=False), the exact x * Phi(x) with erf.
+enum class Activation { kNone, kRelu, kSigmoid, kElu, kTanh, kRelu6, kGelu };
 std::string_view ActivationName(Activation a);
 
 // How a layer's kernel is initialised (biases always start at zero).
@@ -28,17 +29,29 @@ struct InitSpec {
   double stddev = 1.0;  // kNormal and kTruncatedNormal only
 };
 
+// Keras' padding of a convolution or pooling window: "valid" places windows inside the input only
+// (out = floor((in - k) / stride) + 1); "same" gives out = ceil(in / stride), padding the input by
+// max((out - 1) * stride + k - in, 0) cells per axis, the odd one at the bottom / right.
+enum class Padding { kValid, kSame };
+std::string_view PaddingName(Padding p);
+
 struct LayerSpec {
-  enum class Kind { kDense, kConv2D, kMaxPool2D, kFlatten, kDropout };
+  enum class Kind { kDense, kConv2D, kMaxPool2D, kFlatten, kDropout, kAvgPool2D, kGlobalAvgPool2D };
   Kind kind = Kind::kDense;
   int units = 0;        // dense
   int filters = 0;      // conv2d
-  int kernel_size = 0;  // conv2d: square kernel, stride 1, "valid" padding
-  int pool_size = 0;    // max_pool2d: square window with stride = pool_size
+  int kernel_size = 0;  // conv2d: square kernel
+  int pool_size = 0;    // max_pool2d, avg_pool2d: square window
   double rate = 0;      // dropout: the fraction of values zeroed while training, in [0, 1)
   Activation activation = Activation::kNone;
   InitSpec init;
+  int strides = 0;      // conv2d, pools: the step between windows; 0: Keras' default (conv 1, pools pool_size)
+  Padding padding = Padding::kValid;  // conv2d, pools
+  // The step between windows, with the default applied.
+  int stride() const { return strides > 0 ? strides : kind == Kind::kConv2D ? 1 : pool_size; }
 };
+// "dense", "conv2d", "max_pool2d", ... as model.layers[i].type names them.
+std::string_view LayerKindName(LayerSpec::Kind k);
 
 // Either one of the seeds' models by name, or an explicit layer list ("layers").
 struct ModelSpec {
@@ -208,6 +221,16 @@ struct JobSpec {
   bool validates() const { return validation_fraction > 0 || validation_count > 0; }
   bool can_stop_early() const { return early_stopping.monitor != EarlyStoppingSpec::Monitor::kNone || stop_at_accuracy > 0; }
 };
+
+// What the CUDA backend has no kernel for in layer `l` (average and global pooling, strides, "same"
+// padding, relu6 and gelu): the field ("type", "padding", "strides", "activation") and a phrase
+// for it; an empty field when it has every kernel the layer needs.
+struct CudaGap {
+  std::string field, what;
+};
+CudaGap FindCudaGap(const LayerSpec& l);
+// InvalidArgument naming model.layers[i].FIELD for the first layer with a CudaGap; Ok otherwise.
+Status CheckCudaLayers(const ModelSpec& model);
 
 // Parses and validates a job spec. `source` names the text in errors ("configs/jobs/mlp.json");
 // every error is InvalidArgument and reads "SOURCE: JSON.PATH: what was expected".

@@ -30,12 +30,26 @@ void PutInit(const InitSpec& init, ojson* out) {
     (*out)["init"] = InitName(init.kind);
 }
 
+// strides and padding where they differ from Keras' defaults, so a job without them writes what it read.
+void PutWindow(const LayerSpec& l, ojson* out) {
+  if (l.strides > 0) (*out)["strides"] = l.strides;
+  if (l.padding != Padding::kValid) (*out)["padding"] = std::string(PaddingName(l.padding));
+}
+
 ojson LayerJson(const LayerSpec& l) {
   ojson j;
   switch (l.kind) {
     case LayerSpec::Kind::kDense: j = {{"type", "dense"}, {"units", l.units}}; break;
-    case LayerSpec::Kind::kConv2D: j = {{"type", "conv2d"}, {"filters", l.filters}, {"kernel_size", l.kernel_size}}; break;
-    case LayerSpec::Kind::kMaxPool2D: return {{"type", "max_pool2d"}, {"pool_size", l.pool_size}};
+    case LayerSpec::Kind::kConv2D:
+      j = {{"type", "conv2d"}, {"filters", l.filters}, {"kernel_size", l.kernel_size}};
+      PutWindow(l, &j);
+      break;
+    case LayerSpec::Kind::kMaxPool2D:
+    case LayerSpec::Kind::kAvgPool2D:
+      j = {{"type", std::string(LayerKindName(l.kind))}, {"pool_size", l.pool_size}};
+      PutWindow(l, &j);
+      return j;
+    case LayerSpec::Kind::kGlobalAvgPool2D: return {{"type", "global_avg_pool2d"}};
     case LayerSpec::Kind::kFlatten: return {{"type", "flatten"}};
     case LayerSpec::Kind::kDropout: return {{"type", "dropout"}, {"rate", l.rate}};
   }

@@ -84,6 +84,19 @@ std::string Activate(GraphBuilder& b, config::Activation act, const std::string&
       GraphBuilder::Float(n, "alpha", 1.0f);
       return n->output(0);
     }
+    case config::Activation::kRelu6: {  // opset 13's Clip takes its bounds as inputs
+      const float lo[] = {0.0f}, hi[] = {6.0f};
+      return b.Node("Clip", {x, b.Constant(prefix + "/relu6_min", {}, lo), b.Constant(prefix + "/relu6_max", {}, hi)}, prefix + "/relu6")
+          ->output(0);
+    }
+    case config::Activation::kGelu: {  // no Gelu before opset 20: x (1 + erf(x / sqrt 2)) / 2
+      const float inv_sqrt2[] = {0.70710678118654752f}, one[] = {1.0f}, half[] = {0.5f};
+      const std::string h = b.Node("Mul", {x, b.Constant(prefix + "/gelu_inv_sqrt2", {}, inv_sqrt2)}, prefix + "/gelu_scaled")->output(0);
+      const std::string e = b.Node("Erf", {h}, prefix + "/gelu_erf")->output(0);
+      const std::string a = b.Node("Add", {e, b.Constant(prefix + "/gelu_one", {}, one)}, prefix + "/gelu_cdf2")->output(0);
+      const std::string m = b.Node("Mul", {x, a}, prefix + "/gelu_x_cdf2")->output(0);
+      return b.Node("Mul", {m, b.Constant(prefix + "/gelu_half", {}, half)}, prefix + "/gelu")->output(0);
+    }
   }
   return x;
 }
@@ -98,6 +111,111 @@ std::vector<float> ToOihw(std::span<const float> hwio, int k, int cin, int filte
           out[((static_cast<std::size_t>(o) * cin + i) * k + y) * k + x] = hwio[((static_cast<std::size_t>(y) * k + x) * cin + i) * filters + o];
   return out;
 }
+
+// Writes the model's layers into the graph after `x`. Values are flat ([batch, h*w*c], NHWC order
+// inside a row, as tfd keeps rows) until a convolution or pooling, which takes NCHW; a dense layer
+// after one flattens back to NHWC order.
+class LayerWriter {
+ public:
+  LayerWriter(GraphBuilder& b, const model::Model& m, std::string x) : b_(b), m_(m), x_(std::move(x)), shape_(m.input_shape()) {}
+
+  Status WriteAll() {
+    for (std::size_t i = 0; i < m_.num_layers(); ++i) {
+      const LayerSpec& l = m_.layer_spec(i);
+      const std::string prefix = fmt::format("layer{}", i);
+      switch (l.kind) {
+        case LayerSpec::Kind::kDropout: break;  // the identity at inference
+        case LayerSpec::Kind::kFlatten: break;  // rows are flat already; an NCHW value is flattened by the dense layer that reads it
+        case LayerSpec::Kind::kDense: TFD_RETURN_IF_ERROR(Dense(l, prefix)); break;
+        case LayerSpec::Kind::kConv2D: TFD_RETURN_IF_ERROR(Conv(l, prefix)); break;
+        case LayerSpec::Kind::kMaxPool2D:
+        case LayerSpec::Kind::kAvgPool2D: Pool(l, prefix); break;
+        case LayerSpec::Kind::kGlobalAvgPool2D:
+          ToNchw(prefix);
+          x_ = b_.Node("GlobalAveragePool", {x_}, prefix + "/global_avg_pool")->output(0);
+          break;
+      }
+      shape_ = m_.layer_output_shape(i);
+    }
+    return Status::Ok();
+  }
+  // The last layer's output as rows of tfd's layout.
+  std::string FlatOutput() {
+    ToFlat("output");
+    return x_;
+  }
+  std::size_t unused_variables() const { return m_.variables().size() - next_var_; }
+
+ private:
+  Result<const model::Variable*> Take(std::string_view what) {
+    if (next_var_ >= m_.variables().size()) return Status::InvalidArgument(fmt::format("the model has no {} variable left to export", what));
+    return &m_.variables()[next_var_++];
+  }
+  std::span<const float> Values(const model::Variable* v) const {
+    return m_.params().subspan(static_cast<std::size_t>(v->offset), static_cast<std::size_t>(v->size));
+  }
+  void ToNchw(const std::string& prefix) {
+    if (nchw_) return;
+    onnx::NodeProto* r = b_.Node("Reshape", {x_, b_.Int64s(prefix + "/nhwc_shape", {-1, shape_.h, shape_.w, shape_.c})}, prefix + "/nhwc");
+    onnx::NodeProto* t = b_.Node("Transpose", {r->output(0)}, prefix + "/nchw");
+    GraphBuilder::Ints(t, "perm", {0, 3, 1, 2});
+    x_ = t->output(0);
+    nchw_ = true;
+  }
+  void ToFlat(const std::string& prefix) {
+    if (!nchw_) return;
+    onnx::NodeProto* t = b_.Node("Transpose", {x_}, prefix + "/nhwc");
+    GraphBuilder::Ints(t, "perm", {0, 2, 3, 1});
+    onnx::NodeProto* f = b_.Node("Flatten", {t->output(0)}, prefix + "/flat");
+    GraphBuilder::Int(f, "axis", 1);
+    x_ = f->output(0);
+    nchw_ = false;
+  }
+  // kernel_shape, strides and pads (ONNX's [top, left, bottom, right]) of a k x k window.
+  void Window(onnx::NodeProto* n, const LayerSpec& l, int k) const {
+    const tensor::WindowAxis y = tensor::Window(shape_.h, k, l.stride(), l.padding), x = tensor::Window(shape_.w, k, l.stride(), l.padding);
+    GraphBuilder::Ints(n, "kernel_shape", {k, k});
+    GraphBuilder::Ints(n, "strides", {l.stride(), l.stride()});
+    GraphBuilder::Ints(n, "pads", {y.pad_before, x.pad_before, y.pad_after, x.pad_after});
+  }
+  Status Dense(const LayerSpec& l, const std::string& prefix) {
+    ToFlat(prefix);
+    TFD_ASSIGN_OR_RETURN(const model::Variable* kernel, Take("kernel"));
+    TFD_ASSIGN_OR_RETURN(const model::Variable* bias, Take("bias"));
+    const std::string k = b_.Constant(kernel->name, kernel->shape, Values(kernel));
+    const std::string c = b_.Constant(bias->name, bias->shape, Values(bias));
+    x_ = Activate(b_, l.activation, b_.Node("Gemm", {x_, k, c}, prefix + "/dense")->output(0), prefix);
+    return Status::Ok();
+  }
+  Status Conv(const LayerSpec& l, const std::string& prefix) {
+    ToNchw(prefix);
+    TFD_ASSIGN_OR_RETURN(const model::Variable* kernel, Take("kernel"));
+    TFD_ASSIGN_OR_RETURN(const model::Variable* bias, Take("bias"));
+    const int k = l.kernel_size;
+    const std::vector<float> oihw = ToOihw(Values(kernel), k, shape_.c, l.filters);
+    const std::string w = b_.Constant(kernel->name, {l.filters, shape_.c, k, k}, oihw);
+    const std::string c = b_.Constant(bias->name, bias->shape, Values(bias));
+    onnx::NodeProto* conv = b_.Node("Conv", {x_, w, c}, prefix + "/conv");
+    Window(conv, l, k);
+    x_ = Activate(b_, l.activation, conv->output(0), prefix);
+    return Status::Ok();
+  }
+  void Pool(const LayerSpec& l, const std::string& prefix) {
+    ToNchw(prefix);
+    const bool max = l.kind == LayerSpec::Kind::kMaxPool2D;
+    onnx::NodeProto* p = b_.Node(max ? "MaxPool" : "AveragePool", {x_}, prefix + (max ? "/max_pool" : "/avg_pool"));
+    Window(p, l, l.pool_size);
+    if (!max) GraphBuilder::Int(p, "count_include_pad", 0);  // Keras averages the cells inside the input only
+    x_ = p->output(0);
+  }
+
+  GraphBuilder& b_;
+  const model::Model& m_;
+  std::string x_;
+  bool nchw_ = false;
+  tensor::ActShape shape_;
+  std::size_t next_var_ = 0;
+};
 
 }  // namespace
 
@@ -126,79 +244,11 @@ Result<std::string> OnnxModelBytes(const ModelCard& card, const model::Model& m)
     x = b.Node("Mul", {x, b.Constant("preprocess/inv_std", {card.features()}, card.normalizer.inv_std)}, "preprocess/standardized")->output(0);
   }
 
-  // The layers. `x` is flat ([batch, h*w*c], NHWC order inside a row, as tfd keeps rows) until a
-  // convolution, which takes NCHW; a dense layer after one flattens back to NHWC order.
-  bool nchw = false;
-  tensor::ActShape shape = m.input_shape();
-  const std::vector<model::Variable>& vars = m.variables();
-  std::size_t next_var = 0;
-  auto take = [&](std::string_view what) -> Result<const model::Variable*> {
-    if (next_var >= vars.size()) return Status::InvalidArgument(fmt::format("the model has no {} variable left to export", what));
-    return &vars[next_var++];
-  };
-  const std::span<const float> params = m.params();
-  auto values = [&](const model::Variable* v) { return params.subspan(static_cast<std::size_t>(v->offset), static_cast<std::size_t>(v->size)); };
-  for (std::size_t i = 0; i < m.num_layers(); ++i) {
-    const LayerSpec& l = m.layer_spec(i);
-    const std::string prefix = fmt::format("layer{}", i);
-    switch (l.kind) {
-      case LayerSpec::Kind::kDropout: break;  // the identity at inference
-      case LayerSpec::Kind::kFlatten: break;  // rows are flat already; an NCHW value is flattened by the dense layer that reads it
-      case LayerSpec::Kind::kDense: {
-        if (nchw) {
-          onnx::NodeProto* t = b.Node("Transpose", {x}, prefix + "/nhwc");
-          GraphBuilder::Ints(t, "perm", {0, 2, 3, 1});
-          onnx::NodeProto* f = b.Node("Flatten", {t->output(0)}, prefix + "/flat");
-          GraphBuilder::Int(f, "axis", 1);
-          x = f->output(0);
-          nchw = false;
-        }
-        TFD_ASSIGN_OR_RETURN(const model::Variable* kernel, take("kernel"));
-        TFD_ASSIGN_OR_RETURN(const model::Variable* bias, take("bias"));
-        const std::string k = b.Constant(kernel->name, kernel->shape, values(kernel));
-        const std::string c = b.Constant(bias->name, bias->shape, values(bias));
-        x = Activate(b, l.activation, b.Node("Gemm", {x, k, c}, prefix + "/dense")->output(0), prefix);
-        break;
-      }
-      case LayerSpec::Kind::kConv2D: {
-        if (!nchw) {
-          onnx::NodeProto* r = b.Node("Reshape", {x, b.Int64s(prefix + "/nhwc_shape", {-1, shape.h, shape.w, shape.c})}, prefix + "/nhwc");
-          onnx::NodeProto* t = b.Node("Transpose", {r->output(0)}, prefix + "/nchw");
-          GraphBuilder::Ints(t, "perm", {0, 3, 1, 2});
-          x = t->output(0);
-          nchw = true;
-        }
-        TFD_ASSIGN_OR_RETURN(const model::Variable* kernel, take("kernel"));
-        TFD_ASSIGN_OR_RETURN(const model::Variable* bias, take("bias"));
-        const int k = l.kernel_size;
-        const std::vector<float> oihw = ToOihw(values(kernel), k, shape.c, l.filters);
-        const std::string w = b.Constant(kernel->name, {l.filters, shape.c, k, k}, oihw);
-        const std::string c = b.Constant(bias->name, bias->shape, values(bias));
-        onnx::NodeProto* conv = b.Node("Conv", {x, w, c}, prefix + "/conv");
-        GraphBuilder::Ints(conv, "kernel_shape", {k, k});
-        GraphBuilder::Ints(conv, "strides", {1, 1});
-        x = Activate(b, l.activation, conv->output(0), prefix);
-        break;
-      }
-      case LayerSpec::Kind::kMaxPool2D: {
-        if (!nchw) return Status::InvalidArgument(fmt::format("layer {}: max_pool2d on flat rows cannot be exported", i));
-        onnx::NodeProto* p = b.Node("MaxPool", {x}, prefix + "/max_pool");
-        GraphBuilder::Ints(p, "kernel_shape", {l.pool_size, l.pool_size});
-        GraphBuilder::Ints(p, "strides", {l.pool_size, l.pool_size});
-        x = p->output(0);
-        break;
-      }
-    }
-    shape = m.layer_output_shape(i);
-  }
-  if (nchw) {  // a model that ends in a convolution or pooling: its rows as tfd gives them
-    onnx::NodeProto* t = b.Node("Transpose", {x}, "output/nhwc");
-    GraphBuilder::Ints(t, "perm", {0, 2, 3, 1});
-    onnx::NodeProto* f = b.Node("Flatten", {t->output(0)}, "output/flat");
-    GraphBuilder::Int(f, "axis", 1);
-    x = f->output(0);
-  }
-  if (next_var != vars.size()) return Status::InvalidArgument(fmt::format("{} of the model's variables belong to no exported layer", vars.size() - next_var));
+  LayerWriter layers(b, m, x);
+  TFD_RETURN_IF_ERROR(layers.WriteAll());
+  x = layers.FlatOutput();
+  if (layers.unused_variables() > 0)
+    return Status::InvalidArgument(fmt::format("{} of the model's variables belong to no exported layer", layers.unused_variables()));
 
   const std::int64_t width = m.classes();
   if (card.regression()) {

@@ -80,6 +80,14 @@ void FillInit(const tensor::ParamSpec& p, std::span<float> out, Rng& rng) {
   }
 }
 
+// InvalidArgument at `where` when a "valid" k x k `what` window does not fit the input `in`
+// ("same" always fits: it pads).
+Status CheckWindowFits(const std::string& where, std::string_view what, int k, const LayerSpec& l, tensor::ActShape in) {
+  if (l.padding == config::Padding::kSame || (in.h >= k && in.w >= k)) return Status::Ok();
+  return Status::InvalidArgument(fmt::format("{}: a {}x{} {} does not fit a {}x{} input (\"padding\": \"same\" pads it)", where, k, k,
+                                             what, in.h, in.w));
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Model>> Model::Build(const config::ModelSpec& spec, tensor::ActShape input, Outputs outputs,
@@ -100,36 +108,27 @@ Result<std::unique_ptr<Model>> Model::Build(const config::ModelSpec& spec, tenso
     if (spec.init.kind != InitKind::kDefault) l.init = spec.init;
     const std::string where = spec.name == "layers" ? fmt::format("model.layers[{}]", i) : fmt::format("model \"{}\"", spec.name);
     std::unique_ptr<tensor::Layer> layer;
-    std::string kind;
     switch (l.kind) {
       case LayerSpec::Kind::kFlatten: shape = {1, 1, static_cast<int>(shape.size())}; continue;
-      case LayerSpec::Kind::kDense:
-        layer = tensor::MakeDense(shape, l.units, l.activation, l.init, gemm);
-        kind = "dense";
-        break;
+      case LayerSpec::Kind::kDense: layer = tensor::MakeDense(shape, l.units, l.activation, l.init, gemm); break;
       case LayerSpec::Kind::kConv2D:
         if (input.h == 1 && i == 0)
           return Status::InvalidArgument(fmt::format("{}: conv2d needs images (height x width x channels), but the data's examples are "
                                                      "rows of {} features: use a dense model (dnn, mlp or dense layers)",
                                                      where, input.size()));
-        if (shape.h < l.kernel_size || shape.w < l.kernel_size)
-          return Status::InvalidArgument(fmt::format("{}: a {}x{} kernel does not fit a {}x{} input", where,
-                                                     l.kernel_size, l.kernel_size, shape.h, shape.w));
-        layer = tensor::MakeConv2D(shape, l.filters, l.kernel_size, l.activation, l.init, gemm);
-        kind = "conv2d";
+        TFD_RETURN_IF_ERROR(CheckWindowFits(where, "kernel", l.kernel_size, l, shape));
+        layer = tensor::MakeConv2D(shape, l.filters, l.kernel_size, l.activation, l.init, gemm, l.stride(), l.padding);
         break;
-      case LayerSpec::Kind::kDropout:
-        layer = tensor::MakeDropout(shape, l.rate);
-        kind = "dropout";
-        break;
+      case LayerSpec::Kind::kDropout: layer = tensor::MakeDropout(shape, l.rate); break;
       case LayerSpec::Kind::kMaxPool2D:
-        if (shape.h < l.pool_size || shape.w < l.pool_size)
-          return Status::InvalidArgument(fmt::format("{}: a {}x{} pool does not fit a {}x{} input", where,
-                                                     l.pool_size, l.pool_size, shape.h, shape.w));
-        layer = tensor::MakeMaxPool2D(shape, l.pool_size);
-        kind = "max_pool2d";
+      case LayerSpec::Kind::kAvgPool2D:
+        TFD_RETURN_IF_ERROR(CheckWindowFits(where, "pool", l.pool_size, l, shape));
+        layer = l.kind == LayerSpec::Kind::kMaxPool2D ? tensor::MakeMaxPool2D(shape, l.pool_size, l.stride(), l.padding)
+                                                      : tensor::MakeAvgPool2D(shape, l.pool_size, l.stride(), l.padding);
         break;
+      case LayerSpec::Kind::kGlobalAvgPool2D: layer = tensor::MakeGlobalAvgPool2D(shape); break;
     }
+    const std::string kind(config::LayerKindName(l.kind));
     int n = kind_count[kind]++;
     layer_names.push_back(n == 0 ? kind : fmt::format("{}_{}", kind, n));
     shape = layer->output_shape();

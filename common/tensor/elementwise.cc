@@ -6,6 +6,8 @@
 
 #include <Eigen/Core>
 
+#include "common/base/check.h"
+
 namespace tfd::tensor {
 namespace {
 
@@ -51,8 +53,27 @@ TFD_CLONES void BiasRow(float* __restrict y, const float* __restrict b, std::int
       }
       break;
     case Activation::kTanh:  // Eigen's vectorised tanh, in TanhRow
+    case Activation::kGelu:  // GeluRow, from the pre-activation
       for (std::int64_t c = 0; c < cols; ++c) y[c] += b[c];
       break;
+    case Activation::kRelu6:
+      for (std::int64_t c = 0; c < cols; ++c) y[c] = std::min(std::max(y[c] + b[c], 0.0f), 6.0f);
+      break;
+  }
+}
+
+// gelu(x) = x Phi(x) = x (1 + erf(x / sqrt 2)) / 2, Keras' exact form (approximate=False). Scalar
+// erf: gelu is rare in these networks, and std::erf is correctly rounded to a few ulp.
+void GeluRow(const float* __restrict x, float* __restrict y, std::int64_t cols) {
+  for (std::int64_t c = 0; c < cols; ++c) y[c] = 0.5f * x[c] * (1.0f + std::erf(x[c] * 0.70710678118654752f));
+}
+
+// gelu'(x) = Phi(x) + x phi(x).
+void GeluGradRow(const float* __restrict x, float* __restrict d, std::int64_t cols) {
+  for (std::int64_t c = 0; c < cols; ++c) {
+    const float cdf = 0.5f * (1.0f + std::erf(x[c] * 0.70710678118654752f));
+    const float pdf = 0.39894228040143268f * std::exp(-0.5f * x[c] * x[c]);
+    d[c] *= cdf + x[c] * pdf;
   }
 }
 
@@ -76,6 +97,10 @@ TFD_CLONES void GradRow(const float* __restrict y, float* __restrict d, std::int
     case Activation::kTanh:
       for (std::int64_t c = 0; c < cols; ++c) d[c] *= 1.0f - y[c] * y[c];
       break;
+    case Activation::kRelu6:
+      for (std::int64_t c = 0; c < cols; ++c) d[c] = y[c] > 0.0f && y[c] < 6.0f ? d[c] : 0.0f;
+      break;
+    case Activation::kGelu: break;  // GeluGradRow, from the pre-activation
   }
 }
 
@@ -89,19 +114,28 @@ TFD_CLONES void ExpLoop(const float* __restrict x, float* __restrict out, std::i
 
 }  // namespace
 
-void BiasActivation(float* y, const float* bias, std::int64_t rows, std::int64_t cols, Activation act) {
+bool NeedsPreActivation(Activation act) { return act == Activation::kGelu; }
+
+void BiasActivation(float* y, const float* bias, std::int64_t rows, std::int64_t cols, Activation act, float* pre) {
+  TFD_CHECK(!NeedsPreActivation(act) || pre != nullptr);
   for (std::int64_t r = 0; r < rows; ++r) {
     BiasRow(y + r * cols, bias, cols, act);
     if (act == Activation::kTanh) TanhRow(y + r * cols, cols);
+    if (act == Activation::kGelu) {
+      std::copy(y + r * cols, y + (r + 1) * cols, pre + r * cols);
+      GeluRow(pre + r * cols, y + r * cols, cols);
+    }
   }
 }
 
 void ActivationGradBias(const float* y, float* dy, std::int64_t rows, std::int64_t cols, Activation act,
-                        float* dbias) {
+                        float* dbias, const float* pre) {
+  TFD_CHECK(!NeedsPreActivation(act) || pre != nullptr);
   if (dbias != nullptr) std::fill(dbias, dbias + cols, 0.0f);
   // Row by row, so the row just made is summed while it is in L1.
   for (std::int64_t r = 0; r < rows; ++r) {
     GradRow(y + r * cols, dy + r * cols, cols, act);
+    if (act == Activation::kGelu) GeluGradRow(pre + r * cols, dy + r * cols, cols);
     if (dbias != nullptr) AddRow(dy + r * cols, dbias, cols);
   }
 }

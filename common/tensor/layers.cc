@@ -12,26 +12,6 @@
 namespace tfd::tensor {
 namespace {
 
-// One window position of max-pooling's backward pass over c channels: the gradient goes to the
-// first position whose value equals the window's max (taken[ch] marks that it has been placed).
-// Restrict pointers and branch-free selects so the loop vectorises.
-void PoolGrad(const float* __restrict v, const float* __restrict max, const float* __restrict g, float* __restrict d,
-              float* __restrict taken, int c, bool first) {
-  if (first) {
-    for (int ch = 0; ch < c; ++ch) {
-      const float hit = v[ch] == max[ch] ? 1.0f : 0.0f;
-      d[ch] = hit * g[ch];
-      taken[ch] = hit;
-    }
-  } else {
-    for (int ch = 0; ch < c; ++ch) {
-      const float hit = (v[ch] == max[ch] ? 1.0f : 0.0f) * (1.0f - taken[ch]);
-      d[ch] = hit * g[ch];
-      taken[ch] += hit;
-    }
-  }
-}
-
 std::string ActSuffix(Activation act) {
   return act == Activation::kNone ? std::string() : fmt::format(" {}", config::ActivationName(act));
 }
@@ -40,7 +20,7 @@ std::string ActSuffix(Activation act) {
 // and runs its GEMMs on `gemm_`.
 class KernelBiasLayer : public Layer {
  public:
-  explicit KernelBiasLayer(GemmConfig gemm) : gemm_(gemm) {}
+  KernelBiasLayer(GemmConfig gemm, Activation act) : gemm_(gemm), act_(act) {}
 
   void Bind(std::span<const std::span<float>> params, std::span<const std::span<float>> grads) override {
     TFD_CHECK(params.size() == 2 && grads.size() == 2);
@@ -51,47 +31,61 @@ class KernelBiasLayer : public Layer {
   }
 
  protected:
+  // Room for `rows` pre-activations when the activation's derivative needs them (gelu).
+  void ReservePre(std::int64_t rows, int cols) {
+    if (NeedsPreActivation(act_)) pre_.resize(static_cast<std::size_t>(rows * cols));
+  }
+  float* pre() { return pre_.empty() ? nullptr : pre_.data(); }
+
   const GemmConfig gemm_;
+  const Activation act_;
   float *kernel_ = nullptr, *bias_ = nullptr, *dkernel_ = nullptr, *dbias_ = nullptr;
+
+ private:
+  std::vector<float> pre_;
 };
 
 class Dense final : public KernelBiasLayer {
  public:
   Dense(ActShape in, int units, Activation act, InitSpec init, GemmConfig gemm)
-      : KernelBiasLayer(gemm), in_(static_cast<int>(in.size())), units_(units), act_(act), init_(init) {}
+      : KernelBiasLayer(gemm, act), in_(static_cast<int>(in.size())), units_(units), init_(init) {}
 
   std::string Describe() const override { return fmt::format("dense {}{}", units_, ActSuffix(act_)); }
   ActShape output_shape() const override { return {1, 1, units_}; }
   std::vector<ParamSpec> Params() const override {
     return {{"kernel", {in_, units_}, init_, in_, units_}, {"bias", {units_}, {config::InitKind::kZeros}, in_, units_}};
   }
+  bool KeepsForwardState() const override { return NeedsPreActivation(act_); }
+  void Reserve(int max_batch) override { ReservePre(max_batch, units_); }
   void Forward(const float* in, float* out, int batch) override {
     Gemm(gemm_, false, false, batch, units_, in_, 1.0f, in, in_, kernel_, units_, 0.0f, out, units_);
-    BiasActivation(out, bias_, batch, units_, act_);
+    BiasActivation(out, bias_, batch, units_, act_, pre());
   }
   void Backward(const float* in, const float* out, float* dout, float* din, int batch) override {
-    ActivationGradBias(out, dout, batch, units_, act_, dbias_);
+    ActivationGradBias(out, dout, batch, units_, act_, dbias_, pre());
     Gemm(gemm_, true, false, in_, units_, batch, 1.0f, in, in_, dout, units_, 0.0f, dkernel_, units_);
     if (din != nullptr) Gemm(gemm_, false, true, batch, in_, units_, 1.0f, dout, units_, kernel_, units_, 0.0f, din, in_);
   }
 
  private:
   int in_, units_;
-  Activation act_;
   InitSpec init_;
 };
 
 // Convolution as im2col + one GEMM: every output pixel's k x k x c_in patch becomes a row of
-// `cols_` ([batch*oh*ow, k*k*c_in]), so out = cols . kernel is already NHWC.
+// `cols_` ([batch*oh*ow, k*k*c_in]), so out = cols . kernel is already NHWC. Padding cells are
+// zeros in the patch rows; a stride only changes which input pixels a row starts at.
 class Conv2D final : public KernelBiasLayer {
  public:
-  Conv2D(ActShape in, int filters, int k, Activation act, InitSpec init, GemmConfig gemm)
-      : KernelBiasLayer(gemm), in_(in), out_{in.h - k + 1, in.w - k + 1, filters}, k_(k), act_(act), init_(init) {
+  Conv2D(ActShape in, int filters, int k, int stride, Padding padding, Activation act, InitSpec init, GemmConfig gemm)
+      : KernelBiasLayer(gemm, act), in_(in), y_(Window(in.h, k, stride, padding)), x_(Window(in.w, k, stride, padding)),
+        out_{y_.out, x_.out, filters}, k_(k), stride_(stride), padding_(padding), init_(init) {
     TFD_CHECK(out_.h > 0 && out_.w > 0);
   }
 
   std::string Describe() const override {
-    return fmt::format("conv2d {} {}x{}{}", out_.c, k_, k_, ActSuffix(act_));
+    return fmt::format("conv2d {} {}x{}{}{}{}", out_.c, k_, k_, stride_ == 1 ? "" : fmt::format(" stride {}", stride_),
+                       padding_ == Padding::kSame ? " same" : "", ActSuffix(act_));
   }
   ActShape output_shape() const override { return out_; }
   std::vector<ParamSpec> Params() const override {
@@ -102,18 +96,19 @@ class Conv2D final : public KernelBiasLayer {
   bool KeepsForwardState() const override { return true; }
   void Reserve(int max_batch) override {
     cols_.resize(static_cast<std::size_t>(max_batch) * out_.h * out_.w * patch());
+    ReservePre(std::int64_t{max_batch} * out_.h * out_.w, out_.c);
   }
   void Forward(const float* in, float* out, int batch) override {
     TFD_CHECK(cols_.size() >= static_cast<std::size_t>(batch) * out_.h * out_.w * patch());
     Im2Col(in, batch);
     int rows = batch * out_.h * out_.w;
     Gemm(gemm_, false, false, rows, out_.c, patch(), 1.0f, cols_.data(), patch(), kernel_, out_.c, 0.0f, out, out_.c);
-    BiasActivation(out, bias_, rows, out_.c, act_);
+    BiasActivation(out, bias_, rows, out_.c, act_, pre());
   }
   void Backward(const float* in, const float* out, float* dout, float* din, int batch) override {
     (void)in;  // cols_ still holds Forward's patches
     int rows = batch * out_.h * out_.w;
-    ActivationGradBias(out, dout, rows, out_.c, act_, dbias_);
+    ActivationGradBias(out, dout, rows, out_.c, act_, dbias_, pre());
     Gemm(gemm_, true, false, patch(), out_.c, rows, 1.0f, cols_.data(), patch(), dout, out_.c, 0.0f, dkernel_, out_.c);
     if (din == nullptr) return;
     // dcols = dout . kernel^T, then scatter-add each patch back (col2im). cols_ is free now.
@@ -124,97 +119,64 @@ class Conv2D final : public KernelBiasLayer {
  private:
   int patch() const { return k_ * k_ * in_.c; }
 
+  // The kernel row `ky` of output pixel (oy, ox): the input row it reads (-1: padding) and the
+  // kernel columns [lo, hi) that fall inside the input, starting at input column x0 + lo.
+  struct Run {
+    int iy, x0, lo, hi;
+  };
+  Run RunAt(int oy, int ox, int ky) const {
+    const int iy = oy * stride_ - y_.pad_before + ky, x0 = ox * stride_ - x_.pad_before;
+    if (iy < 0 || iy >= in_.h) return {-1, x0, 0, 0};
+    const int lo = std::min(k_, std::max(0, -x0));
+    return {iy, x0, lo, std::max(lo, std::min(k_, in_.w - x0))};
+  }
+
   void Im2Col(const float* in, int batch) {
-    const int run = k_ * in_.c;  // one kernel row: k pixels x c_in, contiguous in NHWC
+    const int c = in_.c, run = k_ * c;  // one kernel row: k pixels x c_in, contiguous in NHWC
     float* dst = cols_.data();
     for (int n = 0; n < batch; ++n) {
       const float* img = in + static_cast<std::int64_t>(n) * in_.size();
       for (int oy = 0; oy < out_.h; ++oy)
         for (int ox = 0; ox < out_.w; ++ox)
-          for (int ky = 0; ky < k_; ++ky) {
-            const float* src = img + (static_cast<std::int64_t>(oy + ky) * in_.w + ox) * in_.c;
-            std::copy(src, src + run, dst);
-            dst += run;
+          for (int ky = 0; ky < k_; ++ky, dst += run) {
+            const Run r = RunAt(oy, ox, ky);
+            if (r.iy < 0) {
+              std::fill(dst, dst + run, 0.0f);
+              continue;
+            }
+            const float* src = img + (static_cast<std::int64_t>(r.iy) * in_.w + r.x0 + r.lo) * c;
+            std::fill(dst, dst + r.lo * c, 0.0f);
+            std::copy(src, src + (r.hi - r.lo) * c, dst + r.lo * c);
+            std::fill(dst + r.hi * c, dst + run, 0.0f);
           }
     }
   }
 
   void Col2Im(float* din, int batch) {
-    const int run = k_ * in_.c;
+    const int c = in_.c, run = k_ * c;
     std::fill(din, din + static_cast<std::int64_t>(batch) * in_.size(), 0.0f);
     const float* src = cols_.data();
     for (int n = 0; n < batch; ++n) {
       float* img = din + static_cast<std::int64_t>(n) * in_.size();
       for (int oy = 0; oy < out_.h; ++oy)
         for (int ox = 0; ox < out_.w; ++ox)
-          for (int ky = 0; ky < k_; ++ky) {
-            float* dst = img + (static_cast<std::int64_t>(oy + ky) * in_.w + ox) * in_.c;
-            for (int i = 0; i < run; ++i) dst[i] += src[i];
-            src += run;
+          for (int ky = 0; ky < k_; ++ky, src += run) {
+            const Run r = RunAt(oy, ox, ky);
+            if (r.iy < 0) continue;
+            float* dst = img + (static_cast<std::int64_t>(r.iy) * in_.w + r.x0 + r.lo) * c;
+            const float* from = src + r.lo * c;
+            for (int i = 0; i < (r.hi - r.lo) * c; ++i) dst[i] += from[i];
           }
     }
   }
 
-  ActShape in_, out_;
-  int k_;
-  Activation act_;
+  ActShape in_;
+  WindowAxis y_, x_;
+  ActShape out_;
+  int k_, stride_;
+  Padding padding_;
   InitSpec init_;
   std::vector<float> cols_;
-};
-
-// Max pooling keeps no arg-max: Backward finds each window's first input equal to its output
-// (the one Forward's strict ">" scan kept), so Forward is a plain vectorised max.
-class MaxPool2D final : public Layer {
- public:
-  MaxPool2D(ActShape in, int pool) : in_(in), out_{in.h / pool, in.w / pool, in.c}, p_(pool) {
-    TFD_CHECK(out_.h > 0 && out_.w > 0);
-  }
-
-  std::string Describe() const override { return fmt::format("max_pool2d {}x{}", p_, p_); }
-  ActShape output_shape() const override { return out_; }
-  void Forward(const float* in, float* out, int batch) override {
-    const int c = in_.c;
-    for (int n = 0; n < batch; ++n) {
-      const float* img = in + static_cast<std::int64_t>(n) * in_.size();
-      for (int py = 0; py < out_.h; ++py)
-        for (int px = 0; px < out_.w; ++px) {
-          const float* first = img + (static_cast<std::int64_t>(py * p_) * in_.w + px * p_) * c;
-          std::copy(first, first + c, out);
-          for (int dy = 0; dy < p_; ++dy)
-            for (int dx = 0; dx < p_; ++dx) {
-              const float* v = img + (static_cast<std::int64_t>(py * p_ + dy) * in_.w + px * p_ + dx) * c;
-              for (int ch = 0; ch < c; ++ch) out[ch] = v[ch] > out[ch] ? v[ch] : out[ch];
-            }
-          out += c;
-        }
-    }
-  }
-  void Backward(const float* in, const float* out, float* dout, float* din, int batch) override {
-    if (din == nullptr) return;
-    const int c = in_.c;
-    if (out_.h * p_ != in_.h || out_.w * p_ != in_.w)  // rows/columns no window covers get no gradient
-      std::fill(din, din + static_cast<std::int64_t>(batch) * in_.size(), 0.0f);
-    taken_.resize(static_cast<std::size_t>(c));
-    float* taken = taken_.data();
-    for (int n = 0; n < batch; ++n) {
-      const std::int64_t base = static_cast<std::int64_t>(n) * in_.size();
-      for (int py = 0; py < out_.h; ++py)
-        for (int px = 0; px < out_.w; ++px) {
-          for (int dy = 0; dy < p_; ++dy)
-            for (int dx = 0; dx < p_; ++dx) {
-              const std::int64_t at = base + (static_cast<std::int64_t>(py * p_ + dy) * in_.w + px * p_ + dx) * c;
-              PoolGrad(in + at, out, dout, din + at, taken, c, /*first=*/dy == 0 && dx == 0);
-            }
-          out += c;
-          dout += c;
-        }
-    }
-  }
-
- private:
-  ActShape in_, out_;
-  int p_;
-  std::vector<float> taken_;
 };
 
 // The mask is drawn whole in each training Forward from (seed, element index): one Rng stream
@@ -278,11 +240,18 @@ std::int64_t NumElements(const std::vector<std::int64_t>& shape) {
 std::unique_ptr<Layer> MakeDense(ActShape in, int units, Activation act, InitSpec init, GemmConfig gemm) {
   return std::make_unique<Dense>(in, units, act, init, gemm);
 }
-std::unique_ptr<Layer> MakeConv2D(ActShape in, int filters, int kernel_size, Activation act, InitSpec init,
-                                  GemmConfig gemm) {
-  return std::make_unique<Conv2D>(in, filters, kernel_size, act, init, gemm);
+WindowAxis Window(int in, int k, int stride, Padding padding) {
+  TFD_CHECK(in >= 1 && k >= 1 && stride >= 1);
+  if (padding == Padding::kValid) return {in >= k ? (in - k) / stride + 1 : 0, 0, 0};
+  const int out = (in + stride - 1) / stride;
+  const int total = std::max((out - 1) * stride + k - in, 0);
+  return {out, total / 2, total - total / 2};  // the odd cell after, as TensorFlow pads
 }
-std::unique_ptr<Layer> MakeMaxPool2D(ActShape in, int pool) { return std::make_unique<MaxPool2D>(in, pool); }
+
+std::unique_ptr<Layer> MakeConv2D(ActShape in, int filters, int kernel_size, Activation act, InitSpec init, GemmConfig gemm,
+                                  int stride, Padding padding) {
+  return std::make_unique<Conv2D>(in, filters, kernel_size, stride, padding, act, init, gemm);
+}
 
 std::unique_ptr<Layer> MakeDropout(ActShape in, double rate) { return std::make_unique<Dropout>(in, rate); }
 

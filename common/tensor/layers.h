@@ -13,6 +13,7 @@ namespace tfd::tensor {
 
 using config::Activation;
 using config::InitSpec;
+using config::Padding;
 
 // What a layer needs stored and how to initialise it. `name` is relative ("kernel", "bias").
 struct ParamSpec {
@@ -68,12 +69,25 @@ class Layer {
 // Fully connected: out = act(in . kernel + bias), kernel [in, units] as TensorFlow stores it. Its
 // GEMMs run on `gemm` (the model's).
 std::unique_ptr<Layer> MakeDense(ActShape in, int units, Activation act, InitSpec init, GemmConfig gemm);
-// 2-D convolution, square kernel, stride 1, "valid" padding, NHWC; kernel [k, k, c_in, filters].
-// Its GEMMs run on `gemm` (the model's).
-std::unique_ptr<Layer> MakeConv2D(ActShape in, int filters, int kernel_size, Activation act, InitSpec init,
-                                  GemmConfig gemm);
-// Max pooling over pool x pool windows with stride pool (trailing rows/columns dropped, as "valid").
-std::unique_ptr<Layer> MakeMaxPool2D(ActShape in, int pool);
+// One axis of a convolution or pooling window of size `k` moved by `stride` over `in` cells with
+// `padding` (Keras' arithmetic, config::Padding): the output length and the padding cells before
+// the first window and after the last. out <= 0 when a "valid" window does not fit.
+struct WindowAxis {
+  int out = 0, pad_before = 0, pad_after = 0;
+};
+WindowAxis Window(int in, int k, int stride, Padding padding);
+
+// 2-D convolution, square kernel, NHWC; kernel [k, k, c_in, filters]. Its GEMMs run on `gemm` (the
+// model's). The window must fit (Window(...).out >= 1 on both axes).
+std::unique_ptr<Layer> MakeConv2D(ActShape in, int filters, int kernel_size, Activation act, InitSpec init, GemmConfig gemm,
+                                  int stride = 1, Padding padding = Padding::kValid);
+// Max and average pooling over pool x pool windows moved by `stride` (0: pool, Keras' default).
+// Padding cells take no part: a max ignores them, an average divides by the window's cells
+// inside the input (Keras and TensorFlow; ONNX's count_include_pad = 0).
+std::unique_ptr<Layer> MakeMaxPool2D(ActShape in, int pool, int stride = 0, Padding padding = Padding::kValid);
+std::unique_ptr<Layer> MakeAvgPool2D(ActShape in, int pool, int stride = 0, Padding padding = Padding::kValid);
+// The mean over height and width of each channel: h x w x c -> 1 x 1 x c (Keras' GlobalAveragePooling2D).
+std::unique_ptr<Layer> MakeGlobalAvgPool2D(ActShape in);
 
 // Inverted dropout: while training, each value is zeroed with probability `rate` and the others
 // scaled by 1 / (1 - rate); the identity at evaluation. rate in [0, 1).

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "common/tensor/elementwise.h"
+
 namespace tfd::pipeline {
 
 using config::LayerSpec;
@@ -97,6 +99,12 @@ std::string StagePlan::Describe(const model::Model& model) const {
 Status CheckUnits(const config::ModelParallelSpec& spec, const model::Model& model) {
   for (std::size_t i = 0; i < model.num_layers(); ++i) {
     const LayerSpec& l = model.layer_spec(i);
+    if (l.kind == LayerSpec::Kind::kDense && tensor::NeedsPreActivation(l.activation)) {
+      // A unit slice's stage runs the activation on its columns alone and keeps no pre-activations.
+      return Status::InvalidArgument(fmt::format("model_parallel.split: \"units\" has no {} activation (dense layer {}): split it by "
+                                                 "\"layers\"",
+                                                 config::ActivationName(l.activation), i));
+    }
     if (l.kind == LayerSpec::Kind::kDense) {
       // The output layer may be narrower (a regression model's few targets): the stages without
       // any of its units only take part in its gathers.
@@ -106,7 +114,7 @@ Status CheckUnits(const config::ModelParallelSpec& spec, const model::Model& mod
     } else if (l.kind != LayerSpec::Kind::kDropout) {
       return Status::InvalidArgument(fmt::format(
           "model_parallel.split: \"units\" divides dense layers only, and layer {} of this model is a {}: split it by \"layers\"", i,
-          l.kind == LayerSpec::Kind::kConv2D ? "conv2d" : "max_pool2d"));
+          config::LayerKindName(l.kind)));
     }
   }
   return Status::Ok();

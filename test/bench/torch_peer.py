@@ -53,6 +53,15 @@ def build_model(name):
             layers += [nn.Linear(width, 160), nn.ELU()]
             width = 160
         return nn.Sequential(*layers, nn.Linear(160, 10))
+    if name == "strided":
+        # configs/jobs/mnist-convnet-strided.json. PyTorch has no padding="same" with a stride; padding=1
+        # gives the same 14x14 and 7x7 shapes and work (TensorFlow pads the odd cell after instead).
+        return nn.Sequential(
+            nn.Unflatten(1, (1, 28, 28)),
+            nn.Conv2d(1, 16, 3, padding="same"), nn.ReLU(),
+            nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.ReLU(),
+            nn.Conv2d(32, 64, 3, stride=2, padding=1), nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
     # cnn
     return nn.Sequential(
         nn.Unflatten(1, (1, 28, 28)),
@@ -125,7 +134,7 @@ def build_optimizer(name, params, lr, momentum, capturable=False):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", required=True, choices=["softmax", "mlp", "dnn", "cnn"])
+    p.add_argument("--model", required=True, choices=["softmax", "mlp", "dnn", "cnn", "strided"])
     p.add_argument("--optimizer", required=True, choices=["sgd", "momentum", "adam"])
     p.add_argument("--lr", type=float, required=True)
     p.add_argument("--momentum", type=float, default=0.95)

@@ -139,6 +139,8 @@ Status CudaModel::Impl::Forward(int batch, bool training) {
         }
         break;
       case LayerSpec::Kind::kFlatten: break;
+      case LayerSpec::Kind::kAvgPool2D:
+      case LayerSpec::Kind::kGlobalAvgPool2D: break;  // no kernel yet: Create refuses them
     }
     in = out;
   }
@@ -187,6 +189,8 @@ Status CudaModel::Impl::Backward(int batch) {
         }
         break;
       case LayerSpec::Kind::kFlatten: break;
+      case LayerSpec::Kind::kAvgPool2D:
+      case LayerSpec::Kind::kGlobalAvgPool2D: break;  // no kernel yet: Create refuses them
     }
     if (din != nullptr) {
       dout = din;
@@ -290,6 +294,9 @@ Result<std::unique_ptr<CudaModel>> CudaModel::Create(const model::Model& model, 
   std::int64_t widest = m.input_size, most_rows = m.max_batch;
   for (std::size_t i = 0; i < model.num_layers(); ++i) {
     const LayerSpec& s = model.layer_spec(i);
+    // Config refuses these first (model.layers[i] named there); this guards other callers.
+    if (const config::CudaGap gap = config::FindCudaGap(s); !gap.field.empty())
+      return Status::InvalidArgument(fmt::format("cuda model: layer {} ({}): no kernel for {}", i, config::LayerKindName(s.kind), gap.what));
     DevLayer l{s.kind};
     l.act = s.activation;
     l.in = i == 0 ? model.input_shape() : model.layer_output_shape(i - 1);

@@ -25,6 +25,8 @@ __device__ __forceinline__ float Act(float x, Activation act) {
     case Activation::kElu: return x > 0.0f ? x : expf(fminf(x, 0.0f)) - 1.0f;
     case Activation::kTanh: return tanhf(x);
     case Activation::kNone: break;
+    case Activation::kRelu6:
+    case Activation::kGelu: break;  // no kernel yet: config::CheckCudaLayers refuses them before a model gets here
   }
   return x;
 }
@@ -37,6 +39,8 @@ __device__ __forceinline__ float ActGrad(float y, float d, Activation act) {
     case Activation::kElu: return y > 0.0f ? d : d * (y + 1.0f);
     case Activation::kTanh: return d * (1.0f - y * y);
     case Activation::kNone: break;
+    case Activation::kRelu6:
+    case Activation::kGelu: break;  // refused by config::CheckCudaLayers
   }
   return d;
 }

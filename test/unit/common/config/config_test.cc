@@ -113,6 +113,56 @@ TEST_CASE("a layer list parses with activations and initializers", "[unit][confi
   CHECK(ok->model.layers[3].init.stddev == 0.1);
 }
 
+// kGood with the layer list `layers` as its model.
+std::string WithLayers(const std::string& layers) {
+  return R"({"model": {"layers": [)" + layers + R"(]}, "data": "d", "epochs": 1, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rate": 1}})";
+}
+
+TEST_CASE("conv2d and pooling take Keras' strides and padding, with Keras' defaults", "[unit][config]") {
+  auto ok = ParseJobSpec(WithLayers(R"({"type": "conv2d", "filters": 8, "kernel_size": 3, "strides": 2, "padding": "same", "activation": "gelu"},
+      {"type": "max_pool2d", "pool_size": 3}, {"type": "avg_pool2d", "pool_size": 2, "strides": 1, "padding": "same"},
+      {"type": "conv2d", "filters": 4, "kernel_size": 1, "activation": "relu6"}, {"type": "global_avg_pool2d"},
+      {"type": "dense", "units": 10})"), "job.json");
+  INFO(ok.status().ToString());
+  REQUIRE(ok.ok());
+  const std::vector<LayerSpec>& l = ok->model.layers;
+  REQUIRE(l.size() == 6);
+  CHECK((l[0].stride() == 2 && l[0].padding == Padding::kSame && l[0].activation == Activation::kGelu));
+  CHECK((l[1].kind == LayerSpec::Kind::kMaxPool2D && l[1].stride() == 3 && l[1].padding == Padding::kValid));  // strides = pool_size
+  CHECK((l[2].kind == LayerSpec::Kind::kAvgPool2D && l[2].stride() == 1 && l[2].padding == Padding::kSame));
+  CHECK((l[3].stride() == 1 && l[3].padding == Padding::kValid && l[3].activation == Activation::kRelu6));
+  CHECK(l[4].kind == LayerSpec::Kind::kGlobalAvgPool2D);
+  CHECK(CheckCudaLayers(ok->model).message() ==
+        "model.layers[0].padding: the cuda device has no kernel for conv2d with \"same\" padding (set \"device\": \"cpu\")");
+}
+
+TEST_CASE("bad strides, padding and pooling fields exit 2 naming model.layers[i].field", "[unit][config]") {
+  CHECK(ErrorOf(WithLayers(R"({"type": "conv2d", "filters": 2, "kernel_size": 3, "strides": 0})")) ==
+        "job.json: model.layers[0].strides: expected an integer in [1, 64], got 0");
+  CHECK(ErrorOf(WithLayers(R"({"type": "dense", "units": 3}, {"type": "max_pool2d", "pool_size": 2, "padding": "full"})")) ==
+        "job.json: model.layers[1].padding: unknown padding \"full\" (expected valid or same)");
+  CHECK(ErrorOf(WithLayers(R"({"type": "avg_pool2d", "pool_size": 2, "strides": [2, 2]})")) ==
+        "job.json: model.layers[0].strides: expected an integer in [1, 64], got an array");
+  CHECK(ErrorOf(WithLayers(R"({"type": "avg_pool2d", "strides": 2})")) == "job.json: model.layers[0].pool_size: missing (expected an integer)");
+  CHECK(ErrorOf(WithLayers(R"({"type": "global_avg_pool2d", "pool_size": 2})")) ==
+        "job.json: model.layers[0].pool_size: unknown field (expected one of: type)");
+  CHECK(ErrorOf(WithLayers(R"({"type": "max_pool2d", "pool_size": 2, "activation": "relu"})")) ==
+        "job.json: model.layers[0].activation: unknown field (expected one of: padding, pool_size, strides, type)");
+  // The CUDA backend has no kernel for these: refused at load, naming the layer's field.
+  CHECK(ErrorOf(R"({"model": {"layers": [{"type": "conv2d", "filters": 2, "kernel_size": 3}, {"type": "avg_pool2d", "pool_size": 2},
+      {"type": "dense", "units": 10}]}, "data": "d", "epochs": 1, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rate": 1},
+      "device": "cuda:0"})") == "job.json: device: \"cuda:0\": model.layers[1].type: the cuda device has no kernel for avg_pool2d layers "
+                                 "(set \"device\": \"cpu\")");
+  CHECK(ErrorOf(R"({"model": {"layers": [{"type": "conv2d", "filters": 2, "kernel_size": 3, "strides": 2}, {"type": "dense", "units": 10}]},
+      "data": "d", "epochs": 1, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rate": 1}, "device": "cuda:0"})") ==
+        "job.json: device: \"cuda:0\": model.layers[0].strides: the cuda device has no kernel for conv2d with strides 2 (set \"device\": "
+        "\"cpu\")");
+  CHECK(ErrorOf(R"({"model": {"layers": [{"type": "dense", "units": 5, "activation": "relu6"}, {"type": "dense", "units": 10}]},
+      "data": "d", "epochs": 1, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rate": 1}, "device": "cuda:1"})") ==
+        "job.json: device: \"cuda:1\": model.layers[0].activation: the cuda device has no kernel for the relu6 activation (set \"device\": "
+        "\"cpu\")");
+}
+
 TEST_CASE("job spec errors name the file and the JSON path", "[unit][config]") {
   CHECK(ErrorOf("{") == "job.json: not valid JSON");
   CHECK(ErrorOf("[]") == "job.json: (top level): expected an object, got an array");
@@ -158,9 +208,10 @@ TEST_CASE("job spec errors name the file and the JSON path", "[unit][config]") {
   CHECK(ErrorOf(R"({"model": {"layers": [{"type": "dense", "units": 0}]}, "data": "d", "epochs": 1, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rate": 1}})") ==
         "job.json: model.layers[0].units: expected an integer in [1, 65536], got 0");
   CHECK(ErrorOf(R"({"model": {"layers": [{"type": "dense", "units": 10, "activation": "swish"}]}, "data": "d", "epochs": 1, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rate": 1}})") ==
-        "job.json: model.layers[0].activation: unknown activation \"swish\" (expected none, relu, sigmoid, elu or tanh)");
+        "job.json: model.layers[0].activation: unknown activation \"swish\" (expected none, relu, relu6, sigmoid, elu, tanh or gelu)");
   CHECK(ErrorOf(R"({"model": {"layers": [{"type": "lstm"}]}, "data": "d", "epochs": 1, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rate": 1}})") ==
-        "job.json: model.layers[0].type: unknown layer type \"lstm\" (expected dense, conv2d, max_pool2d, flatten or dropout)");
+        "job.json: model.layers[0].type: unknown layer type \"lstm\" (expected dense, conv2d, max_pool2d, avg_pool2d, global_avg_pool2d, "
+        "flatten or dropout)");
   CHECK(ErrorOf(R"({"model": {"layers": []}, "data": "d", "epochs": 1, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rate": 1}})") ==
         "job.json: model.layers: expected a non-empty array of layers (or \"name\": one of softmax, mlp, dnn, cnn)");
   CHECK(ErrorOf(R"({"model": {"name": "mlp", "init": "xavier"}, "data": "d", "epochs": 1, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rate": 1}})") ==

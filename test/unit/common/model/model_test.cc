@@ -1,3 +1,5 @@
+#include <array>
+
 #include <catch2/catch.hpp>
 
 #include "common/base/random.h"
@@ -78,7 +80,62 @@ TEST_CASE("a layer list that cannot produce the logits is rejected with its inde
                  config::LayerSpec{.kind = config::LayerSpec::Kind::kDense, .units = 10}};
   got = Model::Build(spec, {28, 28, 1}, 10, 4);
   REQUIRE_FALSE(got.ok());
-  CHECK(got.status().message() == "model.layers[0]: a 30x30 kernel does not fit a 28x28 input");
+  CHECK(got.status().message() == "model.layers[0]: a 30x30 kernel does not fit a 28x28 input (\"padding\": \"same\" pads it)");
+  spec.layers[0].padding = config::Padding::kSame;  // "same" pads: 28x28 out, whatever the kernel
+  got = Model::Build(spec, {28, 28, 1}, 10, 4);
+  REQUIRE(got.ok());
+  CHECK((*got)->layer_output_shape(0).size() == 28 * 28 * 2);
+}
+
+TEST_CASE("window arithmetic is Keras': valid floors, same is ceil(in / stride) with the odd pad after", "[unit][model]") {
+  using config::Padding;
+  struct Row {
+    int in, k, stride;
+    Padding padding;
+    tensor::WindowAxis want;
+  };
+  const Row rows[] = {
+      {28, 3, 1, Padding::kValid, {26, 0, 0}}, {28, 3, 2, Padding::kValid, {13, 0, 0}}, {7, 3, 2, Padding::kValid, {3, 0, 0}},
+      {9, 4, 3, Padding::kValid, {2, 0, 0}},   {3, 4, 1, Padding::kValid, {0, 0, 0}},   {28, 3, 1, Padding::kSame, {28, 1, 1}},
+      {28, 3, 2, Padding::kSame, {14, 0, 1}},  {7, 3, 2, Padding::kSame, {4, 1, 1}},    {5, 2, 2, Padding::kSame, {3, 0, 1}},
+      {6, 2, 3, Padding::kSame, {2, 0, 0}},    {5, 1, 2, Padding::kSame, {3, 0, 0}},    {4, 4, 1, Padding::kSame, {4, 1, 2}},
+      {1, 3, 2, Padding::kSame, {1, 1, 1}},
+  };
+  for (const Row& r : rows) {
+    INFO("in " << r.in << " k " << r.k << " stride " << r.stride << " " << config::PaddingName(r.padding));
+    const tensor::WindowAxis got = tensor::Window(r.in, r.k, r.stride, r.padding);
+    CHECK(got.out == r.want.out);
+    CHECK(got.pad_before == r.want.pad_before);
+    CHECK(got.pad_after == r.want.pad_after);
+  }
+}
+
+TEST_CASE("a strided same-padded convnet with pooling has Keras' shapes and no extra variables", "[unit][model]") {
+  config::ModelSpec spec;
+  spec.name = "layers";
+  using K = config::LayerSpec::Kind;
+  spec.layers = {
+      config::LayerSpec{.kind = K::kConv2D, .filters = 8, .kernel_size = 3, .strides = 2, .padding = config::Padding::kSame},  // 14x14
+      config::LayerSpec{.kind = K::kMaxPool2D, .pool_size = 3, .strides = 2, .padding = config::Padding::kSame},              // 7x7
+      config::LayerSpec{.kind = K::kConv2D, .filters = 5, .kernel_size = 2, .strides = 3},                                    // 2x2
+      config::LayerSpec{.kind = K::kAvgPool2D, .pool_size = 2, .strides = 1, .padding = config::Padding::kSame},              // 2x2
+      config::LayerSpec{.kind = K::kGlobalAvgPool2D},                                                                         // 1x1x5
+      config::LayerSpec{.kind = K::kDense, .units = 10}};
+  auto got = Model::Build(spec, {28, 28, 1}, 10, 4);
+  INFO(got.status().ToString());
+  REQUIRE(got.ok());
+  const Model& m = **got;
+  const std::vector<std::array<int, 3>> want = {{14, 14, 8}, {7, 7, 8}, {2, 2, 5}, {2, 2, 5}, {1, 1, 5}, {1, 1, 10}};
+  REQUIRE(m.num_layers() == want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    INFO("layer " << i);
+    CHECK(std::array<int, 3>{m.layer_output_shape(i).h, m.layer_output_shape(i).w, m.layer_output_shape(i).c} == want[i]);
+  }
+  std::vector<std::string> names;
+  for (const Variable& v : m.variables()) names.push_back(v.name);
+  CHECK(names == std::vector<std::string>{"conv2d/kernel", "conv2d/bias", "conv2d_1/kernel", "conv2d_1/bias", "dense/kernel", "dense/bias"});
+  CHECK(m.Summary().find("conv2d 8 3x3 stride 2 same") != std::string::npos);
+  CHECK(m.Summary().find("avg_pool2d 2x2 stride 1 same") != std::string::npos);
 }
 
 TEST_CASE("two models in one process run their GEMMs on their own backend and thread count", "[unit][model][gemm]") {

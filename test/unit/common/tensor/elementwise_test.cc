@@ -34,6 +34,8 @@ double Reference(Activation act, double x) {
     case Activation::kSigmoid: return 1 / (1 + std::exp(-x));
     case Activation::kElu: return x > 0 ? x : std::exp(x) - 1;
     case Activation::kTanh: return std::tanh(x);
+    case Activation::kRelu6: return std::min(std::max(x, 0.0), 6.0);
+    case Activation::kGelu: return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
   }
   return 0;
 }
@@ -66,10 +68,10 @@ TEST_CASE("BiasActivation matches its double twin for every activation", "[eleme
   const int rows = 7, cols = 37;  // odd sizes: vector bodies and scalar tails both run
   const std::vector<float> x = Uniform(rows * cols, -6.0f, 6.0f, 2), bias = Uniform(cols, -1.0f, 1.0f, 3);
   for (Activation act : {Activation::kNone, Activation::kRelu, Activation::kSigmoid, Activation::kElu,
-                         Activation::kTanh}) {
+                         Activation::kTanh, Activation::kRelu6, Activation::kGelu}) {
     INFO(config::ActivationName(act));
-    std::vector<float> y = x;
-    BiasActivation(y.data(), bias.data(), rows, cols, act);
+    std::vector<float> y = x, pre(x.size());
+    BiasActivation(y.data(), bias.data(), rows, cols, act, pre.data());
     double worst = 0;
     for (int r = 0; r < rows; ++r)
       for (int c = 0; c < cols; ++c) {
@@ -78,6 +80,16 @@ TEST_CASE("BiasActivation matches its double twin for every activation", "[eleme
       }
     CHECK(worst <= 1e-6);
   }
+}
+
+TEST_CASE("relu6 passes no gradient where it clamps, at either end", "[elementwise]") {
+  std::vector<float> y = {-1.0f, 3.0f, 7.5f, 6.0f};
+  const std::vector<float> zero(4, 0.0f);
+  BiasActivation(y.data(), zero.data(), 1, 4, Activation::kRelu6);
+  CHECK(y == std::vector<float>{0.0f, 3.0f, 6.0f, 6.0f});
+  std::vector<float> dy = {1.0f, 1.0f, 1.0f, 1.0f};
+  ActivationGradBias(y.data(), dy.data(), 1, 4, Activation::kRelu6, nullptr);
+  CHECK(dy == std::vector<float>{0.0f, 1.0f, 0.0f, 0.0f});
 }
 
 TEST_CASE("BiasActivation keeps a NaN (a diverged step stays visible)", "[elementwise]") {
@@ -94,11 +106,11 @@ TEST_CASE("ActivationGradBias gives the derivative and the bias gradient in one 
   const std::vector<float> x = Uniform(rows * cols, -3.0f, 3.0f, 4), zero(cols, 0.0f);
   const std::vector<float> g = Uniform(rows * cols, -1.0f, 1.0f, 5);
   for (Activation act : {Activation::kNone, Activation::kRelu, Activation::kSigmoid, Activation::kElu,
-                         Activation::kTanh}) {
+                         Activation::kTanh, Activation::kRelu6, Activation::kGelu}) {
     INFO(config::ActivationName(act));
-    std::vector<float> y = x, dy = g, dbias(cols, 7.0f);  // dbias is overwritten, not added to
-    BiasActivation(y.data(), zero.data(), rows, cols, act);
-    ActivationGradBias(y.data(), dy.data(), rows, cols, act, dbias.data());
+    std::vector<float> y = x, dy = g, dbias(cols, 7.0f), pre(x.size());  // dbias is overwritten, not added to
+    BiasActivation(y.data(), zero.data(), rows, cols, act, pre.data());
+    ActivationGradBias(y.data(), dy.data(), rows, cols, act, dbias.data(), pre.data());
     std::vector<double> sums(cols, 0.0);
     double worst = 0;
     for (int r = 0; r < rows; ++r)
@@ -112,7 +124,7 @@ TEST_CASE("ActivationGradBias gives the derivative and the bias gradient in one 
     CHECK(worst <= 1e-5);
     for (int c = 0; c < cols; ++c) CHECK(dbias[c] == Approx(sums[c]).margin(1e-5));
     std::vector<float> dy2 = g;
-    ActivationGradBias(y.data(), dy2.data(), rows, cols, act, nullptr);  // no bias: the same dy
+    ActivationGradBias(y.data(), dy2.data(), rows, cols, act, nullptr, pre.data());  // no bias: the same dy
     CHECK(dy2 == dy);
   }
 }

@@ -94,7 +94,8 @@ void CheckLayer(Layer& layer, ActShape in_shape, int batch, std::uint32_t seed, 
 }
 
 TEST_CASE("dense layer gradients match finite differences for every activation", "[unit][gradient]") {
-  for (Activation act : {Activation::kNone, Activation::kRelu, Activation::kSigmoid, Activation::kElu, Activation::kTanh}) {
+  for (Activation act : {Activation::kNone, Activation::kRelu, Activation::kSigmoid, Activation::kElu, Activation::kTanh,
+                         Activation::kRelu6, Activation::kGelu}) {
     auto layer = MakeDense({1, 1, 7}, 5, act, {}, GemmConfig{});
     CheckLayer(*layer, {1, 1, 7}, 3, 11);
   }
@@ -112,6 +113,43 @@ TEST_CASE("conv2d layer gradients match finite differences", "[unit][gradient]")
 TEST_CASE("max_pool2d gradients match finite differences", "[unit][gradient]") {
   auto layer = MakeMaxPool2D({5, 4, 3}, 2);  // the fifth row is dropped, as "valid" pooling does
   CheckLayer(*layer, {5, 4, 3}, 2, 13, /*distinct_inputs=*/true);
+}
+
+// Odd sizes, strides above and below the window, both paddings: every window arithmetic path.
+struct WindowCase {
+  ActShape in;
+  int k, stride;
+  Padding padding;
+};
+constexpr WindowCase kWindowCases[] = {
+    {{7, 5, 2}, 3, 2, Padding::kSame},  {{7, 5, 2}, 3, 2, Padding::kValid}, {{6, 7, 1}, 2, 3, Padding::kSame},
+    {{5, 5, 3}, 3, 1, Padding::kSame},  {{9, 4, 2}, 4, 3, Padding::kValid}, {{5, 6, 2}, 1, 2, Padding::kSame},
+};
+
+TEST_CASE("strided and same-padded conv2d gradients match finite differences", "[unit][gradient]") {
+  for (const WindowCase& c : kWindowCases) {
+    for (Activation act : {Activation::kNone, Activation::kGelu}) {
+      auto layer = MakeConv2D(c.in, 3, c.k, act, {}, GemmConfig{}, c.stride, c.padding);
+      INFO(layer->Describe() << " on " << c.in.h << "x" << c.in.w << "x" << c.in.c);
+      CheckLayer(*layer, c.in, 2, 21);
+    }
+  }
+}
+
+TEST_CASE("strided and same-padded max and average pooling gradients match finite differences", "[unit][gradient]") {
+  for (const WindowCase& c : kWindowCases) {
+    for (auto make : {&MakeMaxPool2D, &MakeAvgPool2D}) {
+      auto layer = make(c.in, c.k, c.stride, c.padding);
+      INFO(layer->Describe() << " on " << c.in.h << "x" << c.in.w << "x" << c.in.c);
+      CheckLayer(*layer, c.in, 2, 22, /*distinct_inputs=*/true);
+    }
+  }
+}
+
+TEST_CASE("global_avg_pool2d gradients match finite differences", "[unit][gradient]") {
+  auto layer = MakeGlobalAvgPool2D({3, 5, 4});
+  CHECK(layer->output_shape().size() == 4);
+  CheckLayer(*layer, {3, 5, 4}, 3, 23);
 }
 
 TEST_CASE("softmax cross-entropy gradient matches finite differences", "[unit][gradient]") {
@@ -152,9 +190,12 @@ TEST_CASE("a whole model's gradients match finite differences of its loss", "[un
   config::LayerSpec flat{.kind = config::LayerSpec::Kind::kFlatten};
   config::LayerSpec hidden{.kind = config::LayerSpec::Kind::kDense, .units = 5, .activation = Activation::kSigmoid};
   config::LayerSpec out{.kind = config::LayerSpec::Kind::kDense, .units = 3};
-  // No pooling here: a kernel step moves every pixel and can flip a window's arg-max (the pooling
-  // layer has its own check with well-separated inputs).
-  spec.layers = {conv, flat, hidden, out};
+  config::LayerSpec strided{.kind = config::LayerSpec::Kind::kConv2D, .filters = 3, .kernel_size = 2,
+                            .activation = Activation::kGelu, .strides = 2, .padding = config::Padding::kSame};
+  config::LayerSpec avg{.kind = config::LayerSpec::Kind::kAvgPool2D, .pool_size = 2, .strides = 1, .padding = config::Padding::kSame};
+  // No max pooling here: a kernel step moves every pixel and can flip a window's arg-max (the
+  // pooling layer has its own check with well-separated inputs).
+  spec.layers = {conv, strided, avg, flat, hidden, out};
   auto built = model::Model::Build(spec, {6, 6, 1}, 3, 4);
   REQUIRE(built.ok());
   model::Model& m = **built;

@@ -1,0 +1,31 @@
+// What the CUDA backend (common/tensor/cuda) has kernels for, checked on the job spec so a job
+// names its layer's field before any device is touched.
+#include <fmt/format.h>
+
+#include "common/config/job.h"
+
+namespace tfd::config {
+
+CudaGap FindCudaGap(const LayerSpec& l) {
+  if (l.kind == LayerSpec::Kind::kAvgPool2D || l.kind == LayerSpec::Kind::kGlobalAvgPool2D)
+    return {"type", fmt::format("{} layers", LayerKindName(l.kind))};
+  if (l.padding != Padding::kValid) return {"padding", fmt::format("{} with \"same\" padding", LayerKindName(l.kind))};
+  if ((l.kind == LayerSpec::Kind::kConv2D || l.kind == LayerSpec::Kind::kMaxPool2D) &&
+      l.stride() != (l.kind == LayerSpec::Kind::kConv2D ? 1 : l.pool_size))
+    return {"strides", fmt::format("{} with strides {}", LayerKindName(l.kind), l.stride())};
+  if (l.activation == Activation::kRelu6 || l.activation == Activation::kGelu)
+    return {"activation", fmt::format("the {} activation", ActivationName(l.activation))};
+  return {};
+}
+
+Status CheckCudaLayers(const ModelSpec& model) {
+  for (std::size_t i = 0; i < model.layers.size(); ++i) {
+    const CudaGap gap = FindCudaGap(model.layers[i]);
+    if (!gap.field.empty())
+      return Status::InvalidArgument(fmt::format("model.layers[{}].{}: the cuda device has no kernel for {} (set \"device\": \"cpu\")", i,
+                                                 gap.field, gap.what));
+  }
+  return Status::Ok();
+}
+
+}  // namespace tfd::config

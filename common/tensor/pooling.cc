@@ -1,0 +1,164 @@
+// Max, average and global average pooling (declared in layers.h).
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "common/base/check.h"
+#include "common/tensor/layers.h"
+
+namespace tfd::tensor {
+namespace {
+
+// One input cell of max-pooling's backward pass over c channels: the window's gradient g goes to
+// the first cell whose value equals the window's max (taken[ch] marks that it has been placed),
+// added to what overlapping windows gave it. Restrict pointers and branch-free selects so the
+// loop vectorises.
+void MaxGrad(const float* __restrict v, const float* __restrict max, const float* __restrict g, float* __restrict d,
+             float* __restrict taken, int c, bool first) {
+  if (first) {
+    for (int ch = 0; ch < c; ++ch) {
+      const float hit = v[ch] == max[ch] ? 1.0f : 0.0f;
+      d[ch] += hit * g[ch];
+      taken[ch] = hit;
+    }
+  } else {
+    for (int ch = 0; ch < c; ++ch) {
+      const float hit = (v[ch] == max[ch] ? 1.0f : 0.0f) * (1.0f - taken[ch]);
+      d[ch] += hit * g[ch];
+      taken[ch] += hit;
+    }
+  }
+}
+
+// A pool x pool window moved by `stride` over an NHWC image. Each output pixel reads the window's
+// cells inside the input, [y0, y1) x [x0, x1): padding cells take no part.
+class Pool2D final : public Layer {
+ public:
+  enum class Mode { kMax, kAvg };
+  Pool2D(Mode mode, ActShape in, int pool, int stride, Padding padding)
+      : mode_(mode), in_(in), y_(Window(in.h, pool, stride, padding)), x_(Window(in.w, pool, stride, padding)),
+        out_{y_.out, x_.out, in.c}, p_(pool), s_(stride), padding_(padding) {
+    TFD_CHECK(out_.h > 0 && out_.w > 0);
+  }
+
+  std::string Describe() const override {
+    return fmt::format("{} {}x{}{}{}", mode_ == Mode::kMax ? "max_pool2d" : "avg_pool2d", p_, p_,
+                       s_ == p_ ? "" : fmt::format(" stride {}", s_), padding_ == Padding::kSame ? " same" : "");
+  }
+  ActShape output_shape() const override { return out_; }
+  // Max pooling keeps no arg-max: Backward finds each window's first input equal to its output
+  // (the one Forward's strict ">" scan kept), so Forward is a plain vectorised max.
+  void Forward(const float* in, float* out, int batch) override {
+    const int c = in_.c;
+    for (int n = 0; n < batch; ++n) {
+      const float* img = in + static_cast<std::int64_t>(n) * in_.size();
+      for (int py = 0; py < out_.h; ++py)
+        for (int px = 0; px < out_.w; ++px, out += c) {
+          const Cells w = CellsOf(py, px);
+          std::copy(At(img, w.y0, w.x0), At(img, w.y0, w.x0) + c, out);
+          for (int y = w.y0; y < w.y1; ++y)
+            for (int x = w.x0; x < w.x1; ++x) {
+              if (y == w.y0 && x == w.x0) continue;
+              const float* v = At(img, y, x);
+              if (mode_ == Mode::kMax) {
+                for (int ch = 0; ch < c; ++ch) out[ch] = v[ch] > out[ch] ? v[ch] : out[ch];
+              } else {
+                for (int ch = 0; ch < c; ++ch) out[ch] += v[ch];
+              }
+            }
+          if (mode_ == Mode::kAvg) {
+            const float inv = 1.0f / static_cast<float>(w.count());
+            for (int ch = 0; ch < c; ++ch) out[ch] *= inv;
+          }
+        }
+    }
+  }
+  void Backward(const float* in, const float* out, float* dout, float* din, int batch) override {
+    if (din == nullptr) return;
+    const int c = in_.c;
+    // Windows may overlap (stride < pool) or leave cells out (stride > pool, "valid" remainders):
+    // every window adds its share.
+    std::fill(din, din + static_cast<std::int64_t>(batch) * in_.size(), 0.0f);
+    taken_.resize(static_cast<std::size_t>(c));
+    for (int n = 0; n < batch; ++n) {
+      const std::int64_t base = static_cast<std::int64_t>(n) * in_.size();
+      for (int py = 0; py < out_.h; ++py)
+        for (int px = 0; px < out_.w; ++px, out += c, dout += c) {
+          const Cells w = CellsOf(py, px);
+          const float scale = mode_ == Mode::kAvg ? 1.0f / static_cast<float>(w.count()) : 1.0f;
+          for (int y = w.y0; y < w.y1; ++y)
+            for (int x = w.x0; x < w.x1; ++x) {
+              const std::int64_t at = base + (static_cast<std::int64_t>(y) * in_.w + x) * c;
+              if (mode_ == Mode::kMax) {
+                MaxGrad(in + at, out, dout, din + at, taken_.data(), c, /*first=*/y == w.y0 && x == w.x0);
+              } else {
+                for (int ch = 0; ch < c; ++ch) din[at + ch] += scale * dout[ch];
+              }
+            }
+        }
+    }
+  }
+
+ private:
+  struct Cells {
+    int y0, y1, x0, x1;
+    int count() const { return (y1 - y0) * (x1 - x0); }
+  };
+  Cells CellsOf(int py, int px) const {
+    const int y = py * s_ - y_.pad_before, x = px * s_ - x_.pad_before;
+    return {std::max(y, 0), std::min(y + p_, in_.h), std::max(x, 0), std::min(x + p_, in_.w)};
+  }
+  const float* At(const float* img, int y, int x) const { return img + (static_cast<std::int64_t>(y) * in_.w + x) * in_.c; }
+
+  Mode mode_;
+  ActShape in_;
+  WindowAxis y_, x_;
+  ActShape out_;
+  int p_, s_;
+  Padding padding_;
+  std::vector<float> taken_;
+};
+
+class GlobalAvgPool2D final : public Layer {
+ public:
+  explicit GlobalAvgPool2D(ActShape in) : in_(in) {}
+
+  std::string Describe() const override { return "global_avg_pool2d"; }
+  ActShape output_shape() const override { return {1, 1, in_.c}; }
+  void Forward(const float* in, float* out, int batch) override {
+    const int c = in_.c, cells = in_.h * in_.w;
+    const float inv = 1.0f / static_cast<float>(cells);
+    for (int n = 0; n < batch; ++n, out += c) {
+      const float* img = in + static_cast<std::int64_t>(n) * in_.size();
+      std::copy(img, img + c, out);
+      for (int p = 1; p < cells; ++p)
+        for (int ch = 0; ch < c; ++ch) out[ch] += img[static_cast<std::int64_t>(p) * c + ch];
+      for (int ch = 0; ch < c; ++ch) out[ch] *= inv;
+    }
+  }
+  void Backward(const float*, const float*, float* dout, float* din, int batch) override {
+    if (din == nullptr) return;
+    const int c = in_.c, cells = in_.h * in_.w;
+    const float inv = 1.0f / static_cast<float>(cells);
+    for (int n = 0; n < batch; ++n, dout += c) {
+      float* img = din + static_cast<std::int64_t>(n) * in_.size();
+      for (int p = 0; p < cells; ++p)
+        for (int ch = 0; ch < c; ++ch) img[static_cast<std::int64_t>(p) * c + ch] = dout[ch] * inv;
+    }
+  }
+
+ private:
+  ActShape in_;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> MakeMaxPool2D(ActShape in, int pool, int stride, Padding padding) {
+  return std::make_unique<Pool2D>(Pool2D::Mode::kMax, in, pool, stride > 0 ? stride : pool, padding);
+}
+std::unique_ptr<Layer> MakeAvgPool2D(ActShape in, int pool, int stride, Padding padding) {
+  return std::make_unique<Pool2D>(Pool2D::Mode::kAvg, in, pool, stride > 0 ? stride : pool, padding);
+}
+std::unique_ptr<Layer> MakeGlobalAvgPool2D(ActShape in) { return std::make_unique<GlobalAvgPool2D>(in); }
+
+}  // namespace tfd::tensor
