@@ -1,8 +1,9 @@
 #include "common/wire/messages.h"
 
-// Every message's encoder and decoder in one file (about 640 lines, over the 600 a file should hold): each pair sits next to
+// Every message's encoder and decoder in one file (about 690 lines, over the 600 a file should hold): each pair sits next to
 // the others in the order of docs/protocol.md's table, so a layout change is reviewed in one place.
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 
@@ -169,6 +170,45 @@ Status DecodeMembership(const char* what, ByteReader& r, std::optional<Membershi
   return Status::Ok();
 }
 
+void EncodeProgress(std::uint8_t tag, const Progress& p, ByteWriter& w) {
+  if (p.empty()) return;
+  w.U8(tag);
+  w.U8(p.stop ? 1 : 0);
+  for (const std::vector<std::uint32_t>* ranks : {&p.done, &p.given_up}) {
+    w.U32(static_cast<std::uint32_t>(ranks->size()));
+    for (std::uint32_t r : *ranks) w.U32(r);
+  }
+}
+
+// A rank list of the progress section: bounded by the bytes that remain, increasing, each below kMaxWorkers.
+Status DecodeRanks(const char* what, const char* field, ByteReader& r, std::vector<std::uint32_t>* out) {
+  std::uint32_t n = 0;
+  if (!r.U32(&n)) return Short(what);
+  if (n > kMaxProgressRanks || n > r.remaining() / 4)
+    return Status::Corruption(fmt::format("{}: {} {} ranks is more than the payload can hold", what, n, field));
+  out->resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!r.U32(&(*out)[i])) return Short(what);
+    if ((*out)[i] >= kMaxWorkers || (i > 0 && (*out)[i] <= (*out)[i - 1]))
+      return Status::Corruption(fmt::format("{}: {} ranks must increase and stay below {}", what, field, kMaxWorkers));
+  }
+  return Status::Ok();
+}
+
+// After its tag byte.
+Status DecodeProgress(const char* what, ByteReader& r, Progress* out) {
+  std::uint8_t tag = 0, flags = 0;
+  if (!r.U8(&tag) || !r.U8(&flags)) return Short(what);
+  if (flags > 1) return Status::Corruption(fmt::format("{}: progress flags {}", what, flags));
+  out->stop = flags == 1;
+  TFD_RETURN_IF_ERROR(DecodeRanks(what, "done", r, &out->done));
+  TFD_RETURN_IF_ERROR(DecodeRanks(what, "given-up", r, &out->given_up));
+  for (std::uint32_t g : out->given_up)
+    if (std::binary_search(out->done.begin(), out->done.end(), g))
+      return Status::Corruption(fmt::format("{}: worker rank {} both done and given up on", what, g));
+  return Status::Ok();
+}
+
 }  // namespace
 
 OutFrame Encode(const Init& m, std::span<const float> values, std::span<const float> slots) {
@@ -214,6 +254,7 @@ OutFrame Encode(const Init& m, std::span<const float> values, std::span<const fl
     t.U32(m.update.min_workers);
     t.U32(m.update.max_workers);
   }
+  EncodeProgress(4, m.progress, t);
   if (trailer->empty()) return f;
   const std::span<const std::byte> bytes(*trailer);
   if (m.has_state) {
@@ -258,13 +299,15 @@ Status Decode(std::span<const std::byte> p, Init* m) {
   // Then optional sections, each starting with its tag byte, in this order: 1 state, 2 schedule.
   const auto next_tag = [&] { return r.remaining() == 0 ? std::byte{0} : p[p.size() - r.remaining()]; };
   m->has_state = next_tag() == std::byte{1};
-  // The elastic section (tag 3) comes last.
+  // The elastic section (tag 3), then the progress section (tag 4), come last.
   const auto elastic = [&]() -> Status {
-    if (next_tag() != std::byte{3}) return Trailing("INIT", r);
-    std::uint8_t tag = 0;
-    if (!r.U8(&tag) || !r.U32(&m->update.min_workers) || !r.U32(&m->update.max_workers)) return Short("INIT");
-    if (m->update.min_workers < 1 || m->update.max_workers < m->update.min_workers || m->update.max_workers > kMaxWorkers)
-      return Status::Corruption(fmt::format("INIT: elastic min_workers {} max_workers {}", m->update.min_workers, m->update.max_workers));
+    if (next_tag() == std::byte{3}) {
+      std::uint8_t tag = 0;
+      if (!r.U8(&tag) || !r.U32(&m->update.min_workers) || !r.U32(&m->update.max_workers)) return Short("INIT");
+      if (m->update.min_workers < 1 || m->update.max_workers < m->update.min_workers || m->update.max_workers > kMaxWorkers)
+        return Status::Corruption(fmt::format("INIT: elastic min_workers {} max_workers {}", m->update.min_workers, m->update.max_workers));
+    }
+    if (next_tag() == std::byte{4}) TFD_RETURN_IF_ERROR(DecodeProgress("INIT", r, &m->progress));
     return Trailing("INIT", r);
   };
   if (!m->has_state) {
@@ -306,6 +349,7 @@ OutFrame Encode(const Ready& m) {
   w.U64(m.global_step);
   w.U64(m.resume_step);
   if (m.membership) EncodeMembership(1, *m.membership, w);
+  EncodeProgress(2, m.progress, w);
   return f;
 }
 
@@ -315,6 +359,7 @@ Status Decode(std::span<const std::byte> p, Ready* m) {
   m->resume_step = 0;
   if (r.remaining() != 0 && !r.U64(&m->resume_step)) return Short("READY");
   if (r.remaining() != 0 && p[p.size() - r.remaining()] == std::byte{1}) TFD_RETURN_IF_ERROR(DecodeMembership("READY", r, &m->membership));
+  if (r.remaining() != 0 && p[p.size() - r.remaining()] == std::byte{2}) TFD_RETURN_IF_ERROR(DecodeProgress("READY", r, &m->progress));
   return Trailing("READY", r);
 }
 
@@ -431,6 +476,7 @@ OutFrame Encode(const PushAck& m) {
   w.U8(static_cast<std::uint8_t>(m.outcome));
   if (m.stop) w.U8(1);
   if (m.membership) EncodeMembership(2, *m.membership, w);
+  EncodeProgress(3, m.progress, w);
   return f;
 }
 
@@ -444,6 +490,7 @@ Status Decode(std::span<const std::byte> p, PushAck* m) {
   std::uint8_t flag = 0;
   if (m->stop) (void)r.U8(&flag);
   if (r.remaining() != 0 && p[p.size() - r.remaining()] == std::byte{2}) TFD_RETURN_IF_ERROR(DecodeMembership("PUSH_ACK", r, &m->membership));
+  if (r.remaining() != 0 && p[p.size() - r.remaining()] == std::byte{3}) TFD_RETURN_IF_ERROR(DecodeProgress("PUSH_ACK", r, &m->progress));
   return Trailing("PUSH_ACK", r);
 }
 

@@ -85,6 +85,19 @@ struct Chunk {
   std::uint64_t length = 0;  // floats
 };
 
+// The run's progress as a ps has recorded it (the optional progress section of INIT, READY and
+// PUSH_ACK): the worker ranks whose DONE it counted, those it gave up on, and whether the chief
+// stopped the run early. A ps hands it to every worker in its replies, so whichever worker
+// initialises a restarted ps passes it on. Empty: absent on the wire.
+inline constexpr std::uint32_t kMaxProgressRanks = kMaxWorkers;
+struct Progress {
+  std::vector<std::uint32_t> done;      // increasing, each < kMaxWorkers
+  std::vector<std::uint32_t> given_up;  // increasing, none also in done
+  bool stop = false;
+  bool empty() const { return done.empty() && given_up.empty() && !stop; }
+  bool operator==(const Progress&) const = default;
+};
+
 struct Init {  // chief -> ps: the ps's chunks, how to update them and their initial values
   std::uint64_t layout_hash = 0;
   OptimizerParams optimizer;
@@ -98,6 +111,7 @@ struct Init {  // chief -> ps: the ps's chunks, how to update them and their ini
   std::uint64_t updates = 0;                // updates already applied (Adam's t)
   std::vector<std::uint64_t> resume_steps;  // empty, or per worker rank: the local step it resumes after
   std::span<const std::byte> slots;         // the optimizer's slot count x the value count floats
+  Progress progress;  // optional, last (tag 4): what the ps this one replaces had recorded
 };
 
 // Floats of optimizer state per parameter that an INIT's state section carries for `kind` (sgd 0,
@@ -121,6 +135,7 @@ struct Ready {
   // after a restore). Optional on the wire: a READY of 8 bytes reads as 0.
   std::uint64_t resume_step = 0;
   std::optional<Membership> membership;  // elastic jobs only; after resume_step, tag 1
+  Progress progress;                      // optional, last (tag 2)
 };
 
 struct Pull {  // worker -> ps: the ps's values once its global step is >= min_step
@@ -161,6 +176,7 @@ struct PushAck {
   // PUSH_ACK of 9 bytes reads as false, and false is sent as 9 bytes.
   bool stop = false;
   std::optional<Membership> membership;  // elastic jobs only; after the stop byte, tag 2
+  Progress progress;                      // optional, last (tag 3)
 };
 
 struct Done {

@@ -403,5 +403,67 @@ TEST_CASE("elastic sections: INIT's min/max workers, READY and PUSH_ACK's member
   }
 }
 
+TEST_CASE("progress sections: INIT, READY and PUSH_ACK carry the done and given-up ranks; frames without one still decode", "[unit][wire]") {
+  const Progress progress{{0, 2}, {1}, true};
+  {
+    Init m = SampleInit();
+    m.update.min_workers = 1;
+    m.update.max_workers = 4;  // the progress section comes after the elastic one
+    m.progress = progress;
+    OutFrame f = Encode(m, kInitValues);
+    const auto payload = Transmit(f, MessageType::kInit);
+    Init got;
+    REQUIRE(Decode(payload, &got).ok());
+    CHECK(got.progress == progress);
+    CHECK(got.update.max_workers == 4);
+    CheckTrailingBytesRejected<Init>(payload);
+    Init plain;
+    OutFrame g = Encode(SampleInit(), kInitValues);
+    REQUIRE(Decode(Transmit(g, MessageType::kInit), &plain).ok());
+    CHECK(plain.progress.empty());  // an INIT from before progress existed
+  }
+  {
+    Ready m{5, 6, std::nullopt, progress};
+    OutFrame f = Encode(m);
+    const auto payload = Transmit(f, MessageType::kReady);
+    Ready got;
+    REQUIRE(Decode(payload, &got).ok());
+    CHECK(got.progress == progress);
+    CHECK_FALSE(got.membership.has_value());
+    CheckTrailingBytesRejected<Ready>(payload);
+  }
+  for (bool stop : {false, true}) {
+    PushAck m{9, PushOutcome::kApplied, stop, Membership{0, 2, 1}, Progress{{1}, {}, false}};
+    OutFrame f = Encode(m);
+    const auto payload = Transmit(f, MessageType::kPushAck);
+    PushAck got;
+    REQUIRE(Decode(payload, &got).ok());
+    CHECK(got.stop == stop);
+    CHECK(got.progress == Progress{{1}, {}, false});
+    CheckTrailingBytesRejected<PushAck>(payload);
+  }
+  {
+    PushAck m{9, PushOutcome::kApplied, false, std::nullopt, Progress{}};
+    OutFrame f = Encode(m);
+    CHECK(Transmit(f, MessageType::kPushAck).size() == 9);  // an empty progress is not sent
+  }
+  // Ranks that do not increase, a rank in both lists, and unknown flags are refused.
+  for (const Progress& bad : {Progress{{2, 1}, {}, false}, Progress{{1}, {1}, false}, Progress{{}, {3, 3}, false}}) {
+    OutFrame f = Encode(Ready{5, 6, std::nullopt, bad});
+    Ready got;
+    CHECK(Decode(Transmit(f, MessageType::kReady), &got).code() == Code::kCorruption);
+  }
+  {
+    OutFrame f = Encode(Ready{5, 6, std::nullopt, Progress{{}, {}, true}});
+    std::vector<std::byte> payload = Transmit(f, MessageType::kReady);
+    payload[17] = std::byte{2};  // the flags byte, after global step, resume step and the tag
+    Ready got;
+    CHECK(Decode(payload, &got).code() == Code::kCorruption);
+    payload[17] = std::byte{1};
+    payload[18] = std::byte{0xff};  // a done count larger than the bytes that remain
+    CHECK(Decode(payload, &got).code() == Code::kCorruption);
+  }
+}
+
 }  // namespace
 }  // namespace tfd::wire
