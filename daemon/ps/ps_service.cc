@@ -173,8 +173,12 @@ void PsService::HandleInit(const ConnectionPtr& from, const wire::InFrame& frame
   const std::uint64_t id = frame.header.request_id;
   wire::Init msg;
   if (!DecodeOrRefuse(*from, frame, &msg)) return;
-  if (rank != 0)
-    return ReplyError(*from, id, Status::InvalidArgument(fmt::format("{}: INIT from {}, which is not the chief", self_, from->peer_name())));
+  // Another worker initialises a restarted ps once the chief has finished (it says so in the
+  // progress it passes on): nobody else would (docs/reliability.md).
+  const bool chief_done = std::ranges::find(msg.progress.done, 0u) != msg.progress.done.end();
+  if (rank != 0 && !chief_done)
+    return ReplyError(*from, id, Status::InvalidArgument(fmt::format("{}: INIT from {}, which is not the chief (and the chief has not finished)",
+                                                                    self_, from->peer_name())));
   const StoreInit init = FromWire(msg);
   if (init.update.num_workers != static_cast<std::uint32_t>(config_.cluster.num_workers()))
     return ReplyError(*from, id, Status::InvalidArgument(fmt::format("{}: INIT for {} workers, but the cluster has {}", self_,
@@ -187,11 +191,32 @@ void PsService::HandleInit(const ConnectionPtr& from, const wire::InFrame& frame
                  init.has_state ? fmt::format(", with optimizer slots ({} floats, {} updates applied)", init.slots.size() / 4, init.updates)
                                 : std::string());
     for (const Chunk& c : init.chunks) spdlog::info("  holds {} ({} floats)", c.name, c.length);
+    SeedProgress(msg.progress, init.global_step);
     events_.Emit("ready", {{"floats", store_.size()}, {"chunks", static_cast<std::int64_t>(init.chunks.size())}});
   }
   Reply(*from, wire::Encode(ReadyFor(rank)), id);
   ReleaseWaiters();
 }
+
+void PsService::SeedProgress(const wire::Progress& progress, std::uint64_t global_step) {
+  if (progress.empty()) return;
+  const WorkerRoster::Progress p = FromWire(progress);
+  const auto names = [&](const std::vector<int>& ranks) {
+    std::vector<std::string> out;
+    for (int r : ranks) out.push_back(roster_.TaskName(r));
+    return out.empty() ? std::string("none") : fmt::format("{}", fmt::join(out, ", "));
+  };
+  MutexLock lock(&mu_);
+  const int limit = std::max(config_.cluster.num_workers(), static_cast<int>(store_.update().max_workers));
+  roster_.Seed(p, limit, global_step, Clock::now());
+  stopped_early_ = stopped_early_ || progress.stop;
+  spdlog::info("the run's progress before this ps restarted: done {}; given up on {}{}", names(p.done), names(p.given_up),
+               progress.stop ? "; the chief stopped the run early" : "");
+  // Elastic: the finished ones take no share, nor (sync) a place in the steps' quorum.
+  if (store_.update().max_workers > 0 && !p.done.empty()) MembersChangedLocked("workers finished before this ps restarted", false);
+}
+
+wire::Progress PsService::ProgressLocked() const { return ToWire(roster_.progress(), stopped_early_); }
 
 void PsService::HandleWaitReady(const ConnectionPtr& from, const wire::InFrame& frame, int rank) {
   const std::uint64_t id = frame.header.request_id;
@@ -250,6 +275,7 @@ void PsService::HandlePush(const ConnectionPtr& from, const wire::InFrame& frame
     ack.stop = stopped_early_;  // the chief stopped the run: so does this worker
     if (rank == 0 && push.epoch > run_epoch_) run_epoch_ = push.epoch;
     ack.membership = MembershipLocked(rank);
+    ack.progress = ProgressLocked();
   }
   Reply(*from, wire::Encode(ack), id);
   if (r->step_advanced) ReleaseWaiters();
@@ -391,7 +417,8 @@ void PsService::Tick(Clock::time_point now) {
       }
     }
     if (ended_ && !end && (roster_.connections() == 0 || now >= *ended_at_ + limits_.end_grace)) {
-      end = Ending{false, fmt::format("{}{}; global_step={}", ended_->message(), roster_.AwayNote(ended_->message()), store_.global_step())};
+      end = Ending{false, fmt::format("{}{}; global_step={}", ended_->message(), roster_.AwayNote(ended_->message()), store_.global_step()),
+                   static_cast<int>(roster_.done_count())};
       end_called_ = true;
     }
   }
@@ -428,8 +455,9 @@ std::optional<PsService::Ending> PsService::FinishedLocked() {
   std::string gave_up = roster_.AwayNote();
   if (!written_off->empty()) gave_up += fmt::format("; wrote off {} (update.on_worker_loss: shrink)", fmt::join(*written_off, ", "));
   end_called_ = true;  // decided under the lock that EndRunLocked takes too: one end, never both
-  if (gave_up.empty()) return Ending{true, fmt::format("every worker is done: global_step={}; exiting", store_.global_step())};
-  return Ending{true, fmt::format("every live worker is done{}; global_step={}; exiting", gave_up, store_.global_step())};
+  const auto done = static_cast<int>(roster_.done_count());
+  if (gave_up.empty()) return Ending{true, fmt::format("every worker is done: global_step={}; exiting", store_.global_step()), done};
+  return Ending{true, fmt::format("every live worker is done{}; global_step={}; exiting", gave_up, store_.global_step()), done};
 }
 
 void PsService::EndRunLocked(const Status& why) {
@@ -515,6 +543,7 @@ wire::Ready PsService::ReadyFor(int rank) {
   wire::Ready ready{store_.global_step(), store_.ResumeStep(rank), std::nullopt};
   MutexLock lock(&mu_);
   ready.membership = MembershipLocked(rank);
+  ready.progress = ProgressLocked();
   return ready;
 }
 

@@ -60,6 +60,7 @@ class PsService : public transport::FrameHandler {
   struct Ending {
     bool ok = false;      // the chief finished: exit 0
     std::string message;  // the ps's last line: what ended the run, who was given up on, the global step
+    int workers_done = 0;  // ranks whose DONE this ps (or, before a restart, its previous incarnation) counted
   };
 
   // `config`, `store` and `events` must outlive the service, and so must `metrics` (after
@@ -104,6 +105,10 @@ class PsService : public transport::FrameHandler {
   void HandleStatePull(const ConnectionPtr& from, const wire::InFrame& frame);
   void HandleDone(const ConnectionPtr& from, const wire::InFrame& frame, int rank) TFD_EXCLUDES(mu_);
   void HandleError(const ConnectionPtr& from, const wire::InFrame& frame);
+  // A restarted ps's first INIT: the roster starts from the progress it carries.
+  void SeedProgress(const wire::Progress& progress, std::uint64_t global_step) TFD_EXCLUDES(mu_);
+  // What READY and PUSH_ACK tell the workers of the run's progress.
+  wire::Progress ProgressLocked() const TFD_REQUIRES(mu_);
   // With metrics: the push's outcome, its staleness (async) and the global step after it.
   void CountPush(std::uint64_t based_on_step, const ParameterStore::PushResult& r);
 

@@ -174,6 +174,7 @@ Status RunPs(const config::TfConfig& config, EventWriter& events, const PsOption
                work.pushes, work.apply_s, work.pushes > 0 ? 1e6 * work.apply_s / static_cast<double>(work.pushes) : 0.0, work.replies,
                work.reply_s, work.replies > 0 ? 1e6 * work.reply_s / static_cast<double>(work.replies) : 0.0);
   events.Emit("done", {{"global_step", static_cast<std::int64_t>(store.global_step())},
+                       {"workers_done", std::int64_t{ending->workers_done}},
                        {"refused_connections", static_cast<std::int64_t>(refused.total())},
                        {"pushes", static_cast<std::int64_t>(work.pushes)},
                        {"apply_s", work.apply_s},

@@ -109,6 +109,21 @@ PushRequest FromWire(const wire::Push& push) {
 
 wire::PushAck ToWire(const ParameterStore::PushResult& result) { return {result.global_step, ToWire(result.outcome)}; }
 
+WorkerRoster::Progress FromWire(const wire::Progress& progress) {
+  WorkerRoster::Progress p;
+  p.done.assign(progress.done.begin(), progress.done.end());  // ranks below kMaxWorkers: they fit an int
+  p.given_up.assign(progress.given_up.begin(), progress.given_up.end());
+  return p;
+}
+
+wire::Progress ToWire(const WorkerRoster::Progress& progress, bool stop) {
+  wire::Progress p;
+  for (int r : progress.done) p.done.push_back(static_cast<std::uint32_t>(r));
+  for (int r : progress.given_up) p.given_up.push_back(static_cast<std::uint32_t>(r));
+  p.stop = stop;
+  return p;
+}
+
 wire::OutFrame EncodeState(const ParameterStore::State& state) {
   wire::State m;
   m.global_step = state.params->global_step;

@@ -4,6 +4,7 @@
 
 #include "common/wire/messages.h"
 #include "daemon/ps/parameter_store.h"
+#include "daemon/ps/worker_roster.h"
 
 namespace tfd::ps {
 
@@ -15,6 +16,9 @@ StoreInit FromWire(const wire::Init& init);
 PushRequest FromWire(const wire::Push& push);
 
 wire::PushAck ToWire(const ParameterStore::PushResult& result);
+// The run's progress between the roster's ranks and the wire's (`stop`: the chief stopped the run early).
+WorkerRoster::Progress FromWire(const wire::Progress& progress);
+wire::Progress ToWire(const WorkerRoster::Progress& progress, bool stop);
 // A STATE frame of `state`; the frame owns (keeps alive) the snapshot and slots its tail points into.
 wire::OutFrame EncodeState(const ParameterStore::State& state);
 // A PARAMS frame of `snapshot`, which the frame keeps alive.

@@ -39,6 +39,29 @@ WorkerRoster::Departure WorkerRoster::Closed(Link link, const std::string& name,
 
 bool WorkerRoster::MarkDone(int rank) { return done_.insert(rank).second; }
 
+WorkerRoster::Progress WorkerRoster::progress() const {
+  Progress p;
+  p.done.assign(done_.begin(), done_.end());
+  for (int r : given_up_)
+    if (!done_.contains(r)) p.given_up.push_back(r);
+  return p;
+}
+
+void WorkerRoster::Seed(const Progress& p, int rank_limit, std::uint64_t global_step, Clock::time_point now) {
+  const auto admit = [&](int r) {
+    if (r < 0 || r >= rank_limit) return false;
+    if (r >= cluster_workers_) joined_.insert(r);
+    return true;
+  };
+  for (int r : p.done)
+    if (admit(r)) done_.insert(r);
+  for (int r : p.given_up) {
+    if (!admit(r) || done_.contains(r) || Live().contains(r)) continue;
+    given_up_.insert(r);
+    gone_[r] = Absence{name_of_(r), global_step, now, false, true};
+  }
+}
+
 std::vector<WorkerRoster::Absence> WorkerRoster::GiveUpOverdue(Clock::time_point now, std::uint64_t global_step) {
   const std::set<int> live = Live();
   std::vector<Absence> gave_up;
@@ -78,8 +101,9 @@ std::string WorkerRoster::AwayNote(std::string_view named) const {
   const std::set<int> live = Live();
   for (const auto& [r, a] : gone_) {
     if (config::MentionsTask(named, a.name) || live.contains(r) || done_.contains(r)) continue;
-    const std::string what =
-        a.never_connected ? a.name + " (never connected)" : fmt::format("{} (lost at global_step {})", a.name, a.global_step);
+    const std::string what = a.before_restart    ? a.name + " (before this ps restarted)"
+                             : a.never_connected ? a.name + " (never connected)"
+                                                 : fmt::format("{} (lost at global_step {})", a.name, a.global_step);
     (given_up_.contains(r) ? gave_up : away).push_back(what);
   }
   std::string out;
@@ -93,6 +117,7 @@ double WorkerRoster::LimitSeconds(const Absence& a) const {
 }
 
 std::string WorkerRoster::GaveUpBecause(const Absence& a) const {
+  if (a.before_restart) return fmt::format("{} was given up on before this ps restarted", a.name);
   if (a.never_connected) return fmt::format("{} never connected within {:g} s", a.name, LimitSeconds(a));
   return fmt::format("{} was lost at global_step {} and did not come back within {:g} s", a.name, a.global_step, LimitSeconds(a));
 }

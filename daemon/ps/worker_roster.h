@@ -48,6 +48,12 @@ class WorkerRoster {
     std::uint64_t global_step = 0;  // when it was lost
     Clock::time_point since;
     bool never_connected = false;
+    bool before_restart = false;  // given up on by the ps incarnation this one replaced (Seed)
+  };
+  // What a later incarnation of this ps needs to end the run as this one would: the ranks done and
+  // given up on, in increasing order.
+  struct Progress {
+    std::vector<int> done, given_up;
   };
 
   // Ranks 0 .. cluster_workers - 1 are the cluster's; `name_of` names a rank that never connected
@@ -70,6 +76,12 @@ class WorkerRoster {
   Departure Closed(Link link, const std::string& name, std::uint64_t global_step, Clock::time_point now);
   // Counts `rank`'s DONE; true the first time.
   bool MarkDone(int rank);
+  Progress progress() const;
+  // A restarted ps, at its INIT: starts from the progress its previous incarnation had recorded
+  // (passed on by the worker that initialises it), so a rank done before the restart is not waited
+  // for. Ranks at or beyond `rank_limit` (the cluster's, or elastic max_workers) are ignored; a rank
+  // given up on comes back as any given up on does, by shaking hands.
+  void Seed(const Progress& p, int rank_limit, std::uint64_t global_step, Clock::time_point now);
 
   // Gives up on every rank away past its limit at `now` and returns them (never-connected ones are
   // recorded at `global_step`).

@@ -225,5 +225,54 @@ TEST_CASE("sync step verdict: on_worker_loss shrink goes on with those left, dow
   CHECK(JudgeSyncStep(RosterOf("ccg"), {true, false, false}, 3, OnWorkerLoss::kShrink, 3).action == Action::kEndRun);
 }
 
+TEST_CASE("roster: seeded from a restarted ps's INIT, a worker done before the restart is not waited for", "[unit][ps][roster]") {
+  WorkerRoster roster = MakeRoster(3);
+  roster.Seed({.done = {2}, .given_up = {}}, 3, 40, kStart);
+  CHECK(roster.StateOf(2) == WorkerState::kDone);
+  CHECK(roster.done_count() == 1);
+  roster.Connected(Link(0), 0, false, kStart);
+  roster.Connected(Link(1), 1, false, kStart);
+  CHECK(roster.MarkDone(1));
+  CHECK_FALSE(roster.Finished(false).has_value());  // the chief's DONE comes first
+  CHECK(roster.MarkDone(0));
+  const auto finished = roster.Finished(false);
+  REQUIRE(finished.has_value());
+  CHECK(finished->empty());
+  CHECK(roster.AwayNote().empty());  // nobody given up on: the end an undisturbed ps would reach
+  CHECK(roster.GiveUpOverdue(kStart + 1h, 50).empty());
+  CHECK(roster.progress().done == std::vector<int>{0, 1, 2});
+}
+
+TEST_CASE("roster: seeded with the chief done, the last worker's DONE ends the run at once", "[unit][ps][roster]") {
+  WorkerRoster roster = MakeRoster(2);
+  roster.Seed({.done = {0}, .given_up = {}}, 2, 7, kStart);
+  roster.Connected(Link(1), 1, false, kStart);
+  CHECK_FALSE(roster.Finished(false).has_value());
+  CHECK(roster.GiveUpOverdue(kStart + 1h, 9).empty());  // the chief is done, not awaited
+  CHECK(roster.ChiefGivenUp() == nullptr);
+  roster.MarkDone(1);
+  CHECK(roster.Finished(false).has_value());
+}
+
+TEST_CASE("roster: a rank given up on before the restart stays given up on until it shakes hands", "[unit][ps][roster]") {
+  WorkerRoster roster = MakeRoster(3);
+  roster.Seed({.done = {0}, .given_up = {1, 7}}, 3, 12, kStart);  // rank 7 is beyond the cluster: ignored
+  CHECK(roster.StateOf(1) == WorkerState::kGivenUp);
+  CHECK(roster.Ranks() == std::vector<int>{0, 1, 2});
+  const WorkerRoster::Absence* away = roster.absence(1);
+  REQUIRE(away != nullptr);
+  CHECK(roster.GaveUpBecause(*away) == "worker:1 was given up on before this ps restarted");
+  roster.Connected(Link(2), 2, false, kStart);
+  roster.MarkDone(2);
+  const auto finished = roster.Finished(false);
+  REQUIRE(finished.has_value());
+  CHECK(roster.AwayNote() == "; gave up on worker:1 (before this ps restarted)");
+  CHECK(roster.progress().given_up == std::vector<int>{1});
+  const WorkerRoster::Arrival back = roster.Connected(Link(1), 1, false, kStart + 1s);
+  CHECK(back.was_given_up);
+  CHECK(roster.StateOf(1) == WorkerState::kConnected);
+  CHECK(roster.progress().given_up.empty());
+}
+
 }  // namespace
 }  // namespace tfd::ps
