@@ -93,7 +93,7 @@ Status CheckGpuShares(const ClusterSpec& cluster, const JobSpec& job, const std:
 inline constexpr std::string_view kEventNames[] = {
     "start",     "ready",      "step",  "epoch",         "checkpoint", "checkpoint_start", "restored", "resumed", "done", "worker_done",
     "peer_lost", "peer_rejoined", "quorum", "gave_up", "run_ended", "early_stopping", "eval", "error",
-    "membership", "share", "stage"};
+    "membership", "share", "stage", "peer_done"};
 bool IsEventName(std::string_view name);
 
 // One JSON event line of a task (tfd --log-format json): its name, and its number and string fields.

@@ -1,5 +1,6 @@
 #include "daemon/worker/ps_client.h"
 
+#include <algorithm>
 #include <thread>
 
 #include <fmt/format.h>
@@ -92,6 +93,7 @@ Result<std::unique_ptr<PsClient>> PsClient::Connect(transport::asio::io_context&
   client->ps_.resize(n);
   client->initialized_.resize(n);
   client->steps_.resize(n);
+  client->heard_.resize(n);
   for (std::size_t i = 0; i < n; ++i) {
     TFD_ASSIGN_OR_RETURN(wire::Welcome welcome, client->ConnectUntil(i, deadline));
     client->initialized_[i] = welcome.initialized;
@@ -157,14 +159,17 @@ Status PsClient::Reconnect(std::size_t i, const Status& why, std::span<const flo
   if (!restarted) steps_[i] = welcome->global_step;
   initialized_[i] = welcome->initialized;
   // A restarted ps holds nothing: the chief initialises it again from the parameters it last pulled
-  // from it, at the step it last saw; the others wait until it has.
+  // from it, at the step it last saw (once the chief has finished, any worker does, from its own);
+  // the others wait until it has.
+  const bool initialises = MayInit();
   auto ready = InitOne(i, params);
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
   TFD_ASSIGN_OR_RETURN(wire::InFrame frame, Await(*ps_[i], ready, std::max(left, std::chrono::milliseconds(1000)),
-                                                  chief_ ? std::string("INIT") : WaitReadyWhat()));
+                                                  initialises ? std::string("INIT") : WaitReadyWhat()));
   TFD_RETURN_IF_ERROR(Expect(frame, wire::MessageType::kReady, name));
   wire::Ready answer;
   TFD_RETURN_IF_ERROR(wire::Decode(frame.payload, &answer).WithContext(name));
+  Heard(i, std::move(answer.progress));
   // The chief initialised a restarted ps at the step it last saw, which may be one behind the step
   // this worker last pulled (its pull was answered, the chief's was lost with the ps): the step in
   // flight is sent again as one for the ps's step, so the sync step completes instead of the push
@@ -176,13 +181,48 @@ Status PsClient::Reconnect(std::size_t i, const Status& why, std::span<const flo
   }
   spdlog::info("reconnected to {} (incarnation {:016x}{})", name, welcome->incarnation,
                restarted ? fmt::format(", restarted: initialised again {} at global_step {}{}",
-                                       chief_ ? "from this chief's parameters" : "by the chief", steps_[i],
+                                       chief_        ? "from this chief's parameters"
+                                       : initialises ? "from this worker's parameters (the chief has finished)"
+                                                     : "by the chief",
+                                       steps_[i],
                                        !chief_ ? ""
                                        : restart_slots_.empty()
                                            ? " (fresh optimizer slots: no checkpoint yet)"
                                            : fmt::format(" with the latest checkpoint's optimizer slots ({} updates)", restart_updates_))
                          : fmt::format(", global_step {}", steps_[i]));
   return Status::Ok();
+}
+
+void PsClient::Heard(std::size_t i, wire::Progress progress) {
+  heard_[i] = std::move(progress);
+  const std::uint32_t self = static_cast<std::uint32_t>(config_.cluster.WorkerRank(config_.task));
+  for (std::uint32_t r : heard_[i].done) {
+    if (r == self || !known_done_.insert(r).second) continue;
+    const std::string peer = config_.cluster.WorkerTask(static_cast<int>(r)).ToString();
+    spdlog::info("{} has finished ({} says)", peer, ps_[i]->peer());
+    if (options_.events != nullptr) options_.events->Emit("peer_done", {{"peer", peer}, {"global_step", static_cast<std::int64_t>(steps_[i])}});
+  }
+}
+
+wire::Progress PsClient::progress() const {
+  std::set<std::uint32_t> done, given_up;
+  wire::Progress merged;
+  for (const wire::Progress& p : heard_) {
+    done.insert(p.done.begin(), p.done.end());
+    given_up.insert(p.given_up.begin(), p.given_up.end());
+    merged.stop = merged.stop || p.stop;
+  }
+  merged.done.assign(done.begin(), done.end());
+  for (std::uint32_t r : given_up)
+    if (!done.contains(r)) merged.given_up.push_back(r);
+  return merged;
+}
+
+bool PsClient::MayInit() const {
+  if (chief_) return true;
+  for (const wire::Progress& p : heard_)
+    if (std::ranges::find(p.done, 0u) != p.done.end()) return true;
+  return false;
 }
 
 // A connection that closed (the ps died, restarted or was unreachable for --peer-timeout) is
@@ -259,6 +299,7 @@ Status PsClient::Initialize(bool chief, const config::OptimizerSpec& optimizer_s
     TFD_RETURN_IF_ERROR(wire::Decode(frame->payload, &ready).WithContext(ps_[i]->peer()));
     resume_step_ = std::max(resume_step_, ready.resume_step);
     if (i == 0 && ready.membership) membership_ = ready.membership;
+    Heard(i, std::move(ready.progress));
     initialized_[i] = true;
   }
   return Status::Ok();
@@ -289,6 +330,7 @@ std::future<Result<wire::InFrame>> PsClient::InitFromState(std::size_t i, std::s
   init.has_state = true;
   init.updates = updates;
   init.resume_steps = resume_steps;
+  init.progress = progress();
   for (const Slice& s : placement_.shards[i]) init.chunks.push_back({s.name, static_cast<std::uint64_t>(s.length)});
   // The frame owns copies of what its tail points to, and the encoder's trailer.
   auto held = std::make_shared<std::pair<std::vector<float>, std::vector<float>>>(std::vector<float>(values.begin(), values.end()),
@@ -331,7 +373,7 @@ Result<std::vector<PsClient::PsState>> PsClient::FetchState(std::span<const floa
 }
 
 std::future<Result<wire::InFrame>> PsClient::InitOne(std::size_t i, std::span<const float> params) {
-  if (!chief_ || initialized_[i]) return ps_[i]->Call(wire::Encode(wire::WaitReady{layout_}));
+  if (!MayInit() || initialized_[i]) return ps_[i]->Call(wire::Encode(wire::WaitReady{layout_}));
   if (!restart_slots_.empty()) {  // the latest checkpoint's slots, with these parameters
     std::vector<float> values;
     for (const Slice& s : placement_.shards[i]) {
@@ -345,6 +387,7 @@ std::future<Result<wire::InFrame>> PsClient::InitOne(std::size_t i, std::span<co
   init.optimizer = optimizer_;
   init.update = update_;
   init.global_step = steps_[i];
+  init.progress = progress();
   // The INIT values travel as frame tails: the frame owns its buffer (an early return must not
   // free what the I/O thread is still writing).
   auto values = std::make_shared<std::vector<float>>();
@@ -459,6 +502,7 @@ Result<bool> PsClient::AwaitPushPull(std::size_t i, std::span<float> params, std
   TFD_RETURN_IF_ERROR(wire::Decode(ack_frame.payload, &ack).WithContext(ps_[i]->peer()));
   stop_requested_ = stop_requested_ || ack.stop;
   if (i == 0 && ack.membership) membership_ = ack.membership;
+  Heard(i, std::move(ack.progress));
   if (!pulled.ok()) return pulled.status();
   TFD_ASSIGN_OR_RETURN(std::uint64_t got, TakeParams(i, *pulled, params));
   if (step != nullptr) *step = got;

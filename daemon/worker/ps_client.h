@@ -3,9 +3,11 @@
 #include <atomic>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <vector>
 
+#include "common/base/logging.h"
 #include "common/config/cluster.h"
 #include "common/config/job.h"
 #include "common/metrics/task_metrics.h"
@@ -28,6 +30,8 @@ struct PsClientOptions {
   tfd::metrics::TaskMetrics* metrics = nullptr;
   // The job's elastic settings, sent in the chief's INIT (docs/operations.md, "Elastic runs").
   config::ElasticSpec elastic;
+  // Where the `peer_done` event goes (another worker finished, as a ps said); null: nowhere.
+  EventWriter* events = nullptr;
 };
 
 // A worker's connections to every ps task, and the calls it makes on them. The parameters and
@@ -116,6 +120,10 @@ class PsClient {
   bool stop_requested() const { return stop_requested_; }
   // An elastic job: the membership ps:0 last reported (in READY or a PUSH_ACK); nullopt otherwise.
   const std::optional<wire::Membership>& membership() const { return membership_; }
+  // The run's progress as the ps tasks last reported it (READY, PUSH_ACK), merged: a rank is done
+  // if any ps counted its DONE, given up on if any ps gave up on it and none counted its DONE. It
+  // travels in the INIT of a restarted ps (docs/reliability.md).
+  wire::Progress progress() const;
   void Close();
 
  private:
@@ -131,11 +139,16 @@ class PsClient {
   // What a worker waits for in WAIT_READY, for a deadline's message: the chief, named.
   std::string WaitReadyWhat() const;
   // After ps `i` was lost (`why`): dials it again until the reconnect timeout; if it restarted
-  // empty, the chief initialises it from `params` at the step last seen from it, and the others
-  // wait until it has.
+  // empty, the chief initialises it from `params` at the step last seen from it, with the run's
+  // progress, and the others wait until it has; once the chief has finished, this worker does.
   Status Reconnect(std::size_t i, const Status& why, std::span<const float> params);
   bool Lost(std::size_t i) const;
-  // The chief: INIT for an uninitialised ps; otherwise WAIT_READY. The reply is READY.
+  // Ps `i` reported `progress` (READY or PUSH_ACK): kept as its latest; a worker newly known to be
+  // done is logged and emitted (`peer_done`).
+  void Heard(std::size_t i, wire::Progress progress);
+  // This worker initialises a ps that is not: the chief, or any worker once the chief has finished.
+  bool MayInit() const;
+  // INIT for an uninitialised ps when MayInit(); otherwise WAIT_READY. The reply is READY.
   std::future<Result<wire::InFrame>> InitOne(std::size_t i, std::span<const float> params);
   // The chief: INIT for ps `i` with these values and optimizer state.
   std::future<Result<wire::InFrame>> InitFromState(std::size_t i, std::span<const float> values, std::span<const float> slots,
@@ -180,6 +193,8 @@ class PsClient {
   std::vector<transport::Clock::time_point> ack_times_;
   bool stop_requested_ = false;
   std::optional<wire::Membership> membership_;
+  std::vector<wire::Progress> heard_;  // per ps: the progress its last READY or PUSH_ACK carried
+  std::set<std::uint32_t> known_done_;  // the ranks announced as done (peer_done)
 };
 
 }  // namespace tfd::worker

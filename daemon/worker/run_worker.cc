@@ -171,6 +171,7 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
   ps_options.stop = options.stop;
   ps_options.metrics = options.metrics;
   ps_options.elastic = job.elastic;
+  ps_options.events = &events;
   if (options.metrics != nullptr) options.metrics->AddPsClientMetrics();
   Result<std::unique_ptr<PsClient>> connected = PsClient::Connect(io.context(), config, incarnation, placement, ps_options);
   if (!connected.ok()) return train::AtStartup(connected.status());

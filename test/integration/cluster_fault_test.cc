@@ -1,5 +1,6 @@
 // Faults in a ps cluster of tfd processes: a worker lost under each on_worker_loss rule, a ps
-// killed, dead or stopped, and a stopped worker that comes back. docs/reliability.md lists them.
+// killed, dead or stopped (restarted mid-run, or after a worker finished), and a stopped worker
+// that comes back. docs/reliability.md lists them.
 // Every wait has a deadline that fails the test instead of hanging.
 #include <csignal>
 #include <string>
@@ -203,6 +204,65 @@ TEST_CASE("sync: a ps killed and restarted while one worker holds the next step'
   CHECK(w0.done["test_accuracy"].get<double>() >= 0.8);
   TaskResult ps = c.Finish("ps", 0, 30s);
   CHECK(ps.exit_code == 0);
+}
+
+// Async, 1 ps + 2 workers: `other` is stopped while `finisher` trains to its end, so the ps counts
+// `finisher`'s DONE first; continued, `other` hears of it (peer_done) from its next reply, and the ps
+// is killed and restarted while `other` is stopped again, so `other` is the one to find it empty.
+void RestartPsOnceOtherHeardDone(LocalCluster& c, int finisher, int other) {
+  c.StartPs(0);
+  c.StartWorker(1);
+  AwaitLine(c.process("worker", 1), "connected to ps:0 (");
+  c.StartWorker(0);
+  c.AwaitEvent("worker", other, "epoch", {{"epoch", 1}});
+  c.process("worker", other).Signal(SIGSTOP);
+  c.AwaitEvent("ps", 0, "worker_done", {{"done", 1}}, 120s);
+  c.process("worker", other).Signal(SIGCONT);
+  c.AwaitEvent("worker", other, "peer_done", {{"peer", "worker:" + std::to_string(finisher)}}, 60s);
+  c.process("worker", other).Signal(SIGSTOP);
+  c.process("ps", 0).Signal(SIGKILL);
+  c.Finish("ps", 0, 30s);
+  c.StartPs(0);  // as systemd's Restart=on-failure or tfctl would
+  c.process("worker", other).Signal(SIGCONT);
+}
+
+TEST_CASE("async: a ps restarted after the chief finished is initialised by the worker still training, which finishes",
+          "[integration][cluster][fault]") {
+  TempDir data;
+  LocalCluster c({.num_ps = 1, .num_workers = 2, .job = SyntheticJob(data, 2000, 200, R"({"mode": "async"})", 40)});
+  RestartPsOnceOtherHeardDone(c, 0, 1);
+  TaskResult w1 = c.Finish("worker", 1, 120s);
+  INFO(w1.err);
+  CHECK(w1.exit_code == 0);
+  CHECK(w1.err.find("restarted: initialised again from this worker's parameters (the chief has finished)") != std::string::npos);
+  REQUIRE(w1.done.is_object());
+  CHECK(w1.done["local_step"] == 2000);
+  TaskResult ps = c.Finish("ps", 0, 30s);
+  INFO(ps.err);
+  CHECK(ps.exit_code == 0);
+  CHECK(c.Events("ps", 0, "gave_up").empty());  // the chief was not waited for
+  REQUIRE(ps.done.is_object());
+  CHECK(ps.done["workers_done"] == 2);
+  CHECK(c.Finish("worker", 0).exit_code == 0);
+}
+
+TEST_CASE("async: a ps restarted after a worker finished learns it from the chief's INIT and ends without waiting for it",
+          "[integration][cluster][fault]") {
+  TempDir data;
+  LocalCluster c({.num_ps = 1, .num_workers = 2, .job = SyntheticJob(data, 2000, 200, R"({"mode": "async"})", 40)});
+  RestartPsOnceOtherHeardDone(c, 1, 0);
+  TaskResult w0 = c.Finish("worker", 0, 120s);
+  INFO(w0.err);
+  CHECK(w0.exit_code == 0);
+  CHECK(w0.err.find("restarted: initialised again from this chief's parameters") != std::string::npos);
+  // Within 30 s, well inside the restarted ps's --startup-timeout (120 s): worker 1 was not awaited.
+  TaskResult ps = c.Finish("ps", 0, 30s);
+  INFO(ps.err);
+  CHECK(ps.exit_code == 0);
+  CHECK(c.Events("ps", 0, "gave_up").empty());
+  REQUIRE(ps.done.is_object());
+  CHECK(ps.done["workers_done"] == 2);
+  CHECK(c.Finish("worker", 1).exit_code == 0);
 }
 
 TEST_CASE("a worker stopped (SIGSTOP) past the peer timeout reconnects when continued and finishes", "[integration][cluster][fault]") {
