@@ -89,9 +89,9 @@ TEST_CASE("INIT with optimizer state round-trips slots, update count and resume 
     CHECK(back.resume_steps.empty());
     CHECK(FloatsOf(back.slots) == kInitSlots);
   }
-  SECTION("a section tag other than 1, 2 or 3") {
+  SECTION("a section tag other than 1, 2, 3 or 4") {
     std::vector<std::byte> p = payload;
-    p[plain_size] = std::byte{4};
+    p[plain_size] = std::byte{5};
     Init back;
     CHECK(Decode(p, &back).message() == fmt::format("INIT: {} unexpected trailing bytes", payload.size() - plain_size));
   }
