@@ -26,7 +26,7 @@ data::Dataset Images(int rows, int side, int channels, int classes, std::mt19937
   std::vector<std::uint8_t> bytes(static_cast<std::size_t>(rows) * d.pixels());
   for (auto& b : bytes) b = static_cast<std::uint8_t>(rng() & 0xff);
   d.features = std::move(bytes);
-  for (int r = 0; r < rows; ++r) d.labels.push_back(static_cast<std::uint8_t>(rng() % classes));
+  for (int r = 0; r < rows; ++r) d.labels.push_back(static_cast<tfd::ClassId>(rng() % classes));
   return d;
 }
 
@@ -42,7 +42,7 @@ data::Dataset Table(int rows, int features, int classes, int targets, std::mt199
   for (int r = 0; r < rows; ++r)
     for (int j = 0; j < features; ++j) x[r * features + j] = 10.0f * j - 20 + (1.0f + j) * normal(rng);
   for (int r = 0; r < rows; ++r) {
-    if (targets == 0) d.labels.push_back(static_cast<std::uint8_t>(rng() % classes));
+    if (targets == 0) d.labels.push_back(static_cast<tfd::ClassId>(rng() % classes));
     for (int t = 0; t < targets; ++t) d.targets.push_back(0.1f * x[r * features + t] - 0.05f * x[r * features + features - 1] + normal(rng));
   }
   d.normalizer.scale = 1.0f;

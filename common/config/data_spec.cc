@@ -1,5 +1,7 @@
 #include "common/config/data_spec.h"
 
+#include <unordered_set>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -127,12 +129,12 @@ void ReadTask(ObjectReader& r, DataSpec* d) {
     r.Fail(r.PathOf("loss"), "is a regression field (set \"task\": \"regression\"); classification trains on softmax cross-entropy");
   if (const json* v = r.Get("classes"); v != nullptr) {
     if (!v->is_array() || v->size() < 2) return r.Fail(r.PathOf("classes"), "expected a list of at least 2 class names, got " + config::Describe(*v));
+    std::unordered_set<std::string> seen;  // a list of thousands of classes is checked in one pass
     for (std::size_t i = 0; i < v->size(); ++i) {
       const json& c = (*v)[i];
       std::string name = c.is_string() ? c.get<std::string>() : c.is_number_integer() ? c.dump() : std::string();
       if (name.empty()) return r.Fail(r.PathOf("classes", i), "expected a class name, got " + config::Describe(c));
-      for (const std::string& seen : d->classes)
-        if (seen == name) return r.Fail(r.PathOf("classes", i), fmt::format("\"{}\" is named twice", name));
+      if (!seen.insert(name).second) return r.Fail(r.PathOf("classes", i), fmt::format("\"{}\" is named twice", name));
       d->classes.push_back(std::move(name));
     }
     if (d->task == DataSpec::Task::kRegression) r.Fail(r.PathOf("classes"), "names classes, but the task is regression");

@@ -25,15 +25,15 @@ Result<Dataset> LoadIdxPair(const std::string& images_path, const std::string& l
   } else {
     return mapped.status();
   }
-  TFD_ASSIGN_OR_RETURN(IdxArray labels, ReadIdxFile(labels_path, 1));
-  if (images.dims[0] != labels.dims[0]) {
-    return Status::Corruption(fmt::format("{}: {} labels, but {} has {} images", labels_path, labels.dims[0],
+  TFD_ASSIGN_OR_RETURN(std::vector<ClassId> labels, ReadIdxLabels(labels_path));
+  if (images.dims[0] != labels.size()) {
+    return Status::Corruption(fmt::format("{}: {} labels, but {} has {} images", labels_path, labels.size(),
                                           images_path, images.dims[0]));
   }
-  for (std::size_t i = 0; i < labels.data.size(); ++i) {
-    if (labels.data[i] >= num_classes) {
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    if (labels[i] >= num_classes) {
       return Status::Corruption(fmt::format("{}: label {} at index {} is outside [0, {})", labels_path,
-                                            labels.data[i], i, num_classes));
+                                            labels[i], i, num_classes));
     }
   }
   Dataset d;
@@ -42,7 +42,7 @@ Result<Dataset> LoadIdxPair(const std::string& images_path, const std::string& l
   d.width = static_cast<int>(images.dims[2]);
   d.num_classes = num_classes;
   d.features = mapped.ok() ? ByteArray(std::move(mapped->data), mapped->size) : ByteArray(std::move(images.data));
-  d.labels = std::move(labels.data);
+  d.labels = std::move(labels);
   return d;
 }
 
@@ -89,6 +89,25 @@ void Standardize(const Normalizer& norm, float* __restrict x, std::int64_t n) {
   const float* __restrict inv_std = norm.inv_std.data();
   for (std::int64_t i = 0; i < n; ++i) x[i] = (x[i] - mean[i]) * inv_std[i];
 }
+
+// The labels as the fingerprint has always hashed them: a byte each while every class id fits one
+// (so that checkpoints and model cards made when labels were bytes still match their data), else
+// 4 bytes little-endian each.
+void HashLabels(const Dataset& data, Sha256* h) {
+  constexpr std::size_t kChunk = 4096;
+  std::uint8_t buf[kChunk * 4];
+  const bool bytes = data.num_classes <= 256;
+  for (std::size_t at = 0; at < data.labels.size(); at += kChunk) {
+    const std::size_t n = std::min(kChunk, data.labels.size() - at);
+    std::size_t used = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto v = static_cast<std::uint32_t>(data.labels[at + i]);
+      for (std::size_t b = 0; b < (bytes ? 1u : 4u); ++b) buf[used++] = static_cast<std::uint8_t>(v >> (8 * b));
+    }
+    h->Update(std::as_bytes(std::span(buf, used)));
+  }
+}
+
 }  // namespace
 
 std::string Fingerprint(const Dataset& data) {
@@ -98,7 +117,7 @@ std::string Fingerprint(const Dataset& data) {
                                        fmt::join(data.class_names, "\x1f"));
   h.Update(std::as_bytes(std::span(head)));
   h.Update(std::as_bytes(std::span(data.features.data(), data.features.size())));
-  h.Update(std::as_bytes(std::span(data.labels)));
+  HashLabels(data, &h);
   h.Update(std::as_bytes(std::span(data.targets)));
   return h.HexDigest();
 }
@@ -121,7 +140,7 @@ void HoldOut(DataSplits* data, std::int64_t count) {
   train.size = keep;
 }
 
-void FillBatch(const Dataset& data, std::span<const std::uint32_t> indices, float* x, std::uint8_t* y, float* targets) {
+void FillBatch(const Dataset& data, std::span<const std::uint32_t> indices, float* x, ClassId* y, float* targets) {
   const std::int64_t values = data.pixels();
   const auto bytes = static_cast<std::int64_t>(data.example_bytes());
   const std::uint8_t* features = data.features.data();

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/base/class_id.h"
 #include "common/base/status.h"
 
 namespace tfd::data {
@@ -62,7 +63,7 @@ struct Dataset {
   DType dtype = DType::kU8;
   int num_classes = 10;               // 0 for a regression dataset
   ByteArray features;                 // size x height x width x channels elements of dtype
-  std::vector<std::uint8_t> labels;  // size, each < num_classes (classification)
+  std::vector<ClassId> labels;        // size, each in [0, num_classes) (classification)
   std::vector<std::string> class_names;  // num_classes names, in id order (empty: the ids themselves)
   std::vector<std::string> feature_names;  // where the source names them (a CSV header), else empty
   // Regression ("task": "regression"): num_targets float targets per example (size x num_targets,
@@ -130,6 +131,6 @@ std::vector<std::uint32_t> EpochShard(std::int64_t n, std::uint64_t seed, int ep
 // data.normalizer) and their labels to `y`; for a regression dataset, their targets to `targets`
 // (rows of num_targets) instead, and `y` is not written (it may be null). A dataset without labels
 // or targets (examples to predict on), or a null `targets`, writes only `x`.
-void FillBatch(const Dataset& data, std::span<const std::uint32_t> indices, float* x, std::uint8_t* y, float* targets = nullptr);
+void FillBatch(const Dataset& data, std::span<const std::uint32_t> indices, float* x, ClassId* y, float* targets = nullptr);
 
 }  // namespace tfd::data

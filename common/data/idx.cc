@@ -113,6 +113,52 @@ Result<MappedIdxArray> MapIdxFile(const std::string& path, int rank) {
 }
 
 namespace {
+
+// The payload of a 16- or 32-bit IDX label file (`width` bytes a label) whose header is checked.
+Result<std::vector<ClassId>> DecodeWideLabels(std::span<const std::byte> payload, std::uint32_t n, int width, const std::string& path) {
+  std::vector<ClassId> out(n);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    const std::byte* p = payload.data() + std::size_t{i} * static_cast<std::size_t>(width);
+    const std::int32_t v = width == 4 ? static_cast<std::int32_t>(BigEndian32(p))
+                                      : static_cast<std::int16_t>((std::to_integer<std::uint16_t>(p[0]) << 8) | std::to_integer<std::uint16_t>(p[1]));
+    if (v < 0) return Status::Corruption(fmt::format("{}: label {} at index {} is negative", path, v, i));
+    out[i] = v;
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<ClassId>> ReadIdxLabels(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return Status::NotFound(fmt::format("{}: cannot open", path));
+  const std::streamoff size = in.tellg();
+  in.seekg(0);
+  std::byte head[8] = {};
+  in.read(reinterpret_cast<char*>(head), 8);
+  const std::uint32_t magic = in.gcount() >= 4 ? BigEndian32(head) : 0;
+  const std::uint32_t type = (magic >> 8) & 0xff;
+  if ((magic >> 16) != 0 || (type != 0x0B && type != 0x0C)) {  // bytes, or not IDX: ReadIdxFile says which
+    TFD_ASSIGN_OR_RETURN(IdxArray bytes, ReadIdxFile(path, 1));
+    return std::vector<ClassId>(bytes.data.begin(), bytes.data.end());
+  }
+  if ((magic & 0xff) != 1)
+    return Status::Corruption(fmt::format("{}: wrong dimensions: IDX magic 0x{:08x} says {} dimensions, expected 1 (one label per example)",
+                                          path, magic, magic & 0xff));
+  if (in.gcount() < 8) return Status::Corruption(fmt::format("{}: truncated IDX file: its header needs 8 bytes", path));
+  const std::uint32_t n = BigEndian32(head + 4);
+  const int width = type == 0x0C ? 4 : 2;
+  const std::uint64_t want = std::uint64_t{n} * static_cast<std::uint64_t>(width), have = static_cast<std::uint64_t>(size) - 8;
+  if (have != want)  // checked before allocating: a header cannot ask for more than the file holds
+    return Status::Corruption(fmt::format("{}: wrong length: the header says {} labels of {} bytes ({} bytes), the file has {} after it", path, n,
+                                          width, want, have));
+  std::vector<std::byte> payload(static_cast<std::size_t>(want));
+  if (!in.read(reinterpret_cast<char*>(payload.data()), static_cast<std::streamsize>(payload.size())))
+    return Status::NotFound(fmt::format("{}: read failed", path));
+  return DecodeWideLabels(payload, n, width, path);
+}
+
+namespace {
 // The rank an IDX file's magic declares (1 to 4).
 Result<int> IdxRank(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -144,18 +190,16 @@ Result<Examples> ReadIdxExamples(const std::string& x_path, const std::string& y
   } else {
     return Status::InvalidArgument(mapped.status().message());
   }
-  TFD_ASSIGN_OR_RETURN(const int label_rank, IdxRank(y_path));
-  if (label_rank != 1) return Status::InvalidArgument(fmt::format("{}: labels of {} dimensions; expected one label per example (N)", y_path, label_rank));
-  Result<IdxArray> labels = ReadIdxFile(y_path, 1);
+  Result<std::vector<ClassId>> labels = ReadIdxLabels(y_path);
   if (!labels.ok()) return Status::InvalidArgument(labels.status().message());
-  if (labels->dims[0] != dims[0])
-    return Status::InvalidArgument(fmt::format("{}: {} labels, but {} has {} examples", y_path, labels->dims[0], x_path, dims[0]));
+  if (labels->size() != dims[0])
+    return Status::InvalidArgument(fmt::format("{}: {} labels, but {} has {} examples", y_path, labels->size(), x_path, dims[0]));
   e.size = dims[0];
   e.dtype = DType::kU8;
   if (rank == 2) e.width = static_cast<int>(dims[1]);  // a table: 1 x D x 1
   if (rank >= 3) e.height = static_cast<int>(dims[1]), e.width = static_cast<int>(dims[2]);
   if (rank == 4) e.channels = static_cast<int>(dims[3]);
-  e.label_ids.assign(labels->data.begin(), labels->data.end());
+  e.label_ids.assign(labels->begin(), labels->end());
   return e;
 }
 

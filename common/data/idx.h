@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/base/class_id.h"
 #include "common/base/status.h"
 
 namespace tfd::data {
@@ -30,6 +31,12 @@ inline constexpr std::size_t IdxHeaderBytes(int rank) { return 4 + 4 * static_ca
 Result<IdxArray> ParseIdx(std::span<const std::byte> bytes, int rank, std::string_view source);
 // Reads and parses the file at `path`; NotFound when it cannot be opened.
 Result<IdxArray> ReadIdxFile(const std::string& path, int rank);
+
+// An IDX file of one label per example (rank 1): unsigned bytes (type 0x08, as MNIST's), or
+// big-endian signed 16- or 32-bit integers (0x0B, 0x0C: legal IDX, for more than 256 classes).
+// ReadIdxFile's errors for a byte file; for a wider one, Corruption naming the file on a wrong
+// magic or rank, a length other than the header's, or a negative label (naming its index).
+Result<std::vector<ClassId>> ReadIdxLabels(const std::string& path);
 
 // An IDX ubyte array whose bytes are a read-only shared mapping of the file: every process that maps
 // the same file reads the same page-cache pages, so N tasks on a host hold one copy. `data` keeps

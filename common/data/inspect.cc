@@ -1,11 +1,10 @@
 #include "common/data/inspect.h"
 
 #include <algorithm>
-#include <bitset>
 #include <cstring>
 #include <limits>
 #include <string_view>
-#include <unordered_map>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -20,20 +19,44 @@ double Value(const Dataset& d, std::int64_t row, std::int64_t j) {
   return v;
 }
 
-// Rows whose features and label both repeat an earlier row's.
+// A row's features (a view of the dataset's bytes) and its label.
+struct Row {
+  std::string_view features;
+  ClassId label = 0;
+  bool operator==(const Row&) const = default;
+};
+struct RowHash {
+  std::size_t operator()(const Row& r) const { return std::hash<std::string_view>()(r.features) ^ (std::size_t{0x9e3779b97f4a7c15u} * static_cast<std::size_t>(r.label)); }
+};
+
+// Rows whose features and label both repeat an earlier row's (a regression row's label counts as 0).
 std::int64_t DuplicateRows(const Dataset& d) {
   const std::size_t bytes = d.example_bytes();
-  std::unordered_map<std::string_view, std::bitset<256>> seen;  // features -> the labels seen with them
+  std::unordered_set<Row, RowHash> seen;
   seen.reserve(static_cast<std::size_t>(d.size));
   std::int64_t duplicates = 0;
   for (std::int64_t i = 0; i < d.size; ++i) {
     const std::string_view example(reinterpret_cast<const char*>(d.features.data()) + static_cast<std::size_t>(i) * bytes, bytes);
-    std::bitset<256>& labels = seen[example];
-    const std::uint8_t y = d.labels[static_cast<std::size_t>(i)];
-    if (labels.test(y)) ++duplicates;
-    labels.set(y);
+    const ClassId y = d.labels.empty() ? 0 : d.labels[static_cast<std::size_t>(i)];
+    duplicates += !seen.insert(Row{example, y}).second;
   }
   return duplicates;
+}
+
+// The rows under which a class is named as rare: 1% (the rule), or past 100 classes,
+// where an even share is itself under 1%, a tenth of an even share.
+double RareShare(std::size_t classes) { return classes <= 100 ? 0.01 : 0.1 / static_cast<double>(classes); }
+
+// One warning per rare class, the first kMaxReported of them, then one saying how many more.
+void WarnRare(const DataReport& r, std::int64_t rows, std::vector<std::string>* warnings) {
+  const double share = RareShare(r.classes.size());
+  std::size_t rare = 0;
+  for (const DataReport::Class& c : r.classes) {
+    if (rows == 0 || static_cast<double>(c.count) >= share * static_cast<double>(rows)) continue;
+    if (++rare <= kMaxReported)
+      warnings->push_back(fmt::format("class \"{}\" has {} of the {} rows (under {:g}%)", c.name, c.count, rows, 100 * share));
+  }
+  if (rare > kMaxReported) warnings->push_back(fmt::format("... and {} more classes under {:g}% of the rows", rare - kMaxReported, 100 * share));
 }
 
 }  // namespace
@@ -45,8 +68,8 @@ DataReport Inspect(const Dataset& d, const std::vector<std::string>& names) {
   r.dtype = d.dtype;
   r.features = d.pixels();
   std::vector<std::int64_t> counts(static_cast<std::size_t>(std::max(d.num_classes, 0)), 0);
-  for (std::uint8_t y : d.labels)
-    if (y < counts.size()) ++counts[y];
+  for (ClassId y : d.labels)
+    if (y >= 0 && static_cast<std::size_t>(y) < counts.size()) ++counts[static_cast<std::size_t>(y)];
   for (std::size_t c = 0; c < counts.size(); ++c)
     r.classes.push_back({c < d.class_names.size() ? d.class_names[c] : std::to_string(c), counts[c]});
   std::vector<std::string> constant;
@@ -65,9 +88,7 @@ DataReport Inspect(const Dataset& d, const std::vector<std::string>& names) {
     r.warnings.push_back(fmt::format("{} constant feature{} ({}{}): no use to the model", constant.size(), constant.size() == 1 ? "" : "s",
                                      fmt::join(constant.begin(), constant.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(constant.size(), 5)), ", "),
                                      constant.size() > 5 ? ", ..." : ""));
-  for (const DataReport::Class& c : r.classes)
-    if (d.size > 0 && static_cast<double>(c.count) < 0.01 * static_cast<double>(d.size))
-      r.warnings.push_back(fmt::format("class \"{}\" has {} of the {} rows (under 1%)", c.name, c.count, d.size));
+  WarnRare(r, d.size, &r.warnings);
   if (const std::int64_t dup = DuplicateRows(d); dup > 0)
     r.warnings.push_back(fmt::format("{} duplicate row{} (features and label repeat an earlier row)", dup, dup == 1 ? "" : "s"));
   return r;
@@ -77,8 +98,11 @@ std::string FormatReport(const std::string& title, const DataReport& r) {
   std::string out = fmt::format("{}: {} rows; each {}x{}x{} ({} {})\n", title, r.rows, r.height, r.width, r.channels, r.features,
                                 r.dtype == DType::kU8 ? "bytes" : "float32 values");
   out += fmt::format("classes ({}):", r.classes.size());
-  for (const DataReport::Class& c : r.classes)
+  for (std::size_t i = 0; i < std::min(r.classes.size(), kMaxReportedClasses); ++i) {
+    const DataReport::Class& c = r.classes[i];
     out += fmt::format(" {} {} ({:.1f}%)", c.name, c.count, r.rows > 0 ? 100.0 * static_cast<double>(c.count) / static_cast<double>(r.rows) : 0.0);
+  }
+  if (r.classes.size() > kMaxReportedClasses) out += fmt::format(" ... and {} more (--json lists every class)", r.classes.size() - kMaxReportedClasses);
   out += "\n";
   std::size_t wide = 7;
   for (const DataReport::Feature& f : r.first) wide = std::max(wide, f.name.size());

@@ -22,13 +22,15 @@ struct DataReport {
   std::int64_t rows = 0;
   int height = 0, width = 0, channels = 0;
   DType dtype = DType::kU8;
-  std::vector<Class> classes;
+  std::vector<Class> classes;     // every class, in id order
   std::int64_t features = 0;      // values per example
   std::vector<Feature> first;     // the first kMaxReported features
-  std::vector<std::string> warnings;  // constant features, a class under 1%, duplicate rows
+  std::vector<std::string> warnings;  // constant features, rare classes (under 1%; past 100 classes, under a tenth of an even share), duplicate rows
 };
 
 inline constexpr std::size_t kMaxReported = 20;
+// Classes the text report lists (the JSON lists all): a 20,000-class report stays readable.
+inline constexpr std::size_t kMaxReportedClasses = 100;
 
 // Reports on `data`; `names` names its features where the source had names (a CSV header), else
 // they are numbered. Constant features are looked for among all features, not only the first.

@@ -6,7 +6,8 @@
 #include <charconv>
 #include <cmath>
 #include <filesystem>
-#include <map>
+#include <string_view>
+#include <unordered_map>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -64,27 +65,28 @@ void TextToIds(Examples* e) {
   e->label_text.clear();
 }
 
-Result<std::vector<std::uint8_t>> LabelBytes(const Examples& e, const std::vector<std::string>& names, const std::string& source) {
-  std::vector<std::uint8_t> out(static_cast<std::size_t>(e.size));
+Result<std::vector<ClassId>> ClassIds(const Examples& e, const std::vector<std::string>& names, const std::string& source) {
+  std::vector<ClassId> out(static_cast<std::size_t>(e.size));
   if (!e.label_ids.empty()) {
     TFD_RETURN_IF_ERROR(CheckIds(e.label_ids, static_cast<int>(names.size()), source));
-    for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<std::uint8_t>(e.label_ids[i]);
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<ClassId>(e.label_ids[i]);
     return out;
   }
-  std::map<std::string, int, std::less<>> id;
-  for (std::size_t c = 0; c < names.size(); ++c) id.emplace(names[c], static_cast<int>(c));
+  std::unordered_map<std::string_view, ClassId> id;  // views of `names`, which outlives it
+  id.reserve(names.size());
+  for (std::size_t c = 0; c < names.size(); ++c) id.emplace(names[c], static_cast<ClassId>(c));
   for (std::size_t i = 0; i < out.size(); ++i) {
     auto it = id.find(e.label_text[i]);
     if (it == id.end())
       return Status::InvalidArgument(fmt::format("{}: example {} has label \"{}\", which is not one of the {} classes ({}{})", source, i,
                                                  e.label_text[i], names.size(), fmt::join(names.begin(), names.begin() + std::min<std::size_t>(names.size(), 8), ", "),
                                                  names.size() > 8 ? ", ..." : ""));
-    out[i] = static_cast<std::uint8_t>(it->second);
+    out[i] = it->second;
   }
   return out;
 }
 
-Dataset ToDataset(Examples&& e, std::vector<std::uint8_t> labels, const std::vector<std::string>& names) {
+Dataset ToDataset(Examples&& e, std::vector<ClassId> labels, const std::vector<std::string>& names) {
   Dataset d;
   d.size = e.size;
   d.height = e.height;
@@ -199,8 +201,8 @@ Result<DataSplits> NumberClasses(const DataSpec& spec, Examples train, Examples 
     return Status::InvalidArgument(fmt::format("{}: every example has the one label \"{}\"; classification needs at least 2 classes",
                                                train_source, names.empty() ? "" : names[0]));
   // Declared names with integer labels: the ids index the names.
-  TFD_ASSIGN_OR_RETURN(std::vector<std::uint8_t> train_labels, LabelBytes(train, names, train_source));
-  TFD_ASSIGN_OR_RETURN(std::vector<std::uint8_t> test_labels, LabelBytes(test, names, test_source));
+  TFD_ASSIGN_OR_RETURN(std::vector<ClassId> train_labels, ClassIds(train, names, train_source));
+  TFD_ASSIGN_OR_RETURN(std::vector<ClassId> test_labels, ClassIds(test, names, test_source));
   DataSplits out;
   out.train = ToDataset(std::move(train), std::move(train_labels), names);
   out.test = ToDataset(std::move(test), std::move(test_labels), names);
@@ -256,7 +258,7 @@ void Normalize(const DataSpec& spec, DataSplits* data) {
       train.normalizer = Normalizer{.scale = 1.0f};  // the values as stored
       for (std::int64_t i = 0; i < train.size; ++i) {
         const auto index = static_cast<std::uint32_t>(i);
-        std::uint8_t label = 0;
+        ClassId label = 0;
         FillBatch(train, std::span(&index, 1), row.data(), &label);
         for (std::size_t j = 0; j < n; ++j) sum[j] += row[j], sq[j] += double{row[j]} * row[j];
       }

@@ -372,7 +372,7 @@ std::vector<float> PredictProbabilities(Model& model, const data::Dataset& data)
   const int classes = model.classes();
   std::vector<float> out(static_cast<std::size_t>(data.size) * static_cast<std::size_t>(classes));
   std::vector<float> x(static_cast<std::size_t>(model.max_batch() * model.input_size()));
-  std::vector<std::uint8_t> y(static_cast<std::size_t>(model.max_batch()));
+  std::vector<ClassId> y(static_cast<std::size_t>(model.max_batch()));
   std::vector<std::uint32_t> idx(static_cast<std::size_t>(model.max_batch()));
   for (std::int64_t start = 0; start < data.size; start += model.max_batch()) {
     const int n = static_cast<int>(std::min<std::int64_t>(model.max_batch(), data.size - start));

@@ -149,7 +149,7 @@ class BatchLabels {
   tensor::Labels View(std::size_t rows) const;
 
  private:
-  std::vector<std::uint8_t> ids_;
+  std::vector<ClassId> ids_;
   std::vector<float> targets_;
   int width_ = 0;
 };

@@ -5,7 +5,7 @@
 
 namespace tfd::tensor {
 
-LossResult SoftmaxCrossEntropy(const float* logits, std::span<const std::uint8_t> labels, int classes,
+LossResult SoftmaxCrossEntropy(const float* logits, std::span<const ClassId> labels, int classes,
                                float* dlogits) {
   LossResult r;
   const int batch = static_cast<int>(labels.size());
@@ -61,7 +61,7 @@ LossResult ComputeLoss(LossKind kind, const float* outputs, const Labels& y, int
   return RegressionLoss(outputs, y.targets, kind, doutputs);
 }
 
-int CountCorrect(const float* logits, std::span<const std::uint8_t> labels, int classes) {
+int CountCorrect(const float* logits, std::span<const ClassId> labels, int classes) {
   int correct = 0;
   for (std::size_t i = 0; i < labels.size(); ++i) {
     const float* z = logits + i * classes;

@@ -5,6 +5,8 @@
 #include <span>
 #include <vector>
 
+#include "common/base/class_id.h"
+
 namespace tfd::tensor {
 
 // What the model's last layer is trained to: class logits under softmax cross-entropy, or
@@ -14,14 +16,14 @@ enum class LossKind { kSoftmaxCrossEntropy, kMse, kMae };
 // One batch's labels, as the loss reads them: a class id per row (classification), or `width`
 // float targets per row (regression: rows x width, row-major). A view; the caller owns the data.
 struct Labels {
-  std::span<const std::uint8_t> ids;
+  std::span<const ClassId> ids;
   std::span<const float> targets;
   int width = 0;  // targets per row; 0: class ids
 
   Labels() = default;
-  // Implicit, so that classification code passes its byte labels as it always has.
-  Labels(std::span<const std::uint8_t> class_ids) : ids(class_ids) {}
-  Labels(const std::vector<std::uint8_t>& class_ids) : ids(class_ids) {}
+  // Implicit, so that classification code passes its class ids as they are.
+  Labels(std::span<const ClassId> class_ids) : ids(class_ids) {}
+  Labels(const std::vector<ClassId>& class_ids) : ids(class_ids) {}
   Labels(std::span<const float> values, int targets_per_row) : targets(values), width(targets_per_row) {}
 
   bool regression() const { return width > 0; }
@@ -43,7 +45,7 @@ struct LossResult {
 
 // Softmax cross-entropy on logits [batch, classes] (rows). When `dlogits` is not null it receives
 // dL/dlogits of the mean loss: (softmax - onehot) / batch. Labels must be < classes.
-LossResult SoftmaxCrossEntropy(const float* logits, std::span<const std::uint8_t> labels, int classes,
+LossResult SoftmaxCrossEntropy(const float* logits, std::span<const ClassId> labels, int classes,
                                float* dlogits);
 
 // The mean squared (kMse) or absolute (kMae) error of outputs against `targets` (rows x width
@@ -57,6 +59,6 @@ LossResult RegressionLoss(const float* outputs, std::span<const float> targets, 
 LossResult ComputeLoss(LossKind kind, const float* outputs, const Labels& y, int units, float* doutputs);
 
 // Number of rows whose arg-max (first on ties) equals the label.
-int CountCorrect(const float* logits, std::span<const std::uint8_t> labels, int classes);
+int CountCorrect(const float* logits, std::span<const ClassId> labels, int classes);
 
 }  // namespace tfd::tensor

@@ -154,9 +154,27 @@ Status Decode(std::span<const std::byte> p, TrialEnd* m) {
   return Trailing("TRIAL_END", r);
 }
 
-// trial u32 | epoch u32 | classes u32 | rows u32 | labels u8[rows] | probabilities f32[rows x classes]
-// [| regression u8 (= 1) | targets f32[rows x classes]]: the trailer was appended for regression, so
-// a classification frame is byte for byte what it was.
+namespace {
+// Labels are u8 for at most kMaxByteLabelClasses classes (byte for byte the frame from before more
+// classes were allowed), else u16: the width follows from `classes`, which comes first.
+std::size_t LabelBytes(std::uint32_t classes) { return classes <= kMaxByteLabelClasses ? 1 : 2; }
+
+bool ReadLabels(ByteReader& r, std::uint32_t classes, std::uint32_t rows, std::vector<ClassId>* labels) {
+  labels->resize(rows);
+  for (ClassId& y : *labels) {
+    std::uint8_t b = 0;
+    std::uint16_t w = 0;
+    if (LabelBytes(classes) == 1 ? !r.U8(&b) : !r.U16(&w)) return false;
+    y = LabelBytes(classes) == 1 ? b : w;
+    if (static_cast<std::uint32_t>(y) >= classes) return false;
+  }
+  return true;
+}
+}  // namespace
+
+// trial u32 | epoch u32 | classes u32 | rows u32 | labels (u8, or u16 past 256 classes)[rows] |
+// probabilities f32[rows x classes] [| regression u8 (= 1) | targets f32[rows x classes]]: the
+// trailer was appended for regression, so a classification frame is byte for byte what it was.
 OutFrame Encode(const TrialPredictions& m) {
   OutFrame f = Start(MessageType::kTrialPredictions);
   ByteWriter w(&f.head);
@@ -164,7 +182,10 @@ OutFrame Encode(const TrialPredictions& m) {
   w.U32(m.epoch);
   w.U32(m.classes);
   w.U32(static_cast<std::uint32_t>(m.labels.size()));
-  w.Raw(m.labels.data(), m.labels.size());
+  for (ClassId y : m.labels) {
+    if (LabelBytes(m.classes) == 1) w.U8(static_cast<std::uint8_t>(y));
+    else w.U16(static_cast<std::uint16_t>(y));
+  }
   w.Floats(m.probabilities);
   if (!m.targets.empty()) {
     w.U8(1);
@@ -177,10 +198,9 @@ Status Decode(std::span<const std::byte> p, TrialPredictions* m) {
   ByteReader r(p);
   std::uint32_t rows = 0;
   if (!r.U32(&m->trial) || !r.U32(&m->epoch) || !r.U32(&m->classes) || !r.U32(&rows) || m->classes == 0 ||
-      m->classes > kMaxPredictionClasses || rows > kMaxPredictionRows || rows > r.remaining())
+      m->classes > kMaxPredictionClasses || rows > kMaxPredictionRows || rows * LabelBytes(m->classes) > r.remaining())
     return Bad("TRIAL_PREDICTIONS");
-  m->labels.resize(rows);
-  if (!r.Bytes(std::as_writable_bytes(std::span<std::uint8_t>(m->labels)))) return Bad("TRIAL_PREDICTIONS");
+  if (!ReadLabels(r, m->classes, rows, &m->labels)) return Bad("TRIAL_PREDICTIONS");
   const std::uint64_t count = std::uint64_t{rows} * m->classes;
   std::span<const std::byte> floats;
   if (!r.FloatBytes(count, &floats)) return Bad("TRIAL_PREDICTIONS");

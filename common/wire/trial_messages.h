@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/base/class_id.h"
 #include "common/base/status.h"
 #include "common/wire/frame.h"
 
@@ -51,12 +52,14 @@ struct TrialCheckpoint {  // worker -> coordinator: the trial's state after `epo
 
 inline constexpr std::uint32_t kMaxPredictionClasses = 1024;
 inline constexpr std::uint32_t kMaxPredictionRows = 1u << 20;
+// Past this many classes a label takes 2 bytes on the wire, not 1 (kMaxPredictionClasses fits 2).
+inline constexpr std::uint32_t kMaxByteLabelClasses = 256;
 
 struct TrialPredictions {  // worker -> coordinator: an ensemble member's test-set outputs after an epoch
   std::uint32_t trial = 0;
   std::uint32_t epoch = 0;
   std::uint32_t classes = 0;         // a regression: the model's outputs (one per target)
-  std::vector<std::uint8_t> labels;  // one per row (0 in a regression, which has no classes)
+  std::vector<ClassId> labels;       // one per row, < classes (0 in a regression, which has no classes)
   std::vector<float> probabilities;  // rows x classes, row-major: the softmax, or a regression's outputs
   // A regression member's test targets, rows x classes like `probabilities`; empty for classification.
   std::vector<float> targets;

@@ -1,8 +1,10 @@
 #include "daemon/coordinator/sweep_run.h"
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -17,7 +19,8 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 // ensemble.json (the ensemble's accuracy, or MAE and RMSE, per epoch beside its members') and, for
-// the last complete epoch, predictions/: labels.u8 (or for a regression targets.f32), member-K.f32
+// the last complete epoch, predictions/: labels.u8 (a byte per label, up to 256 classes; past that
+// labels.i32, little-endian int32) or for a regression targets.f32, member-K.f32
 // (each member's softmax or predicted values, rows x classes little-endian floats) and ensemble.f32
 // (their mean, as the coordinator computed it).
 void WriteEnsemble(const fs::path& run_dir, const std::vector<SweepScheduler::EnsembleEpoch>& epochs, const SweepScheduler::Predictions& last,
@@ -48,7 +51,12 @@ void WriteEnsemble(const fs::path& run_dir, const std::vector<SweepScheduler::En
     std::ofstream(run_dir / "predictions" / name, std::ios::binary).write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
   };
   if (last.regression()) write("targets.f32", last.targets.data(), last.targets.size() * sizeof(float));
-  else write("labels.u8", last.labels.data(), last.labels.size());
+  else if (last.classes <= 256) {
+    const std::vector<std::uint8_t> bytes(last.labels.begin(), last.labels.end());  // every id < 256
+    write("labels.u8", bytes.data(), bytes.size());
+  } else {
+    write("labels.i32", last.labels.data(), last.labels.size() * sizeof(ClassId));  // little-endian, as the floats
+  }
   for (const auto& [trial, outputs] : last.members) write(fmt::format("member-{}.f32", trial), outputs.data(), outputs.size() * sizeof(float));
   write("ensemble.f32", last.mean.data(), last.mean.size() * sizeof(float));
 }

@@ -156,7 +156,7 @@ void SweepScheduler::OnEnd(int worker, int trial, bool ok, bool stopped, const s
   if (ensemble_) MaybeCompleteEnsemble(now);
 }
 
-bool SweepScheduler::OnPredictions(int worker, int trial, int epoch, int classes, const std::vector<std::uint8_t>& labels,
+bool SweepScheduler::OnPredictions(int worker, int trial, int epoch, int classes, const std::vector<ClassId>& labels,
                                    const std::vector<float>& outputs, const std::vector<float>& targets, double now) {
   if (!ensemble_ || trial < 0 || trial >= static_cast<int>(trials_.size())) return false;
   const TrialState& t = trials_[static_cast<std::size_t>(trial)];
@@ -199,7 +199,7 @@ SweepScheduler::Score ScoreOutputs(const SweepScheduler::Predictions& p, const s
   std::size_t hits = 0;
   for (std::size_t r = 0; r < rows; ++r) {
     const float* row = outputs.data() + r * classes;
-    hits += static_cast<std::size_t>(std::max_element(row, row + classes) - row) == p.labels[r];
+    hits += std::max_element(row, row + classes) - row == p.labels[r];
   }
   s.accuracy = static_cast<double>(hits) / static_cast<double>(rows);
   return s;

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/base/class_id.h"
 #include "common/config/sweep.h"
 #include "daemon/coordinator/asha.h"
 
@@ -83,7 +84,7 @@ class SweepScheduler {
   // and that epoch's predictions kept as last_*. A member's first report of an epoch counts (a
   // re-placed member's repeats do not); a report whose shape, labels or targets differ from the
   // others' is ignored and returned false.
-  bool OnPredictions(int worker, int trial, int epoch, int classes, const std::vector<std::uint8_t>& labels,
+  bool OnPredictions(int worker, int trial, int epoch, int classes, const std::vector<ClassId>& labels,
                      const std::vector<float>& outputs, const std::vector<float>& targets, double now);
   // Ctrl-C: no trial starts any more and every running one is told to stop at its next epoch.
   void StopAll(double now);
@@ -117,7 +118,7 @@ class SweepScheduler {
   // The last complete epoch's predictions: each member's (by trial id) and their mean.
   struct Predictions {
     int epoch = 0, classes = 0;
-    std::vector<std::uint8_t> labels;
+    std::vector<ClassId> labels;
     std::vector<float> targets;  // a regression's (rows x classes); empty for classification
     std::map<int, std::vector<float>> members;
     std::vector<float> mean;

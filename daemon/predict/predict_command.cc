@@ -11,6 +11,8 @@
 #include <optional>
 #include <cmath>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -134,13 +136,16 @@ Result<data::Dataset> AsDataset(const exporting::ModelCard& card, data::Examples
     return d;
   }
   d.labels.reserve(n);
+  std::unordered_map<std::string_view, ClassId> id;  // views of the card's names; thousands of classes are one look-up each
+  id.reserve(card.class_names.size());
+  for (std::size_t c = 0; c < card.class_names.size(); ++c) id.emplace(card.class_names[c], static_cast<ClassId>(c));
   for (std::size_t i = 0; i < n; ++i) {
     const std::string label = i < e.label_text.size() ? e.label_text[i] : std::to_string(e.label_ids[i]);
-    auto it = std::find(card.class_names.begin(), card.class_names.end(), label);
-    if (it == card.class_names.end())
+    auto it = id.find(label);
+    if (it == id.end())
       return Status::InvalidArgument(fmt::format("{}: example {}: label \"{}\" is not one of the model's {} classes ({})", source, i + 1, label,
                                                  card.class_names.size(), ClassList(card.class_names)));
-    d.labels.push_back(static_cast<std::uint8_t>(it - card.class_names.begin()));
+    d.labels.push_back(it->second);
   }
   return d;
 }
@@ -246,7 +251,7 @@ Result<DeviceRun> PredictOnDevice(model::Model& model, const data::Dataset& d, i
   DeviceRun run;
   run.outputs.resize(static_cast<std::size_t>(d.size) * static_cast<std::size_t>(width));
   std::vector<float> x(static_cast<std::size_t>(max_batch * model.input_size()));
-  std::vector<std::uint8_t> y(static_cast<std::size_t>(max_batch));
+  std::vector<ClassId> y(static_cast<std::size_t>(max_batch));
   std::vector<float> targets(static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(std::max(width, 1)));
   std::vector<std::uint32_t> idx(static_cast<std::size_t>(max_batch));
   double hits = 0, abs_sum = 0, sq_sum = 0;

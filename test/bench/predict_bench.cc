@@ -95,7 +95,7 @@ double TfdRowsPerSecond(const std::string& dir, const Dataset& data, int batch, 
   rows.size = data.size, rows.features = data.features, rows.labels = data.labels;
   tfd::model::Model& m = *loaded->model;
   std::vector<float> x(static_cast<std::size_t>(batch) * m.input_size());
-  std::vector<std::uint8_t> y(static_cast<std::size_t>(batch));
+  std::vector<tfd::ClassId> y(static_cast<std::size_t>(batch));
   std::vector<std::uint32_t> idx(static_cast<std::size_t>(batch));
   const std::int64_t batches = data.size / batch;
   std::int64_t next = 0;

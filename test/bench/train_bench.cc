@@ -88,7 +88,7 @@ double MeasureOurs(const tfd::data::DataSplits& data, const Config& c, double se
   tfd::optim::OptimizerState state(*opt, (*model)->params().size());
   auto shard = tfd::data::EpochShard(data.train.size, 1, 1, 0, 1, true);
   std::vector<float> x(static_cast<std::size_t>(c.batch * (*model)->input_size()));
-  std::vector<std::uint8_t> y(static_cast<std::size_t>(c.batch));
+  std::vector<tfd::ClassId> y(static_cast<std::size_t>(c.batch));
   const std::size_t steps_per_epoch = shard.size() / c.batch;
   std::size_t s = 0;
   auto step = [&] {
@@ -112,7 +112,7 @@ double MeasureOursCuda(const tfd::data::DataSplits& data, const Config& c, doubl
   }
   auto shard = tfd::data::EpochShard(data.train.size, 1, 1, 0, 1, true);
   std::vector<float> x(static_cast<std::size_t>(c.batch * (*model)->input_size()));
-  std::vector<std::uint8_t> y(static_cast<std::size_t>(c.batch));
+  std::vector<tfd::ClassId> y(static_cast<std::size_t>(c.batch));
   const std::size_t steps_per_epoch = shard.size() / c.batch;
   std::size_t s = 0;
   bool ok = true;

@@ -71,7 +71,7 @@ std::map<std::string, std::vector<float>> TfdOutputs(const std::string& dir, con
   std::vector<float> x(static_cast<std::size_t>(kRows * m.input_size()));
   std::vector<std::uint32_t> idx(kRows);
   std::iota(idx.begin(), idx.end(), 0u);
-  std::vector<std::uint8_t> y(kRows);
+  std::vector<ClassId> y(kRows);
   std::vector<float> targets(static_cast<std::size_t>(kRows) * std::max(1, rows.num_targets));
   data::FillBatch(rows, idx, x.data(), y.data(), targets.data());
   const float* out = m.Forward(x.data(), kRows);

@@ -73,13 +73,13 @@ struct CudaModel::Impl {
   float *params = nullptr, *grads = nullptr, *slots = nullptr, *x = nullptr, *dbuf[2] = {nullptr, nullptr}, *dlogits = nullptr,
         *row_loss = nullptr, *ones = nullptr;
   int* row_hit = nullptr;
-  std::uint8_t* y = nullptr;
+  ClassId* y = nullptr;
   LossSums* sums = nullptr;
   StepScalars* scalars = nullptr;
   void* workspace = nullptr;
   // Pinned host buffers.
   float *h_x = nullptr, *h_params = nullptr, *h_grads = nullptr;
-  std::uint8_t* h_y = nullptr;
+  ClassId* h_y = nullptr;
   LossSums* h_sums = nullptr;
   StepScalars* h_scalars = nullptr;
   // The optimizer (standalone path).
@@ -227,7 +227,7 @@ Status CudaModel::Impl::Enqueue(int mode, int batch) {
     TFD_CUDA_RETURN(cudaMemcpyAsync(params, h_params, sizeof(float) * num_params, cudaMemcpyHostToDevice, stream), "params in");
   }
   TFD_CUDA_RETURN(cudaMemcpyAsync(x, h_x, sizeof(float) * input_size * batch, cudaMemcpyHostToDevice, stream), "batch in");
-  TFD_CUDA_RETURN(cudaMemcpyAsync(y, h_y, static_cast<std::size_t>(batch), cudaMemcpyHostToDevice, stream), "labels in");
+  TFD_CUDA_RETURN(cudaMemcpyAsync(y, h_y, sizeof(ClassId) * batch, cudaMemcpyHostToDevice, stream), "labels in");
   TFD_RETURN_IF_ERROR(Forward(batch, /*training=*/true));
   SoftmaxCrossEntropy(layers.back().out_buf, y, batch, classes, dlogits, row_loss, row_hit, sums, stream);
   TFD_RETURN_IF_ERROR(Backward(batch));
@@ -326,7 +326,7 @@ Result<std::unique_ptr<CudaModel>> CudaModel::Create(const model::Model& model, 
   want(&m.grads, P * sizeof(float));
   if (num_slots > 0) want(&m.slots, P * num_slots * sizeof(float));
   want(&m.x, B * m.input_size * sizeof(float));
-  want(&m.y, B);
+  want(&m.y, B * sizeof(ClassId));
   for (auto& d : m.dbuf) want(&d, B * widest * sizeof(float));
   want(&m.dlogits, B * m.classes * sizeof(float));
   want(&m.row_loss, B * sizeof(float));
@@ -353,7 +353,7 @@ Result<std::unique_ptr<CudaModel>> CudaModel::Create(const model::Model& model, 
   TFD_CUBLAS_RETURN(api->set_stream(m.cublas, m.stream), "stream");
   TFD_CUBLAS_RETURN(api->set_workspace(m.cublas, m.workspace, kCublasWorkspace), "workspace");
   TFD_CUDA_RETURN(cudaMallocHost(reinterpret_cast<void**>(&m.h_x), B * m.input_size * sizeof(float)), "pinned batch");
-  TFD_CUDA_RETURN(cudaMallocHost(reinterpret_cast<void**>(&m.h_y), B), "pinned labels");
+  TFD_CUDA_RETURN(cudaMallocHost(reinterpret_cast<void**>(&m.h_y), B * sizeof(ClassId)), "pinned labels");
   TFD_CUDA_RETURN(cudaMallocHost(reinterpret_cast<void**>(&m.h_params), P * sizeof(float) + 1), "pinned params");
   TFD_CUDA_RETURN(cudaMallocHost(reinterpret_cast<void**>(&m.h_grads), P * sizeof(float) + 1), "pinned gradients");
   TFD_CUDA_RETURN(cudaMallocHost(reinterpret_cast<void**>(&m.h_sums), sizeof(LossSums)), "pinned loss");
@@ -375,7 +375,7 @@ Status CheckBatch(std::int64_t batch, int max_batch) {
 }
 }  // namespace
 
-Result<tensor::LossResult> CudaModel::ComputeGradients(std::span<const float> params, const float* x, std::span<const std::uint8_t> y,
+Result<tensor::LossResult> CudaModel::ComputeGradients(std::span<const float> params, const float* x, std::span<const ClassId> y,
                                                        std::uint64_t dropout_seed, std::span<float> grads) {
   Impl& m = *impl_;
   const auto batch = static_cast<int>(y.size());
@@ -383,7 +383,7 @@ Result<tensor::LossResult> CudaModel::ComputeGradients(std::span<const float> pa
   TFD_CHECK(static_cast<std::int64_t>(params.size()) == m.num_params && static_cast<std::int64_t>(grads.size()) == m.num_params);
   std::memcpy(m.h_params, params.data(), params.size_bytes());
   std::memcpy(m.h_x, x, sizeof(float) * m.input_size * batch);
-  std::memcpy(m.h_y, y.data(), y.size());
+  std::memcpy(m.h_y, y.data(), y.size_bytes());
   m.h_scalars->dropout_seed = dropout_seed;
   TFD_ASSIGN_OR_RETURN(tensor::LossResult r, m.Run(0, batch));
   std::memcpy(grads.data(), m.h_grads, grads.size_bytes());
@@ -399,13 +399,13 @@ Status CudaModel::UploadParams(std::span<const float> params) {
   return Status::Ok();
 }
 
-Result<tensor::LossResult> CudaModel::TrainStep(const float* x, std::span<const std::uint8_t> y, std::uint64_t dropout_seed) {
+Result<tensor::LossResult> CudaModel::TrainStep(const float* x, std::span<const ClassId> y, std::uint64_t dropout_seed) {
   Impl& m = *impl_;
   if (m.optimizer == nullptr) return Status::Internal("cuda model: TrainStep without an optimizer");
   const auto batch = static_cast<int>(y.size());
   TFD_RETURN_IF_ERROR(CheckBatch(batch, m.max_batch));
   std::memcpy(m.h_x, x, sizeof(float) * m.input_size * batch);
-  std::memcpy(m.h_y, y.data(), y.size());
+  std::memcpy(m.h_y, y.data(), y.size_bytes());
   m.h_scalars->dropout_seed = dropout_seed;
   // OptimizerState's rule: the rate of the step before this update, then update number t.
   const double lr = m.optimizer->LearningRate(m.updates);

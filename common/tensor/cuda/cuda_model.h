@@ -30,14 +30,14 @@ class CudaModel {
   // `params` (host floats, copied in), written to `grads` (host); dropout seeded by `dropout_seed`
   // (the same seed gives the same masks, though not the CPU's bits). This is the cluster modes'
   // path: each step's parameters come from the ps or the ring as host floats.
-  Result<tensor::LossResult> ComputeGradients(std::span<const float> params, const float* x, std::span<const std::uint8_t> y,
+  Result<tensor::LossResult> ComputeGradients(std::span<const float> params, const float* x, std::span<const ClassId> y,
                                               std::uint64_t dropout_seed, std::span<float> grads);
 
   // The standalone path: UploadParams once, then TrainStep each step (forward, backward, weight
   // decay and the optimizer's update at the rate of update number updates(), as OptimizerState
   // does), and DownloadParams whenever the host needs them (evaluation, checkpoints, the hash).
   Status UploadParams(std::span<const float> params);
-  Result<tensor::LossResult> TrainStep(const float* x, std::span<const std::uint8_t> y, std::uint64_t dropout_seed);
+  Result<tensor::LossResult> TrainStep(const float* x, std::span<const ClassId> y, std::uint64_t dropout_seed);
   Status DownloadParams(std::span<float> params);
   // The optimizer's slots as OptimizerState lays them out, and the count of updates applied.
   Status DownloadSlots(std::span<float> slots);

@@ -56,7 +56,7 @@ __global__ void ActivationGradKernel(const float* y, float* dy, std::int64_t n, 
 }
 
 // One thread per row (the models have few classes): the CPU's loop, then one block sums the rows.
-__global__ void SoftmaxRowsKernel(const float* logits, const std::uint8_t* labels, int batch, int classes, float* dlogits,
+__global__ void SoftmaxRowsKernel(const float* logits, const ClassId* labels, int batch, int classes, float* dlogits,
                                   float* row_loss, int* row_hit) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= batch) return;
@@ -239,7 +239,7 @@ cublasStatus_t BiasGradient(cublasHandle_t handle, const float* dy, int rows, in
   return Cublas().sgemv(handle, CUBLAS_OP_N, cols, rows, &one, dy, cols, ones, 1, &zero, dbias, 1);
 }
 
-void SoftmaxCrossEntropy(const float* logits, const std::uint8_t* labels, int batch, int classes, float* dlogits, float* row_loss,
+void SoftmaxCrossEntropy(const float* logits, const ClassId* labels, int batch, int classes, float* dlogits, float* row_loss,
                          int* row_hit, LossSums* sums, cudaStream_t stream) {
   SoftmaxRowsKernel<<<(batch + 127) / 128, 128, 0, stream>>>(logits, labels, batch, classes, dlogits, row_loss, row_hit);
   SumRowsKernel<<<1, kThreads, 0, stream>>>(row_loss, row_hit, batch, sums);

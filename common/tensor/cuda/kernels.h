@@ -5,6 +5,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include "common/base/class_id.h"
 #include "common/config/job.h"
 #include "common/tensor/layers.h"
 
@@ -39,7 +40,7 @@ struct LossSums {
 
 // Twin: tensor::SoftmaxCrossEntropy. Per-row loss and hit into row_loss/row_hit (scratch of
 // `batch` each), then their sums into *sums; dlogits (may be null) as the CPU writes it.
-void SoftmaxCrossEntropy(const float* logits, const std::uint8_t* labels, int batch, int classes, float* dlogits, float* row_loss,
+void SoftmaxCrossEntropy(const float* logits, const ClassId* labels, int batch, int classes, float* dlogits, float* row_loss,
                          int* row_hit, LossSums* sums, cudaStream_t stream);
 
 // Twin: the dropout layer (tensor::MakeDropout) while training. mask[i] = 0 with probability

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "common/base/sha256.h"
 #include "common/config/job.h"
 #include "common/data/inspect.h"
 #include "common/data/readers.h"
@@ -34,7 +35,7 @@ std::string ErrorOf(const std::string& data) {
 
 std::vector<float> Row(const Dataset& d, std::uint32_t i) {
   std::vector<float> x(static_cast<std::size_t>(d.pixels()));
-  std::uint8_t y = 0;
+  ClassId y = 0;
   FillBatch(d, std::span(&i, 1), x.data(), &y);
   return x;
 }
@@ -192,8 +193,8 @@ TEST_CASE("integer labels are class ids; declared classes name them; a test labe
   d = LoadData(*spec, 1);
   REQUIRE(d.ok());
   CHECK(d->train.num_classes == 3);
-  CHECK(d->train.labels == std::vector<std::uint8_t>{0, 2, 1, 2});
-  CHECK(d->test.labels == std::vector<std::uint8_t>{2});
+  CHECK(d->train.labels == std::vector<ClassId>{0, 2, 1, 2});
+  CHECK(d->test.labels == std::vector<ClassId>{2});
 
   Result<DataSpec> named = Spec(R"({"train": ")" + dir / "train.csv" + R"(", "test": ")" + dir / "test.csv" + R"(", "classes": ["b", "c"]})");
   REQUIRE(named.ok());
@@ -330,6 +331,135 @@ TEST_CASE("inspect: classes with counts, feature ranges, constant features, rare
                                               "149 duplicate rows (features and label repeat an earlier row)"});
   const std::string text_report = FormatReport("t.csv", r);
   CHECK(text_report.rfind("t.csv: 200 rows; each 1x2x1 (2 float32 values)\nclasses (3): even 99 (49.5%) odd 100 (50.0%) rare 1 (0.5%)\n", 0) == 0);
+}
+
+// A CSV of `classes` text classes "k0" .. "k<classes-1>" (names whose sorted order is not their
+// numeric order: "k10" sorts before "k2"), `per_class` rows each, its one feature the class's number.
+std::string ManyClassCsv(int classes, int per_class) {
+  std::string text = "x,y\n";
+  for (int r = 0; r < per_class; ++r)
+    for (int c = classes - 1; c >= 0; --c) text += std::to_string(c) + ",k" + std::to_string(c) + "\n";
+  return text;
+}
+
+TEST_CASE("300 and 1000 text classes are numbered in sorted name order, every label its class", "[unit][data][csv]") {
+  for (const int classes : {300, 1000}) {
+    TempDir dir;
+    WriteFile(dir / "many.csv", ManyClassCsv(classes, 2));
+    Result<DataSpec> spec = Spec(R"({"train": ")" + dir / "many.csv" + R"(", "test_split": 0.25})");
+    REQUIRE(spec.ok());
+    Result<DataSplits> d = LoadData(*spec, 1);
+    REQUIRE(d.ok());
+    REQUIRE(d->train.num_classes == classes);
+    std::vector<std::string> sorted;
+    for (int c = 0; c < classes; ++c) sorted.push_back("k" + std::to_string(c));
+    std::sort(sorted.begin(), sorted.end());
+    CHECK(d->train.class_names == sorted);
+    CHECK(d->test.class_names == sorted);
+    CHECK(d->train.class_names[2] == "k10");  // k0, k1, k10, ...
+    for (const Dataset* split : {&d->train, &d->test}) {
+      REQUIRE(split->labels.size() == static_cast<std::size_t>(split->size));
+      for (std::uint32_t i = 0; i < static_cast<std::uint32_t>(split->size); ++i) {
+        std::vector<float> x(1);
+        ClassId y = -1;
+        FillBatch(*split, std::span(&i, 1), x.data(), &y);
+        REQUIRE((y >= 0 && y < classes));
+        REQUIRE(split->class_names[static_cast<std::size_t>(y)] == "k" + std::to_string(static_cast<int>(x[0])));
+      }
+    }
+    const auto top = std::max_element(d->train.labels.begin(), d->train.labels.end());
+    CHECK(*top == classes - 1);
+  }
+}
+
+TEST_CASE("more classes than kMaxClasses are refused naming the file and the count", "[unit][data][csv]") {
+  TempDir dir;
+  WriteFile(dir / "text.csv", ManyClassCsv(kMaxClasses + 1, 1));
+  Result<DataSpec> spec = Spec(R"({"train": ")" + dir / "text.csv" + R"(", "test_split": 0.25})");
+  REQUIRE(spec.ok());
+  Result<DataSplits> d = LoadData(*spec, 1);
+  REQUIRE_FALSE(d.ok());
+  CHECK(d.status().code() == Code::kInvalidArgument);
+  CHECK(d.status().message() == dir / "text.csv" + ": 65537 classes; at most 65536 are supported");
+  WriteFile(dir / "ids.csv", "x,y\n1,0\n2,65536\n3,1\n");
+  spec = Spec(R"({"train": ")" + dir / "ids.csv" + R"(", "test_split": 1})");
+  REQUIRE(spec.ok());
+  d = LoadData(*spec, 1);
+  REQUIRE_FALSE(d.ok());
+  CHECK(d.status().message() == dir / "ids.csv" + ": label 65536 means 65537 classes; at most 65536 are supported");
+  WriteFile(dir / "ids.csv", "x,y\n1,0\n2,65535\n3,1\n");  // the largest id allowed
+  d = LoadData(*spec, 1);
+  REQUIRE(d.ok());
+  CHECK(d->train.num_classes == kMaxClasses);
+}
+
+// An IDX file of rank 1: `type` 0x0B (16-bit) or 0x0C (32-bit) big-endian signed integers.
+std::string WideIdx(std::uint8_t type, const std::vector<std::int32_t>& values, std::uint32_t declared) {
+  std::string out = {0, 0, static_cast<char>(type), 1};
+  for (int b = 3; b >= 0; --b) out += static_cast<char>(declared >> (8 * b));
+  for (std::int32_t v : values)
+    for (int b = type == 0x0C ? 3 : 1; b >= 0; --b) out += static_cast<char>(static_cast<std::uint32_t>(v) >> (8 * b));
+  return out;
+}
+
+TEST_CASE("IDX labels of 16 and 32 bits are read; a negative label or a wrong length is named", "[unit][data][idx]") {
+  TempDir dir;
+  WriteFile(dir / "x", tfd::testing::IdxBytes({3, 2}, {1, 2, 3, 4, 5, 6}));
+  for (const std::uint8_t type : {std::uint8_t{0x0B}, std::uint8_t{0x0C}}) {
+    WriteFile(dir / "y", WideIdx(type, {0, 299, 5}, 3));
+    Result<Examples> e = ReadIdxExamples(dir / "x", dir / "y");
+    REQUIRE(e.ok());
+    CHECK(e->label_ids == std::vector<std::int64_t>{0, 299, 5});
+    WriteFile(dir / "y", WideIdx(type, {0, -2, 5}, 3));
+    e = ReadIdxExamples(dir / "x", dir / "y");
+    REQUIRE_FALSE(e.ok());
+    CHECK(e.status().message() == dir / "y" + ": label -2 at index 1 is negative");
+    WriteFile(dir / "y", WideIdx(type, {0, 1}, 3));
+    e = ReadIdxExamples(dir / "x", dir / "y");
+    REQUIRE_FALSE(e.ok());
+    CHECK(e.status().message().rfind(dir / "y" + ": wrong length: the header says 3 labels of " + (type == 0x0C ? "4" : "2"), 0) == 0);
+  }
+  WriteFile(dir / "y", WideIdx(0x0C, {0, 70000, 1}, 3));  // read; the class limit is the numbering's (above)
+  CHECK(ReadIdxExamples(dir / "x", dir / "y")->label_ids[1] == 70000);
+}
+
+TEST_CASE("the fingerprint hashes labels as a byte each up to 256 classes, as before labels were wider", "[unit][data]") {
+  Dataset d;
+  d.size = 2, d.height = 1, d.width = 1, d.num_classes = 256;
+  d.features = std::vector<std::uint8_t>{9, 8};
+  d.labels = {255, 3};
+  Sha256 h;
+  const std::string head = "tfd-data-1 2 1 1 1 u8 256 0 ";
+  h.Update(std::as_bytes(std::span(head)));
+  const std::uint8_t bytes[] = {9, 8, 255, 3};  // the features, then the labels
+  h.Update(std::as_bytes(std::span(bytes)));
+  CHECK(Fingerprint(d) == h.HexDigest());
+  Dataset wide = d;
+  wide.num_classes = 300;
+  wide.labels = {255, 259};  // 259 and 3 differ only past the first byte
+  Dataset other = wide;
+  other.labels = {255, 3};
+  CHECK(Fingerprint(wide) != Fingerprint(other));
+}
+
+TEST_CASE("inspect on 300 balanced classes: no rare-class warnings, the text lists the first 100", "[unit][data]") {
+  TempDir dir;
+  WriteFile(dir / "many.csv", ManyClassCsv(300, 3));
+  Result<DataSpec> spec = Spec(R"({"train": ")" + dir / "many.csv" + R"(", "test_split": 0.5})");
+  REQUIRE(spec.ok());
+  spec->test_fraction = 0;
+  Result<DataSplits> d = LoadData(*spec, 1);
+  REQUIRE(d.ok());
+  DataReport r = Inspect(d->train);
+  REQUIRE(r.classes.size() == 300);
+  CHECK(r.classes[299].count == 3);
+  // Each row repeats twice: features and label alike.
+  CHECK(r.warnings == std::vector<std::string>{"600 duplicate rows (features and label repeat an earlier row)"});
+  CHECK(FormatReport("many.csv", r).find(" ... and 200 more (--json lists every class)\n") != std::string::npos);
+  const auto k99 = static_cast<ClassId>(std::find(d->train.class_names.begin(), d->train.class_names.end(), "k99") - d->train.class_names.begin());
+  std::replace(d->train.labels.begin(), d->train.labels.end(), k99, ClassId{0});  // k99's rows become k0's: a class with none
+  r = Inspect(d->train);
+  CHECK(r.warnings.front() == "class \"k99\" has 0 of the 900 rows (under 0.0333333%)");
 }
 
 }  // namespace

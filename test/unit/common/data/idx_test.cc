@@ -140,7 +140,7 @@ TEST_CASE("FillBatch scales pixels to [0, 1] and copies labels", "[unit][data]")
   d.labels = {3, 4};
   std::vector<std::uint32_t> idx = {1, 0};
   float x[4];
-  std::uint8_t y[2];
+  ClassId y[2];
   FillBatch(d, idx, x, y);
   CHECK(x[0] == Approx(0.2));
   CHECK(x[1] == Approx(0.4));

@@ -194,7 +194,7 @@ TEST_CASE("an mlp learns well-separated synthetic classes to at least 99%", "[un
   auto opt = optim::MakeOptimizer(o);
   optim::OptimizerState state(*opt, (*m)->params().size());
   std::vector<float> x(batch * 64);
-  std::vector<std::uint8_t> y(batch);
+  std::vector<ClassId> y(batch);
   const double before = Evaluate(**m, data->test);
   for (int epoch = 1; epoch <= 3; ++epoch) {  // 300 steps in all
     auto shard = data::EpochShard(data->train.size, 1, epoch, 0, 1, true);

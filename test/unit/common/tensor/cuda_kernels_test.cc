@@ -166,12 +166,12 @@ TEST_CASE("cuda activation and bias gradients match tensor::ActivationGradBias",
 TEST_CASE("cuda softmax cross-entropy matches tensor::SoftmaxCrossEntropy", "[cuda]") {
   const int batch = 50, classes = 10;
   auto logits = Random(batch * classes, 8, -5, 5);
-  std::vector<std::uint8_t> labels(batch);
-  for (int i = 0; i < batch; ++i) labels[i] = static_cast<std::uint8_t>((i * 7) % classes);
+  std::vector<ClassId> labels(batch);
+  for (int i = 0; i < batch; ++i) labels[i] = static_cast<ClassId>((i * 7) % classes);
   std::vector<float> want_d(batch * classes);
   const tensor::LossResult want = tensor::SoftmaxCrossEntropy(logits.data(), labels, classes, want_d.data());
   Dev<float> dl(logits), dd(static_cast<std::size_t>(batch * classes)), row_loss(static_cast<std::size_t>(batch));
-  Dev<std::uint8_t> dy(labels);
+  Dev<ClassId> dy(labels);
   Dev<int> row_hit(static_cast<std::size_t>(batch));
   Dev<cuda::LossSums> sums(std::size_t{1});
   cuda::SoftmaxCrossEntropy(dl.p, dy.p, batch, classes, dd.p, row_loss.p, row_hit.p, sums.p, nullptr);
@@ -332,10 +332,10 @@ config::ModelSpec Layers(const std::string& json_layers) {
   return job->model;
 }
 
-std::vector<std::uint8_t> Labels(int batch, int classes, std::uint64_t seed) {
+std::vector<ClassId> Labels(int batch, int classes, std::uint64_t seed) {
   Rng rng(seed);
-  std::vector<std::uint8_t> y(batch);
-  for (auto& v : y) v = static_cast<std::uint8_t>(rng.Below(classes));
+  std::vector<ClassId> y(batch);
+  for (auto& v : y) v = static_cast<ClassId>(rng.Below(classes));
   return y;
 }
 
@@ -368,7 +368,7 @@ TEST_CASE("CudaModel gradients match Model's for dense and conv2d models", "[cud
       CHECK(got->correct == want.correct);
       ExpectNear(got_g, want_g, 1e-4f * MaxAbs(want_g), 0);
     }
-    std::vector<std::uint8_t> y_short(y.begin(), y.begin() + 7);
+    std::vector<ClassId> y_short(y.begin(), y.begin() + 7);
     const tensor::LossResult want_short = m.ComputeGradients(x.data(), y_short);
     std::vector<float> want_short_g(m.grads().begin(), m.grads().end());
     auto got_short = (*dev)->ComputeGradients(m.params(), x.data(), y_short, 7, got_g);

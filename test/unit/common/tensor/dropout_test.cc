@@ -74,7 +74,7 @@ TEST_CASE("a model with dropout evaluates deterministically and trains with a ma
   CHECK(m.variables()[2].name == "dense_1/kernel");
   m.Initialize(1);
   std::vector<float> x = {0.5f, -1, 2, 0.25f, 1, 1, -1, 0};
-  std::vector<std::uint8_t> y = {0, 2};
+  std::vector<ClassId> y = {0, 2};
   const float* logits = m.Forward(x.data(), 2);
   const std::vector<float> eval1(logits, logits + 6);
   m.SetDropoutSeed(train::DropoutSeed(1, 0, 0));

@@ -156,7 +156,7 @@ TEST_CASE("softmax cross-entropy gradient matches finite differences", "[unit][g
   std::mt19937 gen(14);
   const int batch = 4, classes = 6;
   std::vector<float> logits = RandomVector(batch * classes, gen, 3.0f), d(batch * classes);
-  std::vector<std::uint8_t> labels = {0, 5, 2, 2};
+  std::vector<ClassId> labels = {0, 5, 2, 2};
   LossResult r = SoftmaxCrossEntropy(logits.data(), labels, classes, d.data());
   CHECK(r.loss > 0);
   for (int i = 0; i < batch * classes; ++i) {
@@ -174,7 +174,7 @@ TEST_CASE("softmax cross-entropy gradient matches finite differences", "[unit][g
 
 TEST_CASE("softmax cross-entropy is stable for huge logits and counts hits", "[unit][loss]") {
   std::vector<float> logits = {1000.0f, 0.0f, -1000.0f, 0.0f, 2000.0f, 1.0f};
-  std::vector<std::uint8_t> labels = {0, 2};
+  std::vector<ClassId> labels = {0, 2};
   LossResult r = SoftmaxCrossEntropy(logits.data(), labels, 3, nullptr);
   CHECK(std::isfinite(r.loss));
   CHECK(r.loss == Approx(1999.0 / 2).epsilon(1e-6));  // row 0 costs 0, row 1 costs 2000 - 1
@@ -202,7 +202,7 @@ TEST_CASE("a whole model's gradients match finite differences of its loss", "[un
   m.Initialize(3);
   std::mt19937 gen(15);
   std::vector<float> x = RandomVector(static_cast<std::size_t>(4 * m.input_size()), gen);
-  std::vector<std::uint8_t> y = {0, 1, 2, 1};
+  std::vector<ClassId> y = {0, 1, 2, 1};
   m.ComputeGradients(x.data(), y);
   std::vector<float> analytic(m.grads().begin(), m.grads().end());
   auto loss = [&]() {

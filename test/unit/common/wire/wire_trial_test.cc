@@ -89,6 +89,26 @@ TEST_CASE("the coordinator's messages refuse short, oversize and trailing bytes"
   CHECK(Decode(bad_trailer, &got).code() == Code::kCorruption);
 }
 
+TEST_CASE("TRIAL_PREDICTIONS: labels are a byte each up to 256 classes, 2 bytes past; a label outside the classes is refused",
+          "[unit][wire][sweep]") {
+  constexpr std::size_t kHead = 4 * sizeof(std::uint32_t);  // trial, epoch, classes, rows
+  TrialPredictions narrow{.trial = 1, .epoch = 1, .classes = 256, .labels = {0, 255}, .probabilities = std::vector<float>(2 * 256, 0.5f)};
+  std::vector<std::byte> np = Flatten(Encode(narrow));
+  CHECK(np.size() == kHead + 2 + 2 * 256 * sizeof(float));  // as before more classes were allowed
+  CHECK(np[kHead + 1] == std::byte{255});
+  TrialPredictions wide{.trial = 1, .epoch = 1, .classes = 300, .labels = {299, 0, 256}, .probabilities = std::vector<float>(3 * 300, 0.25f)};
+  std::vector<std::byte> wp = Flatten(Encode(wide));
+  CHECK(wp.size() == kHead + 3 * 2 + 3 * 300 * sizeof(float));
+  TrialPredictions got;
+  REQUIRE(Decode(wp, &got).ok());
+  CHECK(got.labels == wide.labels);
+  CHECK(got.probabilities == wide.probabilities);
+  wp[kHead] = std::byte{0x2c}, wp[kHead + 1] = std::byte{0x01};  // label 300 of 300 classes
+  CHECK(Decode(wp, &got).code() == Code::kCorruption);
+  std::vector<std::byte> outside = Flatten(Encode(TrialPredictions{.trial = 1, .epoch = 1, .classes = 2, .labels = {2}, .probabilities = {0.5f, 0.5f}}));
+  CHECK(Decode(outside, &got).code() == Code::kCorruption);
+}
+
 TEST_CASE("TRIAL_CHECKPOINT and a resuming TRIAL_ASSIGN round-trip; their lengths are bounded", "[unit][wire][sweep]") {
   const std::vector<std::byte> bytes = {std::byte{'T'}, std::byte{'F'}, std::byte{'D'}, std::byte{'K'}, std::byte{9}};
   TrialCheckpoint c = RoundTrip<TrialCheckpoint>(Encode(TrialCheckpoint{.trial = 4, .epoch = 7, .bytes = bytes}), MessageType::kTrialCheckpoint);

@@ -288,7 +288,7 @@ TEST_CASE("a regression ensemble averages its members' outputs and reports its a
   REQUIRE(s.NextFor(0, 0, &a) == Next::kAssigned);
   REQUIRE(s.NextFor(1, 0, &b) == Next::kAssigned);
   CHECK(a.predictions);
-  const std::vector<std::uint8_t> rows(3, 0);
+  const std::vector<ClassId> rows(3, 0);
   const std::vector<float> targets = {1.5f, 2, 3};
   REQUIRE(s.OnPredictions(0, 0, 1, 1, rows, {1, 2, 5}, targets, 0));  // errors 0.5, 0, 2
   CHECK(s.ensemble_epochs().empty());                                    // member 1 has not reported

@@ -115,10 +115,10 @@ TEST_CASE("the stage plan balances the dnn and refuses what does not fit", "[uni
   CHECK_THAT(pipeline::CheckUnits(spec, *cnn).message(), Catch::Contains("model_parallel.split") && Catch::Contains("conv2d"));
 }
 
-void FillBatch(std::vector<float>& x, std::vector<std::uint8_t>& y, std::int64_t width) {
+void FillBatch(std::vector<float>& x, std::vector<ClassId>& y, std::int64_t width) {
   Rng rng(3, 0);
   for (float& v : x) v = static_cast<float>(rng.Uniform());
-  for (std::size_t i = 0; i < y.size(); ++i) y[i] = static_cast<std::uint8_t>(i % 10);
+  for (std::size_t i = 0; i < y.size(); ++i) y[i] = static_cast<ClassId>(i % 10);
   (void)width;
 }
 
@@ -126,7 +126,7 @@ TEST_CASE("micro-batch gradients summed in order are the mean of the whole batch
   const int batch = 8;
   auto whole = Build("dnn", batch), micro = Build("dnn", batch);
   std::vector<float> x(static_cast<std::size_t>(batch * whole->input_size()));
-  std::vector<std::uint8_t> y(batch);
+  std::vector<ClassId> y(batch);
   FillBatch(x, y, whole->input_size());
   const tensor::LossResult a = whole->ComputeGradients(x.data(), y);
   std::vector<float> acc;
@@ -143,11 +143,11 @@ TEST_CASE("the layer-range passes at any rows give ComputeGradients' bits", "[un
   const int batch = 6;
   auto whole = Build("dnn", batch), split = Build("dnn", batch);
   std::vector<float> x(static_cast<std::size_t>(batch * whole->input_size()));
-  std::vector<std::uint8_t> y(batch);
+  std::vector<ClassId> y(batch);
   FillBatch(x, y, whole->input_size());
   // Micro-batch 1 of 2 (rows 3-5), on two "stages" [0, 2) and [2, 6) of one model.
   const float* x1 = x.data() + 3 * whole->input_size();
-  const auto y1 = std::span<const std::uint8_t>(y).subspan(3, 3);
+  const auto y1 = std::span<const ClassId>(y).subspan(3, 3);
   whole->SetDropoutSeed(9);
   whole->ComputeGradients(x1, y1);
   split->SetDropoutSeed(9);

@@ -140,7 +140,7 @@ TEST_CASE("HoldOut moves the last examples of the training set into the validati
   CHECK(d.train.features == std::vector<std::uint8_t>{10, 11, 12});
   CHECK(d.validation.size == 2);
   CHECK(d.validation.features == std::vector<std::uint8_t>{13, 14});
-  CHECK(d.validation.labels == std::vector<std::uint8_t>{3, 4});
+  CHECK(d.validation.labels == std::vector<ClassId>{3, 4});
   CHECK(d.validation.height == 1);
 }
 
