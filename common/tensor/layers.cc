@@ -134,6 +134,18 @@ class Conv2D final : public KernelBiasLayer {
   void Im2Col(const float* in, int batch) {
     const int c = in_.c, run = k_ * c;  // one kernel row: k pixels x c_in, contiguous in NHWC
     float* dst = cols_.data();
+    if (padding_ == Padding::kValid) {  // every window inside the input: plain copies (a first conv's rows are k floats)
+      for (int n = 0; n < batch; ++n) {
+        const float* img = in + static_cast<std::int64_t>(n) * in_.size();
+        for (int oy = 0; oy < out_.h; ++oy)
+          for (int ox = 0; ox < out_.w; ++ox)
+            for (int ky = 0; ky < k_; ++ky, dst += run) {
+              const float* src = img + (static_cast<std::int64_t>(oy * stride_ + ky) * in_.w + ox * stride_) * c;
+              std::copy(src, src + run, dst);
+            }
+      }
+      return;
+    }
     for (int n = 0; n < batch; ++n) {
       const float* img = in + static_cast<std::int64_t>(n) * in_.size();
       for (int oy = 0; oy < out_.h; ++oy)
@@ -156,6 +168,18 @@ class Conv2D final : public KernelBiasLayer {
     const int c = in_.c, run = k_ * c;
     std::fill(din, din + static_cast<std::int64_t>(batch) * in_.size(), 0.0f);
     const float* src = cols_.data();
+    if (padding_ == Padding::kValid) {  // as Im2Col's plain copies
+      for (int n = 0; n < batch; ++n) {
+        float* img = din + static_cast<std::int64_t>(n) * in_.size();
+        for (int oy = 0; oy < out_.h; ++oy)
+          for (int ox = 0; ox < out_.w; ++ox)
+            for (int ky = 0; ky < k_; ++ky, src += run) {
+              float* dst = img + (static_cast<std::int64_t>(oy * stride_ + ky) * in_.w + ox * stride_) * c;
+              for (int i = 0; i < run; ++i) dst[i] += src[i];
+            }
+      }
+      return;
+    }
     for (int n = 0; n < batch; ++n) {
       float* img = din + static_cast<std::int64_t>(n) * in_.size();
       for (int oy = 0; oy < out_.h; ++oy)

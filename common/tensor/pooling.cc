@@ -11,20 +11,21 @@ namespace {
 
 // One input cell of max-pooling's backward pass over c channels: the window's gradient g goes to
 // the first cell whose value equals the window's max (taken[ch] marks that it has been placed),
-// added to what overlapping windows gave it. Restrict pointers and branch-free selects so the
+// added to what overlapping windows gave it (`Accumulate`), or stored where windows tile the input. Restrict pointers and branch-free selects so the
 // loop vectorises.
+template <bool Accumulate>
 void MaxGrad(const float* __restrict v, const float* __restrict max, const float* __restrict g, float* __restrict d,
              float* __restrict taken, int c, bool first) {
   if (first) {
     for (int ch = 0; ch < c; ++ch) {
       const float hit = v[ch] == max[ch] ? 1.0f : 0.0f;
-      d[ch] += hit * g[ch];
+      d[ch] = (Accumulate ? d[ch] : 0.0f) + hit * g[ch];
       taken[ch] = hit;
     }
   } else {
     for (int ch = 0; ch < c; ++ch) {
       const float hit = (v[ch] == max[ch] ? 1.0f : 0.0f) * (1.0f - taken[ch]);
-      d[ch] += hit * g[ch];
+      d[ch] = (Accumulate ? d[ch] : 0.0f) + hit * g[ch];
       taken[ch] += hit;
     }
   }
@@ -37,7 +38,8 @@ class Pool2D final : public Layer {
   enum class Mode { kMax, kAvg };
   Pool2D(Mode mode, ActShape in, int pool, int stride, Padding padding)
       : mode_(mode), in_(in), y_(Window(in.h, pool, stride, padding)), x_(Window(in.w, pool, stride, padding)),
-        out_{y_.out, x_.out, in.c}, p_(pool), s_(stride), padding_(padding) {
+        out_{y_.out, x_.out, in.c}, p_(pool), s_(stride), padding_(padding),
+        tiles_(stride == pool && y_.pad_before == 0 && x_.pad_before == 0 && y_.out * pool == in.h && x_.out * pool == in.w) {
     TFD_CHECK(out_.h > 0 && out_.w > 0);
   }
 
@@ -49,6 +51,23 @@ class Pool2D final : public Layer {
   // Max pooling keeps no arg-max: Backward finds each window's first input equal to its output
   // (the one Forward's strict ">" scan kept), so Forward is a plain vectorised max.
   void Forward(const float* in, float* out, int batch) override {
+    if (mode_ == Mode::kMax) ForwardAs<Mode::kMax>(in, out, batch);
+    else ForwardAs<Mode::kAvg>(in, out, batch);
+  }
+  void Backward(const float* in, const float* out, float* dout, float* din, int batch) override {
+    if (din == nullptr) return;
+    if (mode_ == Mode::kAvg) return BackwardAs<Mode::kAvg, true>(in, out, dout, din, batch);
+    // Windows that tile the input exactly (the seeds' 2x2 pools on even sizes) give each cell one
+    // window's share: stored, with no zero fill first. Others may overlap (stride < pool) or leave
+    // cells out (stride > pool, "valid" remainders, padding): every window adds its share.
+    if (tiles_) return BackwardAs<Mode::kMax, false>(in, out, dout, din, batch);
+    BackwardAs<Mode::kMax, true>(in, out, dout, din, batch);
+  }
+
+ private:
+  // The mode is a template argument so that each inner channel loop is one plain vectorised loop.
+  template <Mode M>
+  void ForwardAs(const float* in, float* out, int batch) const {
     const int c = in_.c;
     for (int n = 0; n < batch; ++n) {
       const float* img = in + static_cast<std::int64_t>(n) * in_.size();
@@ -57,40 +76,39 @@ class Pool2D final : public Layer {
           const Cells w = CellsOf(py, px);
           std::copy(At(img, w.y0, w.x0), At(img, w.y0, w.x0) + c, out);
           for (int y = w.y0; y < w.y1; ++y)
-            for (int x = w.x0; x < w.x1; ++x) {
-              if (y == w.y0 && x == w.x0) continue;
+            for (int x = y == w.y0 ? w.x0 + 1 : w.x0; x < w.x1; ++x) {
               const float* v = At(img, y, x);
-              if (mode_ == Mode::kMax) {
+              if constexpr (M == Mode::kMax) {
                 for (int ch = 0; ch < c; ++ch) out[ch] = v[ch] > out[ch] ? v[ch] : out[ch];
               } else {
                 for (int ch = 0; ch < c; ++ch) out[ch] += v[ch];
               }
             }
-          if (mode_ == Mode::kAvg) {
+          if constexpr (M == Mode::kAvg) {
             const float inv = 1.0f / static_cast<float>(w.count());
             for (int ch = 0; ch < c; ++ch) out[ch] *= inv;
           }
         }
     }
   }
-  void Backward(const float* in, const float* out, float* dout, float* din, int batch) override {
-    if (din == nullptr) return;
+
+  // `Accumulate`: din is zeroed first and each window adds to it; else each cell is stored once.
+  template <Mode M, bool Accumulate>
+  void BackwardAs(const float* in, const float* out, const float* dout, float* din, int batch) {
     const int c = in_.c;
-    // Windows may overlap (stride < pool) or leave cells out (stride > pool, "valid" remainders):
-    // every window adds its share.
-    std::fill(din, din + static_cast<std::int64_t>(batch) * in_.size(), 0.0f);
+    if constexpr (Accumulate) std::fill(din, din + static_cast<std::int64_t>(batch) * in_.size(), 0.0f);
     taken_.resize(static_cast<std::size_t>(c));
     for (int n = 0; n < batch; ++n) {
       const std::int64_t base = static_cast<std::int64_t>(n) * in_.size();
       for (int py = 0; py < out_.h; ++py)
         for (int px = 0; px < out_.w; ++px, out += c, dout += c) {
           const Cells w = CellsOf(py, px);
-          const float scale = mode_ == Mode::kAvg ? 1.0f / static_cast<float>(w.count()) : 1.0f;
+          const float scale = 1.0f / static_cast<float>(w.count());
           for (int y = w.y0; y < w.y1; ++y)
             for (int x = w.x0; x < w.x1; ++x) {
               const std::int64_t at = base + (static_cast<std::int64_t>(y) * in_.w + x) * c;
-              if (mode_ == Mode::kMax) {
-                MaxGrad(in + at, out, dout, din + at, taken_.data(), c, /*first=*/y == w.y0 && x == w.x0);
+              if constexpr (M == Mode::kMax) {
+                MaxGrad<Accumulate>(in + at, out, dout, din + at, taken_.data(), c, /*first=*/y == w.y0 && x == w.x0);
               } else {
                 for (int ch = 0; ch < c; ++ch) din[at + ch] += scale * dout[ch];
               }
@@ -99,7 +117,6 @@ class Pool2D final : public Layer {
     }
   }
 
- private:
   struct Cells {
     int y0, y1, x0, x1;
     int count() const { return (y1 - y0) * (x1 - x0); }
@@ -116,6 +133,7 @@ class Pool2D final : public Layer {
   ActShape out_;
   int p_, s_;
   Padding padding_;
+  bool tiles_;  // every input cell in exactly one window
   std::vector<float> taken_;
 };
 
