@@ -191,7 +191,10 @@ TEST_CASE("a ps killed and restarted gets the latest checkpoint's Adam slots bac
   TempDir dir;
   WriteSyntheticMnist(dir.path(), 2000, 200);
   const std::string ckpt_dir = dir / "ckpt";
-  const std::string job = WriteJob(dir, "job.json", 300, kAdam, R"({"dir": ")" + ckpt_dir + R"(", "every_steps": 500})");
+  // 1000 epochs (about 15 s here): long enough that the first checkpoint, written and fsynced
+  // after step 500, comes mid-run even when the disk is slow under a loaded ctest (at 300 epochs
+  // the chief once finished first).
+  const std::string job = WriteJob(dir, "job.json", 1000, kAdam, R"({"dir": ")" + ckpt_dir + R"(", "every_steps": 500})");
   LocalCluster c(InDir(dir, 1, 2));
   c.StartAll({"--job", job});
   c.AwaitEvent("worker", 0, "checkpoint", {}, 30s, [&](const nlohmann::json& e) { return FieldHas(e, "path", ckpt_dir + "/"); });
