@@ -271,9 +271,11 @@ Status TrainLoop(const config::JobSpec& job, const data::DataSplits& data, model
       // rule's state after it; the decision is shared at EndOfEpoch below.
       const bool judges = job.can_stop_early() && epoch < job.epochs;
       std::optional<std::string> reason;
+      std::optional<ckpt::EarlyStopping> judged;  // the rule's state after this epoch, when judged
       if (judges && options.evaluate_each_epoch) {
         reason = stopper.Update(epoch, metrics);
-        updater.EpochJudged(stopper.State());
+        judged = stopper.State();
+        updater.EpochJudged(*judged);
       }
       if (!options.observers.empty()) {
         EpochStats stats{.epoch = epoch, .global_step = global_step, .local_step = local_step, .loss = loss, .accuracy = accuracy,
@@ -283,7 +285,7 @@ Status TrainLoop(const config::JobSpec& job, const data::DataSplits& data, model
         else if (validate) stats.val_loss = metrics.val_loss, stats.val_accuracy = metrics.val_accuracy;
         if (options.evaluate_each_epoch && model.regression()) stats.test_mae = test_result.mae, stats.test_rmse = test_result.rmse;
         else if (options.evaluate_each_epoch) stats.test_accuracy = test_result.accuracy;
-        if (judges && options.evaluate_each_epoch) stats.early_stopping = stopper.State();
+        stats.early_stopping = judged;
         for (TrainObserver* o : options.observers) o->OnEpoch(stats);
       }
       // Every export.every_epochs epochs (a model-parallel stage holds its own layers only until the

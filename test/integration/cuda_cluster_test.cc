@@ -2,18 +2,16 @@
 // two workers sharing cuda:0 are bit-identical run to run, and a GPU cluster learns what the same
 // CPU cluster learns. Exits 77 (skipped) where no CUDA device is visible.
 #include <cmath>
-#include <cstdio>
 #include <string>
 #include <vector>
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "common/tensor/cuda/runtime.h"
 #include "test/integration/cluster_util.h"
 #include "test/local_cluster.h"
 #include "test/test_util.h"
-#include "test/catch/session.h"
+#include "test/cuda_session.h"
 
 namespace tfd::testing {
 namespace {
@@ -66,10 +64,4 @@ TEST_CASE("an async GPU cluster learns what the CPU cluster learns", "[cuda][clu
 }  // namespace
 }  // namespace tfd::testing
 
-int main(int argc, char** argv) {
-  if (tfd::Status s = tfd::cuda::CheckDevice(0); !s.ok()) {
-    std::printf("skipped: %s\n", s.message().c_str());
-    return 77;
-  }
-  return tfd::testing::RunCatchSession(argc, argv);
-}
+int main(int argc, char** argv) { return tfd::testing::RunCatchSessionOnCudaDevice(argc, argv); }

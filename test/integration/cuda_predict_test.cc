@@ -2,7 +2,6 @@
 // a little on synthetic images): the same outputs within 1e-5 (relative) and the same accuracy.
 // Exits 77 (skipped) where no CUDA device is visible.
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -11,8 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "common/tensor/cuda/runtime.h"
-#include "test/catch/session.h"
+#include "test/cuda_session.h"
 #include "test/test_util.h"
 
 namespace tfd::testing {
@@ -63,10 +61,4 @@ TEST_CASE("tfd predict on the GPU gives the CPU's outputs and accuracy", "[cuda]
 }  // namespace
 }  // namespace tfd::testing
 
-int main(int argc, char** argv) {
-  if (tfd::Status s = tfd::cuda::CheckDevice(0); !s.ok()) {
-    std::printf("skipped: %s\n", s.message().c_str());
-    return 77;
-  }
-  return tfd::testing::RunCatchSession(argc, argv);
-}
+int main(int argc, char** argv) { return tfd::testing::RunCatchSessionOnCudaDevice(argc, argv); }
