@@ -43,6 +43,19 @@ struct Worker {
   bool running = false;
 };
 
+// A new run folder runs/<time>-sweep-<name> (a suffix -2, -3 ... if taken), with the sweep file and
+// its resume record.
+Result<fs::path> NewSweepFolder(const SweepArgs& args, const coordinator::PreparedSweep& prepared) {
+  char stamp[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
+  const std::string name = (args.ensemble ? "ensemble-" : "sweep-") + fs::path(args.file).stem().string();
+  fs::path run_dir = fs::absolute(fs::path(args.run_root) / fmt::format("{}-{}", stamp, name));
+  for (int n = 2; fs::exists(run_dir); ++n) run_dir = fs::absolute(fs::path(args.run_root) / fmt::format("{}-{}-{}", stamp, name, n));
+  TFD_RETURN_IF_ERROR(coordinator::MakeSweepFolder(run_dir, args.file, prepared, args.ensemble));
+  return run_dir;
+}
+
 }  // namespace
 
 Result<SweepArgs> ParseSweepArgs(bool ensemble, const std::vector<std::string>& args) {
@@ -54,7 +67,12 @@ Result<SweepArgs> ParseSweepArgs(bool ensemble, const std::vector<std::string>& 
   line.Text("tfd", &a.tfd);
   line.Integer("workers", &a.workers, 1, 4096, "a number of workers");
   line.Seconds("grace", &a.grace_secs, 0, kMaxGraceSecs);
+  if (!ensemble) line.Text("resume", &a.resume);
   TFD_RETURN_IF_ERROR(line.Parse(args));
+  if (!a.resume.empty() && a.file.empty()) {
+    // The sweep file the run was started with, as its run folder recorded it.
+    TFD_ASSIGN_OR_RETURN(a.file, coordinator::RecordedSweepFile(a.resume));
+  }
   if (a.file.empty())
     return Status::InvalidArgument(ensemble ? "ensemble needs a job file with \"ensemble\" (docs/sweeps.md)" : "sweep needs a sweep file (docs/sweeps.md)");
   return a;
@@ -67,23 +85,33 @@ int Sweep(const SweepArgs& args, const Interrupts& interrupts) {
   const std::vector<config::Trial>& trials = prepared->trials;
   const int parallel = prepared->parallel;
 
-  char stamp[32];
-  const std::time_t now = std::time(nullptr);
-  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
-  const std::string name = (args.ensemble ? "ensemble-" : "sweep-") + fs::path(args.file).stem().string();
-  fs::path run_dir = fs::absolute(fs::path(args.run_root) / fmt::format("{}-{}", stamp, name));
-  for (int n = 2; fs::exists(run_dir); ++n) run_dir = fs::absolute(fs::path(args.run_root) / fmt::format("{}-{}-{}", stamp, name, n));
-  if (Status s = coordinator::MakeSweepFolder(run_dir, args.file, args.ensemble); !s.ok()) return ReportFailure(s);
+  coordinator::CoordinatorOptions copts;
+  fs::path run_dir;
+  if (!args.resume.empty()) {
+    run_dir = fs::absolute(args.resume);
+    Result<coordinator::SweepLog> log = coordinator::OpenForResume(run_dir, args.file, *prepared, args.ensemble);
+    if (!log.ok()) return ReportFailure(log.status());
+    copts.resume = std::move(log).value();
+  } else {
+    Result<fs::path> made = NewSweepFolder(args, *prepared);
+    if (!made.ok()) return ReportFailure(made.status());
+    run_dir = *made;
+  }
 
   if (interrupts.handler != nullptr) {
     std::signal(SIGINT, interrupts.handler);
     std::signal(SIGTERM, interrupts.handler);
   }
-  coordinator::CoordinatorOptions copts;
   copts.trials_dir = (run_dir / "trials").string();
   Result<std::unique_ptr<coordinator::Coordinator>> started = coordinator::Coordinator::Start(sweep, trials, parallel, copts);
   if (!started.ok()) return ReportFailure(started.status());
   std::unique_ptr<coordinator::Coordinator> coord = std::move(started).value();
+  if (copts.resume) {
+    const coordinator::SweepScheduler::Restored r = coord->restored();
+    Say(stdout, false, "resumed",
+        fmt::format("resumed the sweep in {}: {} trials ended, {} resumed ({} from a checkpoint), {} not started yet", run_dir.string(), r.done,
+                    r.resumed, r.from_checkpoint, r.pending));
+  }
   const std::string tfd = args.tfd.empty() ? DefaultTfd() : args.tfd;
   Say(stdout, false, "start",
       fmt::format("sweep {}: {} trials, {} at once on {} workers, {} of {}, scheduler {}; run folder {}", args.file, trials.size(), parallel,

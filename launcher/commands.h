@@ -131,6 +131,7 @@ struct SweepArgs {
   int workers = 0;              // --workers N (1 to 4096): overrides the file's "workers"
   double grace_secs = 10;       // --grace SECS: after Ctrl-C, how long trials get to stop before TERM
   bool ensemble = false;        // tfctl ensemble: `file` is a job with "ensemble"; trials are its members
+  std::string resume;           // --resume RUN: go on with the sweep in the run folder RUN (`file` may be empty)
 };
 // The words after "sweep" (or "ensemble", `ensemble` true); InvalidArgument with a one-line message
 // (launcher/cli.h).

@@ -171,6 +171,22 @@ class Coordinator::Service final : public transport::FrameHandler {
     MutexLock lock(&mu_);
     return fn(scheduler_, workers_.size());
   }
+  // The sweep rebuilt from its trials.jsonl; each waiting trial's checkpoint read from the run
+  // folder (the newest at or before its last reported epoch that loads) into committed_ckpt_.
+  Result<SweepScheduler::Restored> Restore(const std::vector<nlohmann::ordered_json>& lines) {
+    std::map<int, Stored> loaded;  // the callback's own: the analysis checks a lambda apart from the lock held around it
+    const auto load = [this, &loaded](int trial, int epoch) {
+      std::optional<Stored> c = LoadCheckpoint(trial, epoch);
+      if (!c) return 0;
+      const int at = c->epoch;
+      loaded[trial] = std::move(*c);
+      return at;
+    };
+    MutexLock lock(&mu_);
+    Result<SweepScheduler::Restored> r = scheduler_.Restore(lines, load, Now());
+    if (r.ok()) committed_ckpt_ = std::move(loaded);
+    return r;
+  }
   int EverConnected() const {
     MutexLock lock(&mu_);
     return static_cast<int>(seen_.size());
@@ -212,14 +228,37 @@ class Coordinator::Service final : public transport::FrameHandler {
     std::erase_if(committed_ckpt_, [&](const auto& kv) { return ended(kv.first); });
   }
 
-  // <trials_dir>/<trial>/ckpt/ckpt-<step>.tfdckpt, the newest only. A failure is a warning: the
+  // <trials_dir>/<trial>/ckpt/ckpt-<step>.tfdckpt, the newest two. A failure is a warning: the
   // checkpoint a re-placed trial needs is in memory.
   void WriteCheckpoint(int trial, const ckpt::Checkpoint& c) {
     const std::string dir = (std::filesystem::path(trials_dir_) / std::to_string(trial) / "ckpt").string();
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
-    Result<std::string> path = ckpt::Write(dir, c, /*keep_last=*/1);
+    // Two kept: after a coordinator's crash, trials.jsonl may lack the newest checkpoint's epoch
+    // line (written a moment later), and the trial then resumes from the one before.
+    Result<std::string> path = ckpt::Write(dir, c, /*keep_last=*/2);
     if (!path.ok()) spdlog::warn("trial {}'s checkpoint not written: {}", trial, path.status().message());
+  }
+
+  // The trial's newest checkpoint file at or before `epoch` that loads (checked as any checkpoint
+  // is; a bad one is skipped with a warning); none: it starts again from its first epoch.
+  std::optional<Stored> LoadCheckpoint(int trial, int epoch) const {
+    if (trials_dir_.empty()) return std::nullopt;
+    Result<std::vector<std::string>> files = ckpt::List((std::filesystem::path(trials_dir_) / std::to_string(trial) / "ckpt").string());
+    if (!files.ok()) return std::nullopt;
+    for (const std::string& path : *files) {
+      Result<ckpt::Checkpoint> c = ckpt::Load(path);
+      if (!c.ok()) {
+        spdlog::warn("trial {}: {} skipped: {}", trial, path, c.status().message());
+        continue;
+      }
+      // A trial's checkpoint after epoch k has its data cursor at epoch k + 1 (train/standalone.cc).
+      if (c->cursors.size() != 1 || c->cursors[0].epoch < 2 || static_cast<int>(c->cursors[0].epoch) - 1 > epoch) continue;
+      Result<std::vector<std::byte>> bytes = ckpt::Serialize(*c);
+      if (!bytes.ok()) continue;
+      return Stored{.epoch = static_cast<int>(c->cursors[0].epoch) - 1, .bytes = std::move(bytes).value(), .parsed = {}};
+    }
+    return std::nullopt;
   }
 
   template <typename M>
@@ -304,6 +343,7 @@ class Coordinator::Service final : public transport::FrameHandler {
 
 struct Coordinator::Impl {
   std::unique_ptr<Service> service;
+  SweepScheduler::Restored restored;
   std::mutex connections_mu;
   std::set<ConnectionPtr> connections;  // guarded by connections_mu
   std::unique_ptr<transport::Listener> listener;
@@ -316,6 +356,11 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Start(const config::SweepSpec&
   c->impl_ = std::make_unique<Impl>();
   Impl* impl = c->impl_.get();
   impl->service = std::make_unique<Service>(sweep, std::move(trials), parallel, options.trials_dir, options.cluster_id);
+  if (options.resume) {
+    Result<SweepScheduler::Restored> restored = impl->service->Restore(options.resume->lines);
+    if (!restored.ok()) return restored.status().WithContext(options.resume->path);
+    impl->restored = *restored;
+  }
   if (options.connection.guard == nullptr) options.connection.guard = std::make_shared<transport::PeerGuard>();
   impl->io = std::make_unique<transport::IoThread>([impl] {
     if (impl->listener) impl->listener->Stop();
@@ -345,6 +390,7 @@ Coordinator::~Coordinator() {
 }
 
 std::uint16_t Coordinator::port() const { return impl_->listener->port(); }
+SweepScheduler::Restored Coordinator::restored() const { return impl_->restored; }
 
 std::vector<TrialState> Coordinator::Trials() const {
   return impl_->service->Read([](const SweepScheduler& s, std::size_t) { return s.trials(); });

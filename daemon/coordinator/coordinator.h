@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,12 @@
 #include "daemon/coordinator/sweep_scheduler.h"
 
 namespace tfd::coordinator {
+
+// A sweep's trials.jsonl: where it is (named in errors) and its lines, parsed, in file order.
+struct SweepLog {
+  std::string path;
+  std::vector<nlohmann::ordered_json> lines;
+};
 
 struct CoordinatorOptions {
   std::string bind_address = "127.0.0.1";  // "" = every interface
@@ -25,6 +32,10 @@ struct CoordinatorOptions {
   // The cluster id its workers' HELLOs must carry: the TF_CONFIG cluster's (ClusterSpec::Id) for a
   // coordinator task, 0 for tfctl's own workers.
   std::uint64_t cluster_id = 0;
+  // A resumed sweep: its trials.jsonl (OpenForResume in sweep_run.h reads it). Start replays it
+  // (SweepScheduler::Restore) before it listens, and each trial that waits again after an epoch
+  // resumes from its newest checkpoint in trials_dir at or before its last reported epoch.
+  std::optional<SweepLog> resume;
 };
 
 // The coordinator of a sweep (docs/sweeps.md): listens for generic workers (tfd --coordinator),
@@ -40,11 +51,14 @@ struct CoordinatorOptions {
 // destructor are called by the owner's thread.
 class Coordinator {
  public:
-  // InvalidArgument/Unavailable naming the address when it cannot listen.
+  // InvalidArgument/Unavailable naming the address when it cannot listen; InvalidArgument naming
+  // the line when options.resume holds one that is not a trial event of this sweep.
   static Result<std::unique_ptr<Coordinator>> Start(const config::SweepSpec& sweep, std::vector<config::Trial> trials, int parallel,
                                                     CoordinatorOptions options);
   ~Coordinator();
   std::uint16_t port() const;
+  // What Start rebuilt from options.resume (all zero without it).
+  SweepScheduler::Restored restored() const;
 
   std::vector<TrialState> Trials() const;
   int Best() const;

@@ -3,12 +3,15 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <span>
 #include <thread>
 #include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/base/sha256.h"
+#include "common/config/json_reader.h"
 #include "common/config/json_writer.h"
 #include "daemon/coordinator/leaderboard.h"
 
@@ -138,13 +141,90 @@ Result<PreparedSweep> PrepareSweep(const std::string& file, bool ensemble, int w
   return p;
 }
 
-Status MakeSweepFolder(const fs::path& run_dir, const std::string& file, bool ensemble) {
+std::string SweepSha256(const std::string& file_text, const std::vector<config::Trial>& trials) {
+  Sha256 h;
+  const auto add = [&h](std::string_view text) {
+    const std::string framed = fmt::format("{}:", text.size());  // lengths first: no two lists hash alike
+    h.Update(std::as_bytes(std::span(framed)));
+    h.Update(std::as_bytes(std::span(text)));
+  };
+  add(file_text);
+  for (const config::Trial& t : trials) add(t.job_text);
+  return h.HexDigest();
+}
+
+Status MakeSweepFolder(const fs::path& run_dir, const std::string& file, const PreparedSweep& prepared, bool ensemble) {
   std::error_code ec;
   fs::create_directories(run_dir, ec);
   if (ec) return Status::Unavailable(fmt::format("cannot create the run folder {}: {}", run_dir.string(), ec.message()));
   fs::copy_file(file, run_dir / (ensemble ? "job.json" : "sweep.json"), fs::copy_options::overwrite_existing, ec);
   if (ec) return Status::Unavailable(fmt::format("cannot copy {} into the run folder {}: {}", file, run_dir.string(), ec.message()));
+  TFD_ASSIGN_OR_RETURN(const std::string text, config::ReadTextFile(file, ensemble ? "the job file" : "the sweep file"));
+  const nlohmann::ordered_json record = {{"sweep", fs::absolute(file).string()}, {"sha256", SweepSha256(text, prepared.trials)}};
+  std::ofstream out(run_dir / "resume.json");
+  out << config::JsonText(record) << "\n";
+  if (!out.flush()) return Status::Unavailable(fmt::format("cannot write {}", (run_dir / "resume.json").string()));
   return Status::Ok();
+}
+
+namespace {
+
+// resume.json read back: {"sweep": PATH, "sha256": HEX}.
+Result<nlohmann::ordered_json> ReadResumeRecord(const fs::path& run_dir) {
+  const std::string path = (run_dir / "resume.json").string();
+  std::error_code ec;
+  if (!fs::exists(path, ec))
+    return Status::InvalidArgument(fmt::format("{}: missing: {} holds no sweep to resume (a sweep's run folder has resume.json and trials.jsonl)",
+                                               path, run_dir.string()));
+  TFD_ASSIGN_OR_RETURN(const std::string text, config::ReadTextFile(path, "the run folder's resume record"));
+  nlohmann::ordered_json doc = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object() || !doc.contains("sweep") || !doc["sweep"].is_string() || !doc.contains("sha256") ||
+      !doc["sha256"].is_string())
+    return Status::InvalidArgument(fmt::format("{}: expected {{\"sweep\": PATH, \"sha256\": HEX}}", path));
+  return doc;
+}
+
+}  // namespace
+
+Result<std::string> RecordedSweepFile(const fs::path& run_dir) {
+  TFD_ASSIGN_OR_RETURN(const nlohmann::ordered_json record, ReadResumeRecord(run_dir));
+  return record["sweep"].get<std::string>();
+}
+
+Result<SweepLog> OpenForResume(const fs::path& run_dir, const std::string& file, const PreparedSweep& prepared,
+                                                         bool ensemble) {
+  if (ensemble) return Status::InvalidArgument(fmt::format("{}: --resume: an ensemble is not resumed, only a sweep (docs/sweeps.md)", file));
+  TFD_ASSIGN_OR_RETURN(const nlohmann::ordered_json record, ReadResumeRecord(run_dir));
+  TFD_ASSIGN_OR_RETURN(const std::string text, config::ReadTextFile(file, "the sweep file"));
+  const std::string sha = SweepSha256(text, prepared.trials);
+  if (sha != record["sha256"].get<std::string>())
+    return Status::InvalidArgument(fmt::format("{}: not the sweep {} was started with (its trials' SHA-256 {}, {} records {}): resume with that "
+                                               "sweep file, or start a new run folder",
+                                               file, run_dir.string(), sha.substr(0, 12), (run_dir / "resume.json").string(),
+                                               record["sha256"].get<std::string>().substr(0, 12)));
+  const std::string path = (run_dir / "trials.jsonl").string();
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return Status::InvalidArgument(fmt::format("{}: missing: {} holds no sweep to resume", path, run_dir.string()));
+  TFD_ASSIGN_OR_RETURN(const std::string jsonl, config::ReadTextFile(path, "the sweep's trials.jsonl"));
+  std::vector<nlohmann::ordered_json> lines;
+  std::string kept;  // the file without a torn last line
+  std::size_t at = 0;
+  for (int n = 1; at < jsonl.size(); ++n) {
+    const std::size_t end = jsonl.find('\n', at);
+    const std::string_view line = std::string_view(jsonl).substr(at, end == std::string::npos ? std::string::npos : end - at);
+    nlohmann::ordered_json j = nlohmann::ordered_json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (end == std::string::npos && j.is_discarded()) break;  // torn by a kill mid-write: its event is lost
+    if (j.is_discarded()) return Status::InvalidArgument(fmt::format("{}: line {}: not a JSON object", path, n));
+    lines.push_back(std::move(j));
+    kept.append(line).append("\n");
+    at = end == std::string::npos ? jsonl.size() : end + 1;
+  }
+  if (kept != jsonl) {
+    std::ofstream out(path, std::ios::trunc);
+    out << kept;
+    if (!out.flush()) return Status::Unavailable(fmt::format("cannot rewrite {}", path));
+  }
+  return SweepLog{.path = path, .lines = std::move(lines)};
 }
 
 int RunSweep(Coordinator& coord, const config::SweepSpec& sweep, const SweepRunOptions& options) {

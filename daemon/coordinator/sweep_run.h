@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/base/status.h"
 #include "common/config/sweep.h"
 #include "daemon/coordinator/coordinator.h"
@@ -63,9 +65,27 @@ struct PreparedSweep {
 // InvalidArgument naming the file and field otherwise.
 Result<PreparedSweep> PrepareSweep(const std::string& file, bool ensemble, int workers);
 
-// Makes the sweep's run folder `run_dir` (and its parents) and copies `file` into it as sweep.json,
-// or job.json for an ensemble. Unavailable naming the folder and the system's reason.
-Status MakeSweepFolder(const std::filesystem::path& run_dir, const std::string& file, bool ensemble);
+// Makes the sweep's run folder `run_dir` (and its parents), copies `file` into it as sweep.json,
+// or job.json for an ensemble, and records in resume.json the file's absolute path and the sweep's
+// SHA-256 (SweepSha256), which --resume checks. Unavailable naming the folder and the system's reason.
+Status MakeSweepFolder(const std::filesystem::path& run_dir, const std::string& file, const PreparedSweep& prepared, bool ensemble);
+
+// SHA-256 of the sweep file's bytes and of every trial's job (so a changed job file that the sweep
+// names is seen too), lower-case hex.
+std::string SweepSha256(const std::string& file_text, const std::vector<config::Trial>& trials);
+
+// The sweep file recorded in `run_dir`'s resume.json (tfctl sweep --resume RUN without a file).
+// InvalidArgument naming resume.json when the folder holds no sweep to resume.
+Result<std::string> RecordedSweepFile(const std::filesystem::path& run_dir);
+
+// The run folder of a sweep to resume (docs/sweeps.md, "Resuming a sweep"): checks that `run_dir`
+// holds a sweep (resume.json and trials.jsonl) and that `file` is the sweep it was started with
+// (SweepSha256 against resume.json), then returns trials.jsonl's lines, parsed with nlohmann as
+// they were written (SweepLog::path names it). A torn last line (the coordinator killed while writing it) is dropped and
+// the file rewritten without it. InvalidArgument, one line naming the file: no sweep there, another
+// sweep, an ensemble (not resumed), a line that is not JSON.
+Result<SweepLog> OpenForResume(const std::filesystem::path& run_dir, const std::string& file, const PreparedSweep& prepared,
+                                                         bool ensemble);
 
 // Runs the sweep to its end: appends the coordinator's lines to trials.jsonl, draws the
 // leaderboard, stops every trial on an interrupt, fails the waiting trials when no worker is left,

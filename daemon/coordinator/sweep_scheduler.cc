@@ -72,6 +72,12 @@ void SweepScheduler::Record(double now, const TrialState& t, std::string_view ev
   lines_.push_back(config::JsonText(TrialLine(now, t, event, metric_)));
 }
 
+void SweepScheduler::RecordResumableEnd(double now, const TrialState& t) {
+  ordered_json line = TrialLine(now, t, "end", metric_);
+  line["resumable"] = true;
+  lines_.push_back(config::JsonText(line));
+}
+
 int SweepScheduler::running() const {
   return static_cast<int>(std::count_if(trials_.begin(), trials_.end(), [](const TrialState& t) { return t.status == TrialStatus::kRunning; }));
 }
@@ -100,9 +106,18 @@ bool SweepScheduler::OnEpoch(int worker, int trial, int epoch, const Metrics& me
   TrialState& t = trials_[static_cast<std::size_t>(trial)];
   if (t.status != TrialStatus::kRunning || t.worker != worker) return true;
   if (epoch <= t.epoch) return stopping_;  // reported by an earlier attempt already
-  t.epoch = epoch;
   if (t.pending_checkpoint == epoch) t.checkpoint_epoch = epoch;
   t.pending_checkpoint = 0;
+  const bool stop = ApplyEpoch(t, epoch, metrics) || stopping_;
+  ordered_json line = TrialLine(now, t, "epoch", metric_);
+  line["metrics"] = MetricsObject(metrics);
+  if (stop) line["stop"] = true;
+  lines_.push_back(config::JsonText(line));
+  return stop;
+}
+
+bool SweepScheduler::ApplyEpoch(TrialState& t, int epoch, const Metrics& metrics) {
+  t.epoch = epoch;
   for (const auto& [name, value] : metrics)
     if (name == metric_) {
       t.metric = value;
@@ -112,16 +127,18 @@ bool SweepScheduler::OnEpoch(int worker, int trial, int epoch, const Metrics& me
         t.best_epoch = epoch;
       }
     }
-  bool stop = stopping_;
-  if (!stop && asha_ && t.metric && asha_->OnEpoch(trial, epoch, *t.metric) == Asha::Decision::kStop) {
-    stop = true;
-    t.reason = fmt::format("pruned by ASHA at rung epoch {}", epoch);
-  }
-  ordered_json line = TrialLine(now, t, "epoch", metric_);
-  line["metrics"] = MetricsObject(metrics);
-  if (stop) line["stop"] = true;
-  lines_.push_back(config::JsonText(line));
-  return stop;
+  // Not while the sweep is stopping: a trial told to stop by Ctrl-C was not ranked at the rung.
+  if (stopping_ || !asha_ || !t.metric || asha_->OnEpoch(t.trial.id, epoch, *t.metric) == Asha::Decision::kContinue) return false;
+  t.reason = fmt::format("pruned by ASHA at rung epoch {}", epoch);
+  return true;
+}
+
+void SweepScheduler::ApplyEndMetrics(TrialState& t, const Metrics& metrics) {
+  for (const auto& [name, value] : metrics)
+    if (name == metric_ && !t.best) {
+      t.best = value;
+      t.best_metrics = metrics;
+    }
 }
 
 bool SweepScheduler::OnCheckpoint(int worker, int trial, int epoch) {
@@ -136,22 +153,22 @@ void SweepScheduler::OnEnd(int worker, int trial, bool ok, bool stopped, const s
   if (trial < 0 || trial >= static_cast<int>(trials_.size())) return;
   TrialState& t = trials_[static_cast<std::size_t>(trial)];
   if (t.status != TrialStatus::kRunning || t.worker != worker) return;
+  // Stopped by the sweep (Ctrl-C), not by ASHA: a resumed sweep runs it on.
+  bool resumable = false;
   if (ok) {
     t.status = TrialStatus::kDone;
   } else if (stopped) {
     t.status = TrialStatus::kStopped;
-    if (t.reason.empty()) t.reason = "stopped by Ctrl-C";
+    resumable = t.reason.empty();
+    if (resumable) t.reason = "stopped by Ctrl-C";
   } else {
     t.status = TrialStatus::kFailed;
     t.reason = reason;
   }
-  for (const auto& [name, value] : metrics)
-    if (name == metric_ && !t.best) {
-      t.best = value;
-      t.best_metrics = metrics;
-    }
+  ApplyEndMetrics(t, metrics);
   ordered_json line = TrialLine(now, t, "end", metric_);
   line["metrics"] = MetricsObject(metrics);
+  if (resumable) line["resumable"] = true;
   lines_.push_back(config::JsonText(line));
   if (ensemble_) MaybeCompleteEnsemble(now);
 }
@@ -298,7 +315,7 @@ void SweepScheduler::StopAll(double now) {
     TrialState& t = trials_[static_cast<std::size_t>(i)];
     t.status = TrialStatus::kStopped;
     t.reason = "not started: the sweep was stopped";
-    Record(now, t, "end");
+    RecordResumableEnd(now, t);
   }
   queue_.clear();
 }
@@ -308,7 +325,7 @@ void SweepScheduler::FailQueued(const std::string& why, double now) {
     TrialState& t = trials_[static_cast<std::size_t>(i)];
     t.status = TrialStatus::kFailed;
     t.reason = why;
-    Record(now, t, "end");
+    RecordResumableEnd(now, t);
   }
   queue_.clear();
 }

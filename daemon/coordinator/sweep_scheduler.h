@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -10,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/base/class_id.h"
+#include "common/base/status.h"
 #include "common/config/sweep.h"
 #include "daemon/coordinator/asha.h"
 
@@ -86,6 +88,23 @@ class SweepScheduler {
   // others' is ignored and returned false.
   bool OnPredictions(int worker, int trial, int epoch, int classes, const std::vector<ClassId>& labels,
                      const std::vector<float>& outputs, const std::vector<float>& targets, double now);
+  // A sweep resumed after its coordinator ended (docs/sweeps.md, "Resuming"): `lines` are its
+  // trials.jsonl, parsed, in file order. Replays them before any worker is served: placements
+  // (attempts), epochs (metrics, best, and ASHA's rung records in the order they were made), ends.
+  // A trial that ended on its own (DONE, FAILED, or STOPPED by ASHA, also when ASHA's stop was
+  // recorded and its end was not) stays ended; every other one waits again, in trial order, to
+  // resume after the epoch `checkpoint_epoch(trial, last_reported_epoch)` returns (the newest
+  // checkpoint at or before its last reported epoch; 0: from its first epoch; the epochs it
+  // reports again up to its last reported one change nothing). InvalidArgument naming the line
+  // (1-based) for a line that is not a trial event of this sweep.
+  struct Restored {
+    int done = 0;     // ended trials
+    int resumed = 0;  // placed before, waiting again (from_checkpoint of them after an epoch > 0)
+    int pending = 0;  // never placed
+    int from_checkpoint = 0;
+  };
+  Result<Restored> Restore(const std::vector<nlohmann::ordered_json>& lines, const std::function<int(int trial, int epoch)>& checkpoint_epoch,
+                           double now);
   // Ctrl-C: no trial starts any more and every running one is told to stop at its next epoch.
   void StopAll(double now);
   // No worker is left to run them: every waiting trial is FAILED with `why`.
@@ -128,8 +147,18 @@ class SweepScheduler {
 
  private:
   void Record(double now, const TrialState& t, std::string_view event);  // a line with the trial's fields only
+  // An `end` line of a trial the sweep ended, not the trial itself (Ctrl-C, no worker left):
+  // "resumable": true, so a resumed sweep runs it on.
+  void RecordResumableEnd(double now, const TrialState& t);
   bool Better(double a, double b) const { return maximize_ ? a > b : a < b; }
   int running() const;
+  // An epoch's report applied to `t` (its metric, best, ASHA's rung record and reason): true when
+  // ASHA stops it there.
+  bool ApplyEpoch(TrialState& t, int epoch, const Metrics& metrics);
+  // The end report's objective, where no epoch gave the trial one.
+  void ApplyEndMetrics(TrialState& t, const Metrics& metrics);
+  // One trials.jsonl line replayed (Restore); `pruned`: ASHA stopped the trial at that line.
+  Status Replay(const nlohmann::ordered_json& line, std::vector<bool>* pruned);
 
   std::string metric_;
   bool maximize_;

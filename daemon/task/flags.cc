@@ -25,7 +25,7 @@ Usage:
   tfd --job_name=worker --task_index=0 --ps_hosts=H:P,... --worker_hosts=H:P,... --job FILE
   tfd --standalone --job FILE                                    train in this one process
   srun tfd --slurm-ps N --job FILE                               a task of a Slurm job step
-  TF_CONFIG=... tfd --sweep FILE --run-dir DIR                   the coordinator task of a sweep
+  TF_CONFIG=... tfd --sweep FILE --run-dir DIR [--resume]        the coordinator task of a sweep
 
 TF_CONFIG follows TensorFlow: {"cluster": {"chief": [...], "worker": ["host:port", ...],
 "ps": [...]}, "task": {"type": "worker", "index": 0}}. The chief is the "chief" task, else worker 0.
@@ -103,7 +103,8 @@ Result<ParsedFlags> ParseTaskFlags(int argc, const char* const* argv, std::ostre
       ("slurm-port-base", po::value<int>(&slurm_port_base)->value_name("PORT"), "with --slurm-ps: a task listens on PORT + its slot on its node (default 8888)")
       ("coordinator", po::value<std::string>(&f.coordinator_address)->value_name("HOST:PORT"), "a generic worker of a sweep (tfctl sweep): train the trials the coordinator at HOST:PORT hands out, with --task_index N (docs/sweeps.md)")
       ("sweep", po::value<std::string>(&f.sweep_path)->value_name("FILE"), "coordinator task: run this sweep (the format of tfctl sweep) on the cluster's worker tasks (an ensemble: --job FILE with \"ensemble\" instead)")
-      ("run-dir", po::value<std::string>(&f.run_dir)->value_name("DIR"), "coordinator task: write the sweep's trials.jsonl, leaderboard.csv and best.json into DIR (made if missing)");
+      ("run-dir", po::value<std::string>(&f.run_dir)->value_name("DIR"), "coordinator task: write the sweep's trials.jsonl, leaderboard.csv and best.json into DIR (made if missing)")
+      ("resume", po::bool_switch(&f.resume), "coordinator task: go on with the sweep --run-dir holds (its coordinator ended), from what its trials.jsonl and trial checkpoints recorded; --sweep must be the same file");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);

@@ -29,6 +29,7 @@ struct TaskFlags {
   std::string job_path;      // --job
   std::string sweep_path;    // --sweep (coordinator task)
   std::string run_dir;       // --run-dir (coordinator task)
+  bool resume = false;       // --resume (coordinator task): go on with the sweep in --run-dir
   std::string params_out;    // --params-out
   std::string summaries_dir; // --summaries-dir: overrides the job's summaries.dir
   std::string export_dir;    // --export-dir: overrides the job's export.dir; a generic worker: the root of its trials' models

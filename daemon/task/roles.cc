@@ -211,6 +211,21 @@ Status RunGenericWorkerTask(const RoleContext& c) {
   return o.Run("", [&] { return coordinator::RunGenericWorker(options, c.task.events(), conn); });
 }
 
+namespace {
+
+// The `resumed` event of a coordinator that went on with the sweep in its run folder, and its log line.
+void EmitResumed(EventWriter& events, const coordinator::SweepScheduler::Restored& r, const std::string& run_dir) {
+  spdlog::info("resumed the sweep in {}: {} trials ended, {} resumed ({} from a checkpoint), {} not started yet", run_dir, r.done, r.resumed,
+               r.from_checkpoint, r.pending);
+  events.Emit("resumed", {{"run_dir", run_dir},
+                          {"done", static_cast<std::int64_t>(r.done)},
+                          {"resumed", static_cast<std::int64_t>(r.resumed)},
+                          {"from_checkpoint", static_cast<std::int64_t>(r.from_checkpoint)},
+                          {"pending", static_cast<std::int64_t>(r.pending)}});
+}
+
+}  // namespace
+
 // The coordinator task of a TF_CONFIG cluster (docs/sweeps.md, "By hand"): runs the sweep of --sweep
 // (or the ensemble of --job) on the cluster's worker tasks, listening on its own endpoint, and
 // writes the run folder --run-dir as tfctl sweep does.
@@ -222,14 +237,19 @@ Status RunCoordinatorTask(const RoleContext& c) {
   const std::string run_dir = fs::absolute(c.flags.run_dir).string();
   // The cluster's worker tasks, whatever the file says.
   TFD_ASSIGN_OR_RETURN(coordinator::PreparedSweep prepared, coordinator::PrepareSweep(file, ensemble, tf.cluster.num_workers()));
-  std::error_code ec;
-  if (fs::exists(fs::path(run_dir) / "trials.jsonl", ec))
-    return Status::InvalidArgument(fmt::format("--run-dir: {} holds a sweep's trials.jsonl already: give a new or empty folder", run_dir));
-  if (Status s = coordinator::MakeSweepFolder(run_dir, file, ensemble); !s.ok()) return Status::InvalidArgument("--run-dir: " + s.message());
+  coordinator::CoordinatorOptions copts;
+  if (c.flags.resume) {
+    TFD_ASSIGN_OR_RETURN(copts.resume, coordinator::OpenForResume(run_dir, file, prepared, ensemble));
+  } else {
+    std::error_code ec;
+    if (fs::exists(fs::path(run_dir) / "trials.jsonl", ec))
+      return Status::InvalidArgument(
+          fmt::format("--run-dir: {} holds a sweep's trials.jsonl already: give a new or empty folder, or --resume to go on with it", run_dir));
+    if (Status s = coordinator::MakeSweepFolder(run_dir, file, prepared, ensemble); !s.ok()) return Status::InvalidArgument("--run-dir: " + s.message());
+  }
   TFD_ASSIGN_OR_RETURN(Observation o, Observation::Open(c, nullptr, /*trains=*/false, /*serves_peers=*/false));
 
   const config::SweepSpec& sweep = prepared.spec;
-  coordinator::CoordinatorOptions copts;
   copts.bind_address = c.flags.bind;
   copts.port = tf.self().port;
   copts.connection = ConnectionFor(c, nullptr);
@@ -243,6 +263,7 @@ Status RunCoordinatorTask(const RoleContext& c) {
   EmitStart(c.task.events(), {.role = "coordinator",
                               .rank = tf.task.index,
                               .extra = {{"trials", static_cast<std::int64_t>(prepared.trials.size())}}});
+  if (c.flags.resume) EmitResumed(c.task.events(), coord->restored(), run_dir);
 
   coordinator::SweepRunOptions ropts;
   ropts.run_dir = run_dir;

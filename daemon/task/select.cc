@@ -11,8 +11,9 @@ Status Usage(std::string message) { return Status::InvalidArgument(std::move(mes
 
 // A sweep's generic worker started by tfctl sweep: tfd --coordinator HOST:PORT --task_index N.
 Result<TaskPlace> GenericWorkerOfFlags(const TaskFlags& f) {
-  if (f.standalone || !f.job_path.empty() || !f.tf_config_path.empty() || !f.job_name.empty() || !f.sweep_path.empty() || !f.run_dir.empty())
-    return Usage("--coordinator takes no --job, --sweep, --run-dir, --standalone, --tf-config or --job_name: the coordinator hands out the jobs");
+  if (f.standalone || !f.job_path.empty() || !f.tf_config_path.empty() || !f.job_name.empty() || !f.sweep_path.empty() || !f.run_dir.empty() ||
+      f.resume)
+    return Usage("--coordinator takes no --job, --sweep, --run-dir, --resume, --standalone, --tf-config or --job_name: the coordinator hands out the jobs");
   Result<config::Endpoint> ep = config::ParseEndpoint(f.coordinator_address);
   if (!ep.ok()) return Usage(fmt::format("--coordinator: expected HOST:PORT, got \"{}\"", f.coordinator_address));
   if (f.task_index < 0) return Usage("--coordinator needs --task_index N (this worker's index)");
@@ -65,12 +66,14 @@ Status CheckFlagsFor(const TaskFlags& f, const TaskPlace& place) {
     const std::string who = role == Role::kStandalone ? "--standalone" : "this task (" + place.name + ")";
     if (!f.sweep_path.empty()) return Usage("--sweep: only for the coordinator task (TF_CONFIG task.type \"coordinator\"), not " + who);
     if (!f.run_dir.empty()) return Usage("--run-dir: only for the coordinator task (TF_CONFIG task.type \"coordinator\"), not " + who);
+    if (f.resume) return Usage("--resume: only for the coordinator task (TF_CONFIG task.type \"coordinator\"), not " + who);
   } else {
     if (f.sweep_path.empty() && f.job_path.empty())
       return Usage("--sweep FILE is required for the coordinator task (or --job FILE of an ensemble job)");
     if (!f.sweep_path.empty() && !f.job_path.empty())
       return Usage("--sweep and --job: a coordinator task runs one sweep or one ensemble job, not both");
     if (f.run_dir.empty()) return Usage("--run-dir DIR is required for the coordinator task (its trials.jsonl, leaderboard.csv and best.json)");
+    if (f.resume && f.sweep_path.empty()) return Usage("--resume: only a sweep (--sweep FILE) is resumed, not an ensemble job");
   }
   if (role == Role::kGenericWorker && !f.job_path.empty())
     return Usage(fmt::format("--job: {} is a worker of a cluster with a coordinator (cluster.coordinator): the coordinator hands out the jobs",

@@ -320,5 +320,61 @@ TEST_CASE("a regression ensemble averages its members' outputs and reports its a
   CHECK_FALSE(line.contains("ensemble_test_accuracy"));
 }
 
+TEST_CASE("a restored scheduler keeps ended and pruned trials, and queues the rest after their checkpoint's epoch", "[unit][sweep]") {
+  config::SweepSpec spec = Spec(true);  // ASHA: rungs at epochs 1, 3 (grace 1, eta 3, 9 epochs)
+  SweepScheduler live(spec, config::GenerateTrials(spec), 2);
+  SweepScheduler::Assignment a;
+  // Trial 0 runs to its end; trial 1 reports epoch 1 and goes on; trial 2 is pruned at rung 1 (its
+  // end not recorded: the coordinator died first); trial 3 never starts.
+  REQUIRE(live.NextFor(0, 0, &a) == Next::kAssigned);
+  CHECK_FALSE(live.OnEpoch(0, 0, 1, {{"val_accuracy", 0.9}}, 0));
+  live.OnEnd(0, 0, true, false, "", {}, 0);
+  REQUIRE(live.NextFor(0, 0, &a) == Next::kAssigned);
+  REQUIRE(live.NextFor(1, 0, &a) == Next::kAssigned);
+  CHECK_FALSE(live.OnEpoch(0, 1, 1, {{"val_accuracy", 0.95}}, 0));  // the best at the rung
+  CHECK(live.OnEpoch(1, 2, 1, {{"val_accuracy", 0.05}}, 0));        // 3 at the rung, 2 better: pruned
+  const std::vector<std::string> lines = live.TakeLines();
+  std::vector<nlohmann::ordered_json> parsed;
+  for (const std::string& l : lines) parsed.push_back(nlohmann::ordered_json::parse(l));
+
+  SweepScheduler restored(spec, config::GenerateTrials(spec), 1);
+  std::vector<std::pair<int, int>> asked;
+  Result<SweepScheduler::Restored> r = restored.Restore(parsed, [&](int trial, int epoch) {
+    asked.emplace_back(trial, epoch);
+    return epoch;
+  }, 0);
+  REQUIRE(r.ok());
+  CHECK(r->done == 2);  // trial 0 DONE, trial 2 pruned (ended as its worker would have)
+  CHECK(r->resumed == 1);
+  CHECK(r->from_checkpoint == 1);
+  CHECK(r->pending == 1);
+  CHECK(restored.trials()[2].status == TrialStatus::kStopped);
+  CHECK(restored.trials()[2].reason == "pruned by ASHA at rung epoch 1");
+  CHECK(asked == std::vector<std::pair<int, int>>{{1, 1}});
+  // Trial 1 goes on after epoch 1 (attempt 2), then trial 3; ASHA's rung 1 holds the 3 records.
+  REQUIRE(restored.NextFor(0, 0, &a) == Next::kAssigned);
+  CHECK(a.trial == 1);
+  CHECK(a.attempt == 1);
+  CHECK(a.resume_epoch == 1);
+  CHECK_FALSE(restored.OnEpoch(0, 1, 1, {{"val_accuracy", 0.99}}, 0));  // a repeat changes nothing
+  CHECK(restored.trials()[1].best == 0.95);
+  restored.OnEnd(0, 1, true, false, "", {}, 0);
+  REQUIRE(restored.NextFor(0, 0, &a) == Next::kAssigned);
+  CHECK(a.trial == 3);
+  CHECK(restored.OnEpoch(0, 3, 1, {{"val_accuracy", 0.01}}, 0));  // 4th at the rung, 3 better: pruned, as live
+}
+
+TEST_CASE("restoring names the line that is not a trial event of this sweep", "[unit][sweep]") {
+  config::SweepSpec spec = Spec(false);
+  SweepScheduler s(spec, config::GenerateTrials(spec), 1);
+  const auto none = [](int, int) { return 0; };
+  Result<SweepScheduler::Restored> r = s.Restore({nlohmann::ordered_json::parse(R"({"event": "placed", "trial": 9})")}, none, 0);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().message() == "line 1: trial 9 is not in the sweep (it has 4 trials)");
+  r = s.Restore({nlohmann::ordered_json::parse(R"({"event": "epoch", "trial": 0, "epoch": "two"})")}, none, 0);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().message().starts_with("line 1: "));
+}
+
 }  // namespace
 }  // namespace tfd::coordinator
