@@ -1,5 +1,7 @@
 #include "common/model/model.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -170,6 +172,7 @@ Result<std::unique_ptr<Model>> Model::Build(const config::ModelSpec& spec, tenso
     m->acts_.emplace_back(static_cast<std::size_t>(out * max_batch));
   }
   for (auto& d : m->dbuf_) d.resize(static_cast<std::size_t>(widest * max_batch));
+  m->FindImageRuns();
   // Layer i's parameters start at its first variable, or (none) where layer i + 1's do.
   m->layer_starts_.assign(m->layers_.size() + 1, static_cast<std::size_t>(total));
   std::size_t first = m->variables_.size();
@@ -195,11 +198,67 @@ const float* Model::Forward(const float* x, int batch) {
   TFD_CHECK(batch >= 1 && batch <= max_batch_);
   SetTraining(false);
   const float* in = x;
-  for (std::size_t i = 0; i < layers_.size(); ++i) {
-    layers_[i]->Forward(in, acts_[i].data(), batch);
-    in = acts_[i].data();
+  std::size_t i = 0;
+  auto whole_batch_until = [&](std::size_t end) {
+    for (; i < end; ++i) {
+      layers_[i]->Forward(in, acts_[i].data(), batch);
+      in = acts_[i].data();
+    }
+  };
+  for (const ImageRun& run : image_runs_) {
+    if (run.block >= batch) continue;  // one block: the whole-batch pass does the same
+    whole_batch_until(run.first);
+    in = ForwardInBlocks(run, in, batch);
+    i = run.last;
   }
+  whole_batch_until(layers_.size());
   return in;
+}
+
+// Every block reuses the start of each inner layer's buffer, so a block's activations are
+// written over the last block's while they are still in cache.
+const float* Model::ForwardInBlocks(const ImageRun& run, const float* x, int batch) {
+  const std::int64_t in_width = run.first == 0 ? input_.size() : layers_[run.first - 1]->output_shape().size();
+  const std::int64_t out_width = layers_[run.last - 1]->output_shape().size();
+  float* out = acts_[run.last - 1].data();
+  for (int row = 0; row < batch; row += run.block) {
+    const int n = std::min(run.block, batch - row);
+    const float* in = x + row * in_width;
+    for (std::size_t i = run.first; i + 1 < run.last; ++i) {
+      layers_[i]->Forward(in, acts_[i].data(), n);
+      in = acts_[i].data();
+    }
+    layers_[run.last - 1]->Forward(in, out + row * out_width, n);
+  }
+  return out;
+}
+
+// A run starts at a convolution, whose patches and activations are the batch's biggest buffers,
+// and takes in every per-image layer after it (activations live inside the conv layer).
+void Model::FindImageRuns() {
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    if (layer_specs_[i].kind != LayerSpec::Kind::kConv2D) continue;
+    ImageRun run{i, i, 0};
+    for (; run.last < layers_.size() && layers_[run.last]->PerImage(); ++run.last) {
+      run.bytes_per_image += 4 * layers_[run.last]->ForwardScratchPerImage();
+      if (run.last > i) run.bytes_per_image += 4 * layers_[run.last - 1]->output_shape().size();
+    }
+    image_runs_.push_back(run);
+    i = run.last - 1;
+  }
+  SetInferenceBlock(kAutoBlock);
+}
+
+void Model::SetInferenceBlock(int images) {
+  TFD_CHECK(images >= kAutoBlock);
+  long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  if (l2 <= 0) l2 = 512 << 10;  // unknown to this libc or CPU: a common size
+  const std::int64_t budget = std::int64_t{l2} / 2 * std::max(1, gemm_.threads);
+  for (ImageRun& run : image_runs_) {
+    const std::int64_t fit = budget / std::max<std::int64_t>(run.bytes_per_image, 1);
+    const std::int64_t block = images == kAutoBlock ? fit : images == 0 ? max_batch_ : images;
+    run.block = static_cast<int>(std::clamp<std::int64_t>(block, 1, max_batch_));
+  }
 }
 
 void Model::SetTraining(bool training) {

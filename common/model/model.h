@@ -51,8 +51,17 @@ class Model {
   void Initialize(std::uint64_t seed);
 
   // Outputs [batch, classes()] (logits, or regression outputs) of the batch x [batch, input size], as at evaluation (dropout is the
-  // identity); valid until the next call.
+  // identity); valid until the next call. Each run of per-image layers that starts at a
+  // convolution (conv2d -> pooling, ...) runs a block of images at a time, so one block's patches,
+  // activations and pooling stay in cache and only the run's last output is written for the whole
+  // batch: the outputs equal a whole-batch pass within float rounding (the GEMMs see fewer rows).
+  // The layers' outputs inside such a run are not kept (layer_output is for ForwardLayers).
   const float* Forward(const float* x, int batch);
+  // Images per block in Forward's runs: kAutoBlock (the default) sizes blocks to fill half of
+  // the L2 cache per GEMM thread; 0 runs every layer over the whole batch; n > 0 runs n images
+  // at a time. Tests force either path with it, on any CPU.
+  static constexpr int kAutoBlock = -1;
+  void SetInferenceBlock(int images);
   // Seeds the dropout masks of the next ComputeGradients (each dropout layer its own stream of
   // it). The trainer derives it from the job seed, the worker rank and the step.
   void SetDropoutSeed(std::uint64_t seed) { dropout_seed_ = seed; }
@@ -114,6 +123,16 @@ class Model {
  private:
   Model() = default;
   void SetTraining(bool training);
+  // Layers [first, last) that Forward runs `block` images at a time; the bytes one image writes
+  // inside the run (scratch and every output but the last) size the block.
+  struct ImageRun {
+    std::size_t first = 0, last = 0;
+    std::int64_t bytes_per_image = 0;
+    int block = 0;
+  };
+  void FindImageRuns();
+  // Runs `run` over the batch block by block; its last layer's output for the whole batch.
+  const float* ForwardInBlocks(const ImageRun& run, const float* in, int batch);
 
   tensor::ActShape input_;
   int classes_ = 0, max_batch_ = 0;
@@ -129,6 +148,7 @@ class Model {
   std::vector<float> dbuf_[2];            // ping-pong gradient buffers for backprop
   std::vector<float> dlogits_;
   std::uint64_t dropout_seed_ = 0;
+  std::vector<ImageRun> image_runs_;  // in layer order
 };
 
 // The dropout seed of micro-batch `m` of a step whose seed is `step_seed` (m = 0 alone: step_seed).

@@ -33,7 +33,8 @@ inline float Exp(float x) {
   return p * scale;
 }
 
-TFD_CLONES void BiasRow(float* __restrict y, const float* __restrict b, std::int64_t cols, Activation act) {
+// y[c] = act(y[c] + b[c]) for one row; inlined into BiasRows' clones, where its loops vectorise.
+[[gnu::always_inline]] inline void BiasRow(float* __restrict y, const float* __restrict b, std::int64_t cols, Activation act) {
   switch (act) {
     case Activation::kNone:
       for (std::int64_t c = 0; c < cols; ++c) y[c] += b[c];
@@ -60,6 +61,12 @@ TFD_CLONES void BiasRow(float* __restrict y, const float* __restrict b, std::int
       for (std::int64_t c = 0; c < cols; ++c) y[c] = std::min(std::max(y[c] + b[c], 0.0f), 6.0f);
       break;
   }
+}
+
+// All rows in one call: a convolution's rows are short (one per output pixel, a column per
+// filter), and a call per row through the clones' dispatch cost more than its row.
+TFD_CLONES void BiasRows(float* __restrict y, const float* __restrict b, std::int64_t rows, std::int64_t cols, Activation act) {
+  for (std::int64_t r = 0; r < rows; ++r) BiasRow(y + r * cols, b, cols, act);
 }
 
 // gelu(x) = x Phi(x) = x (1 + erf(x / sqrt 2)) / 2, Keras' exact form (approximate=False). Scalar
@@ -118,8 +125,9 @@ bool NeedsPreActivation(Activation act) { return act == Activation::kGelu; }
 
 void BiasActivation(float* y, const float* bias, std::int64_t rows, std::int64_t cols, Activation act, float* pre) {
   TFD_CHECK(!NeedsPreActivation(act) || pre != nullptr);
-  for (std::int64_t r = 0; r < rows; ++r) {
-    BiasRow(y + r * cols, bias, cols, act);
+  if (act != Activation::kTanh && act != Activation::kGelu) return BiasRows(y, bias, rows, cols, act);
+  for (std::int64_t r = 0; r < rows; ++r) {  // row by row, so each row is still in L1 for its second pass
+    BiasRows(y + r * cols, bias, 1, cols, act);
     if (act == Activation::kTanh) TanhRow(y + r * cols, cols);
     if (act == Activation::kGelu) {
       std::copy(y + r * cols, y + (r + 1) * cols, pre + r * cols);

@@ -1,6 +1,7 @@
 #include "common/tensor/layers.h"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 
 #include <fmt/format.h>
@@ -14,6 +15,20 @@ namespace {
 
 std::string ActSuffix(Activation act) {
   return act == Activation::kNone ? std::string() : fmt::format(" {}", config::ActivationName(act));
+}
+
+// dst[0, n) = src[0, n). Im2col's runs are short (a first convolution's are k floats), and a
+// memmove call per run cost more than its copy: runs up to 32 floats are copied inline, in
+// fixed-size pieces the compiler turns into a few loads and stores.
+inline void CopyRun(const float* src, int n, float* dst) {
+  if (n > 32) {
+    std::copy(src, src + n, dst);
+    return;
+  }
+  for (; n >= 8; n -= 8, src += 8, dst += 8) std::memcpy(dst, src, 8 * sizeof(float));
+  if (n & 4) std::memcpy(dst, src, 4 * sizeof(float)), src += 4, dst += 4;
+  if (n & 2) std::memcpy(dst, src, 2 * sizeof(float)), src += 2, dst += 2;
+  if (n & 1) *dst = *src;
 }
 
 // A layer with a kernel and a bias (dense, conv2d): binds the two parameters and their gradients,
@@ -94,6 +109,10 @@ class Conv2D final : public KernelBiasLayer {
             {"bias", {out_.c}, {config::InitKind::kZeros}, fan_in, fan_out}};
   }
   bool KeepsForwardState() const override { return true; }
+  bool PerImage() const override { return true; }
+  std::int64_t ForwardScratchPerImage() const override {
+    return std::int64_t{out_.h} * out_.w * (patch() + (NeedsPreActivation(act_) ? out_.c : 0));
+  }
   void Reserve(int max_batch) override {
     cols_.resize(static_cast<std::size_t>(max_batch) * out_.h * out_.w * patch());
     ReservePre(std::int64_t{max_batch} * out_.h * out_.w, out_.c);
@@ -131,20 +150,32 @@ class Conv2D final : public KernelBiasLayer {
     return {iy, x0, lo, std::max(lo, std::min(k_, in_.w - x0))};
   }
 
+  // Im2Col for "valid" padding; kRun: the run's length when known at compile time, else 0.
+  template <int kRun>
+  void Im2ColValid(const float* in, int batch) {
+    // Locals, not members: the stores through dst could alias them, and the copies are short.
+    const int c = in_.c, run = k_ * c, k = k_, oh = out_.h, ow = out_.w;
+    const std::int64_t row = std::int64_t{in_.w} * c, step = std::int64_t{stride_} * c, down = stride_ * row;
+    float* dst = cols_.data();
+    for (int n = 0; n < batch; ++n) {
+      const float* top = in + static_cast<std::int64_t>(n) * in_.size();
+      for (int oy = 0; oy < oh; ++oy, top += down)
+        for (int ox = 0; ox < ow; ++ox)
+          for (int ky = 0; ky < k; ++ky, dst += run) {
+            if constexpr (kRun > 0) std::memcpy(dst, top + ox * step + ky * row, kRun * sizeof(float));
+            else CopyRun(top + ox * step + ky * row, run, dst);
+          }
+    }
+  }
+
   void Im2Col(const float* in, int batch) {
     const int c = in_.c, run = k_ * c;  // one kernel row: k pixels x c_in, contiguous in NHWC
     float* dst = cols_.data();
-    if (padding_ == Padding::kValid) {  // every window inside the input: plain copies (a first conv's rows are k floats)
-      for (int n = 0; n < batch; ++n) {
-        const float* img = in + static_cast<std::int64_t>(n) * in_.size();
-        for (int oy = 0; oy < out_.h; ++oy)
-          for (int ox = 0; ox < out_.w; ++ox)
-            for (int ky = 0; ky < k_; ++ky, dst += run) {
-              const float* src = img + (static_cast<std::int64_t>(oy * stride_ + ky) * in_.w + ox * stride_) * c;
-              std::copy(src, src + run, dst);
-            }
-      }
-      return;
+    if (padding_ == Padding::kValid) {  // every window inside the input: plain copies
+      // A first convolution's runs are k floats (one channel): a copy of known size is a move or two.
+      if (run == 3) return Im2ColValid<3>(in, batch);
+      if (run == 5) return Im2ColValid<5>(in, batch);
+      return Im2ColValid<0>(in, batch);
     }
     for (int n = 0; n < batch; ++n) {
       const float* img = in + static_cast<std::int64_t>(n) * in_.size();
@@ -158,7 +189,7 @@ class Conv2D final : public KernelBiasLayer {
             }
             const float* src = img + (static_cast<std::int64_t>(r.iy) * in_.w + r.x0 + r.lo) * c;
             std::fill(dst, dst + r.lo * c, 0.0f);
-            std::copy(src, src + (r.hi - r.lo) * c, dst + r.lo * c);
+            CopyRun(src, (r.hi - r.lo) * c, dst + r.lo * c);
             std::fill(dst + r.hi * c, dst + run, 0.0f);
           }
     }
@@ -213,6 +244,7 @@ class Dropout final : public Layer {
 
   std::string Describe() const override { return fmt::format("dropout {}", rate_); }
   bool Stochastic() const override { return true; }
+  bool PerImage() const override { return true; }
   ActShape output_shape() const override { return shape_; }
   void SetTraining(bool training, std::uint64_t seed) override {
     training_ = training;

@@ -59,6 +59,14 @@ class Layer {
   virtual bool KeepsForwardState() const { return false; }
   // Sizes scratch for batches up to `max_batch`; call before Forward.
   virtual void Reserve(int max_batch) { (void)max_batch; }
+  // Floats of scratch one image's Forward writes besides its output (a convolution's patches):
+  // the model sizes blocks of images that stay in cache from it.
+  virtual std::int64_t ForwardScratchPerImage() const { return 0; }
+  // Whether Forward at evaluation computes each image (row) on its own (dropout: the identity), so
+  // a batch run a few images at a time gives the same outputs (within a GEMM's rounding): a run of such layers from a convolution on
+  // runs block by block at inference (model::Model::Forward). Dense layers say no: their GEMMs
+  // want the whole batch.
+  virtual bool PerImage() const { return false; }
   // out = layer(in) for `batch` rows.
   virtual void Forward(const float* in, float* out, int batch) = 0;
   // From dL/d(out) in `dout` (overwritten: used as scratch), writes the parameter gradients (not

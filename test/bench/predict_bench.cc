@@ -6,7 +6,10 @@
 // 'all', each execution mode and memory-arena setting, the fastest kept and named), at batch 1 and
 // 256. Prints rows/s and the ratio tfd/onnxruntime. Asserts nothing about speed.
 //
-//   build/test/bench/tfd_bench_predict [--seconds S] [--rows N] [--models mlp,dnn,cnn] [--batches 1,256] [--no-peer]
+//   build/test/bench/tfd_bench_predict [--seconds S] [--rows N] [--models mlp,dnn,cnn] [--batches 1,256] [--block N] [--no-peer]
+//
+// --block: images per block in the cnn's conv -> pool run (Model::SetInferenceBlock: 0 the whole
+// batch, default sized from the L2 cache).
 //
 // MNIST from TFD_MNIST_DIR (default data/mnist; synthetic bytes of its shape otherwise);
 // onnxruntime-node from scripts/fetch_onnxruntime.sh (the peer is skipped, said so, without it).
@@ -41,6 +44,7 @@ struct Options {
   int rows = 2560;
   std::vector<std::string> models = {"mlp", "dnn", "cnn"};
   std::vector<int> batches = {1, 256};
+  int block = tfd::model::Model::kAutoBlock;
   bool peer = true;
 };
 
@@ -88,12 +92,13 @@ std::string Export(const std::string& name, const Dataset& data, const std::stri
 
 // tfd's rows/s on the version folder `dir`: batches of `batch` rows taken in turn from `data`'s
 // raw rows, normalised by FillBatch and run forward, as `tfd predict` does; best of 3 runs.
-double TfdRowsPerSecond(const std::string& dir, const Dataset& data, int batch, double seconds) {
+double TfdRowsPerSecond(const std::string& dir, const Dataset& data, int batch, int block, double seconds) {
   tfd::Result<tfd::exporting::LoadedModel> loaded = tfd::exporting::LoadVersion(dir, batch);
   if (!loaded.ok()) std::fprintf(stderr, "tfd_bench_predict: %s\n", loaded.status().ToString().c_str()), std::exit(1);
   Dataset rows = loaded->card.Shell();
   rows.size = data.size, rows.features = data.features, rows.labels = data.labels;
   tfd::model::Model& m = *loaded->model;
+  m.SetInferenceBlock(block);
   std::vector<float> x(static_cast<std::size_t>(batch) * m.input_size());
   std::vector<tfd::ClassId> y(static_cast<std::size_t>(batch));
   std::vector<std::uint32_t> idx(static_cast<std::size_t>(batch));
@@ -153,9 +158,10 @@ Options Parse(int argc, char** argv) {
     else if (a == "--batches" && has_value) {
       o.batches.clear();
       for (const std::string& b : Split(argv[++i])) o.batches.push_back(std::max(1, std::atoi(b.c_str())));
-    } else if (a == "--no-peer") o.peer = false;
+    } else if (a == "--block" && has_value) o.block = std::max(tfd::model::Model::kAutoBlock, std::atoi(argv[++i]));
+    else if (a == "--no-peer") o.peer = false;
     else {
-      std::fprintf(stderr, "usage: tfd_bench_predict [--seconds S] [--rows N] [--models mlp,dnn,cnn] [--batches 1,256] [--no-peer]\n");
+      std::fprintf(stderr, "usage: tfd_bench_predict [--seconds S] [--rows N] [--models mlp,dnn,cnn] [--batches 1,256] [--block N] [--no-peer]\n");
       std::exit(2);
     }
   }
@@ -183,7 +189,7 @@ int main(int argc, char** argv) {
   for (const std::string& name : o.models) {
     const std::string dir = Export(name, data, (tmp / name).string());
     for (int batch : o.batches) {
-      const double tfd = TfdRowsPerSecond(dir, data, batch, o.seconds);
+      const double tfd = TfdRowsPerSecond(dir, data, batch, o.block, o.seconds);
       const PeerResult ort = peer ? OrtRowsPerSecond(dir, input, o.rows, batch, o.seconds / 3) : PeerResult{};
       std::printf("%-5s %6d %14.0f %14.0f %7.2fx  %s\n", name.c_str(), batch, tfd, ort.rows_per_sec,
                   ort.rows_per_sec > 0 ? tfd / ort.rows_per_sec : 0.0, ort.setting.c_str());
