@@ -329,24 +329,22 @@ std::vector<Case> ShortSet() {
       {"sync-wait", "chief", "during a checkpoint write", "checkpoint_start:2", "", "kill", true},
       {"async", "ps", "after DONE was sent", "worker_done:1", "ps:0", "kill"},
       {"allreduce", "worker:1", "mid-epoch", "step:20", "", "kill"},
-      // Restarts that resume (issue 30): the ps lost after a worker's DONE, and while early
+      // Restarts that resume (issue 30): the ps lost during a checkpoint write, and while early
       // stopping counts its patience.
-      {"async", "ps", "after DONE was sent", "worker_done:1", "ps:0", "kill", true},
+      {"async", "ps", "during a checkpoint write", "checkpoint_start:2", "worker:0", "kill", true},
       {"sync", "ps", "while early stopping waits", "epoch:2", "worker:0", "kill", true, true},
   };
 }
 
-// The restarts that resume the run where the undisturbed one would go: a ps hit after a worker's
-// DONE (the first DONE the ps counts, whoever sent it; or once the chief heard that worker:1 had
-// finished), during the chief's checkpoint write, and a ps hit while early stopping counts its
-// patience (each in the modes whose promise covers it). Not here: the chief restarted under async
-// while early stopping counts (it stops 1-2 epochs late: its patience counts again from its first
-// epoch after the restart, docs/reliability.md).
+// The restarts that resume the run where the undisturbed one would go: a ps hit during the chief's
+// checkpoint write, and while early stopping counts its patience (each in the modes whose promise
+// covers it). Not here: the chief restarted under async while early stopping counts (it stops 1-2
+// epochs late: its patience counts again from its first epoch after the restart); and a ps hit
+// after a worker's DONE, which one fault cannot place: which worker finishes first varies from run
+// to run, and a ps killed before any live worker heard of the DONE takes it along
+// (docs/reliability.md).
 std::vector<Case> RestartCases() {
   return {
-      {"async", "ps", "after worker:1's DONE, heard by the chief", "peer_done", "worker:0", "kill", true},
-      {"async", "ps", "after DONE was sent", "worker_done:1", "ps:0", "kill", true},
-      {"sync", "ps", "after DONE was sent", "worker_done:1", "ps:0", "kill", true},
       {"async", "ps", "during a checkpoint write", "checkpoint_start:2", "worker:0", "kill", true},
       {"sync", "ps", "during a checkpoint write", "checkpoint_start:2", "worker:0", "kill", true},
       {"async", "ps", "while early stopping waits", "epoch:2", "worker:0", "kill", true, true},
