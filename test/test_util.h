@@ -16,9 +16,11 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <mutex>
 #include <chrono>
 #include <optional>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -238,18 +240,24 @@ inline sockaddr_in LoopbackAddress(int port) {
 
 // A port on 127.0.0.1 that was free a moment ago (bound to port 0, read back, released).
 
-// `n` distinct free ports: every socket stays bound until all are chosen, so two calls of one
-// cluster cannot be handed the same port (consecutive FreePort() calls sometimes are).
+// `n` distinct free ports, none handed out before by this process: the kernel gives a port just
+// closed back soon (consecutive FreePort() calls sometimes get the same one), so a cluster file
+// built from several calls would list one address twice. Every socket stays bound until all are
+// chosen.
 inline std::vector<int> FreePorts(int n) {
+  static std::mutex mutex;
+  static std::set<int> handed_out;
+  std::lock_guard lock(mutex);
   std::vector<int> fds, ports;
-  for (int i = 0; i < n; ++i) {
+  while (static_cast<int>(ports.size()) < n) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr = LoopbackAddress(0);
     bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
     socklen_t len = sizeof addr;
     getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    fds.push_back(fd);
-    ports.push_back(ntohs(addr.sin_port));
+    fds.push_back(fd);  // stays bound, so the kernel's next pick is another port
+    const int port = ntohs(addr.sin_port);
+    if (handed_out.insert(port).second) ports.push_back(port);
   }
   for (int fd : fds) close(fd);
   return ports;
