@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "common/base/check.h"
+#include "common/base/clock.h"
 #include "common/config/json_reader.h"
 #include "launcher/chaos.h"
 #include "launcher/child_process.h"
@@ -21,8 +22,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-double UnixNow() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 std::string ReadOrEmpty(const fs::path& path) {
   Result<std::string> text = config::ReadTextFile(path.string(), "a run file");
@@ -182,7 +181,7 @@ int ChaosOnRun(const ChaosArgs& args) {
         std::printf("tfctl: chaos: the fault was not sent: %s\n", not_sent.c_str());
         break;
       }
-      sent_at = UnixNow();
+      sent_at = UnixSeconds();
       sent_pid = pids[target_name];
       deadline_at = Clock::now() + std::chrono::milliseconds(static_cast<std::int64_t>(fault->deadline_secs * 1000));
       if (fault->action == FaultAction::kStop)

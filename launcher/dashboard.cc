@@ -36,7 +36,7 @@ std::string QueryValue(std::string_view target, std::string_view key) {
   return "";
 }
 
-std::string ReadText(const fs::path& path) {
+std::string ReadWhole(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
@@ -104,10 +104,10 @@ http::Response DashboardSite::Tasks() const {
   }
   std::error_code ec;
   if (!live) {  // a folder tfctl no longer feeds: what its files say
-    tasks = TaskStatesFromEvents(ReadText(run_dir_ / "metrics.jsonl"));
+    tasks = TaskStatesFromEvents(ReadWhole(run_dir_ / "metrics.jsonl"));
     if (fs::exists(run_dir_ / "summary.json", ec)) {
       ended = true;
-      if (Status s = ApplySummary(ReadText(run_dir_ / "summary.json"), "summary.json", &tasks); !s.ok()) return Error(500, s.message());
+      if (Status s = ApplySummary(ReadWhole(run_dir_ / "summary.json"), "summary.json", &tasks); !s.ok()) return Error(500, s.message());
     }
   }
   json out = {{"run", run_dir_.filename().string()}, {"live", live}, {"ended", ended}, {"tasks", json::array()}};
@@ -125,7 +125,7 @@ http::Response DashboardSite::Handle(const http::Request& request) const {
     return {.status = 200, .content_type = "text/html; charset=utf-8", .body = std::string(DashboardPage()), .headers = {{"Cache-Control", "no-store"}}};
   if (path == "/api/tasks") return Tasks();
   if (path == "/api/job") {
-    const json job = json::parse(ReadText(run_dir_ / "job.json"), nullptr, /*allow_exceptions=*/false);
+    const json job = json::parse(ReadWhole(run_dir_ / "job.json"), nullptr, /*allow_exceptions=*/false);
     return job.is_discarded() ? Error(500, "job.json: not valid JSON") : Json(200, job);
   }
   if (path == "/api/events") {

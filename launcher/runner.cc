@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/base/check.h"
+#include "common/base/clock.h"
 #include "common/base/logging.h"
 #include "common/config/cluster_file.h"
 #include "common/config/json_writer.h"
@@ -86,13 +87,11 @@ void SignalGroups(std::deque<Task>& tasks, int sig) {
     if (t.running) kill(-t.pid, sig);
 }
 
-double UnixNow() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
-
 Clock::time_point After(double secs) { return Clock::now() + std::chrono::milliseconds(static_cast<std::int64_t>(secs * 1000)); }
 
 // The start of each JSON line of tfctl's own: {"ts": Unix seconds to the millisecond, "task", "event"}.
 nlohmann::ordered_json EventLine(std::string_view task, std::string_view event) {
-  return {{"ts", std::round(UnixNow() * 1000) / 1000}, {"task", task}, {"event", event}};
+  return {{"ts", std::round(UnixSeconds() * 1000) / 1000}, {"task", task}, {"event", event}};
 }
 
 // tfctl chaos's fault as the run goes: its trigger's count, and what follows once it is sent.
@@ -300,7 +299,7 @@ void Runner::ReapEnded() {
   for (Task& t : tasks_) {
     if (!t.running || !Reaped(t.pid, &t.exit_code)) continue;
     t.running = false;
-    t.ended_at = UnixNow();
+    t.ended_at = UnixSeconds();
     if (t.in_fd >= 0) close(t.in_fd), t.in_fd = -1;
     if (t.row.state != "done") {
       const bool stopped = stopping_ && (t.exit_code == 128 + SIGTERM || (!t.plan->local && t.exit_code == 255));
@@ -357,7 +356,7 @@ void Runner::ChaosOnEvent(const Task& t, const config::Event& e) {
   if (fault->progress_extends && fault->sent_at != 0 && chaos_.deadline_at != Clock::time_point::max() &&
       (e.event == "step" || e.event == "epoch")) {
     chaos_.deadline_at = After(fault->deadline_secs);  // training goes on: recovered
-    fault->deadline_unix = UnixNow() + fault->deadline_secs;
+    fault->deadline_unix = UnixSeconds() + fault->deadline_secs;
   }
   if (fault->sent_at == 0 && t.name == chaos_.trigger_task && e.event == fault->event && ++chaos_.triggers_seen == fault->nth)
     chaos_.due = true;
@@ -400,7 +399,7 @@ void Runner::SendFault() {
     if (Status s = SignalTask(*target->plan, pid, fault->signal); !s.ok()) {
       fault->not_sent = s.message();
     } else {
-      fault->sent_at = UnixNow();
+      fault->sent_at = UnixSeconds();
       chaos_.task = target;
       chaos_.pid = pid;
       chaos_.deadline_at = After(fault->deadline_secs);

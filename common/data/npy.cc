@@ -32,8 +32,6 @@ static_assert(std::endian::native == std::endian::little, "the .npy reader takes
 
 using config::DataSpec;
 
-Status Fail(std::string_view source, const std::string& what) { return Status::InvalidArgument(fmt::format("{}: {}", source, what)); }
-
 // A cursor over the header's dict literal; positions in errors are the file's byte offsets.
 class Literal {
  public:
@@ -91,20 +89,20 @@ class Literal {
 
 // The tuple of a 'shape' value: "(3, 4)", "(3,)", "()" (a tuple of one needs its comma, as in Python).
 Status ParseShape(Literal& c, std::string_view source, std::vector<std::uint64_t>* shape) {
-  if (!c.Eat('(')) return Fail(source, fmt::format("npy header: 'shape' must be a tuple of integers {}", c.At()));
+  if (!c.Eat('(')) return SourceError(source, fmt::format("npy header: 'shape' must be a tuple of integers {}", c.At()));
   bool comma = false;
   for (c.Space(); !c.Eat(')'); c.Space()) {
     std::uint64_t d = 0;
     if (shape->size() == static_cast<std::size_t>(kMaxNpyDims))
-      return Fail(source, fmt::format("npy header: 'shape' has more than {} dimensions", kMaxNpyDims));
-    if (!c.Integer(&d)) return Fail(source, fmt::format("npy header: expected a dimension (an integer below 2^64) {}", c.At()));
+      return SourceError(source, fmt::format("npy header: 'shape' has more than {} dimensions", kMaxNpyDims));
+    if (!c.Integer(&d)) return SourceError(source, fmt::format("npy header: expected a dimension (an integer below 2^64) {}", c.At()));
     shape->push_back(d);
     c.Space();
     comma = c.Eat(',');
     c.Space();
-    if (!comma && !c.Peek(')')) return Fail(source, fmt::format("npy header: expected ',' or ')' in 'shape' {}", c.At()));
+    if (!comma && !c.Peek(')')) return SourceError(source, fmt::format("npy header: expected ',' or ')' in 'shape' {}", c.At()));
   }
-  if (shape->size() == 1 && !comma) return Fail(source, "npy header: 'shape' (n) is not a tuple; a one-dimension shape is written (n,)");
+  if (shape->size() == 1 && !comma) return SourceError(source, "npy header: 'shape' (n) is not a tuple; a one-dimension shape is written (n,)");
   return Status::Ok();
 }
 
@@ -136,8 +134,8 @@ Status ParseDescr(const std::string& descr, std::string_view source, NpyHeader* 
   if (sized) bytes = d[1] - '0';
   const bool ok = sized && ((kind == 'f' && (bytes == 4 || bytes == 8)) ||
                             ((kind == 'i' || kind == 'u') && (bytes == 1 || bytes == 2 || bytes == 4 || bytes == 8)));
-  if (!ok) return Fail(source, DtypeRefusal(descr, kind, bytes));
-  if (order == '|' && bytes > 1) return Fail(source, fmt::format("npy header: dtype '{}' has no byte order ('|') but {} bytes per item", descr, bytes));
+  if (!ok) return SourceError(source, DtypeRefusal(descr, kind, bytes));
+  if (order == '|' && bytes > 1) return SourceError(source, fmt::format("npy header: dtype '{}' has no byte order ('|') but {} bytes per item", descr, bytes));
   h->descr = descr;
   h->kind = kind;
   h->item_bytes = bytes;
@@ -149,38 +147,38 @@ Status ParseDescr(const std::string& descr, std::string_view source, NpyHeader* 
 Status ParseDict(std::string_view text, std::size_t offset, std::string_view source, NpyHeader* h) {
   Literal c(text, offset);
   c.Space();
-  if (!c.Eat('{')) return Fail(source, fmt::format("npy header: expected a dict '{{' {}", c.At()));
+  if (!c.Eat('{')) return SourceError(source, fmt::format("npy header: expected a dict '{{' {}", c.At()));
   bool seen[3] = {false, false, false};
   static constexpr const char* kKeys[3] = {"descr", "fortran_order", "shape"};
   for (c.Space(); !c.Eat('}'); c.Space()) {
     std::string key;
-    if (!c.String(&key)) return Fail(source, fmt::format("npy header: expected a quoted key or '}}' {}", c.At()));
+    if (!c.String(&key)) return SourceError(source, fmt::format("npy header: expected a quoted key or '}}' {}", c.At()));
     const auto k = static_cast<std::size_t>(std::find(kKeys, kKeys + 3, key) - kKeys);
-    if (k == 3) return Fail(source, fmt::format("npy header: unexpected key '{}' (expected 'descr', 'fortran_order' and 'shape')", key));
-    if (seen[k]) return Fail(source, fmt::format("npy header: key '{}' appears twice", key));
+    if (k == 3) return SourceError(source, fmt::format("npy header: unexpected key '{}' (expected 'descr', 'fortran_order' and 'shape')", key));
+    if (seen[k]) return SourceError(source, fmt::format("npy header: key '{}' appears twice", key));
     seen[k] = true;
     c.Space();
-    if (!c.Eat(':')) return Fail(source, fmt::format("npy header: expected ':' after '{}' {}", key, c.At()));
+    if (!c.Eat(':')) return SourceError(source, fmt::format("npy header: expected ':' after '{}' {}", key, c.At()));
     c.Space();
     if (k == 0) {
       std::string descr;
-      if (c.Peek('[')) return Fail(source, "dtype is a structured (record) dtype; save one plain numeric array per file");
-      if (!c.String(&descr)) return Fail(source, fmt::format("npy header: 'descr' must be a quoted dtype string {}", c.At()));
+      if (c.Peek('[')) return SourceError(source, "dtype is a structured (record) dtype; save one plain numeric array per file");
+      if (!c.String(&descr)) return SourceError(source, fmt::format("npy header: 'descr' must be a quoted dtype string {}", c.At()));
       TFD_RETURN_IF_ERROR(ParseDescr(descr, source, h));
     } else if (k == 1) {
       if (c.Word("True")) h->fortran_order = true;
       else if (c.Word("False")) h->fortran_order = false;
-      else return Fail(source, fmt::format("npy header: 'fortran_order' must be True or False {}", c.At()));
+      else return SourceError(source, fmt::format("npy header: 'fortran_order' must be True or False {}", c.At()));
     } else {
       TFD_RETURN_IF_ERROR(ParseShape(c, source, &h->shape));
     }
     c.Space();
-    if (!c.Eat(',') && !c.Peek('}')) return Fail(source, fmt::format("npy header: expected ',' or '}}' {}", c.At()));
+    if (!c.Eat(',') && !c.Peek('}')) return SourceError(source, fmt::format("npy header: expected ',' or '}}' {}", c.At()));
   }
   c.Space();
-  if (!c.AtEnd()) return Fail(source, fmt::format("npy header: text after the dict {}", c.At()));
+  if (!c.AtEnd()) return SourceError(source, fmt::format("npy header: text after the dict {}", c.At()));
   for (std::size_t k = 0; k < 3; ++k)
-    if (!seen[k]) return Fail(source, fmt::format("npy header: no '{}' key", kKeys[k]));
+    if (!seen[k]) return SourceError(source, fmt::format("npy header: no '{}' key", kKeys[k]));
   return Status::Ok();
 }
 
@@ -192,19 +190,19 @@ std::uint32_t LittleEndian(const std::uint8_t* p, int bytes) {
 
 // The shape's element count, and the data's size against the file's.
 Status CheckSize(std::uint64_t file_size, std::string_view source, NpyHeader* h) {
-  if (h->shape.empty()) return Fail(source, "shape () has no dimensions: expected (N, ...), one entry per example");
+  if (h->shape.empty()) return SourceError(source, "shape () has no dimensions: expected (N, ...), one entry per example");
   std::uint64_t n = 1;
   for (std::uint64_t d : h->shape) {
-    if (d == 0) return Fail(source, fmt::format("shape {} holds no values", h->ShapeText()));
+    if (d == 0) return SourceError(source, fmt::format("shape {} holds no values", h->ShapeText()));
     if (__builtin_mul_overflow(n, d, &n) || n > file_size)
-      return Fail(source, fmt::format("truncated .npy file: shape {} of '{}' needs more than the file's {} bytes", h->ShapeText(), h->descr, file_size));
+      return SourceError(source, fmt::format("truncated .npy file: shape {} of '{}' needs more than the file's {} bytes", h->ShapeText(), h->descr, file_size));
   }
   h->elements = n;
   const std::uint64_t have = file_size - h->data_offset, want = h->data_bytes();
   if (have < want)
-    return Fail(source, fmt::format("truncated .npy file: shape {} of '{}' is {} bytes of data, the file has {}", h->ShapeText(), h->descr, want, have));
+    return SourceError(source, fmt::format("truncated .npy file: shape {} of '{}' is {} bytes of data, the file has {}", h->ShapeText(), h->descr, want, have));
   if (have > want)
-    return Fail(source, fmt::format("{} bytes after the data that shape {} of '{}' holds ({} bytes)", have - want, h->ShapeText(), h->descr, want));
+    return SourceError(source, fmt::format("{} bytes after the data that shape {} of '{}' holds ({} bytes)", have - want, h->ShapeText(), h->descr, want));
   return Status::Ok();
 }
 
@@ -218,21 +216,21 @@ Result<NpyHeader> ParseNpyHeader(std::span<const std::uint8_t> head, std::uint64
   static constexpr std::uint8_t kMagic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
   const std::size_t have = static_cast<std::size_t>(std::min<std::uint64_t>(head.size(), file_size));
   for (std::size_t i = 0; i < std::min<std::size_t>(have, 6); ++i)
-    if (head[i] != kMagic[i]) return Fail(source, "not an .npy file: it does not start with \\x93NUMPY");
-  if (have < 8) return Fail(source, fmt::format("truncated .npy file: {} bytes, shorter than its magic and version", file_size));
+    if (head[i] != kMagic[i]) return SourceError(source, "not an .npy file: it does not start with \\x93NUMPY");
+  if (have < 8) return SourceError(source, fmt::format("truncated .npy file: {} bytes, shorter than its magic and version", file_size));
   const int major = head[6], minor = head[7];
   if (major < 1 || major > 3 || minor != 0)
-    return Fail(source, fmt::format("npy format version {}.{} is not supported (1.0, 2.0 or 3.0)", major, minor));
+    return SourceError(source, fmt::format("npy format version {}.{} is not supported (1.0, 2.0 or 3.0)", major, minor));
   const std::size_t prefix = major == 1 ? 10 : 12;
-  if (have < prefix) return Fail(source, fmt::format("truncated .npy file: {} bytes, shorter than the {}-byte start of its header", file_size, prefix));
+  if (have < prefix) return SourceError(source, fmt::format("truncated .npy file: {} bytes, shorter than the {}-byte start of its header", file_size, prefix));
   const std::uint32_t len = LittleEndian(head.data() + 8, major == 1 ? 2 : 4);
-  if (len > kMaxNpyHeaderBytes) return Fail(source, fmt::format("npy header of {} bytes; at most {} are read", len, kMaxNpyHeaderBytes));
-  if (have < prefix + len) return Fail(source, fmt::format("truncated .npy file: {} bytes, its header says it alone has {}", file_size, prefix + len));
+  if (len > kMaxNpyHeaderBytes) return SourceError(source, fmt::format("npy header of {} bytes; at most {} are read", len, kMaxNpyHeaderBytes));
+  if (have < prefix + len) return SourceError(source, fmt::format("truncated .npy file: {} bytes, its header says it alone has {}", file_size, prefix + len));
   const std::string_view text(reinterpret_cast<const char*>(head.data() + prefix), len);
   for (std::size_t i = 0; i < text.size(); ++i) {
     const auto ch = static_cast<unsigned char>(text[i]);
     if (ch >= 0x7f || (ch < 0x20 && ch != '\n' && ch != '\t' && ch != '\r'))
-      return Fail(source, fmt::format("npy header: byte {} is 0x{:02x}, not printable ASCII", prefix + i, ch));
+      return SourceError(source, fmt::format("npy header: byte {} is 0x{:02x}, not printable ASCII", prefix + i, ch));
   }
   NpyHeader h;
   TFD_RETURN_IF_ERROR(ParseDict(text, prefix, source, &h));
@@ -333,7 +331,7 @@ Status CheckFinite(const float* v, std::uint64_t n, std::uint64_t per_example, s
     if (!bad) continue;
     for (std::uint64_t i = start; i < end; ++i)
       if (!std::isfinite(v[i]))
-        return Fail(source, fmt::format("example {}, value {} is {}; {} must be finite numbers", i / per_example, i % per_example, v[i], what));
+        return SourceError(source, fmt::format("example {}, value {} is {}; {} must be finite numbers", i / per_example, i % per_example, v[i], what));
   }
   return Status::Ok();
 }
@@ -341,8 +339,8 @@ Status CheckFinite(const float* v, std::uint64_t n, std::uint64_t per_example, s
 // The example shape of x (N, ...); bounded so that the counts fit the dataset's int and uint32 fields.
 Status SetShape(const NpyHeader& h, std::string_view source, Examples* out) {
   const std::uint64_t per_example = h.elements / h.shape[0];
-  if (h.shape[0] > UINT32_MAX) return Fail(source, fmt::format("shape {}: more than {} examples", h.ShapeText(), UINT32_MAX));
-  if (per_example > INT_MAX) return Fail(source, fmt::format("shape {}: more than {} values per example", h.ShapeText(), INT_MAX));
+  if (h.shape[0] > UINT32_MAX) return SourceError(source, fmt::format("shape {}: more than {} examples", h.ShapeText(), UINT32_MAX));
+  if (per_example > INT_MAX) return SourceError(source, fmt::format("shape {}: more than {} values per example", h.ShapeText(), INT_MAX));
   out->size = static_cast<std::int64_t>(h.shape[0]);
   out->height = 1, out->width = static_cast<int>(per_example), out->channels = 1;
   if (h.shape.size() == 3 || h.shape.size() == 4) out->height = static_cast<int>(h.shape[1]), out->width = static_cast<int>(h.shape[2]);
@@ -442,27 +440,27 @@ Status NpyLabels(const DataSpec& spec, std::span<const std::uint8_t> file, std::
   const bool regression = spec.task == DataSpec::Task::kRegression;
   const char* what = regression ? "targets" : "labels";
   if (h.shape[0] != static_cast<std::uint64_t>(examples))
-    return Fail(source, fmt::format("{} {} (shape {}), but {} has {} examples", h.shape[0], what, h.ShapeText(), x_source, examples));
+    return SourceError(source, fmt::format("{} {} (shape {}), but {} has {} examples", h.shape[0], what, h.ShapeText(), x_source, examples));
   const std::uint64_t per_example = h.elements / h.shape[0];
   const std::uint8_t* data = file.data() + h.data_offset;
   if (regression) {
     if (h.shape.size() > 2 || per_example > INT_MAX)
-      return Fail(source, fmt::format("targets of shape {}; expected (N,), or (N, k) for k targets", h.ShapeText()));
+      return SourceError(source, fmt::format("targets of shape {}; expected (N,), or (N, k) for k targets", h.ShapeText()));
     out->targets.resize(h.elements);
     ConvertToC(h, data, out->targets.data());
     out->num_targets = static_cast<int>(per_example);
     return CheckFinite(out->targets.data(), h.elements, per_example, source, "targets");
   }
   if (per_example != 1)
-    return Fail(source, fmt::format("labels of shape {}; expected one class id per example, (N,) or (N, 1) (one-hot rows? save their argmax)", h.ShapeText()));
+    return SourceError(source, fmt::format("labels of shape {}; expected one class id per example, (N,) or (N, 1) (one-hot rows? save their argmax)", h.ShapeText()));
   std::vector<double> ids(h.elements);
   Convert(h, data, ids.data());
   out->label_ids.resize(ids.size());
   for (std::size_t i = 0; i < ids.size(); ++i) {
     const double v = ids[i];
     if (!std::isfinite(v) || v != std::floor(v))
-      return Fail(source, fmt::format("example {} has label {}; class ids are whole numbers (for a numeric target set \"task\": \"regression\")", i, v));
-    if (v < 0 || v > INT_MAX) return Fail(source, fmt::format("example {} has label {}; class ids are 0 and up", i, v));
+      return SourceError(source, fmt::format("example {} has label {}; class ids are whole numbers (for a numeric target set \"task\": \"regression\")", i, v));
+    if (v < 0 || v > INT_MAX) return SourceError(source, fmt::format("example {} has label {}; class ids are 0 and up", i, v));
     out->label_ids[i] = static_cast<std::int64_t>(v);
   }
   return Status::Ok();

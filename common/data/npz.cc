@@ -14,12 +14,6 @@ namespace {
 
 using config::DataSpec;
 
-Status Fail(std::string_view source, const std::string& what) { return Status::InvalidArgument(fmt::format("{}: {}", source, what)); }
-
-}  // namespace
-
-namespace {
-
 // Deflate expands at most 1032:1; an entry claiming more than this is corrupt, refused before allocating.
 constexpr std::uint64_t kMaxExpansion = 1100;
 
@@ -47,27 +41,27 @@ std::string ArrayNames(zip_t* z) {
 Result<std::vector<std::uint8_t>> ReadMember(zip_t* z, const std::string& path, const std::string& name, const std::string& field) {
   zip_int64_t index = zip_name_locate(z, (name + ".npy").c_str(), 0);
   if (index < 0) index = zip_name_locate(z, name.c_str(), 0);
-  if (index < 0) return Fail(path, fmt::format("no array \"{}\" ({}; the arrays: {})", name, field, ArrayNames(z)));
+  if (index < 0) return SourceError(path, fmt::format("no array \"{}\" ({}; the arrays: {})", name, field, ArrayNames(z)));
   const std::string source = fmt::format("{}: array \"{}\"", path, name);
   zip_stat_t st;
   zip_stat_init(&st);
   if (zip_stat_index(z, static_cast<zip_uint64_t>(index), 0, &st) != 0 || (st.valid & ZIP_STAT_SIZE) == 0 || (st.valid & ZIP_STAT_COMP_SIZE) == 0)
-    return Fail(source, fmt::format("cannot read its zip entry: {}", zip_strerror(z)));
+    return SourceError(source, fmt::format("cannot read its zip entry: {}", zip_strerror(z)));
   const bool stored = (st.valid & ZIP_STAT_COMP_METHOD) != 0 && st.comp_method == ZIP_CM_STORE;
   if (stored ? st.size != st.comp_size : st.size / kMaxExpansion > st.comp_size)
-    return Fail(source, fmt::format("zip entry claims {} bytes from {} compressed (a corrupt archive)", st.size, st.comp_size));
+    return SourceError(source, fmt::format("zip entry claims {} bytes from {} compressed (a corrupt archive)", st.size, st.comp_size));
   std::unique_ptr<zip_file_t, ZipFileCloser> f(zip_fopen_index(z, static_cast<zip_uint64_t>(index), 0));
-  if (f == nullptr) return Fail(source, fmt::format("cannot open its zip entry: {}", zip_strerror(z)));
+  if (f == nullptr) return SourceError(source, fmt::format("cannot open its zip entry: {}", zip_strerror(z)));
   std::vector<std::uint8_t> bytes(st.size);
   std::uint64_t got = 0;
   while (got < st.size) {
     const zip_int64_t n = zip_fread(f.get(), bytes.data() + got, st.size - got);
-    if (n < 0) return Fail(source, fmt::format("zip entry unreadable at byte {}: {}", got, zip_file_strerror(f.get())));
-    if (n == 0) return Fail(source, fmt::format("zip entry ends at byte {} of the {} it claims", got, st.size));
+    if (n < 0) return SourceError(source, fmt::format("zip entry unreadable at byte {}: {}", got, zip_file_strerror(f.get())));
+    if (n == 0) return SourceError(source, fmt::format("zip entry ends at byte {} of the {} it claims", got, st.size));
     got += static_cast<std::uint64_t>(n);
   }
   std::uint8_t extra = 0;  // reading past the end makes libzip check the CRC
-  if (zip_fread(f.get(), &extra, 1) != 0) return Fail(source, fmt::format("zip entry longer than the {} bytes it claims, or a bad CRC: {}", st.size, zip_file_strerror(f.get())));
+  if (zip_fread(f.get(), &extra, 1) != 0) return SourceError(source, fmt::format("zip entry longer than the {} bytes it claims, or a bad CRC: {}", st.size, zip_file_strerror(f.get())));
   return bytes;
 }
 
@@ -77,7 +71,7 @@ Result<Examples> ReadNpzFile(const DataSpec& spec, const std::string& path) {
   if (z == nullptr) {
     zip_error_t e;
     zip_error_init_with_code(&e, error);
-    Status s = Fail(path, fmt::format("not a readable .npz (zip) archive: {}", zip_error_strerror(&e)));
+    Status s = SourceError(path, fmt::format("not a readable .npz (zip) archive: {}", zip_error_strerror(&e)));
     zip_error_fini(&e);
     return s;
   }
@@ -100,7 +94,7 @@ Result<Examples> Concatenate(std::vector<Examples> parts, const std::vector<std:
   for (std::size_t i = 0; i < parts.size(); ++i) {
     const Examples& p = i == 0 ? out : parts[i];
     if (p.height != out.height || p.width != out.width || p.channels != out.channels || p.dtype != out.dtype || p.num_targets != out.num_targets)
-      return Fail(paths[i], fmt::format("examples are {}x{}x{} {}, but {}'s are {}x{}x{} {}", p.height, p.width, p.channels,
+      return SourceError(paths[i], fmt::format("examples are {}x{}x{} {}, but {}'s are {}x{}x{} {}", p.height, p.width, p.channels,
                                         p.dtype == DType::kU8 ? "bytes" : "floats", paths[0], out.height, out.width, out.channels,
                                         out.dtype == DType::kU8 ? "bytes" : "floats"));
     bytes += p.features.size();

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/base/status.h"
@@ -11,6 +12,11 @@
 // every error InvalidArgument naming the file and where in it (row and column, array, image,
 // record offset). common/data/source.h numbers the classes and normalises, the same for all.
 namespace tfd::data {
+
+// InvalidArgument "SOURCE: WHAT": the readers' errors name the file (and array) first.
+inline Status SourceError(std::string_view source, const std::string& what) {
+  return Status::InvalidArgument(std::string(source) + ": " + what);
+}
 
 // CSV (RFC 4180 via libcsv; .gz read through zlib): the spec's header, skip_rows, delimiter,
 // columns, label and features. Every feature cell must be a finite number.

@@ -5,13 +5,13 @@
 
 #include <fmt/format.h>
 
+#include "common/base/clock.h"
+
 namespace tfd::pipeline {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using Side = collective::Ring::Side;
-
-double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 }  // namespace
 
@@ -102,7 +102,7 @@ Status LayerStage::Forward(int m, const float* x, std::uint64_t seed) {
   model_.SetDropoutSeed(model::MicrobatchSeed(seed, m));
   const float* out = model_.ForwardLayers(first_, last_, Input(m, x), m * mb_, mb_, /*training=*/true);
   last_forward_ = m;
-  stats_.forward_s += Since(start);
+  stats_.forward_s += SecondsSince(start);
   ++in_flight_;
   stats_.peak_in_flight = std::max(stats_.peak_in_flight, in_flight_);
   if (stage_ + 1 < stages_) {
@@ -176,7 +176,7 @@ Result<tensor::LossResult> LayerStage::Step(const float* x, const tensor::Labels
     for (; b < m_count; ++b) TFD_RETURN_IF_ERROR(Backward(b, x, y, dropout_seed));
   }
   if (microbatches_ > 1) model::ScaleGradients(model_.grads().subspan(param_begin_, param_end_ - param_begin_), acc_, microbatches_);
-  stats_.schedule_s += Since(start);
+  stats_.schedule_s += SecondsSince(start);
   std::int64_t act_bytes = static_cast<std::int64_t>(in_width_ + out_width_) * 4 * mb_;
   for (std::size_t i = first_; i + 1 < last_; ++i) act_bytes += model_.layer_output_shape(i).size() * 4 * mb_;
   stats_.peak_activation_bytes = act_bytes * stats_.peak_in_flight;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "common/base/clock.h"
 #include "common/tensor/elementwise.h"
 #include "common/tensor/gemm.h"
 #include "common/tensor/layers.h"
@@ -13,8 +14,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using config::LayerSpec;
-
-double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 }  // namespace
 
@@ -52,7 +51,7 @@ Status UnitStage::ForwardLayer(std::size_t i, const float* in, int row) {
   std::fill(out_[i].begin(), out_[i].end(), -0.0f);
   if (c1 > c0) tensor::Gemm(model_.gemm(), false, false, mb_, c1 - c0, k, 1.0f, in, k, kernel + c0, units, 0.0f, out + c0, units);
   for (int r = 0; r < mb_; ++r) tensor::BiasActivation(out + static_cast<std::ptrdiff_t>(r) * units + c0, bias + c0, 1, c1 - c0, l.activation);
-  stats_.forward_s += Since(start);
+  stats_.forward_s += SecondsSince(start);
   return AllReduce(out_[i]);  // the all-gather: every other column is -0.0 here
 }
 
@@ -82,7 +81,7 @@ Status UnitStage::BackwardLayer(std::size_t i, const float* in, int row, float* 
     dbias[c] = s;
   }
   if (din == nullptr) {
-    stats_.backward_s += Since(start);
+    stats_.backward_s += SecondsSince(start);
     return Status::Ok();
   }
   if (n > 0) {
@@ -90,7 +89,7 @@ Status UnitStage::BackwardLayer(std::size_t i, const float* in, int row, float* 
   } else {  // none of this layer's units here (an output narrower than the stages): no share of the sum
     std::fill(din, din + static_cast<std::ptrdiff_t>(mb_) * k, -0.0f);
   }
-  stats_.backward_s += Since(start);
+  stats_.backward_s += SecondsSince(start);
   return AllReduce(std::span(din, static_cast<std::size_t>(mb_) * static_cast<std::size_t>(k)));  // the input gradient's shares summed
 }
 
@@ -120,7 +119,7 @@ Result<tensor::LossResult> UnitStage::Step(const float* x, const tensor::Labels&
     if (microbatches_ > 1) model::AccumulateGradients(acc_, model_.grads(), m == 0);
   }
   if (microbatches_ > 1) model::ScaleGradients(model_.grads(), acc_, microbatches_);
-  stats_.schedule_s += Since(start);
+  stats_.schedule_s += SecondsSince(start);
   stats_.peak_in_flight = 1;
   total.loss = loss_sum / microbatches_;
   return total;

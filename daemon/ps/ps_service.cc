@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/base/clock.h"
 #include "daemon/ps/wire_convert.h"
 #include "daemon/task_kind.h"
 
@@ -38,7 +39,6 @@ void ReplyError(Connection& to, std::uint64_t request_id, const Status& why) {
   Reply(to, wire::Encode(wire::ErrorMessage{static_cast<std::uint16_t>(why.code()), why.message()}), request_id);
 }
 
-double Seconds(std::chrono::milliseconds d) { return std::chrono::duration<double>(d).count(); }
 
 WorkerRoster::Limits RosterLimits(const PsService::Limits& l) { return {.return_timeout = l.worker_return_timeout, .startup_timeout = l.startup_timeout}; }
 

@@ -4,14 +4,10 @@
 
 #include <fmt/format.h>
 
+#include "common/base/clock.h"
 #include "common/config/cluster.h"
 
 namespace tfd::ps {
-namespace {
-
-double Seconds(std::chrono::milliseconds d) { return std::chrono::duration<double>(d).count(); }
-
-}  // namespace
 
 WorkerRoster::WorkerRoster(int cluster_workers, Limits limits, Clock::time_point started, std::function<std::string(int)> name_of)
     : cluster_workers_(cluster_workers), limits_(limits), started_(started), name_of_(std::move(name_of)) {}

@@ -11,7 +11,7 @@
 namespace tfd::launcher {
 namespace {
 
-config::ClusterFile Parse(const std::string& update, const std::string& launch = "{}", const std::string& cluster = "") {
+config::ClusterFile ParseChaosCluster(const std::string& update, const std::string& launch = "{}", const std::string& cluster = "") {
   const std::string c = cluster.empty() ? R"({"ps": ["127.0.0.1:2000"], "worker": ["127.0.0.1:2001", "127.0.0.1:2002"]})" : cluster;
   auto f = config::ParseClusterFile(R"({"cluster": )" + c + R"(, "train": {"model": "mlp", "data": "d", "epochs": 1, "batch_size": 10,
     "optimizer": {"type": "sgd", "learning_rate": 0.1}, "update": )" + update + R"(}, "launch": )" + launch + "}",
@@ -80,7 +80,7 @@ TEST_CASE("every event name tfd emits is known, and only those", "[unit][chaos]"
 }
 
 TEST_CASE("chaos targets resolve against the cluster, naming its tasks when out of range", "[unit][chaos]") {
-  const config::ClusterFile f = Parse(R"({"mode": "async"})");
+  const config::ClusterFile f = ParseChaosCluster(R"({"mode": "async"})");
   auto task = [&](const std::string& spec) { return ResolveTask(f.cluster, "--kill", spec); };
   CHECK(task("ps")->ToString() == "ps:0");
   CHECK(task("worker:1")->ToString() == "worker:1");
@@ -91,35 +91,35 @@ TEST_CASE("chaos targets resolve against the cluster, naming its tasks when out 
   CHECK(task("worker:x").status().message() == "--kill worker:x: expected ROLE[:INDEX], INDEX a whole number");
   CHECK(task("chief:1").status().message() == "--kill chief:1: a cluster has one chief (chief, or chief:0)");
   const config::ClusterFile with_chief =
-      Parse(R"({"mode": "async"})", "{}", R"({"ps": ["127.0.0.1:2000"], "chief": ["127.0.0.1:2003"], "worker": ["127.0.0.1:2001"]})");
+      ParseChaosCluster(R"({"mode": "async"})", "{}", R"({"ps": ["127.0.0.1:2000"], "chief": ["127.0.0.1:2003"], "worker": ["127.0.0.1:2001"]})");
   CHECK(ResolveTask(with_chief.cluster, "--from", "chief")->ToString() == "chief:0");
   CHECK(ResolveTask(with_chief.cluster, "--from", "worker:1").status().message() == "--from worker:1: the cluster has 1 worker (worker:0)");
 }
 
 TEST_CASE("the default deadline is the startup timeout or 2 x peer + reconnect timeout, whichever is longer, (+ the stop) + a 30 s margin",
           "[unit][chaos]") {
-  const Fault d = FaultFor(Parse(R"({"mode": "async"})"), {"--kill", "worker:1", "--at", "step"});
+  const Fault d = FaultFor(ParseChaosCluster(R"({"mode": "async"})"), {"--kill", "worker:1", "--at", "step"});
   CHECK(d.deadline_secs == 120 + 30);  // tfd's startup timeout outlasts 2 x 8 + 60
   CHECK(d.deadline_why == "startup timeout 120 s + margin 30 s");
   CHECK(d.from.ToString() == "worker:1");
   CHECK(d.Describe() == "SIGKILL to worker:1 at its 1st step event");
-  const Fault s = FaultFor(Parse(R"({"mode": "async"})", R"({"timeouts": {"peer": 1, "reconnect": 10}})"),
+  const Fault s = FaultFor(ParseChaosCluster(R"({"mode": "async"})", R"({"timeouts": {"peer": 1, "reconnect": 10}})"),
                            {"--kill", "worker:1", "--at", "ready:2", "--from", "ps:0", "--stop", "3"});
   CHECK(s.deadline_secs == 120 + 3 + 30);
-  const Fault lost = FaultFor(Parse(R"({"mode": "async"})", R"({"timeouts": {"peer": 1, "reconnect": 10, "startup": 5}})"),
+  const Fault lost = FaultFor(ParseChaosCluster(R"({"mode": "async"})", R"({"timeouts": {"peer": 1, "reconnect": 10, "startup": 5}})"),
                               {"--kill", "worker:1", "--at", "step", "--stop", "3"});
   CHECK(lost.deadline_secs == 2 * 1 + 10 + 3 + 30);
   CHECK(lost.deadline_why == "2 x peer timeout 1 s + reconnect timeout 10 s + stop 3 s + margin 30 s");
   CHECK(s.Signal() == SIGSTOP);
   CHECK(s.Describe() == "SIGSTOP (SIGCONT 3 s later) to worker:1 at ps:0's 2nd ready event");
-  CHECK(FaultFor(Parse(R"({"mode": "async"})"), {"--kill", "ps", "--at", "step", "--deadline", "12"}).deadline_secs == 12);
+  CHECK(FaultFor(ParseChaosCluster(R"({"mode": "async"})"), {"--kill", "ps", "--at", "step", "--deadline", "12"}).deadline_secs == 12);
 }
 
 TEST_CASE("survival is promised by a restart, a short stop, or a non-chief worker the mode can lose", "[unit][chaos]") {
-  const config::ClusterFile async = Parse(R"({"mode": "async"})");
-  const config::ClusterFile sync = Parse(R"({"mode": "sync"})");
-  const config::ClusterFile shrink = Parse(R"({"mode": "sync", "on_worker_loss": "shrink"})");
-  const config::ClusterFile shrink_too_few = Parse(R"({"mode": "sync", "on_worker_loss": "shrink", "min_replicas": 2})");
+  const config::ClusterFile async = ParseChaosCluster(R"({"mode": "async"})");
+  const config::ClusterFile sync = ParseChaosCluster(R"({"mode": "sync"})");
+  const config::ClusterFile shrink = ParseChaosCluster(R"({"mode": "sync", "on_worker_loss": "shrink"})");
+  const config::ClusterFile shrink_too_few = ParseChaosCluster(R"({"mode": "sync", "on_worker_loss": "shrink", "min_replicas": 2})");
   const std::vector<std::string> kill_w1 = {"--kill", "worker:1", "--at", "step"};
   CHECK(PromiseFor(async, FaultFor(async, kill_w1), 0).survival);
   CHECK_FALSE(PromiseFor(async, FaultFor(async, kill_w1), 0).target_must_exit_zero);
@@ -144,7 +144,7 @@ TEST_CASE("survival is promised by a restart, a short stop, or a non-chief worke
   CHECK_FALSE(PromiseFor(sync, FaultFor(sync, stop_w1), 0).survival);
   CHECK(PromiseFor(shrink, FaultFor(shrink, stop_w1), 0).survival);
   CHECK_FALSE(PromiseFor(shrink, FaultFor(shrink, stop_w1), 0).target_must_exit_zero);  // written off meanwhile
-  const config::ClusterFile ring = Parse(R"({"mode": "allreduce"})");
+  const config::ClusterFile ring = ParseChaosCluster(R"({"mode": "allreduce"})");
   const ChaosPromise ring_stop = PromiseFor(ring, FaultFor(ring, stop_w1), 0);
   CHECK_FALSE(ring_stop.survival);
   CHECK(ring_stop.why.find("an allreduce ring has no spare") != std::string::npos);
@@ -153,7 +153,7 @@ TEST_CASE("survival is promised by a restart, a short stop, or a non-chief worke
   // Restarts rescue a sync run only where it waits for the lost worker (wait, shrink), not where
   // the step fails at once (fail): the failed worker then needs a restart too, and so on.
   CHECK_FALSE(PromiseFor(sync, FaultFor(sync, kill_w1), 2).survival);
-  const config::ClusterFile wait = Parse(R"({"mode": "sync", "on_worker_loss": "wait"})");
+  const config::ClusterFile wait = ParseChaosCluster(R"({"mode": "sync", "on_worker_loss": "wait"})");
   CHECK(PromiseFor(wait, FaultFor(wait, {"--kill", "chief", "--at", "step"}), 2).survival);
   // A stopped task never exits, so no restart brings it back; a stop within a second of the peer
   // timeout may be noticed.
@@ -229,7 +229,7 @@ TEST_CASE("JudgeChaos: every task in time, failures name the lost task, survival
 }
 
 TEST_CASE("the chaos report is one line per task, a verdict line and chaos.json", "[unit][chaos]") {
-  const config::ClusterFile f = Parse(R"({"mode": "async"})");
+  const config::ClusterFile f = ParseChaosCluster(R"({"mode": "async"})");
   const Fault fault = FaultFor(f, {"--kill", "worker:1", "--at", "step:3", "--from", "worker:0"});
   const ChaosPromise promise = PromiseFor(f, fault, 0);
   TaskOutcome w0 = Outcome("worker:0", 0, "info done \"quoted\"");

@@ -19,7 +19,7 @@ std::string TfConfigText(const std::string& cluster, const std::string& task, co
   return "{" + cluster + ", \"task\": " + task + extra + "}";
 }
 
-std::string ErrorOf(const std::string& text, const std::string& source = "TF_CONFIG") {
+std::string ClusterErrorOf(const std::string& text, const std::string& source = "TF_CONFIG") {
   auto got = ParseTfConfig(text, source);
   REQUIRE_FALSE(got.ok());
   CHECK(got.status().code() == Code::kInvalidArgument);
@@ -146,21 +146,21 @@ TEST_CASE("ClusterSpec::Id is equal for equal specs and changes with any endpoin
 }
 
 TEST_CASE("TF_CONFIG errors name the source and the field exactly", "[unit][cluster]") {
-  CHECK(ErrorOf("{\"cluster\": ", "TF_CONFIG") == "TF_CONFIG: not valid JSON");
-  CHECK(ErrorOf("", "/etc/tf_config.json") == "/etc/tf_config.json: not valid JSON");
-  CHECK(ErrorOf("[1, 2]") == "TF_CONFIG: (top level): expected an object, got an array");
-  CHECK(ErrorOf(R"({"task": {"type": "worker", "index": 0}})") ==
+  CHECK(ClusterErrorOf("{\"cluster\": ", "TF_CONFIG") == "TF_CONFIG: not valid JSON");
+  CHECK(ClusterErrorOf("", "/etc/tf_config.json") == "/etc/tf_config.json: not valid JSON");
+  CHECK(ClusterErrorOf("[1, 2]") == "TF_CONFIG: (top level): expected an object, got an array");
+  CHECK(ClusterErrorOf(R"({"task": {"type": "worker", "index": 0}})") ==
         R"(TF_CONFIG: cluster: missing (expected {"ps": ["host:port", ...], "worker": [...]}))");
-  CHECK(ErrorOf(std::string("{") + kCluster + "}") == R"(TF_CONFIG: task: missing (expected {"type": "worker", "index": 0}))");
-  CHECK(ErrorOf(TfConfigText(kCluster, R"({"type": "master", "index": 0})")) ==
+  CHECK(ClusterErrorOf(std::string("{") + kCluster + "}") == R"(TF_CONFIG: task: missing (expected {"type": "worker", "index": 0}))");
+  CHECK(ClusterErrorOf(TfConfigText(kCluster, R"({"type": "master", "index": 0})")) ==
         R"(TF_CONFIG: task.type: unknown task type "master" (expected chief, worker, ps, evaluator or coordinator))");
-  CHECK(ErrorOf(TfConfigText(kCluster, R"({"index": 0})")) == "TF_CONFIG: task.type: missing (expected a string)");
-  CHECK(ErrorOf(TfConfigText(kCluster, R"({"type": "worker"})")) == "TF_CONFIG: task.index: missing (expected an integer)");
-  CHECK(ErrorOf(TfConfigText(kCluster, R"({"type": "worker", "index": 0, "port": 1})")) ==
+  CHECK(ClusterErrorOf(TfConfigText(kCluster, R"({"index": 0})")) == "TF_CONFIG: task.type: missing (expected a string)");
+  CHECK(ClusterErrorOf(TfConfigText(kCluster, R"({"type": "worker"})")) == "TF_CONFIG: task.index: missing (expected an integer)");
+  CHECK(ClusterErrorOf(TfConfigText(kCluster, R"({"type": "worker", "index": 0, "port": 1})")) ==
         "TF_CONFIG: task.port: unknown field (expected one of: index, type)");
-  CHECK(ErrorOf(TfConfigText(kCluster, R"({"type": "worker", "index": 0})", R"(, "tfd": {"token": "abc"})")) ==
+  CHECK(ClusterErrorOf(TfConfigText(kCluster, R"({"type": "worker", "index": 0})", R"(, "tfd": {"token": "abc"})")) ==
         "TF_CONFIG: tfd.token: unknown field (expected one of: base_workers, token_file)");
-  CHECK(ErrorOf(TfConfigText(kCluster, R"({"type": "worker", "index": 0})", R"(, "tfd": {"token_file": 7})")) ==
+  CHECK(ClusterErrorOf(TfConfigText(kCluster, R"({"type": "worker", "index": 0})", R"(, "tfd": {"token_file": 7})")) ==
         "TF_CONFIG: tfd.token_file: expected a string, got 7");
 }
 
@@ -182,69 +182,69 @@ TEST_CASE("a coordinator task: at most one, beside worker tasks only; the cluste
   plain.worker = {{"pc-01", 2222}};
   CHECK(plain.Id() == Fingerprint64("chief=;worker=pc-01:2222,;ps=;evaluator=;"));
 
-  CHECK(ErrorOf(TfConfigText(R"("cluster": {"coordinator": ["pc-00:1", "pc-00:2"], "worker": ["pc-01:1"]})",
+  CHECK(ClusterErrorOf(TfConfigText(R"("cluster": {"coordinator": ["pc-00:1", "pc-00:2"], "worker": ["pc-01:1"]})",
                              R"({"type": "worker", "index": 0})")) == "TF_CONFIG: cluster.coordinator: 2 tasks, at most one allowed");
-  CHECK(ErrorOf(TfConfigText(R"("cluster": {"coordinator": ["pc-00:1"], "worker": ["pc-01:1"], "ps": ["pc-02:1"]})",
+  CHECK(ClusterErrorOf(TfConfigText(R"("cluster": {"coordinator": ["pc-00:1"], "worker": ["pc-01:1"], "ps": ["pc-02:1"]})",
                              R"({"type": "worker", "index": 0})")) ==
         "TF_CONFIG: cluster.ps: a cluster with a coordinator has worker tasks only (the coordinator hands each worker its trials)");
-  CHECK(ErrorOf(TfConfigText(R"("cluster": {"coordinator": ["pc-00:1"], "chief": ["pc-01:1"]})", R"({"type": "coordinator", "index": 0})")) ==
+  CHECK(ClusterErrorOf(TfConfigText(R"("cluster": {"coordinator": ["pc-00:1"], "chief": ["pc-01:1"]})", R"({"type": "coordinator", "index": 0})")) ==
         "TF_CONFIG: cluster.chief: a cluster with a coordinator has worker tasks only (the coordinator hands each worker its trials)");
-  CHECK(ErrorOf(TfConfigText(R"("cluster": {"coordinator": ["pc-00:1"]})", R"({"type": "coordinator", "index": 0})")) ==
+  CHECK(ClusterErrorOf(TfConfigText(R"("cluster": {"coordinator": ["pc-00:1"]})", R"({"type": "coordinator", "index": 0})")) ==
         "TF_CONFIG: cluster: no chief or worker task (training needs at least one)");
-  CHECK(ErrorOf(TfConfigText(R"("cluster": {"coordinator": ["pc-00:1"], "worker": ["pc-00:1"]})", R"({"type": "worker", "index": 0})")) ==
+  CHECK(ClusterErrorOf(TfConfigText(R"("cluster": {"coordinator": ["pc-00:1"], "worker": ["pc-00:1"]})", R"({"type": "worker", "index": 0})")) ==
         R"(TF_CONFIG: cluster.coordinator[0]: "pc-00:1" is listed twice)");
 }
 
 TEST_CASE("a task index out of range or not an integer is refused", "[unit][cluster]") {
-  CHECK(ErrorOf(TfConfigText(kCluster, R"({"type": "worker", "index": 2})")) ==
+  CHECK(ClusterErrorOf(TfConfigText(kCluster, R"({"type": "worker", "index": 2})")) ==
         "TF_CONFIG: task.index: 2 is out of range: cluster.worker has 2 tasks");
-  CHECK(ErrorOf(TfConfigText(kCluster, R"({"type": "chief", "index": 1})")) ==
+  CHECK(ClusterErrorOf(TfConfigText(kCluster, R"({"type": "chief", "index": 1})")) ==
         "TF_CONFIG: task.index: 1 is out of range: cluster.chief has 1 task");
-  CHECK(ErrorOf(TfConfigText(kCluster, R"({"type": "evaluator", "index": 0})")) ==
+  CHECK(ClusterErrorOf(TfConfigText(kCluster, R"({"type": "evaluator", "index": 0})")) ==
         R"(TF_CONFIG: task.type: "evaluator" has no tasks in cluster)");
-  CHECK(ErrorOf(TfConfigText(kCluster, R"({"type": "worker", "index": 1.5})")) ==
+  CHECK(ClusterErrorOf(TfConfigText(kCluster, R"({"type": "worker", "index": 1.5})")) ==
         "TF_CONFIG: task.index: expected an integer in [0, 1048576], got 1.5");
-  CHECK(ErrorOf(TfConfigText(kCluster, R"({"type": "worker", "index": "1"})")) ==
+  CHECK(ClusterErrorOf(TfConfigText(kCluster, R"({"type": "worker", "index": "1"})")) ==
         R"(TF_CONFIG: task.index: expected an integer in [0, 1048576], got "1")");
-  CHECK(ErrorOf(TfConfigText(kCluster, R"({"type": "worker", "index": -1})")) ==
+  CHECK(ClusterErrorOf(TfConfigText(kCluster, R"({"type": "worker", "index": -1})")) ==
         "TF_CONFIG: task.index: expected an integer in [0, 1048576], got -1");
-  CHECK(ErrorOf(TfConfigText(kCluster, R"({"type": "worker", "index": null})")) ==
+  CHECK(ClusterErrorOf(TfConfigText(kCluster, R"({"type": "worker", "index": null})")) ==
         "TF_CONFIG: task.index: expected an integer in [0, 1048576], got null");
 }
 
 TEST_CASE("bad cluster entries are refused with the entry's path", "[unit][cluster]") {
   const std::string task = R"({"type": "worker", "index": 0})";
-  CHECK(ErrorOf(TfConfigText(R"("cluster": {"worker": ["pc-01:2222", "pc-02:2222", "pc-03"]})", task)) ==
+  CHECK(ClusterErrorOf(TfConfigText(R"("cluster": {"worker": ["pc-01:2222", "pc-02:2222", "pc-03"]})", task)) ==
         R"(TF_CONFIG: cluster.worker[2]: "pc-03" has no port)");
-  CHECK(ErrorOf(TfConfigText(R"("cluster": {"worker": ["pc-01:2222"], "ps": ["pc-04:70000"]})", task)) ==
+  CHECK(ClusterErrorOf(TfConfigText(R"("cluster": {"worker": ["pc-01:2222"], "ps": ["pc-04:70000"]})", task)) ==
         R"(TF_CONFIG: cluster.ps[0]: "pc-04:70000": port "70000" is not a number in [1, 65535])");
-  CHECK(ErrorOf(TfConfigText(R"("cluster": {"worker": ["pc-01:0"]})", task)) ==
+  CHECK(ClusterErrorOf(TfConfigText(R"("cluster": {"worker": ["pc-01:0"]})", task)) ==
         R"(TF_CONFIG: cluster.worker[0]: "pc-01:0": port "0" is not a number in [1, 65535])");
-  CHECK(ErrorOf(TfConfigText(R"("cluster": {"worker": ["pc-01:2222"], "ps": ["pc-02:22x"]})", task)) ==
+  CHECK(ClusterErrorOf(TfConfigText(R"("cluster": {"worker": ["pc-01:2222"], "ps": ["pc-02:22x"]})", task)) ==
         R"(TF_CONFIG: cluster.ps[0]: "pc-02:22x": port "22x" is not a number in [1, 65535])");
-  CHECK(ErrorOf(TfConfigText(R"("cluster": {"worker": ["pc-01:2222", "pc-01:2222"]})", task)) ==
+  CHECK(ClusterErrorOf(TfConfigText(R"("cluster": {"worker": ["pc-01:2222", "pc-01:2222"]})", task)) ==
         R"(TF_CONFIG: cluster.worker[1]: "pc-01:2222" is listed twice)");
   // Across jobs: the later job's entry is named.
-  CHECK(ErrorOf(TfConfigText(R"("cluster": {"worker": ["pc-01:2222"], "ps": ["pc-01:2222"]})", task)) ==
+  CHECK(ClusterErrorOf(TfConfigText(R"("cluster": {"worker": ["pc-01:2222"], "ps": ["pc-01:2222"]})", task)) ==
         R"(TF_CONFIG: cluster.ps[0]: "pc-01:2222" is listed twice)");
   // The same host on another port is fine.
   CHECK(Parsed(TfConfigText(R"("cluster": {"worker": ["pc-01:2222"], "ps": ["pc-01:2223"]})", task)).cluster.ps.size() == 1);
-  CHECK(ErrorOf(TfConfigText(R"("cluster": {"chief": ["pc-00:2222", "pc-05:2222"], "worker": ["pc-01:2222"]})", task)) ==
+  CHECK(ClusterErrorOf(TfConfigText(R"("cluster": {"chief": ["pc-00:2222", "pc-05:2222"], "worker": ["pc-01:2222"]})", task)) ==
         "TF_CONFIG: cluster.chief: 2 tasks, at most one allowed");
-  CHECK(ErrorOf(TfConfigText(R"("cluster": {"worker": ["a:1"], "evaluator": ["b:1", "c:1"]})", task)) ==
+  CHECK(ClusterErrorOf(TfConfigText(R"("cluster": {"worker": ["a:1"], "evaluator": ["b:1", "c:1"]})", task)) ==
         "TF_CONFIG: cluster.evaluator: 2 tasks, at most one allowed");
-  CHECK(ErrorOf(TfConfigText(R"("cluster": {"ps": ["pc-03:2222"]})", R"({"type": "ps", "index": 0})")) ==
+  CHECK(ClusterErrorOf(TfConfigText(R"("cluster": {"ps": ["pc-03:2222"]})", R"({"type": "ps", "index": 0})")) ==
         "TF_CONFIG: cluster: no chief or worker task (training needs at least one)");
-  CHECK(ErrorOf(TfConfigText(R"("cluster": {"worker": "pc-01:2222"})", task)) ==
+  CHECK(ClusterErrorOf(TfConfigText(R"("cluster": {"worker": "pc-01:2222"})", task)) ==
         R"(TF_CONFIG: cluster.worker: expected a list of "host:port" strings, got "pc-01:2222")");
-  CHECK(ErrorOf(TfConfigText(R"("cluster": {"worker": [2222]})", task)) ==
+  CHECK(ClusterErrorOf(TfConfigText(R"("cluster": {"worker": [2222]})", task)) ==
         R"(TF_CONFIG: cluster.worker[0]: expected a "host:port" string, got 2222)");
-  CHECK(ErrorOf(TfConfigText(R"("cluster": {"worker": ["a:1"], "master": ["b:1"]})", task)) ==
+  CHECK(ClusterErrorOf(TfConfigText(R"("cluster": {"worker": ["a:1"], "master": ["b:1"]})", task)) ==
         "TF_CONFIG: cluster.master: unknown field (expected one of: chief, coordinator, evaluator, ps, worker)");
 }
 
 TEST_CASE("an unknown top-level TF_CONFIG key is refused with the known ones", "[unit][cluster]") {
-  CHECK(ErrorOf(TfConfigText(kCluster, R"({"type": "worker", "index": 0})", R"(, "rpc": "grpc")")) ==
+  CHECK(ClusterErrorOf(TfConfigText(kCluster, R"({"type": "worker", "index": 0})", R"(, "rpc": "grpc")")) ==
         "TF_CONFIG: rpc: unknown field (expected one of: cluster, environment, rpc_layer, task, tfd)");
 }
 
@@ -363,7 +363,7 @@ TEST_CASE("tfd.base_workers: a joining worker's cluster id counts only the worke
   grown.base_workers = static_cast<int>(base->cluster.worker.size());
   CHECK(grown.Id() == base->cluster.Id());
   CHECK(grown.base_num_workers() == base->cluster.num_workers());
-  CHECK(ErrorOf(TfConfigText(kCluster, R"({"type": "worker", "index": 0})", R"(, "tfd": {"base_workers": 9})")) ==
+  CHECK(ClusterErrorOf(TfConfigText(kCluster, R"({"type": "worker", "index": 0})", R"(, "tfd": {"base_workers": 9})")) ==
         "TF_CONFIG: tfd.base_workers: 9 is more than the " + std::to_string(base->cluster.worker.size()) + " workers of cluster.worker");
 }
 

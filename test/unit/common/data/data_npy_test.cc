@@ -46,7 +46,7 @@ std::string Raw(const std::vector<T>& v, bool big = false) {
   return out;
 }
 
-std::span<const std::uint8_t> Bytes(const std::string& s) { return {reinterpret_cast<const std::uint8_t*>(s.data()), s.size()}; }
+std::span<const std::uint8_t> ByteSpan(const std::string& s) { return {reinterpret_cast<const std::uint8_t*>(s.data()), s.size()}; }
 
 // `s` with its first `from` replaced by `to`.
 std::string Replaced(std::string s, const std::string& from, const std::string& to) {
@@ -147,7 +147,7 @@ TEST_CASE("npy: float64, integer, big-endian and Fortran-order arrays become flo
     CHECK((e->height == 2 && e->width == 3));
     CHECK(Floats(e->features) == c_order);
   }
-  // Bytes in Fortran order are reordered and stay bytes.
+  // ByteSpan in Fortran order are reordered and stay bytes.
   Result<Examples> bytes = ReadX(dir, Npy("|u1", "(2, 2, 3)", Raw(as(fortran, std::uint8_t{})), true), 2);
   REQUIRE(bytes.ok());
   CHECK(bytes->dtype == DType::kU8);
@@ -158,14 +158,14 @@ TEST_CASE("npy: format 2.0 and 3.0 headers, double quotes and any key order pars
   const std::string data = Raw(std::vector<float>{1, 2, 3, 4});
   for (int version : {2, 3}) {
     const std::string file = Npy("<f4", "(2, 2)", data, false, version);
-    Result<NpyHeader> h = ParseNpyHeader(Bytes(file), file.size(), "v.npy");
+    Result<NpyHeader> h = ParseNpyHeader(ByteSpan(file), file.size(), "v.npy");
     REQUIRE(h.ok());
     CHECK(h->data_offset == 128);  // 12 + the padded dict, a multiple of 64 as numpy writes it
     CHECK(h->shape == std::vector<std::uint64_t>{2, 2});
   }
   std::string dict = "{\"shape\": (2,2), \"fortran_order\": True , 'descr':'<u2'}\n";
   std::string file = std::string("\x93NUMPY\x01\x00", 8) + static_cast<char>(dict.size()) + '\0' + dict + std::string(8, '\0');
-  Result<NpyHeader> h = ParseNpyHeader(Bytes(file), file.size(), "q.npy");
+  Result<NpyHeader> h = ParseNpyHeader(ByteSpan(file), file.size(), "q.npy");
   REQUIRE(h.ok());
   CHECK(h->fortran_order);
   CHECK((h->kind == 'u' && h->item_bytes == 2 && !h->swap));
@@ -249,7 +249,7 @@ TEST_CASE("npy: each malformed .npy is refused with one line naming the file and
   std::string missing = "{'descr': '<f4', 'shape': (2,), }\n";
   for (const auto& [dict, expected] : {std::pair{structured, "structured (record) dtype"}, std::pair{missing, "no 'fortran_order' key"}}) {
     const std::string file = std::string("\x93NUMPY\x01\x00", 8) + static_cast<char>(dict.size()) + '\0' + dict + f4.substr(0, 8);
-    Result<NpyHeader> h = ParseNpyHeader(Bytes(file), file.size(), "s.npy");
+    Result<NpyHeader> h = ParseNpyHeader(ByteSpan(file), file.size(), "s.npy");
     REQUIRE_FALSE(h.ok());
     CHECK(h.status().message().rfind("s.npy: ", 0) == 0);
     CHECK(h.status().message().find(expected) != std::string::npos);

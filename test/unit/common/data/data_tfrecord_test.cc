@@ -26,17 +26,17 @@ using config::DataSpec;
 using tfd::testing::TempDir;
 using tfd::testing::WriteFile;
 
-tensorflow::Feature Floats(std::vector<float> v) {
+tensorflow::Feature FloatsFeature(std::vector<float> v) {
   tensorflow::Feature f;
   for (float x : v) f.mutable_float_list()->add_value(x);
   return f;
 }
-tensorflow::Feature Ints(std::vector<std::int64_t> v) {
+tensorflow::Feature IntsFeature(std::vector<std::int64_t> v) {
   tensorflow::Feature f;
   for (std::int64_t x : v) f.mutable_int64_list()->add_value(x);
   return f;
 }
-tensorflow::Feature Bytes(std::vector<std::string> v) {
+tensorflow::Feature BytesFeature(std::vector<std::string> v) {
   tensorflow::Feature f;
   for (const std::string& x : v) f.mutable_bytes_list()->add_value(x);
   return f;
@@ -64,7 +64,7 @@ DataSpec TfrecordSpec() {
 // n records of two float features ("b": 2 values, "a": 1 value) and an int64 "label".
 std::vector<std::string> TableRecords(int n) {
   std::vector<std::string> out;
-  for (int i = 0; i < n; ++i) out.push_back(Serialized({{"b", Floats({1.0f * i, 0.5f})}, {"a", Ints({-i})}, {"label", Ints({i % 3})}}));
+  for (int i = 0; i < n; ++i) out.push_back(Serialized({{"b", FloatsFeature({1.0f * i, 0.5f})}, {"a", IntsFeature({-i})}, {"label", IntsFeature({i % 3})}}));
   return out;
 }
 
@@ -98,7 +98,7 @@ TEST_CASE("tfrecord: named features in the spec's order, a bytes label, a float 
   TempDir dir;
   std::vector<std::string> records;
   for (int i = 0; i < 4; ++i)
-    records.push_back(Serialized({{"x", Floats({0.25f * i})}, {"y", Ints({10 + i})}, {"kind", Bytes({i < 2 ? "cat" : "dog"})}, {"t", Floats({2.0f * i})}}));
+    records.push_back(Serialized({{"x", FloatsFeature({0.25f * i})}, {"y", IntsFeature({10 + i})}, {"kind", BytesFeature({i < 2 ? "cat" : "dog"})}, {"t", FloatsFeature({2.0f * i})}}));
   WriteFile(dir / "d.tfrecord", Framed(records));
   DataSpec spec = TfrecordSpec();
   spec.label = "kind";
@@ -130,9 +130,9 @@ TEST_CASE("tfrecord: a bytes feature is an image: raw pixels with image_size and
   for (int i = 0; i < 3; ++i) {
     std::string pixels(2 * 3 * 3, '\0');
     for (std::size_t k = 0; k < pixels.size(); ++k) pixels[k] = static_cast<char>(10 * i + static_cast<int>(k));
-    raw.push_back(Serialized({{"image", Bytes({pixels})}, {"label", Ints({i})}}));
+    raw.push_back(Serialized({{"image", BytesFeature({pixels})}, {"label", IntsFeature({i})}}));
     REQUIRE(stbi_write_png((dir / "i.png").c_str(), 3, 2, 3, pixels.data(), 3 * 3) != 0);
-    png.push_back(Serialized({{"image", Bytes({tfd::testing::ReadAll(dir / "i.png")})}, {"label", Ints({i})}}));
+    png.push_back(Serialized({{"image", BytesFeature({tfd::testing::ReadAll(dir / "i.png")})}, {"label", IntsFeature({i})}}));
   }
   WriteFile(dir / "raw.tfrecord", Framed(raw));
   WriteFile(dir / "png.tfrecord", Framed(png));
@@ -231,14 +231,14 @@ TEST_CASE("tfrecord: every record must repeat the first record's keys, kinds and
     return ErrorReading(spec, path);
   };
   const std::string at = fmt::format("{}: record 1 at byte {}: ", path, second);
-  CHECK(error_with(Serialized({{"b", Floats({1, 2})}, {"a", Ints({1})}, {"label", Ints({1})}, {"c", Ints({1})}})) ==
+  CHECK(error_with(Serialized({{"b", FloatsFeature({1, 2})}, {"a", IntsFeature({1})}, {"label", IntsFeature({1})}, {"c", IntsFeature({1})}})) ==
         at + "has feature \"c\", which the first record (in " + path + ") has not");
-  CHECK(error_with(Serialized({{"b", Floats({1, 2})}, {"label", Ints({1})}})) == at + "feature \"a\" is missing; the first record (in " + path + ") has it");
-  CHECK(error_with(Serialized({{"b", Floats({1, 2, 3})}, {"a", Ints({1})}, {"label", Ints({1})}})) ==
+  CHECK(error_with(Serialized({{"b", FloatsFeature({1, 2})}, {"label", IntsFeature({1})}})) == at + "feature \"a\" is missing; the first record (in " + path + ") has it");
+  CHECK(error_with(Serialized({{"b", FloatsFeature({1, 2, 3})}, {"a", IntsFeature({1})}, {"label", IntsFeature({1})}})) ==
         at + "feature \"b\" holds 3 values; the first record's holds 2");
-  CHECK(error_with(Serialized({{"b", Floats({1, 2})}, {"a", Floats({1})}, {"label", Ints({1})}})) ==
+  CHECK(error_with(Serialized({{"b", FloatsFeature({1, 2})}, {"a", FloatsFeature({1})}, {"label", IntsFeature({1})}})) ==
         at + "feature \"a\" is a float_list; the first record's is an int64_list");
-  CHECK(error_with(Serialized({{"b", Floats({1, 2})}, {"a", Ints({1})}, {"label", Ints({1, 2})}})) ==
+  CHECK(error_with(Serialized({{"b", FloatsFeature({1, 2})}, {"a", IntsFeature({1})}, {"label", IntsFeature({1, 2})}})) ==
         at + "feature \"label\" holds 2 values; the first record's holds 1");
 
   DataSpec spec = TfrecordSpec();
@@ -280,7 +280,7 @@ TEST_CASE("tfrecord: a file written by protobuf's Python library reads the same,
 TEST_CASE("tfrecord: a job's data spec reads TFRecords through LoadData, classes numbered, a test split held out", "[unit][data]") {
   TempDir dir;
   std::vector<std::string> records;
-  for (int i = 0; i < 20; ++i) records.push_back(Serialized({{"x", Floats({1.0f * i, 2.0f})}, {"class", Bytes({i % 2 == 0 ? "even" : "odd"})}}));
+  for (int i = 0; i < 20; ++i) records.push_back(Serialized({{"x", FloatsFeature({1.0f * i, 2.0f})}, {"class", BytesFeature({i % 2 == 0 ? "even" : "odd"})}}));
   WriteFile(dir / "train.tfrecord", Framed(records));
   Result<config::JobSpec> job = config::ParseJobSpec(
       fmt::format(R"({{"model": "dnn", "epochs": 1, "batch_size": 2, "optimizer": {{"type": "sgd", "learning_rate": 0.1}},

@@ -144,7 +144,7 @@ std::string Job(const std::string& optimizer) {
   return R"({"model": "mlp", "data": "d", "epochs": 1, "batch_size": 1, "optimizer": )" + optimizer + "}";
 }
 
-std::string ErrorOf(const std::string& text) {
+std::string ScheduleErrorOf(const std::string& text) {
   auto r = ParseJobSpec(text, "job.json");
   return r.ok() ? "ok" : r.status().message();
 }
@@ -178,28 +178,28 @@ TEST_CASE("the job spec takes a schedule object for learning_rate", "[unit][conf
 }
 
 TEST_CASE("every bad schedule field is an error naming its JSON path", "[unit][config][schedule]") {
-  CHECK(ErrorOf(Job(R"({"type": "sgd", "learning_rate": {"schedule": "exponential_decay", "initial": 0.1, "decay_steps": 0, "decay_rate": 0.9}})")) ==
+  CHECK(ScheduleErrorOf(Job(R"({"type": "sgd", "learning_rate": {"schedule": "exponential_decay", "initial": 0.1, "decay_steps": 0, "decay_rate": 0.9}})")) ==
         "job.json: optimizer.learning_rate.decay_steps: expected an integer in [1, 1099511627776], got 0");
-  CHECK(ErrorOf(Job(R"({"type": "sgd", "learning_rate": {"schedule": "exponential_decay", "initial": 0.1, "decay_rate": 0.9}})")) ==
+  CHECK(ScheduleErrorOf(Job(R"({"type": "sgd", "learning_rate": {"schedule": "exponential_decay", "initial": 0.1, "decay_rate": 0.9}})")) ==
         "job.json: optimizer.learning_rate.decay_steps: missing (expected an integer)");
-  CHECK(ErrorOf(Job(R"({"type": "sgd", "learning_rate": {"schedule": "linear", "initial": 0.1}})")) ==
+  CHECK(ScheduleErrorOf(Job(R"({"type": "sgd", "learning_rate": {"schedule": "linear", "initial": 0.1}})")) ==
         "job.json: optimizer.learning_rate.schedule: unknown schedule \"linear\" (expected constant, exponential_decay, "
         "piecewise_constant or cosine_decay)");
-  CHECK(ErrorOf(Job(R"({"type": "sgd", "learning_rate": {"schedule": "cosine_decay", "initial": 0.1, "decay_steps": 10, "decay": 1}})")) ==
+  CHECK(ScheduleErrorOf(Job(R"({"type": "sgd", "learning_rate": {"schedule": "cosine_decay", "initial": 0.1, "decay_steps": 10, "decay": 1}})")) ==
         "job.json: optimizer.learning_rate.decay: unknown field (expected one of: alpha, decay_steps, initial, schedule, warmup_steps)");
-  CHECK(ErrorOf(Job(R"({"type": "sgd", "learning_rate": {"schedule": "cosine_decay", "initial": 0.1, "decay_steps": 10, "alpha": 2}})")) ==
+  CHECK(ScheduleErrorOf(Job(R"({"type": "sgd", "learning_rate": {"schedule": "cosine_decay", "initial": 0.1, "decay_steps": 10, "alpha": 2}})")) ==
         "job.json: optimizer.learning_rate.alpha: expected a number in [0, 1], got 2");
-  CHECK(ErrorOf(Job(R"({"type": "sgd", "learning_rate": {"schedule": "piecewise_constant", "boundaries": [5, 5], "values": [1, 2, 3]}})")) ==
+  CHECK(ScheduleErrorOf(Job(R"({"type": "sgd", "learning_rate": {"schedule": "piecewise_constant", "boundaries": [5, 5], "values": [1, 2, 3]}})")) ==
         "job.json: optimizer.learning_rate.boundaries[1]: expected an integer step in [6, 1099511627776] (boundaries increase), got 5");
-  CHECK(ErrorOf(Job(R"({"type": "sgd", "learning_rate": {"schedule": "piecewise_constant", "boundaries": [5], "values": [1]}})")) ==
+  CHECK(ScheduleErrorOf(Job(R"({"type": "sgd", "learning_rate": {"schedule": "piecewise_constant", "boundaries": [5], "values": [1]}})")) ==
         "job.json: optimizer.learning_rate.values: expected an array of 2 learning rates (one more than the boundaries), got 1 of them");
-  CHECK(ErrorOf(Job(R"({"type": "sgd", "learning_rate": {"schedule": "piecewise_constant", "boundaries": [5], "values": [1, 0]}})")) ==
+  CHECK(ScheduleErrorOf(Job(R"({"type": "sgd", "learning_rate": {"schedule": "piecewise_constant", "boundaries": [5], "values": [1, 0]}})")) ==
         "job.json: optimizer.learning_rate.values[1]: expected a number in (0, 1000000], got 0");
-  CHECK(ErrorOf(Job(R"({"type": "sgd", "learning_rate": {"schedule": "exponential_decay", "initial": 0.1, "decay_steps": 5, "decay_rate": 0.9, "warmup_steps": -1}})")) ==
+  CHECK(ScheduleErrorOf(Job(R"({"type": "sgd", "learning_rate": {"schedule": "exponential_decay", "initial": 0.1, "decay_steps": 5, "decay_rate": 0.9, "warmup_steps": -1}})")) ==
         "job.json: optimizer.learning_rate.warmup_steps: expected an integer in [0, 1099511627776], got -1");
-  CHECK(ErrorOf(Job(R"({"type": "sgd", "learning_rate": "fast"})")) ==
+  CHECK(ScheduleErrorOf(Job(R"({"type": "sgd", "learning_rate": "fast"})")) ==
         "job.json: optimizer.learning_rate: expected a number in (0, 1000000], got \"fast\"");
-  CHECK(ErrorOf(Job(R"({"type": "sgd", "learning_rate": 0.1, "weight_decay": -1})")) ==
+  CHECK(ScheduleErrorOf(Job(R"({"type": "sgd", "learning_rate": 0.1, "weight_decay": -1})")) ==
         "job.json: optimizer.weight_decay: expected a number in [0, 1000], got -1");
 }
 
@@ -215,11 +215,11 @@ TEST_CASE("a dropout layer takes a rate in [0, 1)", "[unit][config][dropout]") {
   REQUIRE(ok.ok());
   CHECK(ok->model.layers[1].kind == LayerSpec::Kind::kDropout);
   CHECK(ok->model.layers[1].rate == 0.25);
-  CHECK(ErrorOf(head + R"({"type": "dropout", "rate": 1}, {"type": "dense", "units": 10}]}})") ==
+  CHECK(ScheduleErrorOf(head + R"({"type": "dropout", "rate": 1}, {"type": "dense", "units": 10}]}})") ==
         "job.json: model.layers[0].rate: must be below 1 (a dropout of every value)");
-  CHECK(ErrorOf(head + R"({"type": "dropout"}, {"type": "dense", "units": 10}]}})") ==
+  CHECK(ScheduleErrorOf(head + R"({"type": "dropout"}, {"type": "dense", "units": 10}]}})") ==
         "job.json: model.layers[0].rate: missing (expected a number)");
-  CHECK(ErrorOf(head + R"({"type": "dropout", "rate": 0.5, "units": 3}, {"type": "dense", "units": 10}]}})") ==
+  CHECK(ScheduleErrorOf(head + R"({"type": "dropout", "rate": 0.5, "units": 3}, {"type": "dense", "units": 10}]}})") ==
         "job.json: model.layers[0].units: unknown field (expected one of: rate, type)");
 }
 

@@ -109,19 +109,19 @@ TEST_CASE("a regression model's gradients match finite differences of its mse", 
   CHECK(wrong.status().message().find("1 units (one per regression target of the data)") != std::string::npos);
 }
 
-const char* kJob = R"({"model": "dnn", "epochs": 2, "batch_size": 2, "optimizer": {"type": "sgd", "learning_rate": 0.1}, )";
+const char* kRegressionJob = R"({"model": "dnn", "epochs": 2, "batch_size": 2, "optimizer": {"type": "sgd", "learning_rate": 0.1}, )";
 
 std::string JobError(const std::string& rest) {
-  Result<config::JobSpec> job = config::ParseJobSpec(std::string(kJob) + rest + "}", "job.json");
+  Result<config::JobSpec> job = config::ParseJobSpec(std::string(kRegressionJob) + rest + "}", "job.json");
   return job.ok() ? "" : job.status().message();
 }
 
 TEST_CASE("a regression data spec reads its loss; the fields regression has no use for are refused", "[unit][config][regression]") {
   const std::string data = R"("data": {"train": "a.csv", "test_split": 0.2, "task": "regression")";
-  Result<config::JobSpec> mae = config::ParseJobSpec(std::string(kJob) + data + R"(, "loss": "mae"}})", "job.json");
+  Result<config::JobSpec> mae = config::ParseJobSpec(std::string(kRegressionJob) + data + R"(, "loss": "mae"}})", "job.json");
   REQUIRE(mae.ok());
   CHECK(mae->data.loss == config::DataSpec::Loss::kMae);
-  Result<config::JobSpec> mse = config::ParseJobSpec(std::string(kJob) + data + "}}", "job.json");
+  Result<config::JobSpec> mse = config::ParseJobSpec(std::string(kRegressionJob) + data + "}}", "job.json");
   REQUIRE(mse.ok());
   CHECK(mse->data.loss == config::DataSpec::Loss::kMse);
   CHECK(JobError(data + R"(, "loss": "huber"})") == "job.json: data.loss: unknown loss \"huber\" (expected mse or mae)");
@@ -153,7 +153,7 @@ TEST_CASE("a regression CSV loads its targets; the held-out test and validation 
   for (int i = 0; i < 10; ++i) csv += fmt::format("{},{},{}\n", i, 2 * i, 0.5 * i);
   testing::WriteFile(dir.path() + "/r.csv", csv);
   Result<config::JobSpec> job = config::ParseJobSpec(
-      std::string(kJob) + R"("data": {"train": ")" + dir.path() + R"(/r.csv", "test_split": 3, "task": "regression"}})", "job.json");
+      std::string(kRegressionJob) + R"("data": {"train": ")" + dir.path() + R"(/r.csv", "test_split": 3, "task": "regression"}})", "job.json");
   REQUIRE(job.ok());
   Result<data::DataSplits> loaded = data::LoadData(job->data, 7);
   REQUIRE(loaded.ok());

@@ -16,7 +16,7 @@ constexpr const char* kJob = R"("job": {"model": "dnn", "data": "d", "epochs": 3
 
 Result<config::SweepSpec> Parse(const std::string& rest) { return config::ParseSweepSpec("{" + std::string(kJob) + ", " + rest + "}", "s.json"); }
 
-std::string ErrorOf(const std::string& rest) {
+std::string SweepErrorOf(const std::string& rest) {
   Result<config::SweepSpec> s = Parse(rest);
   REQUIRE_FALSE(s.ok());
   CHECK(s.status().code() == Code::kInvalidArgument);
@@ -95,32 +95,32 @@ TEST_CASE("ASHA sets every trial's epochs to max_epochs; objective, parallel and
 }
 
 TEST_CASE("bad sweep files are errors naming the JSON path", "[unit][sweep]") {
-  CHECK_THAT(ErrorOf(R"("space": {})"), Catch::StartsWith("s.json: space: expected a non-empty object"));
-  CHECK_THAT(ErrorOf(R"("search": "random", "max_trials": 2, "space": {"optimizer.momentum": {"gaussian": [0, 1]}})"),
+  CHECK_THAT(SweepErrorOf(R"("space": {})"), Catch::StartsWith("s.json: space: expected a non-empty object"));
+  CHECK_THAT(SweepErrorOf(R"("search": "random", "max_trials": 2, "space": {"optimizer.momentum": {"gaussian": [0, 1]}})"),
              Catch::StartsWith("s.json: space.optimizer.momentum: expected one of") && Catch::Contains("\"gaussian\""));
-  CHECK_THAT(ErrorOf(R"("search": "random", "max_trials": 2, "space": {"optimizer.learning_rate": {"log_uniform": [0, 1]}})"),
+  CHECK_THAT(SweepErrorOf(R"("search": "random", "max_trials": 2, "space": {"optimizer.learning_rate": {"log_uniform": [0, 1]}})"),
              Catch::StartsWith("s.json: space.optimizer.learning_rate.log_uniform[0]: log_uniform needs bounds above 0"));
-  CHECK_THAT(ErrorOf(R"("search": "random", "max_trials": 2, "space": {"optimizer.learning_rate": {"uniform": [1, 0.5]}})"),
+  CHECK_THAT(SweepErrorOf(R"("search": "random", "max_trials": 2, "space": {"optimizer.learning_rate": {"uniform": [1, 0.5]}})"),
              Catch::StartsWith("s.json: space.optimizer.learning_rate.uniform: expected low < high"));
-  CHECK_THAT(ErrorOf(R"("space": {"batch_size": [50]}, "objective": {"metric": "f1"})"),
+  CHECK_THAT(SweepErrorOf(R"("space": {"batch_size": [50]}, "objective": {"metric": "f1"})"),
              Catch::StartsWith("s.json: objective.metric: unknown metric \"f1\""));
-  CHECK_THAT(ErrorOf(R"("space": {"batch_size": [50]}, "objective": {"metric": "loss", "mode": "up"})"),
+  CHECK_THAT(SweepErrorOf(R"("space": {"batch_size": [50]}, "objective": {"metric": "loss", "mode": "up"})"),
              Catch::StartsWith("s.json: objective.mode: unknown mode \"up\""));
-  CHECK_THAT(ErrorOf(R"("space": {"optimizer.momentum": {"uniform": [0.1, 0.9]}})"),
+  CHECK_THAT(SweepErrorOf(R"("space": {"optimizer.momentum": {"uniform": [0.1, 0.9]}})"),
              Catch::StartsWith("s.json: space.optimizer.momentum: grid search takes only choices"));
-  CHECK_THAT(ErrorOf(R"("search": "random", "space": {"batch_size": [50]})"), Catch::StartsWith("s.json: max_trials: missing"));
-  CHECK_THAT(ErrorOf(R"("search": "bayes", "space": {"batch_size": [50]})"), Catch::StartsWith("s.json: search: unknown search \"bayes\""));
-  CHECK_THAT(ErrorOf(R"("space": {"batch_size": [50]}, "scheduler": {"type": "hyperband"})"),
+  CHECK_THAT(SweepErrorOf(R"("search": "random", "space": {"batch_size": [50]})"), Catch::StartsWith("s.json: max_trials: missing"));
+  CHECK_THAT(SweepErrorOf(R"("search": "bayes", "space": {"batch_size": [50]})"), Catch::StartsWith("s.json: search: unknown search \"bayes\""));
+  CHECK_THAT(SweepErrorOf(R"("space": {"batch_size": [50]}, "scheduler": {"type": "hyperband"})"),
              Catch::StartsWith("s.json: scheduler.type: unknown scheduler \"hyperband\""));
-  CHECK_THAT(ErrorOf(R"("space": {"batch_size": [50]}, "scheduler": {"type": "asha", "reduction_factor": 1})"),
+  CHECK_THAT(SweepErrorOf(R"("space": {"batch_size": [50]}, "scheduler": {"type": "asha", "reduction_factor": 1})"),
              Catch::StartsWith("s.json: scheduler.reduction_factor: expected an integer in [2, 1000]"));
-  CHECK_THAT(ErrorOf(R"("space": {"batch_size": [50]}, "scheduler": {"type": "asha", "grace_epochs": 5})"),
+  CHECK_THAT(SweepErrorOf(R"("space": {"batch_size": [50]}, "scheduler": {"type": "asha", "grace_epochs": 5})"),
              Catch::StartsWith("s.json: scheduler.grace_epochs: 5 is beyond max_epochs 3"));
-  CHECK_THAT(ErrorOf(R"("space": {"batch_size": [50]}, "parallel": -1)"), Catch::StartsWith("s.json: parallel: expected an integer"));
-  CHECK_THAT(ErrorOf(R"("space": {"batch_size": [50]}, "trials": 3)"), Catch::StartsWith("s.json: trials: unknown field"));
+  CHECK_THAT(SweepErrorOf(R"("space": {"batch_size": [50]}, "parallel": -1)"), Catch::StartsWith("s.json: parallel: expected an integer"));
+  CHECK_THAT(SweepErrorOf(R"("space": {"batch_size": [50]}, "trials": 3)"), Catch::StartsWith("s.json: trials: unknown field"));
   // A value that makes an invalid job names the trial and the job's field.
-  CHECK_THAT(ErrorOf(R"("space": {"batch_size": [50, -1]})"), Catch::StartsWith("s.json: trial 1's job: batch_size: expected an integer"));
-  CHECK_THAT(ErrorOf(R"("space": {"model.units": [5]})"), Catch::Contains("space.model.units: \"model\" is \"dnn\" in the job spec, not an object"));
+  CHECK_THAT(SweepErrorOf(R"("space": {"batch_size": [50, -1]})"), Catch::StartsWith("s.json: trial 1's job: batch_size: expected an integer"));
+  CHECK_THAT(SweepErrorOf(R"("space": {"model.units": [5]})"), Catch::Contains("space.model.units: \"model\" is \"dnn\" in the job spec, not an object"));
   Result<config::SweepSpec> none = config::ParseSweepSpec(R"({"space": {"a": [1]}})", "s.json");
   REQUIRE_FALSE(none.ok());
   CHECK_THAT(none.status().message(), Catch::StartsWith("s.json: job: missing"));
@@ -182,7 +182,7 @@ TEST_CASE("a regression sweep without a validation set, or ranking by the test s
   CHECK_THAT(error(val, R"("space": {"data.task": ["regression", "classification"]})"),
              Catch::StartsWith("s.json: trial 1's job: data.task: classification, where the base job's is regression"));
   // A classifier has no MAE.
-  CHECK_THAT(ErrorOf(R"("space": {"batch_size": [50]}, "objective": {"metric": "val_mae"})"),
+  CHECK_THAT(SweepErrorOf(R"("space": {"batch_size": [50]}, "objective": {"metric": "val_mae"})"),
              Catch::StartsWith("s.json: objective.metric: \"val_mae\": the data's task is classification"));
 }
 
@@ -190,7 +190,7 @@ TEST_CASE("a regression sweep without a validation set, or ranking by the test s
 // validation set to rank on, as a regression's does.
 TEST_CASE("a classification sweep ranking by test_accuracy, or whose job has no validation split, is an error naming the field",
           "[unit][sweep]") {
-  CHECK(ErrorOf(R"("space": {"batch_size": [50]}, "objective": {"metric": "test_accuracy"})") ==
+  CHECK(SweepErrorOf(R"("space": {"batch_size": [50]}, "objective": {"metric": "test_accuracy"})") ==
         "s.json: objective.metric: \"test_accuracy\": a sweep never chooses on the test set, which is reported, not tuned on: set "
         "validation_split and rank on val_accuracy or val_loss (expected val_accuracy, val_loss, accuracy or loss)");
   const auto without_split = [](const std::string& rest) {
