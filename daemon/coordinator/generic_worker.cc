@@ -196,6 +196,10 @@ Status RunGenericWorker(const GenericWorkerOptions& options, EventWriter& events
       Result<data::DataSplits> data = data::LoadData(job->data, job->seed);
       s = data.status();
       if (s.ok()) test = std::move(data->test);
+      // The predictions travel in one TRIAL_PREDICTIONS frame, bounded to this many outputs a row.
+      if (s.ok() && static_cast<std::uint32_t>(test.outputs()) > wire::kMaxPredictionClasses)
+        s = Status::InvalidArgument(fmt::format("trial {}'s data: {} classes; an ensemble's members send at most {} a row",
+                                                assign.trial, test.outputs(), wire::kMaxPredictionClasses));
     }
     TrialReporter reporter(*rpc, assign.trial, options.stop, &trial_stop, assign.predictions ? &test : nullptr);
     if (s.ok()) {
