@@ -62,6 +62,12 @@ struct RingOptions {
   // once it has mapped them. TFD_RING_SHM=off in the environment turns it off, as false does.
   bool shared_slots = true;
   std::uint32_t shm_slots = 8;
+  // Elastic: a HELLO from a task other than this ring's previous member (a worker asking to join
+  // the running ring) is offered here first, with its request id, this member's identity and rank;
+  // true when it took the connection (it answers and closes it itself). io_context thread.
+  std::function<bool(const std::shared_ptr<transport::Connection>&, const wire::Hello&, std::uint64_t request_id,
+                     const transport::HandshakeIdentity& self, int rank)>
+      on_stranger;
 };
 
 // Ring collectives over two connections: the one this worker dials to the next member and the one

@@ -120,8 +120,11 @@ void Ring::HandleHello(const std::shared_ptr<Connection>& from, const wire::InFr
     spdlog::warn("refused {}: {}", from->peer_name(), why.message());
     from->SendErrorAndClose(why);
   };
-  if (Status s = transport::CheckHello(hello, self); !s.ok()) return refuse(s);
-  if (hello.kind != prev.kind || hello.index != prev.index) {
+  // A joiner's HELLO carries the cluster id the run started with, not this membership's.
+  const bool from_prev = hello.kind == prev.kind && hello.index == prev.index;
+  const Status checked = transport::CheckHello(hello, self);
+  if (!checked.ok() && (from_prev || !options_.on_stranger)) return refuse(checked);
+  if (!from_prev) {
     std::shared_ptr<Ring> other;
     {
       MutexLock lock(&mu_);
@@ -137,6 +140,12 @@ void Ring::HandleHello(const std::shared_ptr<Connection>& from, const wire::InFr
         return other->HandleHello(from, frame);  // its OnClosed, until the link is adopted, comes here and is passed on
       }
     }
+    if (options_.on_stranger && options_.on_stranger(from, hello, frame.header.request_id, self, rank())) {
+      MutexLock lock(&mu_);
+      std::erase(unidentified_, from);
+      return;
+    }
+    if (!checked.ok()) return refuse(checked);
     return refuse(Status::FailedPrecondition(fmt::format("{} takes ring connections from {} only", self.name, prev.task)));
   }
   {
