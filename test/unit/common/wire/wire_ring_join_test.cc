@@ -13,7 +13,8 @@ using namespace fixtures;  // Transmit, CheckMalformedRejected
 
 TEST_CASE("RING_JOIN round-trips its fields and refuses an empty or oversize host", "[unit][wire]") {
   const RingJoin m{.index = 2, .port = 40123, .job = 0x1122334455667788ull, .host = "pc-04"};
-  const auto payload = Transmit(Encode(m), MessageType::kRingJoin);
+  OutFrame f = Encode(m);
+  const auto payload = Transmit(f, MessageType::kRingJoin);
   RingJoin got;
   REQUIRE(Decode(payload, &got).ok());
   CHECK(got.index == 2);
@@ -30,7 +31,8 @@ TEST_CASE("RING_JOIN_ACCEPT round-trips the members and refuses a rank or count 
   RingJoinAccept m{.cluster_id = 0xabcdefull, .rank = 2, .commit_step = 70};
   m.members = {{TaskKind::kChief, 0, 2222, "chief:0", "pc-01"}, {TaskKind::kWorker, 0, 2223, "worker:0", "pc-02"},
                {TaskKind::kWorker, 1, 2224, "worker:1", "pc-03"}};
-  const auto payload = Transmit(Encode(m), MessageType::kRingJoinAccept);
+  OutFrame f = Encode(m);
+  const auto payload = Transmit(f, MessageType::kRingJoinAccept);
   RingJoinAccept got;
   REQUIRE(Decode(payload, &got).ok());
   CHECK(got.cluster_id == 0xabcdefull);
