@@ -116,6 +116,11 @@ void Ring::HandleHello(const std::shared_ptr<Connection>& from, const wire::InFr
   }
   const transport::HandshakeIdentity self = Identity();
   const RingMember& prev = options_.members[static_cast<std::size_t>(Prev())];
+  {
+    MutexLock lock(&mu_);
+    for (const RingMember& m : options_.members)
+      if (m.kind == hello.kind && m.index == hello.index) heard_.insert(m.task);
+  }
   auto refuse = [&](const Status& why) {
     spdlog::warn("refused {}: {}", from->peer_name(), why.message());
     from->SendErrorAndClose(why);
@@ -168,6 +173,7 @@ void Ring::OnFrame(const std::shared_ptr<Connection>& from, wire::InFrame frame)
   const wire::MessageType type = frame.header.type;
   mu_.Lock();
   const bool is_next = from == next_conn_, is_prev = from == prev_conn_;
+  if (is_next) heard_.insert(options_.members[static_cast<std::size_t>(Next())].task);
   mu_.Unlock();
   if (!is_prev && !is_next) {
     if (type == wire::MessageType::kHello) return HandleHello(from, frame);
@@ -224,6 +230,11 @@ void Ring::OnClosed(const std::shared_ptr<Connection>& from, const Status& why) 
     other = shares_listener_with_.lock();
   }
   if (other != nullptr) other->OnClosed(from, why);  // perhaps a connection handed over to it
+}
+
+std::set<std::string> Ring::heard() const {
+  MutexLock lock(&mu_);
+  return heard_;
 }
 
 void Ring::RecordFailure(Status why) {

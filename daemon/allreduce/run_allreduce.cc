@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <deque>
 #include <random>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -116,6 +117,7 @@ Result<AllreduceUpdater::Reformed> FormRing(const ElasticContext& cx, collective
     const auto deadline = Clock::now() + settle;
     Status why;
     std::shared_ptr<collective::Ring> ring;
+    std::set<std::string> heard;  // members a frame came from in any attempt: alive
     for (int attempt = 1;; ++attempt) {
       ro.incarnation = task::NewIncarnation();
       ro.startup_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
@@ -144,12 +146,18 @@ Result<AllreduceUpdater::Reformed> FormRing(const ElasticContext& cx, collective
         return AllreduceUpdater::Reformed{.ring = ring, .commit_step = agreed};
       }
       ring->Close(Status::Ok());  // quietly: a neighbour's next attempt must not read this one's error
+      heard.merge(ring->heard());
       if (Clock::now() >= deadline || (cx.stop != nullptr && cx.stop->load())) break;
       spdlog::info("elastic: the ring of {} workers did not form (attempt {}: {}); trying again", n, attempt, why.message());
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
-    const int blamed = ring->Blamed(why);
-    if (blamed < 0 || (cx.stop != nullptr && cx.stop->load())) {
+    // Blame a neighbour nothing came from in any attempt (a member that refused this ring's HELLO,
+    // running another membership, is alive); else the one the error names.
+    int blamed = -1;
+    for (int r : {(ro.rank + n - 1) % n, (ro.rank + 1) % n})
+      if (blamed < 0 && !heard.contains(ro.members[static_cast<std::size_t>(r)].task)) blamed = r;
+    if (blamed < 0) blamed = ring->Blamed(why);
+    if (blamed < 0 || blamed == ro.rank || (cx.stop != nullptr && cx.stop->load())) {
       return Status::Unavailable(fmt::format("elastic: the ring of {} workers ({}) did not form within {:.0f} s: {}", n, change,
                                              std::chrono::duration<double>(settle).count(), why.message()));
     }
