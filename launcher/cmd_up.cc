@@ -134,14 +134,21 @@ int Up(const ClusterArgs& args, const Interrupts& interrupts, Injection* fault, 
       return Status::InvalidArgument(fmt::format("rank {} is past the job's elastic max_workers {} (the ranks below it that finished "
                                                  "their epochs are not started again)",
                                                  rank, f.train.elastic.max_workers));
-    const config::ClusterFile grown = WithWorkers(f, rank + 1);
+    config::ClusterFile grown = WithWorkers(f, rank + 1);
     PlanOptions options = run->options;
+    // An allreduce joiner listens for its ring neighbour: on this machine, a port known to be free
+    // (the run's last port + 1 may be another task's).
+    const config::TaskId task = grown.cluster.WorkerTask(rank);
+    if (f.train.update.mode == config::UpdateSpec::Mode::kAllreduce) {
+      for (TaskPlan& p : MakePlan(grown, options))
+        if (p.task == task && p.local) grown.cluster.worker[static_cast<std::size_t>(task.index)].port = static_cast<std::uint16_t>(FreeLoopbackPorts(1)[0]);
+    }
     // Its place in the grown plan: after the ps tasks, the run's workers and the evaluator.
     const std::size_t place = f.cluster.ps.size() + static_cast<std::size_t>(rank) + f.cluster.evaluator.size();
     options.metrics_ports.assign(place + 1, 0);
     if (f.launch.metrics.enabled && f.launch.metrics.port_base == 0) options.metrics_ports[place] = FreeLoopbackPorts(1)[0];
     for (TaskPlan& p : MakePlan(grown, options))
-      if (p.task == grown.cluster.WorkerTask(rank)) return std::move(p);
+      if (p.task == task) return std::move(p);
     return Status::Internal(fmt::format("no plan for worker rank {}", rank));
   };
   if (!args.detach) {

@@ -56,9 +56,9 @@ Status CheckScale(const config::JobSpec& job, int workers, std::string_view wher
     return Status::InvalidArgument(fmt::format("{}: train.elastic: the job is not elastic; tfctl scale needs \"elastic\": "
                                                "{{\"min_workers\", \"max_workers\"}} in the job it started with",
                                                where));
-  if (job.update.mode == config::UpdateSpec::Mode::kAllreduce || job.model_parallel.split != config::ModelParallelSpec::Split::kNone)
-    return Status::InvalidArgument(fmt::format("{}: train.update.mode: an allreduce or model-parallel ring keeps its workers; "
-                                               "tfctl scale serves the ps modes (async, sync)",
+  if (job.model_parallel.split != config::ModelParallelSpec::Split::kNone)
+    return Status::InvalidArgument(fmt::format("{}: train.model_parallel: a model-parallel ring keeps its workers; tfctl scale serves "
+                                               "the ps modes (async, sync) and elastic allreduce",
                                                where));
   if (workers < job.elastic.min_workers || workers > job.elastic.max_workers)
     return Status::InvalidArgument(fmt::format("--workers {}: outside the job's elastic min_workers {} .. max_workers {} ({})", workers,

@@ -34,7 +34,7 @@ struct ScaleReply {
 };
 
 // InvalidArgument naming `where` (the run's cluster.json) when `job` cannot be scaled to `workers`:
-// not elastic, an allreduce or pipeline job (a fixed ring), or outside min_workers..max_workers.
+// not elastic, a model-parallel job (a fixed ring), or outside min_workers..max_workers.
 Status CheckScale(const config::JobSpec& job, int workers, std::string_view where);
 
 // The files' text (one line, with its newline), and the text read back: Corruption naming `path`

@@ -8,6 +8,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -62,6 +63,12 @@ struct RingOptions {
   // once it has mapped them. TFD_RING_SHM=off in the environment turns it off, as false does.
   bool shared_slots = true;
   std::uint32_t shm_slots = 8;
+  // Elastic: a HELLO from a task other than this ring's previous member (a worker asking to join
+  // the running ring) is offered here first, with its request id, this member's identity and rank;
+  // true when it took the connection (it answers and closes it itself). io_context thread.
+  std::function<bool(const std::shared_ptr<transport::Connection>&, const wire::Hello&, std::uint64_t request_id,
+                     const transport::HandshakeIdentity& self, int rank)>
+      on_stranger;
 };
 
 // Ring collectives over two connections: the one this worker dials to the next member and the one
@@ -153,6 +160,9 @@ class Ring final : public transport::FrameHandler, public std::enable_shared_fro
   // through any chain of "MEMBER reports: ..." (each member that fails tells its neighbours why);
   // -1 when `error` names no other member.
   int Blamed(const Status& error) const;
+  // The members a frame came from while the ring formed (a HELLO, a WELCOME or an ERROR, even a
+  // refused one: they are alive), by task name.
+  std::set<std::string> heard() const TFD_EXCLUDES(mu_);
   // Chunks this member has taken from shared slots (the rest came through the socket).
   std::uint64_t shm_chunks() const { return shm_chunks_.load(); }
 
@@ -252,7 +262,7 @@ class Ring final : public transport::FrameHandler, public std::enable_shared_fro
   std::uint64_t free_frame_ TFD_GUARDED_BY(io_mu_) = 0;  // the prev link's number of the last RING_SLOT_FREE queued
   std::atomic<std::uint64_t> shm_chunks_{0};
 
-  Mutex mu_;
+  mutable Mutex mu_;
   CondVar cv_{&mu_};  // signalled when a Link is adopted, a handshake fails or the ring closes
   std::shared_ptr<transport::Connection> next_conn_ TFD_GUARDED_BY(mu_);  // until its handshake is done
   std::shared_ptr<transport::Connection> prev_conn_ TFD_GUARDED_BY(mu_);
@@ -261,6 +271,7 @@ class Ring final : public transport::FrameHandler, public std::enable_shared_fro
   bool redial_ TFD_GUARDED_BY(mu_) = false;  // options_.redial: the next member's handshake failed, dial again
   bool closed_ TFD_GUARDED_BY(mu_) = false;
   std::weak_ptr<Ring> shares_listener_with_ TFD_GUARDED_BY(mu_);  // ShareListenerWith
+  std::set<std::string> heard_ TFD_GUARDED_BY(mu_);  // heard()
   std::atomic<bool> closed_flag_{false};  // closed_, for the collective loop and the heartbeat timer
 };
 

@@ -116,12 +116,20 @@ void Ring::HandleHello(const std::shared_ptr<Connection>& from, const wire::InFr
   }
   const transport::HandshakeIdentity self = Identity();
   const RingMember& prev = options_.members[static_cast<std::size_t>(Prev())];
+  {
+    MutexLock lock(&mu_);
+    for (const RingMember& m : options_.members)
+      if (m.kind == hello.kind && m.index == hello.index) heard_.insert(m.task);
+  }
   auto refuse = [&](const Status& why) {
     spdlog::warn("refused {}: {}", from->peer_name(), why.message());
     from->SendErrorAndClose(why);
   };
-  if (Status s = transport::CheckHello(hello, self); !s.ok()) return refuse(s);
-  if (hello.kind != prev.kind || hello.index != prev.index) {
+  // A joiner's HELLO carries the cluster id the run started with, not this membership's.
+  const bool from_prev = hello.kind == prev.kind && hello.index == prev.index;
+  const Status checked = transport::CheckHello(hello, self);
+  if (!checked.ok() && (from_prev || !options_.on_stranger)) return refuse(checked);
+  if (!from_prev) {
     std::shared_ptr<Ring> other;
     {
       MutexLock lock(&mu_);
@@ -137,6 +145,12 @@ void Ring::HandleHello(const std::shared_ptr<Connection>& from, const wire::InFr
         return other->HandleHello(from, frame);  // its OnClosed, until the link is adopted, comes here and is passed on
       }
     }
+    if (options_.on_stranger && options_.on_stranger(from, hello, frame.header.request_id, self, rank())) {
+      MutexLock lock(&mu_);
+      std::erase(unidentified_, from);
+      return;
+    }
+    if (!checked.ok()) return refuse(checked);
     return refuse(Status::FailedPrecondition(fmt::format("{} takes ring connections from {} only", self.name, prev.task)));
   }
   {
@@ -159,6 +173,7 @@ void Ring::OnFrame(const std::shared_ptr<Connection>& from, wire::InFrame frame)
   const wire::MessageType type = frame.header.type;
   mu_.Lock();
   const bool is_next = from == next_conn_, is_prev = from == prev_conn_;
+  if (is_next) heard_.insert(options_.members[static_cast<std::size_t>(Next())].task);
   mu_.Unlock();
   if (!is_prev && !is_next) {
     if (type == wire::MessageType::kHello) return HandleHello(from, frame);
@@ -215,6 +230,11 @@ void Ring::OnClosed(const std::shared_ptr<Connection>& from, const Status& why) 
     other = shares_listener_with_.lock();
   }
   if (other != nullptr) other->OnClosed(from, why);  // perhaps a connection handed over to it
+}
+
+std::set<std::string> Ring::heard() const {
+  MutexLock lock(&mu_);
+  return heard_;
 }
 
 void Ring::RecordFailure(Status why) {

@@ -23,10 +23,9 @@ Status CheckJobOnCluster(const ClusterSpec& cluster, const JobSpec& job, std::st
       if (elastic.enabled() && (n < elastic.min_workers || n > elastic.max_workers))
         return Status::InvalidArgument(fmt::format("{}elastic: a ring of {} workers is outside min_workers {} .. max_workers {}", job_where,
                                                    n, elastic.min_workers, elastic.max_workers));
-      if (elastic.enabled() && cluster.base_num_workers() != n)
-        return Status::InvalidArgument(fmt::format("cluster: joining a running allreduce ring is not supported (TF_CONFIG tfd.base_workers "
-                                                   "{} of {} workers); an elastic ring only goes on without the workers it loses",
-                                                   cluster.base_num_workers(), n));
+      if (!elastic.enabled() && cluster.base_num_workers() != n)
+        return Status::InvalidArgument(fmt::format("cluster: a worker joins a running ring of {} workers (TF_CONFIG tfd.base_workers), but "
+                                                   "the job has no \"elastic\" section", cluster.base_num_workers()));
       break;
     }
     case UpdateSpec::Mode::kAsync:

@@ -15,8 +15,8 @@ namespace tfd::config {
 //     model-parallel job have none;
 //   - sync: total_num_replicas equal to, and replicas_to_aggregate and min_replicas at most, the
 //     number of workers; an elastic sync job aggregates every worker (no replicas_to_aggregate);
-//   - elastic: the cluster's workers within min_workers .. max_workers (an allreduce ring cannot be
-//     joined: TF_CONFIG tfd.base_workers must be the cluster's own count);
+//   - elastic: the cluster's workers within min_workers .. max_workers (only an elastic allreduce
+//     ring can be joined: TF_CONFIG tfd.base_workers below the cluster's own count);
 //   - model_parallel: a whole number of replicas of `stages` workers (CheckModelParallelCluster);
 //   - evaluation: an evaluator task's needs (CheckEvaluation).
 // A cluster with a coordinator task is not checked: its workers train the jobs the coordinator hands

@@ -50,6 +50,8 @@ bool IsKnownType(std::uint16_t t) {
     case MessageType::kRingShmOffer:
     case MessageType::kRingShmAccept:
     case MessageType::kRingSlotFree:
+    case MessageType::kRingJoin:
+    case MessageType::kRingJoinAccept:
     case MessageType::kTrialRequest:
     case MessageType::kTrialAssign:
     case MessageType::kTrialEpoch:
@@ -89,6 +91,8 @@ const char* MessageTypeName(MessageType t) {
     case MessageType::kRingShmOffer: return "RING_SHM_OFFER";
     case MessageType::kRingShmAccept: return "RING_SHM_ACCEPT";
     case MessageType::kRingSlotFree: return "RING_SLOT_FREE";
+    case MessageType::kRingJoin: return "RING_JOIN";
+    case MessageType::kRingJoinAccept: return "RING_JOIN_ACCEPT";
     case MessageType::kTrialRequest: return "TRIAL_REQUEST";
     case MessageType::kTrialAssign: return "TRIAL_ASSIGN";
     case MessageType::kTrialEpoch: return "TRIAL_EPOCH";

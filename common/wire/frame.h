@@ -53,6 +53,8 @@ enum class MessageType : std::uint16_t {
   kRingShmOffer = 44,    // shared slots: the sender offers them, the receiver maps them
   kRingShmAccept = 45,
   kRingSlotFree = 46,    // the receiver has read slots up to a count
+  kRingJoin = 47,        // elastic allreduce: a joiner asks the ring's rank 0 to take it in
+  kRingJoinAccept = 48,  // ... and rank 0's answer at the commit it joins at: the new ring
   kTrialRequest = 50,  // 50-59: a coordinator and its generic workers
   kTrialAssign = 51,
   kTrialEpoch = 52,

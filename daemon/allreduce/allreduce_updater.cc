@@ -11,11 +11,11 @@ AllreduceUpdater::AllreduceUpdater(std::shared_ptr<collective::Ring> ring, const
                                    int bucket_kb, metrics::Counter* allreduce_bytes)
     : ring_(std::move(ring)),
       state_(optimizer, model.params().size(), optim::DecayedRanges(model::VariableRuns(model))),
-      buffer_(model.params().size() + 2),
+      buffer_(model.params().size() + 3),
       allreduce_bytes_(allreduce_bytes) {
   const std::size_t min_floats = static_cast<std::size_t>(bucket_kb) * 1024 / 4;
   const std::vector<std::size_t>& starts = model.layer_starts();
-  std::size_t end = buffer_.size();  // the last bucket also carries the two floats
+  std::size_t end = buffer_.size();  // the last bucket also carries the three floats
   for (std::size_t i = starts.size() - 1; i-- > 0;) {
     const std::size_t begin = starts[i];
     if (begin == 0 || (bucket_kb > 0 && end - begin >= min_floats)) {
@@ -36,6 +36,9 @@ Status AllreduceUpdater::StartBucket(model::Model& model, bool contributes) {
   if (b.end == buffer_.size()) {
     buffer_[n] = contributes ? 1.0f : 0.0f;
     buffer_[n + 1] = has_next_ ? 1.0f : 0.0f;
+    // Rank 0 (only it has joiners) asks at a commit step; the ring grows after it.
+    const bool join = commit_every_ > 0 && (global_step_ + 1) % commit_every_ == 0 && hooks_.joiners_waiting && hooks_.joiners_waiting();
+    buffer_[n + 2] = join ? 1.0f : 0.0f;
   }
   TFD_ASSIGN_OR_RETURN(last_id_, ring_->StartAllReduce(std::span<float>(buffer_).subspan(b.begin, b.end - b.begin)));
   return Status::Ok();
@@ -103,6 +106,12 @@ Result<std::int64_t> AllreduceUpdater::Exchange(model::Model& model, bool contri
       if (!others_have_data_) pending_.position = {.epoch = position_.epoch + 1, .epoch_steps = 0, .local_step = position_.local_step,
                                                    .global_step = global_step_};
     }
+    // Every member saw the same sums: the ring grows now, at the commit just taken. At an epoch's
+    // last step it waits for the next commit, so every epoch ends (and is judged) in one ring.
+    if (buffer_[n + 2] > 0.0f && others_have_data_ && pending_.valid && pending_.global_step == global_step_ && hooks_.grow) {
+      TFD_RETURN_IF_ERROR(Settle(model, hooks_.grow(global_step_)));
+      regrouped_ = current_.position;
+    }
   }
   return global_step_;
 }
@@ -119,11 +128,18 @@ void AllreduceUpdater::TakeCommit(const model::Model& model, Commit* into) {
   into->updates = state_.updates();
 }
 
-void AllreduceUpdater::EnableElastic(const model::Model& model, int commit_every_steps, Reformer reform) {
+void AllreduceUpdater::EnableElastic(const model::Model& model, int commit_every_steps, ElasticHooks hooks) {
   commit_every_ = commit_every_steps;
-  reform_ = std::move(reform);
+  hooks_ = std::move(hooks);
   position_ = {.epoch = 1, .epoch_steps = 0, .local_step = 0, .global_step = 0};  // an allreduce run starts at epoch 1
   TakeCommit(model, &current_);  // every member holds the initial parameters once the broadcast is done
+}
+
+Result<train::Updater::Position> AllreduceUpdater::Join(model::Model& model, Reformed formed) {
+  newcomer_ = true;
+  current_ = Commit{};
+  TFD_RETURN_IF_ERROR(Settle(model, std::move(formed)));
+  return current_.position;
 }
 
 std::optional<train::Updater::Share> AllreduceUpdater::EpochShare() {
@@ -133,24 +149,75 @@ std::optional<train::Updater::Share> AllreduceUpdater::EpochShare() {
 
 Result<train::Updater::Position> AllreduceUpdater::Recover(model::Model& model, const Status& failure) {
   if (commit_every_ == 0) return failure;
-  TFD_ASSIGN_OR_RETURN(Reformed r, reform_(failure, current_.global_step));
-  Commit* back = current_.valid && current_.global_step == r.commit_step ? &current_
-                 : pending_.valid && pending_.global_step == r.commit_step ? &pending_
-                                                                           : nullptr;
-  if (back == nullptr) {
-    return Status::Internal(fmt::format("elastic: the members agreed on the commit at global step {}, which this worker does not hold "
-                                        "(its current commit is at global step {})", r.commit_step, current_.global_step));
+  TFD_RETURN_IF_ERROR(Settle(model, hooks_.reform(failure, current_.global_step)));
+  return current_.position;
+}
+
+Status AllreduceUpdater::Settle(model::Model& model, Result<Reformed> r) {
+  for (;;) {
+    if (!r.ok()) return r.status();
+    Commit* back = current_.valid && current_.global_step == r->commit_step ? &current_
+                   : pending_.valid && pending_.global_step == r->commit_step ? &pending_
+                                                                              : nullptr;
+    if (back == nullptr && !newcomer_) {
+      return Status::Internal(fmt::format("elastic: the members agreed on the commit at global step {}, which this worker does not hold "
+                                          "(its current commit is at global step {})", r->commit_step, current_.global_step));
+    }
+    if (back != nullptr && back != &current_) current_ = std::move(*back);
+    pending_ = Commit{};
+    ring_ = std::move(r->ring);
+    Status sent = BroadcastCommit(model);
+    if (sent.ok()) break;
+    // A loss while the ring re-forms: it re-forms again without the lost member.
+    r = hooks_.reform(sent.WithContext("broadcast of the committed state"), newcomer_ ? 0 : current_.global_step);
   }
-  if (back != &current_) current_ = std::move(*back);
-  pending_ = Commit{};
+  newcomer_ = false;
   std::copy(current_.params.begin(), current_.params.end(), model.params().begin());
   TFD_RETURN_IF_ERROR(state_.Restore(current_.slots, current_.updates));
-  ring_ = std::move(r.ring);
   global_step_ = current_.global_step;
   next_bucket_ = 0;
   has_next_ = false;
   others_have_data_ = true;  // an epoch taken up at its end joins one step, which ends it on every member
-  return current_.position;
+  return Status::Ok();
+}
+
+namespace {
+
+// A counter as two floats, each exact (< 2^24): the high bits and the low 20.
+void PutCounter(std::int64_t v, float* at) {
+  at[0] = static_cast<float>(v >> 20);
+  at[1] = static_cast<float>(v & 0xfffff);
+}
+std::int64_t GetCounter(const float* at) { return (static_cast<std::int64_t>(at[0]) << 20) + static_cast<std::int64_t>(at[1]); }
+
+}  // namespace
+
+Status AllreduceUpdater::BroadcastCommit(model::Model& model) {
+  const std::size_t np = model.params().size(), ns = std::as_const(state_).slots().size();
+  constexpr std::size_t kCounters = 4;  // global step, epoch, steps of the epoch, optimizer updates
+  std::vector<float> buf(np + ns + 2 * kCounters, 0.0f);
+  if (ring_->rank() == 0) {
+    if (!current_.valid || current_.params.size() != np || current_.slots.size() != ns)
+      return Status::Internal("elastic: rank 0 of the re-formed ring holds no commit to broadcast");
+    std::copy(current_.params.begin(), current_.params.end(), buf.begin());
+    std::copy(current_.slots.begin(), current_.slots.end(), buf.begin() + static_cast<std::ptrdiff_t>(np));
+    float* c = buf.data() + np + ns;
+    PutCounter(current_.global_step, c);
+    PutCounter(current_.position.epoch, c + 2);
+    PutCounter(current_.position.epoch_steps, c + 4);
+    PutCounter(current_.updates, c + 6);
+  }
+  TFD_RETURN_IF_ERROR(ring_->Broadcast(buf));
+  const std::int64_t local_step = current_.valid ? current_.position.local_step : 0;  // each worker's own
+  const float* c = buf.data() + np + ns;
+  current_.valid = true;
+  current_.params.assign(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(np));
+  current_.slots.assign(buf.begin() + static_cast<std::ptrdiff_t>(np), buf.begin() + static_cast<std::ptrdiff_t>(np + ns));
+  current_.global_step = GetCounter(c);
+  current_.position = {.epoch = static_cast<int>(GetCounter(c + 2)), .epoch_steps = GetCounter(c + 4), .local_step = local_step,
+                       .global_step = current_.global_step};
+  current_.updates = GetCounter(c + 6);
+  return Status::Ok();
 }
 
 }  // namespace tfd::allreduce

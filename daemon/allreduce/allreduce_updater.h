@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -30,7 +31,9 @@ namespace tfd::allreduce {
 // as soon as backprop has computed its layers, and runs while backprop computes the earlier ones;
 // Step waits for the last. Every worker cuts the same buckets, so the sums are the same bits.
 //
-// Elastic (EnableElastic): every `commit_every_steps` global steps each worker copies its training
+// Elastic (EnableElastic): a third float is rank 0's request, at a commit step, to let waiting
+// workers join: every member sees it in the same sums and the ring grows right after that step
+// (ElasticHooks::grow), the epoch going on from there with the new shares (Regrouped). Every `commit_every_steps` global steps each worker copies its training
 // state (parameters, optimizer slots, global step, the loop's Position) into memory as a pending
 // commit. It becomes the current commit when the next step's all-reduce completes here: every
 // member started that one, so every member had finished the step the commit was taken at and holds
@@ -48,6 +51,15 @@ class AllreduceUpdater final : public train::Updater {
   // Given the error of the current ring and this worker's current commit step: the new ring, or
   // why there is none (fewer than min_workers, a rendezvous that failed).
   using Reformer = std::function<Result<Reformed>(const Status& error, std::int64_t commit_step)>;
+  // Elastic: how the ring changes. `reform` after a loss; `joiners_waiting` (asked on the ring's
+  // rank 0 before each commit step's all-reduce) whether a worker waits to join; `grow`, on every
+  // member after a commit step whose sums say rank 0 asked for it, the ring with the joiners
+  // (given the step of the commit just taken, which every member holds once it is formed).
+  struct ElasticHooks {
+    Reformer reform;
+    std::function<bool()> joiners_waiting;
+    std::function<Result<Reformed>(std::int64_t commit_step)> grow;
+  };
 
   // `allreduce_bytes`, when given, counts the bytes of each step's all-reduce (its buffer).
   AllreduceUpdater(std::shared_ptr<collective::Ring> ring, const optim::Optimizer& optimizer, const model::Model& model, int bucket_kb,
@@ -62,11 +74,16 @@ class AllreduceUpdater final : public train::Updater {
   bool OthersHaveData() const override { return others_have_data_; }
   Result<std::int64_t> JoinStep(model::Model& model) override;
   std::string EpochNote() override;
-  // Elastic: commits every `commit_every_steps` steps and recovers through `reform`. Call before
-  // the first step, with the initial parameters in `model` (the first commit, at step 0).
-  void EnableElastic(const model::Model& model, int commit_every_steps, Reformer reform);
+  // Elastic: commits every `commit_every_steps` steps, recovers and grows through `hooks`. Call
+  // before the first step, with the initial parameters in `model` (the first commit, at step 0).
+  void EnableElastic(const model::Model& model, int commit_every_steps, ElasticHooks hooks);
+  // A worker joining a running ring, after EnableElastic: takes the ring it was let into, receives
+  // the committed state from rank 0 (parameters, optimizer slots, global step, place in the data)
+  // and returns where its epoch loop starts (its local step 0).
+  Result<Position> Join(model::Model& model, Reformed formed);
   void AtStep(const Position& position) override { position_ = position; }
   Result<Position> Recover(model::Model& model, const Status& failure) override;
+  std::optional<Position> Regrouped() override { return std::exchange(regrouped_, std::nullopt); }
   std::optional<Share> EpochShare() override;
   // One more all-reduce of ring-size floats, the chief's decision in the first: every worker
   // stops when its sum is not 0.
@@ -84,13 +101,17 @@ class AllreduceUpdater final : public train::Updater {
     std::int64_t updates = 0;
   };
   void TakeCommit(const model::Model& model, Commit* into);
+  // The ring re-formed (`r`, or why not): every member takes the commit they agreed on and rank 0
+  // broadcasts it (so a newcomer has it too); a loss meanwhile re-forms again, without the lost one.
+  Status Settle(model::Model& model, Result<Reformed> r);
+  Status BroadcastCommit(model::Model& model);  // rank 0's current_ to every member, into current_ and the model
 
   struct Bucket {
     std::size_t begin, end;  // floats of buffer_
   };
   std::shared_ptr<collective::Ring> ring_;
   optim::OptimizerState state_;
-  std::vector<float> buffer_;     // gradient sum, then weight sum and next-step count
+  std::vector<float> buffer_;     // gradient sum, then weight sum, next-step count and rank 0's join request
   std::vector<Bucket> buckets_;   // in the order they start: the last layers' first
   std::size_t next_bucket_ = 0;   // buckets of this step started
   std::uint64_t last_id_ = 0;     // the ring's id of the last one started
@@ -99,7 +120,9 @@ class AllreduceUpdater final : public train::Updater {
   metrics::Counter* allreduce_bytes_;  // null: not counted
   // Elastic: 0 when not.
   int commit_every_ = 0;
-  Reformer reform_;
+  ElasticHooks hooks_;
+  bool newcomer_ = false;       // joined a running ring and holds no commit yet
+  std::optional<Position> regrouped_;  // the ring grew after the last step: the loop goes on from here
   Position position_;           // where the loop will be after the step in progress
   Commit current_, pending_;    // pending_ becomes current_ once the next step's all-reduce is done here
 };

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <deque>
 #include <random>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -15,6 +16,7 @@
 #include "common/transport/io_thread.h"
 #include "common/transport/listener.h"
 #include "daemon/allreduce/allreduce_updater.h"
+#include "daemon/allreduce/join_door.h"
 #include "daemon/ring_options.h"
 #include "daemon/train/device.h"
 #include "daemon/train/job_data.h"
@@ -68,70 +70,190 @@ class RingHolder {
 
 
 
-// Elastic: after `error` of `holder`'s ring, the ring of the members left without the one the error
-// blames. Each survivor forms it (new incarnation, so the old ring's frames are refused; retried
-// until `settle` is over, as the survivors notice the loss at different times), then they agree in
-// one all-reduce on the newest commit every member holds: the largest current commit step.
-Result<AllreduceUpdater::Reformed> Reform(RingHolder& holder, transport::asio::io_context& ioc, const config::ElasticSpec& elastic,
-                                          EventWriter& events, const std::atomic<bool>* stop, const Status& error,
-                                          std::int64_t commit_step) {
-  const std::shared_ptr<collective::Ring> old = holder.Get();
+// The cluster id of a ring of `members` in the run whose cluster id is `base`: a member that still
+// runs another membership refuses this ring's HELLO (and this one its).
+std::uint64_t MembershipId(std::uint64_t base, const std::vector<collective::RingMember>& members) {
+  std::uint64_t id = base;
+  for (const collective::RingMember& m : members) {
+    for (char ch : m.task) id = (id ^ static_cast<unsigned char>(ch)) * 0x100000001b3ULL;
+    id = (id ^ 0xff) * 0x100000001b3ULL;
+  }
+  return id;
+}
+
+std::string MemberName(const collective::RingMember& m) { return fmt::format("{} ({}:{})", m.task, m.host, m.port); }
+
+// What every elastic ring change shares: where connections go, the I/O, the job's bounds, events.
+struct ElasticContext {
+  RingHolder& holder;
+  transport::asio::io_context& ioc;
+  const config::ElasticSpec& elastic;
+  EventWriter& events;
+  const std::atomic<bool>* stop;
+  std::uint64_t base_id;  // the cluster id the run started with
+};
+
+// Forms the ring `ro` (its members and this member's rank; its cluster id is set here), each member
+// retrying until `settle` is over (they notice a change at different times; a member that still runs
+// the old ring refuses the new one's HELLO until it does), then they agree in one all-reduce on the
+// newest commit every member holds: the largest current commit step (a joiner holds none: 0). A
+// member the last attempt's error blames when `settle` is over is dropped (a loss while the ring
+// re-forms) and the others start again, while at least min_workers remain. `joined` and `lost` name
+// the change for the log and the `membership` event.
+Result<AllreduceUpdater::Reformed> FormRing(const ElasticContext& cx, collective::RingOptions ro, std::int64_t commit_step,
+                                            const std::string& joined, std::string lost) {
+  // Long enough for every member to notice the change: a silent member takes a peer timeout.
+  const auto settle = std::max<Clock::duration>(2 * ro.connection.peer_timeout, std::chrono::seconds(5));
+  ro.redial = true;
+  for (;;) {
+    const int n = static_cast<int>(ro.members.size());
+    ro.cluster_id = MembershipId(cx.base_id, ro.members);
+    const std::string change = joined.empty() ? lost : lost.empty() ? joined : joined + ", " + lost;
+    if (n < cx.elastic.min_workers) {
+      return Status::FailedPrecondition(fmt::format("elastic: the run is over: {} workers left, fewer than elastic min_workers {} ({})", n,
+                                                    cx.elastic.min_workers, change));
+    }
+    spdlog::warn("elastic: {}; forming the ring of {} workers", change, n);
+    const auto deadline = Clock::now() + settle;
+    Status why;
+    std::shared_ptr<collective::Ring> ring;
+    std::set<std::string> heard;  // members a frame came from in any attempt: alive
+    for (int attempt = 1;; ++attempt) {
+      ro.incarnation = task::NewIncarnation();
+      ro.startup_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      ring = collective::Ring::Create(cx.ioc, ro);
+      cx.holder.Set(ring);
+      why = ring->Connect();
+      // Each member's current commit step, in its slot (two floats: exact sums whatever the step).
+      std::vector<float> commits(static_cast<std::size_t>(2 * n), 0.0f);
+      commits[static_cast<std::size_t>(2 * ro.rank)] = static_cast<float>(commit_step >> 20);
+      commits[static_cast<std::size_t>(2 * ro.rank + 1)] = static_cast<float>(commit_step & 0xfffff);
+      if (why.ok()) why = ring->AllReduce(commits).WithContext("agreeing on the commit to roll back to");
+      if (why.ok()) {
+        std::int64_t agreed = 0;
+        for (int r = 0; r < n; ++r) {
+          agreed = std::max(agreed, (static_cast<std::int64_t>(commits[static_cast<std::size_t>(2 * r)]) << 20) +
+                                        static_cast<std::int64_t>(commits[static_cast<std::size_t>(2 * r + 1)]));
+        }
+        spdlog::info("membership: {} workers from global_step {} ({}; elastic min_workers {}, max_workers {}); rolled back to the "
+                     "commit at global_step {}; this worker is rank {} of the ring",
+                     n, agreed + 1, change, cx.elastic.min_workers, cx.elastic.max_workers, agreed, ro.rank);
+        std::vector<EventField> fields = {{"workers", std::int64_t{n}}, {"global_step", agreed + 1}, {"commit_step", agreed},
+                                          {"rank", std::int64_t{ro.rank}}};
+        if (!lost.empty()) fields.push_back({"lost", lost});
+        if (!joined.empty()) fields.push_back({"joined", joined});
+        cx.events.Emit("membership", fields);
+        return AllreduceUpdater::Reformed{.ring = ring, .commit_step = agreed};
+      }
+      ring->Close(Status::Ok());  // quietly: a neighbour's next attempt must not read this one's error
+      heard.merge(ring->heard());
+      if (Clock::now() >= deadline || (cx.stop != nullptr && cx.stop->load())) break;
+      spdlog::info("elastic: the ring of {} workers did not form (attempt {}: {}); trying again", n, attempt, why.message());
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    // Blame a neighbour nothing came from in any attempt (a member that refused this ring's HELLO,
+    // running another membership, is alive); else the one the error names.
+    int blamed = -1;
+    for (int r : {(ro.rank + n - 1) % n, (ro.rank + 1) % n})
+      if (blamed < 0 && !heard.contains(ro.members[static_cast<std::size_t>(r)].task)) blamed = r;
+    if (blamed < 0) blamed = ring->Blamed(why);
+    if (blamed < 0 || blamed == ro.rank || (cx.stop != nullptr && cx.stop->load())) {
+      return Status::Unavailable(fmt::format("elastic: the ring of {} workers ({}) did not form within {:.0f} s: {}", n, change,
+                                             std::chrono::duration<double>(settle).count(), why.message()));
+    }
+    // A loss while the ring re-forms: again, without that member.
+    const std::string name = MemberName(ro.members[static_cast<std::size_t>(blamed)]);
+    lost = lost.empty() ? name + " lost" : fmt::format("{}, then {} lost", lost, name);
+    ro.members.erase(ro.members.begin() + blamed);
+    if (blamed < ro.rank) --ro.rank;
+  }
+}
+
+// After `error` of the holder's ring: the ring of the members left without the one the error blames.
+Result<AllreduceUpdater::Reformed> Reform(const ElasticContext& cx, const Status& error, std::int64_t commit_step) {
+  const std::shared_ptr<collective::Ring> old = cx.holder.Get();
   const int blamed = old->Blamed(error);
   if (blamed < 0) return error;  // it names no member to drop: not a loss this can recover from
-  const collective::RingOptions& before = old->options();
-  const std::string lost = fmt::format("{} ({}:{})", before.members[static_cast<std::size_t>(blamed)].task,
-                                       before.members[static_cast<std::size_t>(blamed)].host, before.members[static_cast<std::size_t>(blamed)].port);
-  collective::RingOptions ro = before;
+  collective::RingOptions ro = old->options();
+  const std::string lost = MemberName(ro.members[static_cast<std::size_t>(blamed)]);
   ro.members.erase(ro.members.begin() + blamed);
-  if (blamed < before.rank) --ro.rank;
-  const int n = static_cast<int>(ro.members.size());
-  // The cluster id of this membership: a member that still runs the old ring, or sees another
-  // membership, refuses this ring's HELLO (and this one its).
-  for (const collective::RingMember& m : ro.members) {
-    for (char ch : m.task) ro.cluster_id = (ro.cluster_id ^ static_cast<unsigned char>(ch)) * 0x100000001b3ULL;
-    ro.cluster_id = (ro.cluster_id ^ 0xff) * 0x100000001b3ULL;
-  }
-  if (n < elastic.min_workers) {
+  if (blamed < ro.rank) --ro.rank;
+  if (static_cast<int>(ro.members.size()) < cx.elastic.min_workers) {
     return Status::FailedPrecondition(fmt::format("elastic: the run is over: {} workers left, fewer than elastic min_workers {} ({} lost: {})",
-                                                  n, elastic.min_workers, lost, error.message()));
+                                                  ro.members.size(), cx.elastic.min_workers, lost, error.message()));
   }
-  spdlog::warn("elastic: lost {}: {}; re-forming the ring with the {} workers left", lost, error.message(), n);
-  // Long enough for every survivor to notice the loss: a silent member takes a peer timeout.
-  const auto settle = std::max<Clock::duration>(2 * before.connection.peer_timeout, std::chrono::seconds(5));
-  const auto deadline = Clock::now() + settle;
-  Status why;
-  ro.redial = true;  // a survivor that has not noticed the loss yet refuses this ring's HELLO until it does
-  for (int attempt = 1;; ++attempt) {
-    ro.incarnation = task::NewIncarnation();
-    ro.startup_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    std::shared_ptr<collective::Ring> ring = collective::Ring::Create(ioc, ro);
-    holder.Set(ring);
-    why = ring->Connect();
-    // Each member's current commit step, in its slot (two floats: exact sums whatever the step).
-    std::vector<float> commits(static_cast<std::size_t>(2 * n), 0.0f);
-    commits[static_cast<std::size_t>(2 * ro.rank)] = static_cast<float>(commit_step >> 20);
-    commits[static_cast<std::size_t>(2 * ro.rank + 1)] = static_cast<float>(commit_step & 0xfffff);
-    if (why.ok()) why = ring->AllReduce(commits).WithContext("agreeing on the commit to roll back to");
-    if (why.ok()) {
-      std::int64_t agreed = 0;
-      for (int r = 0; r < n; ++r) {
-        agreed = std::max(agreed, (static_cast<std::int64_t>(commits[static_cast<std::size_t>(2 * r)]) << 20) +
-                                      static_cast<std::int64_t>(commits[static_cast<std::size_t>(2 * r + 1)]));
-      }
-      spdlog::info("membership: {} workers from global_step {} ({} lost; elastic min_workers {}, max_workers {}); rolled back to the "
-                   "commit at global_step {}; this worker is rank {} of the ring",
-                   n, agreed + 1, lost, elastic.min_workers, elastic.max_workers, agreed, ro.rank);
-      events.Emit("membership", {{"workers", std::int64_t{n}}, {"global_step", agreed + 1}, {"commit_step", agreed}, {"lost", lost},
-                                 {"rank", std::int64_t{ro.rank}}});
-      return AllreduceUpdater::Reformed{.ring = ring, .commit_step = agreed};
-    }
-    ring->Close(Status::Ok());  // quietly: a neighbour's next attempt must not read this one's error
-    if (Clock::now() >= deadline || (stop != nullptr && stop->load())) break;
-    spdlog::info("elastic: the ring of {} workers did not form (attempt {}: {}); trying again", n, attempt, why.message());
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  spdlog::warn("elastic: lost {}: {}", lost, error.message());
+  return FormRing(cx, std::move(ro), commit_step, "", lost + " lost");
+}
+
+// Rank 0's bytes to every member of `ring`, as one float per byte (exact), after their count.
+Status BroadcastBytes(collective::Ring& ring, std::vector<std::byte>* bytes) {
+  std::vector<float> count{static_cast<float>(bytes->size())};
+  TFD_RETURN_IF_ERROR(ring.Broadcast(count));
+  if (count[0] < 0 || count[0] > static_cast<float>(JoinDoor::kMaxJoinFrameBytes))
+    return Status::Corruption(fmt::format("elastic: rank 0 announced a membership of {} bytes", count[0]));
+  std::vector<float> f(static_cast<std::size_t>(count[0]));
+  if (ring.rank() == 0)
+    for (std::size_t i = 0; i < f.size(); ++i) f[i] = static_cast<float>((*bytes)[i]);
+  TFD_RETURN_IF_ERROR(ring.Broadcast(f));
+  bytes->resize(f.size());
+  for (std::size_t i = 0; i < f.size(); ++i) (*bytes)[i] = static_cast<std::byte>(static_cast<unsigned>(f[i]) & 0xff);
+  return Status::Ok();
+}
+
+collective::RingMember FromWire(const wire::RingJoinMember& m) { return {m.task, m.host, m.port, m.kind, m.index}; }
+
+// After a commit step whose sums carried rank 0's request: rank 0 tells the ring (over the old ring)
+// and the joiners (RING_JOIN_ACCEPT) who the members are now; every member leaves the old ring in
+// good order and forms the new one.
+Result<AllreduceUpdater::Reformed> Grow(const ElasticContext& cx, JoinDoor& door, std::int64_t commit_step) {
+  const std::shared_ptr<collective::Ring> old = cx.holder.Get();
+  collective::RingOptions ro = old->options();
+  std::vector<std::byte> bytes;
+  std::string joined;
+  if (ro.rank == 0) {
+    wire::RingJoinAccept accept{.commit_step = commit_step};
+    for (const collective::RingMember& m : ro.members) accept.members.push_back({m.kind, m.index, m.port, m.task, m.host});
+    for (wire::RingJoinMember& m : door.TakeReady(ro.members)) accept.members.push_back(std::move(m));
+    std::vector<collective::RingMember> members;
+    for (const wire::RingJoinMember& m : accept.members) members.push_back(FromWire(m));
+    accept.cluster_id = MembershipId(cx.base_id, members);
+    bytes = wire::Encode(accept).head;
+    TFD_RETURN_IF_ERROR(BroadcastBytes(*old, &bytes).WithContext("announcing the joiners"));
+    if (accept.members.size() > ro.members.size()) door.Answer(accept);
+  } else {
+    TFD_RETURN_IF_ERROR(BroadcastBytes(*old, &bytes).WithContext("announcing the joiners"));
   }
-  return Status::Unavailable(fmt::format("elastic: the ring of the {} workers left after {} was lost did not re-form within {:.0f} s: {}",
-                                         n, lost, std::chrono::duration<double>(settle).count(), why.message()));
+  wire::RingJoinAccept now;
+  TFD_RETURN_IF_ERROR(wire::Decode(bytes, &now).WithContext("the membership rank 0 announced"));
+  if (now.members.size() <= ro.members.size()) return AllreduceUpdater::Reformed{.ring = old, .commit_step = commit_step};
+  for (std::size_t i = ro.members.size(); i < now.members.size(); ++i)
+    joined += (joined.empty() ? "" : ", ") + MemberName(FromWire(now.members[i])) + " joined";
+  TFD_RETURN_IF_ERROR(old->Finish().WithContext("leaving the ring before it grows"));
+  const std::string self = ro.members[static_cast<std::size_t>(ro.rank)].task;
+  ro.members.clear();
+  for (const wire::RingJoinMember& m : now.members) {
+    if (m.task == self) ro.rank = static_cast<int>(ro.members.size());
+    ro.members.push_back(FromWire(m));
+  }
+  return FormRing(cx, std::move(ro), commit_step, joined, "");
+}
+
+// A joiner: asks the ring's rank 0 to take this worker in and, at the commit it is let in at, forms
+// the new ring with the members rank 0 announced (`ro` gives the rest of the ring's options).
+Result<AllreduceUpdater::Reformed> JoinRunningRing(const ElasticContext& cx, const config::TfConfig& config, const config::JobSpec& job,
+                                                   const model::Model& model, collective::RingOptions ro,
+                                                   const train::WorkerTaskOptions& options) {
+  spdlog::info("{} joins the running ring (TF_CONFIG tfd.base_workers: the run started with {} workers)", config.task.ToString(),
+               config.cluster.base_num_workers());
+  TFD_ASSIGN_OR_RETURN(wire::RingJoinAccept accept,
+                       AskToJoin(cx.ioc, config, JobFingerprint(job, model), ro.incarnation, ro.connection,
+                                 Clock::now() + options.startup_timeout, options.stop));
+  ro.members.clear();
+  for (const wire::RingJoinMember& m : accept.members) ro.members.push_back(FromWire(m));
+  ro.rank = static_cast<int>(accept.rank);
+  const std::string joined = MemberName(ro.members[accept.rank]) + " joined";
+  return FormRing(cx, std::move(ro), 0, joined, "");
 }
 
 }  // namespace
@@ -162,35 +284,72 @@ Status RunAllreduceWorker(const config::TfConfig& config, const config::JobSpec&
     if (listener != nullptr) listener->Stop();
   });
 
-  const collective::RingOptions ro = RingOptionsFor(config, 0, num_workers, rank, options, connection);
-  ring = collective::Ring::Create(io.context(), ro);
-  holder->Set(ring);
+  // A rank past the workers the run started with joins the running ring (elastic only: config::CheckJobOnCluster).
+  const bool joiner = rank >= config.cluster.base_num_workers();
+  collective::RingOptions ro = RingOptionsFor(config, 0, num_workers, rank, options, connection);
+  std::shared_ptr<JoinDoor> door;
+  if (elastic.enabled()) {
+    door = std::make_shared<JoinDoor>(config.cluster.Id(), JobFingerprint(job, model), elastic.max_workers,
+                                      static_cast<int>(config.cluster.chief.size()));
+    ro.on_stranger = [door](const std::shared_ptr<transport::Connection>& from, const wire::Hello& hello, std::uint64_t request_id,
+                            const transport::HandshakeIdentity& self, int r) { return door->Offer(from, hello, request_id, self, r); };
+  }
   if (num_workers > 1) {
     const config::Endpoint& self = config.self();
     TFD_ASSIGN_OR_RETURN(listener, transport::Listener::Bind(io.context(), options.bind_address, self.port,
                                                              [holder](transport::tcp::socket s) { holder->Accept(std::move(s)); }));
     listener->Start();
     spdlog::info("listening on {}:{} for {}", options.bind_address.empty() ? "*" : options.bind_address, self.port,
-                 ro.members[static_cast<std::size_t>((rank + num_workers - 1) % num_workers)].task);
+                 joiner ? std::string("the ring this worker joins")
+                        : ro.members[static_cast<std::size_t>((rank + num_workers - 1) % num_workers)].task);
   }
-  TFD_RETURN_IF_ERROR(train::AtStartup(ring->Connect()));
-  // Every worker starts from the chief's parameters.
-  TFD_RETURN_IF_ERROR(train::AtStartup(ring->Broadcast(model.params()).WithContext("broadcast of the initial parameters")));
-  spdlog::info("ready: ring of {} workers formed", num_workers);
-  task::EmitReady(events, 0, fmt::format("{} in a ring of {} workers", config.task.ToString(), num_workers));
+  const ElasticContext cx{*holder, io.context(), elastic, events, options.stop, config.cluster.Id()};
+  std::optional<AllreduceUpdater::Reformed> joined;
+  if (joiner) {
+    Result<AllreduceUpdater::Reformed> formed = JoinRunningRing(cx, config, job, model, ro, options);
+    if (!formed.ok()) return train::AtStartup(formed.status());
+    ring = formed->ring;
+    joined = std::move(*formed);
+  } else {
+    ring = collective::Ring::Create(io.context(), ro);
+    holder->Set(ring);
+    TFD_RETURN_IF_ERROR(train::AtStartup(ring->Connect()));
+    // Every worker starts from the chief's parameters.
+    TFD_RETURN_IF_ERROR(train::AtStartup(ring->Broadcast(model.params()).WithContext("broadcast of the initial parameters")));
+  }
 
   metrics::TaskMetrics* m = options.metrics;
   if (m != nullptr) m->AddAllreduceMetrics();
   if (m != nullptr) m->connected_peers->Set(num_workers > 1 ? 2 : 0);  // the ring's links to the previous and next member
   AllreduceUpdater updater(ring, *optimizer, model, job.update.bucket_kb, m != nullptr ? m->allreduce_bytes : nullptr);
-  if (elastic.enabled()) {
-    updater.EnableElastic(model, elastic.commit_every_steps, [&](const Status& error, std::int64_t commit_step) {
-      return Reform(*holder, io.context(), elastic, events, options.stop, error, commit_step);
-    });
-    spdlog::info("elastic: a commit every {} global steps, kept in memory; the ring goes on without a lost worker while at least "
-                 "min_workers {} remain", elastic.commit_every_steps, elastic.min_workers);
-  }
   train::TrainerOptions topts = train::TrainerOptionsFor(config, job, options);
+  if (elastic.enabled()) {
+    updater.EnableElastic(model, elastic.commit_every_steps,
+                          {.reform = [&](const Status& error, std::int64_t commit_step) { return Reform(cx, error, commit_step); },
+                           .joiners_waiting = [&] {
+                             const std::shared_ptr<collective::Ring> now = holder->Get();
+                             return now != nullptr && now->rank() == 0 && door->Poll(now->options().members);
+                           },
+                           .grow = [&](std::int64_t commit_step) { return Grow(cx, *door, commit_step); }});
+    spdlog::info("elastic: a commit every {} global steps, kept in memory; the ring goes on without a lost worker while at least "
+                 "min_workers {} remain, and takes workers that join at a commit (up to max_workers {})",
+                 elastic.commit_every_steps, elastic.min_workers, elastic.max_workers);
+  }
+  if (joined) {
+    const std::int64_t at = joined->commit_step;
+    Result<train::Updater::Position> joined_at = updater.Join(model, std::move(*joined));
+    if (!joined_at.ok()) return train::AtStartup(joined_at.status());
+    const train::Updater::Position start = *joined_at;
+    const int size = updater.EpochShare()->count;
+    spdlog::info("joined the ring at the commit of global_step {}: {} workers; this worker trains from epoch {} step {}", at, size,
+                 start.epoch, start.epoch_steps + 1);
+    events.Emit("joined", {{"global_step", at}, {"workers", std::int64_t{size}}, {"epoch", std::int64_t{start.epoch}},
+                           {"rank", std::int64_t{updater.EpochShare()->index}}});
+    topts.start_at = start;
+  }
+  spdlog::info("ready: ring of {} workers formed", joined ? updater.EpochShare()->count : num_workers);
+  task::EmitReady(events, 0, fmt::format("{} in a ring of {} workers", config.task.ToString(),
+                                         joined ? updater.EpochShare()->count : num_workers));
   if (device_compute) topts.compute = device_compute;
   return train::Train(job, loaded.data, model, updater, events, topts);
 }

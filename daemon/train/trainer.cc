@@ -4,6 +4,7 @@
 #include <cmath>
 #include <fstream>
 #include <optional>
+#include <utility>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -108,7 +109,9 @@ Status TrainLoop(const config::JobSpec& job, const data::DataSplits& data, model
   }
   // An updater that recovers from a failure (Updater::Recover) sends the loop back to a position
   // it returns: `resume` then says where, and the epoch in progress starts again there.
-  std::optional<Updater::Position> resume;
+  std::optional<Updater::Position> resume = options.start_at;
+  if (resume) global_step = resume->global_step;
+  std::optional<Updater::Position> regrouped;  // Updater::Regrouped after the last step
   Status updater_error;  // what the last failed updater call returned
   auto fail = [&](const Status& s) {
     updater_error = s;
@@ -186,6 +189,7 @@ Status TrainLoop(const config::JobSpec& job, const data::DataSplits& data, model
         Result<std::int64_t> stepped = updater.Step(model, local_step);
         if (!stepped.ok()) return fail(stepped.status());
         global_step = *stepped;
+        if ((regrouped = updater.Regrouped())) return Status::Ok();
         const Clock::time_point stepped_at = Clock::now();
         compute_time += computed - step_start - handing_off;
         update_time += stepped_at - computed + handing_off;
@@ -227,6 +231,7 @@ Status TrainLoop(const config::JobSpec& job, const data::DataSplits& data, model
         Result<std::int64_t> joined = updater.JoinStep(model);
         if (!joined.ok()) return fail(joined.status());
         global_step = *joined;
+        if ((regrouped = updater.Regrouped())) return Status::Ok();
       }
       const double secs = std::chrono::duration<double>(Clock::now() - start).count();
       const double samples_per_sec = secs > 0 ? static_cast<double>(seen) / secs : 0;
@@ -318,6 +323,10 @@ Status TrainLoop(const config::JobSpec& job, const data::DataSplits& data, model
   for (;;) {
     updater_error = Status::Ok();
     Status s = run();
+    if (s.ok() && regrouped) {  // the epoch in progress goes on in the new ring, with the new shares
+      resume = std::exchange(regrouped, std::nullopt);
+      continue;
+    }
     if (s.ok()) break;
     if (updater_error.ok()) return s;  // a signal, a diverged loss: nothing to recover from
     Result<Updater::Position> r = updater.Recover(model, updater_error);

@@ -32,6 +32,9 @@ struct TrainerOptions {
   std::optional<ckpt::EarlyStopping> early_stopping;
   // A worker that joined an elastic run starts at this epoch (0: where start_local_step puts it).
   int first_epoch = 0;
+  // A worker that joined a running allreduce ring starts here (the commit it received), at local
+  // step 0; overrides start_local_step and first_epoch.
+  std::optional<Updater::Position> start_at;
   // When > 0, this worker uses at most this many examples of its shard each epoch (uneven shards;
   // only with an updater that JoinsUnevenShards).
   std::int64_t shard_limit = 0;

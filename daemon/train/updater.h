@@ -73,6 +73,10 @@ class Updater {
   // elastic allreduce ring re-forms without a lost worker and rolls the model back to its last
   // commit) and returns where the loop goes on from; otherwise returns `failure`.
   virtual Result<Position> Recover(model::Model&, const Status& failure) { return failure; }
+  // After a Step or JoinStep that succeeded: where the loop goes on from when the membership
+  // changed with that step (an elastic allreduce ring that grew), once; the epoch in progress then
+  // goes on from there with the shares EpochShare gives. nullopt: no change.
+  virtual std::optional<Position> Regrouped() { return std::nullopt; }
 };
 
 }  // namespace tfd::train

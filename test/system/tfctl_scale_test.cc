@@ -144,5 +144,40 @@ TEST_CASE("tfctl scale refuses a missing folder and a job that is not elastic, e
   CHECK(usage.exit_code == 2);
 }
 
+TEST_CASE("tfctl scale 2 -> 3 on an elastic allreduce run: the third worker joins the ring at a commit", "[system][tfctl][scale]") {
+  TempDir dir;
+  auto f = nlohmann::json::parse(ReadAll(ClusterFile(dir, 1500)));
+  f["cluster"].erase("ps");
+  f["train"]["update"] = {{"mode", "allreduce"}};
+  f["train"]["elastic"] = {{"min_workers", 2}, {"max_workers", 3}, {"commit_every_steps", 10}};
+  WriteFile(dir / "cluster.json", f.dump(2));
+  CommandResult up = RunCommand(kTfctl + " up " + (dir / "cluster.json") + " --detach", dir);
+  INFO(up.out << up.err);
+  REQUIRE(up.exit_code == 0);
+  const std::string run = RunFolder(dir);
+  REQUIRE_FALSE(run.empty());
+  CommandResult scale = RunCommand(kTfctl + " scale " + run + " --workers 3", dir);
+  INFO(scale.out << scale.err);
+  REQUIRE(scale.exit_code == 0);
+  CHECK(scale.out.find("started worker:2; 3 workers run") != std::string::npos);
+  CHECK(scale.out.find("worker:2 ready") != std::string::npos);
+
+  REQUIRE(WaitForRunEnd(run, 300s));
+  const auto summary = nlohmann::json::parse(ReadAll(run + "/summary.json"));
+  INFO(summary.dump(1) << ReadAll(run + "/tfctl.log") << ReadAll(run + "/worker:2.log"));
+  CHECK(summary["exit_code"] == 0);
+  CHECK(SummaryOf(run, "worker:2")["exit_code"] == 0);
+  const std::vector<nlohmann::json> joined = Events(run, "worker:2", "joined");
+  REQUIRE(joined.size() == 1);
+  CHECK(joined[0]["global_step"].get<std::int64_t>() % 10 == 0);  // at a commit
+  for (const char* task : {"worker:0", "worker:1", "worker:2"})
+    CHECK(HasEvent(ReadAll(run + "/metrics.jsonl"), "membership", {{"task", task}, {"workers", 3}}));
+  const std::vector<nlohmann::json> done0 = Events(run, "worker:0", "done"), done2 = Events(run, "worker:2", "done");
+  REQUIRE(done0.size() == 1);
+  REQUIRE(done2.size() == 1);
+  CHECK(done0[0]["params_sha256"] == done2[0]["params_sha256"]);
+  CHECK(WaitUntilNoneLeft(dir.path(), 10s));
+}
+
 }  // namespace
 }  // namespace tfd::testing
