@@ -8,6 +8,7 @@
 
 #include "common/wire/frame.h"
 #include "common/wire/messages.h"
+#include "common/wire/ring_join_messages.h"
 #include "common/wire/trial_messages.h"
 
 namespace tfd::wire {
@@ -51,6 +52,8 @@ void DecodeByType(MessageType type, std::span<const std::byte> payload) {
     case MessageType::kTrialEnd: DecodeAs<TrialEnd>(payload); break;
     case MessageType::kTrialPredictions: DecodeAs<TrialPredictions>(payload); break;
     case MessageType::kTrialCheckpoint: DecodeAs<TrialCheckpoint>(payload); break;
+    case MessageType::kRingJoin: DecodeAs<RingJoin>(payload); break;
+    case MessageType::kRingJoinAccept: DecodeAs<RingJoinAccept>(payload); break;
     case MessageType::kDoneAck:
     case MessageType::kHeartbeat: break;
   }
