@@ -73,7 +73,8 @@ class Model {
   // must then run the same layers in the same order (JoinCrossReplicaSums for a step without data).
   void SetCrossReplicaSum(tensor::CrossReplicaSum* sum);
   bool has_sync_layers() const;
-  // The cross-replica sums one training step (forward, then backward) makes, with zeros.
+  // The cross-replica sums one training step (forward, then backward) makes, with zeros; the
+  // moving statistics move as the replicas' with data do.
   void JoinCrossReplicaSums();
   // Called during backprop each time grads()[from, end) have become final; `from` only goes
   // down, to 0. The last layers' gradients are ready while the first layers' are computed.

@@ -125,8 +125,9 @@ std::unique_ptr<Layer> MakeBatchNorm(ActShape in, NormOptions options);
 // alone); `sum` must outlive its use. False when `layer` is not one.
 bool SetCrossReplicaSum(Layer& layer, CrossReplicaSum* sum);
 // A replica without a batch of its own for a step (an allreduce join step) still makes the sums a
-// synchronised batch norm's training Forward (`forward`) or Backward makes, with zeros, so every
-// replica's calls pair up. False when `layer` is not a batch norm.
+// synchronised batch norm's training Forward (`forward`) or Backward makes, each from zeros, so every
+// replica's calls pair up; the forward's also move its moving statistics toward the other replicas'
+// batch, as theirs move. False when `layer` is not a batch norm.
 bool JoinCrossReplicaSums(Layer& layer, bool forward);
 // Keras' LayerNormalization over the last axis (each sample's features, or each pixel's channels):
 // (x - mean) / sqrt(variance + epsilon) * gamma + beta; the same in training and evaluation.

@@ -63,15 +63,18 @@ class BatchNorm final : public Layer {
     acc_.resize(2 * static_cast<std::size_t>(c_)), sums_.resize(2 * static_cast<std::size_t>(c_) + 1);
   }
   void SetSum(CrossReplicaSum* sum) { sum_ = o_.sync ? sum : nullptr; }
-  void JoinSums(bool forward) {  // the calls Forward (training) or Backward make, with nothing of this replica's
+  // The sums a training Forward or Backward makes, with no rows of this replica's. Forward's are
+  // BatchStatistics' own over zero rows: each sum then starts from zeros (not from the previous
+  // sum's result, which would add the others' sum of x into their sum of squares), and this
+  // replica moves its moving statistics with the same bits as the replicas that had rows.
+  void JoinSums(bool forward) {
     if (sum_ == nullptr) return;
-    std::fill(sums_.begin(), sums_.end(), 0.0f);
     if (forward) {
-      sum_->Sum(std::span(sums_).first(c_ + 1));
-      sum_->Sum(std::span(sums_).first(c_));
-    } else {
-      sum_->Sum(std::span(sums_).first(2 * c_));
+      BatchStatistics(nullptr, 0);
+      return;
     }
+    std::fill(sums_.begin(), sums_.end(), 0.0f);
+    sum_->Sum(std::span(sums_).first(2 * c_));
   }
 
   void Forward(const float* in, float* out, int batch) override {

@@ -186,6 +186,42 @@ TEST_CASE("sync batch_norm over two replicas equals one batch_norm on the concat
     }
 }
 
+TEST_CASE("a sync batch_norm replica that joins a step without rows leaves the other's batch statistics and moves as it does",
+          "[unit][norm][sync]") {
+  const ActShape shape{2, 2, 3};
+  const int batch = 4;
+  const std::size_t n = static_cast<std::size_t>(shape.size() * batch);
+  const std::vector<float> x = Random(n, 6, 2.0f), dout = Random(n, 7);
+  Bound alone(MakeBatchNorm(shape, {.momentum = 0.9}), batch);
+  std::vector<float> out(n), din(n), g(dout);
+  alone.layer->SetTraining(true, 0);
+  alone.layer->Forward(x.data(), out.data(), batch);
+  alone.layer->Backward(x.data(), out.data(), g.data(), din.data(), batch);
+  TwoReplicaSum sum;
+  Bound with_rows(MakeBatchNorm(shape, {.momentum = 0.9, .sync = true}), batch), joining(MakeBatchNorm(shape, {.momentum = 0.9, .sync = true}), batch);
+  TwoReplicaSum::Member m0(sum, 0), m1(sum, 1);
+  REQUIRE(SetCrossReplicaSum(*with_rows.layer, &m0));
+  REQUIRE(SetCrossReplicaSum(*joining.layer, &m1));
+  std::vector<float> r_out(n), r_din(n), r_g(dout);
+  bool joined = false;  // Catch's assertions belong to the test's thread
+  std::thread other([&] { joined = JoinCrossReplicaSums(*joining.layer, /*forward=*/true) && JoinCrossReplicaSums(*joining.layer, /*forward=*/false); });
+  with_rows.layer->SetTraining(true, 0);
+  with_rows.layer->Forward(x.data(), r_out.data(), batch);
+  with_rows.layer->Backward(x.data(), r_out.data(), r_g.data(), r_din.data(), batch);
+  other.join();
+  REQUIRE(joined);
+  for (std::size_t i = 0; i < n; ++i) {
+    REQUIRE(r_out[i] == Approx(out[i]).margin(1e-5));
+    REQUIRE(r_din[i] == Approx(din[i]).margin(1e-4));
+  }
+  for (std::size_t p = 2; p < 4; ++p)
+    for (int c = 0; c < shape.c; ++c) {
+      INFO("moving variable " << p << " channel " << c);
+      CHECK(with_rows.params[p][c] == Approx(alone.params[p][c]).margin(1e-6));
+      CHECK(joining.params[p][c] == with_rows.params[p][c]);  // the same bits on the joining replica
+    }
+}
+
 TEST_CASE("a model's batch_norm and layer_norm variables are named as Keras names them and survive a checkpoint", "[unit][norm][model]") {
   using K = config::LayerSpec::Kind;
   config::ModelSpec spec;
