@@ -101,6 +101,20 @@ std::vector<ExportCase> ExportCases(int rows, std::uint32_t seed) {
                                     {{"type", "dense"}, {"units", 7}, {"activation", "gelu"}},
                                     {{"type", "dense"}, {"units", 4}}}}};
   out.push_back(Case("windows", windows, Images(rows, 13, 3, 4, rng)));
+  // batch_norm on the raw image (NCHW from the first layer), after a convolution and on flat
+  // features without beta; layer_norm over channels and over features without gamma. Trained
+  // steps move the moving statistics, which the export must carry.
+  const nlohmann::json norms = {{"layers",
+                                 {{{"type", "batch_norm"}, {"momentum", 0.5}},
+                                  {{"type", "conv2d"}, {"filters", 4}, {"kernel_size", 3}, {"padding", "same"}},
+                                  {{"type", "batch_norm"}, {"momentum", 0.5}, {"epsilon", 0.01}},
+                                  {{"type", "layer_norm"}},
+                                  {{"type", "global_avg_pool2d"}},
+                                  {{"type", "dense"}, {"units", 6}, {"activation", "relu"}},
+                                  {{"type", "batch_norm"}, {"momentum", 0.5}, {"center", false}},
+                                  {{"type", "layer_norm"}, {"scale", false}},
+                                  {{"type", "dense"}, {"units", 4}}}}};
+  out.push_back(Case("norms", norms, Images(rows, 9, 3, 4, rng)));
   ExportCase table = Case("standardized", "mlp", Table(rows, 8, 3, 0, rng));
   table.data.class_names = {"setosa", "versicolor", "virginica"};
   out.push_back(std::move(table));

@@ -67,6 +67,19 @@ void ReadWindow(ObjectReader& r, LayerSpec* layer) {
     r.Fail(r.PathOf("padding"), fmt::format("unknown padding \"{}\" (expected valid or same)", padding));
 }
 
+// batch_norm's and layer_norm's fields, Keras' names and defaults (epsilon 1e-3 for both).
+void ReadNorm(ObjectReader& r, const std::string& type, LayerSpec* layer) {
+  const bool batch = type == "batch_norm";
+  layer->kind = batch ? LayerSpec::Kind::kBatchNorm : LayerSpec::Kind::kLayerNorm;
+  r.Double("epsilon", 0, 1, /*min_exclusive=*/true, &layer->epsilon);
+  r.Bool("center", &layer->center);
+  r.Bool("scale", &layer->scale);
+  if (!batch) return;
+  r.Double("momentum", 0, 1, /*min_exclusive=*/false, &layer->momentum);
+  if (r.status().ok() && layer->momentum >= 1) r.Fail(r.PathOf("momentum"), "must be below 1 (the moving statistics would never move)");
+  r.Bool("sync", &layer->sync);
+}
+
 void ReadLayer(const json& j, const std::string& path, LayerSpec* layer, const ObjectReader& parent) {
   ObjectReader r = parent.Child(j, path);
   std::string type;
@@ -85,6 +98,8 @@ void ReadLayer(const json& j, const std::string& path, LayerSpec* layer, const O
     ReadWindow(r, layer);
   } else if (type == "global_avg_pool2d") {
     layer->kind = LayerSpec::Kind::kGlobalAvgPool2D;
+  } else if (type == "batch_norm" || type == "layer_norm") {
+    ReadNorm(r, type, layer);
   } else if (type == "flatten") {
     layer->kind = LayerSpec::Kind::kFlatten;
   } else if (type == "dropout") {
@@ -93,7 +108,7 @@ void ReadLayer(const json& j, const std::string& path, LayerSpec* layer, const O
     if (r.status().ok() && layer->rate >= 1) r.Fail(r.PathOf("rate"), "must be below 1 (a dropout of every value)");
   } else if (r.status().ok()) {
     r.Fail(r.PathOf("type"), fmt::format("unknown layer type \"{}\" (expected dense, conv2d, max_pool2d, avg_pool2d, global_avg_pool2d, "
-                                         "flatten or dropout)",
+                                         "batch_norm, layer_norm, flatten or dropout)",
                                          type));
   }
   if (layer->kind == LayerSpec::Kind::kDense || layer->kind == LayerSpec::Kind::kConv2D) {
@@ -481,6 +496,8 @@ std::string_view LayerKindName(LayerSpec::Kind k) {
     case LayerSpec::Kind::kDropout: return "dropout";
     case LayerSpec::Kind::kAvgPool2D: return "avg_pool2d";
     case LayerSpec::Kind::kGlobalAvgPool2D: return "global_avg_pool2d";
+    case LayerSpec::Kind::kBatchNorm: return "batch_norm";
+    case LayerSpec::Kind::kLayerNorm: return "layer_norm";
   }
   return "?";
 }

@@ -23,6 +23,7 @@ enum class InitKind {
   kTruncatedNormal,  // N(0, stddev²) redrawn beyond 2 stddev, as tf.truncated_normal
   kGlorotUniform,    // U(±sqrt(6 / (fan_in + fan_out))), Keras' default
   kHeNormal,         // truncated normal with stddev sqrt(2 / fan_in) / 0.8796, Keras' he_normal
+  kOnes,             // a normalisation's gamma and moving variance (not a kernel's: no JSON name)
 };
 struct InitSpec {
   InitKind kind = InitKind::kDefault;
@@ -36,7 +37,7 @@ enum class Padding { kValid, kSame };
 std::string_view PaddingName(Padding p);
 
 struct LayerSpec {
-  enum class Kind { kDense, kConv2D, kMaxPool2D, kFlatten, kDropout, kAvgPool2D, kGlobalAvgPool2D };
+  enum class Kind { kDense, kConv2D, kMaxPool2D, kFlatten, kDropout, kAvgPool2D, kGlobalAvgPool2D, kBatchNorm, kLayerNorm };
   Kind kind = Kind::kDense;
   int units = 0;        // dense
   int filters = 0;      // conv2d
@@ -47,6 +48,10 @@ struct LayerSpec {
   InitSpec init;
   int strides = 0;      // conv2d, pools: the step between windows; 0: Keras' default (conv 1, pools pool_size)
   Padding padding = Padding::kValid;  // conv2d, pools
+  double momentum = 0.99;  // batch_norm: moving = moving * momentum + batch * (1 - momentum)
+  double epsilon = 1e-3;   // batch_norm, layer_norm: added to the variance
+  bool center = true, scale = true;  // batch_norm, layer_norm: learn beta / gamma
+  bool sync = false;       // batch_norm: the batch's statistics over every allreduce replica
   // The step between windows, with the default applied.
   int stride() const { return strides > 0 ? strides : kind == Kind::kConv2D ? 1 : pool_size; }
 };
@@ -222,7 +227,7 @@ struct JobSpec {
   bool can_stop_early() const { return early_stopping.monitor != EarlyStoppingSpec::Monitor::kNone || stop_at_accuracy > 0; }
 };
 
-// What the CUDA backend has no kernel for in layer `l` (average and global pooling, strides, "same"
+// What the CUDA backend has no kernel for in layer `l` (average and global pooling, batch_norm, layer_norm, strides, "same"
 // padding, relu6 and gelu): the field ("type", "padding", "strides", "activation") and a phrase
 // for it; an empty field when it has every kernel the layer needs.
 struct CudaGap {

@@ -4,10 +4,28 @@
 
 namespace tfd::config {
 
+namespace {
+
+// A batch norm's moving statistics are updated by the training Forward of the replica that holds
+// them: the ps modes would overwrite them with the ps's never-updated copy at every pull, and a
+// pipeline's micro-batches would each move them (and a stage re-runs a Forward before its Backward).
+Status CheckBatchNormMode(const JobSpec& job, std::string_view job_where, std::string_view mode) {
+  for (std::size_t i = 0; i < job.model.layers.size(); ++i) {
+    if (job.model.layers[i].kind == LayerSpec::Kind::kBatchNorm)
+      return Status::InvalidArgument(fmt::format("{}model.layers[{}].type: batch_norm trains standalone or in allreduce mode, not {} "
+                                                 "(its moving statistics live on the workers); layer_norm has none",
+                                                 job_where, i, mode));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status CheckJobOnCluster(const ClusterSpec& cluster, const JobSpec& job, std::string_view job_where) {
   if (!cluster.coordinator.empty()) return Status::Ok();
   const std::size_t num_ps = cluster.ps.size();
   if (job.model_parallel.enabled()) {
+    TFD_RETURN_IF_ERROR(CheckBatchNormMode(job, job_where, "model parallel"));
     if (Status s = CheckModelParallelCluster(job.model_parallel, cluster.num_workers(), num_ps); !s.ok())
       return Status::InvalidArgument(fmt::format("{}{}", s.message().starts_with("model_parallel") ? job_where : "", s.message()));
     return CheckEvaluation(cluster, job, job_where);
@@ -33,6 +51,7 @@ Status CheckJobOnCluster(const ClusterSpec& cluster, const JobSpec& job, std::st
       // An elastic job's joining workers count the workers the run started with, as the others do.
       const int n = cluster.base_num_workers();
       const bool sync = job.update.mode == UpdateSpec::Mode::kSync;
+      TFD_RETURN_IF_ERROR(CheckBatchNormMode(job, job_where, sync ? "in sync mode" : "in async mode"));
       if (num_ps == 0)
         return Status::InvalidArgument(fmt::format("cluster.ps: empty: {} mode needs at least one ps task", sync ? "sync" : "async"));
       if (elastic.enabled() && (n < elastic.min_workers || n > elastic.max_workers))

@@ -17,6 +17,7 @@ const char* InitName(InitKind k) {
     case InitKind::kTruncatedNormal: return "truncated_normal";
     case InitKind::kGlorotUniform: return "glorot_uniform";
     case InitKind::kHeNormal: return "he_normal";
+    case InitKind::kOnes: return "ones";
   }
   return "?";
 }
@@ -36,6 +37,16 @@ void PutWindow(const LayerSpec& l, ojson* out) {
   if (l.padding != Padding::kValid) (*out)["padding"] = std::string(PaddingName(l.padding));
 }
 
+ojson NormJson(const LayerSpec& l) {
+  ojson j = {{"type", std::string(LayerKindName(l.kind))}};
+  if (l.kind == LayerSpec::Kind::kBatchNorm) j["momentum"] = l.momentum;
+  j["epsilon"] = l.epsilon;
+  j["center"] = l.center;
+  j["scale"] = l.scale;
+  if (l.kind == LayerSpec::Kind::kBatchNorm) j["sync"] = l.sync;
+  return j;
+}
+
 ojson LayerJson(const LayerSpec& l) {
   ojson j;
   switch (l.kind) {
@@ -50,6 +61,8 @@ ojson LayerJson(const LayerSpec& l) {
       PutWindow(l, &j);
       return j;
     case LayerSpec::Kind::kGlobalAvgPool2D: return {{"type", "global_avg_pool2d"}};
+    case LayerSpec::Kind::kBatchNorm:
+    case LayerSpec::Kind::kLayerNorm: return NormJson(l);
     case LayerSpec::Kind::kFlatten: return {{"type", "flatten"}};
     case LayerSpec::Kind::kDropout: return {{"type", "dropout"}, {"rate", l.rate}};
   }

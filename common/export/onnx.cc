@@ -134,6 +134,8 @@ class LayerWriter {
           ToNchw(prefix);
           x_ = b_.Node("GlobalAveragePool", {x_}, prefix + "/global_avg_pool")->output(0);
           break;
+        case LayerSpec::Kind::kBatchNorm: TFD_RETURN_IF_ERROR(BatchNorm(l, prefix)); break;
+        case LayerSpec::Kind::kLayerNorm: TFD_RETURN_IF_ERROR(LayerNorm(l, prefix)); break;
       }
       shape_ = m_.layer_output_shape(i);
     }
@@ -207,6 +209,67 @@ class LayerWriter {
     Window(p, l, l.pool_size);
     if (!max) GraphBuilder::Int(p, "count_include_pad", 0);  // Keras averages the cells inside the input only
     x_ = p->output(0);
+  }
+
+  // Both normalise over tfd's channels, which is axis 1 of a flat [batch, features] row and of
+  // NCHW: an image is taken to NCHW first. gamma and beta (when the layer learns them, else ones
+  // and zeros) shaped to broadcast along axis 1.
+  std::string ChannelAxis(const std::string& prefix) {
+    if (shape_.h * shape_.w > 1) ToNchw(prefix);
+    return x_;
+  }
+  Result<std::pair<std::string, std::string>> GammaBeta(const LayerSpec& l, const std::string& prefix, std::vector<std::int64_t> dims) {
+    const std::vector<float> ones(static_cast<std::size_t>(shape_.c), 1.0f), zeros(ones.size(), 0.0f);
+    std::string gamma, beta;
+    if (l.scale) {
+      TFD_ASSIGN_OR_RETURN(const model::Variable* v, Take("gamma"));
+      gamma = b_.Constant(v->name, dims, Values(v));
+    } else {
+      gamma = b_.Constant(prefix + "/gamma", dims, ones);
+    }
+    if (l.center) {
+      TFD_ASSIGN_OR_RETURN(const model::Variable* v, Take("beta"));
+      beta = b_.Constant(v->name, dims, Values(v));
+    } else {
+      beta = b_.Constant(prefix + "/beta", dims, zeros);
+    }
+    return std::pair{gamma, beta};
+  }
+  // Inference's batch norm: opset 13's BatchNormalization with the moving statistics.
+  Status BatchNorm(const LayerSpec& l, const std::string& prefix) {
+    ChannelAxis(prefix);
+    TFD_ASSIGN_OR_RETURN(auto gb, GammaBeta(l, prefix, {shape_.c}));
+    TFD_ASSIGN_OR_RETURN(const model::Variable* mean, Take("moving_mean"));
+    TFD_ASSIGN_OR_RETURN(const model::Variable* var, Take("moving_variance"));
+    onnx::NodeProto* n = b_.Node("BatchNormalization",
+                                 {x_, gb.first, gb.second, b_.Constant(mean->name, mean->shape, Values(mean)),
+                                  b_.Constant(var->name, var->shape, Values(var))},
+                                 prefix + "/batch_norm");
+    GraphBuilder::Float(n, "epsilon", static_cast<float>(l.epsilon));
+    x_ = n->output(0);
+    return Status::Ok();
+  }
+  // No LayerNormalization before opset 17: (x - mean) / sqrt(var + epsilon) * gamma + beta from
+  // ReduceMean (axes an attribute in opset 13), Sub, Mul, Add, Sqrt and Div.
+  Status LayerNorm(const LayerSpec& l, const std::string& prefix) {
+    ChannelAxis(prefix);
+    std::vector<std::int64_t> dims = {shape_.c};
+    if (nchw_) dims = {shape_.c, 1, 1};
+    TFD_ASSIGN_OR_RETURN(auto gb, GammaBeta(l, prefix, dims));
+    auto mean_of = [&](const std::string& v, const std::string& out) {
+      onnx::NodeProto* n = b_.Node("ReduceMean", {v}, out);
+      GraphBuilder::Ints(n, "axes", {1});
+      GraphBuilder::Int(n, "keepdims", 1);
+      return n->output(0);
+    };
+    const float eps[] = {static_cast<float>(l.epsilon)};
+    const std::string d = b_.Node("Sub", {x_, mean_of(x_, prefix + "/mean")}, prefix + "/centered")->output(0);
+    const std::string var = mean_of(b_.Node("Mul", {d, d}, prefix + "/squared")->output(0), prefix + "/variance");
+    const std::string sd = b_.Node("Sqrt", {b_.Node("Add", {var, b_.Constant(prefix + "/epsilon", {}, eps)}, prefix + "/var_eps")->output(0)},
+                                   prefix + "/std")->output(0);
+    const std::string xhat = b_.Node("Div", {d, sd}, prefix + "/normalized")->output(0);
+    x_ = b_.Node("Add", {b_.Node("Mul", {xhat, gb.first}, prefix + "/scaled")->output(0), gb.second}, prefix + "/layer_norm")->output(0);
+    return Status::Ok();
   }
 
   GraphBuilder& b_;

@@ -60,6 +60,7 @@ void FillInit(const tensor::ParamSpec& p, std::span<float> out, Rng& rng) {
   InitSpec init = p.init;
   switch (init.kind) {
     case InitKind::kZeros: std::fill(out.begin(), out.end(), 0.0f); return;
+    case InitKind::kOnes: std::fill(out.begin(), out.end(), 1.0f); return;
     case InitKind::kNormal:
       for (float& v : out) v = static_cast<float>(rng.Normal() * init.stddev);
       return;
@@ -129,6 +130,12 @@ Result<std::unique_ptr<Model>> Model::Build(const config::ModelSpec& spec, tenso
                                                       : tensor::MakeAvgPool2D(shape, l.pool_size, l.stride(), l.padding);
         break;
       case LayerSpec::Kind::kGlobalAvgPool2D: layer = tensor::MakeGlobalAvgPool2D(shape); break;
+      case LayerSpec::Kind::kBatchNorm:
+      case LayerSpec::Kind::kLayerNorm: {
+        const tensor::NormOptions o{.momentum = l.momentum, .epsilon = l.epsilon, .center = l.center, .scale = l.scale, .sync = l.sync};
+        layer = l.kind == LayerSpec::Kind::kBatchNorm ? tensor::MakeBatchNorm(shape, o) : tensor::MakeLayerNorm(shape, o);
+        break;
+      }
     }
     const std::string kind(config::LayerKindName(l.kind));
     int n = kind_count[kind]++;
@@ -151,7 +158,7 @@ Result<std::unique_ptr<Model>> Model::Build(const config::ModelSpec& spec, tenso
     m->layer_params_.push_back(m->layers_[i]->Params());
     for (const tensor::ParamSpec& p : m->layer_params_.back()) {
       std::int64_t offset = m->variables_.empty() ? 0 : m->variables_.back().offset + m->variables_.back().size;
-      m->variables_.push_back({layer_names[i] + "/" + p.name, p.shape, offset, tensor::NumElements(p.shape)});
+      m->variables_.push_back({layer_names[i] + "/" + p.name, p.shape, offset, tensor::NumElements(p.shape), p.trainable});
     }
   }
   std::int64_t total = m->variables_.empty() ? 0 : m->variables_.back().offset + m->variables_.back().size;
@@ -259,6 +266,19 @@ void Model::SetInferenceBlock(int images) {
     const std::int64_t block = images == kAutoBlock ? fit : images == 0 ? max_batch_ : images;
     run.block = static_cast<int>(std::clamp<std::int64_t>(block, 1, max_batch_));
   }
+}
+
+void Model::SetCrossReplicaSum(tensor::CrossReplicaSum* sum) {
+  for (auto& layer : layers_) tensor::SetCrossReplicaSum(*layer, sum);
+}
+
+bool Model::has_sync_layers() const {
+  return std::any_of(layer_specs_.begin(), layer_specs_.end(), [](const LayerSpec& l) { return l.kind == LayerSpec::Kind::kBatchNorm && l.sync; });
+}
+
+void Model::JoinCrossReplicaSums() {
+  for (auto& layer : layers_) tensor::JoinCrossReplicaSums(*layer, /*forward=*/true);
+  for (std::size_t i = layers_.size(); i-- > 0;) tensor::JoinCrossReplicaSums(*layers_[i], /*forward=*/false);
 }
 
 void Model::SetTraining(bool training) {

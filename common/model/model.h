@@ -22,6 +22,9 @@ struct Variable {
   std::string name;                  // "dense/kernel", "dense_1/bias", ...
   std::vector<std::int64_t> shape;   // as TensorFlow stores it
   std::int64_t offset = 0, size = 0; // in floats
+  // False for a batch norm's moving statistics: updated by the layer's training Forward, their
+  // gradient always zero; saved, restored, hashed and exported as the others are.
+  bool trainable = true;
 };
 
 // What the last layer gives and what it is trained to: `units` logits under softmax cross-entropy
@@ -65,6 +68,14 @@ class Model {
   // Seeds the dropout masks of the next ComputeGradients (each dropout layer its own stream of
   // it). The trainer derives it from the job seed, the worker rank and the step.
   void SetDropoutSeed(std::uint64_t seed) { dropout_seed_ = seed; }
+  // Synchronised batch norm (`"sync": true`): their batch statistics summed over the replicas by
+  // `sum` (null: this replica's alone), which must outlive the model's training. Every replica
+  // must then run the same layers in the same order (JoinCrossReplicaSums for a step without data).
+  void SetCrossReplicaSum(tensor::CrossReplicaSum* sum);
+  bool has_sync_layers() const;
+  // The cross-replica sums one training step (forward, then backward) makes, with zeros; the
+  // moving statistics move as the replicas' with data do.
+  void JoinCrossReplicaSums();
   // Called during backprop each time grads()[from, end) have become final; `from` only goes
   // down, to 0. The last layers' gradients are ready while the first layers' are computed.
   using GradientsReady = std::function<void(std::size_t from)>;

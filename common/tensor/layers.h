@@ -21,6 +21,9 @@ struct ParamSpec {
   std::vector<std::int64_t> shape;
   InitSpec init;  // biases: zeros
   std::int64_t fan_in = 0, fan_out = 0;
+  // False for state the layer updates itself (batch norm's moving statistics): its gradient is
+  // always zero, so no optimizer moves it, yet it is saved, restored and exported as a parameter.
+  bool trainable = true;
 };
 
 // Elements in a tensor of `shape` (1 for a scalar's []); dimensions must not be negative.
@@ -96,6 +99,39 @@ std::unique_ptr<Layer> MakeMaxPool2D(ActShape in, int pool, int stride = 0, Padd
 std::unique_ptr<Layer> MakeAvgPool2D(ActShape in, int pool, int stride = 0, Padding padding = Padding::kValid);
 // The mean over height and width of each channel: h x w x c -> 1 x 1 x c (Keras' GlobalAveragePooling2D).
 std::unique_ptr<Layer> MakeGlobalAvgPool2D(ActShape in);
+
+// Sums `values` element by element over every replica of a data-parallel run, in place; every
+// replica gets the same bits. Called by a synchronised batch norm in Forward and Backward, so every
+// replica must make the same calls in the same order. Errors are the implementation's to keep (a
+// layer cannot return one): after a failure it leaves the values as they are.
+class CrossReplicaSum {
+ public:
+  virtual ~CrossReplicaSum() = default;
+  virtual void Sum(std::span<float> values) = 0;
+};
+
+// Keras' BatchNormalization over the channels of `in` (a dense layer's features, a convolution's
+// NHWC channels): while training it normalises with the batch's mean and biased variance and moves
+// the moving statistics toward them (moving = moving * momentum + batch * (1 - momentum)); at
+// evaluation it normalises with the moving statistics. Variables: gamma (when `scale`), beta (when
+// `center`), moving_mean, moving_variance (not trainable). With `sync`, the batch's statistics and
+// the backward pass's sums are taken over every replica through SetCrossReplicaSum's summer.
+struct NormOptions {
+  double momentum = 0.99, epsilon = 1e-3;
+  bool center = true, scale = true, sync = false;
+};
+std::unique_ptr<Layer> MakeBatchNorm(ActShape in, NormOptions options);
+// Points a synchronised batch norm made by MakeBatchNorm at `sum` (null: this replica's batch
+// alone); `sum` must outlive its use. False when `layer` is not one.
+bool SetCrossReplicaSum(Layer& layer, CrossReplicaSum* sum);
+// A replica without a batch of its own for a step (an allreduce join step) still makes the sums a
+// synchronised batch norm's training Forward (`forward`) or Backward makes, each from zeros, so every
+// replica's calls pair up; the forward's also move its moving statistics toward the other replicas'
+// batch, as theirs move. False when `layer` is not a batch norm.
+bool JoinCrossReplicaSums(Layer& layer, bool forward);
+// Keras' LayerNormalization over the last axis (each sample's features, or each pixel's channels):
+// (x - mean) / sqrt(variance + epsilon) * gamma + beta; the same in training and evaluation.
+std::unique_ptr<Layer> MakeLayerNorm(ActShape in, NormOptions options);
 
 // Inverted dropout: while training, each value is zeroed with probability `rate` and the others
 // scaled by 1 / (1 - rate); the identity at evaluation. rate in [0, 1).

@@ -12,7 +12,8 @@ AllreduceUpdater::AllreduceUpdater(std::shared_ptr<collective::Ring> ring, const
     : ring_(std::move(ring)),
       state_(optimizer, model.params().size(), optim::DecayedRanges(model::VariableRuns(model))),
       buffer_(model.params().size() + 3),
-      allreduce_bytes_(allreduce_bytes) {
+      allreduce_bytes_(allreduce_bytes),
+      sync_layers_(model.has_sync_layers()) {
   const std::size_t min_floats = static_cast<std::size_t>(bucket_kb) * 1024 / 4;
   const std::vector<std::size_t>& starts = model.layer_starts();
   std::size_t end = buffer_.size();  // the last bucket also carries the three floats
@@ -45,14 +46,26 @@ Status AllreduceUpdater::StartBucket(model::Model& model, bool contributes) {
 }
 
 Status AllreduceUpdater::GradientsReady(model::Model& model, std::size_t from) {
+  if (sync_layers_) return Status::Ok();  // the buckets wait for Step: backprop's sums come first, on every worker
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].begin >= from) TFD_RETURN_IF_ERROR(StartBucket(model, true));
   return next_bucket_ > 0 ? ring_->Progress() : Status::Ok();  // nothing in flight before the first bucket
 }
 
 Result<std::int64_t> AllreduceUpdater::Step(model::Model& model, std::int64_t) { return Exchange(model, true); }
 
+void AllreduceUpdater::Sum(std::span<float> values) {
+  if (!sum_error_.ok()) return;
+  // The ring cuts a collective into one segment per member: a short one (a few channels on a
+  // larger ring) is padded with zeros to give each member a float at least, as EndOfEpoch's is.
+  sum_scratch_.assign(std::max(values.size(), static_cast<std::size_t>(ring_->size())), 0.0f);
+  std::copy(values.begin(), values.end(), sum_scratch_.begin());
+  sum_error_ = ring_->AllReduce(sum_scratch_).WithContext(fmt::format("batch_norm statistics of global step {}", global_step_ + 1));
+  std::copy(sum_scratch_.begin(), sum_scratch_.begin() + static_cast<std::ptrdiff_t>(values.size()), values.begin());
+}
+
 Result<std::int64_t> AllreduceUpdater::JoinStep(model::Model& model) {
   ++joined_;
+  if (sync_layers_) model.JoinCrossReplicaSums();
   return Exchange(model, false);
 }
 
@@ -75,6 +88,10 @@ std::string AllreduceUpdater::EpochNote() {
 }
 
 Result<std::int64_t> AllreduceUpdater::Exchange(model::Model& model, bool contributes) {
+  if (!sum_error_.ok()) {
+    next_bucket_ = 0;
+    return std::exchange(sum_error_, Status::Ok());
+  }
   std::span<float> grads = model.grads();
   const std::size_t n = grads.size();
   // The buckets backprop has not started (all of them for a join step, or without the hook).
@@ -174,6 +191,7 @@ Status AllreduceUpdater::Settle(model::Model& model, Result<Reformed> r) {
   newcomer_ = false;
   std::copy(current_.params.begin(), current_.params.end(), model.params().begin());
   TFD_RETURN_IF_ERROR(state_.Restore(current_.slots, current_.updates));
+  sum_error_ = Status::Ok();
   global_step_ = current_.global_step;
   next_bucket_ = 0;
   has_next_ = false;

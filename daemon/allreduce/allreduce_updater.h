@@ -14,6 +14,7 @@
 #include "common/metrics/registry.h"
 #include "common/model/model.h"
 #include "common/optim/optimizer.h"
+#include "common/tensor/layers.h"
 #include "daemon/train/updater.h"
 
 namespace tfd::allreduce {
@@ -40,7 +41,12 @@ namespace tfd::allreduce {
 // the same commit, current or still pending. After a ring error, Recover asks the Reformer for a
 // new ring without the lost worker and the commit step every survivor agreed on (the newest current
 // one among them), restores that commit and sends the epoch loop back to its position.
-class AllreduceUpdater final : public train::Updater {
+//
+// Synchronised batch norm (the model's has_sync_layers()): this updater is the model's
+// CrossReplicaSum, each sum a blocking all-reduce on the same ring. Those sums come in Forward and
+// in the middle of backprop, so the gradient buckets then start only at Step (no overlap): every
+// worker, a joining one too (JoinCrossReplicaSums), starts the same collectives in the same order.
+class AllreduceUpdater final : public train::Updater, public tensor::CrossReplicaSum {
  public:
   // The ring re-formed without a lost member: the new ring and the global step of the commit
   // every member rolls back to.
@@ -88,6 +94,9 @@ class AllreduceUpdater final : public train::Updater {
   // One more all-reduce of ring-size floats, the chief's decision in the first: every worker
   // stops when its sum is not 0.
   Result<bool> EndOfEpoch(bool stop) override;
+  // A synchronised batch norm's sum over the ring; the first error is kept and returned by the
+  // step's Exchange (or Recover's caller), and later sums of the step are skipped.
+  void Sum(std::span<float> values) override;
 
  private:
   Result<std::int64_t> Exchange(model::Model& model, bool contributes);
@@ -118,6 +127,9 @@ class AllreduceUpdater final : public train::Updater {
   bool has_next_ = false, others_have_data_ = false;
   std::int64_t global_step_ = 0, joined_ = 0;
   metrics::Counter* allreduce_bytes_;  // null: not counted
+  const bool sync_layers_;             // the model has synchronised batch norms
+  Status sum_error_;                   // the first failed Sum of this step
+  std::vector<float> sum_scratch_;     // a Sum's values, padded to the ring's size
   // Elastic: 0 when not.
   int commit_every_ = 0;
   ElasticHooks hooks_;

@@ -322,6 +322,11 @@ Status RunAllreduceWorker(const config::TfConfig& config, const config::JobSpec&
   if (m != nullptr) m->AddAllreduceMetrics();
   if (m != nullptr) m->connected_peers->Set(num_workers > 1 ? 2 : 0);  // the ring's links to the previous and next member
   AllreduceUpdater updater(ring, *optimizer, model, job.update.bucket_kb, m != nullptr ? m->allreduce_bytes : nullptr);
+  if (model.has_sync_layers()) {
+    model.SetCrossReplicaSum(&updater);
+    spdlog::info("batch_norm sync: each step's batch statistics are all-reduced over the {} workers (gradients go out after backprop)",
+                 num_workers);
+  }
   train::TrainerOptions topts = train::TrainerOptionsFor(config, job, options);
   if (elastic.enabled()) {
     updater.EnableElastic(model, elastic.commit_every_steps,
@@ -351,7 +356,9 @@ Status RunAllreduceWorker(const config::TfConfig& config, const config::JobSpec&
   task::EmitReady(events, 0, fmt::format("{} in a ring of {} workers", config.task.ToString(),
                                          joined ? updater.EpochShare()->count : num_workers));
   if (device_compute) topts.compute = device_compute;
-  return train::Train(job, loaded.data, model, updater, events, topts);
+  Status trained = train::Train(job, loaded.data, model, updater, events, topts);
+  model.SetCrossReplicaSum(nullptr);  // the updater goes before the model
+  return trained;
 }
 
 }  // namespace tfd::allreduce

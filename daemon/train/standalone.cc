@@ -113,6 +113,7 @@ Status RunStandalone(const config::JobSpec& job, EventWriter& events, const Stan
   TFD_ASSIGN_OR_RETURN(LoadedJob loaded, LoadJobData(job, 1));
   std::unique_ptr<optim::Optimizer> optimizer = optim::MakeOptimizer(job.optimizer);
   spdlog::info("model: {}", loaded.model->Summary());
+  if (loaded.model->has_sync_layers()) spdlog::info("batch_norm sync: one process, whose batch statistics are the whole batch's already");
   spdlog::info("optimizer: {}; batch_size={} epochs={} seed={} threads={} gemm={}", optimizer->Describe(), job.batch_size,
                job.epochs, job.seed, job.threads, tensor::GemmBackendName(loaded.model->gemm().backend));
   spdlog::info("data: {} training and {} test examples from {}", loaded.data.train.size, loaded.data.test.size, job.data.Describe());

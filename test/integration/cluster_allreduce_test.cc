@@ -1,6 +1,8 @@
 // Allreduce clusters of tfd processes (no ps, a ring of workers) on synthetic data: bit-identical
-// runs whatever the start order or bucket size, a cluster token, uneven shards, a refused ps task
-// and a killed worker. Every wait has a deadline that fails the test instead of hanging.
+// runs whatever the start order or bucket size, a cluster token, uneven shards, a refused ps
+// task, a killed worker and synchronised batch norm (2 and 3 workers, one joining with zeros).
+// Every wait has a deadline that fails the test instead of hanging.
+#include <cmath>
 #include <csignal>
 #include <string>
 #include <thread>
@@ -128,6 +130,65 @@ TEST_CASE("allreduce with uneven shards: the worker that runs out joins the rema
     CHECK(w[static_cast<std::size_t>(i)].done["params_sha256"] == w[0].done["params_sha256"]);
   }
   CHECK(w[1].err.find("joined_without_data=15") != std::string::npos);
+}
+
+// A small convnet with batch norm after the convolution and after the hidden dense layer.
+std::string BatchNormModel(bool sync) {
+  const std::string bn = std::string(R"({"type": "batch_norm", "momentum": 0.9, "sync": )") + (sync ? "true" : "false") + "}";
+  return R"({"layers": [{"type": "conv2d", "filters": 4, "kernel_size": 3, "strides": 2, "padding": "same"}, )" + bn +
+         R"(, {"type": "flatten"}, {"type": "dense", "units": 16, "activation": "relu"}, )" + bn + R"(, {"type": "dense", "units": 10}]})";
+}
+
+TEST_CASE("sync batch norm keeps allreduce workers bit-identical, moving statistics included",
+          "[integration][cluster][allreduce][norm]") {
+  TempDir data;
+  WriteSyntheticMnist(data.path(), 600, 100);
+  const std::string sgd = R"({"type": "sgd", "learning_rate": 0.05})";
+  LocalCluster two({.num_ps = 0, .num_workers = 2, .job = Job(data.path(), R"({"mode": "allreduce"})", 2, sgd, 50, BatchNormModel(true))});
+  auto done = RunToCompletion(two);
+  REQUIRE(done[0]["params_sha256"].is_string());
+  CHECK(done[1]["params_sha256"] == done[0]["params_sha256"]);
+  CHECK(done[0]["test_accuracy"].get<double>() > 0.3);
+  // Without sync each worker moves its statistics on its own batches: the workers differ.
+  LocalCluster local({.num_ps = 0, .num_workers = 2, .job = Job(data.path(), R"({"mode": "allreduce"})", 2, sgd, 50, BatchNormModel(false))});
+  auto apart = RunToCompletion(local);
+  CHECK(apart[1]["params_sha256"] != apart[0]["params_sha256"]);
+}
+
+TEST_CASE("sync batch norm on three allreduce workers with uneven shards: the joining worker's zero sums keep all identical",
+          "[integration][cluster][allreduce][norm]") {
+  TempDir data;
+  WriteSyntheticMnist(data.path(), 600, 100);
+  const std::string sgd = R"({"type": "sgd", "learning_rate": 0.05})";
+  LocalCluster c({.num_ps = 0, .num_workers = 3, .job = Job(data.path(), R"({"mode": "allreduce"})", 2, sgd, 50, BatchNormModel(true))});
+  c.StartWorker(0);
+  c.StartWorker(1, {"--shard-limit", "100"});  // 2 batches an epoch where the others have 4: it joins 2 steps with zeros
+  c.StartWorker(2);
+  std::vector<TaskResult> w;
+  for (int i = 0; i < 3; ++i) {
+    w.push_back(c.Finish("worker", i));
+    INFO("worker:" << i << " " << w.back().err);
+    REQUIRE(w.back().exit_code == 0);
+    for (const nlohmann::json& e : ParseEvents(w.back().out, "epoch")) CHECK(std::isfinite(e["loss"].get<double>()));
+  }
+  CHECK(w[1].done["local_step"] == 4);
+  CHECK(w[1].err.find("joined_without_data=2") != std::string::npos);
+  for (int i = 0; i < 3; ++i) {
+    CHECK(w[static_cast<std::size_t>(i)].done["global_step"] == 8);
+    CHECK(w[static_cast<std::size_t>(i)].done["params_sha256"] == w[0].done["params_sha256"]);
+  }
+}
+
+TEST_CASE("batch norm in a ps mode is refused naming the layer (exit 2)", "[integration][cluster][norm]") {
+  TempDir data;
+  WriteSyntheticMnist(data.path(), 200, 50);
+  LocalCluster c({.num_ps = 1, .num_workers = 1,
+                  .job = Job(data.path(), R"({"mode": "sync"})", 1, R"({"type": "sgd", "learning_rate": 0.1})", 50, BatchNormModel(true))});
+  c.StartWorker(0);
+  TaskResult w = c.Finish("worker", 0, 30s);
+  INFO(w.err);
+  CHECK(w.exit_code == 2);
+  CHECK(w.err.find("model.layers[1].type: batch_norm trains standalone or in allreduce mode, not in sync mode") != std::string::npos);
 }
 
 TEST_CASE("allreduce refuses a cluster with ps tasks, naming the field (exit 2)", "[integration][cluster][allreduce]") {

@@ -140,7 +140,9 @@ Status CudaModel::Impl::Forward(int batch, bool training) {
         break;
       case LayerSpec::Kind::kFlatten: break;
       case LayerSpec::Kind::kAvgPool2D:
-      case LayerSpec::Kind::kGlobalAvgPool2D: break;  // no kernel yet: Create refuses them
+      case LayerSpec::Kind::kGlobalAvgPool2D:
+      case LayerSpec::Kind::kBatchNorm:
+      case LayerSpec::Kind::kLayerNorm: break;  // no kernel yet: Create refuses them
     }
     in = out;
   }
@@ -190,7 +192,9 @@ Status CudaModel::Impl::Backward(int batch) {
         break;
       case LayerSpec::Kind::kFlatten: break;
       case LayerSpec::Kind::kAvgPool2D:
-      case LayerSpec::Kind::kGlobalAvgPool2D: break;  // no kernel yet: Create refuses them
+      case LayerSpec::Kind::kGlobalAvgPool2D:
+      case LayerSpec::Kind::kBatchNorm:
+      case LayerSpec::Kind::kLayerNorm: break;  // no kernel yet: Create refuses them
     }
     if (din != nullptr) {
       dout = din;

@@ -163,6 +163,27 @@ TEST_CASE("bad strides, padding and pooling fields exit 2 naming model.layers[i]
         "\"cpu\")");
 }
 
+TEST_CASE("batch_norm and layer_norm parse with Keras' defaults; bad fields exit 2 naming model.layers[i].field", "[unit][config][norm]") {
+  auto ok = ParseJobSpec(WithLayers(R"({"type": "dense", "units": 4}, {"type": "batch_norm"},
+      {"type": "batch_norm", "momentum": 0.9, "epsilon": 0.01, "center": false, "sync": true}, {"type": "layer_norm", "scale": false},
+      {"type": "dense", "units": 10})"), "job.json");
+  REQUIRE(ok.ok());
+  const std::vector<LayerSpec>& l = ok->model.layers;
+  CHECK((l[1].kind == LayerSpec::Kind::kBatchNorm && l[1].momentum == 0.99 && l[1].epsilon == 1e-3 && l[1].center && l[1].scale && !l[1].sync));
+  CHECK((l[2].momentum == 0.9 && l[2].epsilon == 0.01 && !l[2].center && l[2].sync));
+  CHECK((l[3].kind == LayerSpec::Kind::kLayerNorm && l[3].center && !l[3].scale));
+  CHECK(ErrorOf(WithLayers(R"({"type": "batch_norm", "momentum": 1})")) ==
+        "job.json: model.layers[0].momentum: must be below 1 (the moving statistics would never move)");
+  CHECK(ErrorOf(WithLayers(R"({"type": "batch_norm", "epsilon": 0})")).starts_with("job.json: model.layers[0].epsilon: expected a number in (0, 1]"));
+  CHECK(ErrorOf(WithLayers(R"({"type": "batch_norm", "sync": "yes"})")).starts_with("job.json: model.layers[0].sync: "));
+  CHECK(ErrorOf(WithLayers(R"({"type": "layer_norm", "momentum": 0.9})")) ==
+        "job.json: model.layers[0].momentum: unknown field (expected one of: center, epsilon, scale, type)");
+  CHECK(ErrorOf(R"({"model": {"layers": [{"type": "dense", "units": 5}, {"type": "layer_norm"}, {"type": "dense", "units": 10}]},
+      "data": "d", "epochs": 1, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rate": 1}, "device": "cuda:0"})") ==
+        "job.json: device: \"cuda:0\": model.layers[1].type: the cuda device has no kernel for layer_norm layers (set \"device\": \"cpu\")");
+  CHECK(FindCudaGap(l[1]).field == "type");
+}
+
 TEST_CASE("job spec errors name the file and the JSON path", "[unit][config]") {
   CHECK(ErrorOf("{") == "job.json: not valid JSON");
   CHECK(ErrorOf("[]") == "job.json: (top level): expected an object, got an array");
@@ -210,7 +231,7 @@ TEST_CASE("job spec errors name the file and the JSON path", "[unit][config]") {
   CHECK(ErrorOf(R"({"model": {"layers": [{"type": "dense", "units": 10, "activation": "swish"}]}, "data": "d", "epochs": 1, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rate": 1}})") ==
         "job.json: model.layers[0].activation: unknown activation \"swish\" (expected none, relu, relu6, sigmoid, elu, tanh or gelu)");
   CHECK(ErrorOf(R"({"model": {"layers": [{"type": "lstm"}]}, "data": "d", "epochs": 1, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rate": 1}})") ==
-        "job.json: model.layers[0].type: unknown layer type \"lstm\" (expected dense, conv2d, max_pool2d, avg_pool2d, global_avg_pool2d, "
+        "job.json: model.layers[0].type: unknown layer type \"lstm\" (expected dense, conv2d, max_pool2d, avg_pool2d, global_avg_pool2d, batch_norm, layer_norm, "
         "flatten or dropout)");
   CHECK(ErrorOf(R"({"model": {"layers": []}, "data": "d", "epochs": 1, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rate": 1}})") ==
         "job.json: model.layers: expected a non-empty array of layers (or \"name\": one of softmax, mlp, dnn, cnn)");

@@ -35,7 +35,8 @@ std::vector<float> RandomVector(std::size_t n, std::mt19937& gen, float scale = 
 // Checks d(sum(out * r))/d(params) and /d(in) of `layer` against finite differences.
 // With `distinct_inputs`, inputs are a shuffled grid of values 0.05 apart, so no two inputs of a
 // pooling window are within 2h of each other and the arg-max cannot flip during the difference.
-void CheckLayer(Layer& layer, ActShape in_shape, int batch, std::uint32_t seed, bool distinct_inputs = false) {
+// With `training`, the layer runs as in a training step (batch norm's batch statistics).
+void CheckLayer(Layer& layer, ActShape in_shape, int batch, std::uint32_t seed, bool distinct_inputs = false, bool training = false) {
   std::mt19937 gen(seed);
   std::vector<ParamSpec> specs = layer.Params();
   std::vector<std::vector<float>> params, grads;
@@ -49,6 +50,7 @@ void CheckLayer(Layer& layer, ActShape in_shape, int batch, std::uint32_t seed, 
     gs.emplace_back(grads[i]);
   }
   layer.Bind(ps, gs);
+  layer.SetTraining(training, 0);
   layer.Reserve(batch);
   const std::int64_t in_n = in_shape.size() * batch, out_n = layer.output_shape().size() * batch;
   std::vector<float> x = RandomVector(static_cast<std::size_t>(in_n), gen);
@@ -150,6 +152,24 @@ TEST_CASE("global_avg_pool2d gradients match finite differences", "[unit][gradie
   auto layer = MakeGlobalAvgPool2D({3, 5, 4});
   CHECK(layer->output_shape().size() == 4);
   CheckLayer(*layer, {3, 5, 4}, 3, 23);
+}
+
+TEST_CASE("batch_norm gradients in training match finite differences, after dense and conv2d", "[unit][gradient][norm]") {
+  for (NormOptions o : {NormOptions{}, NormOptions{.center = false}, NormOptions{.scale = false}}) {
+    auto dense = MakeBatchNorm({1, 1, 4}, o);  // per feature over 5 rows
+    CheckLayer(*dense, {1, 1, 4}, 5, 31, false, /*training=*/true);
+    auto conv = MakeBatchNorm({3, 2, 3}, o);   // per channel over 2 images x 6 pixels
+    CheckLayer(*conv, {3, 2, 3}, 2, 32, false, /*training=*/true);
+  }
+}
+
+TEST_CASE("layer_norm gradients match finite differences, over features and over channels", "[unit][gradient][norm]") {
+  for (NormOptions o : {NormOptions{}, NormOptions{.center = false, .scale = false}}) {
+    auto dense = MakeLayerNorm({1, 1, 6}, o);
+    CheckLayer(*dense, {1, 1, 6}, 3, 33);
+    auto conv = MakeLayerNorm({2, 3, 4}, o);
+    CheckLayer(*conv, {2, 3, 4}, 2, 34);
+  }
 }
 
 TEST_CASE("softmax cross-entropy gradient matches finite differences", "[unit][gradient]") {

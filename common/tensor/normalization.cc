@@ -1,0 +1,272 @@
+// Batch and layer normalisation (declared in layers.h).
+#include <cmath>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "common/base/check.h"
+#include "common/tensor/layers.h"
+
+namespace tfd::tensor {
+namespace {
+
+using config::InitKind;
+
+// Binds the optional gamma and beta (in that order, as Params lists them) and any trailing
+// variables, with their gradients.
+struct NormVariables {
+  float *gamma = nullptr, *beta = nullptr, *dgamma = nullptr, *dbeta = nullptr;
+  std::size_t Bind(const NormOptions& o, std::span<const std::span<float>> params, std::span<const std::span<float>> grads) {
+    std::size_t i = 0;
+    if (o.scale) gamma = params[i].data(), dgamma = grads[i].data(), ++i;
+    if (o.center) beta = params[i].data(), dbeta = grads[i].data(), ++i;
+    return i;
+  }
+  float Gamma(int c) const { return gamma == nullptr ? 1.0f : gamma[c]; }
+  float Beta(int c) const { return beta == nullptr ? 0.0f : beta[c]; }
+};
+
+std::vector<ParamSpec> GammaBeta(const NormOptions& o, int c) {
+  std::vector<ParamSpec> p;
+  if (o.scale) p.push_back({"gamma", {c}, {InitKind::kOnes}, c, c});
+  if (o.center) p.push_back({"beta", {c}, {InitKind::kZeros}, c, c});
+  return p;
+}
+
+std::string Describe(std::string_view kind, const NormOptions& o, bool batch) {
+  return fmt::format("{}{}{}{}", kind, batch && o.sync ? " sync" : "", o.scale ? "" : " no-scale", o.center ? "" : " no-center");
+}
+
+class BatchNorm final : public Layer {
+ public:
+  BatchNorm(ActShape in, NormOptions o) : shape_(in), c_(in.c), o_(o) {}
+
+  std::string Describe() const override { return tensor::Describe("batch_norm", o_, true); }
+  ActShape output_shape() const override { return shape_; }
+  std::vector<ParamSpec> Params() const override {
+    std::vector<ParamSpec> p = GammaBeta(o_, c_);
+    p.push_back({"moving_mean", {c_}, {InitKind::kZeros}, c_, c_, /*trainable=*/false});
+    p.push_back({"moving_variance", {c_}, {InitKind::kOnes}, c_, c_, /*trainable=*/false});
+    return p;
+  }
+  void Bind(std::span<const std::span<float>> params, std::span<const std::span<float>> grads) override {
+    const std::size_t i = v_.Bind(o_, params, grads);
+    TFD_CHECK(params.size() == i + 2 && grads.size() == i + 2);
+    moving_mean_ = params[i], moving_var_ = params[i + 1];
+    dmoving_mean_ = grads[i], dmoving_var_ = grads[i + 1];
+  }
+  void SetTraining(bool training, std::uint64_t) override { training_ = training; }
+  // Backward reads the mean and 1/std the last Forward normalised with.
+  bool KeepsForwardState() const override { return true; }
+  void Reserve(int) override {
+    mean_.resize(c_), inv_std_.resize(c_), scale_.resize(c_), shift_.resize(c_);
+    acc_.resize(2 * static_cast<std::size_t>(c_)), sums_.resize(2 * static_cast<std::size_t>(c_) + 1);
+  }
+  void SetSum(CrossReplicaSum* sum) { sum_ = o_.sync ? sum : nullptr; }
+  // The sums a training Forward or Backward makes, with no rows of this replica's. Forward's are
+  // BatchStatistics' own over zero rows: each sum then starts from zeros (not from the previous
+  // sum's result, which would add the others' sum of x into their sum of squares), and this
+  // replica moves its moving statistics with the same bits as the replicas that had rows.
+  void JoinSums(bool forward) {
+    if (sum_ == nullptr) return;
+    if (forward) {
+      BatchStatistics(nullptr, 0);
+      return;
+    }
+    std::fill(sums_.begin(), sums_.end(), 0.0f);
+    sum_->Sum(std::span(sums_).first(2 * c_));
+  }
+
+  void Forward(const float* in, float* out, int batch) override {
+    const std::int64_t rows = std::int64_t{batch} * shape_.h * shape_.w;
+    last_training_ = training_;
+    if (training_) BatchStatistics(in, rows);
+    else
+      for (int c = 0; c < c_; ++c) mean_[c] = moving_mean_[c], inv_std_[c] = InvStd(moving_var_[c]);
+    for (int c = 0; c < c_; ++c) scale_[c] = v_.Gamma(c) * inv_std_[c], shift_[c] = v_.Beta(c) - mean_[c] * scale_[c];
+    const float* __restrict s = scale_.data();
+    const float* __restrict b = shift_.data();
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* __restrict x = in + r * c_;
+      float* __restrict y = out + r * c_;
+      for (int c = 0; c < c_; ++c) y[c] = x[c] * s[c] + b[c];
+    }
+  }
+
+  // With g = dout and xhat = (x - mean) / std over the n rows the statistics came from (every
+  // replica's when synchronised): dgamma = sum g xhat, dbeta = sum g over this replica's rows, and
+  // din = gamma / std (g - sum g / n - xhat sum g xhat / n) with the sums over the same n rows.
+  void Backward(const float* in, const float*, float* dout, float* din, int batch) override {
+    const std::int64_t rows = std::int64_t{batch} * shape_.h * shape_.w;
+    double* __restrict sg = acc_.data();
+    double* __restrict sgx = acc_.data() + c_;
+    std::fill(acc_.begin(), acc_.end(), 0.0);
+    const float* __restrict mean = mean_.data();
+    const float* __restrict inv = inv_std_.data();
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* __restrict x = in + r * c_;
+      const float* __restrict g = dout + r * c_;
+      for (int c = 0; c < c_; ++c) {
+        sg[c] += g[c];
+        sgx[c] += static_cast<double>(g[c]) * ((x[c] - mean[c]) * inv[c]);
+      }
+    }
+    for (int c = 0; c < c_; ++c) {
+      if (v_.dgamma != nullptr) v_.dgamma[c] = static_cast<float>(sgx[c]);
+      if (v_.dbeta != nullptr) v_.dbeta[c] = static_cast<float>(sg[c]);
+      dmoving_mean_[c] = dmoving_var_[c] = 0.0f;
+    }
+    if (!last_training_) {  // the moving statistics are constants: din = g gamma / std
+      if (din != nullptr)
+        for (std::int64_t r = 0; r < rows; ++r)
+          for (int c = 0; c < c_; ++c) din[r * c_ + c] = dout[r * c_ + c] * scale_[c];
+      return;
+    }
+    float* red = sums_.data();
+    for (int c = 0; c < 2 * c_; ++c) red[c] = static_cast<float>(acc_[c]);
+    if (sum_ != nullptr) sum_->Sum(std::span(sums_).first(2 * c_));  // every replica, din or not: the calls must pair up
+    if (din == nullptr) return;
+    const float inv_n = 1.0f / count_;
+    for (int c = 0; c < c_; ++c) red[c] *= inv_n, red[c_ + c] *= inv_n;  // mean g, mean g xhat
+    const float* __restrict s = scale_.data();
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* __restrict x = in + r * c_;
+      const float* __restrict g = dout + r * c_;
+      float* __restrict d = din + r * c_;
+      for (int c = 0; c < c_; ++c) d[c] = s[c] * (g[c] - red[c] - (x[c] - mean[c]) * inv[c] * red[c_ + c]);
+    }
+  }
+
+ private:
+  float InvStd(float var) const { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(var) + o_.epsilon)); }
+
+  // The batch's mean and biased variance per channel (over every replica's rows when synchronised:
+  // two sums, of x with the row count, then of (x - mean)², so no replica subtracts large squares),
+  // and the moving statistics moved toward them as Keras does.
+  void BatchStatistics(const float* in, std::int64_t rows) {
+    double* __restrict acc = acc_.data();
+    std::fill(acc_.begin(), acc_.end(), 0.0);
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (int c = 0; c < c_; ++c) acc[c] += in[r * c_ + c];
+    for (int c = 0; c < c_; ++c) sums_[c] = static_cast<float>(acc[c]);
+    sums_[c_] = static_cast<float>(rows);
+    if (sum_ != nullptr) sum_->Sum(std::span(sums_).first(c_ + 1));
+    count_ = sums_[c_];
+    for (int c = 0; c < c_; ++c) mean_[c] = sums_[c] / count_;
+    std::fill(acc_.begin(), acc_.end(), 0.0);
+    const float* __restrict mean = mean_.data();
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (int c = 0; c < c_; ++c) {
+        const double d = in[r * c_ + c] - mean[c];
+        acc[c] += d * d;
+      }
+    for (int c = 0; c < c_; ++c) sums_[c] = static_cast<float>(acc[c]);
+    if (sum_ != nullptr) sum_->Sum(std::span(sums_).first(c_));
+    const auto keep = static_cast<float>(1.0 - o_.momentum);
+    for (int c = 0; c < c_; ++c) {
+      const float var = sums_[c] / count_;
+      inv_std_[c] = InvStd(var);
+      moving_mean_[c] -= (moving_mean_[c] - mean_[c]) * keep;
+      moving_var_[c] -= (moving_var_[c] - var) * keep;
+    }
+  }
+
+  const ActShape shape_;
+  const int c_;
+  const NormOptions o_;
+  NormVariables v_;
+  std::span<float> moving_mean_, moving_var_, dmoving_mean_, dmoving_var_;
+  CrossReplicaSum* sum_ = nullptr;
+  bool training_ = false, last_training_ = false;
+  float count_ = 0;  // rows the last training Forward's statistics came from
+  std::vector<float> mean_, inv_std_, scale_, shift_, sums_;
+  std::vector<double> acc_;
+};
+
+class LayerNorm final : public Layer {
+ public:
+  LayerNorm(ActShape in, NormOptions o) : shape_(in), c_(in.c), o_(o) {}
+
+  std::string Describe() const override { return tensor::Describe("layer_norm", o_, false); }
+  ActShape output_shape() const override { return shape_; }
+  std::vector<ParamSpec> Params() const override { return GammaBeta(o_, c_); }
+  void Bind(std::span<const std::span<float>> params, std::span<const std::span<float>> grads) override {
+    TFD_CHECK(v_.Bind(o_, params, grads) == params.size());
+  }
+  void Reserve(int) override { acc_.resize(2 * static_cast<std::size_t>(c_)); }
+
+  void Forward(const float* in, float* out, int batch) override {
+    const std::int64_t rows = std::int64_t{batch} * shape_.h * shape_.w;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* x = in + r * c_;
+      const auto [mean, inv] = Moments(x);
+      for (int c = 0; c < c_; ++c) out[r * c_ + c] = (x[c] - mean) * inv * v_.Gamma(c) + v_.Beta(c);
+    }
+  }
+  // Per row, with g' = g gamma: din = (g' - mean g' - xhat mean(g' xhat)) / std. The row's moments
+  // are computed again from `in`, so Forward leaves no state.
+  void Backward(const float* in, const float*, float* dout, float* din, int batch) override {
+    const std::int64_t rows = std::int64_t{batch} * shape_.h * shape_.w;
+    double* sg = acc_.data();
+    double* sgx = acc_.data() + c_;
+    std::fill(acc_.begin(), acc_.end(), 0.0);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* x = in + r * c_;
+      float* g = dout + r * c_;
+      const auto [mean, inv] = Moments(x);
+      double mg = 0, mgx = 0;
+      for (int c = 0; c < c_; ++c) {
+        const float xhat = (x[c] - mean) * inv;
+        sg[c] += g[c];
+        sgx[c] += static_cast<double>(g[c]) * xhat;
+        g[c] *= v_.Gamma(c);
+        mg += g[c];
+        mgx += static_cast<double>(g[c]) * xhat;
+      }
+      if (din == nullptr) continue;
+      const auto a = static_cast<float>(mg / c_), b = static_cast<float>(mgx / c_);
+      for (int c = 0; c < c_; ++c) din[r * c_ + c] = inv * (g[c] - a - (x[c] - mean) * inv * b);
+    }
+    for (int c = 0; c < c_; ++c) {
+      if (v_.dgamma != nullptr) v_.dgamma[c] = static_cast<float>(sgx[c]);
+      if (v_.dbeta != nullptr) v_.dbeta[c] = static_cast<float>(sg[c]);
+    }
+  }
+
+ private:
+  struct RowMoments {
+    float mean, inv_std;
+  };
+  RowMoments Moments(const float* x) const {
+    double sum = 0, sq = 0;
+    for (int c = 0; c < c_; ++c) sum += x[c];
+    const double mean = sum / c_;
+    for (int c = 0; c < c_; ++c) sq += (x[c] - mean) * (x[c] - mean);
+    return {static_cast<float>(mean), static_cast<float>(1.0 / std::sqrt(sq / c_ + o_.epsilon))};
+  }
+
+  const ActShape shape_;
+  const int c_;
+  const NormOptions o_;
+  NormVariables v_;
+  std::vector<double> acc_;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> MakeBatchNorm(ActShape in, NormOptions options) { return std::make_unique<BatchNorm>(in, options); }
+std::unique_ptr<Layer> MakeLayerNorm(ActShape in, NormOptions options) { return std::make_unique<LayerNorm>(in, options); }
+
+bool SetCrossReplicaSum(Layer& layer, CrossReplicaSum* sum) {
+  auto* bn = dynamic_cast<BatchNorm*>(&layer);
+  if (bn != nullptr) bn->SetSum(sum);
+  return bn != nullptr;
+}
+
+bool JoinCrossReplicaSums(Layer& layer, bool forward) {
+  auto* bn = dynamic_cast<BatchNorm*>(&layer);
+  if (bn != nullptr) bn->JoinSums(forward);
+  return bn != nullptr;
+}
+
+}  // namespace tfd::tensor
