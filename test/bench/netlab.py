@@ -51,6 +51,8 @@ PRESETS = {  # rate in bit/s, one-way delay between two hosts in ms
 }
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+from scale_bench import events as events_of  # noqa: E402  (a task's JSON events, from its stdout file)
 
 
 class LabError(Exception):
@@ -211,28 +213,22 @@ class Tasks:
                     pass
                 p.wait()
 
-    def Output(self, name):
+    def Paths(self, name):
+        """(stdout, stderr) file of task `name`."""
         for n, _, out, err in self.procs:
             if n == name:
-                return open(out, errors="replace").read(), open(err, errors="replace").read()
+                return out, err
         raise KeyError(name)
 
-
-def events_of(text):
-    out = []
-    for line in text.split("\n"):
-        try:
-            e = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(e, dict) and "event" in e:
-            out.append(e)
-    return out
+    def Events(self, name):
+        return events_of(self.Paths(name)[0])
 
 
-def last_error(out, err):
+def last_error(tasks, name):
+    """The task's last error event's message, else its last line of output."""
+    out, err = tasks.Paths(name)
     msgs = [e.get("message", "") for e in events_of(out) if e["event"] == "error"]
-    lines = [l for l in (out + err).split("\n") if l.strip()]
+    lines = [line for line in (open(out, errors="replace").read() + open(err, errors="replace").read()).split("\n") if line.strip()]
     return (msgs[-1] if msgs else (lines[-1] if lines else "no output"))[:300]
 
 
@@ -271,11 +267,11 @@ def worker_means(evs):
 def peers_seen(tasks, n):
     """Each worker's final parameters' hash, and the address the ps saw each worker's connection
     come from (its worker_done events: "worker:1 (10.77.0.3:41234)", or "(local pid N)")."""
-    seen = {"params_sha256": [next((e["params_sha256"] for e in events_of(tasks.Output(f"w{i}")[0])
+    seen = {"params_sha256": [next((e["params_sha256"] for e in tasks.Events(f"w{i}")
                                     if e["event"] == "done"), None) for i in range(n)]}
     if any(name == "ps0" for name, _, _, _ in tasks.procs):
         peers = {}
-        for e in events_of(tasks.Output("ps0")[0]):
+        for e in tasks.Events("ps0"):
             if e["event"] == "worker_done":
                 task, _, where = e["peer"].partition(" (")
                 peers[task] = where.rstrip(")").rsplit(":", 1)[0] if not where.startswith("local") else "local"
@@ -301,29 +297,27 @@ class Bench:
     def RunTfd(self, preset, mode):
         """One tfd configuration on the shaped lab: its row as a dict."""
         a, lab, n = self.a, self.lab, self.a.hosts
-        folder = os.path.join(self.work, f"tfd-{mode}-{preset}")
-        os.makedirs(folder)
-        job = os.path.join(folder, "job.json")
-        with open(job, "w") as f:
-            json.dump(dnn_job(a.data, mode, a.epochs), f)
         cluster = {"worker": [f"{lab.address(i)}:{PORT}" for i in range(n)]}
         if mode == "sync":
             cluster["ps"] = [f"{lab.address(0)}:{PORT + 1}"]
-        before = [lab.TxBytes(i) for i in range(n)]
-        tasks = self.running = Tasks()
-        start_wall = time.time()
-        insecure = ["--insecure"] if a.insecure else []
-        if mode == "sync":
-            tasks.Start("ps0", lab.ns(0), [a.tfd, "--log-format", "json", *insecure], self.Env(cluster, "ps", 0), folder)
-        extra = ["--shard-limit", str(a.shard_limit)] if a.shard_limit and mode == "allreduce" else []
-        extra += insecure
-        for i in range(n):
-            tasks.Start(f"w{i}", lab.ns(i), [a.tfd, "--log-format", "json", "--job", job, *extra],
-                        self.Env(cluster, "worker", i), folder)
-        codes = tasks.Wait(time.monotonic() + a.timeout)
-        self.running = None
-        sent = [lab.TxBytes(i) - before[i] for i in range(n)]
-        return self.TfdRow(preset, mode, tasks, codes, sent, start_wall)
+        flags = ["--log-format", "json"] + (["--insecure"] if a.insecure else [])
+
+        def start(tasks, folder):
+            job = os.path.join(folder, "job.json")
+            with open(job, "w") as f:
+                json.dump(dnn_job(a.data, mode, a.epochs), f)
+            if mode == "sync":
+                tasks.Start("ps0", lab.ns(0), [a.tfd, *flags], self.Env(cluster, "ps", 0), folder)
+            limit = ["--shard-limit", str(a.shard_limit)] if a.shard_limit and mode == "allreduce" else []
+            for i in range(n):
+                tasks.Start(f"w{i}", lab.ns(i), [a.tfd, *flags, "--job", job, *limit], self.Env(cluster, "worker", i), folder)
+
+        row = {"peer": "tfd", "mode": mode, "link": preset, "hosts": n, "addresses": [lab.address(i) for i in range(n)]}
+        tasks = self.RunTasks(f"tfd-{mode}-{preset}", start, row)
+        if "error" not in row:
+            row.update(peers_seen(tasks, n))
+            row["expected_bytes_per_step"] = [expected_bytes_per_step(mode, n, i) for i in range(n)]
+        return row
 
     def Env(self, cluster, kind, index):
         tf_config = {"cluster": cluster, "task": {"type": kind, "index": index}}
@@ -331,21 +325,31 @@ class Bench:
             tf_config["tfd"] = {"token_file": self.token}
         return {**os.environ, "TF_CONFIG": json.dumps(tf_config), "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
 
-    def TfdRow(self, preset, mode, tasks, codes, sent, start_wall):
+    def RunTasks(self, name, start, row):
+        """Starts one configuration's tasks (start(tasks, folder)), waits for them, and fills `row` with
+        what every peer's row has (or its "error"); the tasks, for more."""
+        folder = os.path.join(self.work, name)
+        os.makedirs(folder)
         n = self.a.hosts
-        row = {"peer": "tfd", "mode": mode, "link": preset, "hosts": n, "addresses": [self.lab.address(i) for i in range(n)],
-               "exit_codes": codes, "tx_bytes": sent}
+        before = [self.lab.TxBytes(i) for i in range(n)]
+        tasks = self.running = Tasks()
+        start_wall = time.time()
+        start(tasks, folder)
+        codes = tasks.Wait(time.monotonic() + self.a.timeout)
+        self.running = None
+        sent = [self.lab.TxBytes(i) - before[i] for i in range(n)]
+        row.update({"exit_codes": codes, "tx_bytes": sent})
         failed = [k for k, c in codes.items() if c != 0]
         if failed:
-            row["error"] = f"{failed[0]} {'timed out' if codes[failed[0]] is None else 'exit %d' % codes[failed[0]]}: " + \
-                last_error(*tasks.Output(failed[0]))
-            return row
-        means = [worker_means(events_of(tasks.Output(f"w{i}")[0])) for i in range(n)]
+            how = "timed out" if codes[failed[0]] is None else f"exit {codes[failed[0]]}"
+            row["error"] = f"{failed[0]} {how}: {last_error(tasks, failed[0])}"
+            return tasks
+        trainers = [name for name, _, _, _ in tasks.procs if name[0] in "wr"]  # workers or ranks, host order
+        means = [worker_means(tasks.Events(t)) for t in trainers]
         if any(m is None for m in means):
             row["error"] = "a worker wrote no epoch events"
-            return row
-        chief = events_of(tasks.Output("w0")[0])
-        row.update(peers_seen(tasks, n))
+            return tasks
+        chief = tasks.Events(trainers[0])
         row.update({
             "samples_per_sec": sum(m[0] for m in means),
             "input_ms": means[0][1], "compute_ms": means[0][2], "update_ms": means[0][3],
@@ -353,9 +357,8 @@ class Bench:
             "seconds_to_target": seconds_to(chief, self.a.target, start_wall),
             "best_test_accuracy": max((e.get("test_accuracy", 0) for e in chief if e["event"] == "epoch"), default=0),
             "bytes_per_step": [sent[i] / max(means[i][4], 1) for i in range(n)],
-            "expected_bytes_per_step": [expected_bytes_per_step(mode, n, i) for i in range(n)],
         })
-        return row
+        return tasks
 
     def RunDdp(self, preset):
         """PyTorch DDP at its best over the hooks on the same lab, or a row saying why not."""
@@ -374,34 +377,16 @@ class Bench:
 
     def RunDdpHook(self, preset, hook):
         a, lab, n = self.a, self.lab, self.a.hosts
-        folder = os.path.join(self.work, f"ddp-{hook}-{preset}")
-        os.makedirs(folder)
-        before = [lab.TxBytes(i) for i in range(n)]
-        tasks = self.running = Tasks()
-        start_wall = time.time()
-        for i in range(n):
-            tasks.Start(f"r{i}", lab.ns(i), [
-                "/usr/bin/python3", os.path.join(HERE, "torch_lab_peer.py"), "--rank", str(i), "--world", str(n),
-                "--master", f"{lab.address(0)}:{PORT}", "--iface", lab.inside(i), "--hook", hook,
-                "--data", a.data, "--epochs", str(a.epochs), "--target", str(a.target)], dict(os.environ), folder)
-        codes = tasks.Wait(time.monotonic() + a.timeout)
-        self.running = None
-        sent = [lab.TxBytes(i) - before[i] for i in range(n)]
-        row = {"peer": "ddp", "hook": hook, "mode": "allreduce", "link": preset, "hosts": n, "exit_codes": codes, "tx_bytes": sent}
-        failed = [k for k, c in codes.items() if c != 0]
-        if failed:
-            row["error"] = f"{failed[0]}: " + last_error(*tasks.Output(failed[0]))
-            return row
-        means = [worker_means(events_of(tasks.Output(f"r{i}")[0])) for i in range(n)]
-        if any(m is None for m in means):
-            row["error"] = "a rank wrote no epoch events"
-            return row
-        chief = events_of(tasks.Output("r0")[0])
-        row.update({"samples_per_sec": sum(m[0] for m in means), "input_ms": means[0][1], "compute_ms": means[0][2],
-                    "update_ms": means[0][3], "steps": [m[4] for m in means],
-                    "seconds_to_target": seconds_to(chief, a.target, start_wall),
-                    "best_test_accuracy": max((e.get("test_accuracy", 0) for e in chief if e["event"] == "epoch"), default=0),
-                    "bytes_per_step": [sent[i] / max(means[i][4], 1) for i in range(n)]})
+
+        def start(tasks, folder):
+            for i in range(n):
+                tasks.Start(f"r{i}", lab.ns(i), [
+                    "/usr/bin/python3", os.path.join(HERE, "torch_lab_peer.py"), "--rank", str(i), "--world", str(n),
+                    "--master", f"{lab.address(0)}:{PORT}", "--iface", lab.inside(i), "--hook", hook,
+                    "--data", a.data, "--epochs", str(a.epochs), "--target", str(a.target)], dict(os.environ), folder)
+
+        row = {"peer": "ddp", "hook": hook, "mode": "allreduce", "link": preset, "hosts": n}
+        self.RunTasks(f"ddp-{hook}-{preset}", start, row)
         return row
 
 
@@ -424,7 +409,8 @@ def print_header(a):
 
 
 def print_row(row, unshaped):
-    name = f"{row['peer']} {row.get('hook', row['mode'])} @ {row['link']}"
+    kind = f"gloo, best hook: {row['hook']}" if "hook" in row else row["mode"]
+    name = f"{row['peer']} {kind} @ {row['link']}"
     if "error" in row:
         print(f"{name:<34} {row['error']}")
         return
