@@ -1,0 +1,547 @@
+#!/usr/bin/python3
+"""A lab network on this machine: N hosts as network namespaces on one bridge, each host's link
+shaped with tc, tfd tasks placed on them by TF_CONFIG with each host's own address.
+
+  test/bench/netlab.py [--hosts 4] [--links 1g,10g,none] [--modes allreduce,sync] [--epochs 10]
+                       [--target 0.98] [--loss PCT] [--report FILE] [--no-peer] [--clean]
+
+Host i is the namespace PREFIX-hI at 10.77.0.(i+2)/24 behind a veth pair (PREFIX-iI inside,
+PREFIX-oI on the bridge PREFIX-br). A link preset shapes both ends of each pair, so a host sends
+and receives at the preset's rate, as through a full-duplex NIC; the bridge is the switch and is
+not shaped. Presets: 1g (1 Gbit/s, 0.2 ms one way between two hosts), 10g (10 Gbit/s, 0.05 ms),
+none (the veths as they are). Rates are tc tbf; the delay and --loss need tc netem, which some
+kernels lack: then the delay is left out (said once, and in the report) and loss is nftables'
+random drop of packets arriving at each host.
+
+Each configuration runs the seed's dnn (batch 50 per worker, momentum 0.01/0.95) on one worker per
+host: allreduce (a ring over the hosts) or sync (the ps on host 0 beside worker 0). Per
+configuration it prints samples/s (the workers' sum, each worker's mean over the epochs after the
+first), time to --target test accuracy (the chief's epoch events), bytes each host sent per step
+(its veth's tx_bytes over the run, divided by its worker's steps) beside the arithmetic of what
+the mode must send, and worker 0's step split by its own clock (input / compute / update, where
+update is the exchange and the wait for the others, which tfd's events do not split), with `wire`
+= the bytes the busiest host sends per step at the link's rate: the part of update no software can
+save without sending less. With python3-torch (scripts/setup --bench), PyTorch DDP (gloo) runs on
+the same namespaces and links with each communication hook, the best kept and named
+(torch_lab_peer.py); else its rows say "skipped: no torch".
+
+Everything it made (namespaces, bridge, the tasks) goes on exit, on an error and on Ctrl-C; a run
+first removes what a killed earlier run with the same --prefix left. Needs root (else one line,
+exit 77). --clean only removes. --report FILE writes every figure as JSON.
+"""
+import argparse
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+PROG = "netlab"
+SKIP = 77
+DNN_FLOATS = 230_250  # the dnn's parameters (docs/config.md): what a gradient or a pull carries
+PORT = 2222  # every host has its own addresses, so every task listens on the same port
+PRESETS = {  # rate in bit/s, one-way delay between two hosts in ms
+    "1g": (1_000_000_000, 0.2),
+    "10g": (10_000_000_000, 0.05),
+    "none": (None, 0.0),
+}
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+from scale_bench import events as events_of  # noqa: E402  (a task's JSON events, from its stdout file)
+
+
+class LabError(Exception):
+    pass
+
+
+def sh(*argv, check=True):
+    """Runs one command (an argv list, no shell); LabError naming it on failure."""
+    p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if check and p.returncode != 0:
+        raise LabError(f"{' '.join(argv)}: {p.stderr.strip() or f'exit {p.returncode}'}")
+    return p
+
+
+def tc_has(kind, dev):
+    """Whether this kernel has qdisc `kind` (tried on `dev`, then removed)."""
+    ok = sh("tc", "qdisc", "add", "dev", dev, "root", kind, check=False).returncode == 0
+    if ok:
+        sh("tc", "qdisc", "del", "dev", dev, "root", check=False)
+    return ok
+
+
+class Lab:
+    """The namespaces, veth pairs and bridge of one run; Down() removes them (and is idempotent)."""
+
+    def __init__(self, prefix, hosts, subnet):
+        if len(prefix) > 8:  # interface names are at most 15 bytes: PREFIX-br, PREFIX-o123
+            raise LabError(f"--prefix {prefix!r}: at most 8 characters")
+        self.prefix, self.hosts, self.subnet = prefix, hosts, subnet
+        self.netem = None  # known after Up()
+        self.notes = []
+
+    def ns(self, i):
+        return f"{self.prefix}-h{i}"
+
+    def inside(self, i):
+        return f"{self.prefix}-i{i}"
+
+    def outside(self, i):
+        return f"{self.prefix}-o{i}"
+
+    def address(self, i):
+        return f"{self.subnet}.{i + 2}"
+
+    def bridge(self):
+        return f"{self.prefix}-br"
+
+    def Down(self):
+        """Removes every namespace and link named with this prefix, this run's or an earlier one's."""
+        for name in sh("ip", "netns", "list", check=False).stdout.split("\n"):
+            name = name.split(" ")[0]
+            if name.startswith(self.prefix + "-h"):
+                # Tasks a killed run left would keep the namespace alive after its name goes.
+                for pid in sh("ip", "netns", "pids", name, check=False).stdout.split():
+                    try:
+                        os.kill(int(pid), signal.SIGKILL)
+                    except (ProcessLookupError, ValueError):
+                        pass
+                sh("ip", "netns", "del", name, check=False)  # takes its veth pair along
+        links = json.loads(sh("ip", "-j", "link", "show", check=False).stdout or "[]")
+        for link in links:
+            if link["ifname"].startswith(self.prefix + "-"):
+                sh("ip", "link", "del", link["ifname"], check=False)
+
+    def Up(self):
+        self.Down()
+        sh("ip", "link", "add", self.bridge(), "type", "bridge")
+        sh("ip", "link", "set", self.bridge(), "up")
+        for i in range(self.hosts):
+            ns = self.ns(i)
+            sh("ip", "netns", "add", ns)
+            sh("ip", "link", "add", self.outside(i), "type", "veth", "peer", "name", self.inside(i))
+            sh("ip", "link", "set", self.inside(i), "netns", ns)
+            sh("ip", "link", "set", self.outside(i), "master", self.bridge(), "up")
+            sh("ip", "-n", ns, "addr", "add", f"{self.address(i)}/24", "dev", self.inside(i))
+            sh("ip", "-n", ns, "link", "set", self.inside(i), "up")
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+        self.netem = tc_has("netem", self.outside(0))
+
+    def Shape(self, preset, loss_pct):
+        """Sets every host's link to `preset` (replacing the last one's shaping) and `loss_pct`."""
+        rate, delay_ms = PRESETS[preset]
+        for i in range(self.hosts):
+            for dev, netns in ((self.outside(i), None), (self.inside(i), self.ns(i))):
+                self._ShapeDev(dev, netns, rate, delay_ms / 2, loss_pct)  # each direction crosses two ends
+            self._Drop(i, loss_pct)
+
+    def _ShapeDev(self, dev, netns, rate, half_delay_ms, loss_pct):
+        tc = ["tc"] if netns is None else ["tc", "-n", netns]
+        sh(*tc, "qdisc", "del", "dev", dev, "root", check=False)
+        netem_args = []
+        if self.netem and half_delay_ms > 0:
+            netem_args += ["delay", f"{half_delay_ms}ms"]
+        if self.netem and loss_pct > 0 and netns is not None:
+            netem_args += ["loss", f"{loss_pct}%"]
+        if netem_args:
+            # netem's own rate keeps delay and rate in one qdisc (a tbf under netem re-times packets).
+            sh(*tc, "qdisc", "add", "dev", dev, "root", "netem", *netem_args,
+               *(["rate", f"{rate}bit"] if rate else []), "limit", "100000")
+        elif rate:
+            # Bucket: half a millisecond at the rate, at least two 64 KB segments (veths pass GSO
+            # segments whole); queue: 5 ms at the rate before tbf drops, as a switch port's buffer.
+            burst = max(rate // 8 // 2000, 131072)
+            sh(*tc, "qdisc", "add", "dev", dev, "root", "tbf", "rate", f"{rate}bit", "burst", str(burst),
+               "latency", "5ms")
+
+    def _Drop(self, i, loss_pct):
+        """Without netem: nftables drops loss_pct% of the packets arriving at host i."""
+        ns = self.ns(i)
+        sh("ip", "netns", "exec", ns, "nft", "delete", "table", "inet", "netlab", check=False)
+        if loss_pct <= 0 or self.netem:
+            return
+        if shutil.which("nft") is None:
+            raise LabError("--loss needs tc netem or nft (nftables), and this machine has neither")
+        per_100k = str(int(round(loss_pct * 1000)))
+        sh("ip", "netns", "exec", ns, "nft", "add", "table", "inet", "netlab")
+        sh("ip", "netns", "exec", ns, "nft", "add", "chain", "inet", "netlab", "in",
+           "{ type filter hook input priority 0; }")
+        sh("ip", "netns", "exec", ns, "nft", "add", "rule", "inet", "netlab", "in", "iifname", "!=", "lo",
+           "numgen", "random", "mod", "100000", "<", per_100k, "drop")
+
+    def TxBytes(self, i):
+        """Bytes host i has sent through its veth (the namespace side's tx counter)."""
+        links = json.loads(sh("ip", "-n", self.ns(i), "-j", "-s", "link", "show", self.inside(i)).stdout)
+        return int(links[0]["stats64"]["tx"]["bytes"])
+
+
+class Tasks:
+    """The processes of one configuration, each in its own session so that Kill() takes its children."""
+
+    def __init__(self):
+        self.procs = []  # (name, Popen, stdout path, stderr path)
+
+    def Start(self, name, ns, argv, env, folder):
+        out, err = os.path.join(folder, f"{name}.out"), os.path.join(folder, f"{name}.err")
+        with open(out, "wb") as o, open(err, "wb") as e:
+            p = subprocess.Popen(["ip", "netns", "exec", ns, *argv], env=env, stdout=o, stderr=e,
+                                 stdin=subprocess.DEVNULL, start_new_session=True)
+        self.procs.append((name, p, out, err))
+
+    def Wait(self, deadline):
+        """Exit codes by task name; a task still running at `deadline` (monotonic) is killed (code None)."""
+        codes = {}
+        for name, p, _, _ in self.procs:
+            try:
+                codes[name] = p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                codes[name] = None
+        self.Kill()
+        return codes
+
+    def Kill(self):
+        for _, p, _, _ in self.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait()
+
+    def Paths(self, name):
+        """(stdout, stderr) file of task `name`."""
+        for n, _, out, err in self.procs:
+            if n == name:
+                return out, err
+        raise KeyError(name)
+
+    def Events(self, name):
+        return events_of(self.Paths(name)[0])
+
+
+def last_error(tasks, name):
+    """The task's last error event's message, else its last line of output."""
+    out, err = tasks.Paths(name)
+    msgs = [e.get("message", "") for e in events_of(out) if e["event"] == "error"]
+    lines = [line for line in (open(out, errors="replace").read() + open(err, errors="replace").read()).split("\n") if line.strip()]
+    return (msgs[-1] if msgs else (lines[-1] if lines else "no output"))[:300]
+
+
+def dnn_job(data, mode, epochs):
+    job = {"model": "dnn", "data": data, "epochs": epochs, "batch_size": 50,
+           "optimizer": {"type": "momentum", "learning_rate": 0.01, "momentum": 0.95},
+           "update": {"mode": mode}, "seed": 1, "log_every_steps": 0}
+    return job
+
+
+def expected_bytes_per_step(mode, hosts, host):
+    """What host `host` must send per step of its worker, payload only (no headers): the floor the
+    counters are checked against."""
+    grad = 4 * DNN_FLOATS
+    if mode == "allreduce":
+        return 2 * (hosts - 1) * grad // hosts  # ring: reduce-scatter, then all-gather
+    # sync: each worker pushes its gradient; the ps (host 0, beside worker 0 on a Unix socket)
+    # sends the parameters to the other hosts' workers.
+    return grad * (hosts - 1) if host == 0 else grad
+
+
+def worker_means(evs):
+    """(samples/s, input, compute, update ms per step, steps) over the epochs after the first (the
+    only one if there is one)."""
+    epochs = [e for e in evs if e["event"] == "epoch"]
+    if not epochs:
+        return None
+    steady = epochs[1:] or epochs
+    prev = {e["epoch"]: e["local_step"] for e in epochs}
+    steps = sum(e["local_step"] - prev.get(e["epoch"] - 1, 0) for e in steady)
+    ms = lambda key: 1e3 * sum(e.get(key, 0.0) for e in steady) / max(steps, 1)  # noqa: E731
+    return (sum(e["samples_per_sec"] for e in steady) / len(steady), ms("input_s"), ms("compute_s"),
+            ms("update_s"), epochs[-1]["local_step"])
+
+
+def peers_seen(tasks, n):
+    """Each worker's final parameters' hash, and the address the ps saw each worker's connection
+    come from (its worker_done events: "worker:1 (10.77.0.3:41234)", or "(local pid N)")."""
+    seen = {"params_sha256": [next((e["params_sha256"] for e in tasks.Events(f"w{i}")
+                                    if e["event"] == "done"), None) for i in range(n)]}
+    if any(name == "ps0" for name, _, _, _ in tasks.procs):
+        peers = {}
+        for e in tasks.Events("ps0"):
+            if e["event"] == "worker_done":
+                task, _, where = e["peer"].partition(" (")
+                peers[task] = where.rstrip(")").rsplit(":", 1)[0] if not where.startswith("local") else "local"
+        seen["ps_peers"] = peers
+    return seen
+
+
+def seconds_to(evs, target, start_wall):
+    for e in evs:
+        if e["event"] == "epoch" and e.get("test_accuracy", 0) >= target:
+            return e["ts"] - start_wall  # seconds since the Unix epoch
+    return None
+
+
+class Bench:
+    def __init__(self, a, lab, work):
+        self.a, self.lab, self.work = a, lab, work
+        self.token = os.path.join(work, "token")
+        with open(os.open(self.token, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            f.write(secrets.token_hex(32))
+        self.running = None
+
+    def RunTfd(self, preset, mode):
+        """One tfd configuration on the shaped lab: its row as a dict."""
+        a, lab, n = self.a, self.lab, self.a.hosts
+        cluster = {"worker": [f"{lab.address(i)}:{PORT}" for i in range(n)]}
+        if mode == "sync":
+            cluster["ps"] = [f"{lab.address(0)}:{PORT + 1}"]
+        flags = ["--log-format", "json"] + (["--insecure"] if a.insecure else [])
+
+        def start(tasks, folder):
+            job = os.path.join(folder, "job.json")
+            with open(job, "w") as f:
+                json.dump(dnn_job(a.data, mode, a.epochs), f)
+            if mode == "sync":
+                tasks.Start("ps0", lab.ns(0), [a.tfd, *flags], self.Env(cluster, "ps", 0), folder)
+            limit = ["--shard-limit", str(a.shard_limit)] if a.shard_limit and mode == "allreduce" else []
+            for i in range(n):
+                tasks.Start(f"w{i}", lab.ns(i), [a.tfd, *flags, "--job", job, *limit], self.Env(cluster, "worker", i), folder)
+
+        row = {"peer": "tfd", "mode": mode, "link": preset, "hosts": n, "addresses": [lab.address(i) for i in range(n)]}
+        tasks = self.RunTasks(f"tfd-{mode}-{preset}", start, row)
+        if "error" not in row:
+            row.update(peers_seen(tasks, n))
+            row["expected_bytes_per_step"] = [expected_bytes_per_step(mode, n, i) for i in range(n)]
+        return row
+
+    def Env(self, cluster, kind, index):
+        tf_config = {"cluster": cluster, "task": {"type": kind, "index": index}}
+        if not self.a.insecure:
+            tf_config["tfd"] = {"token_file": self.token}
+        return {**os.environ, "TF_CONFIG": json.dumps(tf_config), "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+
+    def RunTasks(self, name, start, row):
+        """Starts one configuration's tasks (start(tasks, folder)), waits for them, and fills `row` with
+        what every peer's row has (or its "error"); the tasks, for more."""
+        folder = os.path.join(self.work, name)
+        os.makedirs(folder)
+        n = self.a.hosts
+        before = [self.lab.TxBytes(i) for i in range(n)]
+        tasks = self.running = Tasks()
+        start_wall = time.time()
+        start(tasks, folder)
+        codes = tasks.Wait(time.monotonic() + self.a.timeout)
+        self.running = None
+        sent = [self.lab.TxBytes(i) - before[i] for i in range(n)]
+        row.update({"exit_codes": codes, "tx_bytes": sent})
+        failed = [k for k, c in codes.items() if c != 0]
+        if failed:
+            how = "timed out" if codes[failed[0]] is None else f"exit {codes[failed[0]]}"
+            row["error"] = f"{failed[0]} {how}: {last_error(tasks, failed[0])}"
+            return tasks
+        trainers = [name for name, _, _, _ in tasks.procs if name[0] in "wr"]  # workers or ranks, host order
+        means = [worker_means(tasks.Events(t)) for t in trainers]
+        if any(m is None for m in means):
+            row["error"] = "a worker wrote no epoch events"
+            return tasks
+        chief = tasks.Events(trainers[0])
+        row.update({
+            "samples_per_sec": sum(m[0] for m in means),
+            "input_ms": means[0][1], "compute_ms": means[0][2], "update_ms": means[0][3],
+            "steps": [m[4] for m in means],
+            "seconds_to_target": seconds_to(chief, self.a.target, start_wall),
+            "best_test_accuracy": max((e.get("test_accuracy", 0) for e in chief if e["event"] == "epoch"), default=0),
+            "bytes_per_step": [sent[i] / max(means[i][4], 1) for i in range(n)],
+        })
+        return tasks
+
+    def RunDdp(self, preset):
+        """PyTorch DDP at its best over the hooks on the same lab, or a row saying why not."""
+        row = {"peer": "ddp", "mode": "allreduce", "link": preset, "hosts": self.a.hosts}
+        if subprocess.run(["/usr/bin/python3", "-c", "import torch"], capture_output=True).returncode != 0:
+            row["error"] = "skipped: no torch"
+            return row
+        best = None
+        for hook in ("none", "fp16", "powersgd"):
+            r = self.RunDdpHook(preset, hook)
+            if "error" not in r and (best is None or better(r, best)):
+                best = r
+            elif "error" in r:
+                print(f"{PROG}: ddp {hook} on {preset}: {r['error']}", file=sys.stderr)
+        return best or {**row, "error": "every hook failed (above)"}
+
+    def RunDdpHook(self, preset, hook):
+        a, lab, n = self.a, self.lab, self.a.hosts
+
+        def start(tasks, folder):
+            for i in range(n):
+                tasks.Start(f"r{i}", lab.ns(i), [
+                    "/usr/bin/python3", os.path.join(HERE, "torch_lab_peer.py"), "--rank", str(i), "--world", str(n),
+                    "--master", f"{lab.address(0)}:{PORT}", "--iface", lab.inside(i), "--hook", hook,
+                    "--data", a.data, "--epochs", str(a.epochs), "--target", str(a.target)], dict(os.environ), folder)
+
+        row = {"peer": "ddp", "hook": hook, "mode": "allreduce", "link": preset, "hosts": n}
+        self.RunTasks(f"ddp-{hook}-{preset}", start, row)
+        return row
+
+
+def better(r, best):
+    """Sooner to the target wins; a run that reaches it beats one that does not; else more samples/s."""
+    t, b = r.get("seconds_to_target"), best.get("seconds_to_target")
+    if t is not None or b is not None:
+        return b is None or (t is not None and t < b)
+    return r["samples_per_sec"] > best["samples_per_sec"]
+
+
+def print_header(a):
+    print(f"dnn (784-160x5-10, elu), batch 50 per worker, momentum 0.01/0.95, {a.epochs} epochs, {a.hosts} hosts x 1 worker "
+          f"(sync: the ps on host 0); samples/s: the workers' sum after the first epoch; to {a.target:.1%}: s from start;\n"
+          "sent/step: KB each host's veth sent per step of its worker, mean and busiest host, beside the payload the mode must "
+          "send (busiest host);\nper step, worker 0's clock (ms): input, compute, update (exchange + wait); wire: the busiest "
+          "host's bytes at the link's rate")
+    print(f"{'configuration':<34} {'samples/s':>9} {'vs none':>7} {'to ' + format(a.target, '.0%'):>7} "
+          f"{'sent/step KB':>17} {'payload':>8}   {'input':>5} {'compute':>7} {'update':>6} {'wire':>5}")
+
+
+def print_row(row, unshaped):
+    kind = f"gloo, best hook: {row['hook']}" if "hook" in row else row["mode"]
+    name = f"{row['peer']} {kind} @ {row['link']}"
+    if "error" in row:
+        print(f"{name:<34} {row['error']}")
+        return
+    ratio = f"{row['samples_per_sec'] / unshaped:.2f}x" if unshaped else "-"
+    t = f"{row['seconds_to_target']:.1f}" if row.get("seconds_to_target") is not None else f"({row['best_test_accuracy']:.3f})"
+    per = row["bytes_per_step"]
+    sent = f"{sum(per) / len(per) / 1e3:8.0f} {max(per) / 1e3:8.0f}"
+    payload = f"{max(row['expected_bytes_per_step']) / 1e3:8.0f}" if "expected_bytes_per_step" in row else f"{'-':>8}"
+    rate = PRESETS[row["link"]][0]
+    wire = f"{max(per) * 8 / rate * 1e3:5.2f}" if rate else f"{'-':>5}"
+    print(f"{name:<34} {row['samples_per_sec']:9.0f} {ratio:>7} {t:>7} {sent} {payload}   {row['input_ms']:5.2f} "
+          f"{row['compute_ms']:7.2f} {row['update_ms']:6.2f} {wire}")
+    sys.stdout.flush()
+
+
+def parse_args():
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
+    p.add_argument("--tfd", default=os.path.join(ROOT, "build", "daemon", "tfd"))
+    p.add_argument("--data", default=os.environ.get("TFD_MNIST_DIR", os.path.join(ROOT, "data", "mnist")))
+    p.add_argument("--hosts", type=int, default=4)
+    p.add_argument("--links", default="1g,10g,none", help="presets, in order: 1g, 10g, none")
+    p.add_argument("--modes", default="allreduce,sync")
+    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--target", type=float, default=0.98)
+    p.add_argument("--loss", type=float, default=0.0, help="percent of the packets arriving at each host dropped")
+    p.add_argument("--shard-limit", type=int, default=0, help="allreduce: examples per worker and epoch (a short run)")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds one configuration may take")
+    p.add_argument("--insecure", action="store_true", help="tfd without a cluster token (no MAC on frames)")
+    p.add_argument("--prefix", default="tfl")
+    p.add_argument("--subnet", default="10.77.0", help="the hosts' /24, as A.B.C")
+    p.add_argument("--report", help="write every row as JSON here")
+    p.add_argument("--no-peer", action="store_true", help="leave PyTorch DDP out")
+    p.add_argument("--clean", action="store_true", help="only remove what a run with --prefix left")
+    a = p.parse_args()
+    links, modes = a.links.split(","), a.modes.split(",")
+    for link in links:
+        if link not in PRESETS:
+            p.error(f"--links: {link!r} is not a preset (1g, 10g, none)")
+    for mode in modes:
+        if mode not in ("allreduce", "sync"):
+            p.error(f"--modes: {mode!r} is not allreduce or sync")
+    if not 2 <= a.hosts <= 200:
+        p.error(f"--hosts: {a.hosts} is not in [2, 200]")
+    if not 0 <= a.loss < 100:
+        p.error(f"--loss: {a.loss} is not a percentage in [0, 100)")
+    a.links, a.modes, a.data, a.tfd = links, modes, os.path.abspath(a.data), os.path.abspath(a.tfd)
+    return a
+
+
+def preflight(a):
+    """Exit 77 where the lab cannot be built here, 2 for missing inputs."""
+    if os.geteuid() != 0:
+        print(f"skipped: {PROG} needs root for network namespaces (uid {os.geteuid()})")
+        sys.exit(SKIP)
+    for tool in ("ip", "tc"):
+        if shutil.which(tool) is None:
+            print(f"skipped: {tool} (iproute2) is not installed")
+            sys.exit(SKIP)
+    if a.clean:
+        return
+    if not os.access(a.tfd, os.X_OK):
+        print(f"{PROG}: --tfd {a.tfd}: not an executable (cmake --build build --target tfd)", file=sys.stderr)
+        sys.exit(2)
+    if not os.path.exists(os.path.join(a.data, "train-images-idx3-ubyte")):
+        print(f"{PROG}: --data {a.data}: no MNIST there (scripts/fetch_mnist.sh)", file=sys.stderr)
+        sys.exit(2)
+
+
+def run_all(a, lab, work):
+    bench = Bench(a, lab, work)
+    rows = []
+    try:
+        lab.Up()
+        if not lab.netem and any(PRESETS[link][1] > 0 for link in a.links):
+            lab.notes.append("this kernel has no tc netem: delays not applied, rates only")
+            print(f"{PROG}: {lab.notes[-1]}")
+        print_header(a)
+        # Unshaped first: every later row is compared with it.
+        for link in sorted(a.links, key=lambda link: link != "none"):
+            lab.Shape(link, a.loss)
+            for mode in a.modes:
+                rows.append(bench.RunTfd(link, mode))
+                print_row(rows[-1], unshaped_rate(rows, rows[-1]))
+            if not a.no_peer:
+                rows.append(bench.RunDdp(link))
+                print_row(rows[-1], unshaped_rate(rows, rows[-1]))
+    finally:
+        if bench.running is not None:
+            bench.running.Kill()
+    return rows
+
+
+def unshaped_rate(rows, row):
+    for r in rows:
+        if r["link"] == "none" and r["peer"] == row["peer"] and r["mode"] == row["mode"] and "error" not in r:
+            return r["samples_per_sec"]
+    return None
+
+
+def main():
+    a = parse_args()
+    preflight(a)
+    lab = Lab(a.prefix, a.hosts, a.subnet)
+    if a.clean:
+        lab.Down()
+        return 0
+
+    def stop(signum, _frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+    signal.signal(signal.SIGTERM, stop)
+    work = tempfile.mkdtemp(prefix="tfd-netlab-")
+    code = 0
+    try:
+        rows = run_all(a, lab, work)
+        if a.report:
+            with open(a.report, "w") as f:
+                json.dump({"rows": rows, "notes": lab.notes, "netem": lab.netem, "loss_pct": a.loss}, f, indent=1)
+        code = 1 if any("error" in r and not r["error"].startswith("skipped") for r in rows) else 0
+    except LabError as e:
+        print(f"{PROG}: {e}", file=sys.stderr)
+        code = 1
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted; removing the lab", file=sys.stderr)
+        code = 130
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not stop the teardown
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        lab.Down()
+        if not os.environ.get("NETLAB_KEEP"): shutil.rmtree(work, ignore_errors=True)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

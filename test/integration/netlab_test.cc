@@ -1,0 +1,127 @@
+// The lab harness (test/bench/netlab.py) on three hosts: network namespaces on a bridge, each link
+// shaped at the 10g preset, one epoch of the dnn in allreduce and in sync (the ps on host 0). Each
+// host's veth must have sent at least the payload its worker's mode needs per step, times its
+// steps, so no task's traffic went around its own namespace's address; the ps must have seen the
+// other hosts' workers come from their hosts' addresses. A harness killed while its lab was up
+// leaves it behind, and the next run with the same prefix clears it first. Root, iproute2 and
+// MNIST only (else exit 77, skipped).
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "test/catch/session.h"
+#include "test/test_util.h"
+
+namespace tfd::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string g_mnist;
+const std::string kHarness = TFD_SOURCE_DIR "/test/bench/netlab.py";
+
+bool NamespaceExists(const std::string& name) { return std::filesystem::exists("/run/netns/" + name); }
+
+// Removes whatever a run with `prefix` left (its namespaces, their tasks, its links) when the test
+// ends, however it ends: the harness cleans up after itself, this is for a harness that could not.
+class LabGuard {
+ public:
+  explicit LabGuard(std::string prefix) : prefix_(std::move(prefix)) {}
+  ~LabGuard() {
+    if (std::system(fmt::format("/usr/bin/python3 {} --clean --prefix {} >/dev/null 2>&1", kHarness, prefix_).c_str()) != 0)
+      std::fprintf(stderr, "netlab --clean --prefix %s failed: remove its namespaces by hand\n", prefix_.c_str());
+  }
+  LabGuard(const LabGuard&) = delete;
+  LabGuard& operator=(const LabGuard&) = delete;
+
+ private:
+  std::string prefix_;
+};
+
+std::vector<std::string> HarnessArgv(const std::string& prefix, const std::string& report) {
+  return {"/usr/bin/python3", kHarness, "--tfd", TFD_BINARY, "--data", g_mnist, "--hosts", "3", "--links", "10g", "--modes",
+          "allreduce,sync", "--epochs", "1", "--no-peer", "--timeout", "150", "--prefix", prefix, "--report", report};
+}
+
+// Starts the harness and SIGKILLs it as soon as its last namespace exists: the lab stays behind.
+void KillMidway(const TempDir& dir, const std::string& prefix) {
+  Process p(HarnessArgv(prefix, dir / "killed.json"), {}, dir / "killed.out", dir / "killed.err");
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (!NamespaceExists(prefix + "-h2") && std::chrono::steady_clock::now() < deadline && !p.Wait(0ms))
+    std::this_thread::sleep_for(20ms);
+  INFO("the first run's output: " << p.out() << p.err());
+  REQUIRE(NamespaceExists(prefix + "-h2"));
+  p.Signal(SIGKILL);
+  p.Wait(10s);
+}
+
+// Host i's address ("10.77.0.4"), as the report lists them.
+std::string HostAddress(const nlohmann::json& row, int i) { return row["addresses"][i].get<std::string>(); }
+
+TEST_CASE("netlab: each host's task sends through its own namespace's veth, and a killed run's lab is cleared", "[integration][netlab]") {
+  TempDir dir;
+  const std::string prefix = fmt::format("tfi{}", getpid() % 100000);
+  LabGuard guard(prefix);
+  KillMidway(dir, prefix);
+
+  Process p(HarnessArgv(prefix, dir / "report.json"), {}, dir / "out", dir / "err");
+  std::optional<int> code = p.Wait(300s);
+  if (!code) {
+    p.Signal(SIGTERM);  // the harness removes its lab on SIGTERM
+    p.Wait(20s);
+  }
+  INFO("stdout:\n" << p.out() << "\nstderr:\n" << p.err());
+  REQUIRE(code.has_value());
+  REQUIRE(*code == 0);
+  for (int i = 0; i < 3; ++i) CHECK_FALSE(NamespaceExists(fmt::format("{}-h{}", prefix, i)));  // its own teardown
+  CHECK_FALSE(std::filesystem::exists(fmt::format("/sys/class/net/{}-br", prefix)));
+
+  const auto report = nlohmann::json::parse(ReadAll(dir / "report.json"));
+  REQUIRE(report["rows"].size() == 2);
+  for (const auto& row : report["rows"]) {
+    INFO(row.dump());
+    REQUIRE_FALSE(row.contains("error"));
+    for (int i = 0; i < 3; ++i) {
+      const double steps = row["steps"][i].get<double>(), floor = row["expected_bytes_per_step"][i].get<double>();
+      REQUIRE(steps == 400);  // 60,000 examples / 3 workers / batch 50
+      CHECK(row["tx_bytes"][i].get<double>() >= floor * steps);
+      CHECK(row["bytes_per_step"][i].get<double>() < 1.2 * floor);  // headers and TCP/IP on top, no more
+    }
+    const auto& hashes = row["params_sha256"];
+    CHECK(hashes[0] == hashes[1]);
+    CHECK(hashes[1] == hashes[2]);
+  }
+  const auto& sync = report["rows"][1];
+  REQUIRE(sync["mode"] == "sync");
+  CHECK(sync["ps_peers"]["worker:0"] == "local");  // beside the ps on host 0
+  CHECK(sync["ps_peers"]["worker:1"] == HostAddress(sync, 1));
+  CHECK(sync["ps_peers"]["worker:2"] == HostAddress(sync, 2));
+}
+
+}  // namespace
+}  // namespace tfd::testing
+
+int main(int argc, char** argv) {
+  if (geteuid() != 0) {
+    std::fprintf(stderr, "skipped: network namespaces need root; this test runs as uid %d\n", geteuid());
+    return tfd::testing::kSkipExitCode;
+  }
+  if (std::system("ip netns list >/dev/null 2>&1") != 0 || std::system("tc -V >/dev/null 2>&1") != 0) {
+    std::fprintf(stderr, "skipped: ip netns or tc (iproute2) does not work here\n");
+    return tfd::testing::kSkipExitCode;
+  }
+  if (!std::filesystem::exists("/usr/bin/python3")) {
+    std::fprintf(stderr, "skipped: the harness needs /usr/bin/python3\n");
+    return tfd::testing::kSkipExitCode;
+  }
+  if (!tfd::testing::FindMnist(&tfd::testing::g_mnist)) return tfd::testing::kSkipExitCode;
+  return tfd::testing::RunCatchSession(argc, argv);
+}
