@@ -6,10 +6,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <system_error>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "common/ckpt/format.h"
@@ -192,6 +195,49 @@ bool Schedule::Due(std::uint64_t global_step, Clock::time_point now) const {
 void Schedule::Saved(std::uint64_t global_step, Clock::time_point now) {
   last_step_ = global_step;
   last_time_ = now;
+}
+
+Status WriteEarlyStopping(const std::string& dir, std::uint64_t model, const EarlyStopping& state) {
+  const nlohmann::json record = {{"model", fmt::format("{:016x}", model)}, {"epoch", state.epoch},
+                                 {"have_best", state.have_best},         {"best", state.best},
+                                 {"best_epoch", state.best_epoch},       {"wait", state.wait}};
+  const std::string text = record.dump() + "\n";
+  const std::string path = (fs::path(dir) / kEarlyStoppingFile).string();
+  return WriteFileDurably(dir, path, path + ".tmp", std::as_bytes(std::span(text.data(), text.size())));
+}
+
+Result<EarlyStopping> ReadEarlyStopping(const std::string& dir, std::uint64_t model) {
+  const std::string path = (fs::path(dir) / kEarlyStoppingFile).string();
+  std::ifstream in(path);
+  if (!in) return Status::NotFound(fmt::format("{}: no early-stopping record", path));
+  const nlohmann::json record = nlohmann::json::parse(in, nullptr, false);
+  if (!record.is_object()) return Status::Corruption(fmt::format("{}: not a JSON object", path));
+  // Each field: present, of its type, in range; the first that is not is named.
+  auto number = [&](const char* field, double min, double max) -> Result<double> {
+    const auto it = record.find(field);
+    if (it == record.end() || !it->is_number() || !std::isfinite(it->get<double>()) || it->get<double>() < min || it->get<double>() > max)
+      return Status::Corruption(fmt::format("{}: field \"{}\": expected a number from {:g} to {:g}", path, field, min, max));
+    return it->get<double>();
+  };
+  const auto tag = record.find("model");
+  if (tag == record.end() || !tag->is_string()) return Status::Corruption(fmt::format("{}: field \"model\": expected a string", path));
+  if (tag->get<std::string>() != fmt::format("{:016x}", model))
+    return Status::NotFound(fmt::format("{}: the record is another model's ({})", path, tag->get<std::string>()));
+  const auto have_best = record.find("have_best");
+  if (have_best == record.end() || !have_best->is_boolean())
+    return Status::Corruption(fmt::format("{}: field \"have_best\": expected true or false", path));
+  constexpr double kMaxEpoch = 1e9;
+  Result<double> epoch = number("epoch", 0, kMaxEpoch), best = number("best", -1e300, 1e300),
+                 best_epoch = number("best_epoch", 0, kMaxEpoch), wait = number("wait", 0, kMaxEpoch);
+  for (const Result<double>* r : {&epoch, &best, &best_epoch, &wait})
+    if (!r->ok()) return r->status();
+  EarlyStopping state;
+  state.epoch = static_cast<std::uint32_t>(*epoch);
+  state.have_best = have_best->get<bool>();
+  state.best = *best;
+  state.best_epoch = static_cast<std::uint32_t>(*best_epoch);
+  state.wait = static_cast<std::uint32_t>(*wait);
+  return state;
 }
 
 }  // namespace tfd::ckpt

@@ -47,6 +47,17 @@ Result<Loaded> LoadNewestValid(const std::string& dir);
 // The checkpoint file paths in `dir`, newest (highest step) first; temporary files excluded.
 Result<std::vector<std::string>> List(const std::string& dir);
 
+// The early-stopping rule's state after the last epoch the chief judged, in
+// `dir`/early_stopping.json (JSON, written durably as a checkpoint is: temporary file, fsync,
+// rename). The chief writes it at each judgement, so a chief restarted between two checkpoints
+// resumes its patience from the epoch it last judged. `model` is a fingerprint of the model card:
+// a record of another model or data is not read back.
+inline constexpr const char* kEarlyStoppingFile = "early_stopping.json";
+Status WriteEarlyStopping(const std::string& dir, std::uint64_t model, const EarlyStopping& state);
+// NotFound when there is no record, or it belongs to another model; Corruption naming the file and
+// the field when it does not parse.
+Result<EarlyStopping> ReadEarlyStopping(const std::string& dir, std::uint64_t model);
+
 // When the chief saves: after every `every_steps` global steps and/or every `every_secs` seconds
 // since the last save (a rule whose setting is 0 never fires). The final save at the end of a run
 // is the caller's. Not thread-safe.

@@ -134,7 +134,7 @@ Status RunStandalone(const config::JobSpec& job, EventWriter& events, const Stan
     TFD_ASSIGN_OR_RETURN(topts.start_local_step, RestoreEpochCheckpoint(*options.resume, job, *loaded.model, steps, loaded.model->params(),
                                                                         slots, "the checkpoint to resume from"));
     TFD_RETURN_IF_ERROR(updater.state().Restore(slots, options.resume->optimizer.updates));
-    topts.early_stopping = options.resume->early_stopping;
+    if (options.resume->early_stopping) topts.early_stopping.push_back(*options.resume->early_stopping);
     spdlog::info("resuming from a checkpoint after epoch {} (step {}, {} optimizer updates)", topts.start_local_step / steps,
                  topts.start_local_step, options.resume->optimizer.updates);
   }

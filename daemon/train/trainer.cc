@@ -90,17 +90,21 @@ Status TrainLoop(const config::JobSpec& job, const data::DataSplits& data, model
     return Status(s.code(), fmt::format("{} (this worker was at epoch {}, local_step {}, global_step {})", s.message(), epoch,
                                         local_step, global_step));
   };
-  // The rule's state from the checkpoint resumed, unless it has judged an epoch this run trains
-  // again (resumed on another worker count, from an older epoch's start): judged twice, an epoch
-  // would count twice, so the rule starts afresh then.
-  if (options.early_stopping && static_cast<int>(options.early_stopping->epoch) < first_epoch) {
-    stopper.Restore(*options.early_stopping);
-    const ckpt::EarlyStopping& e = *options.early_stopping;
+  // The newest saved state of the rule before the first epoch this run trains. One after it has
+  // judged an epoch this run trains again (resumed on another worker count, from an older epoch's
+  // start, or from a checkpoint older than the last judgement): judged twice, an epoch would count
+  // twice, so such a state is passed over, and with none left the rule starts afresh.
+  const ckpt::EarlyStopping* resumed = nullptr;
+  for (const ckpt::EarlyStopping& e : options.early_stopping)
+    if (static_cast<int>(e.epoch) < first_epoch && (resumed == nullptr || e.epoch > resumed->epoch)) resumed = &e;
+  if (resumed != nullptr) {
+    stopper.Restore(*resumed);
+    const ckpt::EarlyStopping& e = *resumed;
     spdlog::info("{}early stopping: resumed after epoch {}: {} epoch{} without improvement{}", prefix, e.epoch, e.wait,
                  e.wait == 1 ? "" : "s", e.have_best ? fmt::format(", best {:.4f} at epoch {}", e.best, e.best_epoch) : "");
-  } else if (options.early_stopping) {
-    spdlog::info("{}early stopping: the checkpoint's state is after epoch {}, which this run trains again: patience counts afresh",
-                 prefix, options.early_stopping->epoch);
+  } else if (!options.early_stopping.empty()) {
+    spdlog::info("{}early stopping: the saved state is after epoch {}, which this run trains again: patience counts afresh",
+                 prefix, options.early_stopping.front().epoch);
   }
   if (local_step > 0) {
     spdlog::info("{}resuming at epoch {} step {} of {} (local_step {} was applied before this restart)", prefix, first_epoch,
@@ -271,9 +275,9 @@ Status TrainLoop(const config::JobSpec& job, const data::DataSplits& data, model
       spdlog::info("{}epoch={} global_step={}{} loss={:.4f}{}{} samples_per_sec={:.0f}{}{}", prefix, epoch, global_step,
                    worker_line ? fmt::format(" local_step={}", local_step) : "", loss, trained.line, eval, samples_per_sec,
                    note.empty() ? "" : " ", note);
-      events.Emit("epoch", fields);
-      // The chief judges the epoch before the observers run, so an epoch's checkpoint holds the
-      // rule's state after it; the decision is shared at EndOfEpoch below.
+      // The chief judges the epoch before its `epoch` event and the observers, so an epoch's
+      // checkpoint holds the rule's state after it, and a chief killed once the event is out
+      // resumes its count from there; the decision is shared at EndOfEpoch below.
       const bool judges = job.can_stop_early() && epoch < job.epochs;
       std::optional<std::string> reason;
       std::optional<ckpt::EarlyStopping> judged;  // the rule's state after this epoch, when judged
@@ -282,6 +286,7 @@ Status TrainLoop(const config::JobSpec& job, const data::DataSplits& data, model
         judged = stopper.State();
         updater.EpochJudged(*judged);
       }
+      events.Emit("epoch", fields);
       if (!options.observers.empty()) {
         EpochStats stats{.epoch = epoch, .global_step = global_step, .local_step = local_step, .loss = loss, .accuracy = accuracy,
                          .samples_per_sec = samples_per_sec, .wall_time = UnixNow(), .model = &model};

@@ -27,9 +27,10 @@ struct TrainerOptions {
   // Local steps a previous incarnation of this worker already took: a restarted worker goes on
   // from there in the same data order instead of starting its shard again.
   std::int64_t start_local_step = 0;
-  // The early-stopping rule's state in the checkpoint this run resumes from (the chief): patience
-  // goes on counting where it was.
-  std::optional<ckpt::EarlyStopping> early_stopping;
+  // The early-stopping rule's saved states (the chief: the checkpoint's, the record of its last
+  // judgement): the newest one before the first epoch this run trains is resumed, so patience goes
+  // on counting where it was.
+  std::vector<ckpt::EarlyStopping> early_stopping;
   // A worker that joined an elastic run starts at this epoch (0: where start_local_step puts it).
   int first_epoch = 0;
   // A worker that joined a running allreduce ring starts here (the commit it received), at local

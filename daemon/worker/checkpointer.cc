@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/base/sha256.h"
 #include "common/optim/optimizer.h"
 
 namespace tfd::worker {
@@ -49,8 +50,20 @@ ckpt::DataCursor Checkpointer::CursorFor(std::uint32_t rank, std::uint64_t local
   return c;
 }
 
+void Checkpointer::SetEarlyStopping(const ckpt::EarlyStopping& state) {
+  early_stopping_ = state;
+  if (!enabled()) return;
+  if (Status s = ckpt::WriteEarlyStopping(spec_.dir, Fingerprint64(card_text_), state); !s.ok())
+    spdlog::warn("checkpoint.dir: the early-stopping record after epoch {} was not written: {}", state.epoch, s.message());
+}
+
 Status Checkpointer::PrepareRestore() {
   if (!enabled()) return Status::Ok();
+  // The last judgement's record, even without a checkpoint: a chief restarted before the first save.
+  if (Result<ckpt::EarlyStopping> record = ckpt::ReadEarlyStopping(spec_.dir, Fingerprint64(card_text_)); record.ok())
+    restored_early_stopping_.push_back(*record);
+  else if (record.status().code() != Code::kNotFound)
+    spdlog::warn("checkpoint.dir: {}; early stopping resumes from the checkpoint's state", record.status().message());
   Result<ckpt::Loaded> loaded = ckpt::LoadNewestValid(spec_.dir);
   if (!loaded.ok()) {
     if (loaded.status().code() != Code::kNotFound) return loaded.status().WithContext("checkpoint.dir");
@@ -62,7 +75,7 @@ Status Checkpointer::PrepareRestore() {
   if (Status s = ckpt::CheckOptimizer(ck, job_.optimizer, path); !s.ok())
     return Status::InvalidArgument(fmt::format("optimizer: {}", s.message()));
   if (!card_text_.empty()) TFD_RETURN_IF_ERROR(exporting::CheckSameData(ck.model_card, card_, path));
-  restored_early_stopping_ = ck.early_stopping;
+  if (ck.early_stopping) restored_early_stopping_.push_back(*ck.early_stopping);
   if (ck.tensors.size() != variables_.size())
     return Status::InvalidArgument(fmt::format("model: {} holds {} tensors, the job's model has {} variables", path, ck.tensors.size(),
                                                variables_.size()));

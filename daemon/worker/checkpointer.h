@@ -54,11 +54,14 @@ class Checkpointer {
   // training); its errors are returned.
   Status Save();
   // The early-stopping rule's state after the last epoch the chief judged: written into every save
-  // from now on.
-  void SetEarlyStopping(const ckpt::EarlyStopping& state) { early_stopping_ = state; }
-  // The rule's state in the newest valid checkpoint PrepareRestore read (whether or not the ps tasks
-  // took its parameters: a restarted chief whose ps tasks kept theirs still resumes its patience).
-  const std::optional<ckpt::EarlyStopping>& restored_early_stopping() const { return restored_early_stopping_; }
+  // from now on, and at once into checkpoint.dir's early-stopping record (ckpt::WriteEarlyStopping;
+  // a failed write is logged), so a chief restarted before the next save resumes its count.
+  void SetEarlyStopping(const ckpt::EarlyStopping& state);
+  // The rule's states PrepareRestore found: the newest valid checkpoint's and the record of the last
+  // judgement (whether or not the ps tasks took the checkpoint's parameters: a restarted chief whose
+  // ps tasks kept theirs still resumes its patience). The trainer resumes the newest one before the
+  // first epoch it trains.
+  const std::vector<ckpt::EarlyStopping>& restored_early_stopping() const { return restored_early_stopping_; }
   // Registers the checkpoint metrics and sets the time of each checkpoint written (from the writer
   // thread: the metrics are thread-safe). `metrics` must outlive this.
   void set_metrics(metrics::TaskMetrics* metrics);
@@ -74,7 +77,8 @@ class Checkpointer {
   config::CheckpointSpec spec_;
   exporting::ModelCard card_;
   std::string card_text_;  // empty until SetModelCard
-  std::optional<ckpt::EarlyStopping> early_stopping_, restored_early_stopping_;
+  std::optional<ckpt::EarlyStopping> early_stopping_;
+  std::vector<ckpt::EarlyStopping> restored_early_stopping_;
   config::JobSpec job_;
   const Placement& placement_;
   const model::Model& model_;  // its parameters re-initialise a ps that restarted while a save fetched the state

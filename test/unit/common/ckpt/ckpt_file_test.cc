@@ -181,5 +181,49 @@ TEST_CASE("the schedule saves every N steps or every T seconds since the last sa
   CHECK_FALSE(never.Due(1u << 30, t0 + 100h));
 }
 
+TEST_CASE("the early-stopping record reads back what was written, for its own model only", "[unit][ckpt]") {
+  TempDir dir;
+  const EarlyStopping first{.epoch = 2, .have_best = true, .best = 0.875, .best_epoch = 1, .wait = 1};
+  REQUIRE(WriteEarlyStopping(dir.path(), 0xabcdef, first).ok());
+  Result<EarlyStopping> back = ReadEarlyStopping(dir.path(), 0xabcdef);
+  REQUIRE(back.ok());
+  CHECK(*back == first);
+  // Written again after the next judgement: the newer one replaces it, and no temporary file is left.
+  const EarlyStopping second{.epoch = 3, .have_best = true, .best = 0.875, .best_epoch = 1, .wait = 2};
+  REQUIRE(WriteEarlyStopping(dir.path(), 0xabcdef, second).ok());
+  back = ReadEarlyStopping(dir.path(), 0xabcdef);
+  REQUIRE(back.ok());
+  CHECK(*back == second);
+  CHECK_FALSE(std::filesystem::exists(dir / (std::string(kEarlyStoppingFile) + ".tmp")));
+  // Another model's record is not read back: NotFound, as no record at all.
+  Result<EarlyStopping> other = ReadEarlyStopping(dir.path(), 0x123);
+  REQUIRE_FALSE(other.ok());
+  CHECK(other.status().code() == Code::kNotFound);
+  TempDir empty;
+  CHECK(ReadEarlyStopping(empty.path(), 0xabcdef).status().code() == Code::kNotFound);
+}
+
+TEST_CASE("a damaged early-stopping record is Corruption naming the file and the field", "[unit][ckpt]") {
+  TempDir dir;
+  const std::string path = dir / kEarlyStoppingFile;
+  const std::string good_model = "\"model\": \"0000000000abcdef\"";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{not json", "not a JSON object"},
+      {"{\"epoch\": 2}", "\"model\""},
+      {"{" + good_model + ", \"epoch\": 2, \"best\": 0.5, \"best_epoch\": 1, \"wait\": 1}", "\"have_best\""},
+      {"{" + good_model + ", \"have_best\": true, \"epoch\": -1, \"best\": 0.5, \"best_epoch\": 1, \"wait\": 1}", "\"epoch\""},
+      {"{" + good_model + ", \"have_best\": true, \"epoch\": 2, \"best\": \"x\", \"best_epoch\": 1, \"wait\": 1}", "\"best\""},
+      {"{" + good_model + ", \"have_best\": true, \"epoch\": 2, \"best\": 0.5, \"best_epoch\": 1}", "\"wait\""},
+  };
+  for (const auto& [text, field] : cases) {
+    INFO(text);
+    tfd::testing::WriteFile(path, text);
+    Result<EarlyStopping> read = ReadEarlyStopping(dir.path(), 0xabcdef);
+    REQUIRE_FALSE(read.ok());
+    CHECK(read.status().code() == Code::kCorruption);
+    CHECK_THAT(read.status().message(), Contains(path) && Contains(field));
+  }
+}
+
 }  // namespace
 }  // namespace tfd::ckpt
