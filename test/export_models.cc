@@ -115,6 +115,25 @@ std::vector<ExportCase> ExportCases(int rows, std::uint32_t seed) {
                                   {{"type", "layer_norm"}, {"scale", false}},
                                   {{"type", "dense"}, {"units", 4}}}}};
   out.push_back(Case("norms", norms, Images(rows, 9, 3, 4, rng)));
+  // Residual blocks: the first on the raw image (flat rows into NCHW), one with batch norm inside
+  // (moving statistics), one of a depthwise convolution (multiplier 2: a projection to 8
+  // channels), a strided one with a 1x1 projection, a depthwise convolution without bias, then
+  // blocks of dense layers on the pooled features (flat rows), one projected from 6 to 5 features.
+  const nlohmann::json residual = nlohmann::json::parse(R"({"layers": [
+    {"type": "residual", "layers": [{"type": "conv2d", "filters": 3, "kernel_size": 3, "padding": "same", "activation": "tanh"}]},
+    {"type": "conv2d", "filters": 4, "kernel_size": 3, "padding": "same"},
+    {"type": "residual", "activation": "relu", "layers": [{"type": "conv2d", "filters": 4, "kernel_size": 3, "padding": "same",
+     "activation": "relu"}, {"type": "batch_norm", "momentum": 0.5}]},
+    {"type": "residual", "layers": [{"type": "depthwise_conv2d", "kernel_size": 3, "padding": "same", "depth_multiplier": 2,
+     "activation": "relu6"}]},
+    {"type": "residual", "activation": "gelu", "layers": [{"type": "conv2d", "filters": 6, "kernel_size": 3, "strides": 2,
+     "padding": "same"}, {"type": "dropout", "rate": 0.3}]},
+    {"type": "depthwise_conv2d", "kernel_size": 2, "use_bias": false},
+    {"type": "global_avg_pool2d"},
+    {"type": "residual", "activation": "tanh", "layers": [{"type": "dense", "units": 6, "activation": "relu"}]},
+    {"type": "residual", "layers": [{"type": "dense", "units": 5}]},
+    {"type": "dense", "units": 4}]})");
+  out.push_back(Case("residual", residual, Images(rows, 9, 3, 4, rng)));
   ExportCase table = Case("standardized", "mlp", Table(rows, 8, 3, 0, rng));
   table.data.class_names = {"setosa", "versicolor", "virginica"};
   out.push_back(std::move(table));

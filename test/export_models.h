@@ -21,7 +21,9 @@ struct ExportCase {
 
 // softmax, mlp, dnn and cnn on MNIST-shaped bytes (scale 1/255); a conv2d / max_pool2d / flatten /
 // dense / dropout stack on 3-channel images; strided, same-padded convolutions with max, average
-// and global average pooling, relu6 and gelu ("windows"); batch_norm and layer_norm ("norms"); a
+// and global average pooling, relu6 and gelu ("windows"); batch_norm and layer_norm ("norms");
+// residual blocks, identity and projected, on images and on flat features, and depthwise_conv2d
+// ("residual"); a
 // standardized float table classifier; regression
 // models of 1 and 3 targets (mse) on a standardized table. `rows` examples each, from `seed`.
 std::vector<ExportCase> ExportCases(int rows, std::uint32_t seed);

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -37,26 +38,39 @@ enum class Padding { kValid, kSame };
 std::string_view PaddingName(Padding p);
 
 struct LayerSpec {
-  enum class Kind { kDense, kConv2D, kMaxPool2D, kFlatten, kDropout, kAvgPool2D, kGlobalAvgPool2D, kBatchNorm, kLayerNorm };
+  enum class Kind {
+    kDense, kConv2D, kMaxPool2D, kFlatten, kDropout, kAvgPool2D, kGlobalAvgPool2D, kBatchNorm, kLayerNorm, kResidual, kDepthwiseConv2D
+  };
   Kind kind = Kind::kDense;
   int units = 0;        // dense
   int filters = 0;      // conv2d
-  int kernel_size = 0;  // conv2d: square kernel
+  int kernel_size = 0;  // conv2d, depthwise_conv2d: square kernel
   int pool_size = 0;    // max_pool2d, avg_pool2d: square window
   double rate = 0;      // dropout: the fraction of values zeroed while training, in [0, 1)
-  Activation activation = Activation::kNone;
-  InitSpec init;
-  int strides = 0;      // conv2d, pools: the step between windows; 0: Keras' default (conv 1, pools pool_size)
-  Padding padding = Padding::kValid;  // conv2d, pools
+  Activation activation = Activation::kNone;  // dense, convolutions; residual: after the add
+  InitSpec init;        // dense, convolutions; residual: its projection's kernel
+  // convolutions, pools: the step between windows; 0: Keras' default (convs 1, pools pool_size).
+  // residual: never read from JSON; a built model's spec holds its projection's stride (0: none).
+  int strides = 0;
+  Padding padding = Padding::kValid;  // convolutions, pools
   double momentum = 0.99;  // batch_norm: moving = moving * momentum + batch * (1 - momentum)
   double epsilon = 1e-3;   // batch_norm, layer_norm: added to the variance
   bool center = true, scale = true;  // batch_norm, layer_norm: learn beta / gamma
   bool sync = false;       // batch_norm: the batch's statistics over every allreduce replica
+  int depth_multiplier = 1;  // depthwise_conv2d: output channels per input channel
+  bool use_bias = true;      // depthwise_conv2d
+  // residual: the block's layers, whose output is added to the block's input (through a strided
+  // 1x1 projection when their output's shape differs from it).
+  std::vector<LayerSpec> layers;
   // The step between windows, with the default applied.
-  int stride() const { return strides > 0 ? strides : kind == Kind::kConv2D ? 1 : pool_size; }
+  int stride() const { return strides > 0 ? strides : kind == Kind::kConv2D || kind == Kind::kDepthwiseConv2D ? 1 : pool_size; }
 };
 // "dense", "conv2d", "max_pool2d", ... as model.layers[i].type names them.
 std::string_view LayerKindName(LayerSpec::Kind k);
+// Calls `visit(layer, path)` on each layer of `layers` and, after a residual block, on each of its
+// layers in turn ("model.layers[2].layers[0]"), until it returns a non-Ok status, which it returns.
+Status ForEachLayer(const std::vector<LayerSpec>& layers, const std::function<Status(const LayerSpec&, const std::string&)>& visit,
+                    const std::string& path = "model.layers");
 
 // Either one of the seeds' models by name, or an explicit layer list ("layers").
 struct ModelSpec {
@@ -227,8 +241,8 @@ struct JobSpec {
   bool can_stop_early() const { return early_stopping.monitor != EarlyStoppingSpec::Monitor::kNone || stop_at_accuracy > 0; }
 };
 
-// What the CUDA backend has no kernel for in layer `l` (average and global pooling, batch_norm, layer_norm, strides, "same"
-// padding, relu6 and gelu): the field ("type", "padding", "strides", "activation") and a phrase
+// What the CUDA backend has no kernel for in layer `l` (average and global pooling, batch_norm, layer_norm, residual,
+// depthwise_conv2d, strides, "same" padding, relu6 and gelu): the field ("type", "padding", "strides", "activation") and a phrase
 // for it; an empty field when it has every kernel the layer needs.
 struct CudaGap {
   std::string field, what;

@@ -9,14 +9,14 @@ namespace {
 // A batch norm's moving statistics are updated by the training Forward of the replica that holds
 // them: the ps modes would overwrite them with the ps's never-updated copy at every pull, and a
 // pipeline's micro-batches would each move them (and a stage re-runs a Forward before its Backward).
+// A batch norm inside a residual block is named by its path in the block (model.layers[i].layers[j]).
 Status CheckBatchNormMode(const JobSpec& job, std::string_view job_where, std::string_view mode) {
-  for (std::size_t i = 0; i < job.model.layers.size(); ++i) {
-    if (job.model.layers[i].kind == LayerSpec::Kind::kBatchNorm)
-      return Status::InvalidArgument(fmt::format("{}model.layers[{}].type: batch_norm trains standalone or in allreduce mode, not {} "
-                                                 "(its moving statistics live on the workers); layer_norm has none",
-                                                 job_where, i, mode));
-  }
-  return Status::Ok();
+  return ForEachLayer(job.model.layers, [&](const LayerSpec& l, const std::string& path) {
+    if (l.kind != LayerSpec::Kind::kBatchNorm) return Status::Ok();
+    return Status::InvalidArgument(fmt::format("{}{}.type: batch_norm trains standalone or in allreduce mode, not {} "
+                                               "(its moving statistics live on the workers); layer_norm has none",
+                                               job_where, path, mode));
+  });
 }
 
 }  // namespace

@@ -65,6 +65,14 @@ ojson LayerJson(const LayerSpec& l) {
     case LayerSpec::Kind::kLayerNorm: return NormJson(l);
     case LayerSpec::Kind::kFlatten: return {{"type", "flatten"}};
     case LayerSpec::Kind::kDropout: return {{"type", "dropout"}, {"rate", l.rate}};
+    case LayerSpec::Kind::kDepthwiseConv2D:
+      j = {{"type", "depthwise_conv2d"}, {"kernel_size", l.kernel_size}, {"depth_multiplier", l.depth_multiplier}, {"use_bias", l.use_bias}};
+      PutWindow(l, &j);
+      break;
+    case LayerSpec::Kind::kResidual:
+      j = {{"type", "residual"}, {"layers", ojson::array()}};
+      for (const LayerSpec& inner : l.layers) j["layers"].push_back(LayerJson(inner));
+      break;
   }
   j["activation"] = std::string(ActivationName(l.activation));
   PutInit(l.init, &j);

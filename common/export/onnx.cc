@@ -121,22 +121,7 @@ class LayerWriter {
 
   Status WriteAll() {
     for (std::size_t i = 0; i < m_.num_layers(); ++i) {
-      const LayerSpec& l = m_.layer_spec(i);
-      const std::string prefix = fmt::format("layer{}", i);
-      switch (l.kind) {
-        case LayerSpec::Kind::kDropout: break;  // the identity at inference
-        case LayerSpec::Kind::kFlatten: break;  // rows are flat already; an NCHW value is flattened by the dense layer that reads it
-        case LayerSpec::Kind::kDense: TFD_RETURN_IF_ERROR(Dense(l, prefix)); break;
-        case LayerSpec::Kind::kConv2D: TFD_RETURN_IF_ERROR(Conv(l, prefix)); break;
-        case LayerSpec::Kind::kMaxPool2D:
-        case LayerSpec::Kind::kAvgPool2D: Pool(l, prefix); break;
-        case LayerSpec::Kind::kGlobalAvgPool2D:
-          ToNchw(prefix);
-          x_ = b_.Node("GlobalAveragePool", {x_}, prefix + "/global_avg_pool")->output(0);
-          break;
-        case LayerSpec::Kind::kBatchNorm: TFD_RETURN_IF_ERROR(BatchNorm(l, prefix)); break;
-        case LayerSpec::Kind::kLayerNorm: TFD_RETURN_IF_ERROR(LayerNorm(l, prefix)); break;
-      }
+      TFD_RETURN_IF_ERROR(Write(m_.layer_spec(i), m_.layer(i), fmt::format("layer{}", i)));
       shape_ = m_.layer_output_shape(i);
     }
     return Status::Ok();
@@ -156,21 +141,27 @@ class LayerWriter {
   std::span<const float> Values(const model::Variable* v) const {
     return m_.params().subspan(static_cast<std::size_t>(v->offset), static_cast<std::size_t>(v->size));
   }
-  void ToNchw(const std::string& prefix) {
-    if (nchw_) return;
-    onnx::NodeProto* r = b_.Node("Reshape", {x_, b_.Int64s(prefix + "/nhwc_shape", {-1, shape_.h, shape_.w, shape_.c})}, prefix + "/nhwc");
-    onnx::NodeProto* t = b_.Node("Transpose", {r->output(0)}, prefix + "/nchw");
-    GraphBuilder::Ints(t, "perm", {0, 3, 1, 2});
-    x_ = t->output(0);
-    nchw_ = true;
-  }
-  void ToFlat(const std::string& prefix) {
-    if (!nchw_) return;
-    onnx::NodeProto* t = b_.Node("Transpose", {x_}, prefix + "/nhwc");
+  // The value `v` of shape `shape`, NCHW when `from_nchw` (else flat rows), in the layout `to_nchw` asks for.
+  std::string Convert(const std::string& v, bool from_nchw, tensor::ActShape shape, bool to_nchw, const std::string& prefix) {
+    if (from_nchw == to_nchw) return v;
+    if (to_nchw) {
+      onnx::NodeProto* r = b_.Node("Reshape", {v, b_.Int64s(prefix + "/nhwc_shape", {-1, shape.h, shape.w, shape.c})}, prefix + "/nhwc");
+      onnx::NodeProto* t = b_.Node("Transpose", {r->output(0)}, prefix + "/nchw");
+      GraphBuilder::Ints(t, "perm", {0, 3, 1, 2});
+      return t->output(0);
+    }
+    onnx::NodeProto* t = b_.Node("Transpose", {v}, prefix + "/nhwc");
     GraphBuilder::Ints(t, "perm", {0, 2, 3, 1});
     onnx::NodeProto* f = b_.Node("Flatten", {t->output(0)}, prefix + "/flat");
     GraphBuilder::Int(f, "axis", 1);
-    x_ = f->output(0);
+    return f->output(0);
+  }
+  void ToNchw(const std::string& prefix) {
+    x_ = Convert(x_, nchw_, shape_, true, prefix);
+    nchw_ = true;
+  }
+  void ToFlat(const std::string& prefix) {
+    x_ = Convert(x_, nchw_, shape_, false, prefix);
     nchw_ = false;
   }
   // kernel_shape, strides and pads (ONNX's [top, left, bottom, right]) of a k x k window.
@@ -179,6 +170,78 @@ class LayerWriter {
     GraphBuilder::Ints(n, "kernel_shape", {k, k});
     GraphBuilder::Ints(n, "strides", {l.stride(), l.stride()});
     GraphBuilder::Ints(n, "pads", {y.pad_before, x.pad_before, y.pad_after, x.pad_after});
+  }
+  // One layer (`layer`, built from `l`) on x_ of shape shape_; the caller sets shape_ after it.
+  Status Write(const LayerSpec& l, const tensor::Layer& layer, const std::string& prefix) {
+    switch (l.kind) {
+      case LayerSpec::Kind::kDropout: break;  // the identity at inference
+      case LayerSpec::Kind::kFlatten: break;  // rows are flat already; an NCHW value is flattened by the dense layer that reads it
+      case LayerSpec::Kind::kDense: return Dense(l, prefix);
+      case LayerSpec::Kind::kConv2D: return Conv(l, prefix);
+      case LayerSpec::Kind::kDepthwiseConv2D: return Depthwise(l, prefix);
+      case LayerSpec::Kind::kMaxPool2D:
+      case LayerSpec::Kind::kAvgPool2D: Pool(l, prefix); break;
+      case LayerSpec::Kind::kGlobalAvgPool2D:
+        ToNchw(prefix);
+        x_ = b_.Node("GlobalAveragePool", {x_}, prefix + "/global_avg_pool")->output(0);
+        break;
+      case LayerSpec::Kind::kBatchNorm: return BatchNorm(l, prefix);
+      case LayerSpec::Kind::kLayerNorm: return LayerNorm(l, prefix);
+      case LayerSpec::Kind::kResidual: return Residual(l, layer, prefix);
+    }
+    return Status::Ok();
+  }
+  // The block's layers in order (PREFIX_j/...), then its shortcut (the input, or a Conv with the
+  // 1x1 projection), an Add of the two in the sum's layout (NCHW for an image, else flat rows)
+  // and the activation.
+  Status Residual(const LayerSpec& l, const tensor::Layer& layer, const std::string& prefix) {
+    const tensor::ActShape in = shape_, out = layer.output_shape();
+    if (l.strides > 0 || in.h * in.w > 1) ToNchw(prefix);  // a projection convolves NCHW
+    const std::string input = x_;
+    const bool input_nchw = nchw_;
+    for (std::size_t j = 0; j < layer.Inner().size(); ++j) {
+      TFD_RETURN_IF_ERROR(Write(l.layers[j], *layer.Inner()[j], fmt::format("{}_{}", prefix, j)));
+      shape_ = layer.Inner()[j]->output_shape();
+    }
+    const bool sum_nchw = out.h * out.w > 1;
+    const std::string inner = Convert(x_, nchw_, out, sum_nchw, prefix + "/inner");
+    std::string shortcut = input;
+    if (l.strides > 0) {
+      TFD_ASSIGN_OR_RETURN(const model::Variable* kernel, Take("projection kernel"));
+      TFD_ASSIGN_OR_RETURN(const model::Variable* bias, Take("projection bias"));
+      const std::string w = b_.Constant(kernel->name, {out.c, in.c, 1, 1}, ToOihw(Values(kernel), 1, in.c, out.c));
+      onnx::NodeProto* conv = b_.Node("Conv", {input, w, b_.Constant(bias->name, bias->shape, Values(bias))}, prefix + "/projection");
+      GraphBuilder::Ints(conv, "kernel_shape", {1, 1});
+      GraphBuilder::Ints(conv, "strides", {l.strides, l.strides});
+      shortcut = Convert(conv->output(0), true, out, sum_nchw, prefix + "/shortcut");
+    } else {
+      shortcut = Convert(input, input_nchw, in, sum_nchw, prefix + "/shortcut");
+    }
+    x_ = Activate(b_, l.activation, b_.Node("Add", {inner, shortcut}, prefix + "/add")->output(0), prefix);
+    nchw_ = sum_nchw;
+    return Status::Ok();
+  }
+  // Keras' depthwise_kernel [k, k, C, M] as ONNX's grouped Conv weights [C * M, 1, k, k], group C:
+  // output channel c * M + m reads input channel c alone, as tfd's does.
+  Status Depthwise(const LayerSpec& l, const std::string& prefix) {
+    ToNchw(prefix);
+    TFD_ASSIGN_OR_RETURN(const model::Variable* kernel, Take("depthwise_kernel"));
+    const int k = l.kernel_size, c = shape_.c, m = l.depth_multiplier;
+    const std::span<const float> hwcm = Values(kernel);
+    std::vector<float> w(hwcm.size());
+    for (int y = 0; y < k; ++y)
+      for (int x = 0; x < k; ++x)
+        for (int i = 0; i < c * m; ++i) w[(static_cast<std::size_t>(i) * k + y) * k + x] = hwcm[(static_cast<std::size_t>(y) * k + x) * c * m + i];
+    std::vector<std::string> inputs = {x_, b_.Constant(kernel->name, {c * m, 1, k, k}, w)};
+    if (l.use_bias) {
+      TFD_ASSIGN_OR_RETURN(const model::Variable* bias, Take("bias"));
+      inputs.push_back(b_.Constant(bias->name, bias->shape, Values(bias)));
+    }
+    onnx::NodeProto* conv = b_.Node("Conv", inputs, prefix + "/depthwise_conv");
+    Window(conv, l, k);
+    GraphBuilder::Int(conv, "group", c);
+    x_ = Activate(b_, l.activation, conv->output(0), prefix);
+    return Status::Ok();
   }
   Status Dense(const LayerSpec& l, const std::string& prefix) {
     ToFlat(prefix);

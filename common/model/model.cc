@@ -10,6 +10,7 @@
 
 #include "common/base/random.h"
 #include "common/base/sha256.h"
+#include "common/model/build_layer.h"
 
 namespace tfd::model {
 namespace {
@@ -83,14 +84,6 @@ void FillInit(const tensor::ParamSpec& p, std::span<float> out, Rng& rng) {
   }
 }
 
-// InvalidArgument at `where` when a "valid" k x k `what` window does not fit the input `in`
-// ("same" always fits: it pads).
-Status CheckWindowFits(const std::string& where, std::string_view what, int k, const LayerSpec& l, tensor::ActShape in) {
-  if (l.padding == config::Padding::kSame || (in.h >= k && in.w >= k)) return Status::Ok();
-  return Status::InvalidArgument(fmt::format("{}: a {}x{} {} does not fit a {}x{} input (\"padding\": \"same\" pads it)", where, k, k,
-                                             what, in.h, in.w));
-}
-
 }  // namespace
 
 Result<std::unique_ptr<Model>> Model::Build(const config::ModelSpec& spec, tensor::ActShape input, Outputs outputs,
@@ -107,42 +100,18 @@ Result<std::unique_ptr<Model>> Model::Build(const config::ModelSpec& spec, tenso
   std::map<std::string, int> kind_count;
   std::vector<std::string> layer_names;
   for (std::size_t i = 0; i < specs.size(); ++i) {
-    LayerSpec l = specs[i];
-    if (spec.init.kind != InitKind::kDefault) l.init = spec.init;
-    const std::string where = spec.name == "layers" ? fmt::format("model.layers[{}]", i) : fmt::format("model \"{}\"", spec.name);
-    std::unique_ptr<tensor::Layer> layer;
-    switch (l.kind) {
-      case LayerSpec::Kind::kFlatten: shape = {1, 1, static_cast<int>(shape.size())}; continue;
-      case LayerSpec::Kind::kDense: layer = tensor::MakeDense(shape, l.units, l.activation, l.init, gemm); break;
-      case LayerSpec::Kind::kConv2D:
-        if (input.h == 1 && i == 0)
-          return Status::InvalidArgument(fmt::format("{}: conv2d needs images (height x width x channels), but the data's examples are "
-                                                     "rows of {} features: use a dense model (dnn, mlp or dense layers)",
-                                                     where, input.size()));
-        TFD_RETURN_IF_ERROR(CheckWindowFits(where, "kernel", l.kernel_size, l, shape));
-        layer = tensor::MakeConv2D(shape, l.filters, l.kernel_size, l.activation, l.init, gemm, l.stride(), l.padding);
-        break;
-      case LayerSpec::Kind::kDropout: layer = tensor::MakeDropout(shape, l.rate); break;
-      case LayerSpec::Kind::kMaxPool2D:
-      case LayerSpec::Kind::kAvgPool2D:
-        TFD_RETURN_IF_ERROR(CheckWindowFits(where, "pool", l.pool_size, l, shape));
-        layer = l.kind == LayerSpec::Kind::kMaxPool2D ? tensor::MakeMaxPool2D(shape, l.pool_size, l.stride(), l.padding)
-                                                      : tensor::MakeAvgPool2D(shape, l.pool_size, l.stride(), l.padding);
-        break;
-      case LayerSpec::Kind::kGlobalAvgPool2D: layer = tensor::MakeGlobalAvgPool2D(shape); break;
-      case LayerSpec::Kind::kBatchNorm:
-      case LayerSpec::Kind::kLayerNorm: {
-        const tensor::NormOptions o{.momentum = l.momentum, .epsilon = l.epsilon, .center = l.center, .scale = l.scale, .sync = l.sync};
-        layer = l.kind == LayerSpec::Kind::kBatchNorm ? tensor::MakeBatchNorm(shape, o) : tensor::MakeLayerNorm(shape, o);
-        break;
-      }
+    if (specs[i].kind == LayerSpec::Kind::kFlatten) {
+      shape = {1, 1, static_cast<int>(shape.size())};
+      continue;
     }
-    const std::string kind(config::LayerKindName(l.kind));
+    const std::string where = spec.name == "layers" ? fmt::format("model.layers[{}]", i) : fmt::format("model \"{}\"", spec.name);
+    TFD_ASSIGN_OR_RETURN(BuiltLayer built, BuildLayer(specs[i], shape, where, spec.init, gemm, input.h == 1 && i == 0));
+    const std::string kind(config::LayerKindName(built.spec.kind));
     int n = kind_count[kind]++;
     layer_names.push_back(n == 0 ? kind : fmt::format("{}_{}", kind, n));
-    shape = layer->output_shape();
-    m->layers_.push_back(std::move(layer));
-    m->layer_specs_.push_back(l);
+    shape = built.layer->output_shape();
+    m->layers_.push_back(std::move(built.layer));
+    m->layer_specs_.push_back(std::move(built.spec));
   }
   const LayerSpec& last = specs.back();
   if (m->layers_.empty() || last.kind != LayerSpec::Kind::kDense || last.units != classes ||
@@ -273,7 +242,12 @@ void Model::SetCrossReplicaSum(tensor::CrossReplicaSum* sum) {
 }
 
 bool Model::has_sync_layers() const {
-  return std::any_of(layer_specs_.begin(), layer_specs_.end(), [](const LayerSpec& l) { return l.kind == LayerSpec::Kind::kBatchNorm && l.sync; });
+  bool sync = false;
+  (void)config::ForEachLayer(layer_specs_, [&](const LayerSpec& l, const std::string&) {
+    sync = sync || (l.kind == LayerSpec::Kind::kBatchNorm && l.sync);
+    return Status::Ok();
+  });
+  return sync;
 }
 
 void Model::JoinCrossReplicaSums() {

@@ -94,6 +94,8 @@ class Model {
   std::size_t num_layers() const { return layers_.size(); }
   const config::LayerSpec& layer_spec(std::size_t i) const { return layer_specs_[i]; }
   tensor::ActShape layer_output_shape(std::size_t i) const { return layers_[i]->output_shape(); }
+  // Layer i itself; a residual block's Inner() layers pair with layer_spec(i).layers (flatten left out).
+  const tensor::Layer& layer(std::size_t i) const { return *layers_[i]; }
   const float* layer_output(std::size_t i, int row) const;
   // Whether layer i keeps state from its Forward that its Backward reads (a dropout mask, a
   // convolution's patches): such a layer's Forward is run again just before its Backward.
@@ -150,7 +152,7 @@ class Model {
   tensor::LossKind loss_ = tensor::LossKind::kSoftmaxCrossEntropy;
   tensor::GemmConfig gemm_;
   std::vector<std::unique_ptr<tensor::Layer>> layers_;
-  std::vector<config::LayerSpec> layer_specs_;  // layers_[i]'s, with the model's init applied
+  std::vector<config::LayerSpec> layer_specs_;  // layers_[i]'s, as BuildLayer returned them
   std::vector<std::vector<tensor::ParamSpec>> layer_params_;
   std::vector<Variable> variables_;
   std::vector<std::size_t> layer_starts_;

@@ -70,6 +70,8 @@ class Layer {
   // runs block by block at inference (model::Model::Forward). Dense layers say no: their GEMMs
   // want the whole batch.
   virtual bool PerImage() const { return false; }
+  // The layers inside a block (a residual's), in forward order; none for a plain layer.
+  virtual std::span<const std::unique_ptr<Layer>> Inner() const { return {}; }
   // out = layer(in) for `batch` rows.
   virtual void Forward(const float* in, float* out, int batch) = 0;
   // From dL/d(out) in `dout` (overwritten: used as scratch), writes the parameter gradients (not
@@ -92,6 +94,15 @@ WindowAxis Window(int in, int k, int stride, Padding padding);
 // model's). The window must fit (Window(...).out >= 1 on both axes).
 std::unique_ptr<Layer> MakeConv2D(ActShape in, int filters, int kernel_size, Activation act, InitSpec init, GemmConfig gemm,
                                   int stride = 1, Padding padding = Padding::kValid);
+// Keras' DepthwiseConv2D, square kernel, NHWC: each input channel c convolved with its own
+// `depth_multiplier` (M) k x k filters, output channel c * M + m; depthwise_kernel [k, k, c_in, M],
+// bias [c_in * M] when `use_bias`. The window must fit, as MakeConv2D's.
+struct DepthwiseOptions {
+  int kernel_size = 1, stride = 1, depth_multiplier = 1;
+  Padding padding = Padding::kValid;
+  bool use_bias = true;
+};
+std::unique_ptr<Layer> MakeDepthwiseConv2D(ActShape in, DepthwiseOptions options, Activation act, InitSpec init);
 // Max and average pooling over pool x pool windows moved by `stride` (0: pool, Keras' default).
 // Padding cells take no part: a max ignores them, an average divides by the window's cells
 // inside the input (Keras and TensorFlow; ONNX's count_include_pad = 0).
@@ -121,17 +132,35 @@ struct NormOptions {
   bool center = true, scale = true, sync = false;
 };
 std::unique_ptr<Layer> MakeBatchNorm(ActShape in, NormOptions options);
-// Points a synchronised batch norm made by MakeBatchNorm at `sum` (null: this replica's batch
-// alone); `sum` must outlive its use. False when `layer` is not one.
+// Points a synchronised batch norm made by MakeBatchNorm (or each inside a block) at `sum` (null:
+// this replica's batch alone); `sum` must outlive its use. False when `layer` is not one and holds none.
 bool SetCrossReplicaSum(Layer& layer, CrossReplicaSum* sum);
 // A replica without a batch of its own for a step (an allreduce join step) still makes the sums a
 // synchronised batch norm's training Forward (`forward`) or Backward makes, each from zeros, so every
 // replica's calls pair up; the forward's also move its moving statistics toward the other replicas'
-// batch, as theirs move. False when `layer` is not a batch norm.
+// batch, as theirs move. A block makes its batch norms' in its Forward's (Backward's) order. False
+// when `layer` is not a batch norm and holds none.
 bool JoinCrossReplicaSums(Layer& layer, bool forward);
 // Keras' LayerNormalization over the last axis (each sample's features, or each pixel's channels):
 // (x - mean) / sqrt(variance + epsilon) * gamma + beta; the same in training and evaluation.
 std::unique_ptr<Layer> MakeLayerNorm(ActShape in, NormOptions options);
+
+// A residual block: out = act(inner(in) + shortcut(in)), the inner layers run in order and the
+// shortcut the identity, or (`projection_stride` > 0, when the inner output's shape differs from
+// `in`) a 1x1 convolution with that stride and a bias onto the inner output's channels (Keras'
+// ResNet). Variables: each inner layer's under its name ("conv2d/kernel", "batch_norm_1/gamma"),
+// then "projection/kernel" and "projection/bias". The inner output's shape must be the shortcut's.
+struct BlockLayer {
+  std::string name;
+  std::unique_ptr<Layer> layer;
+};
+struct ResidualOptions {
+  int projection_stride = 0;  // 0: the identity shortcut
+  Activation activation = Activation::kNone;
+  InitSpec projection_init;
+  GemmConfig gemm;            // the projection's GEMMs
+};
+std::unique_ptr<Layer> MakeResidual(ActShape in, std::vector<BlockLayer> inner, ResidualOptions options);
 
 // Inverted dropout: while training, each value is zeroed with probability `rate` and the others
 // scaled by 1 / (1 - rate); the identity at evaluation. rate in [0, 1).

@@ -257,16 +257,23 @@ class LayerNorm final : public Layer {
 std::unique_ptr<Layer> MakeBatchNorm(ActShape in, NormOptions options) { return std::make_unique<BatchNorm>(in, options); }
 std::unique_ptr<Layer> MakeLayerNorm(ActShape in, NormOptions options) { return std::make_unique<LayerNorm>(in, options); }
 
+// A block's batch norms are reached through its Inner() layers.
 bool SetCrossReplicaSum(Layer& layer, CrossReplicaSum* sum) {
+  bool any = false;
+  for (const std::unique_ptr<Layer>& inner : layer.Inner()) any = SetCrossReplicaSum(*inner, sum) || any;
   auto* bn = dynamic_cast<BatchNorm*>(&layer);
   if (bn != nullptr) bn->SetSum(sum);
-  return bn != nullptr;
+  return any || bn != nullptr;
 }
 
+// A block's Forward runs its inner layers in order and its Backward in reverse: so do the joins.
 bool JoinCrossReplicaSums(Layer& layer, bool forward) {
+  bool any = false;
+  const auto inner = layer.Inner();
+  for (std::size_t j = 0; j < inner.size(); ++j) any = JoinCrossReplicaSums(*inner[forward ? j : inner.size() - 1 - j], forward) || any;
   auto* bn = dynamic_cast<BatchNorm*>(&layer);
   if (bn != nullptr) bn->JoinSums(forward);
-  return bn != nullptr;
+  return any || bn != nullptr;
 }
 
 }  // namespace tfd::tensor

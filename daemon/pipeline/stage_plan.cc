@@ -11,6 +11,32 @@ namespace tfd::pipeline {
 
 using config::LayerSpec;
 
+namespace {
+
+// Multiply-adds of one sample through `layer` (built from `l`) on inputs of shape `in`; a
+// residual block's are its layers' and its projection's. Other layers count one per input value.
+double LayerFlops(const LayerSpec& l, const tensor::Layer& layer, tensor::ActShape in) {
+  const tensor::ActShape out = layer.output_shape();
+  switch (l.kind) {
+    case LayerSpec::Kind::kDense: return static_cast<double>(in.size()) * out.size();
+    case LayerSpec::Kind::kConv2D: return static_cast<double>(l.kernel_size) * l.kernel_size * in.c * out.size();
+    case LayerSpec::Kind::kDepthwiseConv2D: return static_cast<double>(l.kernel_size) * l.kernel_size * out.size();
+    case LayerSpec::Kind::kResidual: {
+      double flops = 0;
+      tensor::ActShape at = in;
+      for (std::size_t j = 0; j < layer.Inner().size(); ++j) {
+        flops += LayerFlops(l.layers[j], *layer.Inner()[j], at);
+        at = layer.Inner()[j]->output_shape();
+      }
+      const bool projected = at.h != in.h || at.w != in.w || at.c != in.c;
+      return flops + (projected ? static_cast<double>(in.c) * out.size() : 0) + static_cast<double>(out.size());
+    }
+    default: return static_cast<double>(in.size());
+  }
+}
+
+}  // namespace
+
 std::vector<double> LayerCosts(const model::Model& model) {
   const std::size_t n = model.num_layers();
   std::vector<double> params(n), flops(n);
@@ -20,11 +46,7 @@ std::vector<double> LayerCosts(const model::Model& model) {
     const tensor::ActShape out = model.layer_output_shape(i);
     const LayerSpec& l = model.layer_spec(i);
     params[i] = static_cast<double>(model.layer_starts()[i + 1] - model.layer_starts()[i]);
-    switch (l.kind) {
-      case LayerSpec::Kind::kDense: flops[i] = static_cast<double>(in.size()) * out.size(); break;
-      case LayerSpec::Kind::kConv2D: flops[i] = static_cast<double>(l.kernel_size) * l.kernel_size * in.c * out.size(); break;
-      default: flops[i] = static_cast<double>(in.size()); break;
-    }
+    flops[i] = LayerFlops(l, model.layer(i), in);
     total_params += params[i];
     total_flops += flops[i];
     in = out;

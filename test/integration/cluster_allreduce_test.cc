@@ -179,6 +179,44 @@ TEST_CASE("sync batch norm on three allreduce workers with uneven shards: the jo
   }
 }
 
+// A small residual convnet: a strided conv, an identity block with batch norm, a strided block
+// with a projection (and batch norm unless `bn` is empty), global pooling.
+std::string ResidualModel(const std::string& bn) {
+  const std::string norm = bn.empty() ? "" : ", " + bn;
+  return R"({"layers": [{"type": "conv2d", "filters": 4, "kernel_size": 3, "strides": 2, "padding": "same"},
+    {"type": "residual", "activation": "relu", "layers": [{"type": "conv2d", "filters": 4, "kernel_size": 3, "padding": "same",
+     "activation": "relu"})" + norm + R"(]},
+    {"type": "residual", "activation": "relu", "layers": [{"type": "conv2d", "filters": 8, "kernel_size": 3, "strides": 2,
+     "padding": "same"})" + norm + R"(]},
+    {"type": "global_avg_pool2d"}, {"type": "dense", "units": 10}]})";
+}
+
+TEST_CASE("residual blocks with sync batch norm keep allreduce workers bit-identical, moving statistics included",
+          "[integration][cluster][allreduce][residual]") {
+  TempDir data;
+  WriteSyntheticMnist(data.path(), 600, 100);
+  const std::string sgd = R"({"type": "sgd", "learning_rate": 0.1})";
+  const std::string model = ResidualModel(R"({"type": "batch_norm", "momentum": 0.9, "sync": true})");
+  LocalCluster two({.num_ps = 0, .num_workers = 2, .job = Job(data.path(), R"({"mode": "allreduce"})", 2, sgd, 50, model)});
+  auto done = RunToCompletion(two);
+  REQUIRE(done[0]["params_sha256"].is_string());
+  CHECK(done[1]["params_sha256"] == done[0]["params_sha256"]);
+  CHECK(done[0]["test_accuracy"].get<double>() > 0.2);  // 10 classes: it learned something
+}
+
+TEST_CASE("residual blocks train in sync ps mode with the same bits on 1 and 2 ps", "[integration][cluster][residual]") {
+  TempDir data;
+  WriteSyntheticMnist(data.path(), 400, 100);
+  const std::string job = Job(data.path(), R"({"mode": "sync"})", 1, R"({"type": "adam", "learning_rate": 0.01})", 50, ResidualModel(""));
+  LocalCluster one({.num_ps = 1, .num_workers = 2, .job = job}), two({.num_ps = 2, .num_workers = 2, .job = job});
+  const auto a = RunToCompletion(one);
+  const auto b = RunToCompletion(two);
+  REQUIRE(a[0]["params_sha256"].is_string());
+  CHECK(a[1]["params_sha256"] == a[0]["params_sha256"]);
+  CHECK(b[0]["params_sha256"] == a[0]["params_sha256"]);
+  CHECK(b[1]["params_sha256"] == a[0]["params_sha256"]);
+}
+
 TEST_CASE("batch norm in a ps mode is refused naming the layer (exit 2)", "[integration][cluster][norm]") {
   TempDir data;
   WriteSyntheticMnist(data.path(), 200, 50);
@@ -189,6 +227,15 @@ TEST_CASE("batch norm in a ps mode is refused naming the layer (exit 2)", "[inte
   INFO(w.err);
   CHECK(w.exit_code == 2);
   CHECK(w.err.find("model.layers[1].type: batch_norm trains standalone or in allreduce mode, not in sync mode") != std::string::npos);
+  // Inside a residual block: named by its path in the block.
+  LocalCluster inner({.num_ps = 1, .num_workers = 1,
+                      .job = Job(data.path(), R"({"mode": "async"})", 1, R"({"type": "sgd", "learning_rate": 0.1})", 50,
+                                 ResidualModel(R"({"type": "batch_norm"})"))});
+  inner.StartWorker(0);
+  TaskResult r = inner.Finish("worker", 0, 30s);
+  INFO(r.err);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("model.layers[1].layers[1].type: batch_norm trains standalone or in allreduce mode, not in async mode") != std::string::npos);
 }
 
 TEST_CASE("allreduce refuses a cluster with ps tasks, naming the field (exit 2)", "[integration][cluster][allreduce]") {

@@ -90,6 +90,26 @@ TEST_CASE("a layers split gives the standalone run's bits, with GPipe and with 1
   for (const auto& d : done) CHECK(d["params_sha256"] == solo.done["params_sha256"]);
 }
 
+TEST_CASE("a layers split keeps each residual block whole and gives the standalone run's bits", "[integration][cluster][model_parallel][residual]") {
+  TempDir data;
+  WriteSyntheticMnist(data.path(), 400, 60);
+  // Two blocks (one with a dropout inside, one with a projection): the balanced split puts the
+  // boundary between whole layers, so the blocks' inner activations stay on one stage.
+  const char* const model = R"({"layers": [{"type": "conv2d", "filters": 4, "kernel_size": 3, "strides": 2, "padding": "same"},
+    {"type": "residual", "activation": "relu", "layers": [{"type": "conv2d", "filters": 4, "kernel_size": 3, "padding": "same",
+     "activation": "relu"}, {"type": "dropout", "rate": 0.2}, {"type": "conv2d", "filters": 4, "kernel_size": 3, "padding": "same"}]},
+    {"type": "residual", "layers": [{"type": "conv2d", "filters": 8, "kernel_size": 3, "strides": 2, "padding": "same"}]},
+    {"type": "global_avg_pool2d"}, {"type": "dense", "units": 10}]})";
+  const std::string job = Job(data.path(), R"({"mode": "sync"})", 1, kOptimizer, 20, model,
+                              R"(, "model_parallel": {"split": "layers", "stages": 2, "microbatches": 2, "schedule": "1f1b"})");
+  const StandaloneRun solo = RunStandalone(job);
+  LocalCluster c({.num_ps = 0, .num_workers = 2, .job = job});
+  auto done = RunToCompletion(c);
+  REQUIRE(done[0]["params_sha256"].is_string());
+  CHECK(done[0]["params_sha256"] == solo.done["params_sha256"]);
+  CHECK(done[1]["params_sha256"] == solo.done["params_sha256"]);
+}
+
 TEST_CASE("a units split comes within 1e-5 of the standalone run, the same bits run to run", "[integration][cluster][model_parallel]") {
   TempDir data;
   WriteSyntheticMnist(data.path(), 400, 60);

@@ -142,7 +142,9 @@ Status CudaModel::Impl::Forward(int batch, bool training) {
       case LayerSpec::Kind::kAvgPool2D:
       case LayerSpec::Kind::kGlobalAvgPool2D:
       case LayerSpec::Kind::kBatchNorm:
-      case LayerSpec::Kind::kLayerNorm: break;  // no kernel yet: Create refuses them
+      case LayerSpec::Kind::kLayerNorm:
+      case LayerSpec::Kind::kResidual:
+      case LayerSpec::Kind::kDepthwiseConv2D: break;  // no kernel yet: Create refuses them
     }
     in = out;
   }
@@ -194,7 +196,9 @@ Status CudaModel::Impl::Backward(int batch) {
       case LayerSpec::Kind::kAvgPool2D:
       case LayerSpec::Kind::kGlobalAvgPool2D:
       case LayerSpec::Kind::kBatchNorm:
-      case LayerSpec::Kind::kLayerNorm: break;  // no kernel yet: Create refuses them
+      case LayerSpec::Kind::kLayerNorm:
+      case LayerSpec::Kind::kResidual:
+      case LayerSpec::Kind::kDepthwiseConv2D: break;  // no kernel yet: Create refuses them
     }
     if (din != nullptr) {
       dout = din;

@@ -148,6 +148,18 @@ TEST_CASE("strided and same-padded max and average pooling gradients match finit
   }
 }
 
+TEST_CASE("depthwise_conv2d gradients match finite differences: strides, paddings, multipliers, with and without bias",
+          "[unit][gradient][depthwise]") {
+  for (const WindowCase& c : kWindowCases) {
+    for (int m : {1, 2}) {
+      const DepthwiseOptions o{.kernel_size = c.k, .stride = c.stride, .depth_multiplier = m, .padding = c.padding, .use_bias = m == 1};
+      auto layer = MakeDepthwiseConv2D(c.in, o, m == 1 ? Activation::kNone : Activation::kGelu, {});
+      INFO(layer->Describe() << " on " << c.in.h << "x" << c.in.w << "x" << c.in.c);
+      CheckLayer(*layer, c.in, 2, 24);
+    }
+  }
+}
+
 TEST_CASE("global_avg_pool2d gradients match finite differences", "[unit][gradient]") {
   auto layer = MakeGlobalAvgPool2D({3, 5, 4});
   CHECK(layer->output_shape().size() == 4);
@@ -169,6 +181,35 @@ TEST_CASE("layer_norm gradients match finite differences, over features and over
     CheckLayer(*dense, {1, 1, 6}, 3, 33);
     auto conv = MakeLayerNorm({2, 3, 4}, o);
     CheckLayer(*conv, {2, 3, 4}, 2, 34);
+  }
+}
+
+TEST_CASE("residual gradients match finite differences: identity and projected shortcuts, batch norm inside", "[unit][gradient][residual]") {
+  const GemmConfig g{};
+  {  // the identity shortcut on an odd size, an activation after the add
+    std::vector<BlockLayer> inner;
+    inner.push_back({"conv2d", MakeConv2D({5, 5, 3}, 3, 3, Activation::kTanh, {}, g, 1, Padding::kSame)});
+    inner.push_back({"conv2d_1", MakeConv2D({5, 5, 3}, 3, 3, Activation::kNone, {}, g, 1, Padding::kSame)});
+    auto block = MakeResidual({5, 5, 3}, std::move(inner), {.activation = Activation::kTanh});
+    CHECK(block->Params().size() == 4);
+    CheckLayer(*block, {5, 5, 3}, 2, 41);
+  }
+  {  // a strided block with more channels: the shortcut is a 1x1 projection of stride 2
+    std::vector<BlockLayer> inner;
+    inner.push_back({"conv2d", MakeConv2D({7, 5, 2}, 4, 3, Activation::kGelu, {}, g, 2, Padding::kSame)});
+    auto block = MakeResidual({7, 5, 2}, std::move(inner), {.projection_stride = 2, .activation = Activation::kGelu, .gemm = g});
+    CHECK(block->output_shape().h == 4);
+    CHECK(block->output_shape().w == 3);
+    CHECK(block->output_shape().c == 4);
+    CHECK(block->Params().back().name == "projection/bias");
+    CheckLayer(*block, {7, 5, 2}, 2, 42);
+  }
+  {  // batch norm inside, training: its batch statistics depend on every row
+    std::vector<BlockLayer> inner;
+    inner.push_back({"conv2d", MakeConv2D({3, 4, 2}, 2, 3, Activation::kNone, {}, g, 1, Padding::kSame)});
+    inner.push_back({"batch_norm", MakeBatchNorm({3, 4, 2}, {})});
+    auto block = MakeResidual({3, 4, 2}, std::move(inner), {});
+    CheckLayer(*block, {3, 4, 2}, 3, 43, false, /*training=*/true);
   }
 }
 
