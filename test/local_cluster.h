@@ -94,9 +94,12 @@ struct LocalClusterOptions {
   // Finish's deadline where a call names none.
   std::chrono::milliseconds finish_limit = std::chrono::seconds(120);
   bool evaluator = false;  // the cluster spec lists one evaluator task too (started by StartEvaluator)
+  // Worker i's address in the cluster spec, where listed (else 127.0.0.1): 127.0.0.2 is loopback
+  // too, and stands for a second host to code that groups workers by address.
+  std::vector<std::string> worker_hosts;
 };
 
-// The cluster spec lists num_ps ps and num_workers worker endpoints on 127.0.0.1, each port free
+// The cluster spec lists num_ps ps and num_workers worker endpoints on 127.0.0.1 (or worker_hosts), each port free
 // when the cluster was made; no task runs until a Start call. Each start of a task writes its own
 // logs, <type><index>.<n>.out and .err in dir() (n counts that task's starts from 0), so the logs
 // of a killed task are still there after its restart. The destructor kills whatever still runs.
@@ -109,8 +112,11 @@ class LocalCluster {
     if (!options_.job.empty()) WriteFile(dir_ / "job.json", options_.job);
     const std::vector<int> ports = FreePorts(options_.num_ps + options_.num_workers + (options_.evaluator ? 1 : 0));
     for (int i = 0; i < options_.num_ps; ++i) cluster_["ps"].push_back("127.0.0.1:" + std::to_string(ports[i]));
-    for (int i = 0; i < options_.num_workers; ++i)
-      cluster_["worker"].push_back("127.0.0.1:" + std::to_string(ports[options_.num_ps + i]));
+    for (int i = 0; i < options_.num_workers; ++i) {
+      const auto at = static_cast<std::size_t>(i);
+      const std::string host = at < options_.worker_hosts.size() ? options_.worker_hosts[at] : "127.0.0.1";
+      cluster_["worker"].push_back(host + ":" + std::to_string(ports[options_.num_ps + i]));
+    }
     if (options_.evaluator) cluster_["evaluator"].push_back("127.0.0.1:" + std::to_string(ports.back()));
   }
   LocalCluster(const LocalCluster&) = delete;

@@ -61,20 +61,19 @@ transport::HandshakeIdentity Ring::Identity() const {
   return {.name = self.task, .kind = self.kind, .index = self.index, .incarnation = options_.incarnation, .cluster_id = options_.cluster_id};
 }
 
-std::string Ring::MemberName(int r) const {
-  const RingMember& m = options_.members[static_cast<std::size_t>(r)];
-  return fmt::format("{} ({}:{})", m.task, m.host, m.port);
-}
+std::string Ring::MemberName(int r) const { return RingMemberName(options_.members[static_cast<std::size_t>(r)]); }
 
-int Ring::Blamed(const Status& error) const {
+std::string RingMemberName(const RingMember& m) { return fmt::format("{} ({}:{})", m.task, m.host, m.port); }
+
+int BlamedMember(const std::vector<RingMember>& members, int self, const Status& error) {
   std::string_view text = error.message();
   for (;;) {
     // The member named first in `text`; a report of its passes the blame on to what it reports.
     int found = -1;
     std::size_t at = std::string_view::npos, len = 0;
-    for (int r = 0; r < size(); ++r) {
-      if (r == rank()) continue;
-      const std::string name = MemberName(r);
+    for (int r = 0; r < static_cast<int>(members.size()); ++r) {
+      if (r == self) continue;
+      const std::string name = RingMemberName(members[static_cast<std::size_t>(r)]);
       const std::size_t p = text.find(name);
       if (p < at) at = p, len = name.size(), found = r;
     }
@@ -148,8 +147,21 @@ Result<std::uint64_t> Ring::StartAllReduce(std::span<float> data) {
 
 Status Ring::Broadcast(std::span<float> data) {
   if (size() == 1) return Status::Ok();
-  TFD_ASSIGN_OR_RETURN(std::uint64_t id, Start(data, BroadcastSchedule(rank(), size(), data.size(), options_.chunk_floats)));
+  TFD_ASSIGN_OR_RETURN(std::uint64_t id, StartBroadcast(data));
   return Wait(id);
+}
+
+Result<std::uint64_t> Ring::StartBroadcast(std::span<float> data) {
+  if (size() == 1) return collective_++;
+  return Start(data, BroadcastSchedule(rank(), size(), data.size(), options_.chunk_floats));
+}
+
+Result<bool> Ring::Done(std::uint64_t id) {
+  if (size() == 1) return true;
+  TFD_RETURN_IF_ERROR(Progress());
+  MutexLock io(&io_mu_);
+  while (!in_flight_.empty() && Complete(in_flight_.front())) in_flight_.pop_front();
+  return in_flight_.empty() || in_flight_.front().id > id;
 }
 
 Status Ring::Progress() {

@@ -15,6 +15,7 @@
 
 #include "common/base/mutex.h"
 #include "common/base/status.h"
+#include "common/collective/collective.h"
 #include "common/collective/link.h"
 #include "common/collective/ring_schedule.h"
 #include "common/collective/shm_slots.h"
@@ -104,13 +105,19 @@ struct RingOptions {
 // even a heartbeat, for the peer timeout; no progress for the step timeout), or the error another
 // member reported (which names the member that failed first); Corruption for a chunk that is not
 // the one the schedule expects. After any error the ring is closed, and both neighbours are told why.
-class Ring final : public transport::FrameHandler, public std::enable_shared_from_this<Ring> {
+// The member of `members` that `error` names first (never `self`), following "MEMBER reports: ..."
+// chains to the member the report blames; -1 when it names none. A member's name is
+// "TASK (HOST:PORT)", as every ring's messages write it.
+int BlamedMember(const std::vector<RingMember>& members, int self, const Status& error);
+std::string RingMemberName(const RingMember& m);
+
+class Ring final : public transport::FrameHandler, public Collective, public std::enable_shared_from_this<Ring> {
  public:
   static std::shared_ptr<Ring> Create(transport::asio::io_context& ioc, RingOptions options);
   ~Ring() override;
 
   // An accepted connection, expected to be the previous member (its HELLO says). Any thread.
-  void Accept(transport::tcp::socket socket) TFD_EXCLUDES(mu_);
+  void Accept(transport::tcp::socket socket) TFD_EXCLUDES(mu_) override;
   // Two rings of one task sharing its listener (a model-parallel stage is in the ring of its
   // replica's stages and in the ring of its stage's replicas): a HELLO that is not from this ring's
   // previous member but from `other`'s is handed to `other`, with the connection. The listener
@@ -118,25 +125,30 @@ class Ring final : public transport::FrameHandler, public std::enable_shared_fro
   void ShareListenerWith(std::shared_ptr<Ring> other) TFD_EXCLUDES(mu_);
   // Dials the next member (retrying until the startup timeout) and waits until both neighbours
   // have shaken hands. Blocks the calling thread.
-  Status Connect() TFD_EXCLUDES(io_mu_, mu_);
+  Status Connect() TFD_EXCLUDES(io_mu_, mu_) override;
   // Sums `data` element-wise over all members, in place. Every member passes the same length.
   // After an error the contents of `data` are unspecified.
-  Status AllReduce(std::span<float> data) TFD_EXCLUDES(io_mu_, mu_);
+  Status AllReduce(std::span<float> data) TFD_EXCLUDES(io_mu_, mu_) override;
   // The same without blocking, so a collective can run while the caller computes (backprop: the
   // last layers' gradients are summed while the first layers' are still being computed). Starts
   // summing `data`, which must stay untouched until Wait(id) returns, and returns its id. Progress()
   // moves every started collective on as far as the sockets allow now; Wait(id) blocks until that
   // collective and every one started before it are done. Every member starts the same collectives
   // in the same order; each one's result is the same bits, whatever the timing.
-  Result<std::uint64_t> StartAllReduce(std::span<float> data) TFD_EXCLUDES(io_mu_, mu_);
-  Status Progress() TFD_EXCLUDES(io_mu_, mu_);
-  Status Wait(std::uint64_t id) TFD_EXCLUDES(io_mu_, mu_);
+  Result<std::uint64_t> StartAllReduce(std::span<float> data) TFD_EXCLUDES(io_mu_, mu_) override;
+  Status Progress() TFD_EXCLUDES(io_mu_, mu_) override;
+  Status Wait(std::uint64_t id) TFD_EXCLUDES(io_mu_, mu_) override;
+  // Whether collective `id` and every one started before it are done (their results in place,
+  // their buffers free), after moving every collective on as far as the sockets allow now.
+  Result<bool> Done(std::uint64_t id) TFD_EXCLUDES(io_mu_, mu_);
   // Copies rank 0's `data` to every member.
-  Status Broadcast(std::span<float> data) TFD_EXCLUDES(io_mu_, mu_);
+  Status Broadcast(std::span<float> data) TFD_EXCLUDES(io_mu_, mu_) override;
+  // The same without blocking, as StartAllReduce: Wait(id) ends it.
+  Result<std::uint64_t> StartBroadcast(std::span<float> data) TFD_EXCLUDES(io_mu_, mu_);
   // After the last collective: tells both neighbours (DONE) and waits for theirs, so no worker
   // closes a connection its neighbour still needs; then closes. A neighbour that closes without
   // DONE is lost; one that closes after it has left in good order.
-  Status Finish() TFD_EXCLUDES(io_mu_, mu_);
+  Status Finish() TFD_EXCLUDES(io_mu_, mu_) override;
   // Point-to-point frames between neighbours (model parallelism's PIPE_ACTIVATION and
   // PIPE_GRADIENT) on the same two links, beside the collectives. Send copies the frame's tail and
   // queues it to that neighbour; Receive blocks until the next such frame from that neighbour is
@@ -149,17 +161,17 @@ class Ring final : public transport::FrameHandler, public std::enable_shared_fro
 
   // Tells both neighbours `why` (an ERROR frame) unless it is Ok, and closes. Idempotent. Any
   // thread: a collective in progress ends with `why` (or FailedPrecondition when it is Ok).
-  void Close(const Status& why) TFD_EXCLUDES(io_mu_, mu_);
+  void Close(const Status& why) TFD_EXCLUDES(io_mu_, mu_) override;
 
-  int rank() const { return options_.rank; }
-  int size() const { return static_cast<int>(options_.members.size()); }
-  const RingOptions& options() const { return options_; }
+  int rank() const override { return options_.rank; }
+  int size() const override { return static_cast<int>(options_.members.size()); }
+  const RingOptions& options() const override { return options_; }
   // Closed, by Close or after an error: it takes no more connections.
-  bool closed() const { return closed_flag_.load(); }
+  bool closed() const override { return closed_flag_.load(); }
   // The member (rank) an error of this ring blames: the one a neighbour's report names first,
   // through any chain of "MEMBER reports: ..." (each member that fails tells its neighbours why);
   // -1 when `error` names no other member.
-  int Blamed(const Status& error) const;
+  int Blamed(const Status& error) const override { return BlamedMember(options_.members, rank(), error); }
   // The members a frame came from while the ring formed (a HELLO, a WELCOME or an ERROR, even a
   // refused one: they are alive), by task name.
   std::set<std::string> heard() const TFD_EXCLUDES(mu_);

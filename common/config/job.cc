@@ -100,6 +100,15 @@ void ReadOptimizer(ObjectReader& root, OptimizerSpec* opt) {
   (void)r.Finish();
 }
 
+// "auto", true or false: a string or a bool, so the reader's typed getters do not fit.
+void ReadHierarchical(ObjectReader& r, UpdateSpec::Hierarchical* out) {
+  const json* v = r.Get("hierarchical");
+  if (v == nullptr) return;
+  if (v->is_boolean()) *out = v->get<bool>() ? UpdateSpec::Hierarchical::kOn : UpdateSpec::Hierarchical::kOff;
+  else if (v->is_string() && v->get<std::string>() == "auto") *out = UpdateSpec::Hierarchical::kAuto;
+  else r.Fail(r.PathOf("hierarchical"), fmt::format("expected \"auto\", true or false, got {}", v->dump()));
+}
+
 void ReadUpdate(ObjectReader& root, UpdateSpec* update) {
   const json* v = root.Get("update");
   if (v == nullptr) return;
@@ -118,7 +127,10 @@ void ReadUpdate(ObjectReader& root, UpdateSpec* update) {
     else if (r.status().ok()) r.Fail(r.PathOf("staleness"), fmt::format("unknown staleness rule \"{}\" (expected scale or none)", staleness));
     r.Bool("overlap", &update->overlap);
   }
-  if (update->mode == UpdateSpec::Mode::kAllreduce) r.Int("bucket_kb", 0, 1 << 20, &update->bucket_kb);
+  if (update->mode == UpdateSpec::Mode::kAllreduce) {
+    r.Int("bucket_kb", 0, 1 << 20, &update->bucket_kb);
+    ReadHierarchical(r, &update->hierarchical);
+  }
   if (update->mode == UpdateSpec::Mode::kSync) {
     r.Int("replicas_to_aggregate", 1, 1 << 16, &update->replicas_to_aggregate);
     r.Int("total_num_replicas", 1, 1 << 16, &update->total_num_replicas);

@@ -125,6 +125,11 @@ struct UpdateSpec {
   // until they hold at least this many KB; a bucket starts while backprop computes the layers
   // before it. 0: one bucket, after backprop.
   int bucket_kb = 128;
+  // allreduce: reduce inside each host first, one leader per host in the ring across hosts, then
+  // broadcast inside the host (collective/hierarchy.h). kAuto: on when the cluster has at least two
+  // hosts and some host runs two workers or more.
+  enum class Hierarchical { kAuto, kOn, kOff };
+  Hierarchical hierarchical = Hierarchical::kAuto;
 };
 
 enum class Placement { kBalanced, kRoundRobin, kGreedy };

@@ -7,7 +7,7 @@
 
 namespace tfd::allreduce {
 
-AllreduceUpdater::AllreduceUpdater(std::shared_ptr<collective::Ring> ring, const optim::Optimizer& optimizer, const model::Model& model,
+AllreduceUpdater::AllreduceUpdater(std::shared_ptr<collective::Collective> ring, const optim::Optimizer& optimizer, const model::Model& model,
                                    int bucket_kb, metrics::Counter* allreduce_bytes)
     : ring_(std::move(ring)),
       state_(optimizer, model.params().size(), optim::DecayedRanges(model::VariableRuns(model))),

@@ -51,7 +51,7 @@ class AllreduceUpdater final : public train::Updater, public tensor::CrossReplic
   // The ring re-formed without a lost member: the new ring and the global step of the commit
   // every member rolls back to.
   struct Reformed {
-    std::shared_ptr<collective::Ring> ring;
+    std::shared_ptr<collective::Collective> ring;
     std::int64_t commit_step = 0;
   };
   // Given the error of the current ring and this worker's current commit step: the new ring, or
@@ -68,7 +68,7 @@ class AllreduceUpdater final : public train::Updater, public tensor::CrossReplic
   };
 
   // `allreduce_bytes`, when given, counts the bytes of each step's all-reduce (its buffer).
-  AllreduceUpdater(std::shared_ptr<collective::Ring> ring, const optim::Optimizer& optimizer, const model::Model& model, int bucket_kb,
+  AllreduceUpdater(std::shared_ptr<collective::Collective> ring, const optim::Optimizer& optimizer, const model::Model& model, int bucket_kb,
                    metrics::Counter* allreduce_bytes = nullptr);
 
   Status GradientsReady(model::Model& model, std::size_t from) override;
@@ -118,7 +118,7 @@ class AllreduceUpdater final : public train::Updater, public tensor::CrossReplic
   struct Bucket {
     std::size_t begin, end;  // floats of buffer_
   };
-  std::shared_ptr<collective::Ring> ring_;
+  std::shared_ptr<collective::Collective> ring_;
   optim::OptimizerState state_;
   std::vector<float> buffer_;     // gradient sum, then weight sum, next-step count and rank 0's join request
   std::vector<Bucket> buckets_;   // in the order they start: the last layers' first

@@ -13,6 +13,7 @@
 
 #include "common/base/mutex.h"
 #include "common/base/service.h"
+#include "common/collective/hier_ring.h"
 #include "common/transport/io_thread.h"
 #include "common/transport/listener.h"
 #include "daemon/allreduce/allreduce_updater.h"
@@ -34,7 +35,7 @@ using Clock = std::chrono::steady_clock;
 class RingHolder {
  public:
   void Accept(transport::tcp::socket socket) TFD_EXCLUDES(mu_) {
-    std::shared_ptr<collective::Ring> ring;
+    std::shared_ptr<collective::Collective> ring;
     {
       MutexLock lock(&mu_);
       if (ring_ == nullptr || ring_->closed()) {
@@ -47,7 +48,7 @@ class RingHolder {
     ring->Accept(std::move(socket));
   }
   // `ring` takes the connections from now on, and those that waited.
-  void Set(std::shared_ptr<collective::Ring> ring) TFD_EXCLUDES(mu_) {
+  void Set(std::shared_ptr<collective::Collective> ring) TFD_EXCLUDES(mu_) {
     std::deque<transport::tcp::socket> waited;
     {
       MutexLock lock(&mu_);
@@ -56,7 +57,7 @@ class RingHolder {
     }
     for (transport::tcp::socket& s : waited) ring->Accept(std::move(s));
   }
-  std::shared_ptr<collective::Ring> Get() TFD_EXCLUDES(mu_) {
+  std::shared_ptr<collective::Collective> Get() TFD_EXCLUDES(mu_) {
     MutexLock lock(&mu_);
     return ring_;
   }
@@ -64,7 +65,7 @@ class RingHolder {
  private:
   static constexpr std::size_t kMaxWaiting = 16;  // a ring takes two: the rest are strangers or stale
   Mutex mu_;
-  std::shared_ptr<collective::Ring> ring_ TFD_GUARDED_BY(mu_);
+  std::shared_ptr<collective::Collective> ring_ TFD_GUARDED_BY(mu_);
   std::deque<transport::tcp::socket> waiting_ TFD_GUARDED_BY(mu_);
 };
 
@@ -169,9 +170,16 @@ Result<AllreduceUpdater::Reformed> FormRing(const ElasticContext& cx, collective
   }
 }
 
+// A membership change re-forms a flat ring, even where the run started hierarchical: the log says so.
+void NoteFlatFallback(const collective::Collective& old) {
+  if (dynamic_cast<const collective::HierarchicalRing*>(&old) == nullptr) return;
+  spdlog::warn("topology: flat ring from now on: a membership change re-forms the flat ring of every worker, not the hierarchy "
+               "(update.hierarchical)");
+}
+
 // After `error` of the holder's ring: the ring of the members left without the one the error blames.
 Result<AllreduceUpdater::Reformed> Reform(const ElasticContext& cx, const Status& error, std::int64_t commit_step) {
-  const std::shared_ptr<collective::Ring> old = cx.holder.Get();
+  const std::shared_ptr<collective::Collective> old = cx.holder.Get();
   const int blamed = old->Blamed(error);
   if (blamed < 0) return error;  // it names no member to drop: not a loss this can recover from
   collective::RingOptions ro = old->options();
@@ -183,11 +191,12 @@ Result<AllreduceUpdater::Reformed> Reform(const ElasticContext& cx, const Status
                                                   ro.members.size(), cx.elastic.min_workers, lost, error.message()));
   }
   spdlog::warn("elastic: lost {}: {}", lost, error.message());
+  NoteFlatFallback(*old);
   return FormRing(cx, std::move(ro), commit_step, "", lost + " lost");
 }
 
 // Rank 0's bytes to every member of `ring`, as one float per byte (exact), after their count.
-Status BroadcastBytes(collective::Ring& ring, std::vector<std::byte>* bytes) {
+Status BroadcastBytes(collective::Collective& ring, std::vector<std::byte>* bytes) {
   std::vector<float> count{static_cast<float>(bytes->size())};
   TFD_RETURN_IF_ERROR(ring.Broadcast(count));
   if (count[0] < 0 || count[0] > static_cast<float>(JoinDoor::kMaxJoinFrameBytes))
@@ -207,7 +216,7 @@ collective::RingMember FromWire(const wire::RingJoinMember& m) { return {m.task,
 // and the joiners (RING_JOIN_ACCEPT) who the members are now; every member leaves the old ring in
 // good order and forms the new one.
 Result<AllreduceUpdater::Reformed> Grow(const ElasticContext& cx, JoinDoor& door, std::int64_t commit_step) {
-  const std::shared_ptr<collective::Ring> old = cx.holder.Get();
+  const std::shared_ptr<collective::Collective> old = cx.holder.Get();
   collective::RingOptions ro = old->options();
   std::vector<std::byte> bytes;
   std::string joined;
@@ -230,6 +239,7 @@ Result<AllreduceUpdater::Reformed> Grow(const ElasticContext& cx, JoinDoor& door
   for (std::size_t i = ro.members.size(); i < now.members.size(); ++i)
     joined += (joined.empty() ? "" : ", ") + MemberName(FromWire(now.members[i])) + " joined";
   TFD_RETURN_IF_ERROR(old->Finish().WithContext("leaving the ring before it grows"));
+  NoteFlatFallback(*old);
   const std::string self = ro.members[static_cast<std::size_t>(ro.rank)].task;
   ro.members.clear();
   for (const wire::RingJoinMember& m : now.members) {
@@ -256,6 +266,39 @@ Result<AllreduceUpdater::Reformed> JoinRunningRing(const ElasticContext& cx, con
   return FormRing(cx, std::move(ro), 0, joined, "");
 }
 
+collective::HierarchyMode ModeOf(config::UpdateSpec::Hierarchical h) {
+  switch (h) {
+    case config::UpdateSpec::Hierarchical::kOn: return collective::HierarchyMode::kOn;
+    case config::UpdateSpec::Hierarchical::kOff: return collective::HierarchyMode::kOff;
+    case config::UpdateSpec::Hierarchical::kAuto: break;
+  }
+  return collective::HierarchyMode::kAuto;
+}
+
+// The flat ring or the hierarchy (update.hierarchical and the workers' addresses), said in the log
+// and a `topology` event.
+std::shared_ptr<collective::Collective> MakeCollective(transport::asio::io_context& ioc, const config::JobSpec& job,
+                                                       const collective::RingOptions& ro, EventWriter& events) {
+  const std::vector<collective::HostGroup> hosts = collective::GroupByHost(ro.members);
+  const collective::TopologyChoice choice = collective::ChooseTopology(ModeOf(job.update.hierarchical), hosts);
+  std::shared_ptr<collective::Collective> made;
+  std::string detail;
+  if (choice.hierarchical) {
+    auto h = collective::HierarchicalRing::Create(ioc, ro);
+    const collective::HierarchyPlan& plan = h->plan();
+    detail = fmt::format("; this worker is rank {} of the {} on {}{}", plan.local.rank, plan.local.members.size(),
+                         plan.hosts[static_cast<std::size_t>(plan.host)].host,
+                         plan.leader ? fmt::format(", its leader in the ring of {} hosts", plan.hosts.size()) : "");
+    made = std::move(h);
+  } else {
+    made = collective::Ring::Create(ioc, ro);
+  }
+  const char* name = choice.hierarchical ? "hierarchical" : "flat";
+  spdlog::info("topology: {} ({}){}", name, choice.why, detail);
+  events.Emit("topology", {{"topology", std::string(name)}, {"why", choice.why}, {"hosts", static_cast<std::int64_t>(hosts.size())}});
+  return made;
+}
+
 }  // namespace
 
 Status RunAllreduceWorker(const config::TfConfig& config, const config::JobSpec& job, EventWriter& events,
@@ -275,12 +318,12 @@ Status RunAllreduceWorker(const config::TfConfig& config, const config::JobSpec&
   task::EmitStart(events, {.role = "worker", .mode = "allreduce", .rank = rank, .chief = chief});
 
   std::unique_ptr<transport::Listener> listener;
-  std::shared_ptr<collective::Ring> ring;
+  std::shared_ptr<collective::Collective> ring;
   auto holder = std::make_shared<RingHolder>();  // the listener's way to the ring of the moment
   // On every return: close the ring and the listener, let their closes run, stop the I/O thread.
   transport::IoThread io([&] {
     if (ring != nullptr) ring->Close(Status::Ok());
-    if (std::shared_ptr<collective::Ring> now = holder->Get(); now != nullptr) now->Close(Status::Ok());
+    if (std::shared_ptr<collective::Collective> now = holder->Get(); now != nullptr) now->Close(Status::Ok());
     if (listener != nullptr) listener->Stop();
   });
 
@@ -311,7 +354,7 @@ Status RunAllreduceWorker(const config::TfConfig& config, const config::JobSpec&
     ring = formed->ring;
     joined = std::move(*formed);
   } else {
-    ring = collective::Ring::Create(io.context(), ro);
+    ring = MakeCollective(io.context(), job, ro, events);
     holder->Set(ring);
     TFD_RETURN_IF_ERROR(train::AtStartup(ring->Connect()));
     // Every worker starts from the chief's parameters.
@@ -332,7 +375,7 @@ Status RunAllreduceWorker(const config::TfConfig& config, const config::JobSpec&
     updater.EnableElastic(model, elastic.commit_every_steps,
                           {.reform = [&](const Status& error, std::int64_t commit_step) { return Reform(cx, error, commit_step); },
                            .joiners_waiting = [&] {
-                             const std::shared_ptr<collective::Ring> now = holder->Get();
+                             const std::shared_ptr<collective::Collective> now = holder->Get();
                              return now != nullptr && now->rank() == 0 && door->Poll(now->options().members);
                            },
                            .grow = [&](std::int64_t commit_step) { return Grow(cx, *door, commit_step); }});

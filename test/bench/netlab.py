@@ -2,8 +2,9 @@
 """A lab network on this machine: N hosts as network namespaces on one bridge, each host's link
 shaped with tc, tfd tasks placed on them by TF_CONFIG with each host's own address.
 
-  test/bench/netlab.py [--hosts 4] [--links 1g,10g,none] [--modes allreduce,sync] [--epochs 10]
-                       [--target 0.98] [--loss PCT] [--report FILE] [--no-peer] [--clean]
+  test/bench/netlab.py [--hosts 4] [--workers-per-host 1] [--links 1g,10g,none] [--modes allreduce,sync]
+                       [--hierarchical auto] [--epochs 10] [--target 0.98] [--loss PCT] [--report FILE]
+                       [--no-peer] [--clean]
 
 Host i is the namespace PREFIX-hI at 10.77.0.(i+2)/24 behind a veth pair (PREFIX-iI inside,
 PREFIX-oI on the bridge PREFIX-br). A link preset shapes both ends of each pair, so a host sends
@@ -13,8 +14,11 @@ none (the veths as they are). Rates are tc tbf; the delay and --loss need tc net
 kernels lack: then the delay is left out (said once, and in the report) and loss is nftables'
 random drop of packets arriving at each host.
 
-Each configuration runs the seed's dnn (batch 50 per worker, momentum 0.01/0.95) on one worker per
-host: allreduce (a ring over the hosts) or sync (the ps on host 0 beside worker 0). Per
+Each configuration runs the seed's dnn (batch 50 per worker, momentum 0.01/0.95) on
+--workers-per-host workers per host (worker i on host i // W, port 2222 + i % W): allreduce (a ring
+over the workers, or with W > 1 and update.hierarchical true or auto, a ring inside each host and
+one across the hosts' leaders; --hierarchical lists the settings to run, one row each) or sync (the
+ps on host 0 beside worker 0). Per
 configuration it prints samples/s (the workers' sum, each worker's mean over the epochs after the
 first), time to --target test accuracy (the chief's epoch events), bytes each host sent per step
 (its veth's tx_bytes over the run, divided by its worker's steps) beside the arithmetic of what
@@ -232,19 +236,24 @@ def last_error(tasks, name):
     return (msgs[-1] if msgs else (lines[-1] if lines else "no output"))[:300]
 
 
-def dnn_job(data, mode, epochs):
+def dnn_job(data, mode, epochs, hierarchical=None):
     job = {"model": "dnn", "data": data, "epochs": epochs, "batch_size": 50,
            "optimizer": {"type": "momentum", "learning_rate": 0.01, "momentum": 0.95},
            "update": {"mode": mode}, "seed": 1, "log_every_steps": 0}
+    if hierarchical is not None:
+        job["update"]["hierarchical"] = {"true": True, "false": False}.get(hierarchical, hierarchical)
     return job
 
 
-def expected_bytes_per_step(mode, hosts, host):
-    """What host `host` must send per step of its worker, payload only (no headers): the floor the
-    counters are checked against."""
+def expected_bytes_per_step(mode, hosts, host, per_host=1, hierarchical=False):
+    """What host `host` must send per step of its workers, payload only (no headers): the floor the
+    counters are checked against. Workers of one host talk inside it, off its veth."""
     grad = 4 * DNN_FLOATS
     if mode == "allreduce":
-        return 2 * (hosts - 1) * grad // hosts  # ring: reduce-scatter, then all-gather
+        # A ring over N members sends 2 (N - 1) / N of the buffer on each link: the workers' ring
+        # leaves each host once (its workers are neighbours); the leaders' ring runs over the hosts.
+        n = hosts if hierarchical or per_host == 1 else hosts * per_host
+        return 2 * (n - 1) * grad // n
     # sync: each worker pushes its gradient; the ps (host 0, beside worker 0 on a Unix socket)
     # sends the parameters to the other hosts' workers.
     return grad * (hosts - 1) if host == 0 else grad
@@ -294,29 +303,35 @@ class Bench:
             f.write(secrets.token_hex(32))
         self.running = None
 
-    def RunTfd(self, preset, mode):
+    def RunTfd(self, preset, mode, hierarchical=None):
         """One tfd configuration on the shaped lab: its row as a dict."""
-        a, lab, n = self.a, self.lab, self.a.hosts
-        cluster = {"worker": [f"{lab.address(i)}:{PORT}" for i in range(n)]}
+        a, lab, n, w = self.a, self.lab, self.a.hosts, self.a.workers_per_host
+        cluster = {"worker": [f"{lab.address(i // w)}:{PORT + i % w}" for i in range(n * w)]}
         if mode == "sync":
-            cluster["ps"] = [f"{lab.address(0)}:{PORT + 1}"]
+            cluster["ps"] = [f"{lab.address(0)}:{PORT + w}"]
         flags = ["--log-format", "json"] + (["--insecure"] if a.insecure else [])
 
         def start(tasks, folder):
             job = os.path.join(folder, "job.json")
             with open(job, "w") as f:
-                json.dump(dnn_job(a.data, mode, a.epochs), f)
+                json.dump(dnn_job(a.data, mode, a.epochs, hierarchical), f)
             if mode == "sync":
                 tasks.Start("ps0", lab.ns(0), [a.tfd, *flags], self.Env(cluster, "ps", 0), folder)
             limit = ["--shard-limit", str(a.shard_limit)] if a.shard_limit and mode == "allreduce" else []
-            for i in range(n):
-                tasks.Start(f"w{i}", lab.ns(i), [a.tfd, *flags, "--job", job, *limit], self.Env(cluster, "worker", i), folder)
+            for i in range(n * w):
+                tasks.Start(f"w{i}", lab.ns(i // w), [a.tfd, *flags, "--job", job, *limit], self.Env(cluster, "worker", i), folder)
 
-        row = {"peer": "tfd", "mode": mode, "link": preset, "hosts": n, "addresses": [lab.address(i) for i in range(n)]}
-        tasks = self.RunTasks(f"tfd-{mode}-{preset}", start, row)
+        row = {"peer": "tfd", "mode": mode, "link": preset, "hosts": n, "workers_per_host": w,
+               "addresses": [lab.address(i) for i in range(n)]}
+        if hierarchical is not None:
+            row["hierarchical"] = hierarchical
+        tasks = self.RunTasks(f"tfd-{mode}-{hierarchical or ''}-{preset}", start, row)
         if "error" not in row:
-            row.update(peers_seen(tasks, n))
-            row["expected_bytes_per_step"] = [expected_bytes_per_step(mode, n, i) for i in range(n)]
+            row.update(peers_seen(tasks, n * w))
+            topo = next((e["topology"] for e in tasks.Events("w0") if e["event"] == "topology"), None)
+            if topo is not None:
+                row["topology"] = topo
+            row["expected_bytes_per_step"] = [expected_bytes_per_step(mode, n, i, w, topo == "hierarchical") for i in range(n)]
         return row
 
     def Env(self, cluster, kind, index):
@@ -356,13 +371,17 @@ class Bench:
             "steps": [m[4] for m in means],
             "seconds_to_target": seconds_to(chief, self.a.target, start_wall),
             "best_test_accuracy": max((e.get("test_accuracy", 0) for e in chief if e["event"] == "epoch"), default=0),
-            "bytes_per_step": [sent[i] / max(means[i][4], 1) for i in range(n)],
+            # Per step of the host's first worker (every worker takes the same steps).
+            "bytes_per_step": [sent[i] / max(means[i * len(means) // n][4], 1) for i in range(n)],
         })
         return tasks
 
     def RunDdp(self, preset):
         """PyTorch DDP at its best over the hooks on the same lab, or a row saying why not."""
         row = {"peer": "ddp", "mode": "allreduce", "link": preset, "hosts": self.a.hosts}
+        if self.a.workers_per_host > 1:
+            row["error"] = "skipped: the DDP peer runs one rank per host"
+            return row
         if subprocess.run(["/usr/bin/python3", "-c", "import torch"], capture_output=True).returncode != 0:
             row["error"] = "skipped: no torch"
             return row
@@ -399,7 +418,8 @@ def better(r, best):
 
 
 def print_header(a):
-    print(f"dnn (784-160x5-10, elu), batch 50 per worker, momentum 0.01/0.95, {a.epochs} epochs, {a.hosts} hosts x 1 worker "
+    print(f"dnn (784-160x5-10, elu), batch 50 per worker, momentum 0.01/0.95, {a.epochs} epochs, {a.hosts} hosts x "
+          f"{a.workers_per_host} worker{'s' if a.workers_per_host > 1 else ''} "
           f"(sync: the ps on host 0); samples/s: the workers' sum after the first epoch; to {a.target:.1%}: s from start;\n"
           "sent/step: KB each host's veth sent per step of its worker, mean and busiest host, beside the payload the mode must "
           "send (busiest host);\nper step, worker 0's clock (ms): input, compute, update (exchange + wait); wire: the busiest "
@@ -410,6 +430,8 @@ def print_header(a):
 
 def print_row(row, unshaped):
     kind = f"gloo, best hook: {row['hook']}" if "hook" in row else row["mode"]
+    if "hierarchical" in row:
+        kind += f" hier={row['hierarchical']}" + (f" ({row['topology']})" if "topology" in row else "")
     name = f"{row['peer']} {kind} @ {row['link']}"
     if "error" in row:
         print(f"{name:<34} {row['error']}")
@@ -431,6 +453,9 @@ def parse_args():
     p.add_argument("--tfd", default=os.path.join(ROOT, "build", "daemon", "tfd"))
     p.add_argument("--data", default=os.environ.get("TFD_MNIST_DIR", os.path.join(ROOT, "data", "mnist")))
     p.add_argument("--hosts", type=int, default=4)
+    p.add_argument("--workers-per-host", type=int, default=1, help="allreduce and sync workers on each host")
+    p.add_argument("--hierarchical", default=None,
+                   help="allreduce: update.hierarchical settings to run, one row each (auto, true, false); default: the job's default")
     p.add_argument("--links", default="1g,10g,none", help="presets, in order: 1g, 10g, none")
     p.add_argument("--modes", default="allreduce,sync")
     p.add_argument("--epochs", type=int, default=10)
@@ -454,6 +479,12 @@ def parse_args():
             p.error(f"--modes: {mode!r} is not allreduce or sync")
     if not 2 <= a.hosts <= 200:
         p.error(f"--hosts: {a.hosts} is not in [2, 200]")
+    if not 1 <= a.workers_per_host <= 16:
+        p.error(f"--workers-per-host: {a.workers_per_host} is not in [1, 16]")
+    a.hierarchical = a.hierarchical.split(",") if a.hierarchical else [None]
+    for h in a.hierarchical:
+        if h not in (None, "auto", "true", "false"):
+            p.error(f"--hierarchical: {h!r} is not auto, true or false")
     if not 0 <= a.loss < 100:
         p.error(f"--loss: {a.loss} is not a percentage in [0, 100)")
     a.links, a.modes, a.data, a.tfd = links, modes, os.path.abspath(a.data), os.path.abspath(a.tfd)
@@ -492,8 +523,9 @@ def run_all(a, lab, work):
         for link in sorted(a.links, key=lambda link: link != "none"):
             lab.Shape(link, a.loss)
             for mode in a.modes:
-                rows.append(bench.RunTfd(link, mode))
-                print_row(rows[-1], unshaped_rate(rows, rows[-1]))
+                for h in (a.hierarchical if mode == "allreduce" else [None]):
+                    rows.append(bench.RunTfd(link, mode, h))
+                    print_row(rows[-1], unshaped_rate(rows, rows[-1]))
             if not a.no_peer:
                 rows.append(bench.RunDdp(link))
                 print_row(rows[-1], unshaped_rate(rows, rows[-1]))
@@ -505,7 +537,8 @@ def run_all(a, lab, work):
 
 def unshaped_rate(rows, row):
     for r in rows:
-        if r["link"] == "none" and r["peer"] == row["peer"] and r["mode"] == row["mode"] and "error" not in r:
+        if (r["link"] == "none" and r["peer"] == row["peer"] and r["mode"] == row["mode"] and "error" not in r
+                and r.get("hierarchical") == row.get("hierarchical")):
             return r["samples_per_sec"]
     return None
 

@@ -47,6 +47,27 @@ TEST_CASE("allreduce's bucket_kb defaults to 128 and takes 0 (one bucket)", "[un
   CHECK(zero->update.bucket_kb == 0);
 }
 
+TEST_CASE("allreduce's hierarchical is \"auto\" by default, takes true and false, and names the field for anything else", "[unit][config]") {
+  auto def = ParseJobSpec(With(R"("update": {"mode": "allreduce"})"), "job.json");
+  REQUIRE(def.ok());
+  CHECK(def->update.hierarchical == UpdateSpec::Hierarchical::kAuto);
+  auto on = ParseJobSpec(With(R"("update": {"mode": "allreduce", "hierarchical": true})"), "job.json");
+  REQUIRE(on.ok());
+  CHECK(on->update.hierarchical == UpdateSpec::Hierarchical::kOn);
+  auto off = ParseJobSpec(With(R"("update": {"mode": "allreduce", "hierarchical": false})"), "job.json");
+  REQUIRE(off.ok());
+  CHECK(off->update.hierarchical == UpdateSpec::Hierarchical::kOff);
+  auto aut = ParseJobSpec(With(R"("update": {"mode": "allreduce", "hierarchical": "auto"})"), "job.json");
+  REQUIRE(aut.ok());
+  CHECK(aut->update.hierarchical == UpdateSpec::Hierarchical::kAuto);
+  for (const char* bad : {R"("yes")", "1", "null"}) {
+    auto got = ParseJobSpec(With(std::string(R"("update": {"mode": "allreduce", "hierarchical": )") + bad + "}"), "job.json");
+    REQUIRE_FALSE(got.ok());
+    CHECK(got.status().message().find("update.hierarchical") != std::string::npos);
+    CHECK(got.status().message().find("expected \"auto\", true or false") != std::string::npos);
+  }
+}
+
 TEST_CASE("the canonical job spec of the design parses whole", "[unit][config]") {
   auto got = ParseJobSpec(R"({ "model": "mlp", "data": "data/mnist", "epochs": 5, "batch_size": 100,
     "optimizer": {"type": "adam", "learning_rate": 0.001, "beta1": 0.8, "epsilon": 1e-8},

@@ -1,0 +1,83 @@
+#pragma once
+
+#include <utility>  // before Asio: Boost 1.74's awaitable.hpp forgets it
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+
+#include "common/collective/collective.h"
+#include "common/collective/hierarchy.h"
+#include "common/collective/ring.h"
+
+namespace tfd::collective {
+
+// The hierarchical all-reduce: when several workers share a host, the traffic between hosts is
+// what limits a step, and a flat ring sends each host's share of it once per worker on the host.
+// Here each host sums its workers' buffers in a ring of its own (through the shared slots, on one
+// host), the host's leader (its lowest rank) runs the all-reduce across hosts on the host sums in
+// a ring of the leaders, and then broadcasts the result in its host's ring. Between hosts each
+// leader sends 2 (H - 1) / H of the buffer per all-reduce over H hosts, against the flat ring's
+// 2 (N - 1) / N over N workers through the same host links.
+//
+// Summation order, fixed: an element is first summed inside each host in that host's ring order
+// (ring.h: segment c starts at the host's local rank c and ends at c - 1), then the host sums are
+// summed in the leaders' ring order the same way; the broadcast copies those bits to every worker.
+// So every worker ends with the same bits, run after run; they differ from the flat ring's (a
+// different order of float additions), within float rounding.
+//
+// Overlap: StartAllReduce starts the sum inside the host at once; Progress starts a bucket's sum
+// across hosts as soon as its host sum is done (the leader), so buckets travel between hosts while
+// backprop computes the earlier layers. Wait(id) finishes every bucket up to id and then starts
+// their broadcasts, on every worker in the same order (the host ring's collectives are its
+// all-reduces in start order, then its broadcasts).
+//
+// Threads and errors as Ring's. After an error in either ring both are closed with it, so every
+// worker of the host hears of a loss between hosts (as "LEADER reports: ...", which Blamed
+// follows to the member that was lost).
+class HierarchicalRing final : public Collective {
+ public:
+  // `flat`: the options of the flat ring of every worker (PlanHierarchy splits them).
+  static std::shared_ptr<HierarchicalRing> Create(transport::asio::io_context& ioc, const RingOptions& flat);
+
+  void Accept(transport::tcp::socket socket) override { local_->Accept(std::move(socket)); }
+  // The host's ring first, then (a leader) the leaders' ring.
+  Status Connect() override;
+  Status AllReduce(std::span<float> data) override;
+  Result<std::uint64_t> StartAllReduce(std::span<float> data) override;
+  Status Progress() override;
+  Status Wait(std::uint64_t id) override;
+  Status Broadcast(std::span<float> data) override;
+  Status Finish() override;
+  void Close(const Status& why) override;
+
+  int rank() const override { return flat_.rank; }
+  int size() const override { return static_cast<int>(flat_.members.size()); }
+  const RingOptions& options() const override { return flat_; }
+  bool closed() const override { return local_->closed() || (leaders_ != nullptr && leaders_->closed()); }
+  int Blamed(const Status& error) const override { return BlamedMember(flat_.members, flat_.rank, error); }
+  const HierarchyPlan& plan() const { return plan_; }
+
+ private:
+  HierarchicalRing(transport::asio::io_context& ioc, const RingOptions& flat);
+  // Starts the sums across hosts of the buckets whose host sums are done, in order (leader).
+  Status StartCrossHost();
+  // Closes both rings with `why` and returns it.
+  Status Failed(const Status& why);
+
+  struct Bucket {
+    std::uint64_t id = 0;  // this object's
+    std::span<float> data;
+    std::uint64_t local_id = 0, cross_id = 0;
+    bool crossing = false;  // its sum across hosts has started
+  };
+  const RingOptions flat_;
+  const HierarchyPlan plan_;
+  std::shared_ptr<Ring> local_;
+  std::shared_ptr<Ring> leaders_;  // null unless this worker leads its host and there are two hosts or more
+  std::deque<Bucket> pending_;     // started, not yet waited for (collective thread only)
+  std::uint64_t next_id_ = 0;
+};
+
+}  // namespace tfd::collective
