@@ -132,6 +132,8 @@ void ReadUpdate(ObjectReader& root, UpdateSpec* update) {
     ReadHierarchical(r, &update->hierarchical);
   }
   if (r.status().ok()) ReadCompression(r, update->mode == UpdateSpec::Mode::kAllreduce, &update->compression);
+  if (r.status().ok() && update->compression.enabled() && update->hierarchical == UpdateSpec::Hierarchical::kOn)
+    r.Fail(r.PathOf("hierarchical"), "true with update.compression: compression runs on the flat ring only in this version");
   if (update->mode == UpdateSpec::Mode::kSync) {
     r.Int("replicas_to_aggregate", 1, 1 << 16, &update->replicas_to_aggregate);
     r.Int("total_num_replicas", 1, 1 << 16, &update->total_num_replicas);
