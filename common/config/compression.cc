@@ -1,4 +1,4 @@
-// update.compression: the one field of the job spec with its own file (job.cc is at its size limit).
+// update.compression: how a job spec names its gradient compression (docs/config.md, "Gradient compression").
 #include <fmt/format.h>
 
 #include "common/config/job.h"

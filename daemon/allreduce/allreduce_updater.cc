@@ -26,7 +26,7 @@ AllreduceUpdater::AllreduceUpdater(std::shared_ptr<collective::Collective> ring,
     step_bytes_ = n * 2 + control_.size() * sizeof(float);
   }
   if (exchange_) step_bytes_ = exchange_->floats_per_step() * sizeof(float);
-  epoch_ring_bytes_ = ring_->value_bytes_sent();  // the initial parameters' broadcast is no step's
+  ring_bytes_seen_ = ring_->value_bytes_sent();  // the initial parameters' broadcast is no step's
   if (compression.enabled())
     spdlog::info("update.compression {}: {} bytes per step into the ring's collectives from each worker, of {} uncompressed{}",
                  config::CompressionName(compression.method), step_bytes_, buffer_.size() * sizeof(float),
@@ -117,11 +117,9 @@ std::string AllreduceUpdater::EpochNote() {
   std::string note = joined_ > 0 ? fmt::format("joined_without_data={}", joined_) : "";
   joined_ = 0;
   // The chunk values this worker sent on the ring per step, measured (docs/benchmarks.md checks it against the arithmetic).
-  const std::uint64_t sent = ring_->value_bytes_sent();
-  if (epoch_steps_ > 0) {
-    note += fmt::format("{}ring_bytes_per_step={}", note.empty() ? "" : " ", (sent - epoch_ring_bytes_) / static_cast<std::uint64_t>(epoch_steps_));
-  }
-  epoch_ring_bytes_ = sent;
+  if (epoch_steps_ > 0)
+    note += fmt::format("{}ring_bytes_per_step={}", note.empty() ? "" : " ", epoch_ring_bytes_ / static_cast<std::uint64_t>(epoch_steps_));
+  epoch_ring_bytes_ = 0;
   epoch_steps_ = 0;
   return note;
 }
@@ -147,6 +145,9 @@ Result<std::int64_t> AllreduceUpdater::Exchange(model::Model& model, bool contri
   has_next_ = false;  // a join step never brings data of this worker's
   TFD_RETURN_IF_ERROR(sent.WithContext(fmt::format("all-reduce of global step {}", global_step_ + 1)));
   ++epoch_steps_;
+  const std::uint64_t ring_bytes = ring_->value_bytes_sent();
+  epoch_ring_bytes_ += ring_bytes - ring_bytes_seen_;
+  ring_bytes_seen_ = ring_bytes;
   if (allreduce_bytes_ != nullptr) allreduce_bytes_->Increment(static_cast<double>(step_bytes_));
   // Small integers: the sums are exact, and the same bits on every worker.
   const float contributors = buffer_[n];
@@ -235,6 +236,7 @@ Status AllreduceUpdater::Settle(model::Model& model, Result<Reformed> r) {
     r = hooks_.reform(sent.WithContext("broadcast of the committed state"), newcomer_ ? 0 : current_.global_step);
   }
   newcomer_ = false;
+  ring_bytes_seen_ = ring_->value_bytes_sent();  // a new ring counts from its own 0
   std::copy(current_.params.begin(), current_.params.end(), model.params().begin());
   TFD_RETURN_IF_ERROR(state_.Restore(current_.slots, current_.updates));
   sum_error_ = Status::Ok();

@@ -140,8 +140,9 @@ class AllreduceUpdater final : public train::Updater, public tensor::CrossReplic
   std::vector<float> control_;          // ... and their control floats in a float32 all-reduce of their own
   std::unique_ptr<CompressedExchange> exchange_;  // topk, powersgd; null otherwise
   std::size_t step_bytes_ = 0;          // what one step's collectives take from this worker (allreduce_bytes_)
-  std::uint64_t epoch_ring_bytes_ = 0;  // the ring's value bytes sent when this epoch began (EpochNote)
-  std::int64_t epoch_steps_ = 0;        // steps exchanged since
+  std::uint64_t ring_bytes_seen_ = 0;   // ring_'s value_bytes_sent() after the last step
+  std::uint64_t epoch_ring_bytes_ = 0;  // the value bytes this epoch's steps sent (EpochNote)
+  std::int64_t epoch_steps_ = 0;        // ... and their count
   const bool sync_layers_;             // the model has synchronised batch norms
   Status sum_error_;                   // the first failed Sum of this step
   std::vector<float> sum_scratch_;     // a Sum's values, padded to the ring's size
