@@ -2,6 +2,7 @@
 // 2-worker allreduce run leaves bit-identical parameters on both workers and again on a second
 // run, and sends the bytes per step its arithmetic says; the sync ps path does the same for fp16
 // and topk; powersgd is refused in a ps mode with exit 2 naming the field.
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -59,9 +60,9 @@ TEST_CASE("compressed allreduce: each method gives the same bits on both workers
     CHECK(first[0].done["params_sha256"] != uncompressed[0]["params_sha256"]);  // it did compress
     // The bytes each worker sent per step, against the arithmetic of the log line it printed.
     const long measured = RingBytesPerStep(first[0]);
-    const std::string& log = first[0].err;
-    const std::size_t at = log.find("update.compression");
-    const long stated = std::stol(log.substr(log.find(": ", at) + 2));
+    std::smatch said;
+    REQUIRE(std::regex_search(first[0].err, said, std::regex(R"(update\.compression \w+: (\d+) bytes per step)")));
+    const long stated = std::stol(said[1].str());
     CHECK(measured > 0);
     // Two workers: an all-reduce sends each float once (half in each phase), an all-gather each
     // worker's part once: the stated bytes, give or take a control float.
