@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/base/status.h"
+#include "common/compress/half.h"
 #include "common/transport/connection.h"
 
 namespace tfd::collective {
@@ -33,6 +34,13 @@ class Collective {
   // Copies rank 0's `data` to every member.
   virtual Status Broadcast(std::span<float> data) = 0;
   virtual Status Finish() = 0;
+  // Gradient compression (update.compression): an all-reduce whose values travel as 16 bits, an
+  // all-gather of equal parts, and the chunk value bytes sent so far (Ring states each contract).
+  // Only the flat Ring has them: a job with compression runs flat (run_allreduce.cc), and the
+  // hierarchy answers FailedPrecondition (0 bytes).
+  virtual Result<std::uint64_t> StartAllReduceHalf(std::span<float> data, compress::Half half) = 0;
+  virtual Status AllGather(std::span<float> data) = 0;
+  virtual std::uint64_t value_bytes_sent() const = 0;
   virtual void Close(const Status& why) = 0;
 
   // This worker's rank among all members, and their number: the flat ring's numbering, whatever

@@ -50,6 +50,9 @@ class HierarchicalRing final : public Collective {
   Status Wait(std::uint64_t id) override;
   Status Broadcast(std::span<float> data) override;
   Status Finish() override;
+  Result<std::uint64_t> StartAllReduceHalf(std::span<float>, compress::Half) override { return Unsupported(); }
+  Status AllGather(std::span<float>) override { return Unsupported(); }
+  std::uint64_t value_bytes_sent() const override { return 0; }
   void Close(const Status& why) override;
 
   int rank() const override { return flat_.rank; }
@@ -63,6 +66,7 @@ class HierarchicalRing final : public Collective {
   HierarchicalRing(transport::asio::io_context& ioc, const RingOptions& flat);
   // Starts the sums across hosts of the buckets whose host sums are done, in order (leader).
   Status StartCrossHost();
+  static Status Unsupported() { return Status::FailedPrecondition("update.compression runs on a flat ring only"); }
   // Closes both rings with `why` and returns it.
   Status Failed(const Status& why);
 

@@ -111,7 +111,7 @@ void Ring::Heartbeat() {
   }
 }
 
-Result<std::uint64_t> Ring::Start(std::span<float> data, CollectiveSchedule schedule) {
+Result<std::uint64_t> Ring::Start(std::span<float> data, CollectiveSchedule schedule, std::optional<compress::Half> half) {
   Status queued;
   {
     MutexLock io(&io_mu_);
@@ -119,7 +119,8 @@ Result<std::uint64_t> Ring::Start(std::span<float> data, CollectiveSchedule sche
       queued = Status::FailedPrecondition("a collective before the ring was formed");
     } else {
       if (!offered_ && shared_slots_ && transport::LocalPeerPid(next_->fd()) > 0) OfferSlots();  // the next member is on this host
-      CollectiveInFlight& w = in_flight_.emplace_back(CollectiveInFlight{.id = collective_, .data = data, .expected = std::move(schedule.expected)});
+      CollectiveInFlight& w =
+          in_flight_.emplace_back(CollectiveInFlight{.id = collective_, .data = data, .expected = std::move(schedule.expected), .half = half});
       ++started_;
       // This member's own first chunks, queued before any chunk of it is applied (which queues what
       // it forwards), so frames leave in schedule order.
@@ -143,6 +144,21 @@ Status Ring::AllReduce(std::span<float> data) {
 Result<std::uint64_t> Ring::StartAllReduce(std::span<float> data) {
   if (size() == 1) return collective_++;
   return Start(data, AllReduceSchedule(rank(), size(), data.size(), options_.chunk_floats));
+}
+
+Result<std::uint64_t> Ring::StartAllReduceHalf(std::span<float> data, compress::Half half) {
+  if (size() == 1) {
+    compress::RoundHalf(half, data);  // what a ring would have made of the sum
+    return collective_++;
+  }
+  return Start(data, AllReduceSchedule(rank(), size(), data.size(), options_.chunk_floats), half);
+}
+
+Status Ring::AllGather(std::span<float> data) {
+  TFD_CHECK(data.size() % static_cast<std::size_t>(size()) == 0);
+  if (size() == 1) return Status::Ok();
+  TFD_ASSIGN_OR_RETURN(std::uint64_t id, Start(data, AllGatherSchedule(rank(), size(), data.size(), options_.chunk_floats)));
+  return Wait(id);
 }
 
 Status Ring::Broadcast(std::span<float> data) {

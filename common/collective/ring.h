@@ -8,6 +8,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -19,6 +20,7 @@
 #include "common/collective/link.h"
 #include "common/collective/ring_schedule.h"
 #include "common/collective/shm_slots.h"
+#include "common/compress/half.h"
 #include "common/transport/connection.h"
 #include "common/transport/handshake.h"
 #include "common/wire/messages.h"
@@ -145,6 +147,15 @@ class Ring final : public transport::FrameHandler, public Collective, public std
   Status Broadcast(std::span<float> data) TFD_EXCLUDES(io_mu_, mu_) override;
   // The same without blocking, as StartAllReduce: Wait(id) ends it.
   Result<std::uint64_t> StartBroadcast(std::span<float> data) TFD_EXCLUDES(io_mu_, mu_);
+  // StartAllReduce with `half` (gradient compression fp16 / bf16): the values travel as 16 bits
+  // (RING_CHUNK16), every sum is done in float32 (decode, add, encode again at each hop), and the
+  // member that completes a segment's sum rounds it to 16 bits before it sends it around, so every
+  // member ends with the same bits. Every member passes the same `half`.
+  Result<std::uint64_t> StartAllReduceHalf(std::span<float> data, compress::Half half) TFD_EXCLUDES(io_mu_, mu_) override;
+  // Every member's part to every member: `data` is size() equal parts (data.size() a multiple of
+  // size()); member r fills part r, and after the call every member holds every part, the bytes
+  // as they were sent (copied, never summed: any bit pattern, an index too, travels unchanged).
+  Status AllGather(std::span<float> data) TFD_EXCLUDES(io_mu_, mu_) override;
   // After the last collective: tells both neighbours (DONE) and waits for theirs, so no worker
   // closes a connection its neighbour still needs; then closes. A neighbour that closes without
   // DONE is lost; one that closes after it has left in good order.
@@ -177,6 +188,9 @@ class Ring final : public transport::FrameHandler, public Collective, public std
   std::set<std::string> heard() const TFD_EXCLUDES(mu_);
   // Chunks this member has taken from shared slots (the rest came through the socket).
   std::uint64_t shm_chunks() const { return shm_chunks_.load(); }
+  // The bytes of chunk values this member has sent to the next one (4 per float, 2 per 16-bit
+  // value; socket or shared slot; frame headers and fields not counted), every collective together.
+  std::uint64_t value_bytes_sent() const override { return value_bytes_sent_.load(); }
 
   void OnFrame(const std::shared_ptr<transport::Connection>& from, wire::InFrame frame) TFD_EXCLUDES(io_mu_, mu_) override;
   void OnClosed(const std::shared_ptr<transport::Connection>& from, const Status& why) TFD_EXCLUDES(mu_) override;
@@ -190,11 +204,13 @@ class Ring final : public transport::FrameHandler, public Collective, public std
     std::size_t applied = 0;              // chunks of `expected` applied
     std::uint64_t last_frame = 0;  // the next link's number of its last frame (which reads `data`)
     std::uint64_t waiting = 0;     // its chunks waiting for a free shared slot (they read `data`)
+    std::optional<compress::Half> half;  // values travel as 16 bits
   };
   // A chunk for the next member that waits for a free shared slot.
   struct Pending {
     wire::RingChunk head;  // its fields
     std::span<const float> values;
+    std::shared_ptr<const std::vector<std::uint16_t>> coded;  // a 16-bit collective's values, encoded
   };
 
   Ring(transport::asio::io_context& ioc, RingOptions options);
@@ -206,7 +222,8 @@ class Ring final : public transport::FrameHandler, public Collective, public std
                    std::span<const float> values) TFD_REQUIRES(io_mu_);
   // Queues this member's first chunks of `schedule` (from `data`) and adds the collective to
   // in_flight_; Progress() then moves it on.
-  Result<std::uint64_t> Start(std::span<float> data, CollectiveSchedule schedule) TFD_EXCLUDES(io_mu_, mu_);
+  Result<std::uint64_t> Start(std::span<float> data, CollectiveSchedule schedule, std::optional<compress::Half> half = std::nullopt)
+      TFD_EXCLUDES(io_mu_, mu_);
   // Pumps on the calling thread, waiting in poll(), until `done()` (called with io_mu_ held);
   // closes the ring on any error.
   Status Drive(const std::function<bool()>& done) TFD_EXCLUDES(io_mu_, mu_);
@@ -214,6 +231,8 @@ class Ring final : public transport::FrameHandler, public Collective, public std
   Status WriteOrExplain(Link& link, bool* progress) TFD_REQUIRES(io_mu_);  // a write error, or the peer's ERROR
   Status Apply(CollectiveInFlight& w, const wire::RingChunk& c) TFD_REQUIRES(io_mu_);    // a chunk from the previous member
   Status ApplyShm(CollectiveInFlight& w, const wire::RingChunkShm& m) TFD_REQUIRES(io_mu_);  // ... in a shared slot
+  // A 16-bit chunk's values (count x 2 bytes) into `w`'s buffer as `e` says: decoded, or added in float32.
+  void ApplyHalf(const CollectiveInFlight& w, const ExpectedChunk& e, std::span<const std::byte> values) TFD_REQUIRES(io_mu_);
   // `w`'s next expected chunk, if the arrival `c` (with `count` floats) is it; Corruption naming both if not.
   Result<const ExpectedChunk*> MatchArrival(const CollectiveInFlight& w, const wire::RingChunk& c, std::uint64_t count,
                                             const char* what) const TFD_REQUIRES(io_mu_);
@@ -273,6 +292,7 @@ class Ring final : public transport::FrameHandler, public Collective, public std
   std::deque<Pending> waiting_ TFD_GUARDED_BY(io_mu_);  // chunks for out_, in order, when every slot is in use
   std::uint64_t free_frame_ TFD_GUARDED_BY(io_mu_) = 0;  // the prev link's number of the last RING_SLOT_FREE queued
   std::atomic<std::uint64_t> shm_chunks_{0};
+  std::atomic<std::uint64_t> value_bytes_sent_{0};
 
   mutable Mutex mu_;
   CondVar cv_{&mu_};  // signalled when a Link is adopted, a handshake fails or the ring closes

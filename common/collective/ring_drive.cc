@@ -18,6 +18,7 @@
 
 #include "common/transport/local_link.h"
 #include "common/wire/bytes.h"
+#include "common/wire/compressed_messages.h"
 #include "common/wire/crc32c.h"
 
 namespace tfd::collective {
@@ -157,7 +158,7 @@ Status Ring::Pump(bool* progress) {
                               const CollectiveInFlight* w = FindInFlight(id);
                               if (w == nullptr || w->applied >= w->expected.size()) return {};
                               const ExpectedChunk& e = w->expected[w->applied];
-                              if (e.add || rest != e.count * 4) return {};
+                              if (e.add || w->half || rest != e.count * 4) return {};
                               return std::as_writable_bytes(w->data.subspan(static_cast<std::size_t>(e.offset), static_cast<std::size_t>(e.count)));
                             }};
   while (!prev_eof_ && ExpectingFromPrev()) {
@@ -171,12 +172,14 @@ Status Ring::Pump(bool* progress) {
     }
     if (*f == nullptr) break;
     const wire::MessageType type = (*f)->header.type;
-    if (type == wire::MessageType::kRingChunk || type == wire::MessageType::kRingChunkShm) {
+    if (type == wire::MessageType::kRingChunk || type == wire::MessageType::kRingChunkShm || type == wire::MessageType::kRingChunk16) {
       const bool in_slot = type == wire::MessageType::kRingChunkShm;
       wire::RingChunk c;
       wire::RingChunkShm m;
-      if (Status s = in_slot ? wire::Decode((*f)->payload, &m) : wire::Decode((*f)->payload, &c); !s.ok())
-        return Status::Corruption(fmt::format("{}: {}", MemberName(Prev()), s.message()));
+      const Status s = in_slot ? wire::Decode((*f)->payload, &m)
+                       : type == wire::MessageType::kRingChunk16 ? wire::DecodeRingChunk16((*f)->payload, &c)
+                                                                 : wire::Decode((*f)->payload, &c);
+      if (!s.ok()) return Status::Corruption(fmt::format("{}: {}", MemberName(Prev()), s.message()));
       const std::uint64_t collective = in_slot ? m.chunk.collective : c.collective;
       if (collective >= started_) {  // the previous member is ahead: this member has not started it yet
         prev_->Hold();
@@ -186,6 +189,11 @@ Status Ring::Pump(bool* progress) {
       if (w == nullptr) {
         return Status::Corruption(fmt::format("{} sent {} of collective {}, which is over here: the members disagree on the "
                                               "buffer or the schedule", MemberName(Prev()), wire::MessageTypeName(type), collective));
+      }
+      if (!in_slot && w->half.has_value() != (type == wire::MessageType::kRingChunk16)) {
+        return Status::Corruption(fmt::format("{} sent {} in collective {}, whose values travel as {}: the members disagree on "
+                                              "update.compression", MemberName(Prev()), wire::MessageTypeName(type), collective,
+                                              w->half ? "16 bits" : "float32"));
       }
       TFD_RETURN_IF_ERROR(in_slot ? ApplyShm(*w, m) : Apply(*w, c));
       TFD_RETURN_IF_ERROR(WriteOrExplain(*next_, progress));  // on its way while the next chunk is read
@@ -283,12 +291,25 @@ Result<const ExpectedChunk*> Ring::MatchArrival(const CollectiveInFlight& w, con
 }
 
 Status Ring::Apply(CollectiveInFlight& w, const wire::RingChunk& c) {
+  if (w.half) {
+    TFD_ASSIGN_OR_RETURN(const ExpectedChunk* e, MatchArrival(w, c, c.values.size() / 2, "RING_CHUNK16"));
+    ApplyHalf(w, *e, c.values);
+    return CountAndForward(w, *e);
+  }
   TFD_ASSIGN_OR_RETURN(const ExpectedChunk* e, MatchArrival(w, c, c.values.size() / 4, "RING_CHUNK"));
   float* dst = w.data.data() + e->offset;
   if (e->add) AddInto(c.values.data(), dst, static_cast<std::size_t>(e->count));
   else if (!prev_->placed()) std::memcpy(dst, c.values.data(), static_cast<std::size_t>(e->count) * 4);
   // (else the floats were read straight into place)
   return CountAndForward(w, *e);
+}
+
+void Ring::ApplyHalf(const CollectiveInFlight& w, const ExpectedChunk& e, std::span<const std::byte> values) {
+  const std::span<float> dst = w.data.subspan(static_cast<std::size_t>(e.offset), static_cast<std::size_t>(e.count));
+  if (!e.add) return compress::DecodeHalf(*w.half, values, dst);
+  compress::AddHalf(*w.half, values, dst);
+  // The segment's sum is complete here: the others will see it as 16 bits, so this member keeps those bits too.
+  if (e.forward && e.forward_phase == wire::RingPhase::kAllGather) compress::RoundHalf(*w.half, dst);
 }
 
 Status Ring::ApplyShm(CollectiveInFlight& w, const wire::RingChunkShm& m) {
@@ -298,14 +319,15 @@ Status Ring::ApplyShm(CollectiveInFlight& w, const wire::RingChunkShm& m) {
   const wire::RingChunk& c = m.chunk;
   TFD_ASSIGN_OR_RETURN(const ExpectedChunk* e, MatchArrival(w, c, m.count, "RING_CHUNK_SHM"));
   const auto n = static_cast<std::size_t>(e->count);
-  const std::span<const std::byte> bytes = in_.NextBytes(n * 4);
+  const std::span<const std::byte> bytes = in_.NextBytes(n * (w.half ? 2 : 4));
   if (wire::Crc32c(bytes) != m.crc) {
     return ExplainFromPrev(Status::Corruption(fmt::format(
         "{}'s chunk in shared slot {} (collective {}, {} hop {}, floats [{}, {})) does not match its CRC-32C", from, m.slot, c.collective,
         PhaseName(c.phase), c.hop, c.offset, c.offset + m.count)));
   }
   float* dst = w.data.data() + e->offset;
-  if (e->add) AddInto(bytes.data(), dst, n);
+  if (w.half) ApplyHalf(w, *e, bytes);
+  else if (e->add) AddInto(bytes.data(), dst, n);
   else std::memcpy(dst, bytes.data(), n * 4);
   const std::uint64_t read = in_.MarkRead();
   shm_chunks_.fetch_add(1, std::memory_order_relaxed);
@@ -331,12 +353,18 @@ Status Ring::SendChunk(CollectiveInFlight& w, wire::RingPhase phase, int hop, in
   m.hop = static_cast<std::uint16_t>(hop);
   m.segment = static_cast<std::uint32_t>(segment);
   m.offset = offset;
+  value_bytes_sent_.fetch_add(values.size() * (w.half ? 2 : 4), std::memory_order_relaxed);
+  std::shared_ptr<std::vector<std::uint16_t>> coded;
+  if (w.half) {
+    coded = std::make_shared<std::vector<std::uint16_t>>(values.size());
+    compress::EncodeHalf(*w.half, values, *coded);
+  }
   if (next_maps_) {  // through a shared slot, in turn after those already waiting for one
-    waiting_.push_back({m, values});
+    waiting_.push_back({m, values, coded});
     ++w.waiting;
     return FlushWaiting();
   }
-  TFD_RETURN_IF_ERROR(next_->Queue(wire::Encode(m, values)));
+  TFD_RETURN_IF_ERROR(next_->Queue(coded ? wire::EncodeRingChunk16(m, *coded, coded) : wire::Encode(m, values)));
   w.last_frame = next_->frames_queued();
   return Status::Ok();
 }
@@ -347,7 +375,7 @@ Status Ring::FlushWaiting() {
     waiting_.pop_front();
     CollectiveInFlight* w = FindInFlight(p.head.collective);  // its Wait cannot return while a chunk of it waits
     TFD_CHECK(w != nullptr);
-    const ShmSlots::Filled filled = out_.Fill(std::as_bytes(p.values));
+    const ShmSlots::Filled filled = out_.Fill(p.coded ? std::as_bytes(std::span(*p.coded)) : std::as_bytes(p.values));
     wire::RingChunkShm m;
     m.chunk = p.head;
     m.count = p.values.size();

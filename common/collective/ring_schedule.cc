@@ -59,6 +59,24 @@ CollectiveSchedule AllReduceSchedule(int rank, int n, std::uint64_t len, std::ui
   return s;
 }
 
+CollectiveSchedule AllGatherSchedule(int rank, int n, std::uint64_t len, std::uint64_t chunk_floats) {
+  CollectiveSchedule s;
+  s.first_phase = wire::RingPhase::kAllGather;
+  if (n == 1) return s;
+  auto seg = [&](int c) { return ((c % n) + n) % n; };
+  const auto last = static_cast<std::uint16_t>(n - 2);
+  for (int hop = 0; hop < n - 1; ++hop) {
+    const int c = seg(rank - hop - 1);
+    const auto h = static_cast<std::uint16_t>(hop);
+    for (const auto& [o, count] : SegmentChunks(len, c, n, chunk_floats))
+      s.expected.push_back({wire::RingPhase::kAllGather, h, static_cast<std::uint32_t>(c), o, count, false, h != last,
+                            wire::RingPhase::kAllGather, static_cast<std::uint16_t>(h + 1)});
+  }
+  s.first_segment = static_cast<std::uint32_t>(rank);
+  s.first_sends = SegmentChunks(len, rank, n, chunk_floats);
+  return s;
+}
+
 CollectiveSchedule BroadcastSchedule(int rank, int n, std::uint64_t len, std::uint64_t chunk_floats) {
   CollectiveSchedule s;
   s.first_phase = wire::RingPhase::kBroadcast;

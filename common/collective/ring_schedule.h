@@ -62,6 +62,11 @@ std::vector<ChunkRange> SegmentChunks(std::uint64_t len, int c, int n, std::uint
 // Empty for a ring of one, which has nothing to send.
 CollectiveSchedule AllReduceSchedule(int rank, int n, std::uint64_t len, std::uint64_t chunk_floats);
 
+// Rank `rank`'s schedule of an all-gather: segment c (as an all-reduce cuts `len`) is rank c's, sent
+// by it at hop 0 and copied by every other member, each forwarding it but the last (rank c - 1).
+// Empty for a ring of one.
+CollectiveSchedule AllGatherSchedule(int rank, int n, std::uint64_t len, std::uint64_t chunk_floats);
+
 // Rank `rank`'s schedule of a broadcast of rank 0's values. Empty for a ring of one.
 CollectiveSchedule BroadcastSchedule(int rank, int n, std::uint64_t len, std::uint64_t chunk_floats);
 

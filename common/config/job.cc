@@ -131,6 +131,9 @@ void ReadUpdate(ObjectReader& root, UpdateSpec* update) {
     r.Int("bucket_kb", 0, 1 << 20, &update->bucket_kb);
     ReadHierarchical(r, &update->hierarchical);
   }
+  if (r.status().ok()) ReadCompression(r, update->mode == UpdateSpec::Mode::kAllreduce, &update->compression);
+  if (r.status().ok() && update->compression.enabled() && update->hierarchical == UpdateSpec::Hierarchical::kOn)
+    r.Fail(r.PathOf("hierarchical"), "true with update.compression: compression runs on the flat ring only in this version");
   if (update->mode == UpdateSpec::Mode::kSync) {
     r.Int("replicas_to_aggregate", 1, 1 << 16, &update->replicas_to_aggregate);
     r.Int("total_num_replicas", 1, 1 << 16, &update->total_num_replicas);
@@ -405,6 +408,10 @@ JobSpec ReadJobSpec(ObjectReader& r) {
     r.Fail(r.PathOf("evaluation"), "\"evaluator\" needs checkpoints, which allreduce mode does not write in this version");
   ReadElastic(r, &job.elastic);
   if (r.status().ok()) ReadModelParallel(r, &job);
+  // Error feedback is per worker state that elastic commits and the model-parallel replicas' ring do not carry.
+  if (r.status().ok() && job.update.compression.enabled() && (job.elastic.enabled() || job.model_parallel.enabled()))
+    r.Fail(r.PathOf("update") + ".compression", fmt::format("\"{}\" is not available with {} in this version (leave update.compression out)",
+                                             CompressionName(job.update.compression.method), job.elastic.enabled() ? "elastic" : "model_parallel"));
   ReadEnsemble(r, &job);
   if (r.status().ok()) CheckRegressionFits(r, job);
   if (r.status().ok() && job.cuda_device >= 0) {

@@ -104,6 +104,19 @@ struct OptimizerSpec {
   double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-7;  // adam (Keras defaults)
 };
 
+// update.compression (docs/config.md, "Gradient compression"): how each worker's gradient travels.
+// fp16/bf16: as 16-bit values, every sum in float32. topk: the largest-|g| `ratio` of each tensor,
+// the rest kept for the next step (error feedback). powersgd (allreduce only): each matrix as a
+// rank-`rank` product P Q^T (Vogels et al. 2019), with error feedback.
+struct CompressionSpec {
+  enum class Method { kNone, kFp16, kBf16, kTopK, kPowerSgd };
+  Method method = Method::kNone;
+  double ratio = 0.01;  // topk: in (0, 1]
+  int rank = 2;         // powersgd: in [1, 1024]
+  bool enabled() const { return method != Method::kNone; }
+};
+std::string_view CompressionName(CompressionSpec::Method m);  // "none", "fp16", "bf16", "topk", "powersgd"
+
 struct UpdateSpec {
   enum class Mode { kAsync, kSync, kAllreduce };
   Mode mode = Mode::kAsync;
@@ -130,6 +143,7 @@ struct UpdateSpec {
   // hosts and some host runs two workers or more.
   enum class Hierarchical { kAuto, kOn, kOff };
   Hierarchical hierarchical = Hierarchical::kAuto;
+  CompressionSpec compression;
 };
 
 enum class Placement { kBalanced, kRoundRobin, kGreedy };

@@ -50,6 +50,10 @@ class ObjectReader {
 Result<std::string> ReadTextFile(const std::string& path, std::string_view what);
 
 struct JobSpec;
+struct CompressionSpec;
+// Reads update.compression from `update` (the "update" object's reader) for `allreduce` or a ps
+// mode (common/config/compression.cc); errors go to its status.
+void ReadCompression(ObjectReader& update, bool allreduce, CompressionSpec* out);
 struct DataSpec;
 // Reads the job's "data" (common/config/data_spec.h) from `root`; errors go to its status.
 void ReadDataSpec(ObjectReader& root, DataSpec* d);

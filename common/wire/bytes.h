@@ -68,6 +68,13 @@ class ByteReader {
     in_ = in_.subspan(static_cast<std::size_t>(count * 4));
     return true;
   }
+  // A view of the next `count` values of `width` bytes each (16-bit values, u32 indices; no copy).
+  bool ElementBytes(std::uint64_t count, std::size_t width, std::span<const std::byte>* out) {
+    if (count > in_.size() / width) return false;
+    *out = in_.first(static_cast<std::size_t>(count * width));
+    in_ = in_.subspan(static_cast<std::size_t>(count * width));
+    return true;
+  }
   // Exactly out.size() bytes, copied.
   bool Bytes(std::span<std::byte> out) { return Raw(out.data(), out.size()); }
   std::size_t remaining() const { return in_.size(); }

@@ -39,6 +39,7 @@ bool IsKnownType(std::uint16_t t) {
     case MessageType::kPushAck:
     case MessageType::kStatePull:
     case MessageType::kState:
+    case MessageType::kPushCompressed:
     case MessageType::kDone:
     case MessageType::kDoneAck:
     case MessageType::kHeartbeat:
@@ -52,6 +53,7 @@ bool IsKnownType(std::uint16_t t) {
     case MessageType::kRingSlotFree:
     case MessageType::kRingJoin:
     case MessageType::kRingJoinAccept:
+    case MessageType::kRingChunk16:
     case MessageType::kTrialRequest:
     case MessageType::kTrialAssign:
     case MessageType::kTrialEpoch:
@@ -80,6 +82,7 @@ const char* MessageTypeName(MessageType t) {
     case MessageType::kPushAck: return "PUSH_ACK";
     case MessageType::kStatePull: return "STATE_PULL";
     case MessageType::kState: return "STATE";
+    case MessageType::kPushCompressed: return "PUSH_COMPRESSED";
     case MessageType::kDone: return "DONE";
     case MessageType::kDoneAck: return "DONE_ACK";
     case MessageType::kHeartbeat: return "HEARTBEAT";
@@ -93,6 +96,7 @@ const char* MessageTypeName(MessageType t) {
     case MessageType::kRingSlotFree: return "RING_SLOT_FREE";
     case MessageType::kRingJoin: return "RING_JOIN";
     case MessageType::kRingJoinAccept: return "RING_JOIN_ACCEPT";
+    case MessageType::kRingChunk16: return "RING_CHUNK16";
     case MessageType::kTrialRequest: return "TRIAL_REQUEST";
     case MessageType::kTrialAssign: return "TRIAL_ASSIGN";
     case MessageType::kTrialEpoch: return "TRIAL_EPOCH";

@@ -42,6 +42,7 @@ enum class MessageType : std::uint16_t {
   kPushAck = 13,
   kStatePull = 14,
   kState = 15,
+  kPushCompressed = 16,  // PUSH with a compressed gradient (update.compression)
   kDone = 20,
   kDoneAck = 21,
   kHeartbeat = 22,
@@ -55,6 +56,7 @@ enum class MessageType : std::uint16_t {
   kRingSlotFree = 46,    // the receiver has read slots up to a count
   kRingJoin = 47,        // elastic allreduce: a joiner asks the ring's rank 0 to take it in
   kRingJoinAccept = 48,  // ... and rank 0's answer at the commit it joins at: the new ring
+  kRingChunk16 = 49,     // RING_CHUNK with 16-bit values (update.compression fp16 / bf16)
   kTrialRequest = 50,  // 50-59: a coordinator and its generic workers
   kTrialAssign = 51,
   kTrialEpoch = 52,

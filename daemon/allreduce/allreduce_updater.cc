@@ -1,6 +1,7 @@
 #include "daemon/allreduce/allreduce_updater.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <utility>
@@ -8,12 +9,28 @@
 namespace tfd::allreduce {
 
 AllreduceUpdater::AllreduceUpdater(std::shared_ptr<collective::Collective> ring, const optim::Optimizer& optimizer, const model::Model& model,
-                                   int bucket_kb, metrics::Counter* allreduce_bytes)
+                                   int bucket_kb, metrics::Counter* allreduce_bytes, const config::CompressionSpec& compression,
+                                   std::uint64_t seed)
     : ring_(std::move(ring)),
       state_(optimizer, model.params().size(), optim::DecayedRanges(model::VariableRuns(model))),
       buffer_(model.params().size() + 3),
       allreduce_bytes_(allreduce_bytes),
+      exchange_(CompressedExchange::Make(compression, model, seed)),
       sync_layers_(model.has_sync_layers()) {
+  using Method = config::CompressionSpec::Method;
+  const std::size_t n = model.params().size();
+  step_bytes_ = buffer_.size() * sizeof(float);
+  if (compression.method == Method::kFp16 || compression.method == Method::kBf16) {
+    half_ = compression.method == Method::kFp16 ? compress::Half::kFp16 : compress::Half::kBf16;
+    control_.resize(std::max<std::size_t>(3, static_cast<std::size_t>(ring_->size())));
+    step_bytes_ = n * 2 + control_.size() * sizeof(float);
+  }
+  if (exchange_) step_bytes_ = exchange_->floats_per_step() * sizeof(float);
+  ring_bytes_seen_ = ring_->value_bytes_sent();  // the initial parameters' broadcast is no step's
+  if (compression.enabled())
+    spdlog::info("update.compression {}: {} bytes per step into the ring's collectives from each worker, of {} uncompressed{}",
+                 config::CompressionName(compression.method), step_bytes_, buffer_.size() * sizeof(float),
+                 exchange_ ? " (" + exchange_->Describe() + ")" : "");
   const std::size_t min_floats = static_cast<std::size_t>(bucket_kb) * 1024 / 4;
   const std::vector<std::size_t>& starts = model.layer_starts();
   std::size_t end = buffer_.size();  // the last bucket also carries the three floats
@@ -27,6 +44,17 @@ AllreduceUpdater::AllreduceUpdater(std::shared_ptr<collective::Collective> ring,
   if (buckets_.empty() || buckets_.back().begin != 0) buckets_.push_back({0, end});  // a model without parameters
 }
 
+AllreduceUpdater::~AllreduceUpdater() = default;
+
+void AllreduceUpdater::FillControl(bool contributes) {
+  const std::size_t n = buffer_.size() - 3;
+  buffer_[n] = contributes ? 1.0f : 0.0f;
+  buffer_[n + 1] = has_next_ ? 1.0f : 0.0f;
+  // Rank 0 (only it has joiners) asks at a commit step; the ring grows after it.
+  const bool join = commit_every_ > 0 && (global_step_ + 1) % commit_every_ == 0 && hooks_.joiners_waiting && hooks_.joiners_waiting();
+  buffer_[n + 2] = join ? 1.0f : 0.0f;
+}
+
 Status AllreduceUpdater::StartBucket(model::Model& model, bool contributes) {
   const Bucket& b = buckets_[next_bucket_++];
   const std::span<float> grads = model.grads();
@@ -34,19 +62,23 @@ Status AllreduceUpdater::StartBucket(model::Model& model, bool contributes) {
   if (contributes) std::copy(grads.begin() + static_cast<std::ptrdiff_t>(b.begin), grads.begin() + static_cast<std::ptrdiff_t>(grad_end),
                              buffer_.begin() + static_cast<std::ptrdiff_t>(b.begin));
   else std::fill(buffer_.begin() + static_cast<std::ptrdiff_t>(b.begin), buffer_.begin() + static_cast<std::ptrdiff_t>(grad_end), 0.0f);
-  if (b.end == buffer_.size()) {
-    buffer_[n] = contributes ? 1.0f : 0.0f;
-    buffer_[n + 1] = has_next_ ? 1.0f : 0.0f;
-    // Rank 0 (only it has joiners) asks at a commit step; the ring grows after it.
-    const bool join = commit_every_ > 0 && (global_step_ + 1) % commit_every_ == 0 && hooks_.joiners_waiting && hooks_.joiners_waiting();
-    buffer_[n + 2] = join ? 1.0f : 0.0f;
+  const bool last = b.end == buffer_.size();
+  if (last) FillControl(contributes);
+  // 16-bit buckets hold the gradient only: the control floats' sums must stay exact counts.
+  const std::size_t end = half_ ? grad_end : b.end;
+  if (end > b.begin) {
+    const std::span<float> values = std::span<float>(buffer_).subspan(b.begin, end - b.begin);
+    TFD_ASSIGN_OR_RETURN(last_id_, half_ ? ring_->StartAllReduceHalf(values, *half_) : ring_->StartAllReduce(values));
   }
-  TFD_ASSIGN_OR_RETURN(last_id_, ring_->StartAllReduce(std::span<float>(buffer_).subspan(b.begin, b.end - b.begin)));
+  if (half_ && last) {
+    std::copy_n(buffer_.begin() + static_cast<std::ptrdiff_t>(n), 3, control_.begin());
+    TFD_ASSIGN_OR_RETURN(last_id_, ring_->StartAllReduce(control_));
+  }
   return Status::Ok();
 }
 
 Status AllreduceUpdater::GradientsReady(model::Model& model, std::size_t from) {
-  if (sync_layers_) return Status::Ok();  // the buckets wait for Step: backprop's sums come first, on every worker
+  if (sync_layers_ || exchange_) return Status::Ok();  // the buckets wait for Step: backprop's sums come first, on every worker
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].begin >= from) TFD_RETURN_IF_ERROR(StartBucket(model, true));
   return next_bucket_ > 0 ? ring_->Progress() : Status::Ok();  // nothing in flight before the first bucket
 }
@@ -84,6 +116,11 @@ Result<bool> AllreduceUpdater::EndOfEpoch(bool stop) {
 std::string AllreduceUpdater::EpochNote() {
   std::string note = joined_ > 0 ? fmt::format("joined_without_data={}", joined_) : "";
   joined_ = 0;
+  // The chunk values this worker sent on the ring per step, measured (docs/benchmarks.md checks it against the arithmetic).
+  if (epoch_steps_ > 0)
+    note += fmt::format("{}ring_bytes_per_step={}", note.empty() ? "" : " ", epoch_ring_bytes_ / static_cast<std::uint64_t>(epoch_steps_));
+  epoch_ring_bytes_ = 0;
+  epoch_steps_ = 0;
   return note;
 }
 
@@ -94,14 +131,24 @@ Result<std::int64_t> AllreduceUpdater::Exchange(model::Model& model, bool contri
   }
   std::span<float> grads = model.grads();
   const std::size_t n = grads.size();
-  // The buckets backprop has not started (all of them for a join step, or without the hook).
   Status sent;
-  while (sent.ok() && next_bucket_ < buckets_.size()) sent = StartBucket(model, contributes);
+  if (exchange_) {
+    FillControl(contributes);
+    sent = exchange_->Run(*ring_, grads, contributes, buffer_);
+  } else {
+    // The buckets backprop has not started (all of them for a join step, or without the hook).
+    while (sent.ok() && next_bucket_ < buckets_.size()) sent = StartBucket(model, contributes);
+    if (sent.ok()) sent = ring_->Wait(last_id_);
+    if (sent.ok() && half_) std::copy(control_.begin(), control_.begin() + 3, buffer_.begin() + static_cast<std::ptrdiff_t>(n));
+  }
   next_bucket_ = 0;
   has_next_ = false;  // a join step never brings data of this worker's
-  if (sent.ok()) sent = ring_->Wait(last_id_);
   TFD_RETURN_IF_ERROR(sent.WithContext(fmt::format("all-reduce of global step {}", global_step_ + 1)));
-  if (allreduce_bytes_ != nullptr) allreduce_bytes_->Increment(static_cast<double>(buffer_.size() * sizeof(float)));
+  ++epoch_steps_;
+  const std::uint64_t ring_bytes = ring_->value_bytes_sent();
+  epoch_ring_bytes_ += ring_bytes - ring_bytes_seen_;
+  ring_bytes_seen_ = ring_bytes;
+  if (allreduce_bytes_ != nullptr) allreduce_bytes_->Increment(static_cast<double>(step_bytes_));
   // Small integers: the sums are exact, and the same bits on every worker.
   const float contributors = buffer_[n];
   others_have_data_ = buffer_[n + 1] > 0.0f;
@@ -189,6 +236,7 @@ Status AllreduceUpdater::Settle(model::Model& model, Result<Reformed> r) {
     r = hooks_.reform(sent.WithContext("broadcast of the committed state"), newcomer_ ? 0 : current_.global_step);
   }
   newcomer_ = false;
+  ring_bytes_seen_ = ring_->value_bytes_sent();  // a new ring counts from its own 0
   std::copy(current_.params.begin(), current_.params.end(), model.params().begin());
   TFD_RETURN_IF_ERROR(state_.Restore(current_.slots, current_.updates));
   sum_error_ = Status::Ok();

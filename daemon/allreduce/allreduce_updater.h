@@ -15,6 +15,7 @@
 #include "common/model/model.h"
 #include "common/optim/optimizer.h"
 #include "common/tensor/layers.h"
+#include "daemon/allreduce/compressed_exchange.h"
 #include "daemon/train/updater.h"
 
 namespace tfd::allreduce {
@@ -67,9 +68,16 @@ class AllreduceUpdater final : public train::Updater, public tensor::CrossReplic
     std::function<Result<Reformed>(std::int64_t commit_step)> grow;
   };
 
-  // `allreduce_bytes`, when given, counts the bytes of each step's all-reduce (its buffer).
+  // `allreduce_bytes`, when given, counts the bytes each step's collectives take from this worker
+  // (its buffer; compressed, under `compression`). `seed`: the job's (PowerSGD's first Q).
+  //
+  // Compression (update.compression): fp16 and bf16 buckets travel as 16 bits on the ring (sums in
+  // float32), their control floats in one more small float32 all-reduce after the last bucket;
+  // topk and powersgd exchange the whole gradient at Step through CompressedExchange (no overlap
+  // with backprop: a worker's selection needs its whole gradient).
   AllreduceUpdater(std::shared_ptr<collective::Collective> ring, const optim::Optimizer& optimizer, const model::Model& model, int bucket_kb,
-                   metrics::Counter* allreduce_bytes = nullptr);
+                   metrics::Counter* allreduce_bytes = nullptr, const config::CompressionSpec& compression = {}, std::uint64_t seed = 0);
+  ~AllreduceUpdater() override;
 
   Status GradientsReady(model::Model& model, std::size_t from) override;
   Result<std::int64_t> Step(model::Model& model, std::int64_t local_step) override;
@@ -101,6 +109,7 @@ class AllreduceUpdater final : public train::Updater, public tensor::CrossReplic
  private:
   Result<std::int64_t> Exchange(model::Model& model, bool contributes);
   Status StartBucket(model::Model& model, bool contributes);  // the next bucket of this step
+  void FillControl(bool contributes);                        // buffer_'s floats after the gradient
 
   struct Commit {
     bool valid = false;
@@ -127,6 +136,13 @@ class AllreduceUpdater final : public train::Updater, public tensor::CrossReplic
   bool has_next_ = false, others_have_data_ = false;
   std::int64_t global_step_ = 0, joined_ = 0;
   metrics::Counter* allreduce_bytes_;  // null: not counted
+  std::optional<compress::Half> half_;  // fp16 / bf16: the buckets travel as 16 bits
+  std::vector<float> control_;          // ... and their control floats in a float32 all-reduce of their own
+  std::unique_ptr<CompressedExchange> exchange_;  // topk, powersgd; null otherwise
+  std::size_t step_bytes_ = 0;          // what one step's collectives take from this worker (allreduce_bytes_)
+  std::uint64_t ring_bytes_seen_ = 0;   // ring_'s value_bytes_sent() after the last step
+  std::uint64_t epoch_ring_bytes_ = 0;  // the value bytes this epoch's steps sent (EpochNote)
+  std::int64_t epoch_steps_ = 0;        // ... and their count
   const bool sync_layers_;             // the model has synchronised batch norms
   Status sum_error_;                   // the first failed Sum of this step
   std::vector<float> sum_scratch_;     // a Sum's values, padded to the ring's size

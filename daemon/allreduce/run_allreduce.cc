@@ -280,7 +280,11 @@ collective::HierarchyMode ModeOf(config::UpdateSpec::Hierarchical h) {
 std::shared_ptr<collective::Collective> MakeCollective(transport::asio::io_context& ioc, const config::JobSpec& job,
                                                        const collective::RingOptions& ro, EventWriter& events) {
   const std::vector<collective::HostGroup> hosts = collective::GroupByHost(ro.members);
-  const collective::TopologyChoice choice = collective::ChooseTopology(ModeOf(job.update.hierarchical), hosts);
+  // Compression's collectives are the flat ring's (collective.h): a job with it runs flat.
+  const bool compressed = job.update.compression.enabled();
+  if (compressed) spdlog::info("topology: flat, as update.compression {} needs", config::CompressionName(job.update.compression.method));
+  const collective::TopologyChoice choice =
+      collective::ChooseTopology(compressed ? collective::HierarchyMode::kOff : ModeOf(job.update.hierarchical), hosts);
   std::shared_ptr<collective::Collective> made;
   std::string detail;
   if (choice.hierarchical) {
@@ -364,7 +368,8 @@ Status RunAllreduceWorker(const config::TfConfig& config, const config::JobSpec&
   metrics::TaskMetrics* m = options.metrics;
   if (m != nullptr) m->AddAllreduceMetrics();
   if (m != nullptr) m->connected_peers->Set(num_workers > 1 ? 2 : 0);  // the ring's links to the previous and next member
-  AllreduceUpdater updater(ring, *optimizer, model, job.update.bucket_kb, m != nullptr ? m->allreduce_bytes : nullptr);
+  AllreduceUpdater updater(ring, *optimizer, model, job.update.bucket_kb, m != nullptr ? m->allreduce_bytes : nullptr, job.update.compression,
+                           job.seed);
   if (model.has_sync_layers()) {
     model.SetCrossReplicaSum(&updater);
     spdlog::info("batch_norm sync: each step's batch statistics are all-reduced over the {} workers (gradients go out after backprop)",

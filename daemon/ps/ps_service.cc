@@ -89,7 +89,8 @@ void PsService::OnFrame(const std::shared_ptr<Connection>& from, wire::InFrame f
     case wire::MessageType::kInit: return HandleInit(from, frame, rank);
     case wire::MessageType::kWaitReady: return HandleWaitReady(from, frame, rank);
     case wire::MessageType::kPull: return HandlePull(from, frame);
-    case wire::MessageType::kPush: return HandlePush(from, frame, rank);
+    case wire::MessageType::kPush:
+    case wire::MessageType::kPushCompressed: return HandlePush(from, frame, rank);
     case wire::MessageType::kStatePull: return HandleStatePull(from, frame);
     case wire::MessageType::kDone: return HandleDone(from, frame, rank);
     case wire::MessageType::kError: return HandleError(from, frame);
@@ -259,9 +260,22 @@ void PsService::HandlePull(const ConnectionPtr& from, const wire::InFrame& frame
 }
 
 void PsService::HandlePush(const ConnectionPtr& from, const wire::InFrame& frame, int rank) {
-  const std::uint64_t id = frame.header.request_id;
   wire::Push push;
-  if (!DecodeOrRefuse(*from, frame, &push)) return;
+  if (frame.header.type == wire::MessageType::kPush) {
+    if (!DecodeOrRefuse(*from, frame, &push)) return;
+    return ApplyPush(from, frame.header.request_id, push, rank);
+  }
+  // PUSH_COMPRESSED: decoded to float32 here, then applied as any push (update.compression).
+  wire::PushCompressed compressed;
+  if (!DecodeOrRefuse(*from, frame, &compressed)) return;
+  Result<std::vector<float>> dense = DenseGradient(compressed, static_cast<std::uint64_t>(store_.size()));
+  if (!dense.ok()) return ReplyError(*from, frame.header.request_id, dense.status().WithContext(self_));
+  push = compressed.push;
+  push.grads = std::as_bytes(std::span<const float>(*dense));
+  ApplyPush(from, frame.header.request_id, push, rank);
+}
+
+void PsService::ApplyPush(const ConnectionPtr& from, std::uint64_t id, const wire::Push& push, int rank) {
   if (static_cast<int>(push.worker) != rank)
     return ReplyError(*from, id, Status::InvalidArgument(fmt::format("{} pushed as worker rank {}", from->peer_name(), push.worker)));
   const Clock::time_point apply_start = Clock::now();

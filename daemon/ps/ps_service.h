@@ -101,7 +101,8 @@ class PsService : public transport::FrameHandler {
   void HandleInit(const ConnectionPtr& from, const wire::InFrame& frame, int rank) TFD_EXCLUDES(mu_);
   void HandleWaitReady(const ConnectionPtr& from, const wire::InFrame& frame, int rank) TFD_EXCLUDES(mu_);
   void HandlePull(const ConnectionPtr& from, const wire::InFrame& frame) TFD_EXCLUDES(mu_);
-  void HandlePush(const ConnectionPtr& from, const wire::InFrame& frame, int rank) TFD_EXCLUDES(mu_);
+  void HandlePush(const ConnectionPtr& from, const wire::InFrame& frame, int rank) TFD_EXCLUDES(mu_);  // PUSH or PUSH_COMPRESSED
+  void ApplyPush(const ConnectionPtr& from, std::uint64_t request_id, const wire::Push& push, int rank) TFD_EXCLUDES(mu_);
   void HandleStatePull(const ConnectionPtr& from, const wire::InFrame& frame);
   void HandleDone(const ConnectionPtr& from, const wire::InFrame& frame, int rank) TFD_EXCLUDES(mu_);
   void HandleError(const ConnectionPtr& from, const wire::InFrame& frame);

@@ -1,5 +1,11 @@
 #include "daemon/ps/wire_convert.h"
 
+#include <fmt/format.h>
+
+#include "common/compress/half.h"
+#include "common/compress/topk.h"
+
+#include <cstring>
 #include <tuple>
 #include <utility>
 
@@ -140,6 +146,28 @@ wire::OutFrame EncodeParams(std::shared_ptr<const ParameterStore::Snapshot> snap
   wire::OutFrame f = wire::Encode(wire::Params{snapshot->global_step, {}}, snapshot->values);
   f.keepalive = std::move(snapshot);  // the frame's tail points into the snapshot
   return f;
+}
+
+Result<std::vector<float>> DenseGradient(const wire::PushCompressed& m, std::uint64_t shard_size) {
+  if (m.count != shard_size)
+    return Status::InvalidArgument(fmt::format("PUSH_COMPRESSED of {} values to a shard of {}", m.count, shard_size));
+  std::vector<float> dense(static_cast<std::size_t>(m.count), 0.0f);
+  switch (m.encoding) {
+    case wire::GradEncoding::kFp16: compress::DecodeHalf(compress::Half::kFp16, m.values, dense); break;
+    case wire::GradEncoding::kBf16: compress::DecodeHalf(compress::Half::kBf16, m.values, dense); break;
+    case wire::GradEncoding::kSparse: {
+      const std::size_t pairs = m.indices.size() / 4;
+      std::vector<std::uint32_t> indices(pairs);
+      std::vector<float> values(pairs);
+      if (pairs > 0) {
+        std::memcpy(indices.data(), m.indices.data(), pairs * 4);
+        std::memcpy(values.data(), m.values.data(), pairs * 4);
+      }
+      compress::AddSparse(indices, values, dense);
+      break;
+    }
+  }
+  return dense;
 }
 
 }  // namespace tfd::ps

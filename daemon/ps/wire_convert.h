@@ -2,6 +2,7 @@
 
 #include <memory>
 
+#include "common/wire/compressed_messages.h"
 #include "common/wire/messages.h"
 #include "daemon/ps/parameter_store.h"
 #include "daemon/ps/worker_roster.h"
@@ -14,6 +15,9 @@ namespace tfd::ps {
 
 StoreInit FromWire(const wire::Init& init);
 PushRequest FromWire(const wire::Push& push);
+// A PUSH_COMPRESSED's gradient as float32 (fp16/bf16 decoded; sparse pairs into zeros; its decoder
+// bounded every index by its count). InvalidArgument when its count is not the shard's size.
+Result<std::vector<float>> DenseGradient(const wire::PushCompressed& m, std::uint64_t shard_size);
 
 wire::PushAck ToWire(const ParameterStore::PushResult& result);
 // The run's progress between the roster's ranks and the wire's (`stop`: the chief stopped the run early).

@@ -12,6 +12,7 @@
 #include "common/transport/dial.h"
 #include "common/transport/handshake.h"
 #include "daemon/task_kind.h"
+#include "daemon/worker/compressed_push.h"
 
 namespace tfd::worker {
 namespace {
@@ -441,13 +442,19 @@ void PsClient::SendPushPull(std::size_t i) {
   // claims the step the (maybe restarted) ps is at, so a sync step in flight still completes. With
   // it (async overlap), the older step the gradient was computed on, never more than the ps's.
   push.based_on_step = computed_on_.empty() ? steps_[i] : std::min(computed_on_[i], steps_[i]);
-  wire::OutFrame f = wire::Encode(push, Slices(i, grads_));
-  // The encoder's trailer (the epoch), when it made one, and the gradient's owner.
-  if (f.keepalive != nullptr && keepalive_ != nullptr)
-    f.keepalive = std::make_shared<std::pair<std::shared_ptr<const void>, std::shared_ptr<const void>>>(std::move(f.keepalive), keepalive_);
-  else if (keepalive_ != nullptr)
-    f.keepalive = keepalive_;
-  if (options_.metrics != nullptr) options_.metrics->push_bytes->Increment(static_cast<double>(placement_.ShardSize(i)) * sizeof(float));
+  wire::OutFrame f;
+  std::size_t bytes = static_cast<std::size_t>(placement_.ShardSize(i)) * sizeof(float);
+  if (options_.encoding) {  // update.compression: the frame owns its encoded copy (and keepalive_)
+    f = EncodeCompressedPush(push, *options_.encoding, Slices(i, grads_), keepalive_, &bytes);
+  } else {
+    f = wire::Encode(push, Slices(i, grads_));
+    // The encoder's trailer (the epoch), when it made one, and the gradient's owner.
+    if (f.keepalive != nullptr && keepalive_ != nullptr)
+      f.keepalive = std::make_shared<std::pair<std::shared_ptr<const void>, std::shared_ptr<const void>>>(std::move(f.keepalive), keepalive_);
+    else if (keepalive_ != nullptr)
+      f.keepalive = keepalive_;
+  }
+  if (options_.metrics != nullptr) options_.metrics->push_bytes->Increment(static_cast<double>(bytes));
   std::uint64_t push_id = 0;
   acks_[i] = ps_[i]->Call(std::move(f), 0, &push_id, options_.metrics != nullptr ? &ack_times_[i] : nullptr);
   // A refused push fails the pull behind it, so the pull can be awaited first.

@@ -12,6 +12,7 @@
 #include "common/config/job.h"
 #include "common/metrics/task_metrics.h"
 #include "common/transport/rpc.h"
+#include "common/wire/compressed_messages.h"
 #include "common/wire/messages.h"
 #include "daemon/worker/placement.h"
 
@@ -32,6 +33,9 @@ struct PsClientOptions {
   config::ElasticSpec elastic;
   // Where the `peer_done` event goes (another worker finished, as a ps said); null: nowhere.
   EventWriter* events = nullptr;
+  // update.compression: pushes go as PUSH_COMPRESSED with this encoding (sparse: the gradient's
+  // nonzero values, which top-k chose); nullopt: PUSH with float32.
+  std::optional<wire::GradEncoding> encoding;
 };
 
 // A worker's connections to every ps task, and the calls it makes on them. The parameters and

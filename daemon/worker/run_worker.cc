@@ -9,6 +9,8 @@
 
 #include "common/base/service.h"
 #include "common/transport/io_thread.h"
+#include "common/compress/topk.h"
+#include "daemon/train/compression.h"
 #include "daemon/train/device.h"
 #include "daemon/train/job_data.h"
 #include "daemon/train/trainer.h"
@@ -39,14 +41,24 @@ class PsUpdater final : public train::Updater {
         step_(start_step),
         sending_(std::make_shared<std::vector<float>>(overlap_ ? num_params : 0)) {}
 
+  // update.compression topk: each step sends the top-k of its gradient plus what earlier steps
+  // dropped, zeros elsewhere (PsClient sends the nonzeros as pairs).
+  void EnableTopK(const model::Model& model, double ratio) {
+    topk_ = std::make_unique<compress::TopK>(train::TrainableRuns(model), model.params().size(), ratio);
+    indices_.resize(topk_->kept());
+    values_.resize(topk_->kept());
+    sparse_.resize(model.params().size());
+  }
+
   Result<std::int64_t> Step(model::Model& model, std::int64_t local_step) override {
     wire::Push tag;
     tag.worker = rank_;
     tag.incarnation = incarnation_;
     tag.local_step = static_cast<std::uint64_t>(local_step);
     tag.epoch = static_cast<std::uint32_t>(epoch_);
+    const std::span<const float> grads = Outgoing(model);
     if (!overlap_) {
-      TFD_ASSIGN_OR_RETURN(PsClient::StepResult r, client_.PushPull(tag, model.grads(), model.params(), sync_));
+      TFD_ASSIGN_OR_RETURN(PsClient::StepResult r, client_.PushPull(tag, grads, model.params(), sync_));
       Count(r);
       TFD_RETURN_IF_ERROR(MaybeSave(local_step));
       return static_cast<std::int64_t>(step_);
@@ -57,8 +69,8 @@ class PsUpdater final : public train::Updater {
     TFD_RETURN_IF_ERROR(CompleteInFlight(model));
     // The next step overwrites grads(): send a copy, owned by the frames until they are written
     // (reused once they are; a new buffer only if a frame still holds the old one).
-    if (sending_.use_count() > 1) sending_ = std::make_shared<std::vector<float>>(model.grads().size());
-    std::copy(model.grads().begin(), model.grads().end(), sending_->begin());
+    if (sending_.use_count() > 1) sending_ = std::make_shared<std::vector<float>>(grads.size());
+    std::copy(grads.begin(), grads.end(), sending_->begin());
     client_.StartPushPull(tag, *sending_, false, sending_, std::move(computed_on));
     TFD_RETURN_IF_ERROR(MaybeSave(local_step));
     return static_cast<std::int64_t>(step_);
@@ -99,6 +111,13 @@ class PsUpdater final : public train::Updater {
   bool stopped_early() const { return stopped_early_; }
 
  private:
+  std::span<const float> Outgoing(model::Model& model) {
+    if (!topk_) return model.grads();
+    topk_->Compress(model.grads(), indices_, values_);
+    std::fill(sparse_.begin(), sparse_.end(), 0.0f);
+    for (std::size_t j = 0; j < indices_.size(); ++j) sparse_[indices_[j]] = values_[j];
+    return sparse_;
+  }
   Status CompleteInFlight(model::Model& model) {
     if (!client_.in_flight()) return Status::Ok();
     TFD_ASSIGN_OR_RETURN(PsClient::StepResult r, client_.CompletePushPull(model.params()));
@@ -126,7 +145,22 @@ class PsUpdater final : public train::Updater {
   bool stopped_early_ = false;  // the chief's decision, for its DONE
   int epoch_ = 0;               // elastic: sent with each push, so the ps knows the chief's epoch
   std::shared_ptr<std::vector<float>> sending_;  // overlap: the gradient of the exchange in flight
+  std::unique_ptr<compress::TopK> topk_;         // update.compression topk; null otherwise
+  std::vector<std::uint32_t> indices_;
+  std::vector<float> values_, sparse_;           // the kept values, and as a dense gradient
 };
+
+// PUSH_COMPRESSED's encoding for update.compression (powersgd is refused in the ps modes at load).
+std::optional<wire::GradEncoding> EncodingFor(const config::CompressionSpec& c) {
+  switch (c.method) {
+    case config::CompressionSpec::Method::kFp16: return wire::GradEncoding::kFp16;
+    case config::CompressionSpec::Method::kBf16: return wire::GradEncoding::kBf16;
+    case config::CompressionSpec::Method::kTopK: return wire::GradEncoding::kSparse;
+    case config::CompressionSpec::Method::kNone:
+    case config::CompressionSpec::Method::kPowerSgd: break;
+  }
+  return std::nullopt;
+}
 
 }  // namespace
 
@@ -172,6 +206,9 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
   ps_options.metrics = options.metrics;
   ps_options.elastic = job.elastic;
   ps_options.events = &events;
+  ps_options.encoding = EncodingFor(job.update.compression);
+  if (job.update.compression.method == config::CompressionSpec::Method::kPowerSgd)
+    return Status::InvalidArgument("update.compression: powersgd needs \"mode\": \"allreduce\"");
   if (options.metrics != nullptr) options.metrics->AddPsClientMetrics();
   Result<std::unique_ptr<PsClient>> connected = PsClient::Connect(io.context(), config, incarnation, placement, ps_options);
   if (!connected.ok()) return train::AtStartup(connected.status());
@@ -193,6 +230,12 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
 
   PsUpdater updater(*client, static_cast<std::uint32_t>(rank), incarnation, sync, job.update.overlap, start_step,
                     model.params().size(), chief && checkpointer.enabled() ? &checkpointer : nullptr);
+  if (job.update.compression.method == config::CompressionSpec::Method::kTopK) updater.EnableTopK(model, job.update.compression.ratio);
+  if (job.update.compression.enabled())
+    spdlog::info("update.compression {}: pushes go as PUSH_COMPRESSED ({})", config::CompressionName(job.update.compression.method),
+                 job.update.compression.method == config::CompressionSpec::Method::kTopK
+                     ? fmt::format("top {} of each tensor's values with error feedback, as index and value", job.update.compression.ratio)
+                     : "16-bit values; the ps sums in float32");
   train::TrainerOptions topts = train::TrainerOptionsFor(config, job, options);
   topts.start_local_step = static_cast<std::int64_t>(client->resume_step());
   if (chief && checkpointer.enabled() && job.can_stop_early() && topts.evaluate_each_epoch) {

@@ -7,6 +7,7 @@
 #include <span>
 
 #include "common/wire/frame.h"
+#include "common/wire/compressed_messages.h"
 #include "common/wire/messages.h"
 #include "common/wire/ring_join_messages.h"
 #include "common/wire/trial_messages.h"
@@ -54,6 +55,12 @@ void DecodeByType(MessageType type, std::span<const std::byte> payload) {
     case MessageType::kTrialCheckpoint: DecodeAs<TrialCheckpoint>(payload); break;
     case MessageType::kRingJoin: DecodeAs<RingJoin>(payload); break;
     case MessageType::kRingJoinAccept: DecodeAs<RingJoinAccept>(payload); break;
+    case MessageType::kPushCompressed: DecodeAs<PushCompressed>(payload); break;
+    case MessageType::kRingChunk16: {
+      RingChunk c;
+      (void)DecodeRingChunk16(payload, &c);
+      break;
+    }
     case MessageType::kDoneAck:
     case MessageType::kHeartbeat: break;
   }
@@ -67,7 +74,7 @@ constexpr MessageType kDecodable[] = {MessageType::kHello,   MessageType::kWelco
                                       MessageType::kRingChunkShm, MessageType::kRingShmOffer, MessageType::kRingShmAccept,
                                       MessageType::kRingSlotFree, MessageType::kTrialRequest, MessageType::kTrialAssign, MessageType::kTrialEpoch,
                                       MessageType::kTrialControl, MessageType::kTrialEnd, MessageType::kTrialPredictions,
-                                      MessageType::kTrialCheckpoint};
+                                      MessageType::kTrialCheckpoint, MessageType::kPushCompressed, MessageType::kRingChunk16};
 
 }  // namespace
 }  // namespace tfd::wire

@@ -68,6 +68,38 @@ TEST_CASE("allreduce's hierarchical is \"auto\" by default, takes true and false
   }
 }
 
+TEST_CASE("update.compression: a method name or an object with its ratio or rank; none by default", "[unit][config]") {
+  using Method = CompressionSpec::Method;
+  auto def = ParseJobSpec(With(R"("update": {"mode": "allreduce"})"), "job.json");
+  REQUIRE(def.ok());
+  CHECK(def->update.compression.method == Method::kNone);
+  auto fp16 = ParseJobSpec(With(R"("update": {"mode": "sync", "compression": "fp16"})"), "job.json");
+  REQUIRE(fp16.ok());
+  CHECK(fp16->update.compression.method == Method::kFp16);
+  auto topk = ParseJobSpec(With(R"("update": {"mode": "async", "compression": {"method": "topk", "ratio": 0.05}})"), "job.json");
+  REQUIRE(topk.ok());
+  CHECK(topk->update.compression.method == Method::kTopK);
+  CHECK(topk->update.compression.ratio == 0.05);
+  auto psgd = ParseJobSpec(With(R"("update": {"mode": "allreduce", "compression": {"method": "powersgd", "rank": 4}})"), "job.json");
+  REQUIRE(psgd.ok());
+  CHECK(psgd->update.compression.method == Method::kPowerSgd);
+  CHECK(psgd->update.compression.rank == 4);
+  CHECK(ErrorOf(With(R"("update": {"mode": "allreduce", "compression": "int8"})")) ==
+        "job.json: update.compression: unknown method \"int8\" (expected \"none\", \"fp16\", \"bf16\", {\"method\": \"topk\", "
+        "\"ratio\": R} or {\"method\": \"powersgd\", \"rank\": N})");
+  CHECK(ErrorOf(With(R"("update": {"mode": "allreduce", "compression": {"method": "topk", "ratio": 0}})")) ==
+        "job.json: update.compression.ratio: expected a number in (0, 1], got 0");
+  CHECK(ErrorOf(With(R"("update": {"mode": "allreduce", "compression": {"method": "powersgd", "rank": 0}})")) ==
+        "job.json: update.compression.rank: expected an integer in [1, 1024], got 0");
+  CHECK(ErrorOf(With(R"("update": {"mode": "allreduce", "compression": {"method": "fp16", "rank": 2}})")) ==
+        "job.json: update.compression.rank: unknown field (expected one of: method)");
+  CHECK(ErrorOf(With(R"("update": {"mode": "sync", "compression": {"method": "powersgd"}})")) ==
+        "job.json: update.compression.method: powersgd needs \"mode\": \"allreduce\" (its two all-reduces per matrix have no ps "
+        "counterpart in this version)");
+  CHECK(ErrorOf(With(R"("update": {"mode": "allreduce", "compression": "fp16"}, "elastic": {"min_workers": 1, "max_workers": 2})")) ==
+        "job.json: update.compression: \"fp16\" is not available with elastic in this version (leave update.compression out)");
+}
+
 TEST_CASE("the canonical job spec of the design parses whole", "[unit][config]") {
   auto got = ParseJobSpec(R"({ "model": "mlp", "data": "data/mnist", "epochs": 5, "batch_size": 100,
     "optimizer": {"type": "adam", "learning_rate": 0.001, "beta1": 0.8, "epsilon": 1e-8},
@@ -229,7 +261,7 @@ TEST_CASE("job spec errors name the file and the JSON path", "[unit][config]") {
   CHECK(ErrorOf(With(R"("update": {"mode": "async", "staleness": "ignore"})")) ==
         "job.json: update.staleness: unknown staleness rule \"ignore\" (expected scale or none)");
   CHECK(ErrorOf(With(R"("update": {"mode": "sync", "overlap": true})")) ==
-        "job.json: update.overlap: unknown field (expected one of: min_replicas, mode, on_worker_loss, replicas_to_aggregate, "
+        "job.json: update.overlap: unknown field (expected one of: compression, min_replicas, mode, on_worker_loss, replicas_to_aggregate, "
         "total_num_replicas)");
   CHECK(ErrorOf(With(R"("update": {"mode": "sync", "on_worker_loss": "retry"})")) ==
         "job.json: update.on_worker_loss: unknown policy \"retry\" (expected fail, wait or shrink)");
@@ -240,7 +272,7 @@ TEST_CASE("job spec errors name the file and the JSON path", "[unit][config]") {
   CHECK(ErrorOf(With(R"("update": {"mode": "allreduce", "bucket_kb": -1})")) ==
         "job.json: update.bucket_kb: expected an integer in [0, 1048576], got -1");
   CHECK(ErrorOf(With(R"("update": {"mode": "async", "bucket_kb": 64})")) ==
-        "job.json: update.bucket_kb: unknown field (expected one of: mode, overlap, staleness)");
+        "job.json: update.bucket_kb: unknown field (expected one of: compression, mode, overlap, staleness)");
   CHECK(ErrorOf(With(R"("update": {"mode": "ring"})")) ==
         "job.json: update.mode: unknown mode \"ring\" (expected async, sync or allreduce)");
   CHECK(ErrorOf(With(R"("device": "gpu0")")) == "job.json: device: expected \"cpu\" or \"cuda:N\", got \"gpu0\"");

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Gradient compression's accuracy and bytes (docs/benchmarks.md, "Gradient compression"): the seed's
+# dnn (configs/jobs/mnist-dnn-seed.json's model, optimizer and batch) trained EPOCHS epochs by
+# 2 allreduce workers on 127.0.0.1 with each update.compression method. Prints, per method, the
+# final test accuracy, its difference from uncompressed, the ring bytes per step each worker
+# measured (ring_bytes_per_step) and what the arithmetic says they are (its log line), and
+# whether both workers ended with the same parameters.
+#   test/bench/compression_bench.sh [EPOCHS [OUT_DIR]]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+epochs=${1:-5}
+out=${2:-$(mktemp -d)}
+tfd=build/daemon/tfd
+data=${TFD_MNIST_DIR:-data/mnist}
+[ -x "$tfd" ] || { echo "compression_bench: $tfd is not built" >&2; exit 2; }
+[ -f "$data/train-images-idx3-ubyte" ] || { echo "compression_bench: no MNIST in $data (scripts/fetch_mnist.sh)" >&2; exit 77; }
+methods=('none|"none"' 'fp16|"fp16"' 'bf16|"bf16"' 'topk 0.01|{"method": "topk", "ratio": 0.01}' 'topk 0.1|{"method": "topk", "ratio": 0.1}'
+         'powersgd 2|{"method": "powersgd", "rank": 2}' 'powersgd 4|{"method": "powersgd", "rank": 4}')
+port=$((23000 + RANDOM % 20000))
+for m in "${methods[@]}"; do
+  name=${m%%|*} compression=${m#*|} dir="$out/${name// /_}"
+  mkdir -p "$dir"
+  cat > "$dir/job.json" <<JOB
+{"model": "dnn", "data": "$data", "epochs": $epochs, "batch_size": 50,
+ "optimizer": {"type": "momentum", "learning_rate": 0.01, "momentum": 0.95}, "seed": 1, "log_every_steps": 0,
+ "update": {"mode": "allreduce", "compression": $compression}}
+JOB
+  cluster="{\"worker\": [\"127.0.0.1:$port\", \"127.0.0.1:$((port + 1))\"]}"
+  pids=()
+  for i in 0 1; do
+    TF_CONFIG="{\"cluster\": $cluster, \"task\": {\"type\": \"worker\", \"index\": $i}}" "$tfd" --job "$dir/job.json" --log-format json \
+      > "$dir/worker$i.out" 2> "$dir/worker$i.err" &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || { echo "compression_bench: $name failed; see $dir" >&2; exit 1; }; done
+  port=$((port + 2))
+done
+/usr/bin/python3 - "$out" "${methods[@]%%|*}" <<'PY'
+import json, re, sys
+out, names = sys.argv[1], sys.argv[2:]
+def done(d, i):
+    for line in open(f"{d}/worker{i}.out"):
+        e = json.loads(line)
+        if e.get("event") == "done": return e
+base = None
+print("| method | test accuracy | vs none | ring bytes per step (measured) | stated by the worker | same parameters on both |")
+print("|---|---|---|---|---|---|")
+for n in names:
+    d = f"{out}/{n.replace(' ', '_')}"
+    w0, w1 = done(d, 0), done(d, 1)
+    err = open(f"{d}/worker0.err").read()
+    measured = re.findall(r"ring_bytes_per_step=(\d+)", err)[-1]
+    stated = re.search(r"update.compression \w+: (\d+) bytes per step", err)
+    acc = w0["test_accuracy"]
+    base = acc if base is None else base
+    print(f"| {n} | {100 * acc:.2f}% | {100 * (acc - base):+.2f} pt | {measured} | {stated.group(1) if stated else measured} | "
+          f"{'yes' if w0['params_sha256'] == w1['params_sha256'] else 'NO'} |")
+PY
