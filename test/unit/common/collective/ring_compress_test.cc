@@ -58,7 +58,7 @@ TEST_CASE("a 16-bit all-reduce leaves the same bits on every member, close to th
             magnitude[i] += std::fabs(d[i]);
           }
         const Status s = FirstError(ring.OnEach([&](int r) -> Status {
-          TFD_ASSIGN_OR_RETURN(std::uint64_t id, ring.ring(r).StartAllReduce(data[static_cast<std::size_t>(r)], h));
+          TFD_ASSIGN_OR_RETURN(std::uint64_t id, ring.ring(r).StartAllReduceHalf(data[static_cast<std::size_t>(r)], h));
           return ring.ring(r).Wait(id);
         }));
         REQUIRE(s.ok());
@@ -84,7 +84,7 @@ TEST_CASE("a 16-bit all-reduce sends half the value bytes of a float32 one", "[u
   REQUIRE(FirstError(ring.OnEach([&](int r) { return ring.ring(r).AllReduce(data[static_cast<std::size_t>(r)]); })).ok());
   const std::uint64_t f32 = ring.ring(0).value_bytes_sent();
   REQUIRE(FirstError(ring.OnEach([&](int r) -> Status {
-            TFD_ASSIGN_OR_RETURN(std::uint64_t id, ring.ring(r).StartAllReduce(data[static_cast<std::size_t>(r)], compress::Half::kFp16));
+            TFD_ASSIGN_OR_RETURN(std::uint64_t id, ring.ring(r).StartAllReduceHalf(data[static_cast<std::size_t>(r)], compress::Half::kFp16));
             return ring.ring(r).Wait(id);
           })).ok());
   // Two members: each sends its half of the buffer in the reduce-scatter and the other half's sum in the all-gather.

@@ -38,7 +38,7 @@ struct Member {
   std::vector<int> adds, copies;  // per element: times a chunk was added into it, copied over it
 };
 
-struct Ring {
+struct SimulatedRing {
   std::vector<Member> members;
   std::string error;  // the first arrival that was not the expected chunk
 };
@@ -50,8 +50,8 @@ void SendTo(Member& next, const Member& from, wire::RingPhase phase, std::uint16
 
 // One collective over `n` members whose schedules `make` gives; member m starts with its own value.
 template <typename MakeSchedule>
-Ring Simulate(int n, std::uint64_t len, std::uint64_t chunk, std::uint64_t seed, MakeSchedule make) {
-  Ring ring;
+SimulatedRing Simulate(int n, std::uint64_t len, std::uint64_t chunk, std::uint64_t seed, MakeSchedule make) {
+  SimulatedRing ring;
   ring.members.resize(static_cast<std::size_t>(n));
   for (int m = 0; m < n; ++m) {
     Member& mem = ring.members[static_cast<std::size_t>(m)];
@@ -114,7 +114,7 @@ TEST_CASE("ring schedule: an all-reduce sums every member's value into every ele
     for (std::uint64_t len : kLengths) {
       for (std::uint64_t chunk : kChunks) {
         for (std::uint64_t seed : {1, 2}) {
-          Ring ring = Simulate(n, len, chunk, seed, AllReduceSchedule);
+          SimulatedRing ring = Simulate(n, len, chunk, seed, AllReduceSchedule);
           ++runs;
           const std::string where = fmt::format("n={} len={} chunk={} seed={}", n, len, chunk, seed);
           INFO(where);
@@ -145,7 +145,7 @@ TEST_CASE("ring schedule: a broadcast copies rank 0's values to every member onc
   for (int n = 1; n <= kMaxMembers; ++n) {
     for (std::uint64_t len : kLengths) {
       for (std::uint64_t chunk : kChunks) {
-        Ring ring = Simulate(n, len, chunk, 3, BroadcastSchedule);
+        SimulatedRing ring = Simulate(n, len, chunk, 3, BroadcastSchedule);
         INFO(fmt::format("n={} len={} chunk={}", n, len, chunk));
         REQUIRE(ring.error == "");
         for (int m = 0; m < n; ++m) {

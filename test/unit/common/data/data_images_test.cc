@@ -208,7 +208,7 @@ TEST_CASE("DecodeImage refuses a PNG whose image data inflates past what its siz
   for (char& c : raw) c = static_cast<char>((x = x * 1664525u + 1013904223u) >> 24);
   std::string packed(compressBound(static_cast<uLong>(raw.size())), '\0');
   uLongf packed_size = packed.size();
-  REQUIRE(compress(reinterpret_cast<Bytef*>(packed.data()), &packed_size, reinterpret_cast<const Bytef*>(raw.data()), static_cast<uLong>(raw.size())) == Z_OK);
+  REQUIRE(::compress(reinterpret_cast<Bytef*>(packed.data()), &packed_size, reinterpret_cast<const Bytef*>(raw.data()), static_cast<uLong>(raw.size())) == Z_OK);
   packed.resize(packed_size);
   const std::string ihdr = tfd::testing::BigEndian32(8) + tfd::testing::BigEndian32(8) + std::string("\x08\x00\x00\x00\x00", 5);
   const std::string png = std::string("\x89PNG\r\n\x1a\n", 8) + Chunk("IHDR", ihdr) + Chunk("IDAT", packed) + Chunk("IEND", "");
