@@ -143,13 +143,22 @@ TEST_CASE("a sweep whose coordinator is killed mid-sweep and resumed ends with t
   for (const auto& [id, end] : ref_ends) pruned |= end["status"] == "STOPPED";
   REQUIRE(pruned);  // ASHA stopped some trial: its rungs are part of what is rebuilt
 
-  // The same sweep, its coordinator killed once trials.jsonl holds that epoch.
+  // The same sweep, its coordinator killed once trials.jsonl holds that epoch and the trial's
+  // folder a committed checkpoint (the coordinator writes the file just after the epoch's line).
   Sweep run = NewSweep(dir / "run");
   run.Start(dir, "first", /*resume=*/false);
+  const std::string kill_ckpt = run.run + "/trials/" + std::to_string(kill_trial) + "/ckpt";
+  auto has_checkpoint = [&] {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(kill_ckpt, ec))
+      if (e.path().extension() == ".tfdckpt") return true;
+    return false;
+  };
   bool seen = false;
   for (auto until = std::chrono::steady_clock::now() + 300s; !seen && std::chrono::steady_clock::now() < until;) {
     for (const json& l : ReadJsonLines(run.run + "/trials.jsonl"))
       seen |= l["event"] == "epoch" && l["trial"] == kill_trial && l["epoch"] == kill_epoch;
+    seen = seen && has_checkpoint();
     if (!seen) std::this_thread::sleep_for(10ms);
   }
   REQUIRE(seen);

@@ -27,7 +27,7 @@ using testing::TempDir;
 bool Exists(const std::string& path) { return std::ifstream(path).good(); }
 
 // Reaps the background child a test started (tfctl leaves it to init; a test is its parent).
-int WaitExitCode(pid_t pid) {
+int ReapBackground(pid_t pid) {
   int status = 0;
   if (waitpid(pid, &status, 0) != pid) return -1;
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
@@ -53,7 +53,7 @@ TEST_CASE("RunInBackground returns once ready; the background process logs, writ
   CHECK(pid != getpid());
   CHECK(ProcessAlive(pid));
   std::ofstream(dir / "stop") << "1";
-  CHECK(WaitExitCode(pid) == 3);
+  CHECK(ReapBackground(pid) == 3);
   CHECK(ReadAll(dir / "bg.log") == "background says hi\n");
 }
 
@@ -77,7 +77,7 @@ TEST_CASE("RunInBackground gives up waiting after the timeout and leaves the pro
   REQUIRE(pid > 0);
   CHECK(ProcessAlive(pid));
   std::ofstream(dir / "stop") << "1";
-  CHECK(WaitExitCode(pid) == 0);
+  CHECK(ReapBackground(pid) == 0);
 }
 
 TEST_CASE("ProcessAlive is false for no pid", "[unit][launcher]") {

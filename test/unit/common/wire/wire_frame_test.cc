@@ -67,7 +67,8 @@ TEST_CASE("every known message type is accepted in a header and named", "[unit][
                              MessageType::kAuthProof, MessageType::kRingChunk, MessageType::kStatePull, MessageType::kState,
                              MessageType::kPipeActivation, MessageType::kPipeGradient, MessageType::kRingChunkShm,
                              MessageType::kRingShmOffer, MessageType::kRingShmAccept, MessageType::kRingSlotFree,
-                             MessageType::kRingJoin, MessageType::kRingJoinAccept};
+                             MessageType::kRingJoin, MessageType::kRingJoinAccept, MessageType::kPushCompressed,
+                             MessageType::kRingChunk16};
   for (MessageType t : all) {
     INFO("type " << static_cast<int>(t));
     CHECK(IsKnownType(static_cast<std::uint16_t>(t)));
@@ -78,7 +79,7 @@ TEST_CASE("every known message type is accepted in a header and named", "[unit][
     REQUIRE(got.ok());
     CHECK(got->type == t);
   }
-  for (std::uint16_t t : {0, 9, 16, 19, 23, 29, 31, 39, 49, 0xffff}) CHECK_FALSE(IsKnownType(t));
+  for (std::uint16_t t : {0, 9, 17, 19, 23, 29, 31, 39, 57, 0xffff}) CHECK_FALSE(IsKnownType(t));
 }
 
 TEST_CASE("a header with bad magic is Corruption naming the magic", "[unit][wire]") {
