@@ -29,20 +29,20 @@ using config::DataSpec;
 using tfd::testing::TempDir;
 using tfd::testing::WriteFile;
 
-Result<config::JobSpec> Job(const std::string& data, const std::string& model = R"({"layers": [{"type": "embedding", "output_dim": 2}, {"type": "dense", "units": 2}]})") {
+Result<config::JobSpec> CategoricalJob(const std::string& data, const std::string& model = R"({"layers": [{"type": "embedding", "output_dim": 2}, {"type": "dense", "units": 2}]})") {
   return config::ParseJobSpec(R"({"model": )" + model + R"(, "epochs": 1, "batch_size": 2, "optimizer": {"type": "sgd", "learning_rate": 0.1}, "data": )" +
                                   data + "}",
                               "job.json");
 }
 
 // Feature `j` of example `i` as stored (a categorical one: its id).
-float At(const Dataset& d, std::int64_t i, int j) {
+float IdAt(const Dataset& d, std::int64_t i, int j) {
   float v = 0;
   std::memcpy(&v, d.features.data() + (i * d.pixels() + j) * sizeof(float), sizeof v);
   return v;
 }
 
-constexpr const char* kTrain =
+constexpr const char* kColoursCsv =
     "colour,size,city,y\n"
     "red,1.5,oslo,a\n"
     "blue,2,lima,b\n"
@@ -51,9 +51,9 @@ constexpr const char* kTrain =
 
 TEST_CASE("categorical: the vocabulary is the training file's values sorted; an unseen test value is id 0", "[unit][data][categorical]") {
   TempDir dir;
-  WriteFile(dir / "train.csv", kTrain);
+  WriteFile(dir / "train.csv", kColoursCsv);
   WriteFile(dir / "test.csv", "colour,size,city,y\nblue,1,paris,a\nred,2,oslo,b\n");
-  Result<config::JobSpec> job = Job(R"({"train": ")" + dir / "train.csv" + R"(", "test": ")" + dir / "test.csv" +
+  Result<config::JobSpec> job = CategoricalJob(R"({"train": ")" + dir / "train.csv" + R"(", "test": ")" + dir / "test.csv" +
                                     R"(", "label": "y", "categorical": ["city", "colour"], "normalize": "standardize"})");
   REQUIRE(job.ok());
   Result<DataSplits> d = LoadData(job->data, 1);
@@ -68,13 +68,13 @@ TEST_CASE("categorical: the vocabulary is the training file's values sorted; an 
   CHECK(train.categorical[1].name == "city");
   CHECK(train.categorical[1].feature == 2);
   CHECK(train.categorical[1].vocabulary == std::vector<std::string>{"lima", "oslo", "rome, it"});
-  CHECK(At(train, 0, 0) == 3);  // red
-  CHECK(At(train, 1, 0) == 1);  // blue
-  CHECK(At(train, 2, 2) == 3);  // rome, it
-  CHECK(At(train, 1, 1) == 2);  // a number stays a number
+  CHECK(IdAt(train, 0, 0) == 3);  // red
+  CHECK(IdAt(train, 1, 0) == 1);  // blue
+  CHECK(IdAt(train, 2, 2) == 3);  // rome, it
+  CHECK(IdAt(train, 1, 1) == 2);  // a number stays a number
   CHECK(d->test.categorical == train.categorical);
-  CHECK(At(d->test, 0, 2) == 0);  // paris: out of vocabulary
-  CHECK(At(d->test, 1, 2) == 2);  // oslo
+  CHECK(IdAt(d->test, 0, 2) == 0);  // paris: out of vocabulary
+  CHECK(IdAt(d->test, 1, 2) == 2);  // oslo
   // Standardize leaves the ids alone and scales the numbers.
   CHECK(train.normalizer.mean[0] == 0);
   CHECK(train.normalizer.inv_std[2] == 1);
@@ -99,7 +99,7 @@ TEST_CASE("categorical: after a test or validation hold-out the vocabulary is wh
   for (int i = 0; i < 40; ++i) text += fmt::format("v{},{},{}\n", i % 4, i, i % 2);
   text += "only_last,1,0\n";
   WriteFile(dir / "t.csv", text);
-  Result<config::JobSpec> job = Job(R"({"train": ")" + dir / "t.csv" + R"(", "test": ")" + dir / "t.csv" + R"(", "categorical": [0]})");
+  Result<config::JobSpec> job = CategoricalJob(R"({"train": ")" + dir / "t.csv" + R"(", "test": ")" + dir / "t.csv" + R"(", "categorical": [0]})");
   INFO(job.status().ToString());
   REQUIRE(job.ok());
   Result<DataSplits> d = LoadData(job->data, 1);
@@ -108,17 +108,17 @@ TEST_CASE("categorical: after a test or validation hold-out the vocabulary is wh
   HoldOut(&*d, 1);  // the validation split: the last row, the one "only_last"
   CHECK(d->train.categorical[0].vocabulary == std::vector<std::string>{"v0", "v1", "v2", "v3"});
   CHECK(d->validation.categorical == d->train.categorical);
-  CHECK(At(d->validation, 0, 0) == 0);
-  CHECK(At(d->train, 0, 0) == 1);  // v0, renumbered
-  CHECK(At(d->train, 3, 0) == 4);  // v3
+  CHECK(IdAt(d->validation, 0, 0) == 0);
+  CHECK(IdAt(d->train, 0, 0) == 1);  // v0, renumbered
+  CHECK(IdAt(d->train, 3, 0) == 4);  // v3
 
   // A test_split likewise: every held-out row's value is either in the vocabulary or id 0.
-  Result<config::JobSpec> split = Job(R"({"train": ")" + dir / "t.csv" + R"(", "categorical": ["c"], "test_split": 0.5})");
+  Result<config::JobSpec> split = CategoricalJob(R"({"train": ")" + dir / "t.csv" + R"(", "categorical": ["c"], "test_split": 0.5})");
   REQUIRE(split.ok());
   Result<DataSplits> s = LoadData(split->data, 3);
   REQUIRE(s.ok());
   std::set<float> seen;
-  for (std::int64_t i = 0; i < s->train.size; ++i) seen.insert(At(s->train, i, 0));
+  for (std::int64_t i = 0; i < s->train.size; ++i) seen.insert(IdAt(s->train, i, 0));
   CHECK(std::ssize(seen) == std::ssize(s->train.categorical[0].vocabulary));
   CHECK(seen.count(0.0f) == 0);
 }
@@ -126,9 +126,9 @@ TEST_CASE("categorical: after a test or validation hold-out the vocabulary is wh
 TEST_CASE("categorical: a column that is not in the header, the label or not a feature is refused naming data.categorical[i]",
           "[unit][data][categorical]") {
   TempDir dir;
-  WriteFile(dir / "t.csv", kTrain);
+  WriteFile(dir / "t.csv", kColoursCsv);
   auto error = [&](const std::string& fields) {
-    Result<config::JobSpec> job = Job(R"({"train": ")" + dir / "t.csv" + R"(", "test_split": 1)" + fields + "}");
+    Result<config::JobSpec> job = CategoricalJob(R"({"train": ")" + dir / "t.csv" + R"(", "test_split": 1)" + fields + "}");
     if (!job.ok()) return job.status().message();
     Result<DataSplits> d = LoadData(job->data, 1);
     REQUIRE_FALSE(d.ok());
@@ -148,7 +148,7 @@ TEST_CASE("categorical: the model refuses an embedding without categorical data,
           "[unit][data][categorical][model]") {
   std::vector<CategoricalColumn> cats = {{.feature = 0, .name = "colour", .vocabulary = {"b", "r"}}, {.feature = 2, .name = "city", .vocabulary = {"x"}}};
   auto build_error = [&](const std::string& model, const std::vector<CategoricalColumn>& c) {
-    Result<config::JobSpec> job = Job(R"("d.csv")", model);
+    Result<config::JobSpec> job = CategoricalJob(R"("d.csv")", model);
     REQUIRE(job.ok());
     auto m = model::Model::Build(job->model, {1, 3, 1}, model::Outputs(2), 4, {}, c);
     REQUIRE_FALSE(m.ok());
@@ -166,8 +166,8 @@ TEST_CASE("categorical: the model refuses an embedding without categorical data,
   CHECK_THAT(build_error(R"("dnn")", cats), Contains("model: the data has categorical columns"));
   CHECK_THAT(build_error(R"({"layers": [{"type": "dense", "units": 3}, {"type": "one_hot"}, )" + dense + "]}", {}),
              Contains("model.layers[1]: one_hot must be the model's first layer"));
-  CHECK_THAT(config::CheckCudaLayers(Job(R"("d.csv")")->model).message(), Contains("model.layers[0].type") && Contains("embedding"));
-  Result<config::JobSpec> bad = Job(R"("d.csv")", R"({"layers": [{"type": "embedding"}, {"type": "dense", "units": 2}]})");
+  CHECK_THAT(config::CheckCudaLayers(CategoricalJob(R"("d.csv")")->model).message(), Contains("model.layers[0].type") && Contains("embedding"));
+  Result<config::JobSpec> bad = CategoricalJob(R"("d.csv")", R"({"layers": [{"type": "embedding"}, {"type": "dense", "units": 2}]})");
   REQUIRE_FALSE(bad.ok());
   CHECK_THAT(bad.status().message(), Contains("model.layers[0].output_dim"));
 }
@@ -247,8 +247,8 @@ TEST_CASE("embedding gradients match finite differences; the numeric features pa
 TEST_CASE("categorical: a CSV with string columns round-trips through the card and a version folder; predict's strings take the training ids",
           "[unit][data][categorical][export]") {
   TempDir dir;
-  WriteFile(dir / "train.csv", kTrain);
-  Result<config::JobSpec> job = Job(R"({"train": ")" + dir / "train.csv" + R"(", "test": ")" + dir / "train.csv" +
+  WriteFile(dir / "train.csv", kColoursCsv);
+  Result<config::JobSpec> job = CategoricalJob(R"({"train": ")" + dir / "train.csv" + R"(", "test": ")" + dir / "train.csv" +
                                         R"(", "label": "y", "categorical": ["colour", "city"]})",
                                     R"({"layers": [{"type": "embedding", "output_dim": 2}, {"type": "dense", "units": 2}]})");
   REQUIRE(job.ok());
@@ -285,9 +285,9 @@ TEST_CASE("categorical: a CSV with string columns round-trips through the card a
   REQUIRE(EncodeCategories(loaded->card.categorical, &*e, "new.csv").ok());
   Dataset rows = loaded->card.Shell();
   rows.size = e->size, rows.features = e->features;
-  CHECK(At(rows, 0, 0) == 2);  // green
-  CHECK(At(rows, 0, 2) == 1);  // lima
-  CHECK(At(rows, 1, 0) == 0);  // purple: unseen
+  CHECK(IdAt(rows, 0, 0) == 2);  // green
+  CHECK(IdAt(rows, 0, 2) == 1);  // lima
+  CHECK(IdAt(rows, 1, 0) == 0);  // purple: unseen
   // The same rows from the training split give the same outputs through the loaded model.
   Dataset first = d->train.Shell();
   first.size = 1;
