@@ -59,6 +59,24 @@ data::Dataset Table(int rows, int features, int classes, int targets, std::mt199
   return d;
 }
 
+// `d` (a standardized table of 5 features) with features 1 and 3 made categorical columns of 4
+// and 2 values: ids 0 (out of vocabulary) to 4 and 0 to 2, which standardization leaves alone.
+data::Dataset Categorical(data::Dataset d, std::mt19937& rng) {
+  d.categorical = {{.feature = 1, .name = "colour", .vocabulary = {"amber", "blue", "cyan", "dun"}},
+                   {.feature = 3, .name = "city", .vocabulary = {"lima", "oslo"}}};
+  std::vector<float> x(static_cast<std::size_t>(d.size * d.pixels()));
+  std::memcpy(x.data(), d.features.data(), x.size() * sizeof(float));
+  for (const data::CategoricalColumn& c : d.categorical) {
+    for (std::int64_t r = 0; r < d.size; ++r) x[static_cast<std::size_t>(r * d.pixels() + c.feature)] = static_cast<float>(rng() % c.ids());
+    d.normalizer.mean[static_cast<std::size_t>(c.feature)] = 0;
+    d.normalizer.inv_std[static_cast<std::size_t>(c.feature)] = 1;
+  }
+  std::vector<std::uint8_t> bytes(x.size() * sizeof(float));
+  std::memcpy(bytes.data(), x.data(), bytes.size());
+  d.features = std::move(bytes);
+  return d;
+}
+
 ExportCase Case(std::string name, const nlohmann::json& model, data::Dataset data) {
   ExportCase c{.name = std::move(name), .job = {}, .data = std::move(data)};
   c.job.model = Spec(model);
@@ -70,6 +88,7 @@ ExportCase Case(std::string name, const nlohmann::json& model, data::Dataset dat
     c.job.data.normalize = config::DataSpec::Normalize::kStandardize;
   }
   if (c.data.regression()) c.job.data.task = config::DataSpec::Task::kRegression;
+  for (const data::CategoricalColumn& col : c.data.categorical) c.job.data.categorical_names.push_back(col.name);
   return c;
 }
 
@@ -140,13 +159,19 @@ std::vector<ExportCase> ExportCases(int rows, std::uint32_t seed) {
   const nlohmann::json small = {{"layers", {{{"type", "dense"}, {"units", 12}, {"activation", "sigmoid"}}, {{"type", "dense"}, {"units", 1}}}}};
   out.push_back(Case("regression1", small, Table(rows, 6, 0, 1, rng)));
   out.push_back(Case("regression3", "dnn", Table(rows, 6, 0, 3, rng)));
+  const nlohmann::json embedding = nlohmann::json::parse(R"({"layers": [{"type": "embedding", "output_dim": 3},
+    {"type": "dense", "units": 6, "activation": "relu"}, {"type": "dense", "units": 3}]})");
+  out.push_back(Case("embedding", embedding, Categorical(Table(rows, 5, 3, 0, rng), rng)));
+  const nlohmann::json one_hot = nlohmann::json::parse(R"({"layers": [{"type": "one_hot", "columns": ["city", "colour"]},
+    {"type": "dense", "units": 3}]})");
+  out.push_back(Case("one_hot", one_hot, Categorical(Table(rows, 5, 3, 0, rng), rng)));
   return out;
 }
 
 std::unique_ptr<model::Model> TrainedModel(const ExportCase& c, int max_batch, int steps, std::uint64_t seed) {
   const data::Dataset& d = c.data;
   Result<std::unique_ptr<model::Model>> built =
-      model::Model::Build(c.job.model, {d.height, d.width, d.channels}, model::OutputsFor(d, c.job.data), max_batch);
+      model::Model::Build(c.job.model, {d.height, d.width, d.channels}, model::OutputsFor(d, c.job.data), max_batch, {}, d.categorical);
   TFD_CHECK(built.ok());
   model::Model& m = **built;
   m.Initialize(seed);

@@ -25,7 +25,8 @@ struct ExportCase {
 // residual blocks, identity and projected, on images and on flat features, and depthwise_conv2d
 // ("residual"); a
 // standardized float table classifier; regression
-// models of 1 and 3 targets (mse) on a standardized table. `rows` examples each, from `seed`.
+// models of 1 and 3 targets (mse) on a standardized table; an embedding and a one_hot first layer
+// on a table with two categorical columns ("embedding", "one_hot"). `rows` examples each, from `seed`.
 std::vector<ExportCase> ExportCases(int rows, std::uint32_t seed);
 
 // The case's model for batches of up to `max_batch`, initialised from `seed` and then trained

@@ -71,6 +71,16 @@ void ReadColumns(ObjectReader& r, DataSpec* d) {
       else return r.Fail(r.PathOf("features", i), "expected a column name or index (all of one kind), got " + config::Describe(f));
     }
   }
+  if (const json* v = r.Get("categorical"); v != nullptr) {
+    if (!v->is_array() || v->empty()) return r.Fail(r.PathOf("categorical"), "expected a non-empty list of column names or indices, got " + config::Describe(*v));
+    for (std::size_t i = 0; i < v->size(); ++i) {
+      const json& f = (*v)[i];
+      const bool names = !d->categorical_names.empty(), indices = !d->categorical_indices.empty();
+      if (f.is_string() && !f.get<std::string>().empty() && !indices) d->categorical_names.push_back(f.get<std::string>());
+      else if (f.is_number_integer() && f.get<std::int64_t>() >= 0 && f.get<std::int64_t>() < (1 << 20) && !names) d->categorical_indices.push_back(f.get<int>());
+      else return r.Fail(r.PathOf("categorical", i), "expected a column name or index (all of one kind), got " + config::Describe(f));
+    }
+  }
   if (const json* v = r.Get("columns"); v != nullptr) {
     if (!v->is_array() || v->empty()) return r.Fail(r.PathOf("columns"), "expected a non-empty list of column names, got " + config::Describe(*v));
     for (std::size_t i = 0; i < v->size(); ++i) {
@@ -155,7 +165,7 @@ void ReadNormalize(ObjectReader& r, DataSpec* d) {
 void CheckFieldsFit(ObjectReader& r, const DataSpec& d) {
   const bool csv = d.format == Format::kCsv, pairs = d.format == Format::kNpy || d.format == Format::kIdx;
   if (!csv)
-    for (const char* key : {"header", "skip_rows", "delimiter", "columns"})
+    for (const char* key : {"header", "skip_rows", "delimiter", "columns", "categorical"})
       if (r.Has(key)) return r.Fail(r.PathOf(key), fmt::format("is a csv field; this data's format is {}", FormatName(d.format)));
   if (d.format != Format::kImages && d.format != Format::kTfrecord)
     for (const char* key : {"image_size", "color"})

@@ -44,6 +44,11 @@ struct DataSpec {
   // The feature columns by name or index; both empty: every column but the label.
   std::vector<std::string> feature_names;
   std::vector<int> feature_indices;
+  // CSV: the feature columns whose cells are category strings (by name or index, as features):
+  // each becomes a category id through a vocabulary built from the training split (docs/data.md).
+  std::vector<std::string> categorical_names;
+  std::vector<int> categorical_indices;
+  bool has_categorical() const { return !categorical_names.empty() || !categorical_indices.empty(); }
   // CSV: whether the first row names the columns (else `columns` may); unset: it does unless every
   // one of its cells is a number. Rows skipped before it; the delimiter.
   std::optional<bool> header;

@@ -39,7 +39,8 @@ std::string_view PaddingName(Padding p);
 
 struct LayerSpec {
   enum class Kind {
-    kDense, kConv2D, kMaxPool2D, kFlatten, kDropout, kAvgPool2D, kGlobalAvgPool2D, kBatchNorm, kLayerNorm, kResidual, kDepthwiseConv2D
+    kDense, kConv2D, kMaxPool2D, kFlatten, kDropout, kAvgPool2D, kGlobalAvgPool2D, kBatchNorm, kLayerNorm, kResidual, kDepthwiseConv2D,
+    kEmbedding, kOneHot
   };
   Kind kind = Kind::kDense;
   int units = 0;        // dense
@@ -62,6 +63,12 @@ struct LayerSpec {
   // residual: the block's layers, whose output is added to the block's input (through a strided
   // 1x1 projection when their output's shape differs from it).
   std::vector<LayerSpec> layers;
+  // embedding, one_hot: the data's categorical columns they take (empty: every one, in the data's
+  // order); embedding: each column's vector length. A built model's spec also holds each column's
+  // place in an example's row and its id count (vocabulary + 1), never read from JSON.
+  std::vector<std::string> columns;
+  int output_dim = 0;
+  std::vector<int> column_features, column_ids;
   // The step between windows, with the default applied.
   int stride() const { return strides > 0 ? strides : kind == Kind::kConv2D || kind == Kind::kDepthwiseConv2D ? 1 : pool_size; }
 };

@@ -99,6 +99,24 @@ void ReadDepthwise(ObjectReader& r, LayerSpec* layer) {
   ReadWindow(r, layer);
 }
 
+// embedding's and one_hot's "columns" (names of the data's categorical columns) and
+// embedding's "output_dim".
+void ReadCategorical(ObjectReader& r, const std::string& type, LayerSpec* layer) {
+  const bool embedding = type == "embedding";
+  layer->kind = embedding ? LayerSpec::Kind::kEmbedding : LayerSpec::Kind::kOneHot;
+  if (embedding) r.Int("output_dim", 1, 4096, &layer->output_dim, /*required=*/true);
+  const json* v = r.Get("columns");
+  if (v == nullptr) return;
+  if (!v->is_array() || v->empty())
+    return r.Fail(r.PathOf("columns"), "expected a non-empty list of the data's categorical column names, got " + Describe(*v));
+  for (std::size_t j = 0; j < v->size(); ++j) {
+    if (!(*v)[j].is_string() || (*v)[j].get<std::string>().empty())
+      return r.Fail(r.PathOf("columns", j), "expected a categorical column's name, got " + Describe((*v)[j]));
+    layer->columns.push_back((*v)[j].get<std::string>());
+  }
+  if (embedding) ReadInit(r, &layer->init);
+}
+
 bool HasActivation(LayerSpec::Kind k) {
   return k == LayerSpec::Kind::kDense || k == LayerSpec::Kind::kConv2D || k == LayerSpec::Kind::kDepthwiseConv2D ||
          k == LayerSpec::Kind::kResidual;
@@ -128,6 +146,8 @@ void ReadLayer(const json& j, const std::string& path, LayerSpec* layer, const O
     layer->kind = LayerSpec::Kind::kGlobalAvgPool2D;
   } else if (type == "batch_norm" || type == "layer_norm") {
     ReadNorm(r, type, layer);
+  } else if (type == "embedding" || type == "one_hot") {
+    ReadCategorical(r, type, layer);
   } else if (type == "flatten") {
     layer->kind = LayerSpec::Kind::kFlatten;
   } else if (type == "dropout") {
@@ -136,7 +156,7 @@ void ReadLayer(const json& j, const std::string& path, LayerSpec* layer, const O
     if (r.status().ok() && layer->rate >= 1) r.Fail(r.PathOf("rate"), "must be below 1 (a dropout of every value)");
   } else if (r.status().ok()) {
     r.Fail(r.PathOf("type"), fmt::format("unknown layer type \"{}\" (expected dense, conv2d, depthwise_conv2d, max_pool2d, avg_pool2d, "
-                                         "global_avg_pool2d, batch_norm, layer_norm, residual, flatten or dropout)",
+                                         "global_avg_pool2d, batch_norm, layer_norm, residual, embedding, one_hot, flatten or dropout)",
                                          type));
   }
   if (HasActivation(layer->kind)) {
@@ -211,6 +231,8 @@ std::string_view LayerKindName(LayerSpec::Kind k) {
     case LayerSpec::Kind::kLayerNorm: return "layer_norm";
     case LayerSpec::Kind::kResidual: return "residual";
     case LayerSpec::Kind::kDepthwiseConv2D: return "depthwise_conv2d";
+    case LayerSpec::Kind::kEmbedding: return "embedding";
+    case LayerSpec::Kind::kOneHot: return "one_hot";
   }
   return "?";
 }

@@ -69,6 +69,14 @@ ojson LayerJson(const LayerSpec& l) {
       j = {{"type", "depthwise_conv2d"}, {"kernel_size", l.kernel_size}, {"depth_multiplier", l.depth_multiplier}, {"use_bias", l.use_bias}};
       PutWindow(l, &j);
       break;
+    case LayerSpec::Kind::kEmbedding:
+    case LayerSpec::Kind::kOneHot:
+      j = {{"type", std::string(LayerKindName(l.kind))}};
+      if (l.kind == LayerSpec::Kind::kEmbedding) j["output_dim"] = l.output_dim;
+      if (!l.columns.empty()) j["columns"] = l.columns;
+      if (l.kind == LayerSpec::Kind::kOneHot) return j;
+      PutInit(l.init, &j);
+      return j;
     case LayerSpec::Kind::kResidual:
       j = {{"type", "residual"}, {"layers", ojson::array()}};
       for (const LayerSpec& inner : l.layers) j["layers"].push_back(LayerJson(inner));
@@ -127,6 +135,8 @@ nlohmann::ordered_json DataSpecJson(const DataSpec& d) {
   else if (d.label_index >= 0) j["label"] = d.label_index;
   if (!d.feature_names.empty()) j["features"] = d.feature_names;
   else if (!d.feature_indices.empty()) j["features"] = d.feature_indices;
+  if (!d.categorical_names.empty()) j["categorical"] = d.categorical_names;
+  else if (!d.categorical_indices.empty()) j["categorical"] = d.categorical_indices;
   if (d.format == DataSpec::Format::kCsv) {
     if (!d.columns.empty()) j["columns"] = d.columns;
     else if (d.header.has_value()) j["header"] = *d.header;

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -59,14 +60,22 @@ std::string Shown(std::string_view text) {
   return s;
 }
 
+// What every file of one split shares: the first file's column names, which every later file's
+// header must repeat; the features read (float bytes); each categorical column's index of the
+// values met so far (into out->categorical[c].vocabulary).
+struct SplitState {
+  std::vector<std::string> columns;
+  std::vector<std::uint8_t> floats;
+  std::vector<std::unordered_map<std::string, int>> categories;
+};
+
 // What one file's records go through: the column plan (which cells are features, which the
-// label), then each data row's cells parsed into the examples.
+// label, which features are categorical), then each data row's cells parsed into the examples.
 class CsvParser {
  public:
-  // Appends each row's features to `floats` (float bytes), its label to `out`; `columns` holds the
-  // first file's column names, which every later file's header must repeat.
-  CsvParser(const DataSpec& spec, std::string path, Examples* out, std::vector<std::string>* columns, std::vector<std::uint8_t>* floats)
-      : spec_(spec), path_(std::move(path)), out_(out), columns_(columns), floats_(floats) {}
+  // Appends each row's features to state->floats, its label to `out`.
+  CsvParser(const DataSpec& spec, std::string path, Examples* out, SplitState* state)
+      : spec_(spec), path_(std::move(path)), out_(out), columns_(&state->columns), floats_(&state->floats), categories_(&state->categories) {}
 
   static void OnField(void* field, std::size_t len, void* self) { static_cast<CsvParser*>(self)->Field(static_cast<const char*>(field), len); }
   static void OnRow(int, void* self) { static_cast<CsvParser*>(self)->Row(); }
@@ -93,7 +102,9 @@ class CsvParser {
   void Cell(std::size_t k, std::string_view text) {
     if (k >= slot_.size()) return;  // a ragged row: Row() reports it
     const int s = slot_[k];
-    if (s >= 0) {
+    if (s >= 0 && category_[static_cast<std::size_t>(s)] >= 0) {
+      row_[static_cast<std::size_t>(s)] = Category(category_[static_cast<std::size_t>(s)], text, k);
+    } else if (s >= 0) {
       if (!Number(text, &row_[static_cast<std::size_t>(s)]) && bad_column_ < 0) {
         bad_column_ = static_cast<int>(k);
         bad_text_.assign(text);
@@ -101,6 +112,22 @@ class CsvParser {
     } else if (s == kLabel) {
       label_text_.assign(text);
     }
+  }
+
+  // The index of `text` among column c's values (a new one is appended), as a float: exact, as
+  // indices stay below kMaxCategories < 2^24. Past the bound, Row() reports column k.
+  float Category(int c, std::string_view text, std::size_t k) {
+    std::unordered_map<std::string, int>& index = (*categories_)[static_cast<std::size_t>(c)];
+    auto it = index.find(std::string(text));
+    if (it != index.end()) return static_cast<float>(it->second);
+    if (std::ssize(index) >= kMaxCategories) {
+      if (full_column_ < 0) full_column_ = static_cast<int>(k);
+      return 0.0f;
+    }
+    std::vector<std::string>& values = out_->categorical[static_cast<std::size_t>(c)].vocabulary;
+    index.emplace(text, static_cast<int>(values.size()));
+    values.emplace_back(text);
+    return static_cast<float>(values.size() - 1);
   }
 
   void Row() {
@@ -132,6 +159,9 @@ class CsvParser {
     if (n != columns_->size())
       return Fail(line, fmt::format("{} fields, but the {} has {}", n, *header_ ? "header" : "first row", columns_->size()));
     if (bad_column_ >= 0) return Fail(line, Column(static_cast<std::size_t>(bad_column_)), bad_text_);
+    if (full_column_ >= 0)
+      return Fail(line, fmt::format("column {}: more than {} distinct values; a categorical column (data.categorical) holds at most that many",
+                                    Column(static_cast<std::size_t>(full_column_)), kMaxCategories));
     const auto at = floats_->size();
     floats_->resize(at + row_.size() * sizeof(float));
     std::memcpy(floats_->data() + at, row_.data(), row_.size() * sizeof(float));
@@ -186,10 +216,45 @@ class CsvParser {
     for (std::size_t f = 0; f < features_.size(); ++f) slot_[features_[f]] = static_cast<int>(f);
     if (labelled_) slot_[label_] = kLabel;
     row_.assign(features_.size(), 0.0f);
+    if (!PlanCategories(find)) return;
     if (out_->width == 0) {
       out_->width = static_cast<int>(features_.size());
       for (std::size_t f : features_) out_->feature_names.push_back(cols[f]);
     }
+  }
+
+  // Which features hold category strings (data.categorical, by name or index): category_[f] is
+  // the column's place among out_->categorical, in row order, or -1. False after a FailPlan.
+  template <typename Find>
+  bool PlanCategories(const Find& find) {
+    const std::vector<std::string>& cols = *columns_;
+    std::vector<int> at;
+    for (std::size_t i = 0; i < spec_.categorical_names.size(); ++i) {
+      at.push_back(find(spec_.categorical_names[i]));
+      if (at.back() < 0)
+        return FailPlan(fmt::format("data.categorical[{}]: no column \"{}\" (columns: {})", i, spec_.categorical_names[i], Listed(cols))), false;
+    }
+    for (std::size_t i = 0; i < spec_.categorical_indices.size(); ++i) {
+      at.push_back(spec_.categorical_indices[i]);
+      if (at.back() >= std::ssize(cols))
+        return FailPlan(fmt::format("data.categorical[{}]: column {} does not exist ({} columns)", i, at.back(), cols.size())), false;
+    }
+    category_.assign(features_.size(), -1);
+    for (std::size_t i = 0; i < at.size(); ++i) {
+      const int s = slot_[static_cast<std::size_t>(at[i])];
+      if (s == kLabel) return FailPlan(fmt::format("data.categorical[{}]: \"{}\" is the label column", i, cols[static_cast<std::size_t>(at[i])])), false;
+      if (s < 0) return FailPlan(fmt::format("data.categorical[{}]: \"{}\" is not one of data.features", i, cols[static_cast<std::size_t>(at[i])])), false;
+      category_[static_cast<std::size_t>(s)] = 0;
+    }
+    int c = 0;
+    const bool first = out_->width == 0;
+    for (std::size_t f = 0; f < features_.size(); ++f) {
+      if (category_[f] < 0) continue;
+      category_[f] = c++;
+      if (first) out_->categorical.push_back({.feature = static_cast<int>(f), .name = cols[features_[f]], .vocabulary = {}});
+    }
+    categories_->resize(out_->categorical.size());
+    return true;
   }
 
   static std::string Listed(const std::vector<std::string>& cols) {
@@ -230,6 +295,9 @@ class CsvParser {
   Examples* out_;
   std::vector<std::string>* columns_;
   std::vector<std::uint8_t>* floats_;
+  std::vector<std::unordered_map<std::string, int>>* categories_;
+  std::vector<int> category_;       // per feature: its categorical column's place, or -1
+  int full_column_ = -1;            // the row's first categorical cell past kMaxCategories values
   static constexpr int kIgnored = -1, kLabel = -2;
   std::vector<std::string> cells_;  // the row's cells as text, before the plan
   std::size_t cells_used_ = 0;
@@ -247,13 +315,13 @@ class CsvParser {
   Status status_;
 };
 
-Status ReadOne(const DataSpec& spec, const std::string& path, Examples* out, std::vector<std::string>* columns, std::vector<std::uint8_t>* floats) {
+Status ReadOne(const DataSpec& spec, const std::string& path, Examples* out, SplitState* state) {
   TFD_ASSIGN_OR_RETURN(std::unique_ptr<BlockReader> in, BlockReader::Open(path));
   csv_parser p{};
   if (csv_init(&p, CSV_STRICT | CSV_STRICT_FINI | CSV_APPEND_NULL) != 0) return Status::Internal("csv_init failed");
   csv_set_delim(&p, static_cast<unsigned char>(spec.delimiter));
   std::unique_ptr<csv_parser, void (*)(csv_parser*)> owner(&p, [](csv_parser* q) { csv_free(q); });
-  CsvParser parser(spec, path, out, columns, floats);
+  CsvParser parser(spec, path, out, state);
   std::vector<char> buf(kBlock);
   for (;;) {
     const long got = in->Read(buf.data(), buf.size());
@@ -276,12 +344,11 @@ Status ReadOne(const DataSpec& spec, const std::string& path, Examples* out, std
 Result<Examples> ReadCsv(const DataSpec& spec, const std::vector<std::string>& paths) {
   Examples out;
   out.dtype = DType::kF32;
-  std::vector<std::string> columns;
-  std::vector<std::uint8_t> floats;
-  for (const std::string& path : paths) TFD_RETURN_IF_ERROR(ReadOne(spec, path, &out, &columns, &floats));
-  out.size = static_cast<std::int64_t>(floats.size() / sizeof(float)) / std::max(out.width, 1);
+  SplitState state;
+  for (const std::string& path : paths) TFD_RETURN_IF_ERROR(ReadOne(spec, path, &out, &state));
+  out.size = static_cast<std::int64_t>(state.floats.size() / sizeof(float)) / std::max(out.width, 1);
   if (spec.task == DataSpec::Task::kRegression) out.num_targets = 1;
-  out.features = ByteArray(std::move(floats));
+  out.features = ByteArray(std::move(state.floats));
   return out;
 }
 

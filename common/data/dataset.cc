@@ -1,6 +1,7 @@
 #include "common/data/dataset.h"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <numeric>
 
@@ -119,7 +120,65 @@ std::string Fingerprint(const Dataset& data) {
   h.Update(std::as_bytes(std::span(data.features.data(), data.features.size())));
   HashLabels(data, &h);
   h.Update(std::as_bytes(std::span(data.targets)));
+  for (const CategoricalColumn& c : data.categorical) {  // ids mean nothing without their vocabulary
+    const std::string vocabulary = fmt::format("categorical {} {} {}\x1e", c.feature, c.name, fmt::join(c.vocabulary, "\x1f"));
+    h.Update(std::as_bytes(std::span(vocabulary)));
+  }
   return h.HexDigest();
+}
+
+namespace {
+
+float FeatureAt(const Dataset& d, std::int64_t row, int feature) {
+  float v = 0;
+  std::memcpy(&v, d.features.data() + (row * d.pixels() + feature) * sizeof(float), sizeof(float));
+  return v;
+}
+
+// Rewrites each categorical feature of `d` through `remap` (old id -> new id, per column).
+void Renumber(const std::vector<std::vector<float>>& remap, Dataset* d) {
+  std::vector<std::uint8_t> bytes(d->features.begin(), d->features.end());
+  for (std::int64_t i = 0; i < d->size; ++i)
+    for (std::size_t c = 0; c < remap.size(); ++c) {
+      const auto at = static_cast<std::size_t>((i * d->pixels() + d->categorical[c].feature)) * sizeof(float);
+      float v = 0;
+      std::memcpy(&v, bytes.data() + at, sizeof v);
+      const auto id = static_cast<std::size_t>(v);
+      v = id < remap[c].size() ? remap[c][id] : 0.0f;
+      std::memcpy(bytes.data() + at, &v, sizeof v);
+    }
+  d->features = std::move(bytes);
+}
+
+}  // namespace
+
+void FitVocabulary(DataSplits* data) {
+  Dataset& train = data->train;
+  std::vector<CategoricalColumn> fitted = train.categorical;
+  std::vector<std::vector<float>> remap(fitted.size());
+  bool changed = false;
+  for (std::size_t c = 0; c < fitted.size(); ++c) {
+    std::vector<bool> used(static_cast<std::size_t>(fitted[c].ids()), false);
+    for (std::int64_t i = 0; i < train.size; ++i) {
+      const auto id = static_cast<std::size_t>(FeatureAt(train, i, fitted[c].feature));
+      if (id < used.size()) used[id] = true;
+    }
+    remap[c].assign(used.size(), 0.0f);
+    std::vector<std::string> kept;
+    for (std::size_t id = 1; id < used.size(); ++id)
+      if (used[id]) {
+        kept.push_back(std::move(fitted[c].vocabulary[id - 1]));
+        remap[c][id] = static_cast<float>(kept.size());
+      }
+    changed = changed || kept.size() + 1 != used.size();
+    fitted[c].vocabulary = std::move(kept);
+  }
+  if (!changed) return;
+  for (Dataset* d : {&data->train, &data->test, &data->validation}) {
+    if (d->categorical.size() != fitted.size()) continue;  // an empty split of no columns
+    if (d->size > 0) Renumber(remap, d);
+    d->categorical = fitted;
+  }
 }
 
 void HoldOut(DataSplits* data, std::int64_t count) {
@@ -138,6 +197,7 @@ void HoldOut(DataSplits* data, std::int64_t count) {
   if (!train.labels.empty()) train.labels.resize(static_cast<std::size_t>(keep));
   if (!train.targets.empty()) train.targets.resize(static_cast<std::size_t>(kept_targets));
   train.size = keep;
+  FitVocabulary(data);
 }
 
 void FillBatch(const Dataset& data, std::span<const std::uint32_t> indices, float* x, ClassId* y, float* targets) {

@@ -54,6 +54,23 @@ struct Normalizer {
   std::vector<float> mean, inv_std;  // empty, or one per feature
 };
 
+// Most distinct values one categorical column's vocabulary may hold (docs/data.md): an embedding
+// table of a million rows of 8 floats is 32 MiB, and as much again per optimizer slot; a column
+// with more (a row id, a free-text field) is not a category.
+inline constexpr int kMaxCategories = 1000000;
+
+// A feature column whose cells are category strings (a CSV's data.categorical), kept in an
+// example's row of floats as a category id: id k + 1 is vocabulary[k]; id 0 is every value the
+// training split never had (out of vocabulary). The vocabulary is the training split's values,
+// sorted, so every task and run numbers them alike.
+struct CategoricalColumn {
+  int feature = 0;   // its place in an example's row of features
+  std::string name;  // the column's name (a CSV header's, or "column k")
+  std::vector<std::string> vocabulary;
+  int ids() const { return static_cast<int>(vocabulary.size()) + 1; }
+  friend bool operator==(const CategoricalColumn&, const CategoricalColumn&) = default;
+};
+
 // Labelled examples in the file's element type (one byte per pixel for images, else floats),
 // converted to floats one batch at a time. LoadIdxPair maps an image file that can be mapped, so
 // the tasks of one host share its pages.
@@ -66,6 +83,7 @@ struct Dataset {
   std::vector<ClassId> labels;        // size, each in [0, num_classes) (classification)
   std::vector<std::string> class_names;  // num_classes names, in id order (empty: the ids themselves)
   std::vector<std::string> feature_names;  // where the source names them (a CSV header), else empty
+  std::vector<CategoricalColumn> categorical;  // in row order; their features hold category ids
   // Regression ("task": "regression"): num_targets float targets per example (size x num_targets,
   // row-major) in place of labels.
   std::vector<float> targets;
@@ -81,6 +99,7 @@ struct Dataset {
     Dataset d;
     d.height = height, d.width = width, d.channels = channels, d.dtype = dtype, d.num_classes = num_classes;
     d.class_names = class_names, d.feature_names = feature_names, d.normalizer = normalizer, d.num_targets = num_targets;
+    d.categorical = categorical;
     return d;
   }
   std::size_t example_bytes() const { return static_cast<std::size_t>(pixels()) * DTypeBytes(dtype); }
@@ -98,8 +117,14 @@ inline std::int64_t HeldOutCount(std::int64_t n, std::int64_t count, double frac
 }
 
 // Moves the last `count` examples of `data->train` into `data->validation` (0 < count < train.size):
-// the validation images are copied out, and a mapped training file stays mapped.
+// the validation images are copied out, and a mapped training file stays mapped. Categorical
+// columns then keep the values the training examples left have (FitVocabulary).
 void HoldOut(DataSplits* data, std::int64_t count);
+
+// Shrinks each categorical column's vocabulary to the values data->train's examples hold and
+// renumbers every split's ids to it (a value only the test or validation examples hold becomes
+// out of vocabulary, 0), so that the vocabulary is the training split's after a hold-out.
+void FitVocabulary(DataSplits* data);
 
 // SHA-256 (hex) of what a model learns from: the shape, element type, classes (names) or target
 // count, and every example's features and labels or targets in order. Two datasets with equal

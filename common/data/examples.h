@@ -25,6 +25,10 @@ struct Examples {
   int num_targets = 0;
   // Feature names where the format has them (a CSV header), for `tfd data inspect`.
   std::vector<std::string> feature_names;
+  // The spec's categorical columns (CSV), in row order: each one's `vocabulary` holds the values
+  // read, in the order first met, and a row's feature holds its value's index there (not yet an
+  // id: source.h's EncodeCategories numbers them by a training vocabulary).
+  std::vector<CategoricalColumn> categorical;
 
   std::int64_t values() const { return std::int64_t{height} * width * channels; }
 };

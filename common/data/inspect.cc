@@ -72,6 +72,11 @@ DataReport Inspect(const Dataset& d, const std::vector<std::string>& names) {
     if (y >= 0 && static_cast<std::size_t>(y) < counts.size()) ++counts[static_cast<std::size_t>(y)];
   for (std::size_t c = 0; c < counts.size(); ++c)
     r.classes.push_back({c < d.class_names.size() ? d.class_names[c] : std::to_string(c), counts[c]});
+  for (const CategoricalColumn& c : d.categorical) {
+    DataReport::Categorical rc{c.name, static_cast<std::int64_t>(c.vocabulary.size()), 0};
+    for (std::int64_t i = 0; i < d.size; ++i) rc.unseen += Value(d, i, c.feature) == 0;
+    r.categorical.push_back(rc);
+  }
   std::vector<std::string> constant;
   for (std::int64_t j = 0; j < r.features; ++j) {
     double lo = std::numeric_limits<double>::infinity(), hi = -lo, sum = 0;
@@ -109,6 +114,8 @@ std::string FormatReport(const std::string& title, const DataReport& r) {
   out += fmt::format("{:<{}} {:>12} {:>12} {:>12}\n", "feature", wide, "min", "mean", "max");
   for (const DataReport::Feature& f : r.first) out += fmt::format("{:<{}} {:>12.6g} {:>12.6g} {:>12.6g}\n", f.name, wide, f.min, f.mean, f.max);
   if (r.features > static_cast<std::int64_t>(r.first.size())) out += fmt::format("... and {} more features\n", r.features - static_cast<std::int64_t>(r.first.size()));
+  for (const DataReport::Categorical& c : r.categorical)  // their rows above show ids, not quantities
+    out += fmt::format("categorical {}: {} values in the training vocabulary; {} rows here out of vocabulary\n", c.name, c.vocabulary, c.unseen);
   if (r.warnings.empty()) out += "warnings: none\n";
   for (const std::string& w : r.warnings) out += "warning: " + w + "\n";
   return out;

@@ -25,6 +25,12 @@ struct DataReport {
   std::vector<Class> classes;     // every class, in id order
   std::int64_t features = 0;      // values per example
   std::vector<Feature> first;     // the first kMaxReported features
+  struct Categorical {
+    std::string name;
+    std::int64_t vocabulary = 0;  // distinct training values (ids 1 .. vocabulary; 0: unseen)
+    std::int64_t unseen = 0;      // examples of this split whose value is out of vocabulary
+  };
+  std::vector<Categorical> categorical;  // the categorical columns, in row order
   std::vector<std::string> warnings;  // constant features, rare classes (under 1%; past 100 classes, under a tenth of an even share), duplicate rows
 };
 

@@ -19,7 +19,8 @@ inline Status SourceError(std::string_view source, const std::string& what) {
 }
 
 // CSV (RFC 4180 via libcsv; .gz read through zlib): the spec's header, skip_rows, delimiter,
-// columns, label and features. Every feature cell must be a finite number.
+// columns, label and features. Every feature cell must be a finite number, but in the spec's
+// categorical columns, whose strings Examples::categorical indexes (source.h numbers them).
 Result<Examples> ReadCsv(const config::DataSpec& spec, const std::vector<std::string>& paths);
 
 // NumPy: features in `x_path` (.npy, shape (N, ...)), labels or targets in `y_path` (shape (N,) or (N, 1)).

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <string_view>
 #include <unordered_map>
@@ -98,6 +99,7 @@ Dataset ToDataset(Examples&& e, std::vector<ClassId> labels, const std::vector<s
   d.labels = std::move(labels);
   d.class_names = names;
   d.feature_names = std::move(e.feature_names);
+  d.categorical = std::move(e.categorical);
   return d;
 }
 
@@ -107,6 +109,17 @@ Dataset ToRegression(Examples&& e) {
   d.targets = std::move(e.targets);
   d.num_targets = e.num_targets;
   return d;
+}
+
+std::string ColumnNames(const std::vector<CategoricalColumn>& columns) {
+  std::string s = "[";
+  for (const CategoricalColumn& c : columns) s += (s.size() > 1 ? ", \"" : "\"") + c.name + "\"";
+  return s + "]";
+}
+std::string ColumnPlaces(const std::vector<CategoricalColumn>& columns) {
+  std::vector<int> at;
+  for (const CategoricalColumn& c : columns) at.push_back(c.feature);
+  return fmt::format("[{}]", fmt::join(at, ", "));
 }
 
 Status CheckTargets(const Examples& e, const std::string& source) {
@@ -149,6 +162,9 @@ Result<Examples> ReadExamples(const DataSpec& spec, const config::DataFiles& fil
     return ReadIdxExamples(x[0], y[0]);
   }
   TFD_ASSIGN_OR_RETURN(std::vector<std::string> paths, ExpandPaths(files.paths, field));
+  if (spec.has_categorical() && spec.format != F::kCsv)
+    return Status::InvalidArgument(fmt::format("data.categorical: only a csv source has categorical columns (this data is {})",
+                                               config::FormatName(spec.format)));
   switch (spec.format) {
     case F::kCsv: return ReadCsv(spec, paths);
     case F::kNpz: return ReadNpz(spec, paths);
@@ -159,6 +175,44 @@ Result<Examples> ReadExamples(const DataSpec& spec, const config::DataFiles& fil
     case F::kIdx: break;  // an x/y pair, or the MNIST folder: not here
   }
   return Status::InvalidArgument(fmt::format("{}: {} data needs {{\"x\": PATH, \"y\": PATH}}", field, config::FormatName(spec.format)));
+}
+
+std::vector<CategoricalColumn> BuildVocabulary(const Examples& train) {
+  std::vector<CategoricalColumn> out = train.categorical;
+  for (CategoricalColumn& c : out) std::sort(c.vocabulary.begin(), c.vocabulary.end());
+  return out;
+}
+
+Status EncodeCategories(const std::vector<CategoricalColumn>& vocabulary, Examples* e, const std::string& source) {
+  const auto same_column = [](const CategoricalColumn& a, const CategoricalColumn& b) { return a.feature == b.feature && a.name == b.name; };
+  if (!std::equal(vocabulary.begin(), vocabulary.end(), e->categorical.begin(), e->categorical.end(), same_column))
+    return Status::InvalidArgument(fmt::format("{}: categorical columns {} at features {}, but the model's are {} at {}", source,
+                                               ColumnNames(e->categorical), ColumnPlaces(e->categorical), ColumnNames(vocabulary),
+                                               ColumnPlaces(vocabulary)));
+  std::vector<std::vector<float>> id_of(vocabulary.size());  // per column: the id of each value read
+  for (std::size_t c = 0; c < vocabulary.size(); ++c) {
+    std::unordered_map<std::string_view, float> id;  // views of `vocabulary`, which outlives it
+    id.reserve(vocabulary[c].vocabulary.size());
+    for (std::size_t k = 0; k < vocabulary[c].vocabulary.size(); ++k) id.emplace(vocabulary[c].vocabulary[k], static_cast<float>(k + 1));
+    for (const std::string& value : e->categorical[c].vocabulary) {
+      auto it = id.find(value);
+      id_of[c].push_back(it == id.end() ? 0.0f : it->second);
+    }
+  }
+  std::vector<std::uint8_t> bytes(e->features.begin(), e->features.end());
+  const auto width = static_cast<std::size_t>(e->values());
+  for (std::size_t i = 0; i < static_cast<std::size_t>(e->size); ++i)
+    for (std::size_t c = 0; c < vocabulary.size(); ++c) {
+      const std::size_t at = (i * width + static_cast<std::size_t>(vocabulary[c].feature)) * sizeof(float);
+      float v = 0;
+      std::memcpy(&v, bytes.data() + at, sizeof v);
+      const auto index = static_cast<std::size_t>(v);
+      v = index < id_of[c].size() ? id_of[c][index] : 0.0f;
+      std::memcpy(bytes.data() + at, &v, sizeof v);
+    }
+  e->features = std::move(bytes);
+  e->categorical = vocabulary;
+  return Status::Ok();
 }
 
 Result<DataSplits> RegressionSplits(Examples train, Examples test, const std::string& train_source, const std::string& test_source) {
@@ -271,6 +325,10 @@ void Normalize(const DataSpec& spec, DataSplits* data) {
         norm.mean[j] = static_cast<float>(mean);
         norm.inv_std[j] = var > 1e-12 ? static_cast<float>(1.0 / std::sqrt(var)) : 1.0f;  // a constant feature stays centred
       }
+      for (const CategoricalColumn& c : train.categorical) {  // an id is a name, not a quantity
+        norm.mean[static_cast<std::size_t>(c.feature)] = 0.0f;
+        norm.inv_std[static_cast<std::size_t>(c.feature)] = 1.0f;
+      }
       break;
     }
   }
@@ -296,6 +354,12 @@ Result<DataSplits> LoadData(const DataSpec& spec, std::uint64_t seed) {
   } else {
     test.height = train.height, test.width = train.width, test.channels = train.channels, test.dtype = train.dtype;
   }
+  if (!train.categorical.empty()) {  // ids by the training files' values; the test files' others are out of vocabulary
+    const std::vector<CategoricalColumn> vocabulary = BuildVocabulary(train);
+    TFD_RETURN_IF_ERROR(EncodeCategories(vocabulary, &train, train_source));
+    if (!spec.test.empty()) TFD_RETURN_IF_ERROR(EncodeCategories(vocabulary, &test, test_source));
+    else test.categorical = vocabulary;
+  }
   TFD_ASSIGN_OR_RETURN(DataSplits out, spec.task == DataSpec::Task::kRegression
                                             ? RegressionSplits(std::move(train), std::move(test), train_source, test_source)
                                             : NumberClasses(spec, std::move(train), std::move(test), train_source, test_source));
@@ -305,6 +369,7 @@ Result<DataSplits> LoadData(const DataSpec& spec, std::uint64_t seed) {
     if (held <= 0 || held >= n)
       return Status::InvalidArgument(fmt::format("data.test_split: holds out {} of the {} examples in {}; leave some of each", held, n, train_source));
     HoldOutTest(&out, held, spec.split_seed.value_or(seed));
+    FitVocabulary(&out);
   }
   Normalize(spec, &out);
   return out;

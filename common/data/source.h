@@ -25,6 +25,15 @@ Result<std::vector<std::string>> ExpandPaths(const std::vector<std::string>& pat
 // Reads one split's files in the spec's format (the reader of common/data/<format>.h).
 Result<Examples> ReadExamples(const config::DataSpec& spec, const config::DataFiles& files, const std::string& field);
 
+// Each categorical column of `train` (as a reader leaves it) with its vocabulary: the values its
+// examples hold, sorted by their bytes.
+std::vector<CategoricalColumn> BuildVocabulary(const Examples& train);
+// Turns `e`'s categorical features (indices into e->categorical's values, as a reader leaves them)
+// into ids of `vocabulary` (a training split's: k + 1 for vocabulary[k], 0 for a value it lacks)
+// and keeps `vocabulary` as e->categorical. InvalidArgument naming `source` when `e` has other
+// categorical columns than `vocabulary` (names or places).
+Status EncodeCategories(const std::vector<CategoricalColumn>& vocabulary, Examples* e, const std::string& source);
+
 // Numbers the classes of `train` and `test` alike and builds the two datasets: the spec's
 // `classes` when given (a label not among them is an error naming `test_source`/`train_source`),
 // else the training labels sorted (numbers in numeric order; integer labels are their own ids).

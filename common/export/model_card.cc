@@ -26,6 +26,27 @@ Status Member(const json& j, const char* key, std::string_view source, T* out) {
   return Status::Ok();
 }
 
+// "categorical": [{"column": NAME, "feature": K, "vocabulary": [...]}, ...], features in
+// increasing order inside [0, features), each vocabulary at most kMaxCategories values.
+Result<std::vector<data::CategoricalColumn>> ParseCategorical(const json& j, std::int64_t features, std::string_view source) {
+  if (!j.is_array()) return Status::InvalidArgument(fmt::format("{}: categorical: expected a list of columns, got {}", source, j.dump()));
+  std::vector<data::CategoricalColumn> out;
+  for (std::size_t i = 0; i < j.size(); ++i) {
+    const std::string where = fmt::format("{}: categorical[{}]", source, i);
+    if (!j[i].is_object()) return Status::InvalidArgument(fmt::format("{}: expected an object", where));
+    data::CategoricalColumn c;
+    TFD_RETURN_IF_ERROR(Member(j[i], "column", where, &c.name));
+    TFD_RETURN_IF_ERROR(Member(j[i], "feature", where, &c.feature));
+    TFD_RETURN_IF_ERROR(Member(j[i], "vocabulary", where, &c.vocabulary));
+    if (c.feature < 0 || c.feature >= features || (!out.empty() && c.feature <= out.back().feature))
+      return Status::InvalidArgument(fmt::format("{}: feature: expected a place in [0, {}) after the last column's, got {}", where, features, c.feature));
+    if (std::ssize(c.vocabulary) > data::kMaxCategories)
+      return Status::InvalidArgument(fmt::format("{}: vocabulary: {} values, at most {}", where, c.vocabulary.size(), data::kMaxCategories));
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
 }  // namespace
 
 data::Dataset ModelCard::Shell() const {
@@ -36,6 +57,7 @@ data::Dataset ModelCard::Shell() const {
   d.feature_names = feature_names;
   d.num_targets = num_targets;
   d.normalizer = normalizer;
+  d.categorical = categorical;
   return d;
 }
 
@@ -52,6 +74,7 @@ ModelCard CardFor(const config::JobSpec& job, const data::Dataset& train) {
     for (int i = static_cast<int>(c.class_names.size()); i < train.num_classes; ++i) c.class_names.push_back(std::to_string(i));
   }
   c.feature_names = train.feature_names;
+  c.categorical = train.categorical;
   c.data_fingerprint = data::Fingerprint(train);
   return c;
 }
@@ -67,6 +90,11 @@ nlohmann::ordered_json CardJson(const ModelCard& c) {
   if (c.regression()) j["targets"] = c.num_targets;
   else j["classes"] = c.class_names;
   if (!c.feature_names.empty()) j["feature_names"] = c.feature_names;
+  if (!c.categorical.empty()) {
+    j["categorical"] = ojson::array();
+    for (const data::CategoricalColumn& col : c.categorical)
+      j["categorical"].push_back({{"column", col.name}, {"feature", col.feature}, {"vocabulary", col.vocabulary}});
+  }
   j["data_fingerprint"] = c.data_fingerprint;
   return j;
 }
@@ -127,6 +155,9 @@ Result<ModelCard> ParseCard(const nlohmann::json& j, std::string_view source) {
     if (c.class_names.size() < 2) return Status::InvalidArgument(fmt::format("{}: classes: expected at least 2 class names", source));
   }
   if (j.contains("feature_names")) TFD_RETURN_IF_ERROR(Member(j, "feature_names", source, &c.feature_names));
+  if (j.contains("categorical")) {
+    TFD_ASSIGN_OR_RETURN(c.categorical, ParseCategorical(j["categorical"], c.features(), source));
+  }
   TFD_RETURN_IF_ERROR(Member(j, "data_fingerprint", source, &c.data_fingerprint));
   return c;
 }

@@ -28,6 +28,9 @@ struct ModelCard {
   std::vector<std::string> class_names;     // classification: one per output, in id order
   int num_targets = 0;                      // regression: the outputs
   std::vector<std::string> feature_names;   // where the source named them (a CSV header)
+  // The training split's categorical columns with their vocabularies: a new file's or request's
+  // strings in those columns become the ids the model was trained on (unseen ones 0).
+  std::vector<data::CategoricalColumn> categorical;
   std::string data_fingerprint;             // data::Fingerprint of the training split
 
   bool regression() const { return num_targets > 0; }

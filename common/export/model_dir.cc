@@ -128,7 +128,7 @@ Result<std::unique_ptr<model::Model>> BuildFromTensors(const ModelCard& card, st
                                                                                                                          : tensor::LossKind::kMse)
                                      : model::Outputs(card.outputs());
   Result<std::unique_ptr<model::Model>> built =
-      model::Model::Build(card.model, {card.height, card.width, card.channels}, outputs, max_batch, gemm);
+      model::Model::Build(card.model, {card.height, card.width, card.channels}, outputs, max_batch, gemm, card.categorical);
   if (!built.ok()) return Status::InvalidArgument(fmt::format("{}: {}", source, built.status().message()));
   model::Model& m = **built;
   if (tensors.size() != m.variables().size())

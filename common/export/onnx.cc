@@ -1,5 +1,7 @@
 #include "common/export/onnx.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <onnx/onnx_pb.h>
@@ -31,6 +33,14 @@ class GraphBuilder {
     t->set_data_type(onnx::TensorProto::INT64);
     t->add_dims(static_cast<std::int64_t>(values.size()));
     for (std::int64_t v : values) t->add_int64_data(v);
+    return name;
+  }
+  // A scalar int64 initializer (a Gather index that drops its axis).
+  std::string Int64Scalar(const std::string& name, std::int64_t value) {
+    onnx::TensorProto* t = g_->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::INT64);
+    t->add_int64_data(value);
     return name;
   }
   // Adds `op`(inputs) -> `out` and returns `out`.
@@ -188,7 +198,48 @@ class LayerWriter {
       case LayerSpec::Kind::kBatchNorm: return BatchNorm(l, prefix);
       case LayerSpec::Kind::kLayerNorm: return LayerNorm(l, prefix);
       case LayerSpec::Kind::kResidual: return Residual(l, layer, prefix);
+      case LayerSpec::Kind::kEmbedding:
+      case LayerSpec::Kind::kOneHot: return Categorical(l, prefix);
     }
+    return Status::Ok();
+  }
+  // The numeric features (a Gather of their places), then per categorical column its id (a
+  // Gather of its place, Cast to int64) through a Gather of its table's rows (embedding) or a
+  // OneHot of its id count, concatenated in that order as tfd's layer does. The ids arrive as
+  // floats in the input row: the model's one input stays tfd's row of features.
+  Status Categorical(const LayerSpec& l, const std::string& prefix) {
+    ToFlat(prefix);
+    std::vector<std::int64_t> numeric;
+    for (std::int64_t f = 0; f < shape_.size(); ++f)
+      if (std::find(l.column_features.begin(), l.column_features.end(), f) == l.column_features.end()) numeric.push_back(f);
+    std::vector<std::string> parts;
+    if (!numeric.empty()) {
+      onnx::NodeProto* g = b_.Node("Gather", {x_, b_.Int64s(prefix + "/numeric_places", numeric)}, prefix + "/numeric");
+      GraphBuilder::Int(g, "axis", 1);
+      parts.push_back(g->output(0));
+    }
+    for (std::size_t c = 0; c < l.column_features.size(); ++c) {
+      const std::string at = fmt::format("{}/column{}", prefix, c);
+      onnx::NodeProto* g = b_.Node("Gather", {x_, b_.Int64Scalar(at + "/place", l.column_features[c])}, at + "/id_float");
+      GraphBuilder::Int(g, "axis", 1);
+      onnx::NodeProto* cast = b_.Node("Cast", {g->output(0)}, at + "/id");
+      GraphBuilder::Int(cast, "to", onnx::TensorProto::INT64);
+      if (l.kind == LayerSpec::Kind::kEmbedding) {
+        TFD_ASSIGN_OR_RETURN(const model::Variable* table, Take("embeddings"));
+        onnx::NodeProto* rows = b_.Node("Gather", {b_.Constant(table->name, table->shape, Values(table)), cast->output(0)}, at + "/embedding");
+        GraphBuilder::Int(rows, "axis", 0);
+        parts.push_back(rows->output(0));
+      } else {
+        const float off_on[] = {0.0f, 1.0f};
+        onnx::NodeProto* hot = b_.Node("OneHot", {cast->output(0), b_.Int64s(at + "/depth", {l.column_ids[c]}), b_.Constant(at + "/values", {2}, off_on)},
+                                       at + "/one_hot");
+        GraphBuilder::Int(hot, "axis", -1);
+        parts.push_back(hot->output(0));
+      }
+    }
+    onnx::NodeProto* cat = b_.Node("Concat", parts, prefix + "/concat");
+    GraphBuilder::Int(cat, "axis", 1);
+    x_ = cat->output(0);
     return Status::Ok();
   }
   // The block's layers in order (PREFIX_j/...), then its shortcut (the input, or a Conv with the

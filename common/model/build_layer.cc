@@ -1,9 +1,11 @@
 #include "common/model/build_layer.h"
 
+#include <algorithm>
 #include <map>
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace tfd::model {
 namespace {
@@ -118,7 +120,42 @@ Result<BuiltLayer> BuildLayer(LayerSpec l, tensor::ActShape in, const std::strin
       break;
     }
     case LayerSpec::Kind::kResidual: return BuildResidual(std::move(l), in, where, model_init, gemm, on_rows);
+    case LayerSpec::Kind::kEmbedding:
+    case LayerSpec::Kind::kOneHot:
+      return Status::InvalidArgument(fmt::format("{}: {} must be the model's first layer (it reads the data's categorical columns)", where,
+                                                 config::LayerKindName(l.kind)));
   }
+  return BuiltLayer{std::move(layer), std::move(l)};
+}
+
+Result<BuiltLayer> BuildCategorical(LayerSpec l, tensor::ActShape in, const std::string& where,
+                                    const std::vector<data::CategoricalColumn>& categorical) {
+  const std::string_view kind = config::LayerKindName(l.kind);
+  if (categorical.empty())
+    return Status::InvalidArgument(fmt::format("{}: {} needs categorical columns, but the data has none (name them in data.categorical)", where, kind));
+  std::vector<std::string> names;
+  for (const data::CategoricalColumn& c : categorical) names.push_back(c.name);
+  if (l.columns.empty()) l.columns = names;
+  std::vector<tensor::CategoricalInput> inputs;
+  l.column_features.clear(), l.column_ids.clear();
+  for (std::size_t j = 0; j < l.columns.size(); ++j) {
+    auto it = std::find(names.begin(), names.end(), l.columns[j]);
+    if (it == names.end())
+      return Status::InvalidArgument(fmt::format("{}.columns[{}]: \"{}\" is not a categorical column (data.categorical: {})", where, j,
+                                                 l.columns[j], fmt::join(names, ", ")));
+    const data::CategoricalColumn& c = categorical[static_cast<std::size_t>(it - names.begin())];
+    if (std::find(l.column_features.begin(), l.column_features.end(), c.feature) != l.column_features.end())
+      return Status::InvalidArgument(fmt::format("{}.columns[{}]: \"{}\" is listed twice", where, j, c.name));
+    inputs.push_back({c.feature, c.ids()});
+    l.column_features.push_back(c.feature);
+    l.column_ids.push_back(c.ids());
+  }
+  for (const data::CategoricalColumn& c : categorical)
+    if (std::find(l.columns.begin(), l.columns.end(), c.name) == l.columns.end())
+      return Status::InvalidArgument(fmt::format("{}.columns: leaves out the categorical column \"{}\" (list every one of data.categorical, "
+                                                 "or none for all)", where, c.name));
+  std::unique_ptr<tensor::Layer> layer = l.kind == LayerSpec::Kind::kEmbedding ? tensor::MakeEmbedding(in, std::move(inputs), l.output_dim, l.init)
+                                                                               : tensor::MakeOneHot(in, std::move(inputs));
   return BuiltLayer{std::move(layer), std::move(l)};
 }
 

@@ -6,6 +6,7 @@
 
 #include "common/base/status.h"
 #include "common/config/job.h"
+#include "common/data/dataset.h"
 #include "common/tensor/gemm.h"
 #include "common/tensor/layers.h"
 
@@ -25,5 +26,13 @@ struct BuiltLayer {
 // refused). InvalidArgument naming `where` when it does not fit its input.
 Result<BuiltLayer> BuildLayer(config::LayerSpec l, tensor::ActShape in, const std::string& where, const config::InitSpec& model_init,
                               tensor::GemmConfig gemm, bool on_rows);
+
+// Builds an embedding or one_hot layer `l` (the model's first, at `where`) on input rows of shape
+// `in` whose `categorical` features hold category ids. Its spec's columns become the names taken
+// (all of `categorical` when it names none), with their places and id counts. InvalidArgument
+// naming `where`.columns[j] for a name that is not a categorical column, `where`.columns for a
+// categorical column left out, `where` when the data has none.
+Result<BuiltLayer> BuildCategorical(config::LayerSpec l, tensor::ActShape in, const std::string& where,
+                                    const std::vector<data::CategoricalColumn>& categorical);
 
 }  // namespace tfd::model

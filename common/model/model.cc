@@ -87,7 +87,8 @@ void FillInit(const tensor::ParamSpec& p, std::span<float> out, Rng& rng) {
 }  // namespace
 
 Result<std::unique_ptr<Model>> Model::Build(const config::ModelSpec& spec, tensor::ActShape input, Outputs outputs,
-                                            int max_batch, tensor::GemmConfig gemm) {
+                                            int max_batch, tensor::GemmConfig gemm,
+                                            const std::vector<data::CategoricalColumn>& categorical) {
   std::unique_ptr<Model> m(new Model());
   const int classes = outputs.units;
   m->gemm_ = gemm;
@@ -96,6 +97,11 @@ Result<std::unique_ptr<Model>> Model::Build(const config::ModelSpec& spec, tenso
   m->loss_ = outputs.loss;
   m->max_batch_ = max_batch;
   std::vector<LayerSpec> specs = spec.name == "layers" ? spec.layers : SeedLayers(spec.name, classes);
+  const bool takes_ids = specs[0].kind == LayerSpec::Kind::kEmbedding || specs[0].kind == LayerSpec::Kind::kOneHot;
+  if (!categorical.empty() && !takes_ids)  // ids fed to a dense layer as quantities would train, and mean nothing
+    return Status::InvalidArgument(fmt::format("{}: the data has categorical columns (data.categorical: \"{}\", ...): the first layer must be "
+                                               "embedding or one_hot",
+                                               spec.name == "layers" ? "model.layers[0]" : "model", categorical[0].name));
   tensor::ActShape shape = input;
   std::map<std::string, int> kind_count;
   std::vector<std::string> layer_names;
@@ -105,7 +111,8 @@ Result<std::unique_ptr<Model>> Model::Build(const config::ModelSpec& spec, tenso
       continue;
     }
     const std::string where = spec.name == "layers" ? fmt::format("model.layers[{}]", i) : fmt::format("model \"{}\"", spec.name);
-    TFD_ASSIGN_OR_RETURN(BuiltLayer built, BuildLayer(specs[i], shape, where, spec.init, gemm, input.h == 1 && i == 0));
+    TFD_ASSIGN_OR_RETURN(BuiltLayer built, i == 0 && takes_ids ? BuildCategorical(specs[i], shape, where, categorical)
+                                                               : BuildLayer(specs[i], shape, where, spec.init, gemm, input.h == 1 && i == 0));
     const std::string kind(config::LayerKindName(built.spec.kind));
     int n = kind_count[kind]++;
     layer_names.push_back(n == 0 ? kind : fmt::format("{}_{}", kind, n));

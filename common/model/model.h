@@ -45,10 +45,12 @@ class Model {
  public:
   // Builds the model `spec` for inputs of shape `input` with `outputs` and batches of up to
   // `max_batch` rows; every GEMM of its layers runs on `gemm` (the job's `threads`; the build's
-  // fastest backend unless a caller picks another). InvalidArgument (naming model.layers[i]) when
-  // the layer list does not fit.
+  // fastest backend unless a caller picks another). `categorical`: the input rows' categorical
+  // features (data::Dataset::categorical), which an embedding or one_hot first layer takes and
+  // which need one. InvalidArgument (naming model.layers[i]) when the layer list does not fit.
   static Result<std::unique_ptr<Model>> Build(const config::ModelSpec& spec, tensor::ActShape input, Outputs outputs,
-                                              int max_batch, tensor::GemmConfig gemm = {});
+                                              int max_batch, tensor::GemmConfig gemm = {},
+                                              const std::vector<data::CategoricalColumn>& categorical = {});
 
   // Fills the parameters from `seed` per each layer's initializer; the same seed gives the same bits.
   void Initialize(std::uint64_t seed);

@@ -162,6 +162,19 @@ struct ResidualOptions {
 };
 std::unique_ptr<Layer> MakeResidual(ActShape in, std::vector<BlockLayer> inner, ResidualOptions options);
 
+// A categorical feature of the input rows (a CSV's data.categorical column): its place in a row and
+// its id count (vocabulary + 1; id 0 is out of vocabulary). A value that is not an id in
+// [0, ids) is taken as 0.
+struct CategoricalInput {
+  int feature = 0, ids = 1;
+};
+// Keras' Embedding, one table per column: the output row is the input's other (numeric)
+// features in row order, then each column's table row for its id ([ids, output_dim], variables
+// "embeddings", "embeddings_1", ... in `columns` order). The ids get no gradient.
+std::unique_ptr<Layer> MakeEmbedding(ActShape in, std::vector<CategoricalInput> columns, int output_dim, InitSpec init);
+// The same with each column's one-hot vector of `ids` values in place of a table row; no variables.
+std::unique_ptr<Layer> MakeOneHot(ActShape in, std::vector<CategoricalInput> columns);
+
 // Inverted dropout: while training, each value is zeroed with probability `rate` and the others
 // scaled by 1 / (1 - rate); the identity at evaluation. rate in [0, 1).
 std::unique_ptr<Layer> MakeDropout(ActShape in, double rate);

@@ -51,6 +51,10 @@ nlohmann::ordered_json ToJson(const data::DataReport& r) {
   for (const auto& c : r.classes) j["classes"].push_back({{"name", c.name}, {"count", c.count}});
   j["features"] = nlohmann::ordered_json::array();
   for (const auto& f : r.first) j["features"].push_back({{"name", f.name}, {"min", f.min}, {"mean", f.mean}, {"max", f.max}});
+  if (!r.categorical.empty()) {
+    j["categorical"] = nlohmann::ordered_json::array();
+    for (const auto& c : r.categorical) j["categorical"].push_back({{"name", c.name}, {"vocabulary", c.vocabulary}, {"out_of_vocabulary", c.unseen}});
+  }
   j["warnings"] = r.warnings;
   return j;
 }

@@ -92,6 +92,7 @@ Result<config::DataSpec> SourceSpec(const exporting::ModelCard& card, const Args
     return Status::InvalidArgument(fmt::format("--data {}: cannot tell the format from the name (expected .csv, .npy, .npz, .tfrecord, -ubyte, "
                                                "or a folder)", a.data));
   TFD_RETURN_IF_ERROR(CsvOverrides(a, &spec));
+  if (spec.format != Format::kCsv) spec.categorical_names.clear(), spec.categorical_indices.clear();  // ids, not strings
   if (!a.labels.empty() && !fs::is_regular_file(a.labels, ec)) return Status::NotFound(fmt::format("--labels {}: no such file", a.labels));
   if (spec.format == Format::kNpy || spec.format == Format::kIdx) {
     if (spec.format == Format::kIdx && a.labels.empty())
@@ -125,6 +126,8 @@ Result<data::Dataset> AsDataset(const exporting::ModelCard& card, data::Examples
   if (n != 0 && std::cmp_not_equal(n, e.size))
     return Status::InvalidArgument(fmt::format("{}: {} labels for {} examples (give every example its label, or none)", source, n, e.size));
   if (e.values() != card.features()) return WrongShape(card, e, n > 0, source);
+  // A CSV's strings as the model's vocabulary numbers them; other formats (an .npy) hold the ids.
+  if (!e.categorical.empty()) TFD_RETURN_IF_ERROR(data::EncodeCategories(card.categorical, &e, source));
   data::Dataset d = card.Shell();
   d.size = e.size;
   d.dtype = e.dtype;

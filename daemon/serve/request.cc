@@ -52,11 +52,25 @@ const char* KindName(const json& v) {
   }
 }
 
+// A string at value `*index`: its id when that value is a categorical feature's.
+Status Category(const std::string& text, const Signature& sig, std::string_view where, std::size_t* index, std::vector<float>* out) {
+  for (const Signature::CategoricalInput& c : sig.categorical) {
+    if (c.feature != static_cast<std::int64_t>(*index)) continue;
+    auto it = c.ids.find(text);
+    out->push_back(it == c.ids.end() ? 0.0f : it->second);
+    ++*index;
+    return Status::Ok();
+  }
+  return Status::InvalidArgument(fmt::format("{}: value {} is a string, expected a number{}", where, *index,
+                                             sig.categorical.empty() ? "" : " (only the model's categorical features take strings)"));
+}
+
 // Appends the leaves of `v` (already known to have shape dims[depth..]) to `out`; the message names
 // `where` and the first leaf that is not a finite number, or a list of another length.
-Status Flatten(const json& v, const std::vector<std::size_t>& dims, std::size_t depth, std::string_view where, std::size_t* index,
-               std::vector<float>* out) {
+Status Flatten(const json& v, const std::vector<std::size_t>& dims, std::size_t depth, const Signature& sig, std::string_view where,
+               std::size_t* index, std::vector<float>* out) {
   if (depth == dims.size()) {
+    if (v.is_string()) return Category(v.get_ref<const std::string&>(), sig, where, index, out);
     if (!v.is_number())
       return Status::InvalidArgument(fmt::format("{}: value {} is {}, expected a number", where, *index, KindName(v)));
     const float f = static_cast<float>(v.get<double>());
@@ -68,7 +82,7 @@ Status Flatten(const json& v, const std::vector<std::size_t>& dims, std::size_t 
   if (!v.is_array() || v.size() != dims[depth])
     return Status::InvalidArgument(fmt::format("{}: not a rectangular list: expected {} elements at depth {}, got {}", where, dims[depth], depth,
                                                v.is_array() ? fmt::format("{}", v.size()) : std::string(KindName(v))));
-  for (const json& e : v) TFD_RETURN_IF_ERROR(Flatten(e, dims, depth + 1, where, index, out));
+  for (const json& e : v) TFD_RETURN_IF_ERROR(Flatten(e, dims, depth + 1, sig, where, index, out));
   return Status::Ok();
 }
 
@@ -89,7 +103,7 @@ Status ParseInstance(const json& v, const Signature& sig, std::string_view where
   }
   std::size_t index = 0;
   const std::size_t before = out->size();
-  TFD_RETURN_IF_ERROR(Flatten(*value, dims, 0, where, &index, out));
+  TFD_RETURN_IF_ERROR(Flatten(*value, dims, 0, sig, where, &index, out));
   if (static_cast<std::int64_t>(out->size() - before) != sig.features())  // ShapeOf follows first elements only
     return Status::InvalidArgument(fmt::format("{}: expected {}, got {}", where, ExpectedText(sig), out->size() - before));
   return Status::Ok();

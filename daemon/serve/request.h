@@ -7,6 +7,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "common/base/status.h"
@@ -20,6 +21,13 @@ struct Signature {
   int outputs = 0;
   bool regression = false;
   int max_instances = 64;  // rows one request may carry (--batch-max)
+  // The model's categorical features (its card's): a string there becomes its vocabulary id (0,
+  // out of vocabulary, when the training data never had it); a number there is taken as an id.
+  struct CategoricalInput {
+    std::int64_t feature = 0;
+    std::unordered_map<std::string, float> ids;
+  };
+  std::vector<CategoricalInput> categorical;
   std::int64_t features() const { return std::int64_t{height} * width * channels; }
 };
 

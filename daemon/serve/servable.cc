@@ -13,6 +13,12 @@ Servable::Servable(std::uint64_t version, exporting::LoadedModel loaded, int max
   const exporting::ModelCard& card = loaded_.card;
   signature_ = {.height = card.height, .width = card.width, .channels = card.channels, .outputs = card.outputs(),
                 .regression = card.regression(), .max_instances = max_batch};
+  for (const data::CategoricalColumn& c : card.categorical) {
+    Signature::CategoricalInput in{.feature = c.feature, .ids = {}};
+    in.ids.reserve(c.vocabulary.size());
+    for (std::size_t k = 0; k < c.vocabulary.size(); ++k) in.ids.emplace(c.vocabulary[k], static_cast<float>(k + 1));
+    signature_.categorical.push_back(std::move(in));
+  }
 }
 
 void Servable::Predict(std::span<const float> raw, int rows, std::vector<float>* outputs, std::vector<float>* probabilities) const {

@@ -40,7 +40,8 @@ Result<LoadedJob> LoadJobData(const config::JobSpec& job, int num_workers, bool 
   }
   tensor::ActShape input{loaded.data.train.height, loaded.data.train.width, loaded.data.train.channels};
   const tensor::GemmConfig gemm{.threads = job.threads};
-  TFD_ASSIGN_OR_RETURN(loaded.model, model::Model::Build(job.model, input, model::OutputsFor(loaded.data.train, job.data), job.batch_size, gemm));
+  TFD_ASSIGN_OR_RETURN(loaded.model, model::Model::Build(job.model, input, model::OutputsFor(loaded.data.train, job.data), job.batch_size, gemm,
+                                                          loaded.data.train.categorical));
   loaded.model->Initialize(job.seed);
   return loaded;
 }

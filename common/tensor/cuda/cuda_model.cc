@@ -144,7 +144,9 @@ Status CudaModel::Impl::Forward(int batch, bool training) {
       case LayerSpec::Kind::kBatchNorm:
       case LayerSpec::Kind::kLayerNorm:
       case LayerSpec::Kind::kResidual:
-      case LayerSpec::Kind::kDepthwiseConv2D: break;  // no kernel yet: Create refuses them
+      case LayerSpec::Kind::kDepthwiseConv2D:
+      case LayerSpec::Kind::kEmbedding:
+      case LayerSpec::Kind::kOneHot: break;  // no kernel yet: Create refuses them
     }
     in = out;
   }
@@ -198,7 +200,9 @@ Status CudaModel::Impl::Backward(int batch) {
       case LayerSpec::Kind::kBatchNorm:
       case LayerSpec::Kind::kLayerNorm:
       case LayerSpec::Kind::kResidual:
-      case LayerSpec::Kind::kDepthwiseConv2D: break;  // no kernel yet: Create refuses them
+      case LayerSpec::Kind::kDepthwiseConv2D:
+      case LayerSpec::Kind::kEmbedding:
+      case LayerSpec::Kind::kOneHot: break;  // no kernel yet: Create refuses them
     }
     if (din != nullptr) {
       dout = din;

@@ -285,7 +285,7 @@ TEST_CASE("job spec errors name the file and the JSON path", "[unit][config]") {
         "job.json: model.layers[0].activation: unknown activation \"swish\" (expected none, relu, relu6, sigmoid, elu, tanh or gelu)");
   CHECK(ErrorOf(R"({"model": {"layers": [{"type": "lstm"}]}, "data": "d", "epochs": 1, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rate": 1}})") ==
         "job.json: model.layers[0].type: unknown layer type \"lstm\" (expected dense, conv2d, depthwise_conv2d, max_pool2d, avg_pool2d, "
-        "global_avg_pool2d, batch_norm, layer_norm, residual, flatten or dropout)");
+        "global_avg_pool2d, batch_norm, layer_norm, residual, embedding, one_hot, flatten or dropout)");
   CHECK(ErrorOf(R"({"model": {"layers": []}, "data": "d", "epochs": 1, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rate": 1}})") ==
         "job.json: model.layers: expected a non-empty array of layers (or \"name\": one of softmax, mlp, dnn, cnn)");
   CHECK(ErrorOf(R"({"model": {"name": "mlp", "init": "xavier"}, "data": "d", "epochs": 1, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rate": 1}})") ==
