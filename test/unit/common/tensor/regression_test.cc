@@ -127,6 +127,9 @@ TEST_CASE("a regression data spec reads its loss; the fields regression has no u
   CHECK(JobError(data + R"(, "loss": "huber"})") == "job.json: data.loss: unknown loss \"huber\" (expected mse or mae)");
   CHECK(JobError(R"("data": {"train": "a.csv", "test_split": 0.2, "loss": "mae"})") ==
         "job.json: data.loss: is a regression field (set \"task\": \"regression\"); classification trains on softmax cross-entropy");
+  // The GPU path has the softmax loss only: a regression job on a cuda device is refused at load.
+  CHECK(JobError(data + R"(}, "device": "cuda:0")") ==
+        "job.json: device: \"cuda:0\": the data's task is regression, which trains on the CPU only (set \"device\": \"cpu\")");
   CHECK(JobError(data + R"(}, "stop_at_accuracy": 0.9)") ==
         "job.json: stop_at_accuracy: the data's task is regression, which has no accuracy: stop with \"early_stopping\" (monitor "
         "val_mae, val_loss or loss)");
