@@ -127,6 +127,21 @@ std::string Fingerprint(const Dataset& data) {
   return h.HexDigest();
 }
 
+ByteArray RenumberCategories(const ByteArray& features, std::int64_t rows, std::int64_t width,
+                             const std::vector<CategoricalColumn>& columns, const std::vector<std::vector<float>>& remap) {
+  std::vector<std::uint8_t> bytes(features.begin(), features.end());
+  for (std::int64_t i = 0; i < rows; ++i)
+    for (std::size_t c = 0; c < remap.size(); ++c) {
+      const auto at = static_cast<std::size_t>(i * width + columns[c].feature) * sizeof(float);
+      float v = 0;
+      std::memcpy(&v, bytes.data() + at, sizeof v);
+      const auto id = static_cast<std::size_t>(v);
+      v = id < remap[c].size() ? remap[c][id] : 0.0f;
+      std::memcpy(bytes.data() + at, &v, sizeof v);
+    }
+  return bytes;
+}
+
 namespace {
 
 float FeatureAt(const Dataset& d, std::int64_t row, int feature) {
@@ -137,17 +152,7 @@ float FeatureAt(const Dataset& d, std::int64_t row, int feature) {
 
 // Rewrites each categorical feature of `d` through `remap` (old id -> new id, per column).
 void Renumber(const std::vector<std::vector<float>>& remap, Dataset* d) {
-  std::vector<std::uint8_t> bytes(d->features.begin(), d->features.end());
-  for (std::int64_t i = 0; i < d->size; ++i)
-    for (std::size_t c = 0; c < remap.size(); ++c) {
-      const auto at = static_cast<std::size_t>((i * d->pixels() + d->categorical[c].feature)) * sizeof(float);
-      float v = 0;
-      std::memcpy(&v, bytes.data() + at, sizeof v);
-      const auto id = static_cast<std::size_t>(v);
-      v = id < remap[c].size() ? remap[c][id] : 0.0f;
-      std::memcpy(bytes.data() + at, &v, sizeof v);
-    }
-  d->features = std::move(bytes);
+  d->features = RenumberCategories(d->features, d->size, d->pixels(), d->categorical, remap);
 }
 
 }  // namespace

@@ -126,6 +126,11 @@ void HoldOut(DataSplits* data, std::int64_t count);
 // out of vocabulary, 0), so that the vocabulary is the training split's after a hold-out.
 void FitVocabulary(DataSplits* data);
 
+// `features` (rows x width float32 values) with each categorical column's id rewritten through
+// `remap[c]` (old id -> new id; an id past its table becomes 0, out of vocabulary).
+ByteArray RenumberCategories(const ByteArray& features, std::int64_t rows, std::int64_t width,
+                             const std::vector<CategoricalColumn>& columns, const std::vector<std::vector<float>>& remap);
+
 // SHA-256 (hex) of what a model learns from: the shape, element type, classes (names) or target
 // count, and every example's features and labels or targets in order. Two datasets with equal
 // fingerprints hold the same examples; a checkpoint and an exported model record their training

@@ -199,18 +199,7 @@ Status EncodeCategories(const std::vector<CategoricalColumn>& vocabulary, Exampl
       id_of[c].push_back(it == id.end() ? 0.0f : it->second);
     }
   }
-  std::vector<std::uint8_t> bytes(e->features.begin(), e->features.end());
-  const auto width = static_cast<std::size_t>(e->values());
-  for (std::size_t i = 0; i < static_cast<std::size_t>(e->size); ++i)
-    for (std::size_t c = 0; c < vocabulary.size(); ++c) {
-      const std::size_t at = (i * width + static_cast<std::size_t>(vocabulary[c].feature)) * sizeof(float);
-      float v = 0;
-      std::memcpy(&v, bytes.data() + at, sizeof v);
-      const auto index = static_cast<std::size_t>(v);
-      v = index < id_of[c].size() ? id_of[c][index] : 0.0f;
-      std::memcpy(bytes.data() + at, &v, sizeof v);
-    }
-  e->features = std::move(bytes);
+  e->features = RenumberCategories(e->features, e->size, e->values(), vocabulary, id_of);
   e->categorical = vocabulary;
   return Status::Ok();
 }
