@@ -228,6 +228,12 @@ void Connection::MaybeFinishDetach() {
   handler_owner_.reset();
 }
 
+Status Connection::Lost(std::string what) const {
+  // A peer that refuses our token closes at once; its log says why, ours can only point there.
+  if (!app_frames_flow()) what += " during the token handshake (a peer with another --token-file refuses so; its log says why)";
+  return Status::Unavailable(std::move(what));
+}
+
 void Connection::RefuseFrame(Refusal why, const Status& status) {
   CountRefusal(why);
   spdlog::warn("{}", status.message());
@@ -284,8 +290,8 @@ asio::awaitable<void> Connection::ReadLoop() {
                                                              redirect_error(use_awaitable, ec));
       if (ec) {
         if (!closed_) {
-          CloseOnStrand(ec == asio::error::eof ? Status::Unavailable(fmt::format("{} closed the connection", peer_name()))
-                                               : Status::Unavailable(fmt::format("{}: read: {}", peer_name(), ec.message())));
+          CloseOnStrand(Lost(ec == asio::error::eof ? fmt::format("{} closed the connection", peer_name())
+                                                    : fmt::format("{}: read: {}", peer_name(), ec.message())));
         }
         co_return;
       }
@@ -426,7 +432,7 @@ asio::awaitable<void> Connection::WriteLoop() {
     error_code ec;
     co_await asio::async_write(socket_, buffers, redirect_error(use_awaitable, ec));
     if (ec) {
-      if (!closed_) CloseOnStrand(Status::Unavailable(fmt::format("{}: write: {}", peer_name(), ec.message())));
+      if (!closed_) CloseOnStrand(Lost(fmt::format("{}: write: {}", peer_name(), ec.message())));
       co_return;
     }
     for (std::size_t i = 0; i < count && !queue.empty(); ++i) queue.pop_front();

@@ -119,6 +119,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // peer, or starts the frame MACs. False when the frame is for the handler.
   bool OnHandshakeFrame(const wire::InFrame& frame);
   void RefuseOnStrand(const Status& why);
+  Status Lost(std::string what) const;  // a read or write failed: says so, and names the handshake if it was on
   // A frame that fails its checks (header, MAC or CRC): counts `why`, logs `status` and answers it
   // with an ERROR frame before closing. The read loop reads nothing more. Strand only.
   void RefuseFrame(Refusal why, const Status& status);

@@ -102,12 +102,18 @@ TEST_CASE("allreduce with a cluster token: the ring authenticates, and a worker 
   LocalCluster b({.num_ps = 0, .num_workers = 2, .job = job});
   b.StartWorker(0, {"--token-file", token, "--startup-timeout", "20"});
   b.StartWorker(1, {"--token-file", other, "--startup-timeout", "20"});
+  // The first to see the other's proof refuses and exits; the other may lose its link to it
+  // mid-handshake before reading why, and then says so and points to the peer's log.
+  int named = 0;
   for (int i = 0; i < 2; ++i) {
     TaskResult w = b.Finish("worker", i, 60s);
     INFO(w.err);
     CHECK(w.exit_code != 0);
-    CHECK(w.err.find("holds a different cluster token") != std::string::npos);
+    const bool says_token = w.err.find("holds a different cluster token") != std::string::npos;
+    CHECK((says_token || w.err.find("during the token handshake") != std::string::npos));
+    named += says_token ? 1 : 0;
   }
+  CHECK(named >= 1);
 }
 
 TEST_CASE("allreduce with uneven shards: the worker that runs out joins the remaining steps and all finish identical", "[integration][cluster][allreduce]") {
