@@ -21,9 +21,6 @@
 
 namespace tfd::testing {
 
-// The tfd binary under test (each process test's CMake target defines TFD_BINARY).
-inline const std::string kTfd = TFD_BINARY;
-
 // A job spec's JSON: `model` (by default the mlp, Glorot-initialised) on the IDX files in `data`,
 // seed 5, no step log lines; `extra` goes in last (", \"checkpoint\": {...}").
 inline std::string Job(const std::string& data, const std::string& update, int epochs, const std::string& optimizer,

@@ -134,6 +134,11 @@ class ScopedEnv {
   std::optional<std::string> old_;
 };
 
+#ifdef TFD_BINARY
+// The tfd binary under test (a process test's CMake target defines TFD_BINARY).
+inline const std::string kTfd = TFD_BINARY;
+#endif
+
 // The exit code that CMake's SKIP_RETURN_CODE reports as "Skipped" (Catch2 2.13 has no SKIP).
 inline constexpr int kSkipExitCode = 77;
 

@@ -23,7 +23,7 @@
 #include "test/local_cluster.h"
 #include "test/test_util.h"
 
-namespace tfd::testing {
+namespace tfd::testing::categorical_test {
 namespace {
 
 const std::vector<std::string> kColours = {"red", "green", "blue", "amber", "violet"};
@@ -173,4 +173,4 @@ TEST_CASE("a categorical column missing from the header, or an embedding without
 }
 
 }  // namespace
-}  // namespace tfd::testing
+}  // namespace tfd::testing::categorical_test

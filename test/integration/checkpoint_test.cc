@@ -17,7 +17,7 @@
 #include "test/local_cluster.h"
 #include "test/test_util.h"
 
-namespace tfd::testing {
+namespace tfd::testing::checkpoint_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -219,4 +219,4 @@ TEST_CASE("a ps killed and restarted gets the latest checkpoint's Adam slots bac
 }
 
 }  // namespace
-}  // namespace tfd::testing
+}  // namespace tfd::testing::checkpoint_test

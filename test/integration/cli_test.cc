@@ -19,7 +19,7 @@
 
 extern char** environ;
 
-namespace tfd::testing {
+namespace tfd::testing::cli_test {
 namespace {
 
 const std::string kTfd = TFD_BINARY;
@@ -249,4 +249,4 @@ TEST_CASE("tfd data inspect reports a CSV's rows, classes and warnings, as text 
 }
 
 }  // namespace
-}  // namespace tfd::testing
+}  // namespace tfd::testing::cli_test

@@ -16,7 +16,7 @@
 #include "test/local_cluster.h"
 #include "test/test_util.h"
 
-namespace tfd::testing {
+namespace tfd::testing::cluster_allreduce_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -270,4 +270,4 @@ TEST_CASE("allreduce: a killed worker makes every other worker fail naming it, w
 }
 
 }  // namespace
-}  // namespace tfd::testing
+}  // namespace tfd::testing::cluster_allreduce_test

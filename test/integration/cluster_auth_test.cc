@@ -30,7 +30,7 @@
 #include "test/local_cluster.h"
 #include "test/test_util.h"
 
-namespace tfd::testing {
+namespace tfd::testing::cluster_auth_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -290,4 +290,4 @@ TEST_CASE("abuse against a live ps: 1,000 connections at once, a byte a second, 
 }
 
 }  // namespace
-}  // namespace tfd::testing
+}  // namespace tfd::testing::cluster_auth_test

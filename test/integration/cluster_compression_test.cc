@@ -13,7 +13,7 @@
 #include "test/local_cluster.h"
 #include "test/test_util.h"
 
-namespace tfd::testing {
+namespace tfd::testing::cluster_compression_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -103,4 +103,4 @@ TEST_CASE("update.compression refuses powersgd in a ps mode and unknown methods,
 }
 
 }  // namespace
-}  // namespace tfd::testing
+}  // namespace tfd::testing::cluster_compression_test

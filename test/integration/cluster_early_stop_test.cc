@@ -12,7 +12,7 @@
 #include "test/local_cluster.h"
 #include "test/test_util.h"
 
-namespace tfd::testing {
+namespace tfd::testing::cluster_early_stop_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -112,4 +112,4 @@ TEST_CASE("a run resumed from its checkpoint stops early after the same epoch as
 }
 
 }  // namespace
-}  // namespace tfd::testing
+}  // namespace tfd::testing::cluster_early_stop_test

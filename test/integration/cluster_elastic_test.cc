@@ -9,7 +9,7 @@
 
 #include "test/integration/cluster_util.h"
 
-namespace tfd::testing {
+namespace tfd::testing::cluster_elastic_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -294,4 +294,4 @@ TEST_CASE("elastic allreduce: a second loss while the ring re-forms re-forms it 
 }
 
 }  // namespace
-}  // namespace tfd::testing
+}  // namespace tfd::testing::cluster_elastic_test

@@ -14,7 +14,7 @@
 #include "test/local_cluster.h"
 #include "test/test_util.h"
 
-namespace tfd::testing {
+namespace tfd::testing::cluster_fault_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -288,4 +288,4 @@ TEST_CASE("a worker stopped (SIGSTOP) past the peer timeout reconnects when cont
 }
 
 }  // namespace
-}  // namespace tfd::testing
+}  // namespace tfd::testing::cluster_fault_test

@@ -14,7 +14,7 @@
 #include "test/local_cluster.h"
 #include "test/test_util.h"
 
-namespace tfd::testing {
+namespace tfd::testing::cluster_hierarchical_test {
 namespace {
 
 const std::vector<std::string> kTwoHosts = {"127.0.0.1", "127.0.0.1", "127.0.0.2", "127.0.0.2"};
@@ -67,4 +67,4 @@ TEST_CASE("hierarchical allreduce, 2 hosts x 2 workers: bit-identical across wor
 }
 
 }  // namespace
-}  // namespace tfd::testing
+}  // namespace tfd::testing::cluster_hierarchical_test

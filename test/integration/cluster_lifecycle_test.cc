@@ -19,7 +19,7 @@
 #include "test/local_cluster.h"
 #include "test/test_util.h"
 
-namespace tfd::testing {
+namespace tfd::testing::cluster_lifecycle_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -100,4 +100,4 @@ TEST_CASE("a ps and a worker tell systemd READY=1 through NOTIFY_SOCKET once the
 }
 
 }  // namespace
-}  // namespace tfd::testing
+}  // namespace tfd::testing::cluster_lifecycle_test

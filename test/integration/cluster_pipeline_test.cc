@@ -17,7 +17,7 @@
 #include "test/local_cluster.h"
 #include "test/test_util.h"
 
-namespace tfd::testing {
+namespace tfd::testing::cluster_pipeline_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -450,4 +450,4 @@ TEST_CASE("a cluster the split does not fit is refused with exit 2 naming both n
 }
 
 }  // namespace
-}  // namespace tfd::testing
+}  // namespace tfd::testing::cluster_pipeline_test

@@ -20,7 +20,7 @@
 #include "test/local_cluster.h"
 #include "test/test_util.h"
 
-namespace tfd::testing {
+namespace tfd::testing::cluster_refusal_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -114,4 +114,4 @@ TEST_CASE("a worker refused by a peer with a nonsense error code reports it inst
 }
 
 }  // namespace
-}  // namespace tfd::testing
+}  // namespace tfd::testing::cluster_refusal_test

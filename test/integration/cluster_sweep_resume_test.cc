@@ -16,7 +16,7 @@
 
 #include "test/local_cluster.h"
 
-namespace tfd::testing {
+namespace tfd::testing::cluster_sweep_resume_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -232,4 +232,4 @@ TEST_CASE("--resume refuses a folder with no sweep, and a sweep file other than 
 }
 
 }  // namespace
-}  // namespace tfd::testing
+}  // namespace tfd::testing::cluster_sweep_resume_test

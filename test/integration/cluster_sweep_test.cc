@@ -20,7 +20,7 @@
 #include "common/transport/auth.h"
 #include "test/local_cluster.h"
 
-namespace tfd::testing {
+namespace tfd::testing::cluster_sweep_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -372,4 +372,4 @@ TEST_CASE("a coordinator cluster's usage errors: one line naming the field or fl
 }
 
 }  // namespace
-}  // namespace tfd::testing
+}  // namespace tfd::testing::cluster_sweep_test

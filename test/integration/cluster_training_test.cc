@@ -14,7 +14,7 @@
 #include "test/local_cluster.h"
 #include "test/test_util.h"
 
-namespace tfd::testing {
+namespace tfd::testing::cluster_training_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -94,4 +94,4 @@ TEST_CASE("sync with a backup worker (2 of 3 aggregated) lets every worker finis
 }
 
 }  // namespace
-}  // namespace tfd::testing
+}  // namespace tfd::testing::cluster_training_test

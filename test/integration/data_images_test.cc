@@ -9,7 +9,7 @@
 #include "test/image_files.h"
 #include "test/test_util.h"
 
-namespace tfd::testing {
+namespace tfd::testing::data_images_test {
 namespace {
 
 // The done event's test accuracy of `tfd --standalone --job JOB` run in `dir`.
@@ -42,4 +42,4 @@ TEST_CASE("three named classes in RGB, resized, with a held-out test split", "[i
 }
 
 }  // namespace
-}  // namespace tfd::testing
+}  // namespace tfd::testing::data_images_test

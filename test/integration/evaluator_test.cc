@@ -14,7 +14,7 @@
 #include "test/local_cluster.h"
 #include "test/test_util.h"
 
-namespace tfd::testing {
+namespace tfd::testing::evaluator_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -174,4 +174,4 @@ TEST_CASE("an evaluator refuses a job without checkpoints, and a cluster with on
 }
 
 }  // namespace
-}  // namespace tfd::testing
+}  // namespace tfd::testing::evaluator_test

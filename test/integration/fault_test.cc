@@ -20,7 +20,7 @@
 #include "test/test_util.h"
 #include "test/tools/fault_proxy.h"
 
-namespace tfd::testing {
+namespace tfd::testing::fault_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -223,4 +223,4 @@ TEST_CASE("a flipped bit on the worker-to-ps link never yields a wrong model", "
 }
 
 }  // namespace
-}  // namespace tfd::testing
+}  // namespace tfd::testing::fault_test

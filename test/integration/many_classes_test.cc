@@ -20,7 +20,7 @@
 #include "test/local_cluster.h"
 #include "test/test_util.h"
 
-namespace tfd::testing {
+namespace tfd::testing::many_classes_test {
 namespace {
 
 constexpr int kClasses = 300, kFeatures = 24, kTrainPerClass = 12, kTestPerClass = 4;
@@ -137,4 +137,4 @@ TEST_CASE("a label past the class limit is exit 2 naming the file and the count"
 }
 
 }  // namespace
-}  // namespace tfd::testing
+}  // namespace tfd::testing::many_classes_test

@@ -20,7 +20,7 @@
 
 #include "test/test_util.h"
 
-namespace tfd::testing {
+namespace tfd::testing::predict_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -333,4 +333,4 @@ TEST_CASE("tfd predict refuses bad input with one line naming the flag or file, 
 }
 
 }  // namespace
-}  // namespace tfd::testing
+}  // namespace tfd::testing::predict_test

@@ -18,7 +18,7 @@
 #include "daemon/worker/placement.h"
 #include "daemon/worker/ps_client.h"
 
-namespace tfd::testing {
+namespace tfd::testing::ps_loopback_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -417,4 +417,4 @@ TEST_CASE("a ps that no worker ever connects to ends after the startup timeout",
 }
 
 }  // namespace
-}  // namespace tfd::testing
+}  // namespace tfd::testing::ps_loopback_test

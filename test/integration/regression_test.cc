@@ -14,7 +14,7 @@
 #include "test/local_cluster.h"
 #include "test/test_util.h"
 
-namespace tfd::testing {
+namespace tfd::testing::regression_test {
 namespace {
 
 // A linear model (one dense unit) trained on the CSV with 20% held out for test.
@@ -85,4 +85,4 @@ TEST_CASE("a regression job in a mode that does not take it is exit 2 naming the
 }
 
 }  // namespace
-}  // namespace tfd::testing
+}  // namespace tfd::testing::regression_test

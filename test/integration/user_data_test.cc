@@ -17,7 +17,7 @@
 #include "test/local_cluster.h"
 #include "test/test_util.h"
 
-namespace tfd::testing {
+namespace tfd::testing::user_data_test {
 namespace {
 
 const std::string kSklearnData = "/usr/lib/python3/dist-packages/sklearn/datasets/data/";
@@ -142,4 +142,4 @@ TEST_CASE("a model-parallel run (2 stages) trains a 2-class CSV as the standalon
 }
 
 }  // namespace
-}  // namespace tfd::testing
+}  // namespace tfd::testing::user_data_test

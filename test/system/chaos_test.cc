@@ -37,7 +37,7 @@
 #include "test/system/tfctl_util.h"
 #include "test/test_util.h"
 
-namespace tfd::testing {
+namespace tfd::testing::chaos_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -389,4 +389,4 @@ TEST_CASE("chaos: every task ends or recovers within its deadline, whatever is l
 }
 
 }  // namespace
-}  // namespace tfd::testing
+}  // namespace tfd::testing::chaos_test

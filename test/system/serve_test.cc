@@ -15,7 +15,7 @@
 #include "test/system/tfctl_util.h"
 #include "test/test_util.h"
 
-namespace tfd::testing {
+namespace tfd::testing::serve_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -254,4 +254,4 @@ TEST_CASE("tfd serve with --token-file wants the token as a Bearer header", "[sy
 }
 
 }  // namespace
-}  // namespace tfd::testing
+}  // namespace tfd::testing::serve_test

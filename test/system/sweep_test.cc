@@ -15,7 +15,7 @@
 
 #include "test/system/tfctl_util.h"
 
-namespace tfd::testing {
+namespace tfd::testing::sweep_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -255,9 +255,9 @@ TEST_CASE("Ctrl-C stops every trial and keeps what was written", "[system][sweep
 }
 
 }  // namespace
-}  // namespace tfd::testing
+}  // namespace tfd::testing::sweep_test
 
-namespace tfd::testing {
+namespace tfd::testing::sweep_test {
 namespace {
 
 TEST_CASE("an ensemble of 3 members on 2 workers: the averaged prediction is the mean of the members' predictions", "[system][sweep][ensemble]") {
@@ -317,4 +317,4 @@ TEST_CASE("an ensemble of 3 members on 2 workers: the averaged prediction is the
 }
 
 }  // namespace
-}  // namespace tfd::testing
+}  // namespace tfd::testing::sweep_test

@@ -8,7 +8,7 @@
 #include "test/system/tfctl_util.h"
 #include "test/test_util.h"
 
-namespace tfd::testing {
+namespace tfd::testing::tfctl_evaluator_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -66,4 +66,4 @@ TEST_CASE("tfctl up starts the evaluator, which evaluates the checkpoints and en
 }
 
 }  // namespace
-}  // namespace tfd::testing
+}  // namespace tfd::testing::tfctl_evaluator_test

@@ -10,7 +10,7 @@
 #include "test/system/tfctl_util.h"
 #include "test/test_util.h"
 
-namespace tfd::testing {
+namespace tfd::testing::tfctl_scale_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -180,4 +180,4 @@ TEST_CASE("tfctl scale 2 -> 3 on an elastic allreduce run: the third worker join
 }
 
 }  // namespace
-}  // namespace tfd::testing
+}  // namespace tfd::testing::tfctl_scale_test

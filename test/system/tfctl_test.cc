@@ -13,7 +13,7 @@
 #include "test/system/tfctl_util.h"
 #include "test/test_util.h"
 
-namespace tfd::testing {
+namespace tfd::testing::tfctl_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -256,6 +256,15 @@ std::string RunChaos(const TempDir& dir, std::vector<std::string> args, int expe
   return p.out();
 }
 
+// A metrics.jsonl's lines but its step events: what a failed check on a run's events shows.
+std::string WithoutStepEvents(const std::string& jsonl) {
+  std::string kept;
+  std::istringstream in(jsonl);
+  for (std::string line; std::getline(in, line);)
+    if (line.find("\"event\":\"step\"") == std::string::npos) kept += line + "\n";
+  return kept;
+}
+
 nlohmann::json ChaosReport(const TempDir& dir) { return nlohmann::json::parse(ReadAll(RunFolder(dir) + "/chaos.json")); }
 
 TEST_CASE("tfctl chaos kills a restartable ps mid-run; the run survives and the verdict is kept", "[system][tfctl][chaos]") {
@@ -437,11 +446,13 @@ TEST_CASE("kill -9 of tfctl leaves no tfd behind on an ssh host", "[system][tfct
 TEST_CASE("tfctl chaos kills a worker on an ssh host by its pid there; the async run survives it", "[system][tfctl][ssh][chaos]") {
   TempDir dir;
   LoopbackSshd sshd(dir);
-  auto f = nlohmann::json::parse(ReadAll(SshClusterFile(dir, sshd, 400)));  // long enough to outlast an ssh round trip
+  // worker:1 must still train when the kill lands, after its 1st step event reaches tfctl and an ssh
+  // round trip, on a loaded machine: 1000 epochs are 20,000 steps (about 6 s of training here).
+  auto f = nlohmann::json::parse(ReadAll(SshClusterFile(dir, sshd, 1000)));
   f["train"]["log_every_steps"] = 5;
   f["launch"]["timeouts"] = {{"peer", 1}, {"reconnect", 4}};
   WriteFile(dir / "ssh-chaos.json", f.dump(2));
-  const std::string out = RunChaos(dir, {dir / "ssh-chaos.json", "--kill", "worker:1", "--at", "step:3"}, 0);
+  const std::string out = RunChaos(dir, {dir / "ssh-chaos.json", "--kill", "worker:1", "--at", "step:1"}, 0);
   CHECK(out.find("[tfctl] chaos: sent SIGKILL to worker:1 (pid ") != std::string::npos);
   const auto report = ChaosReport(dir);
   CHECK(report["verdict"] == "kept");
@@ -450,8 +461,9 @@ TEST_CASE("tfctl chaos kills a worker on an ssh host by its pid there; the async
     if (t["task"] == "worker:1") CHECK(t["exit_code"] != 0);  // killed on its host; ssh reports it
     else CHECK(t["exit_code"] == 0);
   }
-  CHECK(HasEvent(ReadAll(RunFolder(dir) + "/metrics.jsonl"), "gave_up", {{"task", "ps:0"}},
-                 [](const nlohmann::json& e) { return e.value("peer", "").starts_with("worker:1"); }));
+  const std::string events = ReadAll(RunFolder(dir) + "/metrics.jsonl");
+  INFO("tfctl chaos stdout:\n" << out << "\nmetrics.jsonl, but step events:\n" << WithoutStepEvents(events));
+  CHECK(HasEvent(events, "gave_up", {{"task", "ps:0"}}, [](const nlohmann::json& e) { return e.value("peer", "").starts_with("worker:1"); }));
   CHECK(WaitUntilNoneLeft(dir.path(), 10s));
 }
 
@@ -468,4 +480,4 @@ TEST_CASE("a wrong host key fails closed with ssh's reason, before anything star
 }
 
 }  // namespace
-}  // namespace tfd::testing
+}  // namespace tfd::testing::tfctl_test

@@ -24,7 +24,6 @@
 namespace tfd::testing {
 
 inline const std::string kTfctl = TFCTL_BINARY;
-inline const std::string kTfd = TFD_BINARY;
 
 // A cluster file for 1 ps + 2 workers on free loopback ports, training on synthetic data in `dir`.
 inline std::string ClusterFile(const TempDir& dir, int epochs, const std::string& tfd = kTfd) {
@@ -86,7 +85,7 @@ inline std::vector<std::string> ProcessesMentioning(const std::string& needle) {
     if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
     std::string cmd = ReadAll(e.path().string() + "/cmdline");
     std::replace(cmd.begin(), cmd.end(), '\0', ' ');
-    if (cmd.find("tfctl_tests") != std::string::npos || cmd.find("chaos_tests") != std::string::npos ||
+    if (cmd.find("tfd_process_tests") != std::string::npos ||
         cmd.find("/usr/sbin/sshd") != std::string::npos)
       continue;
     std::error_code ec;
