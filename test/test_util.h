@@ -142,16 +142,21 @@ inline const std::string kTfd = TFD_BINARY;
 // The exit code that CMake's SKIP_RETURN_CODE reports as "Skipped" (Catch2 2.13 has no SKIP).
 inline constexpr int kSkipExitCode = 77;
 
-// Sets *dir to TFD_MNIST_DIR as an absolute path when that folder holds MNIST; otherwise says so
-// on stderr and returns false (a test binary whose every test needs MNIST then exits kSkipExitCode).
-inline bool FindMnist(std::string* dir) {
+// Sets *dir to TFD_MNIST_DIR as an absolute path and returns "" when that folder holds MNIST;
+// otherwise returns why not (a subject whose every test needs MNIST then skips, exit kSkipExitCode).
+inline std::string MissingMnist(std::string* dir) {
   const char* env = std::getenv("TFD_MNIST_DIR");
-  if (env == nullptr || !std::filesystem::exists(std::filesystem::path(env) / "train-images-idx3-ubyte")) {
-    std::fprintf(stderr, "skipped: no MNIST in TFD_MNIST_DIR (%s); run scripts/fetch_mnist.sh\n", env ? env : "unset");
-    return false;
-  }
+  if (env == nullptr || !std::filesystem::exists(std::filesystem::path(env) / "train-images-idx3-ubyte"))
+    return std::string("no MNIST in TFD_MNIST_DIR (") + (env ? env : "unset") + "); run scripts/fetch_mnist.sh";
   *dir = std::filesystem::absolute(env).string();
-  return true;
+  return "";
+}
+
+// MissingMnist, saying why not on stderr.
+inline bool FindMnist(std::string* dir) {
+  const std::string why = MissingMnist(dir);
+  if (!why.empty()) std::fprintf(stderr, "skipped: %s\n", why.c_str());
+  return why.empty();
 }
 
 struct CommandResult {

@@ -14,13 +14,14 @@
 #include <regex>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "common/http/server.h"
+#include "test/catch/subjects.h"
 #include "test/local_cluster.h"
-#include "test/catch/session.h"
 
-namespace tfd::testing {
+namespace tfd::testing::cluster_k8s_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -159,17 +160,14 @@ TEST_CASE("SIGTERM, as the kubelet sends it, ends every task within the grace pe
   }
 }
 
-}  // namespace
-}  // namespace tfd::testing
 
-int main(int argc, char** argv) {
-  if (geteuid() != 0) {
-    std::fprintf(stderr, "skipped: each task runs in its own mount namespace (unshare --mount), which needs root; uid %d\n", geteuid());
-    return tfd::testing::kSkipExitCode;
-  }
-  if (!std::filesystem::exists("/usr/bin/unshare")) {
-    std::fprintf(stderr, "skipped: /usr/bin/unshare (util-linux) is not installed\n");
-    return tfd::testing::kSkipExitCode;
-  }
-  return tfd::testing::RunCatchSession(argc, argv);
+// Why this subject cannot run here ("" when it can): tfd_process_tests then skips it (exit 77).
+std::string CannotRunHere(const std::string&) {
+  if (geteuid() != 0) return fmt::format("each task runs in its own mount namespace (unshare --mount), which needs root; uid {}", geteuid());
+  if (!std::filesystem::exists("/usr/bin/unshare")) return "/usr/bin/unshare (util-linux) is not installed";
+  return "";
 }
+const SubjectNeeds kNeeds(__FILE__, &CannotRunHere);
+
+}  // namespace
+}  // namespace tfd::testing::cluster_k8s_test

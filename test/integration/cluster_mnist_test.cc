@@ -11,12 +11,12 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "test/catch/subjects.h"
 #include "test/integration/cluster_util.h"
 #include "test/local_cluster.h"
 #include "test/test_util.h"
-#include "test/catch/session.h"
 
-namespace tfd::testing {
+namespace tfd::testing::cluster_mnist_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -131,10 +131,10 @@ TEST_CASE("the dnn split by units on 2 workers keeps standalone's accuracy withi
   CHECK(want >= 0.97);
 }
 
-}  // namespace
-}  // namespace tfd::testing
 
-int main(int argc, char** argv) {
-  if (!tfd::testing::FindMnist(&tfd::testing::g_mnist)) return tfd::testing::kSkipExitCode;
-  return tfd::testing::RunCatchSession(argc, argv);
-}
+// Why this subject cannot run here ("" when it can): tfd_process_tests then skips it (exit 77).
+std::string CannotRunHere(const std::string&) { return MissingMnist(&g_mnist); }
+const SubjectNeeds kNeeds(__FILE__, &CannotRunHere);
+
+}  // namespace
+}  // namespace tfd::testing::cluster_mnist_test

@@ -24,11 +24,11 @@
 #include "common/data/readers.h"
 #include "common/export/model_dir.h"
 #include "common/export/onnx.h"
-#include "test/catch/session.h"
+#include "test/catch/subjects.h"
 #include "test/export_models.h"
 #include "test/test_util.h"
 
-namespace tfd::testing {
+namespace tfd::testing::export_onnx_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -201,20 +201,17 @@ TEST_CASE("python3-onnx's full checker accepts every exported model", "[integrat
   CHECK(static_cast<std::size_t>(std::count(r.out.begin(), r.out.end(), '\n')) == ExportCases(1, 1).size());
 }
 
-}  // namespace
-}  // namespace tfd::testing
 
-// Exits 77 (skipped) when node or onnxruntime-node is missing.
-int main(int argc, char** argv) {
+// Why this subject cannot run here ("" when it can): tfd_process_tests then skips it (exit 77).
+std::string CannotRunHere(const std::string&) {
   const char* env = std::getenv("ORT_NODE_MODULES");
   const std::string modules = env != nullptr ? env : std::string(TFD_SOURCE_DIR) + "/third_party/onnxruntime-node/node_modules";
-  if (std::system("command -v node >/dev/null") != 0) {
-    std::fprintf(stderr, "skipped: node is not installed (scripts/setup)\n");
-    return tfd::testing::kSkipExitCode;
-  }
-  if (!std::filesystem::exists(modules + "/onnxruntime-node/package.json")) {
-    std::fprintf(stderr, "skipped: no onnxruntime-node in %s (run scripts/fetch_onnxruntime.sh)\n", modules.c_str());
-    return tfd::testing::kSkipExitCode;
-  }
-  return tfd::testing::RunCatchSession(argc, argv);
+  if (std::system("command -v node >/dev/null") != 0) return "node is not installed (scripts/setup)";
+  if (!std::filesystem::exists(modules + "/onnxruntime-node/package.json"))
+    return "no onnxruntime-node in " + modules + " (run scripts/fetch_onnxruntime.sh)";
+  return "";
 }
+const SubjectNeeds kNeeds(__FILE__, &CannotRunHere);
+
+}  // namespace
+}  // namespace tfd::testing::export_onnx_test

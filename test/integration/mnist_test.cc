@@ -7,10 +7,10 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "test/catch/subjects.h"
 #include "test/test_util.h"
-#include "test/catch/session.h"
 
-namespace tfd::testing {
+namespace tfd::testing::mnist_test {
 namespace {
 
 std::string g_mnist;
@@ -54,10 +54,10 @@ TEST_CASE("dnn in the seed's configuration: at least 97% after four epochs", "[m
   CHECK(acc >= 0.97);
 }
 
-}  // namespace
-}  // namespace tfd::testing
 
-int main(int argc, char** argv) {
-  if (!tfd::testing::FindMnist(&tfd::testing::g_mnist)) return tfd::testing::kSkipExitCode;
-  return tfd::testing::RunCatchSession(argc, argv);
-}
+// Why this subject cannot run here ("" when it can): tfd_process_tests then skips it (exit 77).
+std::string CannotRunHere(const std::string&) { return MissingMnist(&g_mnist); }
+const SubjectNeeds kNeeds(__FILE__, &CannotRunHere);
+
+}  // namespace
+}  // namespace tfd::testing::mnist_test

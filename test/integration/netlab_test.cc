@@ -17,10 +17,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "test/catch/session.h"
+#include "test/catch/subjects.h"
 #include "test/test_util.h"
 
-namespace tfd::testing {
+namespace tfd::testing::netlab_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -106,22 +106,16 @@ TEST_CASE("netlab: each host's task sends through its own namespace's veth, and 
   CHECK(sync["ps_peers"]["worker:2"] == HostAddress(sync, 2));
 }
 
-}  // namespace
-}  // namespace tfd::testing
 
-int main(int argc, char** argv) {
-  if (geteuid() != 0) {
-    std::fprintf(stderr, "skipped: network namespaces need root; this test runs as uid %d\n", geteuid());
-    return tfd::testing::kSkipExitCode;
-  }
-  if (std::system("ip netns list >/dev/null 2>&1") != 0 || std::system("tc -V >/dev/null 2>&1") != 0) {
-    std::fprintf(stderr, "skipped: ip netns or tc (iproute2) does not work here\n");
-    return tfd::testing::kSkipExitCode;
-  }
-  if (!std::filesystem::exists("/usr/bin/python3")) {
-    std::fprintf(stderr, "skipped: the harness needs /usr/bin/python3\n");
-    return tfd::testing::kSkipExitCode;
-  }
-  if (!tfd::testing::FindMnist(&tfd::testing::g_mnist)) return tfd::testing::kSkipExitCode;
-  return tfd::testing::RunCatchSession(argc, argv);
+// Why this subject cannot run here ("" when it can): tfd_process_tests then skips it (exit 77).
+std::string CannotRunHere(const std::string&) {
+  if (geteuid() != 0) return fmt::format("network namespaces need root; this test runs as uid {}", geteuid());
+  if (std::system("ip netns list >/dev/null 2>&1") != 0 || std::system("tc -V >/dev/null 2>&1") != 0)
+    return "ip netns or tc (iproute2) does not work here";
+  if (!std::filesystem::exists("/usr/bin/python3")) return "the harness needs /usr/bin/python3";
+  return MissingMnist(&g_mnist);
 }
+const SubjectNeeds kNeeds(__FILE__, &CannotRunHere);
+
+}  // namespace
+}  // namespace tfd::testing::netlab_test

@@ -13,11 +13,11 @@
 #include <nlohmann/json.hpp>
 
 #include "common/http/server.h"
+#include "test/catch/subjects.h"
 #include "test/system/tfctl_util.h"
 #include "test/test_util.h"
-#include "test/catch/session.h"
 
-namespace tfd::testing {
+namespace tfd::testing::dashboard_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -118,8 +118,8 @@ TEST_CASE("tfctl up --dashboard: Chromium sees both workers' curves grow and the
   CHECK(dom.find("data-status=\"live\"") != std::string::npos);
   for (const char* task : {"ps:0", "worker:0", "worker:1"}) CHECK(dom.find(std::string("<tr data-task=\"") + task + "\" data-state=\"") != std::string::npos);
   // One screenshot kept with the test's output.
-  std::filesystem::create_directories(TFD_TEST_OUTPUT_DIR);
-  const std::string shot = std::string(TFD_TEST_OUTPUT_DIR) + "/dashboard.png";
+  std::filesystem::create_directories(TFD_DASHBOARD_OUTPUT_DIR);
+  const std::string shot = std::string(TFD_DASHBOARD_OUTPUT_DIR) + "/dashboard.png";
   std::filesystem::remove(shot);
   Chromium(dir, url, 5000, shot);
   CHECK(std::filesystem::file_size(shot) > 1000);
@@ -244,19 +244,18 @@ TEST_CASE("tfctl dashboard serves a finished run folder from its files", "[syste
   CHECK(*code == 0);
 }
 
-}  // namespace
-}  // namespace tfd::testing
 
-int main(int argc, char** argv) {
-  bool wants_chromium = false;
-  for (int i = 1; i < argc; ++i) wants_chromium = wants_chromium || std::string(argv[i]).find("[chromium]") != std::string::npos;
-  if (wants_chromium) {
-    const char* env = std::getenv("TFD_CHROMIUM");
-    tfd::testing::g_chromium = env != nullptr ? env : "/usr/bin/chromium";
-    if (!std::filesystem::exists(tfd::testing::g_chromium)) {
-      std::fprintf(stderr, "skipped: no chromium at %s (scripts/setup installs it; TFD_CHROMIUM names another)\n", tfd::testing::g_chromium.c_str());
-      return tfd::testing::kSkipExitCode;
-    }
-  }
-  return tfd::testing::RunCatchSession(argc, argv);
+// Why this subject cannot run here ("" when it can): tfd_process_tests then skips it (exit 77).
+// Only the [chromium] cases need Chromium (g_chromium); ~[chromium] leaves them out.
+std::string CannotRunHere(const std::string& spec) {
+  const std::size_t at = spec.find("[chromium]");
+  if (at == std::string::npos || (at > 0 && spec[at - 1] == '~')) return "";
+  const char* env = std::getenv("TFD_CHROMIUM");
+  g_chromium = env != nullptr ? env : "/usr/bin/chromium";
+  if (!std::filesystem::exists(g_chromium)) return "no chromium at " + g_chromium + " (scripts/setup installs it; TFD_CHROMIUM names another)";
+  return "";
 }
+const SubjectNeeds kNeeds(__FILE__, &CannotRunHere);
+
+}  // namespace
+}  // namespace tfd::testing::dashboard_test

@@ -11,11 +11,11 @@
 #include <nlohmann/json.hpp>
 
 #include "common/http/server.h"
+#include "test/catch/subjects.h"
 #include "test/system/tfctl_util.h"
 #include "test/test_util.h"
-#include "test/catch/session.h"
 
-namespace tfd::testing {
+namespace tfd::testing::metrics_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -166,15 +166,14 @@ TEST_CASE("Prometheus scrapes every worker of a tfctl run through the run folder
   CHECK(WaitUntilNoneLeft(dir.path(), 30s));
 }
 
-}  // namespace
-}  // namespace tfd::testing
 
-int main(int argc, char** argv) {
-  for (const char* tool : {"/usr/bin/prometheus", "/usr/bin/promtool"}) {
-    if (!std::filesystem::exists(tool)) {
-      std::fprintf(stderr, "skipped: %s is not installed (scripts/setup installs the prometheus package)\n", tool);
-      return tfd::testing::kSkipExitCode;
-    }
-  }
-  return tfd::testing::RunCatchSession(argc, argv);
+// Why this subject cannot run here ("" when it can): tfd_process_tests then skips it (exit 77).
+std::string CannotRunHere(const std::string&) {
+  for (const char* tool : {"/usr/bin/prometheus", "/usr/bin/promtool"})
+    if (!std::filesystem::exists(tool)) return std::string(tool) + " is not installed (scripts/setup installs the prometheus package)";
+  return "";
 }
+const SubjectNeeds kNeeds(__FILE__, &CannotRunHere);
+
+}  // namespace
+}  // namespace tfd::testing::metrics_test

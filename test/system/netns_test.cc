@@ -13,11 +13,11 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "test/catch/subjects.h"
 #include "test/system/tfctl_util.h"
 #include "test/test_util.h"
-#include "test/catch/session.h"
 
-namespace tfd::testing {
+namespace tfd::testing::netns_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -106,19 +106,15 @@ TEST_CASE("tasks in three network namespaces, started by tfctl over their sshds,
     CHECK(ReadAll(dir / ("host" + std::to_string(i) + "/remote/runs/" + run_name + "/token")) == ReadAll(RunFolder(dir) + "/token"));
 }
 
-}  // namespace
-}  // namespace tfd::testing
 
-int main(int argc, char** argv) {
-  if (geteuid() != 0) {
-    std::fprintf(stderr, "skipped: network namespaces and veth pairs need root; this test runs as uid %d\n", geteuid());
-    return tfd::testing::kSkipExitCode;
-  }
-  for (const char* tool : {"/usr/sbin/ip", "/usr/sbin/sshd"}) {
-    if (!std::filesystem::exists(tool)) {
-      std::fprintf(stderr, "skipped: %s is not installed (scripts/setup installs iproute2 and openssh-server)\n", tool);
-      return tfd::testing::kSkipExitCode;
-    }
-  }
-  return tfd::testing::RunCatchSession(argc, argv);
+// Why this subject cannot run here ("" when it can): tfd_process_tests then skips it (exit 77).
+std::string CannotRunHere(const std::string&) {
+  if (geteuid() != 0) return fmt::format("network namespaces and veth pairs need root; this test runs as uid {}", geteuid());
+  for (const char* tool : {"/usr/sbin/ip", "/usr/sbin/sshd"})
+    if (!std::filesystem::exists(tool)) return std::string(tool) + " is not installed (scripts/setup installs iproute2 and openssh-server)";
+  return "";
 }
+const SubjectNeeds kNeeds(__FILE__, &CannotRunHere);
+
+}  // namespace
+}  // namespace tfd::testing::netns_test

@@ -14,12 +14,13 @@
 #include <regex>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "test/catch/subjects.h"
 #include "test/test_util.h"
-#include "test/catch/session.h"
 
-namespace tfd::testing {
+namespace tfd::testing::slurm_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -27,7 +28,7 @@ using namespace std::chrono_literals;
 
 const std::string kTfctl = TFCTL_BINARY;
 const std::string kTfd = TFD_BINARY;
-const fs::path kState = TFD_TEST_OUTPUT_DIR;  // wiped at the start, kept after a run for its logs
+const fs::path kState = TFD_SLURM_STATE_DIR;  // wiped at the start, kept after a run for its logs
 
 std::string HostName() {
   char name[256] = {};
@@ -196,29 +197,22 @@ TEST_CASE("a 1 ps + 2 worker job submitted with sbatch to a real Slurm trains to
   CHECK((fs::status(run / "token").permissions() & (fs::perms::group_all | fs::perms::others_all)) == fs::perms::none);
 }
 
-}  // namespace
-}  // namespace tfd::testing
 
-int main(int argc, char** argv) {
-  if (geteuid() != 0) {
-    std::fprintf(stderr, "skipped: slurmctld, slurmd and munged need root here, and this test runs as uid %d\n", geteuid());
-    return tfd::testing::kSkipExitCode;
-  }
-  for (const char* tool : {"/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/bin/sbatch"}) {
-    if (!std::filesystem::exists(tool)) {
-      std::fprintf(stderr, "skipped: %s is not installed (scripts/setup installs slurm-wlm and munge)\n", tool);
-      return tfd::testing::kSkipExitCode;
-    }
-  }
+// Why this subject cannot run here ("" when it can): tfd_process_tests then skips it (exit 77).
+std::string CannotRunHere(const std::string&) {
+  if (geteuid() != 0) return fmt::format("slurmctld, slurmd and munged need root here, and this test runs as uid {}", geteuid());
+  for (const char* tool : {"/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/bin/sbatch"})
+    if (!std::filesystem::exists(tool)) return std::string(tool) + " is not installed (scripts/setup installs slurm-wlm and munge)";
   addrinfo* found = nullptr;
-  const std::string node = tfd::testing::HostName();
-  if (getaddrinfo(node.c_str(), nullptr, nullptr, &found) != 0) {
-    std::fprintf(stderr, "skipped: this machine's name %s does not resolve (Slurm's node list names it)\n", node.c_str());
-    return tfd::testing::kSkipExitCode;
-  }
+  const std::string node = HostName();
+  if (getaddrinfo(node.c_str(), nullptr, nullptr, &found) != 0) return "this machine's name " + node + " does not resolve (Slurm's node list names it)";
   freeaddrinfo(found);
   std::error_code ec;
-  std::filesystem::remove_all(tfd::testing::kState, ec);
-  std::filesystem::create_directories(tfd::testing::kState);
-  return tfd::testing::RunCatchSession(argc, argv);
+  std::filesystem::remove_all(kState, ec);  // a fresh state folder for this run's cluster
+  std::filesystem::create_directories(kState);
+  return "";
 }
+const SubjectNeeds kNeeds(__FILE__, &CannotRunHere);
+
+}  // namespace
+}  // namespace tfd::testing::slurm_test
