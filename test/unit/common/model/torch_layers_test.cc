@@ -60,11 +60,13 @@ std::vector<PeerCase> Cases() {
            {"type": "conv2d", "filters": 3, "kernel_size": 3, "strides": 2, "padding": "same", "activation": "gelu"},
            {"type": "conv2d", "filters": 2, "kernel_size": 1}, {"type": "flatten"}, {"type": "dense", "units": 3}]})"},
       {"depthwise_conv2d", {7, 7, 3},
-       R"({"layers": [{"type": "depthwise_conv2d", "kernel_size": 3, "strides": 2, "padding": "same", "depth_multiplier": 2, "activation": "relu"},
+       R"({"layers": [{"type": "depthwise_conv2d", "kernel_size": 3, "strides": 2, "padding": "same", "depth_multiplier": 2,
+           "activation": "relu"},
            {"type": "depthwise_conv2d", "kernel_size": 2, "use_bias": false}, {"type": "flatten"}, {"type": "dense", "units": 3}]})"},
       {"pools_same", {9, 9, 2},
        R"({"layers": [{"type": "max_pool2d", "pool_size": 3, "strides": 2, "padding": "same"},
-           {"type": "avg_pool2d", "pool_size": 2, "padding": "same"}, {"type": "avg_pool2d", "pool_size": 3, "strides": 1, "padding": "same"},
+           {"type": "avg_pool2d", "pool_size": 2, "padding": "same"},
+           {"type": "avg_pool2d", "pool_size": 3, "strides": 1, "padding": "same"},
            {"type": "flatten"}, {"type": "dense", "units": 3}]})"},
       {"pools_valid", {9, 9, 2},
        R"({"layers": [{"type": "avg_pool2d", "pool_size": 3, "strides": 2}, {"type": "max_pool2d", "pool_size": 2},
@@ -84,20 +86,24 @@ std::vector<PeerCase> Cases() {
            {"type": "dense", "units": 3}]})"},
       {"residual_identity", {6, 6, 3},
        R"({"layers": [{"type": "conv2d", "filters": 4, "kernel_size": 3, "padding": "same"},
-           {"type": "residual", "activation": "relu", "layers": [{"type": "conv2d", "filters": 4, "kernel_size": 3, "padding": "same", "activation": "relu"},
+           {"type": "residual", "activation": "relu", "layers": [
+             {"type": "conv2d", "filters": 4, "kernel_size": 3, "padding": "same", "activation": "relu"},
              {"type": "batch_norm"}, {"type": "conv2d", "filters": 4, "kernel_size": 3, "padding": "same"}]},
            {"type": "global_avg_pool2d"}, {"type": "dense", "units": 3}]})"},
       {"residual_projection", {7, 7, 2},
        R"({"layers": [{"type": "conv2d", "filters": 3, "kernel_size": 3, "padding": "same"},
-           {"type": "residual", "layers": [{"type": "conv2d", "filters": 6, "kernel_size": 3, "strides": 2, "padding": "same", "activation": "relu"},
+           {"type": "residual", "layers": [
+             {"type": "conv2d", "filters": 6, "kernel_size": 3, "strides": 2, "padding": "same", "activation": "relu"},
              {"type": "batch_norm", "momentum": 0.8}]},
            {"type": "flatten"}, {"type": "dense", "units": 3}]})"},
       {"embedding", {1, 5, 1},
-       R"({"layers": [{"type": "embedding", "output_dim": 3}, {"type": "dense", "units": 4, "activation": "tanh"}, {"type": "dense", "units": 3}]})",
+       R"({"layers": [{"type": "embedding", "output_dim": 3},
+           {"type": "dense", "units": 4, "activation": "tanh"}, {"type": "dense", "units": 3}]})",
        3, {{1, 4}, {3, 2}}},
       {"one_hot", {1, 5, 1}, R"({"layers": [{"type": "one_hot"}, {"type": "dense", "units": 3}]})", 3, {{1, 4}, {3, 2}}},
       {"dropout", {1, 6, 1},
-       R"({"layers": [{"type": "dense", "units": 8, "activation": "tanh"}, {"type": "dropout", "rate": 0.5}, {"type": "dense", "units": 3}]})"},
+       R"({"layers": [{"type": "dense", "units": 8, "activation": "tanh"},
+           {"type": "dropout", "rate": 0.5}, {"type": "dense", "units": 3}]})"},
   };
 }
 
@@ -135,7 +141,8 @@ std::vector<float> Inputs(const PeerCase& c, const Model& m, std::mt19937& rng) 
   std::vector<float> x(static_cast<std::size_t>(kBatch * m.input_size()));
   for (float& v : x) v = normal(rng);
   for (auto [feature, vocabulary] : c.categorical)
-    for (int n = 0; n < kBatch; ++n) x[static_cast<std::size_t>(n * m.input_size() + feature)] = static_cast<float>((n * 7 + feature) % (vocabulary + 1));
+    for (int n = 0; n < kBatch; ++n)
+      x[static_cast<std::size_t>(n * m.input_size() + feature)] = static_cast<float>((n * 7 + feature) % (vocabulary + 1));
   return x;
 }
 
