@@ -203,7 +203,7 @@ __global__ void MaxPoolBackwardKernel(const float* in, const float* out, const f
             first = py * p + dy == y && px * p + dx == x;
           }
         }
-      g = (first ? 1.0f : 0.0f) * dout[o];  // as the CPU's hit * g: the same signed zeros
+      g = 0.0f + (first ? 1.0f : 0.0f) * dout[o];  // as the CPU's 0 + hit * g: +0, never -0, where it misses
     }
     din[i] = g;
   }

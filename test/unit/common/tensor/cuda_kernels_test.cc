@@ -327,7 +327,10 @@ TEST_CASE("cuda optimizers match the CPU's bit for bit, weight decay included", 
 namespace {
 
 config::ModelSpec Layers(const std::string& json_layers) {
-  auto job = config::ParseJobSpec(R"({"model": {"layers": )" + json_layers + R"(}, "data": "x"})", "test");
+  auto job = config::ParseJobSpec(R"({"model": {"layers": )" + json_layers +
+                                      R"(}, "data": "x", "epochs": 1, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rate": 0.1}})",
+                                  "test");
+  INFO((job.ok() ? std::string() : job.status().message()));
   REQUIRE(job.ok());
   return job->model;
 }
