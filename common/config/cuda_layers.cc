@@ -7,16 +7,10 @@
 namespace tfd::config {
 
 CudaGap FindCudaGap(const LayerSpec& l) {
-  if (l.kind == LayerSpec::Kind::kAvgPool2D || l.kind == LayerSpec::Kind::kGlobalAvgPool2D || l.kind == LayerSpec::Kind::kBatchNorm ||
-      l.kind == LayerSpec::Kind::kLayerNorm || l.kind == LayerSpec::Kind::kResidual || l.kind == LayerSpec::Kind::kDepthwiseConv2D ||
-      l.kind == LayerSpec::Kind::kEmbedding || l.kind == LayerSpec::Kind::kOneHot)
+  // Every stride, padding and activation of dense, conv2d and the three pools has its kernel.
+  if (l.kind == LayerSpec::Kind::kBatchNorm || l.kind == LayerSpec::Kind::kLayerNorm || l.kind == LayerSpec::Kind::kResidual ||
+      l.kind == LayerSpec::Kind::kDepthwiseConv2D || l.kind == LayerSpec::Kind::kEmbedding || l.kind == LayerSpec::Kind::kOneHot)
     return {"type", fmt::format("{} layers", LayerKindName(l.kind))};
-  if (l.padding != Padding::kValid) return {"padding", fmt::format("{} with \"same\" padding", LayerKindName(l.kind))};
-  if ((l.kind == LayerSpec::Kind::kConv2D || l.kind == LayerSpec::Kind::kMaxPool2D) &&
-      l.stride() != (l.kind == LayerSpec::Kind::kConv2D ? 1 : l.pool_size))
-    return {"strides", fmt::format("{} with strides {}", LayerKindName(l.kind), l.stride())};
-  if (l.activation == Activation::kRelu6 || l.activation == Activation::kGelu)
-    return {"activation", fmt::format("the {} activation", ActivationName(l.activation))};
   return {};
 }
 

@@ -267,9 +267,8 @@ struct JobSpec {
   bool can_stop_early() const { return early_stopping.monitor != EarlyStoppingSpec::Monitor::kNone || stop_at_accuracy > 0; }
 };
 
-// What the CUDA backend has no kernel for in layer `l` (average and global pooling, batch_norm, layer_norm, residual,
-// depthwise_conv2d, strides, "same" padding, relu6 and gelu): the field ("type", "padding", "strides", "activation") and a phrase
-// for it; an empty field when it has every kernel the layer needs.
+// What the CUDA backend has no kernel for in layer `l` (batch_norm, layer_norm, residual, depthwise_conv2d, embedding, one_hot):
+// the field ("type") and a phrase for it; an empty field when it has every kernel the layer needs.
 struct CudaGap {
   std::string field, what;
 };

@@ -51,12 +51,14 @@ struct DevLayer {
   LayerSpec::Kind kind;
   config::Activation act = config::Activation::kNone;
   tensor::ActShape in, out;
-  int k = 0, pool = 0;
+  int k = 0;
+  WindowGeometry g;  // conv2d and the pools
   float rate = 0;
   std::size_t kernel_off = 0, bias_off = 0;
   float* out_buf = nullptr;  // [max_batch, out]
   float* mask = nullptr;     // dropout
   float* cols = nullptr;     // conv2d: im2col patches, then their gradient
+  float* pre = nullptr;      // gelu: the pre-activation [max_batch, out]
   std::int64_t rows(int batch) const { return kind == LayerSpec::Kind::kConv2D ? std::int64_t{batch} * out.h * out.w : batch; }
 };
 
@@ -119,18 +121,20 @@ Status CudaModel::Impl::Forward(int batch, bool training) {
       case LayerSpec::Kind::kDense:
         TFD_CUBLAS_RETURN(Gemm(cublas, false, false, batch, out_c, in_size, 1.0f, in, in_size, params + l.kernel_off, out_c, 0.0f,
                                out, out_c), "dense forward");
-        BiasActivation(out, params + l.bias_off, batch, out_c, l.act, stream);
+        BiasActivation(out, params + l.bias_off, batch, out_c, l.act, l.pre, stream);
         break;
       case LayerSpec::Kind::kConv2D: {
         const int patch = l.k * l.k * l.in.c;
         const auto rows = static_cast<int>(l.rows(batch));
-        Im2Col(in, l.cols, batch, l.in, l.k, stream);
+        Im2Col(in, l.cols, batch, l.g, stream);
         TFD_CUBLAS_RETURN(Gemm(cublas, false, false, rows, out_c, patch, 1.0f, l.cols, patch, params + l.kernel_off, out_c, 0.0f, out,
                                out_c), "conv2d forward");
-        BiasActivation(out, params + l.bias_off, rows, out_c, l.act, stream);
+        BiasActivation(out, params + l.bias_off, rows, out_c, l.act, l.pre, stream);
         break;
       }
-      case LayerSpec::Kind::kMaxPool2D: MaxPoolForward(in, out, batch, l.in, l.pool, stream); break;
+      case LayerSpec::Kind::kMaxPool2D:
+      case LayerSpec::Kind::kAvgPool2D: PoolForward(l.kind == LayerSpec::Kind::kMaxPool2D, in, out, batch, l.g, stream); break;
+      case LayerSpec::Kind::kGlobalAvgPool2D: GlobalAvgPoolForward(in, out, batch, l.in, stream); break;
       case LayerSpec::Kind::kDropout:
         if (training && l.rate > 0) {
           DropoutForward(in, out, l.mask, l.in.size() * batch, l.rate, &scalars->dropout_seed, i, stream);
@@ -139,8 +143,6 @@ Status CudaModel::Impl::Forward(int batch, bool training) {
         }
         break;
       case LayerSpec::Kind::kFlatten: break;
-      case LayerSpec::Kind::kAvgPool2D:
-      case LayerSpec::Kind::kGlobalAvgPool2D:
       case LayerSpec::Kind::kBatchNorm:
       case LayerSpec::Kind::kLayerNorm:
       case LayerSpec::Kind::kResidual:
@@ -168,7 +170,7 @@ Status CudaModel::Impl::Backward(int batch) {
         const auto rows = static_cast<int>(l.rows(batch));
         const int patch = conv ? l.k * l.k * l.in.c : in_size;
         const float* a = conv ? l.cols : in;
-        ActivationGrad(l.out_buf, dout, std::int64_t{rows} * out_c, l.act, stream);
+        ActivationGrad(l.out_buf, dout, std::int64_t{rows} * out_c, l.act, l.pre, stream);
         TFD_CUBLAS_RETURN(BiasGradient(cublas, dout, rows, out_c, ones, grads + l.bias_off), "bias gradient");
         TFD_CUBLAS_RETURN(Gemm(cublas, true, false, patch, out_c, rows, 1.0f, a, patch, dout, out_c, 0.0f, grads + l.kernel_off, out_c),
                           "kernel gradient");
@@ -179,12 +181,16 @@ Status CudaModel::Impl::Backward(int batch) {
         } else {
           TFD_CUBLAS_RETURN(Gemm(cublas, false, true, rows, patch, out_c, 1.0f, dout, out_c, params + l.kernel_off, out_c, 0.0f, l.cols,
                                  patch), "conv2d input gradient");
-          Col2Im(l.cols, din, batch, l.in, l.k, stream);
+          Col2Im(l.cols, din, batch, l.g, stream);
         }
         break;
       }
       case LayerSpec::Kind::kMaxPool2D:
-        if (din != nullptr) MaxPoolBackward(in, l.out_buf, dout, din, batch, l.in, l.pool, stream);
+      case LayerSpec::Kind::kAvgPool2D:
+        if (din != nullptr) PoolBackward(l.kind == LayerSpec::Kind::kMaxPool2D, in, l.out_buf, dout, din, batch, l.g, stream);
+        break;
+      case LayerSpec::Kind::kGlobalAvgPool2D:
+        if (din != nullptr) GlobalAvgPoolBackward(dout, din, batch, l.in, stream);
         break;
       case LayerSpec::Kind::kDropout:
         if (din == nullptr) break;
@@ -195,8 +201,6 @@ Status CudaModel::Impl::Backward(int batch) {
         }
         break;
       case LayerSpec::Kind::kFlatten: break;
-      case LayerSpec::Kind::kAvgPool2D:
-      case LayerSpec::Kind::kGlobalAvgPool2D:
       case LayerSpec::Kind::kBatchNorm:
       case LayerSpec::Kind::kLayerNorm:
       case LayerSpec::Kind::kResidual:
@@ -314,7 +318,9 @@ Result<std::unique_ptr<CudaModel>> CudaModel::Create(const model::Model& model, 
     l.in = i == 0 ? model.input_shape() : model.layer_output_shape(i - 1);
     l.out = model.layer_output_shape(i);
     l.k = s.kernel_size;
-    l.pool = s.pool_size;
+    if (s.kind == LayerSpec::Kind::kConv2D) l.g = Geometry(l.in, s.kernel_size, s.stride(), s.padding);
+    if (s.kind == LayerSpec::Kind::kMaxPool2D || s.kind == LayerSpec::Kind::kAvgPool2D)
+      l.g = Geometry(l.in, s.pool_size, s.stride(), s.padding);
     l.rate = static_cast<float>(s.rate);
     l.kernel_off = model.layer_starts()[i];
     if (s.kind == LayerSpec::Kind::kDense) l.bias_off = l.kernel_off + static_cast<std::size_t>(l.in.size() * l.out.c);
@@ -351,6 +357,7 @@ Result<std::unique_ptr<CudaModel>> CudaModel::Create(const model::Model& model, 
     want(&l.out_buf, B * l.out.size() * sizeof(float));
     if (l.kind == LayerSpec::Kind::kDropout) want(&l.mask, B * l.in.size() * sizeof(float));
     if (l.kind == LayerSpec::Kind::kConv2D) want(&l.cols, static_cast<std::size_t>(l.rows(m.max_batch)) * l.k * l.k * l.in.c * sizeof(float));
+    if (l.act == config::Activation::kGelu) want(&l.pre, B * l.out.size() * sizeof(float));
   }
   std::size_t need = 0;
   for (const Request& r : requests) need += DeviceArena::Rounded(r.bytes);

@@ -24,11 +24,17 @@ __device__ __forceinline__ float Act(float x, Activation act) {
     case Activation::kSigmoid: return 1.0f / (1.0f + expf(-x));
     case Activation::kElu: return x > 0.0f ? x : expf(fminf(x, 0.0f)) - 1.0f;
     case Activation::kTanh: return tanhf(x);
-    case Activation::kNone: break;
-    case Activation::kRelu6:
-    case Activation::kGelu: break;  // no kernel yet: config::CheckCudaLayers refuses them before a model gets here
+    case Activation::kRelu6: return fminf(fmaxf(x, 0.0f), 6.0f);
+    case Activation::kNone:
+    case Activation::kGelu: break;  // Gelu, from the pre-activation
   }
   return x;
+}
+
+// gelu(x) = x Phi(x), Keras' exact form, as the CPU's GeluRow; and gelu'(x) = Phi(x) + x phi(x).
+__device__ __forceinline__ float Gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+__device__ __forceinline__ float GeluGrad(float x) {
+  return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * (0.39894228040143268f * expf(-0.5f * x * x));
 }
 
 // act'(x) as a function of y = act(x), as the CPU's GradRow.
@@ -38,21 +44,28 @@ __device__ __forceinline__ float ActGrad(float y, float d, Activation act) {
     case Activation::kSigmoid: return d * (y * (1.0f - y));
     case Activation::kElu: return y > 0.0f ? d : d * (y + 1.0f);
     case Activation::kTanh: return d * (1.0f - y * y);
-    case Activation::kNone: break;
-    case Activation::kRelu6:
-    case Activation::kGelu: break;  // refused by config::CheckCudaLayers
+    case Activation::kRelu6: return y > 0.0f && y < 6.0f ? d : 0.0f;
+    case Activation::kNone:
+    case Activation::kGelu: break;  // GeluGrad, from the pre-activation
   }
   return d;
 }
 
-__global__ void BiasActivationKernel(float* y, const float* bias, std::int64_t n, int cols, Activation act) {
-  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n; i += std::int64_t{gridDim.x} * blockDim.x)
-    y[i] = Act(y[i] + bias[i % cols], act);
+__global__ void BiasActivationKernel(float* y, const float* bias, std::int64_t n, int cols, Activation act, float* pre) {
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n; i += std::int64_t{gridDim.x} * blockDim.x) {
+    const float x = y[i] + bias[i % cols];
+    if (act == Activation::kGelu) {
+      pre[i] = x;
+      y[i] = Gelu(x);
+    } else {
+      y[i] = Act(x, act);
+    }
+  }
 }
 
-__global__ void ActivationGradKernel(const float* y, float* dy, std::int64_t n, Activation act) {
+__global__ void ActivationGradKernel(const float* y, float* dy, std::int64_t n, Activation act, const float* pre) {
   for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n; i += std::int64_t{gridDim.x} * blockDim.x)
-    dy[i] = ActGrad(y[i], dy[i], act);
+    dy[i] = act == Activation::kGelu ? dy[i] * GeluGrad(pre[i]) : ActGrad(y[i], dy[i], act);
 }
 
 // One thread per row (the models have few classes): the CPU's loop, then one block sums the rows.
@@ -131,82 +144,144 @@ __global__ void MultiplyKernel(const float* a, const float* b, float* out, std::
     out[i] = a[i] * b[i];
 }
 
-// cols[((n * oh + oy) * ow + ox) * patch + (ky * k + kx) * c + ch] = in[n][oy + ky][ox + kx][ch].
-__global__ void Im2ColKernel(const float* in, float* cols, std::int64_t total, ActShape s, int k, int oh, int ow) {
-  const int patch = k * k * s.c;
+// cols[((n * oh + oy) * ow + ox) * patch + (ky * k + kx) * c + ch] = in[n][iy][ix][ch] with
+// iy = oy * stride - pad_y + ky (likewise ix), 0 where that falls in the padding.
+__global__ void Im2ColKernel(const float* in, float* cols, std::int64_t total, WindowGeometry g) {
+  const ActShape s = g.in;
+  const int k = g.k, patch = k * k * s.c;
   for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < total; i += std::int64_t{gridDim.x} * blockDim.x) {
     const int p = static_cast<int>(i % patch);
     const std::int64_t row = i / patch;
-    const int ox = static_cast<int>(row % ow), oy = static_cast<int>(row / ow % oh);
-    const std::int64_t n = row / (std::int64_t{ow} * oh);
+    const int ox = static_cast<int>(row % g.ow), oy = static_cast<int>(row / g.ow % g.oh);
+    const std::int64_t n = row / (std::int64_t{g.ow} * g.oh);
     const int ch = p % s.c, kx = p / s.c % k, ky = p / (s.c * k);
-    cols[i] = in[((n * s.h + oy + ky) * s.w + ox + kx) * s.c + ch];
+    const int iy = oy * g.stride - g.pad_y + ky, ix = ox * g.stride - g.pad_x + kx;
+    cols[i] = iy >= 0 && iy < s.h && ix >= 0 && ix < s.w ? in[((n * s.h + iy) * s.w + ix) * s.c + ch] : 0.0f;
   }
 }
 
-// din[n][y][x][ch] = the sum over the patches covering (y, x), in (ky, kx) order.
-__global__ void Col2ImKernel(const float* cols, float* din, std::int64_t total, ActShape s, int k, int oh, int ow) {
-  const int patch = k * k * s.c;
+// The windows along one axis that cover input cell `at`: [*first, *last] (empty when first > last).
+__device__ __forceinline__ void Covering(int at, int pad, int k, int stride, int out, int* first, int* last) {
+  const int hi = at + pad;  // window w covers `at` when w * stride <= hi < w * stride + k
+  *first = hi - k + 1 <= 0 ? 0 : (hi - k + 1 + stride - 1) / stride;
+  *last = min(hi / stride, out - 1);
+}
+
+// din[n][y][x][ch] = the sum over the patches covering (y, x), in (oy, ox) order (no atomics).
+__global__ void Col2ImKernel(const float* cols, float* din, std::int64_t total, WindowGeometry g) {
+  const ActShape s = g.in;
+  const int k = g.k, patch = k * k * s.c;
   for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < total; i += std::int64_t{gridDim.x} * blockDim.x) {
     const int ch = static_cast<int>(i % s.c);
     const int x = static_cast<int>(i / s.c % s.w), y = static_cast<int>(i / (std::int64_t{s.c} * s.w) % s.h);
     const std::int64_t n = i / Size(s);
+    int oy0, oy1, ox0, ox1;
+    Covering(y, g.pad_y, k, g.stride, g.oh, &oy0, &oy1);
+    Covering(x, g.pad_x, k, g.stride, g.ow, &ox0, &ox1);
     float sum = 0;
-    for (int ky = 0; ky < k; ++ky) {
-      const int oy = y - ky;
-      if (oy < 0 || oy >= oh) continue;
-      for (int kx = 0; kx < k; ++kx) {
-        const int ox = x - kx;
-        if (ox < 0 || ox >= ow) continue;
-        sum += cols[((n * oh + oy) * ow + ox) * patch + (ky * k + kx) * s.c + ch];
+    for (int oy = oy0; oy <= oy1; ++oy) {
+      const int ky = y + g.pad_y - oy * g.stride;
+      for (int ox = ox0; ox <= ox1; ++ox) {
+        const int kx = x + g.pad_x - ox * g.stride;
+        sum += cols[((n * g.oh + oy) * g.ow + ox) * patch + (ky * k + kx) * s.c + ch];
       }
     }
     din[i] = sum;
   }
 }
 
-__global__ void MaxPoolForwardKernel(const float* in, float* out, std::int64_t total, ActShape s, int p, int oh, int ow) {
+// Window (py, px)'s cells inside the input, [y0, y1) x [x0, x1), as the CPU's CellsOf: padding
+// cells take no part.
+struct Cells {
+  int y0, y1, x0, x1;
+};
+__device__ __forceinline__ Cells CellsOf(const WindowGeometry& g, int py, int px) {
+  const int y = py * g.stride - g.pad_y, x = px * g.stride - g.pad_x;
+  return {max(y, 0), min(y + g.k, g.in.h), max(x, 0), min(x + g.k, g.in.w)};
+}
+
+// Max: the first cell, then each next one where it is greater (the CPU's strict ">" scan). Average:
+// the sum in row-major order times 1 / cells, rounded as the CPU rounds (no fused multiply-add).
+template <bool kMax>
+__global__ void PoolForwardKernel(const float* in, float* out, std::int64_t total, WindowGeometry g) {
+  const ActShape s = g.in;
   for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < total; i += std::int64_t{gridDim.x} * blockDim.x) {
     const int ch = static_cast<int>(i % s.c);
-    const int px = static_cast<int>(i / s.c % ow), py = static_cast<int>(i / (std::int64_t{s.c} * ow) % oh);
-    const std::int64_t n = i / (std::int64_t{s.c} * ow * oh);
-    const float* img = in + n * Size(s);
-    float m = img[(std::int64_t{py} * p * s.w + px * p) * s.c + ch];
-    for (int dy = 0; dy < p; ++dy)
-      for (int dx = 0; dx < p; ++dx) {
-        const float v = img[(std::int64_t{py * p + dy} * s.w + px * p + dx) * s.c + ch];
-        m = v > m ? v : m;
+    const int px = static_cast<int>(i / s.c % g.ow), py = static_cast<int>(i / (std::int64_t{s.c} * g.ow) % g.oh);
+    const float* img = in + i / (std::int64_t{s.c} * g.ow * g.oh) * Size(s);
+    const Cells w = CellsOf(g, py, px);
+    float m = img[(std::int64_t{w.y0} * s.w + w.x0) * s.c + ch];
+    bool first = true;
+    for (int y = w.y0; y < w.y1; ++y)
+      for (int x = w.x0; x < w.x1; ++x) {
+        if (first) {
+          first = false;
+          continue;
+        }
+        const float v = img[(std::int64_t{y} * s.w + x) * s.c + ch];
+        if constexpr (kMax) m = v > m ? v : m;
+        else m = __fadd_rn(m, v);
       }
+    if constexpr (!kMax) m = __fmul_rn(m, 1.0f / static_cast<float>((w.y1 - w.y0) * (w.x1 - w.x0)));
     out[i] = m;
   }
 }
 
-// One thread per input: it takes its window's gradient when it is the window's first input equal
-// to the max.
-__global__ void MaxPoolBackwardKernel(const float* in, const float* out, const float* dout, float* din, std::int64_t total, ActShape s,
-                                      int p, int oh, int ow) {
+// One thread per input cell, over the windows that cover it in row-major order, as the CPU adds
+// them: max gives a window's gradient to its first cell equal to the window's max, average gives
+// every cell its share (gradient / cells). +0 where nothing reaches the cell.
+template <bool kMax>
+__global__ void PoolBackwardKernel(const float* in, const float* out, const float* dout, float* din, std::int64_t total, WindowGeometry g) {
+  const ActShape s = g.in;
   for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < total; i += std::int64_t{gridDim.x} * blockDim.x) {
     const int ch = static_cast<int>(i % s.c);
     const int x = static_cast<int>(i / s.c % s.w), y = static_cast<int>(i / (std::int64_t{s.c} * s.w) % s.h);
     const std::int64_t n = i / Size(s);
-    const int py = y / p, px = x / p;
-    float g = 0.0f;
-    if (py < oh && px < ow) {
-      const std::int64_t o = ((n * oh + py) * ow + px) * s.c + ch;
-      const float m = out[o];
-      const float* img = in + n * Size(s);
-      bool first = false, found = false;
-      for (int dy = 0; dy < p && !found; ++dy)
-        for (int dx = 0; dx < p && !found; ++dx) {
-          if (img[(std::int64_t{py * p + dy} * s.w + px * p + dx) * s.c + ch] == m) {
-            found = true;
-            first = py * p + dy == y && px * p + dx == x;
-          }
+    const float* img = in + n * Size(s);
+    int py0, py1, px0, px1;
+    Covering(y, g.pad_y, g.k, g.stride, g.oh, &py0, &py1);
+    Covering(x, g.pad_x, g.k, g.stride, g.ow, &px0, &px1);
+    float d = 0.0f;
+    for (int py = py0; py <= py1; ++py)
+      for (int px = px0; px <= px1; ++px) {
+        const std::int64_t o = ((n * g.oh + py) * g.ow + px) * s.c + ch;
+        const Cells w = CellsOf(g, py, px);
+        if constexpr (kMax) {
+          const float m = out[o];
+          bool found = false, mine = false;
+          for (int wy = w.y0; wy < w.y1 && !found; ++wy)
+            for (int wx = w.x0; wx < w.x1 && !found; ++wx)
+              if (img[(std::int64_t{wy} * s.w + wx) * s.c + ch] == m) {
+                found = true;
+                mine = wy == y && wx == x;
+              }
+          if (mine) d = __fadd_rn(d, dout[o]);
+        } else {
+          const float scale = 1.0f / static_cast<float>((w.y1 - w.y0) * (w.x1 - w.x0));
+          d = __fadd_rn(d, __fmul_rn(scale, dout[o]));
         }
-      g = 0.0f + (first ? 1.0f : 0.0f) * dout[o];  // as the CPU's 0 + hit * g: +0, never -0, where it misses
-    }
-    din[i] = g;
+      }
+    din[i] = d;
   }
+}
+
+// One thread per (image, channel): the sum over the cells in row-major order, times 1 / cells.
+__global__ void GlobalAvgPoolForwardKernel(const float* in, float* out, std::int64_t total, ActShape s) {
+  const int cells = s.h * s.w;
+  const float inv = 1.0f / static_cast<float>(cells);
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < total; i += std::int64_t{gridDim.x} * blockDim.x) {
+    const int ch = static_cast<int>(i % s.c);
+    const float* img = in + i / s.c * Size(s);
+    float sum = img[ch];
+    for (int p = 1; p < cells; ++p) sum = __fadd_rn(sum, img[std::int64_t{p} * s.c + ch]);
+    out[i] = __fmul_rn(sum, inv);
+  }
+}
+
+__global__ void GlobalAvgPoolBackwardKernel(const float* dout, float* din, std::int64_t total, ActShape s) {
+  const float inv = 1.0f / static_cast<float>(s.h * s.w);
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < total; i += std::int64_t{gridDim.x} * blockDim.x)
+    din[i] = __fmul_rn(dout[i / Size(s) * s.c + i % s.c], inv);
 }
 
 __global__ void FillKernel(float* p, std::int64_t n, float value) {
@@ -223,14 +298,14 @@ cublasStatus_t Gemm(cublasHandle_t handle, bool trans_a, bool trans_b, int m, in
                      lda, &beta, c, ldc);
 }
 
-void BiasActivation(float* y, const float* bias, std::int64_t rows, int cols, Activation act, cudaStream_t stream) {
+void BiasActivation(float* y, const float* bias, std::int64_t rows, int cols, Activation act, float* pre, cudaStream_t stream) {
   const std::int64_t n = rows * cols;
-  BiasActivationKernel<<<Blocks(n), kThreads, 0, stream>>>(y, bias, n, cols, act);
+  BiasActivationKernel<<<Blocks(n), kThreads, 0, stream>>>(y, bias, n, cols, act, pre);
 }
 
-void ActivationGrad(const float* y, float* dy, std::int64_t n, Activation act, cudaStream_t stream) {
+void ActivationGrad(const float* y, float* dy, std::int64_t n, Activation act, const float* pre, cudaStream_t stream) {
   if (act == Activation::kNone) return;
-  ActivationGradKernel<<<Blocks(n), kThreads, 0, stream>>>(y, dy, n, act);
+  ActivationGradKernel<<<Blocks(n), kThreads, 0, stream>>>(y, dy, n, act, pre);
 }
 
 cublasStatus_t BiasGradient(cublasHandle_t handle, const float* dy, int rows, int cols, const float* ones, float* dbias) {
@@ -254,27 +329,42 @@ void DropoutBackward(const float* dout, const float* mask, float* din, std::int6
   MultiplyKernel<<<Blocks(n), kThreads, 0, stream>>>(dout, mask, din, n);
 }
 
-void Im2Col(const float* in, float* cols, int batch, ActShape s, int k, cudaStream_t stream) {
-  const int oh = s.h - k + 1, ow = s.w - k + 1;
-  const std::int64_t total = std::int64_t{batch} * oh * ow * k * k * s.c;
-  Im2ColKernel<<<Blocks(total), kThreads, 0, stream>>>(in, cols, total, s, k, oh, ow);
+WindowGeometry Geometry(ActShape in, int k, int stride, tensor::Padding padding) {
+  const tensor::WindowAxis y = tensor::Window(in.h, k, stride, padding), x = tensor::Window(in.w, k, stride, padding);
+  return {in, k, stride, y.pad_before, x.pad_before, y.out, x.out};
 }
 
-void Col2Im(const float* cols, float* din, int batch, ActShape s, int k, cudaStream_t stream) {
+void Im2Col(const float* in, float* cols, int batch, const WindowGeometry& g, cudaStream_t stream) {
+  const std::int64_t total = std::int64_t{batch} * g.oh * g.ow * g.k * g.k * g.in.c;
+  Im2ColKernel<<<Blocks(total), kThreads, 0, stream>>>(in, cols, total, g);
+}
+
+void Col2Im(const float* cols, float* din, int batch, const WindowGeometry& g, cudaStream_t stream) {
+  const std::int64_t total = std::int64_t{batch} * g.in.size();
+  Col2ImKernel<<<Blocks(total), kThreads, 0, stream>>>(cols, din, total, g);
+}
+
+void PoolForward(bool max, const float* in, float* out, int batch, const WindowGeometry& g, cudaStream_t stream) {
+  const std::int64_t total = std::int64_t{batch} * g.oh * g.ow * g.in.c;
+  if (max) PoolForwardKernel<true><<<Blocks(total), kThreads, 0, stream>>>(in, out, total, g);
+  else PoolForwardKernel<false><<<Blocks(total), kThreads, 0, stream>>>(in, out, total, g);
+}
+
+void PoolBackward(bool max, const float* in, const float* out, const float* dout, float* din, int batch, const WindowGeometry& g,
+                  cudaStream_t stream) {
+  const std::int64_t total = std::int64_t{batch} * g.in.size();
+  if (max) PoolBackwardKernel<true><<<Blocks(total), kThreads, 0, stream>>>(in, out, dout, din, total, g);
+  else PoolBackwardKernel<false><<<Blocks(total), kThreads, 0, stream>>>(in, out, dout, din, total, g);
+}
+
+void GlobalAvgPoolForward(const float* in, float* out, int batch, ActShape s, cudaStream_t stream) {
+  const std::int64_t total = std::int64_t{batch} * s.c;
+  GlobalAvgPoolForwardKernel<<<Blocks(total), kThreads, 0, stream>>>(in, out, total, s);
+}
+
+void GlobalAvgPoolBackward(const float* dout, float* din, int batch, ActShape s, cudaStream_t stream) {
   const std::int64_t total = std::int64_t{batch} * s.size();
-  Col2ImKernel<<<Blocks(total), kThreads, 0, stream>>>(cols, din, total, s, k, s.h - k + 1, s.w - k + 1);
-}
-
-void MaxPoolForward(const float* in, float* out, int batch, ActShape s, int pool, cudaStream_t stream) {
-  const int oh = s.h / pool, ow = s.w / pool;
-  const std::int64_t total = std::int64_t{batch} * oh * ow * s.c;
-  MaxPoolForwardKernel<<<Blocks(total), kThreads, 0, stream>>>(in, out, total, s, pool, oh, ow);
-}
-
-void MaxPoolBackward(const float* in, const float* out, const float* dout, float* din, int batch, ActShape s, int pool,
-                     cudaStream_t stream) {
-  const std::int64_t total = std::int64_t{batch} * s.size();
-  MaxPoolBackwardKernel<<<Blocks(total), kThreads, 0, stream>>>(in, out, dout, din, total, s, pool, s.h / pool, s.w / pool);
+  GlobalAvgPoolBackwardKernel<<<Blocks(total), kThreads, 0, stream>>>(dout, din, total, s);
 }
 
 void Fill(float* p, std::int64_t n, float value, cudaStream_t stream) {

@@ -23,12 +23,13 @@ using tensor::ActShape;
 cublasStatus_t Gemm(cublasHandle_t handle, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
                     const float* b, int ldb, float beta, float* c, int ldc);
 
-// Twin: tensor::BiasActivation. y[r][c] = act(y[r][c] + bias[c]).
-void BiasActivation(float* y, const float* bias, std::int64_t rows, int cols, Activation act, cudaStream_t stream);
+// Twin: tensor::BiasActivation. y[r][c] = act(y[r][c] + bias[c]); gelu also keeps y + bias in
+// `pre` (its gradient is a function of the pre-activation; null for the other activations).
+void BiasActivation(float* y, const float* bias, std::int64_t rows, int cols, Activation act, float* pre, cudaStream_t stream);
 
-// Twin: tensor::ActivationGradBias, in two parts: dy *= act'(y) here, then (when the layer has a
-// bias) BiasGradient, dbias = the column sums of dy as one GEMV with a vector of ones.
-void ActivationGrad(const float* y, float* dy, std::int64_t n, Activation act, cudaStream_t stream);
+// Twin: tensor::ActivationGradBias, in two parts: dy *= act'(y) here (gelu: act'(pre)), then (when
+// the layer has a bias) BiasGradient, dbias = the column sums of dy as one GEMV with a vector of ones.
+void ActivationGrad(const float* y, float* dy, std::int64_t n, Activation act, const float* pre, cudaStream_t stream);
 cublasStatus_t BiasGradient(cublasHandle_t handle, const float* dy, int rows, int cols, const float* ones, float* dbias);
 
 // The loss of a batch, summed on the device: `loss_sum` over rows in row order, in double.
@@ -52,18 +53,32 @@ void DropoutForward(const float* in, float* out, float* mask, std::int64_t n, fl
 // din = dout * mask.
 void DropoutBackward(const float* dout, const float* mask, float* din, std::int64_t n, cudaStream_t stream);
 
-// Twins: the conv2d layer's im2col and col2im (square kernel k, stride 1, valid; NHWC). cols is
-// [batch * oh * ow, k * k * in.c].
-void Im2Col(const float* in, float* cols, int batch, ActShape in_shape, int k, cudaStream_t stream);
+// Where square k x k windows (a convolution's kernel, a pool's window) fall on an NHWC input:
+// `stride` apart, pad_y / pad_x cells of padding before the first row / column (tensor::Window's
+// pad_before), oh x ow windows.
+struct WindowGeometry {
+  ActShape in;
+  int k = 1, stride = 1, pad_y = 0, pad_x = 0, oh = 0, ow = 0;
+};
+WindowGeometry Geometry(ActShape in, int k, int stride, tensor::Padding padding);
+
+// Twins: the conv2d layer's im2col and col2im (NHWC, any stride and padding). cols is
+// [batch * oh * ow, k * k * in.c], zeros where a patch reads padding.
+void Im2Col(const float* in, float* cols, int batch, const WindowGeometry& g, cudaStream_t stream);
 // din = the sum of every patch's gradient in cols over the pixels it covers (gathered per input
 // pixel, no atomics).
-void Col2Im(const float* cols, float* din, int batch, ActShape in_shape, int k, cudaStream_t stream);
+void Col2Im(const float* cols, float* din, int batch, const WindowGeometry& g, cudaStream_t stream);
 
-// Twins: the max-pool layer. Backward gives each window's gradient to its first input equal to the
-// window's max (as the CPU does), and zero to inputs no window covers.
-void MaxPoolForward(const float* in, float* out, int batch, ActShape in_shape, int pool, cudaStream_t stream);
-void MaxPoolBackward(const float* in, const float* out, const float* dout, float* din, int batch, ActShape in_shape, int pool,
-                     cudaStream_t stream);
+// Twins: the max_pool2d (`max`) and avg_pool2d layers, any stride and padding (padding cells take
+// no part, as on the CPU). Max backward gives each window's gradient to its first input equal to
+// the window's max; average gives each covered input its share; inputs no window covers get +0.
+void PoolForward(bool max, const float* in, float* out, int batch, const WindowGeometry& g, cudaStream_t stream);
+void PoolBackward(bool max, const float* in, const float* out, const float* dout, float* din, int batch, const WindowGeometry& g,
+                  cudaStream_t stream);
+
+// Twins: the global_avg_pool2d layer ([batch, h, w, c] to [batch, 1, 1, c]).
+void GlobalAvgPoolForward(const float* in, float* out, int batch, ActShape in_shape, cudaStream_t stream);
+void GlobalAvgPoolBackward(const float* dout, float* din, int batch, ActShape in_shape, cudaStream_t stream);
 
 // Fills n floats with `value`.
 void Fill(float* p, std::int64_t n, float value, cudaStream_t stream);

@@ -113,6 +113,10 @@ struct CublasHandle {
   ~CublasHandle() { cuda::Cublas().destroy(h); }
 };
 
+// Every activation the layers take ([-8, 8] inputs reach relu6's top and tanh's and gelu's tails).
+constexpr Activation kActivations[] = {Activation::kNone, Activation::kRelu, Activation::kSigmoid, Activation::kElu,
+                                       Activation::kTanh, Activation::kRelu6, Activation::kGelu};
+
 }  // namespace
 
 TEST_CASE("cuda gemm matches tensor::Gemm for every transpose", "[cuda]") {
@@ -134,31 +138,34 @@ TEST_CASE("cuda gemm matches tensor::Gemm for every transpose", "[cuda]") {
 
 TEST_CASE("cuda bias + activation matches tensor::BiasActivation", "[cuda]") {
   const int rows = 64, cols = 100;
-  for (Activation act : {Activation::kNone, Activation::kRelu, Activation::kSigmoid, Activation::kElu, Activation::kTanh}) {
-    auto y = Random(rows * cols, 4, -6, 6), bias = Random(cols, 5);
-    std::vector<float> want = y;
-    tensor::BiasActivation(want.data(), bias.data(), rows, cols, act);
-    Dev<float> dy(y), db(bias);
-    cuda::BiasActivation(dy.p, db.p, rows, cols, act, nullptr);
+  for (Activation act : kActivations) {
+    auto y = Random(rows * cols, 4, -8, 8), bias = Random(cols, 5);
+    std::vector<float> want = y, want_pre(y.size());
+    tensor::BiasActivation(want.data(), bias.data(), rows, cols, act, want_pre.data());
+    Dev<float> dy(y), db(bias), pre(y.size());
+    cuda::BiasActivation(dy.p, db.p, rows, cols, act, pre.p, nullptr);
     REQUIRE(cudaGetLastError() == cudaSuccess);
     INFO("activation " << config::ActivationName(act));
     ExpectNear(dy.Get(), want, 2e-6f, 1e-5f);
+    if (tensor::NeedsPreActivation(act)) ExpectEqualBits(pre.Get(), want_pre);
   }
 }
 
 TEST_CASE("cuda activation and bias gradients match tensor::ActivationGradBias", "[cuda]") {
   CublasHandle cublas;
   const int rows = 300, cols = 70;
-  for (Activation act : {Activation::kNone, Activation::kRelu, Activation::kSigmoid, Activation::kElu, Activation::kTanh}) {
-    auto x = Random(rows * cols, 6, -3, 3), bias = std::vector<float>(cols, 0.0f), d = Random(rows * cols, 7);
-    tensor::BiasActivation(x.data(), bias.data(), rows, cols, act);  // y = act(x): a valid output
+  for (Activation act : kActivations) {
+    auto x = Random(rows * cols, 6, -8, 8), bias = std::vector<float>(cols, 0.0f), d = Random(rows * cols, 7);
+    std::vector<float> pre(x.size());
+    tensor::BiasActivation(x.data(), bias.data(), rows, cols, act, pre.data());  // y = act(x): a valid output
     std::vector<float> want_d = d, want_bias(cols);
-    tensor::ActivationGradBias(x.data(), want_d.data(), rows, cols, act, want_bias.data());
-    Dev<float> dy(x), dd(d), ones(std::vector<float>(rows, 1.0f)), dbias(static_cast<std::size_t>(cols));
-    cuda::ActivationGrad(dy.p, dd.p, std::int64_t{rows} * cols, act, nullptr);
+    tensor::ActivationGradBias(x.data(), want_d.data(), rows, cols, act, want_bias.data(), pre.data());
+    Dev<float> dy(x), dd(d), ones(std::vector<float>(rows, 1.0f)), dbias(static_cast<std::size_t>(cols)), dpre(pre);
+    cuda::ActivationGrad(dy.p, dd.p, std::int64_t{rows} * cols, act, dpre.p, nullptr);
     REQUIRE(cuda::BiasGradient(cublas.h, dd.p, rows, cols, ones.p, dbias.p) == CUBLAS_STATUS_SUCCESS);
     INFO("activation " << config::ActivationName(act));
-    ExpectNear(dd.Get(), want_d, 1e-7f, 1e-6f);
+    // gelu's derivative crosses zero (near x = -0.75), where erf's last-place difference shows.
+    ExpectNear(dd.Get(), want_d, act == Activation::kGelu ? 1e-6f : 1e-7f, 1e-6f);
     ExpectNear(dbias.Get(), want_bias, 1e-5f * rows, 0);
   }
 }
@@ -213,64 +220,104 @@ TEST_CASE("cuda dropout: the rate, the scale, the same mask for the same seed", 
   ExpectEqualBits(dgin.Get(), want);
 }
 
-TEST_CASE("cuda max-pool forward and backward match the CPU layer, ties included", "[cuda]") {
-  const tensor::ActShape in{7, 7, 3};  // 7 / 2: the last row and column are in no window
-  const int batch = 4, pool = 2;
-  auto x = Random(static_cast<std::size_t>(batch * in.size()), 11);
-  for (float& v : x) v = std::round(v * 2) / 2;  // few levels: ties inside windows
-  auto layer = tensor::MakeMaxPool2D(in, pool);
-  const tensor::ActShape out = layer->output_shape();
-  std::vector<float> want_out(static_cast<std::size_t>(batch * out.size()));
+// Window shapes: tiling 2x2, a remainder no window covers, overlapping windows, and "same" padding
+// with a stride (padding cells take no part).
+struct WindowCase {
+  int k, stride;
+  tensor::Padding padding;
+};
+constexpr WindowCase kWindows[] = {{2, 2, tensor::Padding::kValid}, {3, 2, tensor::Padding::kValid}, {2, 1, tensor::Padding::kValid},
+                                   {3, 2, tensor::Padding::kSame}, {2, 2, tensor::Padding::kSame}, {3, 1, tensor::Padding::kSame}};
+
+TEST_CASE("cuda max and average pooling match the CPU layers for every stride and padding, ties included", "[cuda]") {
+  const tensor::ActShape in{7, 7, 3};  // odd: "valid" leaves a remainder, "same" pads
+  const int batch = 4;
+  for (const bool max : {true, false})
+    for (const WindowCase& w : kWindows) {
+      INFO((max ? "max" : "avg") << " pool " << w.k << " stride " << w.stride << (w.padding == tensor::Padding::kSame ? " same" : " valid"));
+      auto x = Random(static_cast<std::size_t>(batch * in.size()), 11);
+      for (float& v : x) v = std::round(v * 2) / 2;  // few levels: ties inside windows, and -0 beside +0
+      auto layer = max ? tensor::MakeMaxPool2D(in, w.k, w.stride, w.padding) : tensor::MakeAvgPool2D(in, w.k, w.stride, w.padding);
+      const tensor::ActShape out = layer->output_shape();
+      std::vector<float> want_out(static_cast<std::size_t>(batch * out.size()));
+      layer->Forward(x.data(), want_out.data(), batch);
+      auto g = Random(want_out.size(), 12);
+      std::vector<float> gcopy = g, want_din(x.size(), -1.0f);
+      layer->Backward(x.data(), want_out.data(), gcopy.data(), want_din.data(), batch);
+      const cuda::WindowGeometry geometry = cuda::Geometry(in, w.k, w.stride, w.padding);
+      REQUIRE((geometry.oh == out.h && geometry.ow == out.w));
+      Dev<float> dx(x), dout(want_out.size()), dg(g), ddin(x.size());
+      cuda::PoolForward(max, dx.p, dout.p, batch, geometry, nullptr);
+      cuda::PoolBackward(max, dx.p, dout.p, dg.p, ddin.p, batch, geometry, nullptr);
+      REQUIRE(cudaGetLastError() == cudaSuccess);
+      // The same sums in the same order, rounded alike (the kernels use no fused multiply-add).
+      ExpectEqualBits(dout.Get(), want_out);
+      ExpectEqualBits(ddin.Get(), want_din);
+    }
+}
+
+TEST_CASE("cuda global average pooling matches the CPU layer", "[cuda]") {
+  const tensor::ActShape in{5, 6, 7};
+  const int batch = 3;
+  auto layer = tensor::MakeGlobalAvgPool2D(in);
+  auto x = Random(static_cast<std::size_t>(batch * in.size()), 31);
+  std::vector<float> want_out(static_cast<std::size_t>(batch * in.c));
   layer->Forward(x.data(), want_out.data(), batch);
-  auto g = Random(want_out.size(), 12);
-  std::vector<float> gcopy = g, want_din(x.size(), -1.0f);
+  auto g = Random(want_out.size(), 32);
+  std::vector<float> gcopy = g, want_din(x.size());
   layer->Backward(x.data(), want_out.data(), gcopy.data(), want_din.data(), batch);
   Dev<float> dx(x), dout(want_out.size()), dg(g), ddin(x.size());
-  cuda::MaxPoolForward(dx.p, dout.p, batch, in, pool, nullptr);
-  cuda::MaxPoolBackward(dx.p, dout.p, dg.p, ddin.p, batch, in, pool, nullptr);
+  cuda::GlobalAvgPoolForward(dx.p, dout.p, batch, in, nullptr);
+  cuda::GlobalAvgPoolBackward(dg.p, ddin.p, batch, in, nullptr);
   REQUIRE(cudaGetLastError() == cudaSuccess);
   ExpectEqualBits(dout.Get(), want_out);
   ExpectEqualBits(ddin.Get(), want_din);
 }
 
-TEST_CASE("cuda conv2d (im2col + GEMM, col2im) matches the CPU layer", "[cuda]") {
+TEST_CASE("cuda conv2d (im2col + GEMM, col2im) matches the CPU layer for every stride and padding", "[cuda]") {
   CublasHandle cublas;
   const tensor::ActShape in{8, 9, 3};
-  const int batch = 5, filters = 4, k = 3;
-  auto layer = tensor::MakeConv2D(in, filters, k, Activation::kRelu, {}, tensor::GemmConfig{});
-  const tensor::ActShape out = layer->output_shape();
-  const int patch = k * k * in.c, rows = batch * out.h * out.w;
-  auto kernel = Random(static_cast<std::size_t>(patch * filters), 13), bias = Random(filters, 14);
-  std::vector<float> dkernel(kernel.size()), dbias(bias.size());
-  std::vector<std::span<float>> ps{kernel, bias}, gs{dkernel, dbias};
-  layer->Bind(ps, gs);
-  layer->Reserve(batch);
-  auto x = Random(static_cast<std::size_t>(batch * in.size()), 15);
-  std::vector<float> want_out(static_cast<std::size_t>(batch * out.size()));
-  layer->Forward(x.data(), want_out.data(), batch);
-  auto g = Random(want_out.size(), 16);
-  std::vector<float> gcopy = g, want_din(x.size());
-  layer->Backward(x.data(), want_out.data(), gcopy.data(), want_din.data(), batch);
+  const int batch = 5, filters = 4;
+  for (const WindowCase& w : kWindows) {
+    const int k = w.k;
+    INFO("kernel " << k << " stride " << w.stride << (w.padding == tensor::Padding::kSame ? " same" : " valid"));
+    auto layer = tensor::MakeConv2D(in, filters, k, Activation::kRelu, {}, tensor::GemmConfig{}, w.stride, w.padding);
+    const tensor::ActShape out = layer->output_shape();
+    const int patch = k * k * in.c, rows = batch * out.h * out.w;
+    auto kernel = Random(static_cast<std::size_t>(patch * filters), 13), bias = Random(filters, 14);
+    std::vector<float> dkernel(kernel.size()), dbias(bias.size());
+    std::vector<std::span<float>> ps{kernel, bias}, gs{dkernel, dbias};
+    layer->Bind(ps, gs);
+    layer->Reserve(batch);
+    auto x = Random(static_cast<std::size_t>(batch * in.size()), 15);
+    std::vector<float> want_out(static_cast<std::size_t>(batch * out.size()));
+    layer->Forward(x.data(), want_out.data(), batch);
+    auto g = Random(want_out.size(), 16);
+    std::vector<float> gcopy = g, want_din(x.size());
+    layer->Backward(x.data(), want_out.data(), gcopy.data(), want_din.data(), batch);
 
-  // The device: CudaModel's conv2d sequence.
-  Dev<float> dx(x), dk(kernel), db(bias), cols(static_cast<std::size_t>(rows) * patch), dout(want_out.size()), dg(g),
-      ones(std::vector<float>(rows, 1.0f)), ddk(kernel.size()), ddb(bias.size()), ddin(x.size());
-  cuda::Im2Col(dx.p, cols.p, batch, in, k, nullptr);
-  REQUIRE(cuda::Gemm(cublas.h, false, false, rows, filters, patch, 1, cols.p, patch, dk.p, filters, 0, dout.p, filters) ==
-          CUBLAS_STATUS_SUCCESS);
-  cuda::BiasActivation(dout.p, db.p, rows, filters, Activation::kRelu, nullptr);
-  cuda::ActivationGrad(dout.p, dg.p, std::int64_t{rows} * filters, Activation::kRelu, nullptr);
-  REQUIRE(cuda::BiasGradient(cublas.h, dg.p, rows, filters, ones.p, ddb.p) == CUBLAS_STATUS_SUCCESS);
-  REQUIRE(cuda::Gemm(cublas.h, true, false, patch, filters, rows, 1, cols.p, patch, dg.p, filters, 0, ddk.p, filters) ==
-          CUBLAS_STATUS_SUCCESS);
-  REQUIRE(cuda::Gemm(cublas.h, false, true, rows, patch, filters, 1, dg.p, filters, dk.p, filters, 0, cols.p, patch) ==
-          CUBLAS_STATUS_SUCCESS);
-  cuda::Col2Im(cols.p, ddin.p, batch, in, k, nullptr);
-  REQUIRE(cudaGetLastError() == cudaSuccess);
-  ExpectNear(dout.Get(), want_out, 1e-5f * patch, 1e-5f);
-  ExpectNear(ddb.Get(), dbias, 1e-5f * rows, 0);
-  ExpectNear(ddk.Get(), dkernel, 1e-5f * rows, 0);
-  ExpectNear(ddin.Get(), want_din, 1e-5f * filters * k * k, 0);
+    // The device: CudaModel's conv2d sequence.
+    const cuda::WindowGeometry geometry = cuda::Geometry(in, k, w.stride, w.padding);
+    REQUIRE((geometry.oh == out.h && geometry.ow == out.w));
+    Dev<float> dx(x), dk(kernel), db(bias), cols(static_cast<std::size_t>(rows) * patch), dout(want_out.size()), dg(g),
+        ones(std::vector<float>(rows, 1.0f)), ddk(kernel.size()), ddb(bias.size()), ddin(x.size());
+    cuda::Im2Col(dx.p, cols.p, batch, geometry, nullptr);
+    REQUIRE(cuda::Gemm(cublas.h, false, false, rows, filters, patch, 1, cols.p, patch, dk.p, filters, 0, dout.p, filters) ==
+            CUBLAS_STATUS_SUCCESS);
+    cuda::BiasActivation(dout.p, db.p, rows, filters, Activation::kRelu, nullptr, nullptr);
+    cuda::ActivationGrad(dout.p, dg.p, std::int64_t{rows} * filters, Activation::kRelu, nullptr, nullptr);
+    REQUIRE(cuda::BiasGradient(cublas.h, dg.p, rows, filters, ones.p, ddb.p) == CUBLAS_STATUS_SUCCESS);
+    REQUIRE(cuda::Gemm(cublas.h, true, false, patch, filters, rows, 1, cols.p, patch, dg.p, filters, 0, ddk.p, filters) ==
+            CUBLAS_STATUS_SUCCESS);
+    REQUIRE(cuda::Gemm(cublas.h, false, true, rows, patch, filters, 1, dg.p, filters, dk.p, filters, 0, cols.p, patch) ==
+            CUBLAS_STATUS_SUCCESS);
+    cuda::Col2Im(cols.p, ddin.p, batch, geometry, nullptr);
+    REQUIRE(cudaGetLastError() == cudaSuccess);
+    ExpectNear(dout.Get(), want_out, 1e-5f * patch, 1e-5f);
+    ExpectNear(ddb.Get(), dbias, 1e-5f * rows, 0);
+    ExpectNear(ddk.Get(), dkernel, 1e-5f * rows, 0);
+    ExpectNear(ddin.Get(), want_din, 1e-5f * filters * k * k, 0);
+  }
 }
 
 TEST_CASE("cuda optimizers match the CPU's bit for bit, weight decay included", "[cuda]") {
@@ -344,12 +391,20 @@ std::vector<ClassId> Labels(int batch, int classes, std::uint64_t seed) {
 
 }  // namespace
 
-TEST_CASE("CudaModel gradients match Model's for dense and conv2d models", "[cuda]") {
+TEST_CASE("CudaModel gradients match Model's for dense, conv2d and pooling models", "[cuda]") {
   const std::string dense = R"([{"type": "dense", "units": 64, "activation": "elu"}, {"type": "dense", "units": 32, "activation": "tanh"},
                                 {"type": "dense", "units": 16, "activation": "sigmoid"}, {"type": "dense", "units": 10}])";
   const std::string conv = R"([{"type": "conv2d", "filters": 6, "kernel_size": 3, "activation": "relu"}, {"type": "max_pool2d", "pool_size": 2},
                                {"type": "flatten"}, {"type": "dense", "units": 24, "activation": "relu"}, {"type": "dense", "units": 10}])";
-  for (const std::string& layers : {dense, conv}) {
+  // Strided and padded convolutions, gelu and relu6, overlapping max and average pools, global pooling.
+  const std::string strided = R"([{"type": "conv2d", "filters": 6, "kernel_size": 3, "strides": 2, "padding": "same", "activation": "gelu"},
+                                  {"type": "max_pool2d", "pool_size": 3, "strides": 1, "padding": "same"},
+                                  {"type": "conv2d", "filters": 8, "kernel_size": 2, "activation": "relu6"},
+                                  {"type": "avg_pool2d", "pool_size": 2, "strides": 1},
+                                  {"type": "global_avg_pool2d"}, {"type": "dense", "units": 16, "activation": "gelu"},
+                                  {"type": "dense", "units": 10}])";
+  for (const std::string& layers : {dense, conv, strided}) {
+    INFO(layers);
     const int batch = 20;
     auto made = model::Model::Build(Layers(layers), {12, 12, 1}, 10, batch);
     REQUIRE(made.ok());
