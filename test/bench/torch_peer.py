@@ -42,6 +42,43 @@ def read_idx(path, magic):
     return np.frombuffer(raw, np.uint8, offset=hdr).reshape(dims)
 
 
+def batch_norm(channels):
+    # Keras' BatchNormalization(momentum=0.9, epsilon=1e-3) as the job writes it: PyTorch's momentum
+    # is the new batch's weight, 1 - Keras' momentum.
+    return nn.BatchNorm2d(channels, eps=1e-3, momentum=0.1)
+
+
+class Block(nn.Module):
+    """tfd's `residual` block: conv (relu) -> batch_norm -> conv -> batch_norm, added to the input
+    (through a 1x1 strided convolution with bias where the shape changes), then relu."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(cin, cout, 3, stride=stride, padding=1), nn.ReLU(), batch_norm(cout),
+            nn.Conv2d(cout, cout, 3, padding=1), batch_norm(cout))
+        self.projection = nn.Conv2d(cin, cout, 1, stride=stride) if stride != 1 or cin != cout else None
+
+    def forward(self, x):
+        shortcut = x if self.projection is None else self.projection(x)
+        return torch.relu(self.body(x) + shortcut)
+
+
+class ResNet(nn.Module):
+    """configs/jobs/mnist-resnet.json (padding=1 for TensorFlow's "same": the same shapes and work)."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Unflatten(1, (1, 28, 28)),
+            nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), batch_norm(16),
+            Block(16, 16, 1), Block(16, 32, 2), Block(32, 64, 2),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
+
+    def forward(self, x):
+        return self.net(x)
+
+
 def build_model(name):
     if name == "softmax":
         return nn.Linear(784, 10)
@@ -62,6 +99,8 @@ def build_model(name):
             nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.ReLU(),
             nn.Conv2d(32, 64, 3, stride=2, padding=1), nn.ReLU(),
             nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
+    if name == "resnet":
+        return ResNet()
     # cnn
     return nn.Sequential(
         nn.Unflatten(1, (1, 28, 28)),
@@ -134,7 +173,7 @@ def build_optimizer(name, params, lr, momentum, capturable=False):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", required=True, choices=["softmax", "mlp", "dnn", "cnn", "strided"])
+    p.add_argument("--model", required=True, choices=["softmax", "mlp", "dnn", "cnn", "strided", "resnet"])
     p.add_argument("--optimizer", required=True, choices=["sgd", "momentum", "adam"])
     p.add_argument("--lr", type=float, required=True)
     p.add_argument("--momentum", type=float, default=0.95)

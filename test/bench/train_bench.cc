@@ -47,8 +47,11 @@ struct Config {
 tfd::Result<std::unique_ptr<tfd::model::Model>> BuildModel(const Config& c, const tfd::tensor::GemmConfig& gemm) {
   tfd::config::ModelSpec spec;
   spec.name = c.model;
-  if (c.model == "strided") {  // the job file's layer list: strided same-padded convolutions, global average pooling
-    auto job = tfd::config::LoadJobSpec(TFD_SOURCE_DIR "/configs/jobs/mnist-convnet-strided.json");
+  // The job files' layer lists: strided same-padded convolutions and global average pooling; the
+  // residual convnet with batch norm.
+  if (c.model == "strided" || c.model == "resnet") {
+    auto job = tfd::config::LoadJobSpec(TFD_SOURCE_DIR "/configs/jobs/" +
+                                        std::string(c.model == "strided" ? "mnist-convnet-strided.json" : "mnist-resnet.json"));
     if (!job.ok()) return job.status();
     spec = job->model;
   }
@@ -263,7 +266,7 @@ int main(int argc, char** argv) {
   const std::vector<Config> configs = {{"softmax", "sgd", 0.01, 100}, {"mlp", "sgd", 0.001, 100},
                                        {"mlp", "adam", 0.001, 100},   {"dnn", "momentum", 0.01, 50},
                                        {"cnn", "sgd", 0.001, 64},     {"cnn", "adam", 0.001, 64},
-                                       {"strided", "adam", 0.002, 64}};
+                                       {"strided", "adam", 0.002, 64}, {"resnet", "adam", 0.001, 64}};
   for (const Config& c : configs) {
     if (!only.empty() && c.model != only) continue;
     std::vector<double> ours;
