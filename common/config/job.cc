@@ -371,6 +371,11 @@ JobSpec ReadJobSpec(ObjectReader& r) {
   r.Double("gpu_memory_fraction", 0, 1, /*min_exclusive=*/true, &job.gpu_memory_fraction);
   r.Int("threads", 1, 256, &job.threads);
   r.Bool("shuffle", &job.shuffle);
+  if (r.Has("prefetch")) {
+    bool prefetch = false;
+    r.Bool("prefetch", &prefetch);
+    job.prefetch = prefetch;
+  }
   ReadCheckpoint(r, &job.checkpoint);
   ReadSummaries(r, &job.summaries);
   ReadExport(r, &job.export_model);

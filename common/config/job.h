@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -248,6 +249,10 @@ struct JobSpec {
   double gpu_memory_fraction = 1.0;
   int threads = 1;  // compute threads per task
   bool shuffle = true;
+  // Gather the next batch on a thread of its own while a step computes; unset: on for a cuda
+  // device (the host idles through a GPU step), off on the CPU (the thread would take a core).
+  std::optional<bool> prefetch;
+  bool Prefetch() const { return prefetch.value_or(cuda_device >= 0); }
   CheckpointSpec checkpoint;
   SummarySpec summaries;
   ExportSpec export_model;  // "export"

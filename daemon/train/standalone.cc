@@ -128,6 +128,7 @@ Status RunStandalone(const config::JobSpec& job, EventWriter& events, const Stan
   topts.stop = options.stop;
   topts.exports = true;
   topts.params_out = options.params_out;
+  topts.prefetch = job.Prefetch();
   if (options.resume != nullptr) {
     const std::int64_t steps = StepsPerEpoch(loaded.data.train.size, 1, job.batch_size);
     std::vector<float> slots(updater.state().slots().size());

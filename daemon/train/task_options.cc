@@ -13,6 +13,7 @@ TrainerOptions TrainerOptionsFor(const config::TfConfig& config, const config::J
   t.params_out = options.params_out;
   t.shard_limit = options.shard_limit;
   t.observers = options.observers;
+  t.prefetch = job.Prefetch();
   return t;
 }
 

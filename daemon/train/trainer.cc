@@ -11,6 +11,7 @@
 
 #include "common/base/random.h"
 #include "common/base/service.h"
+#include "common/model/batch_input.h"
 #include "common/optim/schedule.h"
 #include "daemon/train/early_stopping.h"
 #include "daemon/train/export.h"
@@ -75,8 +76,7 @@ Status TrainLoop(const config::JobSpec& job, const data::DataSplits& data, model
   TFD_CHECK(steps > 0);  // LoadJobData refused a batch larger than a worker's share
   const bool worker_line = options.task != "standalone";
   const std::string prefix = worker_line ? fmt::format("worker={} ", options.rank) : "";
-  std::vector<float> x(static_cast<std::size_t>(batch * model.input_size()));
-  model::BatchLabels y(data.train, batch);
+  model::BatchInput input(data.train, model.input_size(), batch, options.prefetch);
   std::int64_t local_step = std::min<std::int64_t>(options.start_local_step, steps * job.epochs), global_step = 0;
   double test_accuracy = -1;  // the test metric: accuracy, or a regression model's MAE
   model::EvalResult test_result;
@@ -150,6 +150,7 @@ Status TrainLoop(const config::JobSpec& job, const data::DataSplits& data, model
       Clock::duration input_time{}, compute_time{}, update_time{};
       if (options.shard_limit > 0 && static_cast<std::int64_t>(shard.size()) > options.shard_limit)
         shard.resize(static_cast<std::size_t>(options.shard_limit));
+      input.StartEpoch(shard);
       const bool join = updater.JoinsUnevenShards();
       const std::int64_t my_steps = join ? static_cast<std::int64_t>(shard.size()) / batch
                                          : (share ? StepsPerEpoch(data.train.size, share->count, batch) : steps);
@@ -162,7 +163,8 @@ Status TrainLoop(const config::JobSpec& job, const data::DataSplits& data, model
           return Status::FailedPrecondition(fmt::format("stopped by a signal at epoch {} local_step {}", epoch, local_step));
         }
         const Clock::time_point fill_start = Clock::now();
-        y.Fill(data.train, std::span(shard).subspan(static_cast<std::size_t>(s * batch), batch), x.data());
+        const model::BatchInput::Batch in = input.Take(s, s + 1 < my_steps);
+        const tensor::Labels y = in.y->View(batch);
         if (join) updater.SetHasNextBatch(s + 1 < my_steps);
         const std::uint64_t dropout_seed = DropoutSeed(job.seed, options.rank, local_step);
         Status sending;
@@ -171,12 +173,12 @@ Status TrainLoop(const config::JobSpec& job, const data::DataSplits& data, model
         Clock::duration handing_off{};  // gradients handed to the updater during backprop (overlap)
         tensor::LossResult r;
         if (options.compute) {
-          Result<tensor::LossResult> computed = options.compute(x.data(), y.View(batch), dropout_seed);
+          Result<tensor::LossResult> computed = options.compute(in.x, y, dropout_seed);
           if (!computed.ok()) return fail(computed.status());
           r = *computed;
         } else {
           model.SetDropoutSeed(dropout_seed);
-          r = model.ComputeGradients(x.data(), y.View(batch), [&](std::size_t from) {
+          r = model.ComputeGradients(in.x, y, [&](std::size_t from) {
             const Clock::time_point t = Clock::now();
             if (sending.ok()) sending = updater.GradientsReady(model, from);
             handing_off += Clock::now() - t;

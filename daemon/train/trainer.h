@@ -43,6 +43,9 @@ struct TrainerOptions {
   // at the end (and every export.every_epochs epochs), emitting `exported`.
   bool exports = false;
   std::vector<TrainObserver*> observers;  // told of every step and epoch; not owned
+  // Gather step s + 1's batch on a thread of its own while step s computes (model::BatchInput):
+  // on for a GPU step, which leaves the host idle; the same batches either way.
+  bool prefetch = false;
   // When set, computes each step's gradient into model.grads() instead of model.ComputeGradients
   // (micro-batches, a model-parallel stage's schedule), from the batch and the step's dropout
   // seed; its error ends the run as an updater's does. Updater::GradientsReady is not called then.

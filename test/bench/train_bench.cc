@@ -9,8 +9,9 @@
 // With --device cuda:N (a build with the CUDA backend): tfd's standalone GPU step (CudaModel's
 // TrainStep: forward, backward and update as one CUDA graph, the batch copied in from pinned
 // memory, the loss read back every step) beside PyTorch on the same GPU, eager and with the whole
-// step captured as a CUDA graph (torch_peer.py --device --cuda-graph). same-batch/s is tfd's step
-// again on one batch gathered once: the gap between the two is the host's gather (FillBatch).
+// step captured as a CUDA graph (torch_peer.py --device --cuda-graph). tfd-cuda/s gathers the next
+// batch on model::BatchInput's prefetch thread during the step, as tfd does on a GPU; no-prefetch/s
+// gathers it in the step; same-batch/s trains on one batch gathered once (the step without the gather).
 #include <sys/resource.h>
 #include <sys/wait.h>
 
@@ -29,6 +30,7 @@
 #include "common/tensor/gemm.h"
 #include "test/bench/peer_best.h"
 #ifdef TFD_HAVE_CUDA
+#include "common/model/batch_input.h"
 #include "common/tensor/cuda/cuda_model.h"
 #include "common/tensor/cuda/runtime.h"
 #endif
@@ -105,9 +107,12 @@ double MeasureOurs(const tfd::data::DataSplits& data, const Config& c, double se
 
 #ifdef TFD_HAVE_CUDA
 // The same steps as MeasureOurs on GPU `device`, the whole step on the device.
-// With `refill` false the first batch is trained on every step: what the step costs without the
-// host's gather (FillBatch), to show how much of the step that is.
-double MeasureOursCuda(const tfd::data::DataSplits& data, const Config& c, double seconds, int device, bool refill) {
+// How each step gets its batch: gathered by BatchInput with its prefetch thread (tfd's default on a
+// GPU), gathered in the step (prefetch off), or gathered once and trained on every step (what the
+// step costs without the host's gather).
+enum class Feed { kPrefetch, kGather, kSameBatch };
+
+double MeasureOursCuda(const tfd::data::DataSplits& data, const Config& c, double seconds, int device, Feed feed) {
   auto model = BuildModel(c, tfd::tensor::GemmConfig{});
   if (!model.ok()) return 0;
   auto opt = tfd::optim::MakeOptimizer(OptimizerOf(c));
@@ -117,17 +122,16 @@ double MeasureOursCuda(const tfd::data::DataSplits& data, const Config& c, doubl
     return 0;
   }
   auto shard = tfd::data::EpochShard(data.train.size, 1, 1, 0, 1, true);
-  std::vector<float> x(static_cast<std::size_t>(c.batch * (*model)->input_size()));
-  std::vector<tfd::ClassId> y(static_cast<std::size_t>(c.batch));
-  const std::size_t steps_per_epoch = shard.size() / c.batch;
-  std::size_t s = 0;
+  const std::int64_t steps_per_epoch = static_cast<std::int64_t>(shard.size()) / c.batch;
+  tfd::model::BatchInput input(data.train, (*model)->input_size(), c.batch, feed == Feed::kPrefetch);
+  input.StartEpoch(shard);
+  std::int64_t s = 0;
+  tfd::model::BatchInput::Batch b = input.Take(0, false);
   bool ok = true;
   auto step = [&] {
-    if (refill || s == 0) {
-      tfd::data::FillBatch(data.train, std::span(shard).subspan((s % steps_per_epoch) * c.batch, c.batch), x.data(), y.data());
-    }
-    ++s;
-    ok = ok && (*gpu)->TrainStep(x.data(), y, s).ok();
+    const std::int64_t at = s++ % steps_per_epoch;
+    if (feed != Feed::kSameBatch) b = input.Take(at, at + 1 < steps_per_epoch);
+    ok = ok && (*gpu)->TrainStep(b.x, b.y->View(static_cast<std::size_t>(c.batch)).ids, static_cast<std::uint64_t>(s)).ok();
   };
   const double rate = SamplesPerSec(step, c.batch, seconds);
   return ok ? rate : 0;
@@ -218,14 +222,15 @@ int main(int argc, char** argv) {
     }
     std::printf("training throughput on %s, one process, %.1f s per measurement\n", tfd::cuda::DeviceDescription(device).c_str(),
                 seconds);
-    std::printf("%-8s %-9s %5s %12s %12s %12s %12s %7s %7s\n", "model", "optimizer", "batch", "tfd-cuda/s", "same-batch/s", "torch/s",
-                "torch-graph/s", "eager", "graph");
+    std::printf("%-8s %-9s %5s %12s %12s %12s %12s %12s %7s %7s\n", "model", "optimizer", "batch", "tfd-cuda/s", "no-prefetch/s",
+                "same-batch/s", "torch/s", "torch-graph/s", "eager", "graph");
     const std::vector<Config> gpu_configs = {{"softmax", "sgd", 0.01, 100}, {"mlp", "sgd", 0.001, 100}, {"mlp", "adam", 0.001, 100},
                                              {"dnn", "momentum", 0.01, 50}, {"cnn", "sgd", 0.001, 64},   {"cnn", "adam", 0.001, 64}};
     for (const Config& c : gpu_configs) {
       if (!only.empty() && c.model != only) continue;
-      const double ours = MeasureOursCuda(*mnist, c, seconds, device, true);
-      const double same_batch = MeasureOursCuda(*mnist, c, seconds, device, false);
+      const double ours = MeasureOursCuda(*mnist, c, seconds, device, Feed::kPrefetch);
+      const double no_prefetch = MeasureOursCuda(*mnist, c, seconds, device, Feed::kGather);
+      const double same_batch = MeasureOursCuda(*mnist, c, seconds, device, Feed::kSameBatch);
       double eager = 0, graph = 0;
       if (peer) {
         const std::string base = fmt::format("timeout 120 /usr/bin/python3 {} --model {} --optimizer {} --lr {} --batch {} --data {} --seconds {} "
@@ -240,8 +245,9 @@ int main(int argc, char** argv) {
       }
       auto cell = [](double v) { return v > 0 ? fmt::format("{:.0f}", v) : std::string("-"); };
       auto ratio = [ours](double v) { return v > 0 ? fmt::format("{:.2f}x", ours / v) : std::string("-"); };
-      std::printf("%-8s %-9s %5d %12s %12s %12s %12s %7s %7s\n", c.model.c_str(), c.optimizer.c_str(), c.batch, cell(ours).c_str(),
-                  cell(same_batch).c_str(), cell(eager).c_str(), cell(graph).c_str(), ratio(eager).c_str(), ratio(graph).c_str());
+      std::printf("%-8s %-9s %5d %12s %12s %12s %12s %12s %7s %7s\n", c.model.c_str(), c.optimizer.c_str(), c.batch, cell(ours).c_str(),
+                  cell(no_prefetch).c_str(), cell(same_batch).c_str(), cell(eager).c_str(), cell(graph).c_str(), ratio(eager).c_str(),
+                  ratio(graph).c_str());
       std::fflush(stdout);
     }
     return 0;

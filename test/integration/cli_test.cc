@@ -171,6 +171,21 @@ TEST_CASE("two runs with the same seed end with bit-identical parameters", "[int
   CHECK(sha("4") != a);
 }
 
+TEST_CASE("prefetching the next batch on a thread changes no parameter", "[integration][cli]") {
+  TempDir dir;
+  WriteSyntheticMnist(dir / "", 230, 50);  // 230 / 20: a short last batch is dropped, 11 steps an epoch
+  auto sha = [&](const std::string& extra) {
+    CommandResult r = RunJob(dir, Job(dir.path(), R"(, "seed": 5, "validation_split": 30)" + extra), "--log-format json");
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    return Events(r.out).back()["params_sha256"].get<std::string>();
+  };
+  const std::string off = sha(R"(, "prefetch": false)");
+  CHECK(sha(R"(, "prefetch": true)") == off);
+  CHECK(sha("") == off);  // the CPU's default: off
+  ExpectUsageError(RunJob(dir, Job(dir.path(), R"(, "prefetch": "yes")")), "prefetch");
+}
+
 TEST_CASE("Ctrl-C stops a training run within a second with exit code 130", "[integration][cli]") {
   TempDir dir;
   WriteSyntheticMnist(dir / "", 2000, 50);
