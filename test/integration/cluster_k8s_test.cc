@@ -160,7 +160,6 @@ TEST_CASE("SIGTERM, as the kubelet sends it, ends every task within the grace pe
   }
 }
 
-
 // Why this subject cannot run here ("" when it can): tfd_process_tests then skips it (exit 77).
 std::string CannotRunHere(const std::string&) {
   if (geteuid() != 0) return fmt::format("each task runs in its own mount namespace (unshare --mount), which needs root; uid {}", geteuid());

@@ -131,7 +131,6 @@ TEST_CASE("the dnn split by units on 2 workers keeps standalone's accuracy withi
   CHECK(want >= 0.97);
 }
 
-
 // Why this subject cannot run here ("" when it can): tfd_process_tests then skips it (exit 77).
 std::string CannotRunHere(const std::string&) { return MissingMnist(&g_mnist); }
 const SubjectNeeds kNeeds(__FILE__, &CannotRunHere);

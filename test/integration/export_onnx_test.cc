@@ -201,7 +201,6 @@ TEST_CASE("python3-onnx's full checker accepts every exported model", "[integrat
   CHECK(static_cast<std::size_t>(std::count(r.out.begin(), r.out.end(), '\n')) == ExportCases(1, 1).size());
 }
 
-
 // Why this subject cannot run here ("" when it can): tfd_process_tests then skips it (exit 77).
 std::string CannotRunHere(const std::string&) {
   const char* env = std::getenv("ORT_NODE_MODULES");

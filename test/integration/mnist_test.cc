@@ -54,7 +54,6 @@ TEST_CASE("dnn in the seed's configuration: at least 97% after four epochs", "[m
   CHECK(acc >= 0.97);
 }
 
-
 // Why this subject cannot run here ("" when it can): tfd_process_tests then skips it (exit 77).
 std::string CannotRunHere(const std::string&) { return MissingMnist(&g_mnist); }
 const SubjectNeeds kNeeds(__FILE__, &CannotRunHere);

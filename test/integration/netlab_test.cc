@@ -106,7 +106,6 @@ TEST_CASE("netlab: each host's task sends through its own namespace's veth, and 
   CHECK(sync["ps_peers"]["worker:2"] == HostAddress(sync, 2));
 }
 
-
 // Why this subject cannot run here ("" when it can): tfd_process_tests then skips it (exit 77).
 std::string CannotRunHere(const std::string&) {
   if (geteuid() != 0) return fmt::format("network namespaces need root; this test runs as uid {}", geteuid());

@@ -244,7 +244,6 @@ TEST_CASE("tfctl dashboard serves a finished run folder from its files", "[syste
   CHECK(*code == 0);
 }
 
-
 // Why this subject cannot run here ("" when it can): tfd_process_tests then skips it (exit 77).
 // Only the [chromium] cases need Chromium (g_chromium); ~[chromium] leaves them out.
 std::string CannotRunHere(const std::string& spec) {

@@ -166,7 +166,6 @@ TEST_CASE("Prometheus scrapes every worker of a tfctl run through the run folder
   CHECK(WaitUntilNoneLeft(dir.path(), 30s));
 }
 
-
 // Why this subject cannot run here ("" when it can): tfd_process_tests then skips it (exit 77).
 std::string CannotRunHere(const std::string&) {
   for (const char* tool : {"/usr/bin/prometheus", "/usr/bin/promtool"})

@@ -106,7 +106,6 @@ TEST_CASE("tasks in three network namespaces, started by tfctl over their sshds,
     CHECK(ReadAll(dir / ("host" + std::to_string(i) + "/remote/runs/" + run_name + "/token")) == ReadAll(RunFolder(dir) + "/token"));
 }
 
-
 // Why this subject cannot run here ("" when it can): tfd_process_tests then skips it (exit 77).
 std::string CannotRunHere(const std::string&) {
   if (geteuid() != 0) return fmt::format("network namespaces and veth pairs need root; this test runs as uid {}", geteuid());

@@ -197,7 +197,6 @@ TEST_CASE("a 1 ps + 2 worker job submitted with sbatch to a real Slurm trains to
   CHECK((fs::status(run / "token").permissions() & (fs::perms::group_all | fs::perms::others_all)) == fs::perms::none);
 }
 
-
 // Why this subject cannot run here ("" when it can): tfd_process_tests then skips it (exit 77).
 std::string CannotRunHere(const std::string&) {
   if (geteuid() != 0) return fmt::format("slurmctld, slurmd and munged need root here, and this test runs as uid {}", geteuid());

@@ -124,7 +124,6 @@ TEST_CASE("tfctl up: a folder per task in the run folder, on the global step, th
   CHECK(Steps(ps, "stale_gradients_dropped").size() == ps_steps.size());
 }
 
-
 // Why this subject cannot run here ("" when it can): tfd_process_tests then skips it (exit 77).
 std::string CannotRunHere(const std::string&) {
   TempDir dir;

@@ -59,7 +59,6 @@ TEST_CASE("WELCOME round-trips every field", "[unit][wire]") {
   }
 }
 
-
 TEST_CASE("WAIT_READY, READY and PULL round-trip their u64", "[unit][wire]") {
   {
     OutFrame f = Encode(WaitReady{0x0102030405060708ull});
