@@ -137,6 +137,10 @@ void Gemm(const GemmConfig& config, bool trans_a, bool trans_b, int m, int n, in
   EigenGemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+void ApplyGemmThreads(const GemmConfig& config) {
+  ApplyThreads(Built(config.backend) ? config.backend : GemmBackend::kEigen, config.threads);
+}
+
 std::vector<std::string_view> GemmBackends() {
   std::vector<std::string_view> v;
   for (GemmBackend b : kAll)

@@ -24,9 +24,14 @@ GemmBackend DefaultGemmBackend();
 // config's where it differs, so a Gemm after another config's, on any thread, runs on its own
 // count; but two configs with different counts whose OpenBLAS GEMMs overlap in time on two
 // threads may each have some run on the other's count.
+//
+// Convolutions (MakeConv2D) on oneDNN run on its convolution primitives, which need no im2col
+// patches; `im2col_convolutions` runs them as im2col + Gemm instead, as on the other backends, so
+// tests and benchmarks can set the two side by side on any CPU.
 struct GemmConfig {
   GemmBackend backend = DefaultGemmBackend();
   int threads = 1;  // 1 = the calling thread only; less than 1 counts as 1
+  bool im2col_convolutions = false;
 };
 
 // C = alpha * op(A) * op(B) + beta * C for row-major matrices, op(X) = X or X^T; op(A) is m x k,
@@ -36,6 +41,11 @@ struct GemmConfig {
 // build lacks (SetGemmBackend refuses its name) runs on Eigen's kernels.
 void Gemm(const GemmConfig& config, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
           const float* b, int ldb, float beta, float* c, int ldc);
+
+// Gives the calling thread `config`'s thread count for its backend where the count it runs on now
+// differs, as Gemm does before each call: for code that runs the backend's other primitives
+// (oneDNN's convolutions), which read the same count.
+void ApplyGemmThreads(const GemmConfig& config);
 
 // The backends this build has, fastest first: some of "onednn", "openblas", and always "eigen".
 std::vector<std::string_view> GemmBackends();
