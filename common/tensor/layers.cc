@@ -8,6 +8,7 @@
 
 #include "common/base/check.h"
 #include "common/base/random.h"
+#include "common/tensor/conv_onednn.h"
 #include "common/tensor/elementwise.h"
 
 namespace tfd::tensor {
@@ -87,15 +88,18 @@ class Dense final : public KernelBiasLayer {
   InitSpec init_;
 };
 
-// Convolution as im2col + one GEMM: every output pixel's k x k x c_in patch becomes a row of
-// `cols_` ([batch*oh*ow, k*k*c_in]), so out = cols . kernel is already NHWC. Padding cells are
-// zeros in the patch rows; a stride only changes which input pixels a row starts at.
+// Convolution on oneDNN's convolution primitives where the GEMM backend is oneDNN (conv_onednn.h),
+// else as im2col + one GEMM: every output pixel's k x k x c_in patch becomes a row of `cols_`
+// ([batch*oh*ow, k*k*c_in]), so out = cols . kernel is already NHWC. Padding cells are zeros in the
+// patch rows; a stride only changes which input pixels a row starts at. Either way the layer adds
+// the bias and applies the activation itself, so both paths share that code.
 class Conv2D final : public KernelBiasLayer {
  public:
   Conv2D(ActShape in, int filters, int k, int stride, Padding padding, Activation act, InitSpec init, GemmConfig gemm)
       : KernelBiasLayer(gemm, act), in_(in), y_(Window(in.h, k, stride, padding)), x_(Window(in.w, k, stride, padding)),
         out_{y_.out, x_.out, filters}, k_(k), stride_(stride), padding_(padding), init_(init) {
     TFD_CHECK(out_.h > 0 && out_.w > 0);
+    onednn_ = MakeOneDnnConvolution({.in = in_, .out = out_, .k = k_, .stride = stride_, .y = y_, .x = x_}, gemm);
   }
 
   std::string Describe() const override {
@@ -108,26 +112,37 @@ class Conv2D final : public KernelBiasLayer {
     return {{"kernel", {k_, k_, in_.c, out_.c}, init_, fan_in, fan_out},
             {"bias", {out_.c}, {config::InitKind::kZeros}, fan_in, fan_out}};
   }
-  bool KeepsForwardState() const override { return true; }
+  // The im2col path's Backward reads Forward's patches; oneDNN's reads `in` itself.
+  bool KeepsForwardState() const override { return onednn_ == nullptr || NeedsPreActivation(act_); }
   bool PerImage() const override { return true; }
   std::int64_t ForwardScratchPerImage() const override {
-    return std::int64_t{out_.h} * out_.w * (patch() + (NeedsPreActivation(act_) ? out_.c : 0));
+    return std::int64_t{out_.h} * out_.w * ((onednn_ ? 0 : patch()) + (NeedsPreActivation(act_) ? out_.c : 0));
   }
   void Reserve(int max_batch) override {
-    cols_.resize(static_cast<std::size_t>(max_batch) * out_.h * out_.w * patch());
+    if (onednn_) onednn_->Prepare(max_batch);
+    else cols_.resize(static_cast<std::size_t>(max_batch) * out_.h * out_.w * patch());
     ReservePre(std::int64_t{max_batch} * out_.h * out_.w, out_.c);
   }
   void Forward(const float* in, float* out, int batch) override {
-    TFD_CHECK(cols_.size() >= static_cast<std::size_t>(batch) * out_.h * out_.w * patch());
-    Im2Col(in, batch);
     int rows = batch * out_.h * out_.w;
-    Gemm(gemm_, false, false, rows, out_.c, patch(), 1.0f, cols_.data(), patch(), kernel_, out_.c, 0.0f, out, out_.c);
+    if (onednn_) {
+      onednn_->Forward(in, kernel_, out, batch);
+    } else {
+      TFD_CHECK(cols_.size() >= static_cast<std::size_t>(batch) * out_.h * out_.w * patch());
+      Im2Col(in, batch);
+      Gemm(gemm_, false, false, rows, out_.c, patch(), 1.0f, cols_.data(), patch(), kernel_, out_.c, 0.0f, out, out_.c);
+    }
     BiasActivation(out, bias_, rows, out_.c, act_, pre());
   }
   void Backward(const float* in, const float* out, float* dout, float* din, int batch) override {
-    (void)in;  // cols_ still holds Forward's patches
     int rows = batch * out_.h * out_.w;
     ActivationGradBias(out, dout, rows, out_.c, act_, dbias_, pre());
+    if (onednn_) {
+      onednn_->BackwardWeights(in, dout, dkernel_, batch);
+      if (din != nullptr) onednn_->BackwardData(dout, kernel_, din, batch);
+      return;
+    }
+    // cols_ still holds Forward's patches.
     Gemm(gemm_, true, false, patch(), out_.c, rows, 1.0f, cols_.data(), patch(), dout, out_.c, 0.0f, dkernel_, out_.c);
     if (din == nullptr) return;
     // dcols = dout . kernel^T, then scatter-add each patch back (col2im). cols_ is free now.
@@ -231,7 +246,8 @@ class Conv2D final : public KernelBiasLayer {
   int k_, stride_;
   Padding padding_;
   InitSpec init_;
-  std::vector<float> cols_;
+  std::unique_ptr<OneDnnConvolution> onednn_;  // null: im2col + Gemm
+  std::vector<float> cols_;                    // im2col's patches; empty on oneDNN
 };
 
 // The mask is drawn whole in each training Forward from (seed, element index): one Rng stream

@@ -106,9 +106,12 @@ TEST_CASE("dense layer gradients match finite differences for every activation",
 TEST_CASE("conv2d layer gradients match finite differences", "[unit][gradient]") {
   // relu is left to the dense check: a kernel weight moves every output pixel, so with a 2h step
   // some pre-activation near 0 changes side and the difference quotient is meaningless there.
-  for (Activation act : {Activation::kNone, Activation::kSigmoid, Activation::kElu, Activation::kTanh}) {
-    auto layer = MakeConv2D({5, 6, 2}, 3, 3, act, {}, GemmConfig{});
-    CheckLayer(*layer, {5, 6, 2}, 2, 12);
+  // Both convolution paths: oneDNN's primitives (the default where the build has oneDNN) and im2col.
+  for (const GemmConfig gemm : {GemmConfig{}, GemmConfig{.im2col_convolutions = true}}) {
+    for (Activation act : {Activation::kNone, Activation::kSigmoid, Activation::kElu, Activation::kTanh}) {
+      auto layer = MakeConv2D({5, 6, 2}, 3, 3, act, {}, gemm);
+      CheckLayer(*layer, {5, 6, 2}, 2, 12);
+    }
   }
 }
 
@@ -131,9 +134,11 @@ constexpr WindowCase kWindowCases[] = {
 TEST_CASE("strided and same-padded conv2d gradients match finite differences", "[unit][gradient]") {
   for (const WindowCase& c : kWindowCases) {
     for (Activation act : {Activation::kNone, Activation::kGelu}) {
-      auto layer = MakeConv2D(c.in, 3, c.k, act, {}, GemmConfig{}, c.stride, c.padding);
-      INFO(layer->Describe() << " on " << c.in.h << "x" << c.in.w << "x" << c.in.c);
-      CheckLayer(*layer, c.in, 2, 21);
+      for (const GemmConfig gemm : {GemmConfig{}, GemmConfig{.im2col_convolutions = true}}) {
+        auto layer = MakeConv2D(c.in, 3, c.k, act, {}, gemm, c.stride, c.padding);
+        INFO(layer->Describe() << " on " << c.in.h << "x" << c.in.w << "x" << c.in.c << (gemm.im2col_convolutions ? " im2col" : ""));
+        CheckLayer(*layer, c.in, 2, 21);
+      }
     }
   }
 }
