@@ -1,7 +1,8 @@
 // Steady-state single-process training throughput of each seed configuration, beside PyTorch on the
 // same model, batch and optimizer in the same run (when Debian's python3-torch is installed), plus
-// the peak RSS of a standalone mlp run. tfd runs once on each GEMM backend the build has; the ratio
-// is the default backend's against the peer at its best. Prints ratios; asserts nothing about speed.
+// the peak RSS of a standalone mlp run. tfd runs once on each GEMM backend the build has (and on
+// oneDNN once more with its convolutions as im2col + GEMM, the '+im2col' column); the ratio is the
+// default's (the first column's) against the peer at its best. Prints ratios; asserts nothing about speed.
 //
 //   build/test/bench/tfd_bench_train [--data DIR] [--seconds S] [--threads N] [--no-peer] [--only MODEL]
 //                                    [--device cuda:N]
@@ -257,8 +258,21 @@ int main(int argc, char** argv) {
 #endif
   }
   // tfd on each GEMM backend this build has, the default first: the default is what users get, the
-  // others show what the default's choice is worth, measured beside it.
+  // others show what the default's choice is worth, measured beside it. On oneDNN a second column
+  // runs its convolutions as im2col + GEMM (GemmConfig::im2col_convolutions), as the others do.
   const std::vector<std::string_view> backends = tfd::tensor::GemmBackends();
+  std::vector<tfd::tensor::GemmConfig> gemms;
+  std::vector<std::string> columns;
+  for (std::string_view b : backends) {
+    tfd::tensor::GemmConfig gemm{.threads = threads};
+    if (!tfd::tensor::SetGemmBackend(b, &gemm).ok()) return 1;
+    gemms.push_back(gemm);
+    columns.push_back(fmt::format("tfd-{}/s", b.substr(0, 6)));
+    if (gemm.backend != tfd::tensor::GemmBackend::kOneDnn) continue;
+    gemm.im2col_convolutions = true;
+    gemms.push_back(gemm);
+    columns.push_back("+im2col/s");
+  }
   std::printf("training throughput, one process, %d thread(s), %.1f s per measurement\n", threads, seconds);
   std::printf("pytorch: the fastest of 1 and 2 threads (OPENBLAS/OMP/MKL_NUM_THREADS set before torch loads), with and\n"
               "without torch.set_flush_denormal%s; its column 'kept' says which (2t+ftz: 2 threads, denormals flushed%s)\n",
@@ -267,7 +281,7 @@ int main(int argc, char** argv) {
   if (const char* pin = std::getenv("OPENBLAS_CORETYPE"))
     std::printf("OPENBLAS_CORETYPE=%s here: tfd's openblas column runs with it\n", pin);
   std::printf("%-8s %-9s %5s", "model", "optimizer", "batch");
-  for (std::string_view b : backends) std::printf(" %12s", fmt::format("tfd-{}/s", b.substr(0, 6)).c_str());
+  for (const std::string& column : columns) std::printf(" %12s", column.c_str());
   std::printf(" %12s %10s %7s\n", "pytorch/s", "kept", "ratio");
   const std::vector<Config> configs = {{"softmax", "sgd", 0.01, 100}, {"mlp", "sgd", 0.001, 100},
                                        {"mlp", "adam", 0.001, 100},   {"dnn", "momentum", 0.01, 50},
@@ -276,11 +290,7 @@ int main(int argc, char** argv) {
   for (const Config& c : configs) {
     if (!only.empty() && c.model != only) continue;
     std::vector<double> ours;
-    for (std::string_view b : backends) {
-      tfd::tensor::GemmConfig gemm{.threads = threads};
-      if (!tfd::tensor::SetGemmBackend(b, &gemm).ok()) return 1;
-      ours.push_back(MeasureOurs(*mnist, c, seconds, gemm));
-    }
+    for (const tfd::tensor::GemmConfig& gemm : gemms) ours.push_back(MeasureOurs(*mnist, c, seconds, gemm));
     const tfd::bench::PeerBest best =
         peer ? tfd::bench::BestPeer([&](int threads, bool flush, bool unpin) { return MeasurePeer(script, data, c, seconds, threads, flush, unpin); })
              : tfd::bench::PeerBest{};
