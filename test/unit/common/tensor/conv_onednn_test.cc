@@ -10,7 +10,7 @@
 #include "common/tensor/gemm.h"
 #include "common/tensor/layers.h"
 
-namespace tfd::tensor {
+namespace tfd::tensor::conv_onednn_test {
 namespace {
 
 constexpr GemmConfig kPrimitives{.backend = GemmBackend::kOneDnn};
@@ -129,4 +129,4 @@ TEST_CASE("conv2d on oneDNN's primitives runs on its config's thread count", "[u
 }
 
 }  // namespace
-}  // namespace tfd::tensor
+}  // namespace tfd::tensor::conv_onednn_test
