@@ -7,21 +7,19 @@
 namespace tfd::config {
 
 CudaGap FindCudaGap(const LayerSpec& l) {
-  // Every stride, padding and activation of dense, conv2d and the three pools has its kernel.
-  if (l.kind == LayerSpec::Kind::kBatchNorm || l.kind == LayerSpec::Kind::kLayerNorm || l.kind == LayerSpec::Kind::kResidual ||
-      l.kind == LayerSpec::Kind::kDepthwiseConv2D || l.kind == LayerSpec::Kind::kEmbedding || l.kind == LayerSpec::Kind::kOneHot)
-    return {"type", fmt::format("{} layers", LayerKindName(l.kind))};
+  // Every layer kind, stride, padding and activation has its kernel; a synchronised batch norm's
+  // sums would cross the replicas in the middle of the device's step, which runs as one graph.
+  if (l.kind == LayerSpec::Kind::kBatchNorm && l.sync) return {"sync", "a synchronised batch_norm (\"sync\": true)"};
   return {};
 }
 
 Status CheckCudaLayers(const ModelSpec& model) {
-  for (std::size_t i = 0; i < model.layers.size(); ++i) {
-    const CudaGap gap = FindCudaGap(model.layers[i]);
-    if (!gap.field.empty())
-      return Status::InvalidArgument(fmt::format("model.layers[{}].{}: the cuda device has no kernel for {} (set \"device\": \"cpu\")", i,
-                                                 gap.field, gap.what));
-  }
-  return Status::Ok();
+  return ForEachLayer(model.layers, [](const LayerSpec& l, const std::string& path) {
+    const CudaGap gap = FindCudaGap(l);
+    if (gap.field.empty()) return Status::Ok();
+    return Status::InvalidArgument(
+        fmt::format("{}.{}: the cuda device has no kernel for {} (set \"device\": \"cpu\")", path, gap.field, gap.what));
+  });
 }
 
 }  // namespace tfd::config

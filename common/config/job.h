@@ -272,13 +272,14 @@ struct JobSpec {
   bool can_stop_early() const { return early_stopping.monitor != EarlyStoppingSpec::Monitor::kNone || stop_at_accuracy > 0; }
 };
 
-// What the CUDA backend has no kernel for in layer `l` (batch_norm, layer_norm, residual, depthwise_conv2d, embedding, one_hot):
-// the field ("type") and a phrase for it; an empty field when it has every kernel the layer needs.
+// What the CUDA backend has no kernel for in layer `l` (a batch_norm's "sync"): the field and a
+// phrase for it; an empty field when it has every kernel the layer needs.
 struct CudaGap {
   std::string field, what;
 };
 CudaGap FindCudaGap(const LayerSpec& l);
-// InvalidArgument naming model.layers[i].FIELD for the first layer with a CudaGap; Ok otherwise.
+// InvalidArgument naming model.layers[i].FIELD (model.layers[i].layers[j].FIELD inside a residual
+// block) for the first layer with a CudaGap; Ok otherwise.
 Status CheckCudaLayers(const ModelSpec& model);
 
 // Parses and validates a job spec. `source` names the text in errors ("configs/jobs/mlp.json");

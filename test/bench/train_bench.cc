@@ -226,7 +226,8 @@ int main(int argc, char** argv) {
     std::printf("%-8s %-9s %5s %12s %12s %12s %12s %12s %7s %7s\n", "model", "optimizer", "batch", "tfd-cuda/s", "no-prefetch/s",
                 "same-batch/s", "torch/s", "torch-graph/s", "eager", "graph");
     const std::vector<Config> gpu_configs = {{"softmax", "sgd", 0.01, 100}, {"mlp", "sgd", 0.001, 100}, {"mlp", "adam", 0.001, 100},
-                                             {"dnn", "momentum", 0.01, 50}, {"cnn", "sgd", 0.001, 64},   {"cnn", "adam", 0.001, 64}};
+                                             {"dnn", "momentum", 0.01, 50}, {"cnn", "sgd", 0.001, 64},   {"cnn", "adam", 0.001, 64},
+                                             {"resnet", "adam", 0.001, 64}};
     for (const Config& c : gpu_configs) {
       if (!only.empty() && c.model != only) continue;
       const double ours = MeasureOursCuda(*mnist, c, seconds, device, Feed::kPrefetch);

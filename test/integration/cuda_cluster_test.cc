@@ -47,6 +47,28 @@ TEST_CASE("allreduce runs of two GPU workers are bit-identical run to run", "[cu
   CHECK(first[0]["params_sha256"] == second[0]["params_sha256"]);
 }
 
+TEST_CASE("allreduce GPU workers move their own batch norm statistics and learn what CPU workers learn", "[cuda][cluster]") {
+  // Without sync each worker's moving statistics follow its own batches (docs/config.md, "Batch
+  // norm"): the workers' params_sha256 differ only if the device's moved statistics came back.
+  TempDir data;
+  WriteSyntheticMnist(data.path(), 1200, 400);
+  const std::string model = R"({"layers": [{"type": "conv2d", "filters": 6, "kernel_size": 3, "padding": "same", "activation": "relu"},
+      {"type": "batch_norm", "momentum": 0.9},
+      {"type": "residual", "activation": "relu", "layers": [{"type": "conv2d", "filters": 6, "kernel_size": 3, "padding": "same"},
+                                                            {"type": "batch_norm", "momentum": 0.9}]},
+      {"type": "max_pool2d", "pool_size": 2}, {"type": "flatten"}, {"type": "dense", "units": 10}]})";
+  const std::string opt = R"({"type": "adam", "learning_rate": 0.003})", update = R"({"mode": "allreduce"})";
+  LocalCluster gpu({.num_ps = 0, .num_workers = 2, .job = Job(data.path(), update, 2, opt, 20, model, kOnGpu)});
+  LocalCluster cpu({.num_ps = 0, .num_workers = 2, .job = Job(data.path(), update, 2, opt, 20, model, "")});
+  const auto on_gpu = RunToCompletion(gpu);
+  const auto on_cpu = RunToCompletion(cpu);
+  CHECK(on_gpu[0]["params_sha256"] != on_gpu[1]["params_sha256"]);
+  CHECK(gpu.process("worker", 0).err().find("device: cuda:0 (") != std::string::npos);
+  const double g = on_gpu[0]["test_accuracy"].get<double>(), c = on_cpu[0]["test_accuracy"].get<double>();
+  INFO("gpu " << g << " cpu " << c);
+  CHECK(std::abs(g - c) <= 0.05);
+}
+
 TEST_CASE("an async GPU cluster learns what the CPU cluster learns", "[cuda][cluster]") {
   // Not the same bits (GEMM summation order, async arrival order): the test accuracy within 3
   // points on 400 synthetic test examples after 2 epochs.

@@ -47,19 +47,36 @@ struct StepScalars {
 // cuBLAS's workspace, from the arena so graph capture never allocates (32 MiB: cuBLAS's advice for Hopper).
 constexpr std::size_t kCublasWorkspace = 32u << 20;
 
+// One layer on the device: its shapes and geometry, where its variables sit in the flat
+// parameter buffer (offsets, as model::Model lays them out) and its device buffers. A residual
+// block holds its layers (and its projection, a 1x1 conv2d) as DevLayers of their own.
 struct DevLayer {
-  LayerSpec::Kind kind;
+  LayerSpec::Kind kind = LayerSpec::Kind::kDense;
   config::Activation act = config::Activation::kNone;
   tensor::ActShape in, out;
   int k = 0;
-  WindowGeometry g;  // conv2d and the pools
+  WindowGeometry g;  // conv2d, depthwise_conv2d and the pools
   float rate = 0;
+  std::uint64_t stream_id = 0;  // dropout: its mask's stream
+  std::size_t param_start = 0, param_end = 0;
   std::size_t kernel_off = 0, bias_off = 0;
-  float* out_buf = nullptr;  // [max_batch, out]
-  float* mask = nullptr;     // dropout
-  float* cols = nullptr;     // conv2d: im2col patches, then their gradient
-  float* pre = nullptr;      // gelu: the pre-activation [max_batch, out]
-  std::int64_t rows(int batch) const { return kind == LayerSpec::Kind::kConv2D ? std::int64_t{batch} * out.h * out.w : batch; }
+  bool has_bias = true;  // depthwise_conv2d's use_bias
+  int multiplier = 1;    // depthwise_conv2d
+  // batch_norm and layer_norm: their options and variables (gamma and beta kNone when left out).
+  static constexpr std::size_t kNone = ~std::size_t{0};
+  double momentum = 0, epsilon = 0;
+  std::size_t gamma_off = kNone, beta_off = kNone, mean_off = 0, var_off = 0;
+  // Buffers: [max_batch, out] output, dropout's mask, conv2d's im2col patches (then their
+  // gradient), gelu's pre-activation, a batch norm's statistics (6 x c) or a layer norm's rows'.
+  float *out_buf = nullptr, *mask = nullptr, *cols = nullptr, *pre = nullptr, *stats = nullptr;
+  // residual: the inner layers, the projection (none or one), dL/d(sum), the projection's
+  // dL/d(in) and the inner layers' two gradient buffers.
+  std::vector<DevLayer> inner, projection;
+  float *dsum = nullptr, *dproj = nullptr, *dbuf[2] = {nullptr, nullptr};
+  // embedding and one_hot: what each output feature is.
+  std::vector<CategoricalOutput> outputs;
+  CategoricalOutput* map = nullptr;
+  std::int64_t rows(int batch) const { return std::int64_t{batch} * out.h * out.w; }
 };
 
 }  // namespace
@@ -78,12 +95,16 @@ struct CudaModel::Impl {
   ClassId* y = nullptr;
   LossSums* sums = nullptr;
   StepScalars* scalars = nullptr;
+  double2* partial = nullptr;  // the column reductions' scratch
   void* workspace = nullptr;
   // Pinned host buffers.
   float *h_x = nullptr, *h_params = nullptr, *h_grads = nullptr;
   ClassId* h_y = nullptr;
   LossSums* h_sums = nullptr;
   StepScalars* h_scalars = nullptr;
+  // The variables a training Forward moves (batch norms' moving statistics): copied back to the
+  // host after each step of the gradients-out path.
+  std::vector<optim::Range> moved;
   // The optimizer (standalone path).
   const optim::Optimizer* optimizer = nullptr;
   std::vector<optim::Range> decayed;
@@ -104,6 +125,10 @@ struct CudaModel::Impl {
       if (p != nullptr) cudaFreeHost(p);
   }
 
+  BatchNormArgs BatchNorm(const DevLayer& l) const;
+  LayerNormArgs LayerNorm(const DevLayer& l) const;
+  Status ForwardLayer(DevLayer& l, const float* in, int batch, bool training);
+  Status BackwardLayer(DevLayer& l, const float* in, float* dout, float* din, int batch);
   Status Forward(int batch, bool training);
   Status Backward(int batch);
   Status Update();
@@ -111,46 +136,169 @@ struct CudaModel::Impl {
   Result<tensor::LossResult> Run(int mode, int batch);
 };
 
-Status CudaModel::Impl::Forward(int batch, bool training) {
-  const float* in = x;
-  for (std::size_t i = 0; i < layers.size(); ++i) {
-    DevLayer& l = layers[i];
-    float* out = l.out_buf;
-    const int in_size = static_cast<int>(l.in.size()), out_c = l.out.c;
-    switch (l.kind) {
-      case LayerSpec::Kind::kDense:
-        TFD_CUBLAS_RETURN(Gemm(cublas, false, false, batch, out_c, in_size, 1.0f, in, in_size, params + l.kernel_off, out_c, 0.0f,
-                               out, out_c), "dense forward");
-        BiasActivation(out, params + l.bias_off, batch, out_c, l.act, l.pre, stream);
-        break;
-      case LayerSpec::Kind::kConv2D: {
-        const int patch = l.k * l.k * l.in.c;
-        const auto rows = static_cast<int>(l.rows(batch));
-        Im2Col(in, l.cols, batch, l.g, stream);
-        TFD_CUBLAS_RETURN(Gemm(cublas, false, false, rows, out_c, patch, 1.0f, l.cols, patch, params + l.kernel_off, out_c, 0.0f, out,
-                               out_c), "conv2d forward");
-        BiasActivation(out, params + l.bias_off, rows, out_c, l.act, l.pre, stream);
+BatchNormArgs CudaModel::Impl::BatchNorm(const DevLayer& l) const {
+  BatchNormArgs a;
+  a.c = l.out.c;
+  a.momentum = l.momentum, a.epsilon = l.epsilon;
+  if (l.gamma_off != DevLayer::kNone) a.gamma = params + l.gamma_off, a.dgamma = grads + l.gamma_off;
+  if (l.beta_off != DevLayer::kNone) a.beta = params + l.beta_off, a.dbeta = grads + l.beta_off;
+  a.moving_mean = params + l.mean_off, a.moving_var = params + l.var_off;
+  a.stats = l.stats, a.partial = partial;
+  return a;
+}
+
+LayerNormArgs CudaModel::Impl::LayerNorm(const DevLayer& l) const {
+  LayerNormArgs a;
+  a.c = l.out.c;
+  a.epsilon = l.epsilon;
+  if (l.gamma_off != DevLayer::kNone) a.gamma = params + l.gamma_off, a.dgamma = grads + l.gamma_off;
+  if (l.beta_off != DevLayer::kNone) a.beta = params + l.beta_off, a.dbeta = grads + l.beta_off;
+  a.row_stats = l.stats, a.partial = partial;
+  return a;
+}
+
+// l.out_buf = layer(in) for `batch` rows.
+Status CudaModel::Impl::ForwardLayer(DevLayer& l, const float* in, int batch, bool training) {
+  float* out = l.out_buf;
+  const int in_size = static_cast<int>(l.in.size()), out_c = l.out.c;
+  const auto rows = static_cast<int>(l.rows(batch));
+  switch (l.kind) {
+    case LayerSpec::Kind::kDense:
+      TFD_CUBLAS_RETURN(Gemm(cublas, false, false, batch, out_c, in_size, 1.0f, in, in_size, params + l.kernel_off, out_c, 0.0f,
+                             out, out_c), "dense forward");
+      BiasActivation(out, params + l.bias_off, batch, out_c, l.act, l.pre, stream);
+      break;
+    case LayerSpec::Kind::kConv2D: {
+      const int patch = l.k * l.k * l.in.c;
+      Im2Col(in, l.cols, batch, l.g, stream);
+      TFD_CUBLAS_RETURN(Gemm(cublas, false, false, rows, out_c, patch, 1.0f, l.cols, patch, params + l.kernel_off, out_c, 0.0f, out,
+                             out_c), "conv2d forward");
+      BiasActivation(out, params + l.bias_off, rows, out_c, l.act, l.pre, stream);
+      break;
+    }
+    case LayerSpec::Kind::kDepthwiseConv2D:
+      DepthwiseForward(in, params + l.kernel_off, out, batch, l.g, l.multiplier, stream);
+      BiasActivation(out, l.has_bias ? params + l.bias_off : nullptr, rows, out_c, l.act, l.pre, stream);
+      break;
+    case LayerSpec::Kind::kMaxPool2D:
+    case LayerSpec::Kind::kAvgPool2D: PoolForward(l.kind == LayerSpec::Kind::kMaxPool2D, in, out, batch, l.g, stream); break;
+    case LayerSpec::Kind::kGlobalAvgPool2D: GlobalAvgPoolForward(in, out, batch, l.in, stream); break;
+    case LayerSpec::Kind::kDropout:
+      if (training && l.rate > 0) {
+        DropoutForward(in, out, l.mask, l.in.size() * batch, l.rate, &scalars->dropout_seed, l.stream_id, stream);
         break;
       }
-      case LayerSpec::Kind::kMaxPool2D:
-      case LayerSpec::Kind::kAvgPool2D: PoolForward(l.kind == LayerSpec::Kind::kMaxPool2D, in, out, batch, l.g, stream); break;
-      case LayerSpec::Kind::kGlobalAvgPool2D: GlobalAvgPoolForward(in, out, batch, l.in, stream); break;
-      case LayerSpec::Kind::kDropout:
-        if (training && l.rate > 0) {
-          DropoutForward(in, out, l.mask, l.in.size() * batch, l.rate, &scalars->dropout_seed, i, stream);
-        } else {
-          TFD_CUDA_RETURN(cudaMemcpyAsync(out, in, sizeof(float) * l.in.size() * batch, cudaMemcpyDeviceToDevice, stream), "dropout");
-        }
-        break;
-      case LayerSpec::Kind::kFlatten: break;
-      case LayerSpec::Kind::kBatchNorm:
-      case LayerSpec::Kind::kLayerNorm:
-      case LayerSpec::Kind::kResidual:
-      case LayerSpec::Kind::kDepthwiseConv2D:
-      case LayerSpec::Kind::kEmbedding:
-      case LayerSpec::Kind::kOneHot: break;  // no kernel yet: Create refuses them
+      [[fallthrough]];
+    case LayerSpec::Kind::kFlatten:
+      TFD_CUDA_RETURN(cudaMemcpyAsync(out, in, sizeof(float) * l.in.size() * batch, cudaMemcpyDeviceToDevice, stream), "copy forward");
+      break;
+    case LayerSpec::Kind::kBatchNorm: BatchNormForward(in, out, rows, training, BatchNorm(l), stream); break;
+    case LayerSpec::Kind::kLayerNorm: LayerNormForward(in, out, rows, LayerNorm(l), stream); break;
+    case LayerSpec::Kind::kEmbedding:
+    case LayerSpec::Kind::kOneHot: CategoricalForward(in, params, l.map, out, batch, in_size, out_c, stream); break;
+    case LayerSpec::Kind::kResidual: {
+      const float* x = in;
+      for (DevLayer& j : l.inner) {
+        TFD_RETURN_IF_ERROR(ForwardLayer(j, x, batch, training));
+        x = j.out_buf;
+      }
+      const float* shortcut = in;
+      if (!l.projection.empty()) {
+        TFD_RETURN_IF_ERROR(ForwardLayer(l.projection[0], in, batch, training));
+        shortcut = l.projection[0].out_buf;
+      }
+      AddActivation(x, shortcut, out, l.out.size() * batch, l.act, l.pre, stream);
+      break;
     }
-    in = out;
+  }
+  return Status::Ok();
+}
+
+// From dL/d(out) in `dout` (used as scratch), the layer's parameter gradients and, when `din` is
+// not null, dL/d(in); `in` and l.out_buf are its last Forward's.
+Status CudaModel::Impl::BackwardLayer(DevLayer& l, const float* in, float* dout, float* din, int batch) {
+  const int in_size = static_cast<int>(l.in.size()), out_c = l.out.c;
+  const auto rows = static_cast<int>(l.rows(batch));
+  switch (l.kind) {
+    case LayerSpec::Kind::kDense:
+    case LayerSpec::Kind::kConv2D: {
+      const bool conv = l.kind == LayerSpec::Kind::kConv2D;
+      const int patch = conv ? l.k * l.k * l.in.c : in_size;
+      const float* a = conv ? l.cols : in;
+      ActivationGrad(l.out_buf, dout, std::int64_t{rows} * out_c, l.act, l.pre, stream);
+      TFD_CUBLAS_RETURN(BiasGradient(cublas, dout, rows, out_c, ones, grads + l.bias_off), "bias gradient");
+      TFD_CUBLAS_RETURN(Gemm(cublas, true, false, patch, out_c, rows, 1.0f, a, patch, dout, out_c, 0.0f, grads + l.kernel_off, out_c),
+                        "kernel gradient");
+      if (din == nullptr) break;
+      if (!conv) {
+        TFD_CUBLAS_RETURN(Gemm(cublas, false, true, batch, in_size, out_c, 1.0f, dout, out_c, params + l.kernel_off, out_c, 0.0f, din,
+                               in_size), "dense input gradient");
+      } else {
+        TFD_CUBLAS_RETURN(Gemm(cublas, false, true, rows, patch, out_c, 1.0f, dout, out_c, params + l.kernel_off, out_c, 0.0f, l.cols,
+                               patch), "conv2d input gradient");
+        Col2Im(l.cols, din, batch, l.g, stream);
+      }
+      break;
+    }
+    case LayerSpec::Kind::kDepthwiseConv2D:
+      ActivationGrad(l.out_buf, dout, std::int64_t{rows} * out_c, l.act, l.pre, stream);
+      if (l.has_bias) TFD_CUBLAS_RETURN(BiasGradient(cublas, dout, rows, out_c, ones, grads + l.bias_off), "bias gradient");
+      DepthwiseBackward(in, dout, params + l.kernel_off, grads + l.kernel_off, din, batch, l.g, l.multiplier, partial, stream);
+      break;
+    case LayerSpec::Kind::kMaxPool2D:
+    case LayerSpec::Kind::kAvgPool2D:
+      if (din != nullptr) PoolBackward(l.kind == LayerSpec::Kind::kMaxPool2D, in, l.out_buf, dout, din, batch, l.g, stream);
+      break;
+    case LayerSpec::Kind::kGlobalAvgPool2D:
+      if (din != nullptr) GlobalAvgPoolBackward(dout, din, batch, l.in, stream);
+      break;
+    case LayerSpec::Kind::kDropout:
+      if (din != nullptr && l.rate > 0) {
+        DropoutBackward(dout, l.mask, din, l.in.size() * batch, stream);
+        break;
+      }
+      [[fallthrough]];
+    case LayerSpec::Kind::kFlatten:
+      if (din != nullptr)
+        TFD_CUDA_RETURN(cudaMemcpyAsync(din, dout, sizeof(float) * l.in.size() * batch, cudaMemcpyDeviceToDevice, stream), "copy backward");
+      break;
+    case LayerSpec::Kind::kBatchNorm: BatchNormBackward(in, dout, din, rows, BatchNorm(l), stream); break;
+    case LayerSpec::Kind::kLayerNorm: LayerNormBackward(in, dout, din, rows, LayerNorm(l), stream); break;
+    case LayerSpec::Kind::kEmbedding:
+    case LayerSpec::Kind::kOneHot:
+      // Always the first layer (config says so): its input is the batch, which takes no gradient.
+      if (din != nullptr) return Status::Internal("cuda model: an embedding or one_hot layer that is not the first");
+      if (l.param_end > l.param_start) {
+        TFD_CUDA_RETURN(cudaMemsetAsync(grads + l.param_start, 0, sizeof(float) * (l.param_end - l.param_start), stream), "tables");
+        CategoricalBackward(in, dout, l.map, grads, batch, in_size, out_c, stream);
+      }
+      break;
+    case LayerSpec::Kind::kResidual: {
+      // dL/d(sum) goes down both branches: the shortcut's share is kept (and the projection's
+      // backward run) before the inner layers use `dout` as scratch, and added into `din` after.
+      const std::int64_t n = l.out.size() * batch;
+      ActivationGrad(l.out_buf, dout, n, l.act, l.pre, stream);
+      TFD_CUDA_RETURN(cudaMemcpyAsync(l.dsum, dout, sizeof(float) * n, cudaMemcpyDeviceToDevice, stream), "residual gradient");
+      if (!l.projection.empty())
+        TFD_RETURN_IF_ERROR(BackwardLayer(l.projection[0], in, l.dsum, din == nullptr ? nullptr : l.dproj, batch));
+      float* d = dout;
+      for (std::size_t j = l.inner.size(); j-- > 0;) {
+        float* next = j == 0 ? din : l.dbuf[j % 2];
+        TFD_RETURN_IF_ERROR(BackwardLayer(l.inner[j], j == 0 ? in : l.inner[j - 1].out_buf, d, next, batch));
+        d = next;
+      }
+      if (din != nullptr) Accumulate(din, l.projection.empty() ? l.dsum : l.dproj, l.in.size() * batch, stream);
+      break;
+    }
+  }
+  return Status::Ok();
+}
+
+Status CudaModel::Impl::Forward(int batch, bool training) {
+  const float* in = x;
+  for (DevLayer& l : layers) {
+    TFD_RETURN_IF_ERROR(ForwardLayer(l, in, batch, training));
+    in = l.out_buf;
   }
   return Status::Ok();
 }
@@ -159,55 +307,8 @@ Status CudaModel::Impl::Backward(int batch) {
   float* dout = dlogits;
   int next = 0;
   for (std::size_t i = layers.size(); i-- > 0;) {
-    DevLayer& l = layers[i];
-    const float* in = i == 0 ? x : layers[i - 1].out_buf;
     float* din = i == 0 ? nullptr : dbuf[next];
-    const int in_size = static_cast<int>(l.in.size()), out_c = l.out.c;
-    switch (l.kind) {
-      case LayerSpec::Kind::kDense:
-      case LayerSpec::Kind::kConv2D: {
-        const bool conv = l.kind == LayerSpec::Kind::kConv2D;
-        const auto rows = static_cast<int>(l.rows(batch));
-        const int patch = conv ? l.k * l.k * l.in.c : in_size;
-        const float* a = conv ? l.cols : in;
-        ActivationGrad(l.out_buf, dout, std::int64_t{rows} * out_c, l.act, l.pre, stream);
-        TFD_CUBLAS_RETURN(BiasGradient(cublas, dout, rows, out_c, ones, grads + l.bias_off), "bias gradient");
-        TFD_CUBLAS_RETURN(Gemm(cublas, true, false, patch, out_c, rows, 1.0f, a, patch, dout, out_c, 0.0f, grads + l.kernel_off, out_c),
-                          "kernel gradient");
-        if (din == nullptr) break;
-        if (!conv) {
-          TFD_CUBLAS_RETURN(Gemm(cublas, false, true, batch, in_size, out_c, 1.0f, dout, out_c, params + l.kernel_off, out_c, 0.0f, din,
-                                 in_size), "dense input gradient");
-        } else {
-          TFD_CUBLAS_RETURN(Gemm(cublas, false, true, rows, patch, out_c, 1.0f, dout, out_c, params + l.kernel_off, out_c, 0.0f, l.cols,
-                                 patch), "conv2d input gradient");
-          Col2Im(l.cols, din, batch, l.g, stream);
-        }
-        break;
-      }
-      case LayerSpec::Kind::kMaxPool2D:
-      case LayerSpec::Kind::kAvgPool2D:
-        if (din != nullptr) PoolBackward(l.kind == LayerSpec::Kind::kMaxPool2D, in, l.out_buf, dout, din, batch, l.g, stream);
-        break;
-      case LayerSpec::Kind::kGlobalAvgPool2D:
-        if (din != nullptr) GlobalAvgPoolBackward(dout, din, batch, l.in, stream);
-        break;
-      case LayerSpec::Kind::kDropout:
-        if (din == nullptr) break;
-        if (l.rate > 0) {
-          DropoutBackward(dout, l.mask, din, l.in.size() * batch, stream);
-        } else {
-          TFD_CUDA_RETURN(cudaMemcpyAsync(din, dout, sizeof(float) * l.in.size() * batch, cudaMemcpyDeviceToDevice, stream), "dropout");
-        }
-        break;
-      case LayerSpec::Kind::kFlatten: break;
-      case LayerSpec::Kind::kBatchNorm:
-      case LayerSpec::Kind::kLayerNorm:
-      case LayerSpec::Kind::kResidual:
-      case LayerSpec::Kind::kDepthwiseConv2D:
-      case LayerSpec::Kind::kEmbedding:
-      case LayerSpec::Kind::kOneHot: break;  // no kernel yet: Create refuses them
-    }
+    TFD_RETURN_IF_ERROR(BackwardLayer(layers[i], i == 0 ? x : layers[i - 1].out_buf, dout, din, batch));
     if (din != nullptr) {
       dout = din;
       next ^= 1;
@@ -249,6 +350,9 @@ Status CudaModel::Impl::Enqueue(int mode, int batch) {
   TFD_RETURN_IF_ERROR(Backward(batch));
   if (mode == 0) {
     TFD_CUDA_RETURN(cudaMemcpyAsync(h_grads, grads, sizeof(float) * num_params, cudaMemcpyDeviceToHost, stream), "gradients out");
+    for (const optim::Range& r : moved)
+      TFD_CUDA_RETURN(cudaMemcpyAsync(h_params + r.offset, params + r.offset, sizeof(float) * r.length, cudaMemcpyDeviceToHost, stream),
+                      "moving statistics out");
   } else {
     TFD_RETURN_IF_ERROR(Update());
   }
@@ -292,6 +396,118 @@ Result<tensor::LossResult> CudaModel::Impl::Run(int mode, int batch) {
 CudaModel::CudaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CudaModel::~CudaModel() = default;
 
+namespace {
+
+// Where each of `layer`'s variables starts, counting from `start` in its Params() order; then the end.
+std::vector<std::size_t> ParamOffsets(const tensor::Layer& layer, std::size_t start) {
+  std::vector<std::size_t> off;
+  for (const tensor::ParamSpec& p : layer.Params()) {
+    off.push_back(start);
+    start += static_cast<std::size_t>(tensor::NumElements(p.shape));
+  }
+  off.push_back(start);
+  return off;
+}
+
+// The device twin of `layer` (built from `s`, reading `in`, its variables from `start`); `where`
+// names it in errors ("layer 2", "layer 2's layer 0").
+Status BuildLayer(const LayerSpec& s, const tensor::Layer& layer, tensor::ActShape in, std::size_t start, std::uint64_t stream_id,
+                  const std::string& where, DevLayer* l) {
+  // Config refuses these first (model.layers[i] named there); this guards other callers.
+  if (const config::CudaGap gap = config::FindCudaGap(s); !gap.field.empty())
+    return Status::InvalidArgument(fmt::format("cuda model: {} ({}): no kernel for {}", where, config::LayerKindName(s.kind), gap.what));
+  l->kind = s.kind;
+  l->act = s.activation;
+  l->in = in;
+  l->out = layer.output_shape();
+  l->k = s.kernel_size;
+  l->rate = static_cast<float>(s.rate);
+  l->stream_id = stream_id;
+  const std::vector<std::size_t> off = ParamOffsets(layer, start);
+  l->param_start = start;
+  l->param_end = off.back();
+  if (off.size() > 1) l->kernel_off = off[0];
+  if (off.size() > 2) l->bias_off = off[1];
+  auto norm_variables = [&] {
+    std::size_t i = 0;
+    if (s.scale) l->gamma_off = off[i++];
+    if (s.center) l->beta_off = off[i++];
+    return i;
+  };
+  switch (s.kind) {
+    case LayerSpec::Kind::kConv2D:
+    case LayerSpec::Kind::kMaxPool2D:
+    case LayerSpec::Kind::kAvgPool2D:
+      l->g = Geometry(in, s.kind == LayerSpec::Kind::kConv2D ? s.kernel_size : s.pool_size, s.stride(), s.padding);
+      break;
+    case LayerSpec::Kind::kDepthwiseConv2D:
+      l->g = Geometry(in, s.kernel_size, s.stride(), s.padding);
+      l->multiplier = s.depth_multiplier;
+      l->has_bias = s.use_bias;
+      break;
+    case LayerSpec::Kind::kBatchNorm: {
+      const std::size_t i = norm_variables();
+      l->mean_off = off[i], l->var_off = off[i + 1];
+      l->momentum = s.momentum, l->epsilon = s.epsilon;
+      break;
+    }
+    case LayerSpec::Kind::kLayerNorm:
+      norm_variables();
+      l->epsilon = s.epsilon;
+      break;
+    case LayerSpec::Kind::kEmbedding:
+    case LayerSpec::Kind::kOneHot: {
+      std::vector<bool> categorical(static_cast<std::size_t>(in.size()), false);
+      for (int f : s.column_features) categorical[static_cast<std::size_t>(f)] = true;
+      for (int f = 0; f < in.size(); ++f)
+        if (!categorical[static_cast<std::size_t>(f)]) l->outputs.push_back({0, f, 1, 0, 0, 0});
+      for (std::size_t c = 0; c < s.column_features.size(); ++c) {
+        const int feature = s.column_features[c], ids = s.column_ids[c];
+        if (s.kind == LayerSpec::Kind::kEmbedding) {
+          for (int k = 0; k < s.output_dim; ++k)
+            l->outputs.push_back({1, feature, ids, s.output_dim, k, static_cast<std::int64_t>(off[c]) + k});
+        } else {
+          for (int v = 0; v < ids; ++v) l->outputs.push_back({2, feature, ids, 0, v, 0});
+        }
+      }
+      if (static_cast<int>(l->outputs.size()) != l->out.c)
+        return Status::Internal(fmt::format("cuda model: {}: {} outputs where the layer has {}", where, l->outputs.size(), l->out.c));
+      break;
+    }
+    case LayerSpec::Kind::kResidual: {
+      const auto inner = layer.Inner();
+      std::vector<const LayerSpec*> specs;  // the block's layers as Inner() holds them (flatten left out)
+      for (const LayerSpec& j : s.layers)
+        if (j.kind != LayerSpec::Kind::kFlatten) specs.push_back(&j);
+      if (specs.size() != inner.size())
+        return Status::Internal(fmt::format("cuda model: {}: {} layers in the spec, {} in the block", where, specs.size(), inner.size()));
+      std::size_t at = start;
+      l->inner.resize(inner.size());
+      for (std::size_t j = 0; j < inner.size(); ++j) {
+        TFD_RETURN_IF_ERROR(BuildLayer(*specs[j], *inner[j], j == 0 ? in : l->inner[j - 1].out, at, (stream_id + 1) * 1024 + j,
+                                       fmt::format("{}'s layer {}", where, j), &l->inner[j]));
+        at = l->inner[j].param_end;
+      }
+      if (s.strides > 0) {  // the projection: a 1x1 conv2d with a bias, `strides` apart
+        DevLayer& p = l->projection.emplace_back();
+        p.kind = LayerSpec::Kind::kConv2D;
+        p.in = in, p.out = l->out, p.k = 1;
+        p.g = Geometry(in, 1, s.strides, config::Padding::kValid);
+        p.param_start = p.kernel_off = at;
+        p.bias_off = at + static_cast<std::size_t>(std::int64_t{in.c} * l->out.c);
+        p.param_end = at = p.bias_off + static_cast<std::size_t>(l->out.c);
+      }
+      if (at != l->param_end)
+        return Status::Internal(fmt::format("cuda model: {}: variables end at {}, expected {}", where, at, l->param_end));
+      break;
+    }
+    default: break;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<std::unique_ptr<CudaModel>> CudaModel::Create(const model::Model& model, int device, double memory_fraction,
                                                      const optim::Optimizer* optimizer) {
   TFD_RETURN_IF_ERROR(CheckDevice(device));
@@ -305,31 +521,17 @@ Result<std::unique_ptr<CudaModel>> CudaModel::Create(const model::Model& model, 
   m.num_params = static_cast<std::int64_t>(model.params().size());
   m.optimizer = optimizer;
   if (optimizer != nullptr) m.decayed = optim::DecayedRanges(model::VariableRuns(model));
+  for (const model::Variable& v : model.variables())
+    if (!v.trainable) m.moved.push_back({static_cast<std::size_t>(v.offset), static_cast<std::size_t>(v.size)});
   const std::size_t B = static_cast<std::size_t>(m.max_batch);
-  // The layers, and every device buffer's size: one reservation for all of them.
-  std::int64_t widest = m.input_size, most_rows = m.max_batch;
+  std::int64_t widest = m.input_size;
+  m.layers.resize(model.num_layers());
   for (std::size_t i = 0; i < model.num_layers(); ++i) {
-    const LayerSpec& s = model.layer_spec(i);
-    // Config refuses these first (model.layers[i] named there); this guards other callers.
-    if (const config::CudaGap gap = config::FindCudaGap(s); !gap.field.empty())
-      return Status::InvalidArgument(fmt::format("cuda model: layer {} ({}): no kernel for {}", i, config::LayerKindName(s.kind), gap.what));
-    DevLayer l{s.kind};
-    l.act = s.activation;
-    l.in = i == 0 ? model.input_shape() : model.layer_output_shape(i - 1);
-    l.out = model.layer_output_shape(i);
-    l.k = s.kernel_size;
-    if (s.kind == LayerSpec::Kind::kConv2D) l.g = Geometry(l.in, s.kernel_size, s.stride(), s.padding);
-    if (s.kind == LayerSpec::Kind::kMaxPool2D || s.kind == LayerSpec::Kind::kAvgPool2D)
-      l.g = Geometry(l.in, s.pool_size, s.stride(), s.padding);
-    l.rate = static_cast<float>(s.rate);
-    l.kernel_off = model.layer_starts()[i];
-    if (s.kind == LayerSpec::Kind::kDense) l.bias_off = l.kernel_off + static_cast<std::size_t>(l.in.size() * l.out.c);
-    if (s.kind == LayerSpec::Kind::kConv2D)
-      l.bias_off = l.kernel_off + static_cast<std::size_t>(std::int64_t{l.k} * l.k * l.in.c * l.out.c);
-    widest = std::max(widest, l.out.size());
-    most_rows = std::max(most_rows, l.rows(m.max_batch));
-    m.layers.push_back(l);
+    TFD_RETURN_IF_ERROR(BuildLayer(model.layer_spec(i), model.layer(i), i == 0 ? model.input_shape() : model.layer_output_shape(i - 1),
+                                   model.layer_starts()[i], i, fmt::format("layer {}", i), &m.layers[i]));
+    widest = std::max(widest, m.layers[i].out.size());
   }
+  // Every device buffer's size: one reservation for all of them.
   struct Request {
     std::function<void(void*)> set;
     std::size_t bytes;
@@ -349,16 +551,42 @@ Result<std::unique_ptr<CudaModel>> CudaModel::Create(const model::Model& model, 
   want(&m.dlogits, B * m.classes * sizeof(float));
   want(&m.row_loss, B * sizeof(float));
   want(&m.row_hit, B * sizeof(int));
-  want(&m.ones, static_cast<std::size_t>(most_rows) * sizeof(float));
   want(&m.sums, sizeof(LossSums));
   want(&m.scalars, sizeof(StepScalars));
   want(&m.workspace, kCublasWorkspace);
-  for (DevLayer& l : m.layers) {
+  std::int64_t most_rows = m.max_batch, partials = 1;
+  std::function<void(DevLayer&)> layer_buffers = [&](DevLayer& l) {
+    const std::int64_t rows = l.rows(m.max_batch);
+    most_rows = std::max(most_rows, rows);
     want(&l.out_buf, B * l.out.size() * sizeof(float));
     if (l.kind == LayerSpec::Kind::kDropout) want(&l.mask, B * l.in.size() * sizeof(float));
-    if (l.kind == LayerSpec::Kind::kConv2D) want(&l.cols, static_cast<std::size_t>(l.rows(m.max_batch)) * l.k * l.k * l.in.c * sizeof(float));
+    if (l.kind == LayerSpec::Kind::kConv2D) want(&l.cols, static_cast<std::size_t>(rows) * l.k * l.k * l.in.c * sizeof(float));
     if (l.act == config::Activation::kGelu) want(&l.pre, B * l.out.size() * sizeof(float));
-  }
+    if (l.kind == LayerSpec::Kind::kBatchNorm) {
+      want(&l.stats, 6 * static_cast<std::size_t>(l.out.c) * sizeof(float));
+      partials = std::max(partials, ReducePartials(rows, l.out.c, 1));
+    }
+    if (l.kind == LayerSpec::Kind::kLayerNorm) {
+      want(&l.stats, 2 * static_cast<std::size_t>(rows) * sizeof(float));
+      partials = std::max(partials, ReducePartials(rows, l.out.c, 1));
+    }
+    if (l.kind == LayerSpec::Kind::kDepthwiseConv2D) partials = std::max(partials, ReducePartials(rows, l.out.c, l.k * l.k));
+    if (!l.outputs.empty()) want(&l.map, l.outputs.size() * sizeof(CategoricalOutput));
+    if (l.kind == LayerSpec::Kind::kResidual) {
+      std::int64_t inner_widest = l.in.size();
+      for (DevLayer& j : l.inner) {
+        layer_buffers(j);
+        inner_widest = std::max(inner_widest, j.out.size());
+      }
+      for (DevLayer& p : l.projection) layer_buffers(p);
+      want(&l.dsum, B * l.out.size() * sizeof(float));
+      if (!l.projection.empty()) want(&l.dproj, B * l.in.size() * sizeof(float));
+      for (auto& d : l.dbuf) want(&d, B * inner_widest * sizeof(float));
+    }
+  };
+  for (DevLayer& l : m.layers) layer_buffers(l);
+  want(&m.ones, static_cast<std::size_t>(most_rows) * sizeof(float));
+  want(&m.partial, static_cast<std::size_t>(partials) * sizeof(double2));
   std::size_t need = 0;
   for (const Request& r : requests) need += DeviceArena::Rounded(r.bytes);
   TFD_RETURN_IF_ERROR(m.arena->Reserve(need, fmt::format("the model ({} parameters, batch {})", m.num_params, m.max_batch)));
@@ -379,6 +607,14 @@ Result<std::unique_ptr<CudaModel>> CudaModel::Create(const model::Model& model, 
   TFD_CUDA_RETURN(cudaMallocHost(reinterpret_cast<void**>(&m.h_scalars), sizeof(StepScalars)), "pinned scalars");
   *m.h_scalars = StepScalars{};
   Fill(m.ones, most_rows, 1.0f, m.stream);
+  std::function<Status(DevLayer&)> upload_maps = [&](DevLayer& l) -> Status {
+    if (!l.outputs.empty())
+      TFD_CUDA_RETURN(cudaMemcpyAsync(l.map, l.outputs.data(), l.outputs.size() * sizeof(CategoricalOutput), cudaMemcpyHostToDevice,
+                                      m.stream), "categorical map");
+    for (DevLayer& j : l.inner) TFD_RETURN_IF_ERROR(upload_maps(j));
+    return Status::Ok();
+  };
+  for (DevLayer& l : m.layers) TFD_RETURN_IF_ERROR(upload_maps(l));
   TFD_CUDA_RETURN(cudaMemsetAsync(m.grads, 0, P * sizeof(float), m.stream), "gradients");
   if (num_slots > 0) TFD_CUDA_RETURN(cudaMemsetAsync(m.slots, 0, P * num_slots * sizeof(float), m.stream), "slots");
   TFD_CUDA_RETURN(cudaGetLastError(), "set-up kernels");
@@ -394,7 +630,7 @@ Status CheckBatch(std::int64_t batch, int max_batch) {
 }
 }  // namespace
 
-Result<tensor::LossResult> CudaModel::ComputeGradients(std::span<const float> params, const float* x, std::span<const ClassId> y,
+Result<tensor::LossResult> CudaModel::ComputeGradients(std::span<float> params, const float* x, std::span<const ClassId> y,
                                                        std::uint64_t dropout_seed, std::span<float> grads) {
   Impl& m = *impl_;
   const auto batch = static_cast<int>(y.size());
@@ -406,6 +642,7 @@ Result<tensor::LossResult> CudaModel::ComputeGradients(std::span<const float> pa
   m.h_scalars->dropout_seed = dropout_seed;
   TFD_ASSIGN_OR_RETURN(tensor::LossResult r, m.Run(0, batch));
   std::memcpy(grads.data(), m.h_grads, grads.size_bytes());
+  for (const optim::Range& moved : m.moved) std::memcpy(params.data() + moved.offset, m.h_params + moved.offset, sizeof(float) * moved.length);
   return r;
 }
 

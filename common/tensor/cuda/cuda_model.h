@@ -28,9 +28,10 @@ class CudaModel {
 
   // The gradient of the mean loss of the batch (x: rows of the model's input size, y: labels) at
   // `params` (host floats, copied in), written to `grads` (host); dropout seeded by `dropout_seed`
-  // (the same seed gives the same masks, though not the CPU's bits). This is the cluster modes'
-  // path: each step's parameters come from the ps or the ring as host floats.
-  Result<tensor::LossResult> ComputeGradients(std::span<const float> params, const float* x, std::span<const ClassId> y,
+  // (the same seed gives the same masks, though not the CPU's bits). A batch norm's moving
+  // statistics in `params` come back moved by the step, as the CPU's forward pass moves them. This
+  // is the cluster modes' path: each step's parameters come from the ps or the ring as host floats.
+  Result<tensor::LossResult> ComputeGradients(std::span<float> params, const float* x, std::span<const ClassId> y,
                                               std::uint64_t dropout_seed, std::span<float> grads);
 
   // The standalone path: UploadParams once, then TrainStep each step (forward, backward, weight

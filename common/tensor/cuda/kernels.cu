@@ -53,7 +53,7 @@ __device__ __forceinline__ float ActGrad(float y, float d, Activation act) {
 
 __global__ void BiasActivationKernel(float* y, const float* bias, std::int64_t n, int cols, Activation act, float* pre) {
   for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n; i += std::int64_t{gridDim.x} * blockDim.x) {
-    const float x = y[i] + bias[i % cols];
+    const float x = y[i] + (bias != nullptr ? bias[i % cols] : 0.0f);
     if (act == Activation::kGelu) {
       pre[i] = x;
       y[i] = Gelu(x);

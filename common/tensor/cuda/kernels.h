@@ -23,7 +23,7 @@ using tensor::ActShape;
 cublasStatus_t Gemm(cublasHandle_t handle, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
                     const float* b, int ldb, float beta, float* c, int ldc);
 
-// Twin: tensor::BiasActivation. y[r][c] = act(y[r][c] + bias[c]); gelu also keeps y + bias in
+// Twin: tensor::BiasActivation. y[r][c] = act(y[r][c] + bias[c]) (bias null: + 0); gelu also keeps y + bias in
 // `pre` (its gradient is a function of the pre-activation; null for the other activations).
 void BiasActivation(float* y, const float* bias, std::int64_t rows, int cols, Activation act, float* pre, cudaStream_t stream);
 
@@ -79,6 +79,78 @@ void PoolBackward(bool max, const float* in, const float* out, const float* dout
 // Twins: the global_avg_pool2d layer ([batch, h, w, c] to [batch, 1, 1, c]).
 void GlobalAvgPoolForward(const float* in, float* out, int batch, ActShape in_shape, cudaStream_t stream);
 void GlobalAvgPoolBackward(const float* dout, float* din, int batch, ActShape in_shape, cudaStream_t stream);
+
+// The layers of layer_kernels.cu. Their sums over rows (a batch norm's statistics, a norm's
+// gamma and beta gradients, a depthwise kernel's gradient) are column reductions in double: the
+// rows are cut into ReduceSplits(rows) stripes, each stripe summed by one block in a fixed order
+// into `partial` (ReducePartials(rows, cols, slices) double2 of scratch), then the stripes summed in
+// order; so a batch size gives the same bits run to run, though not the CPU's.
+std::int64_t ReduceSplits(std::int64_t rows);
+std::int64_t ReducePartials(std::int64_t rows, int cols, int slices);
+
+// Twin: tensor::MakeBatchNorm over `rows` rows (batch x h x w) of `c` channels. gamma and beta
+// are null without `scale` and `center`; `stats` is 6c floats the layer keeps from Forward to
+// Backward (mean, 1/std, gamma/std, the shift, and the backward pass's two means).
+struct BatchNormArgs {
+  int c = 0;
+  double momentum = 0.99, epsilon = 1e-3;
+  const float* gamma = nullptr;
+  const float* beta = nullptr;
+  float* moving_mean = nullptr;
+  float* moving_var = nullptr;
+  float* dgamma = nullptr;
+  float* dbeta = nullptr;
+  float* stats = nullptr;
+  double2* partial = nullptr;
+};
+// Training: the batch's mean and biased variance (two passes, as the CPU), the moving statistics
+// moved toward them; evaluation: the moving statistics. out = in * gamma / std + shift.
+void BatchNormForward(const float* in, float* out, std::int64_t rows, bool training, const BatchNormArgs& a, cudaStream_t stream);
+// After a training Forward: dgamma, dbeta and (din not null) the input's gradient.
+void BatchNormBackward(const float* in, const float* dout, float* din, std::int64_t rows, const BatchNormArgs& a, cudaStream_t stream);
+
+// Twin: tensor::MakeLayerNorm, over each of `rows` rows of `c` features. `row_stats` is 2 x rows
+// floats of scratch (each row's mean and 1/std, for the gamma and beta gradients).
+struct LayerNormArgs {
+  int c = 0;
+  double epsilon = 1e-3;
+  const float* gamma = nullptr;
+  const float* beta = nullptr;
+  float* dgamma = nullptr;
+  float* dbeta = nullptr;
+  float* row_stats = nullptr;
+  double2* partial = nullptr;
+};
+void LayerNormForward(const float* in, float* out, std::int64_t rows, const LayerNormArgs& a, cudaStream_t stream);
+void LayerNormBackward(const float* in, const float* dout, float* din, std::int64_t rows, const LayerNormArgs& a, cudaStream_t stream);
+
+// A residual block's join: out = act(a + b) (gelu keeps a + b in `pre`); and y += x, the
+// shortcut's share of the block's input gradient.
+void AddActivation(const float* a, const float* b, float* out, std::int64_t n, Activation act, float* pre, cudaStream_t stream);
+void Accumulate(float* y, const float* x, std::int64_t n, cudaStream_t stream);
+
+// Twin: tensor::MakeDepthwiseConv2D's sums (bias and activation are BiasActivation's, as a
+// convolution's): out[pixel][c * m + j] = the sum over the window's taps inside the input of
+// in[tap's pixel][c] * kernel[tap][c * m + j]; kernel [k, k, in.c, m].
+void DepthwiseForward(const float* in, const float* kernel, float* out, int batch, const WindowGeometry& g, int m, cudaStream_t stream);
+// dkernel (a column reduction, one slice per tap; `partial` sized for batch x oh x ow rows of
+// in.c x m columns and k x k slices) and, when din is not null, din (gathered per input cell).
+void DepthwiseBackward(const float* in, const float* dout, const float* kernel, float* dkernel, float* din, int batch,
+                       const WindowGeometry& g, int m, double2* partial, cudaStream_t stream);
+
+// Twin: tensor::MakeEmbedding and MakeOneHot. One entry per output feature: a numeric feature
+// passed through (kind 0), element `k` of an embedding table's row (kind 1: `base` is the table's
+// offset in params plus k, `dim` its row length), or value `k` of a one-hot vector (kind 2).
+struct CategoricalOutput {
+  int kind = 0, feature = 0, ids = 1, dim = 0, k = 0;
+  std::int64_t base = 0;
+};
+void CategoricalForward(const float* in, const float* params, const CategoricalOutput* map, float* out, int batch, int in_size,
+                        int width, cudaStream_t stream);
+// Adds each row's output gradient into its id's table row, rows in order (the CPU's sums, bit for
+// bit); the tables' gradients must be zeroed first. The ids get no gradient.
+void CategoricalBackward(const float* in, const float* dout, const CategoricalOutput* map, float* grads, int batch, int in_size,
+                         int width, cudaStream_t stream);
 
 // Fills n floats with `value`.
 void Fill(float* p, std::int64_t n, float value, cudaStream_t stream);

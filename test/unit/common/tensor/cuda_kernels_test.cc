@@ -33,6 +33,7 @@
 
 #include "common/base/random.h"
 #include "common/config/job.h"
+#include "common/data/dataset.h"
 #include "common/model/model.h"
 #include "common/optim/cuda/optimizer_kernels.h"
 #include "common/optim/optimizer.h"
@@ -433,6 +434,161 @@ TEST_CASE("CudaModel gradients match Model's for dense, conv2d and pooling model
     REQUIRE(got_short.ok());
     CHECK(std::abs(got_short->loss - want_short.loss) <= 1e-5 * std::abs(want_short.loss));
     ExpectNear(got_g, want_short_g, 1e-4f * MaxAbs(want_short_g), 0);
+  }
+}
+
+namespace {
+
+// Every variable moved off its initial value (a gamma of ones, moving statistics of 0 and 1 would
+// hide a mix-up of them); moving variances kept positive.
+void Perturb(model::Model& m, std::uint64_t seed) {
+  Rng rng(seed);
+  for (const model::Variable& v : m.variables())
+    for (std::int64_t i = 0; i < v.size; ++i) {
+      float& p = m.params()[static_cast<std::size_t>(v.offset + i)];
+      const auto u = static_cast<float>(rng.Uniform());
+      p = v.name.ends_with("moving_variance") ? 0.5f + u : p + 0.4f * (u - 0.5f);
+    }
+}
+
+// Inputs in [0, 1), with the categorical features (`columns`: place and vocabulary size) holding
+// ids, some out of range (a raw value, which both sides read as id 0).
+std::vector<float> Inputs(const model::Model& m, int batch, const std::vector<std::pair<int, int>>& columns, std::uint64_t seed) {
+  std::vector<float> x = Random(static_cast<std::size_t>(batch * m.input_size()), seed, 0, 1);
+  Rng rng(seed + 1);
+  for (int n = 0; n < batch; ++n)
+    for (auto [feature, vocabulary] : columns)
+      x[static_cast<std::size_t>(n * m.input_size() + feature)] = static_cast<float>(rng.Below(static_cast<std::uint64_t>(vocabulary + 2)));
+  return x;
+}
+
+}  // namespace
+
+// Each model: a training step's loss, hits, every gradient and the moving statistics the step
+// leaves, against Model's (eagerly, then captured and replayed, then a short batch), and the
+// evaluation forward pass (moving statistics, dropout off) against Model::Forward.
+TEST_CASE("CudaModel matches Model for batch norm, layer norm, residual blocks, depthwise convolutions and categorical columns", "[cuda]") {
+  struct Case {
+    std::string name, layers;
+    tensor::ActShape input;
+    std::vector<std::pair<int, int>> columns;  // categorical features: place, vocabulary size
+  };
+  const std::vector<Case> cases = {
+      {"batch norm", R"([{"type": "conv2d", "filters": 5, "kernel_size": 3, "padding": "same"}, {"type": "batch_norm", "momentum": 0.9},
+                         {"type": "max_pool2d", "pool_size": 2}, {"type": "flatten"}, {"type": "dense", "units": 16, "activation": "relu"},
+                         {"type": "batch_norm", "center": false, "epsilon": 0.01}, {"type": "dense", "units": 10}])",
+       {9, 9, 2}, {}},
+      {"batch norm first, no scale", R"([{"type": "batch_norm", "scale": false}, {"type": "dense", "units": 10}])", {4, 4, 3}, {}},
+      {"layer norm", R"([{"type": "conv2d", "filters": 6, "kernel_size": 3, "activation": "elu"}, {"type": "layer_norm"},
+                         {"type": "flatten"}, {"type": "dense", "units": 40}, {"type": "layer_norm", "scale": false, "epsilon": 0.1},
+                         {"type": "dense", "units": 10}])",
+       {8, 8, 1}, {}},
+      {"residual", R"([{"type": "conv2d", "filters": 6, "kernel_size": 3, "padding": "same", "activation": "relu"},
+                       {"type": "residual", "activation": "relu", "layers": [
+                          {"type": "conv2d", "filters": 6, "kernel_size": 3, "padding": "same", "activation": "relu"},
+                          {"type": "batch_norm"}, {"type": "conv2d", "filters": 6, "kernel_size": 3, "padding": "same"}]},
+                       {"type": "residual", "activation": "gelu", "layers": [
+                          {"type": "conv2d", "filters": 8, "kernel_size": 3, "strides": 2, "padding": "same", "activation": "relu6"},
+                          {"type": "dropout", "rate": 0}, {"type": "batch_norm", "scale": false}]},
+                       {"type": "global_avg_pool2d"}, {"type": "dense", "units": 12, "activation": "tanh"},
+                       {"type": "residual", "layers": [{"type": "dense", "units": 12, "activation": "relu"}, {"type": "layer_norm"}]},
+                       {"type": "dense", "units": 10}])",
+       {9, 9, 1}, {}},
+      {"depthwise", R"([{"type": "depthwise_conv2d", "kernel_size": 3, "depth_multiplier": 2, "strides": 2, "padding": "same", "activation": "relu"},
+                        {"type": "depthwise_conv2d", "kernel_size": 2, "use_bias": false, "activation": "tanh"},
+                        {"type": "depthwise_conv2d", "kernel_size": 3, "padding": "same", "activation": "gelu"},
+                        {"type": "flatten"}, {"type": "dense", "units": 10}])",
+       {9, 8, 3}, {}},
+      {"embedding", R"([{"type": "embedding", "output_dim": 4}, {"type": "dense", "units": 16, "activation": "relu"}, {"type": "dense", "units": 10}])",
+       {1, 1, 6}, {{1, 3}, {4, 7}}},
+      {"one_hot", R"([{"type": "one_hot"}, {"type": "dense", "units": 10}])", {1, 1, 5}, {{0, 2}, {3, 4}}},
+  };
+  for (const Case& c : cases) {
+    INFO(c.name);
+    const int batch = 24;
+    std::vector<data::CategoricalColumn> categorical;
+    for (auto [feature, vocabulary] : c.columns) {
+      data::CategoricalColumn col{.feature = feature, .name = fmt::format("c{}", feature)};
+      for (int v = 0; v < vocabulary; ++v) col.vocabulary.push_back(fmt::format("v{}", v));
+      categorical.push_back(std::move(col));
+    }
+    auto made = model::Model::Build(Layers(c.layers), c.input, 10, batch, {}, categorical);
+    INFO((made.ok() ? std::string() : made.status().message()));
+    REQUIRE(made.ok());
+    model::Model& m = **made;
+    m.Initialize(3);
+    Perturb(m, 4);
+    const std::vector<float> p0(m.params().begin(), m.params().end());
+    const std::vector<float> x = Inputs(m, batch, c.columns, 18);
+    const std::vector<ClassId> y = Labels(batch, 10, 19);
+    auto dev = cuda::CudaModel::Create(m, 0, 0.5);
+    INFO((dev.ok() ? std::string() : dev.status().message()));
+    REQUIRE(dev.ok());
+    for (int rows : {batch, batch, batch, 7}) {
+      INFO("rows " << rows);
+      std::copy(p0.begin(), p0.end(), m.params().begin());
+      const std::vector<ClassId> yb(y.begin(), y.begin() + rows);
+      const tensor::LossResult want = m.ComputeGradients(x.data(), yb);
+      const std::vector<float> want_g(m.grads().begin(), m.grads().end()), want_p(m.params().begin(), m.params().end());
+      std::vector<float> got_p = p0, got_g(want_g.size());
+      auto got = (*dev)->ComputeGradients(got_p, x.data(), yb, 7, got_g);
+      REQUIRE(got.ok());
+      CHECK(std::abs(got->loss - want.loss) <= 1e-5 * std::abs(want.loss));
+      CHECK(got->correct == want.correct);
+      ExpectNear(got_g, want_g, 1e-4f * MaxAbs(want_g), 0);
+      // The moving statistics moved as the CPU moves them; every other variable as it came in.
+      ExpectNear(got_p, want_p, 1e-6f, 1e-5f);
+    }
+    std::copy(p0.begin(), p0.end(), m.params().begin());
+    const float* want_out = m.Forward(x.data(), batch);
+    const std::vector<float> want_o(want_out, want_out + static_cast<std::ptrdiff_t>(batch) * 10);
+    std::vector<float> got_o(want_o.size());
+    REQUIRE((*dev)->UploadParams(m.params()).ok());
+    REQUIRE((*dev)->Forward(x.data(), batch, got_o).ok());
+    ExpectNear(got_o, want_o, 1e-4f * std::max(1.0f, MaxAbs(want_o)), 0);
+  }
+}
+
+TEST_CASE("CudaModel trains a batch-norm residual net on the device as the host does, moving statistics included", "[cuda]") {
+  const int batch = 16;
+  auto made = model::Model::Build(Layers(R"([{"type": "conv2d", "filters": 4, "kernel_size": 3, "padding": "same", "activation": "relu"},
+      {"type": "residual", "activation": "relu", "layers": [{"type": "conv2d", "filters": 8, "kernel_size": 3, "strides": 2, "padding": "same"},
+                                                            {"type": "batch_norm", "momentum": 0.8}]},
+      {"type": "global_avg_pool2d"}, {"type": "dense", "units": 10}])"),
+                                  {8, 8, 1}, 10, batch);
+  REQUIRE(made.ok());
+  model::Model& m = **made;
+  m.Initialize(6);
+  config::OptimizerSpec spec;
+  spec.type = config::OptimizerSpec::Type::kMomentum;
+  spec.learning_rate = 0.05;
+  spec.momentum = 0.9;
+  auto opt = optim::MakeOptimizer(spec);
+  auto dev = cuda::CudaModel::Create(m, 0, 0.5, opt.get());
+  REQUIRE(dev.ok());
+  REQUIRE((*dev)->UploadParams(m.params()).ok());
+  optim::OptimizerState state(*opt, m.params().size(), optim::DecayedRanges(model::VariableRuns(m)));
+  for (int step = 0; step < 8; ++step) {
+    auto x = Random(static_cast<std::size_t>(batch * m.input_size()), 400 + static_cast<std::uint64_t>(step), 0, 1);
+    auto y = Labels(batch, 10, 500 + static_cast<std::uint64_t>(step));
+    const tensor::LossResult want = m.ComputeGradients(x.data(), y);
+    state.Apply(m.params(), m.grads());
+    auto got = (*dev)->TrainStep(x.data(), y, 1);
+    REQUIRE(got.ok());
+    CHECK(std::abs(got->loss - want.loss) <= 1e-4 * std::abs(want.loss));
+  }
+  std::vector<float> got_p(m.params().size());
+  REQUIRE((*dev)->DownloadParams(got_p).ok());
+  const std::vector<float> want_p(m.params().begin(), m.params().end());
+  ExpectNear(got_p, want_p, 1e-4f * MaxAbs(want_p), 0);
+  for (const model::Variable& v : m.variables()) {
+    if (v.trainable) continue;
+    INFO(v.name);
+    const auto at = static_cast<std::size_t>(v.offset);
+    const bool variance = v.name.ends_with("moving_variance");
+    CHECK(want_p[at] != (variance ? 1.0f : 0.0f));  // moved by the steps
+    ExpectNear(std::vector<float>(got_p.begin() + at, got_p.begin() + at + v.size),
+               std::vector<float>(want_p.begin() + at, want_p.begin() + at + v.size), 1e-5f, 1e-4f);
   }
 }
 
