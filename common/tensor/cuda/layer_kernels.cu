@@ -11,8 +11,11 @@ namespace {
 constexpr int kThreads = 256;
 // A column reduction's block: 32 columns (one warp reads 32 neighbouring floats of a row) by 8 rows.
 constexpr int kReduceX = 32, kReduceY = 8;
-// Rows per stripe before another stripe is worth a block; at most kMaxSplits stripes.
-constexpr std::int64_t kRowsPerSplit = 1024, kMaxSplits = 64;
+// Rows per stripe (8 a thread) before another stripe is worth a block; at most kMaxSplits stripes,
+// which one warp per column then sums. Many short stripes: the loads of a long one wait in line.
+constexpr std::int64_t kRowsPerSplit = 64, kMaxSplits = 1024;
+// Index arithmetic in 32 bits where every index stays below kNarrow (kernels.cu's rule).
+constexpr std::int64_t kNarrow = std::int64_t{1} << 30;
 
 int Blocks(std::int64_t n) {
   const std::int64_t b = (n + kThreads - 1) / kThreads;
@@ -21,6 +24,9 @@ int Blocks(std::int64_t n) {
 
 #define TFD_GRID_STRIDE(i, n) \
   for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < (n); i += std::int64_t{gridDim.x} * blockDim.x)
+#define TFD_INDEX_LOOP(I, i, n)                                                                               \
+  for (I i = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x); i < (n); \
+       i += static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x))
 
 __device__ __forceinline__ double2 operator+(double2 a, double2 b) { return make_double2(a.x + b.x, a.y + b.y); }
 
@@ -49,12 +55,24 @@ void ColumnReduce(F f, std::int64_t rows, int cols, int slices, double2* partial
   ColumnReduceKernel<<<grid, block, 0, stream>>>(f, rows, cols, splits, partial);
 }
 
-// Column c of slice `slice`: the stripes' sums in stripe order.
+// Column c of slice `slice`, summed by a whole warp: each lane the stripes lane, lane + 32, ... in
+// order, then a butterfly (every lane ends with the same bits, the same order every call).
 __device__ __forceinline__ double2 Total(const double2* partial, int splits, int cols, int slice, int c) {
   double2 t = make_double2(0, 0);
-  for (int s = 0; s < splits; ++s) t = t + partial[(std::int64_t{slice} * splits + s) * cols + c];
+  for (int s = static_cast<int>(threadIdx.x % 32); s < splits; s += 32) t = t + partial[(std::int64_t{slice} * splits + s) * cols + c];
+  for (int off = 16; off > 0; off /= 2) {
+    t.x += __shfl_xor_sync(0xffffffffu, t.x, off);
+    t.y += __shfl_xor_sync(0xffffffffu, t.y, off);
+  }
   return t;
 }
+
+// The finishing kernels run one warp per column (kWarpThreads threads a block): its index, and
+// whether this lane writes.
+constexpr int kWarpThreads = 128;
+__device__ __forceinline__ int WarpItem() { return static_cast<int>((blockIdx.x * blockDim.x + threadIdx.x) / 32); }
+__device__ __forceinline__ bool Lane0() { return threadIdx.x % 32 == 0; }
+int WarpBlocks(int items) { return (items + kWarpThreads / 32 - 1) / (kWarpThreads / 32); }
 
 // ---- batch norm ----
 
@@ -97,15 +115,18 @@ __device__ __forceinline__ void ScaleShift(const BatchNormArgs& a, int ch) {
 }
 
 __global__ void BatchMeanKernel(BatchNormArgs a, int splits, float count) {
-  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  const int ch = WarpItem();
   if (ch >= a.c) return;
-  a.stats[ch] = __fdiv_rn(static_cast<float>(Total(a.partial, splits, a.c, 0, ch).x), count);
+  const double2 t = Total(a.partial, splits, a.c, 0, ch);
+  if (Lane0()) a.stats[ch] = __fdiv_rn(static_cast<float>(t.x), count);
 }
 
 __global__ void BatchVarianceKernel(BatchNormArgs a, int splits, float count) {
-  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  const int ch = WarpItem();
   if (ch >= a.c) return;
-  const float var = __fdiv_rn(static_cast<float>(Total(a.partial, splits, a.c, 0, ch).x), count);
+  const double2 t = Total(a.partial, splits, a.c, 0, ch);
+  if (!Lane0()) return;
+  const float var = __fdiv_rn(static_cast<float>(t.x), count);
   a.stats[a.c + ch] = InvStd(var, a.epsilon);
   const auto keep = static_cast<float>(1.0 - a.momentum);
   a.moving_mean[ch] = __fsub_rn(a.moving_mean[ch], __fmul_rn(__fsub_rn(a.moving_mean[ch], a.stats[ch]), keep));
@@ -121,14 +142,19 @@ __global__ void MovingStatisticsKernel(BatchNormArgs a) {
   ScaleShift(a, ch);
 }
 
-__global__ void ScaleShiftKernel(const float* in, float* out, std::int64_t n, int c, const float* scale, const float* shift) {
-  TFD_GRID_STRIDE(i, n) out[i] = __fadd_rn(__fmul_rn(in[i], scale[i % c]), shift[i % c]);
+template <typename I>
+__global__ void ScaleShiftKernel(const float* in, float* out, I n, int c, const float* scale, const float* shift) {
+  TFD_INDEX_LOOP(I, i, n) {
+    const int ch = static_cast<int>(i % c);
+    out[i] = __fadd_rn(__fmul_rn(in[i], scale[ch]), shift[ch]);
+  }
 }
 
 __global__ void BatchGradientKernel(BatchNormArgs a, int splits, float inv_n) {
-  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  const int ch = WarpItem();
   if (ch >= a.c) return;
   const double2 t = Total(a.partial, splits, a.c, 0, ch);
+  if (!Lane0()) return;
   if (a.dgamma != nullptr) a.dgamma[ch] = static_cast<float>(t.y);
   if (a.dbeta != nullptr) a.dbeta[ch] = static_cast<float>(t.x);
   a.stats[4 * a.c + ch] = __fmul_rn(static_cast<float>(t.x), inv_n);
@@ -136,8 +162,9 @@ __global__ void BatchGradientKernel(BatchNormArgs a, int splits, float inv_n) {
 }
 
 // din = scale (g - mean g - xhat mean(g xhat)), as the CPU's Backward rounds it.
-__global__ void BatchInputGradientKernel(const float* in, const float* dout, float* din, std::int64_t n, const float* stats, int c) {
-  TFD_GRID_STRIDE(i, n) {
+template <typename I>
+__global__ void BatchInputGradientKernel(const float* in, const float* dout, float* din, I n, const float* stats, int c) {
+  TFD_INDEX_LOOP(I, i, n) {
     const int ch = static_cast<int>(i % c);
     const float xhat = __fmul_rn(__fsub_rn(in[i], stats[ch]), stats[c + ch]);
     din[i] = __fmul_rn(stats[2 * c + ch], __fsub_rn(__fsub_rn(dout[i], stats[4 * c + ch]), __fmul_rn(xhat, stats[5 * c + ch])));
@@ -217,9 +244,10 @@ struct RowGradientSums {  // (g, g * xhat) with each row's own moments
 };
 
 __global__ void GammaBetaKernel(const double2* partial, int splits, int c, float* dgamma, float* dbeta) {
-  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  const int ch = WarpItem();
   if (ch >= c) return;
   const double2 t = Total(partial, splits, c, 0, ch);
+  if (!Lane0()) return;
   if (dgamma != nullptr) dgamma[ch] = static_cast<float>(t.y);
   if (dbeta != nullptr) dbeta[ch] = static_cast<float>(t.x);
 }
@@ -292,9 +320,10 @@ struct DepthwiseKernelGradient {  // row: an output pixel; column: an output cha
 };
 
 __global__ void DepthwiseKernelGradientKernel(const double2* partial, int splits, int cm, int taps, float* dkernel) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  const int i = WarpItem();
   if (i >= cm * taps) return;
-  dkernel[i] = static_cast<float>(Total(partial, splits, cm, i / cm, i % cm).x);
+  const double2 t = Total(partial, splits, cm, i / cm, i % cm);
+  if (Lane0()) dkernel[i] = static_cast<float>(t.x);
 }
 
 // One thread per input cell: the windows that cover it, each tap's m products.
@@ -370,22 +399,24 @@ void BatchNormForward(const float* in, float* out, std::int64_t rows, bool train
     const auto splits = static_cast<int>(ReduceSplits(rows));
     const auto count = static_cast<float>(rows);
     ColumnReduce(Column{in, a.c}, rows, a.c, 1, a.partial, stream);
-    BatchMeanKernel<<<ChannelBlocks(a.c), 128, 0, stream>>>(a, splits, count);
+    BatchMeanKernel<<<WarpBlocks(a.c), kWarpThreads, 0, stream>>>(a, splits, count);
     ColumnReduce(SquaredDeviation{in, a.stats, a.c}, rows, a.c, 1, a.partial, stream);
-    BatchVarianceKernel<<<ChannelBlocks(a.c), 128, 0, stream>>>(a, splits, count);
+    BatchVarianceKernel<<<WarpBlocks(a.c), kWarpThreads, 0, stream>>>(a, splits, count);
   } else {
     MovingStatisticsKernel<<<ChannelBlocks(a.c), 128, 0, stream>>>(a);
   }
   const std::int64_t n = rows * a.c;
-  ScaleShiftKernel<<<Blocks(n), kThreads, 0, stream>>>(in, out, n, a.c, a.stats + 2 * a.c, a.stats + 3 * a.c);
+  if (n < kNarrow) ScaleShiftKernel<<<Blocks(n), kThreads, 0, stream>>>(in, out, static_cast<int>(n), a.c, a.stats + 2 * a.c, a.stats + 3 * a.c);
+  else ScaleShiftKernel<<<Blocks(n), kThreads, 0, stream>>>(in, out, n, a.c, a.stats + 2 * a.c, a.stats + 3 * a.c);
 }
 
 void BatchNormBackward(const float* in, const float* dout, float* din, std::int64_t rows, const BatchNormArgs& a, cudaStream_t stream) {
   ColumnReduce(GradientSums{in, dout, a.stats, a.stats + a.c, a.c}, rows, a.c, 1, a.partial, stream);
-  BatchGradientKernel<<<ChannelBlocks(a.c), 128, 0, stream>>>(a, static_cast<int>(ReduceSplits(rows)), 1.0f / static_cast<float>(rows));
+  BatchGradientKernel<<<WarpBlocks(a.c), kWarpThreads, 0, stream>>>(a, static_cast<int>(ReduceSplits(rows)), 1.0f / static_cast<float>(rows));
   if (din == nullptr) return;
   const std::int64_t n = rows * a.c;
-  BatchInputGradientKernel<<<Blocks(n), kThreads, 0, stream>>>(in, dout, din, n, a.stats, a.c);
+  if (n < kNarrow) BatchInputGradientKernel<<<Blocks(n), kThreads, 0, stream>>>(in, dout, din, static_cast<int>(n), a.stats, a.c);
+  else BatchInputGradientKernel<<<Blocks(n), kThreads, 0, stream>>>(in, dout, din, n, a.stats, a.c);
 }
 
 void LayerNormForward(const float* in, float* out, std::int64_t rows, const LayerNormArgs& a, cudaStream_t stream) {
@@ -395,7 +426,7 @@ void LayerNormForward(const float* in, float* out, std::int64_t rows, const Laye
 void LayerNormBackward(const float* in, const float* dout, float* din, std::int64_t rows, const LayerNormArgs& a, cudaStream_t stream) {
   LayerNormBackwardKernel<<<Blocks(rows * 32), kThreads, 0, stream>>>(in, dout, din, rows, a);
   ColumnReduce(RowGradientSums{in, dout, a.row_stats, a.c}, rows, a.c, 1, a.partial, stream);
-  GammaBetaKernel<<<ChannelBlocks(a.c), 128, 0, stream>>>(a.partial, static_cast<int>(ReduceSplits(rows)), a.c, a.dgamma, a.dbeta);
+  GammaBetaKernel<<<WarpBlocks(a.c), kWarpThreads, 0, stream>>>(a.partial, static_cast<int>(ReduceSplits(rows)), a.c, a.dgamma, a.dbeta);
 }
 
 void AddActivation(const float* a, const float* b, float* out, std::int64_t n, Activation act, float* pre, cudaStream_t stream) {
@@ -414,7 +445,7 @@ void DepthwiseBackward(const float* in, const float* dout, const float* kernel, 
   const std::int64_t rows = std::int64_t{batch} * g.oh * g.ow;
   const int cm = g.in.c * m, taps = g.k * g.k;
   ColumnReduce(DepthwiseKernelGradient{in, dout, g, m}, rows, cm, taps, partial, stream);
-  DepthwiseKernelGradientKernel<<<(cm * taps + 127) / 128, 128, 0, stream>>>(partial, static_cast<int>(ReduceSplits(rows)), cm, taps,
+  DepthwiseKernelGradientKernel<<<WarpBlocks(cm * taps), kWarpThreads, 0, stream>>>(partial, static_cast<int>(ReduceSplits(rows)), cm, taps,
                                                                               dkernel);
   if (din == nullptr) return;
   const std::int64_t total = std::int64_t{batch} * g.in.size();
