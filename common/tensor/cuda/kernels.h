@@ -83,8 +83,9 @@ void GlobalAvgPoolBackward(const float* dout, float* din, int batch, ActShape in
 // The layers of layer_kernels.cu. Their sums over rows (a batch norm's statistics, a norm's
 // gamma and beta gradients, a depthwise kernel's gradient) are column reductions in double: the
 // rows are cut into ReduceSplits(rows) stripes, each stripe summed by one block in a fixed order
-// into `partial` (ReducePartials(rows, cols, slices) double2 of scratch), then the stripes summed in
-// order; so a batch size gives the same bits run to run, though not the CPU's.
+// into `partial` (ReducePartials(rows, cols, slices) double2 of scratch), then each column's
+// stripes by one warp in a fixed order; so a batch size gives the same bits run to run, though
+// not the CPU's.
 std::int64_t ReduceSplits(std::int64_t rows);
 std::int64_t ReducePartials(std::int64_t rows, int cols, int slices);
 
