@@ -7,13 +7,19 @@ namespace tfd::config {
 namespace {
 
 // A batch norm's moving statistics are updated by the training Forward of the replica that holds
-// them: the ps modes would overwrite them with the ps's never-updated copy at every pull, and a
-// pipeline's micro-batches would each move them (and a stage re-runs a Forward before its Backward).
-// A batch norm inside a residual block is named by its path in the block (model.layers[i].layers[j]).
-Status CheckBatchNormMode(const JobSpec& job, std::string_view job_where, std::string_view mode) {
+// them: a pipeline's micro-batches would each move them (and a stage re-runs a Forward before its
+// Backward), so model parallel refuses the layer. In the ps modes each worker keeps its own across
+// its pulls (daemon/worker), but a synchronised one's sums run over the allreduce ring, which those
+// modes have not. A batch norm inside a residual block is named by its path in the block
+// (model.layers[i].layers[j]).
+Status CheckBatchNormMode(const JobSpec& job, std::string_view job_where, std::string_view mode, bool ps) {
   return ForEachLayer(job.model.layers, [&](const LayerSpec& l, const std::string& path) {
-    if (l.kind != LayerSpec::Kind::kBatchNorm) return Status::Ok();
-    return Status::InvalidArgument(fmt::format("{}{}.type: batch_norm trains standalone or in allreduce mode, not {} "
+    if (l.kind != LayerSpec::Kind::kBatchNorm || (ps && !l.sync)) return Status::Ok();
+    if (ps)
+      return Status::InvalidArgument(fmt::format("{}{}.sync: a synchronised batch_norm sums over the allreduce ring, which {} has not "
+                                                 "(leave \"sync\" out: each worker then normalises with its own batch)",
+                                                 job_where, path, mode));
+    return Status::InvalidArgument(fmt::format("{}{}.type: batch_norm trains standalone, in allreduce, async or sync mode, not {} "
                                                "(its moving statistics live on the workers); layer_norm has none",
                                                job_where, path, mode));
   });
@@ -25,7 +31,7 @@ Status CheckJobOnCluster(const ClusterSpec& cluster, const JobSpec& job, std::st
   if (!cluster.coordinator.empty()) return Status::Ok();
   const std::size_t num_ps = cluster.ps.size();
   if (job.model_parallel.enabled()) {
-    TFD_RETURN_IF_ERROR(CheckBatchNormMode(job, job_where, "model parallel"));
+    TFD_RETURN_IF_ERROR(CheckBatchNormMode(job, job_where, "model parallel", false));
     if (Status s = CheckModelParallelCluster(job.model_parallel, cluster.num_workers(), num_ps); !s.ok())
       return Status::InvalidArgument(fmt::format("{}{}", s.message().starts_with("model_parallel") ? job_where : "", s.message()));
     return CheckEvaluation(cluster, job, job_where);
@@ -51,7 +57,7 @@ Status CheckJobOnCluster(const ClusterSpec& cluster, const JobSpec& job, std::st
       // An elastic job's joining workers count the workers the run started with, as the others do.
       const int n = cluster.base_num_workers();
       const bool sync = job.update.mode == UpdateSpec::Mode::kSync;
-      TFD_RETURN_IF_ERROR(CheckBatchNormMode(job, job_where, sync ? "in sync mode" : "in async mode"));
+      TFD_RETURN_IF_ERROR(CheckBatchNormMode(job, job_where, sync ? "sync mode" : "async mode", true));
       if (num_ps == 0)
         return Status::InvalidArgument(fmt::format("cluster.ps: empty: {} mode needs at least one ps task", sync ? "sync" : "async"));
       if (elastic.enabled() && (n < elastic.min_workers || n > elastic.max_workers))

@@ -169,6 +169,14 @@ Status Checkpointer::Take(bool wait, bool final) {
       local = std::min(local, static_cast<std::size_t>(r) < s.resume_steps.size() ? s.resume_steps[static_cast<std::size_t>(r)] : 0);
     ck->cursors.push_back(CursorFor(static_cast<std::uint32_t>(r), local));
   }
+  // A batch norm's moving statistics are the chief's own (the ps's copy never moves): saved from
+  // its model, in place of what the ps tasks sent.
+  auto moved = std::make_shared<std::vector<std::pair<std::string, std::vector<float>>>>();
+  for (const model::Variable& v : model_.variables())
+    if (!v.trainable) {
+      const auto from = model_.params().begin() + static_cast<std::ptrdiff_t>(v.offset);
+      moved->push_back({v.name, std::vector<float>(from, from + static_cast<std::ptrdiff_t>(v.size))});
+    }
   auto shards = std::make_shared<std::vector<ckpt::ShardState>>();
   std::vector<std::vector<float>> slots;
   for (PsClient::PsState& s : states) {
@@ -183,10 +191,13 @@ Status Checkpointer::Take(bool wait, bool final) {
   events_.Emit("checkpoint_start", {{"global_step", static_cast<std::int64_t>(ck->global_step)}});
   // The rest reads only what it is given (and the Checkpointer's constant tables): it runs on its
   // own thread while training goes on.
-  writing_ = std::async(std::launch::async, [this, ck, shards, start, paused_ms, m = metrics_]() -> Status {
+  writing_ = std::async(std::launch::async, [this, ck, shards, moved, start, paused_ms, m = metrics_]() -> Status {
     Result<std::vector<ckpt::NamedTensor>> tensors = ckpt::Assemble(variables_, shapes_, slot_names_, ranges_, *shards);
     if (!tensors.ok()) return tensors.status().WithContext("checkpoint");
     ck->tensors = std::move(tensors).value();
+    for (auto& [name, values] : *moved)
+      for (ckpt::NamedTensor& t : ck->tensors)
+        if (t.name == name) t.values = std::move(values);
     std::error_code ec;
     std::filesystem::create_directories(spec_.dir, ec);
     if (ec) return Status::Unavailable(fmt::format("checkpoint.dir {}: cannot create it: {}", spec_.dir, ec.message()));

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <random>
 
 #include <fmt/format.h>
@@ -10,6 +11,7 @@
 #include "common/base/service.h"
 #include "common/transport/io_thread.h"
 #include "common/compress/topk.h"
+#include "common/optim/optimizer.h"
 #include "daemon/train/compression.h"
 #include "daemon/train/device.h"
 #include "daemon/train/job_data.h"
@@ -25,7 +27,10 @@ namespace {
 // Pushes each step's gradient to the ps tasks and pulls the parameters to use next.
 //
 // sync: push, then wait for the step this gradient completes (with the others') and take its
-// parameters. async: push and take the current parameters. async with overlap: the exchange of step
+// parameters. async: push and take the current parameters. A batch norm's moving statistics are
+// this worker's own: every pull after the first leaves them as the worker's training moved them (the
+// ps's copy, never moved, is read only at the start: the chief's initial values or a checkpoint's).
+// async with overlap: the exchange of step
 // t travels while step t+1 computes on the parameters pulled at step t-1, so the worker never
 // waits on the network, at the price of one more step of staleness (which momentum tolerates badly).
 class PsUpdater final : public train::Updater {
@@ -40,6 +45,17 @@ class PsUpdater final : public train::Updater {
         overlap_(overlap && !sync),
         step_(start_step),
         sending_(std::make_shared<std::vector<float>>(overlap_ ? num_params : 0)) {}
+
+  // The model's variables its training Forward moves (batch norms' moving statistics).
+  void KeepMoved(const model::Model& model) {
+    std::size_t n = 0;
+    for (const model::Variable& v : model.variables())
+      if (!v.trainable) {
+        moved_.push_back({static_cast<std::size_t>(v.offset), static_cast<std::size_t>(v.size)});
+        n += static_cast<std::size_t>(v.size);
+      }
+    kept_.resize(n);
+  }
 
   // update.compression topk: each step sends the top-k of its gradient plus what earlier steps
   // dropped, zeros elsewhere (PsClient sends the nonzeros as pairs).
@@ -58,7 +74,10 @@ class PsUpdater final : public train::Updater {
     tag.epoch = static_cast<std::uint32_t>(epoch_);
     const std::span<const float> grads = Outgoing(model);
     if (!overlap_) {
-      TFD_ASSIGN_OR_RETURN(PsClient::StepResult r, client_.PushPull(tag, grads, model.params(), sync_));
+      Keep(model.params());
+      Result<PsClient::StepResult> pushed = client_.PushPull(tag, grads, model.params(), sync_);
+      Restore(model.params());
+      TFD_ASSIGN_OR_RETURN(PsClient::StepResult r, std::move(pushed));
       Count(r);
       TFD_RETURN_IF_ERROR(MaybeSave(local_step));
       return static_cast<std::int64_t>(step_);
@@ -77,7 +96,10 @@ class PsUpdater final : public train::Updater {
   }
   Result<std::int64_t> Finish(model::Model& model) override {
     TFD_RETURN_IF_ERROR(CompleteInFlight(model));
-    TFD_ASSIGN_OR_RETURN(step_, client_.Pull(model.params(), sync_));
+    Keep(model.params());
+    Result<std::uint64_t> pulled = client_.Pull(model.params(), sync_);
+    Restore(model.params());
+    TFD_ASSIGN_OR_RETURN(step_, std::move(pulled));
     if (checkpointer_ != nullptr) TFD_RETURN_IF_ERROR(checkpointer_->Save());
     return static_cast<std::int64_t>(step_);
   }
@@ -120,13 +142,31 @@ class PsUpdater final : public train::Updater {
   }
   Status CompleteInFlight(model::Model& model) {
     if (!client_.in_flight()) return Status::Ok();
-    TFD_ASSIGN_OR_RETURN(PsClient::StepResult r, client_.CompletePushPull(model.params()));
+    Keep(model.params());
+    Result<PsClient::StepResult> completed = client_.CompletePushPull(model.params());
+    Restore(model.params());
+    TFD_ASSIGN_OR_RETURN(PsClient::StepResult r, std::move(completed));
     Count(r);
     return Status::Ok();
   }
   Status MaybeSave(std::int64_t local_step) {
     if (checkpointer_ == nullptr || (defer_every_ > 0 && local_step % defer_every_ == 0)) return Status::Ok();
     return checkpointer_->MaybeSave(step_);
+  }
+  // Around a pull: the moved variables' values before it, and back after it.
+  void Keep(std::span<const float> params) {
+    std::size_t at = 0;
+    for (const optim::Range& r : moved_) {
+      std::copy_n(params.begin() + static_cast<std::ptrdiff_t>(r.offset), r.length, kept_.begin() + static_cast<std::ptrdiff_t>(at));
+      at += r.length;
+    }
+  }
+  void Restore(std::span<float> params) {
+    std::size_t at = 0;
+    for (const optim::Range& r : moved_) {
+      std::copy_n(kept_.begin() + static_cast<std::ptrdiff_t>(at), r.length, params.begin() + static_cast<std::ptrdiff_t>(r.offset));
+      at += r.length;
+    }
   }
   void Count(const PsClient::StepResult& r) {
     stale_ += r.stale > 0;
@@ -148,6 +188,8 @@ class PsUpdater final : public train::Updater {
   std::unique_ptr<compress::TopK> topk_;         // update.compression topk; null otherwise
   std::vector<std::uint32_t> indices_;
   std::vector<float> values_, sparse_;           // the kept values, and as a dense gradient
+  std::vector<optim::Range> moved_;              // KeepMoved's variables
+  std::vector<float> kept_;                      // their values across a pull
 };
 
 // PUSH_COMPRESSED's encoding for update.compression (powersgd is refused in the ps modes at load).
@@ -231,6 +273,7 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
   PsUpdater updater(*client, static_cast<std::uint32_t>(rank), incarnation, sync, job.update.overlap, start_step,
                     model.params().size(), chief && checkpointer.enabled() ? &checkpointer : nullptr);
   if (job.update.compression.method == config::CompressionSpec::Method::kTopK) updater.EnableTopK(model, job.update.compression.ratio);
+  updater.KeepMoved(model);
   if (job.update.compression.enabled())
     spdlog::info("update.compression {}: pushes go as PUSH_COMPRESSED ({})", config::CompressionName(job.update.compression.method),
                  job.update.compression.method == config::CompressionSpec::Method::kTopK

@@ -2,6 +2,7 @@
 // runs whatever the start order or bucket size, a cluster token, uneven shards, a refused ps
 // task, a killed worker and synchronised batch norm (2 and 3 workers, one joining with zeros).
 // Every wait has a deadline that fails the test instead of hanging.
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <string>
@@ -9,8 +10,10 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/ckpt/file.h"
 #include "common/transport/auth.h"
 #include "test/integration/cluster_util.h"
 #include "test/local_cluster.h"
@@ -223,7 +226,54 @@ TEST_CASE("residual blocks train in sync ps mode with the same bits on 1 and 2 p
   CHECK(b[1]["params_sha256"] == a[0]["params_sha256"]);
 }
 
-TEST_CASE("batch norm in a ps mode is refused naming the layer (exit 2)", "[integration][cluster][norm]") {
+// The final checkpoint's values in variable order, and its moving statistics alone.
+struct SavedParams {
+  std::vector<float> all, moved;
+};
+SavedParams FinalCheckpoint(const std::string& dir) {
+  Result<ckpt::Loaded> loaded = ckpt::LoadNewestValid(dir);
+  INFO((loaded.ok() ? std::string() : loaded.status().message()));
+  REQUIRE(loaded.ok());
+  CHECK(loaded->checkpoint.final);
+  SavedParams p;
+  for (const ckpt::NamedTensor& t : loaded->checkpoint.tensors) {
+    p.all.insert(p.all.end(), t.values.begin(), t.values.end());
+    if (t.name.find("moving_") != std::string::npos) p.moved.insert(p.moved.end(), t.values.begin(), t.values.end());
+  }
+  return p;
+}
+
+TEST_CASE("batch norm in the ps modes: each worker keeps its own moving statistics, the chief's checkpoint holds the chief's",
+          "[integration][cluster][norm]") {
+  TempDir data;
+  WriteSyntheticMnist(data.path(), 600, 100);
+  for (const char* mode : {"sync", "async"}) {
+    INFO(mode);
+    TempDir ckpts;
+    std::string job = Job(data.path(), fmt::format(R"({{"mode": "{}"}})", mode), 2, R"({"type": "sgd", "learning_rate": 0.1})", 50,
+                          BatchNormModel(false));
+    job.insert(job.rfind('}'), R"(, "checkpoint": {"dir": ")" + ckpts.path() + R"(", "every_steps": 5})");
+    LocalCluster c({.num_ps = 1, .num_workers = 2, .job = job});
+    auto done = RunToCompletion(c, {"--params-out", "PARAMS"});
+    REQUIRE(done[0]["params_sha256"].is_string());
+    CHECK(done[0]["test_accuracy"].get<double>() > 0.2);  // 10 classes, evaluated with the moving statistics
+    const SavedParams saved = FinalCheckpoint(ckpts.path());
+    // The statistics moved (the ps's copy stays at mean 0, variance 1) ...
+    REQUIRE(!saved.moved.empty());
+    CHECK(std::count(saved.moved.begin(), saved.moved.end(), 0.0f) + std::count(saved.moved.begin(), saved.moved.end(), 1.0f) <
+          static_cast<std::ptrdiff_t>(saved.moved.size()));
+    // ... and the checkpoint is the chief's final parameters, its moving statistics included.
+    const std::vector<float> chief = ReadFloats(c.dir() / "params0.bin"), other = ReadFloats(c.dir() / "params1.bin");
+    if (std::string(mode) == "sync") {
+      CHECK(saved.all == chief);
+      // Both workers pulled the same trained variables at the end; only their own statistics differ.
+      CHECK(done[0]["params_sha256"] != done[1]["params_sha256"]);
+    }
+    CHECK(chief != other);
+  }
+}
+
+TEST_CASE("a synchronised batch norm in a ps mode is refused naming model.layers[i].sync (exit 2)", "[integration][cluster][norm]") {
   TempDir data;
   WriteSyntheticMnist(data.path(), 200, 50);
   LocalCluster c({.num_ps = 1, .num_workers = 1,
@@ -232,16 +282,18 @@ TEST_CASE("batch norm in a ps mode is refused naming the layer (exit 2)", "[inte
   TaskResult w = c.Finish("worker", 0, 30s);
   INFO(w.err);
   CHECK(w.exit_code == 2);
-  CHECK(w.err.find("model.layers[1].type: batch_norm trains standalone or in allreduce mode, not in sync mode") != std::string::npos);
+  CHECK(w.err.find("model.layers[1].sync: a synchronised batch_norm sums over the allreduce ring, which sync mode has not") !=
+        std::string::npos);
   // Inside a residual block: named by its path in the block.
   LocalCluster inner({.num_ps = 1, .num_workers = 1,
                       .job = Job(data.path(), R"({"mode": "async"})", 1, R"({"type": "sgd", "learning_rate": 0.1})", 50,
-                                 ResidualModel(R"({"type": "batch_norm"})"))});
+                                 ResidualModel(R"({"type": "batch_norm", "sync": true})"))});
   inner.StartWorker(0);
   TaskResult r = inner.Finish("worker", 0, 30s);
   INFO(r.err);
   CHECK(r.exit_code == 2);
-  CHECK(r.err.find("model.layers[1].layers[1].type: batch_norm trains standalone or in allreduce mode, not in async mode") != std::string::npos);
+  CHECK(r.err.find("model.layers[1].layers[1].sync: a synchronised batch_norm sums over the allreduce ring, which async mode has not") !=
+        std::string::npos);
 }
 
 TEST_CASE("allreduce refuses a cluster with ps tasks, naming the field (exit 2)", "[integration][cluster][allreduce]") {
