@@ -6,21 +6,16 @@ namespace tfd::config {
 
 namespace {
 
-// A batch norm's moving statistics are updated by the training Forward of the replica that holds
-// them: a pipeline's micro-batches would each move them (and a stage re-runs a Forward before its
-// Backward), so model parallel refuses the layer. In the ps modes each worker keeps its own across
-// its pulls (daemon/worker), but a synchronised one's sums run over the allreduce ring, which those
-// modes have not. A batch norm inside a residual block is named by its path in the block
-// (model.layers[i].layers[j]).
-Status CheckBatchNormMode(const JobSpec& job, std::string_view job_where, std::string_view mode, bool ps) {
+// A batch norm's moving statistics live on the workers: in the ps modes each keeps its own across
+// its pulls (daemon/worker); in model parallel the stage that holds the layer moves them once per
+// micro-batch (a recompute before a Backward leaves them alone). A synchronised one's sums run over
+// the allreduce ring in the middle of each step, which neither has. A batch norm inside a residual
+// block is named by its path in the block (model.layers[i].layers[j]).
+Status CheckSyncBatchNorm(const JobSpec& job, std::string_view job_where, std::string_view mode) {
   return ForEachLayer(job.model.layers, [&](const LayerSpec& l, const std::string& path) {
-    if (l.kind != LayerSpec::Kind::kBatchNorm || (ps && !l.sync)) return Status::Ok();
-    if (ps)
-      return Status::InvalidArgument(fmt::format("{}{}.sync: a synchronised batch_norm sums over the allreduce ring, which {} has not "
-                                                 "(leave \"sync\" out: each worker then normalises with its own batch)",
-                                                 job_where, path, mode));
-    return Status::InvalidArgument(fmt::format("{}{}.type: batch_norm trains standalone, in allreduce, async or sync mode, not {} "
-                                               "(its moving statistics live on the workers); layer_norm has none",
+    if (l.kind != LayerSpec::Kind::kBatchNorm || !l.sync) return Status::Ok();
+    return Status::InvalidArgument(fmt::format("{}{}.sync: a synchronised batch_norm sums over the allreduce ring, which {} has not "
+                                               "(leave \"sync\" out: each worker then normalises with its own batch)",
                                                job_where, path, mode));
   });
 }
@@ -31,7 +26,7 @@ Status CheckJobOnCluster(const ClusterSpec& cluster, const JobSpec& job, std::st
   if (!cluster.coordinator.empty()) return Status::Ok();
   const std::size_t num_ps = cluster.ps.size();
   if (job.model_parallel.enabled()) {
-    TFD_RETURN_IF_ERROR(CheckBatchNormMode(job, job_where, "model parallel", false));
+    TFD_RETURN_IF_ERROR(CheckSyncBatchNorm(job, job_where, "model parallel"));
     if (Status s = CheckModelParallelCluster(job.model_parallel, cluster.num_workers(), num_ps); !s.ok())
       return Status::InvalidArgument(fmt::format("{}{}", s.message().starts_with("model_parallel") ? job_where : "", s.message()));
     return CheckEvaluation(cluster, job, job_where);
@@ -57,7 +52,7 @@ Status CheckJobOnCluster(const ClusterSpec& cluster, const JobSpec& job, std::st
       // An elastic job's joining workers count the workers the run started with, as the others do.
       const int n = cluster.base_num_workers();
       const bool sync = job.update.mode == UpdateSpec::Mode::kSync;
-      TFD_RETURN_IF_ERROR(CheckBatchNormMode(job, job_where, sync ? "sync mode" : "async mode", true));
+      TFD_RETURN_IF_ERROR(CheckSyncBatchNorm(job, job_where, sync ? "sync mode" : "async mode"));
       if (num_ps == 0)
         return Status::InvalidArgument(fmt::format("cluster.ps: empty: {} mode needs at least one ps task", sync ? "sync" : "async"));
       if (elastic.enabled() && (n < elastic.min_workers || n > elastic.max_workers))

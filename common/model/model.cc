@@ -316,6 +316,14 @@ const float* Model::ForwardLayers(std::size_t first, std::size_t last, const flo
   return in;
 }
 
+const float* Model::RecomputeLayers(std::size_t first, std::size_t last, const float* in, int row, int batch) {
+  TFD_CHECK(first < last && last <= layers_.size());
+  for (std::size_t i = first; i < last; ++i) tensor::SetRecomputing(*layers_[i], true);
+  const float* out = ForwardLayers(first, last, in, row, batch, /*training=*/true);
+  for (std::size_t i = first; i < last; ++i) tensor::SetRecomputing(*layers_[i], false);
+  return out;
+}
+
 tensor::LossResult Model::LossGradient(int row, const tensor::Labels& y) {
   return tensor::ComputeLoss(loss_, layer_output(layers_.size() - 1, row), y, classes_, dbuf_[0].data());
 }

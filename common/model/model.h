@@ -105,6 +105,10 @@ class Model {
   // Runs layers [first, last) forward on `batch` rows at `row` from `in` (dropout active when
   // `training`, seeded by SetDropoutSeed); returns layer last - 1's output.
   const float* ForwardLayers(std::size_t first, std::size_t last, const float* in, int row, int batch, bool training);
+  // ForwardLayers while training, again on rows a pass has already seen (a pipeline stage's
+  // recompute before a Backward): the layers' state rebuilt, a batch norm's moving statistics left
+  // as that first pass moved them.
+  const float* RecomputeLayers(std::size_t first, std::size_t last, const float* in, int row, int batch);
   // dL/doutputs of the rows at `row` (layer_output of the last layer) into scratch for
   // BackwardLayers; returns their mean loss and hits.
   tensor::LossResult LossGradient(int row, const tensor::Labels& y);

@@ -141,6 +141,11 @@ bool SetCrossReplicaSum(Layer& layer, CrossReplicaSum* sum);
 // batch, as theirs move. A block makes its batch norms' in its Forward's (Backward's) order. False
 // when `layer` is not a batch norm and holds none.
 bool JoinCrossReplicaSums(Layer& layer, bool forward);
+// A training Forward run again on a batch it has seen, only to rebuild the state its Backward reads
+// (a pipeline stage's recompute): between SetRecomputing(layer, true) and (layer, false) a batch
+// norm (or each inside a block) normalises with the batch's statistics as before but leaves its
+// moving statistics alone, so each batch moves them once. False when `layer` is not one and holds none.
+bool SetRecomputing(Layer& layer, bool recomputing);
 // Keras' LayerNormalization over the last axis (each sample's features, or each pixel's channels):
 // (x - mean) / sqrt(variance + epsilon) * gamma + beta; the same in training and evaluation.
 std::unique_ptr<Layer> MakeLayerNorm(ActShape in, NormOptions options);

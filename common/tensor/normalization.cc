@@ -63,6 +63,7 @@ class BatchNorm final : public Layer {
     acc_.resize(2 * static_cast<std::size_t>(c_)), sums_.resize(2 * static_cast<std::size_t>(c_) + 1);
   }
   void SetSum(CrossReplicaSum* sum) { sum_ = o_.sync ? sum : nullptr; }
+  void SetRecomputing(bool recomputing) { recomputing_ = recomputing; }
   // The sums a training Forward or Backward makes, with no rows of this replica's. Forward's are
   // BatchStatistics' own over zero rows: each sum then starts from zeros (not from the previous
   // sum's result, which would add the others' sum of x into their sum of squares), and this
@@ -166,6 +167,7 @@ class BatchNorm final : public Layer {
     for (int c = 0; c < c_; ++c) {
       const float var = sums_[c] / count_;
       inv_std_[c] = InvStd(var);
+      if (recomputing_) continue;  // this batch moved them when it first ran
       moving_mean_[c] -= (moving_mean_[c] - mean_[c]) * keep;
       moving_var_[c] -= (moving_var_[c] - var) * keep;
     }
@@ -177,7 +179,7 @@ class BatchNorm final : public Layer {
   NormVariables v_;
   std::span<float> moving_mean_, moving_var_, dmoving_mean_, dmoving_var_;
   CrossReplicaSum* sum_ = nullptr;
-  bool training_ = false, last_training_ = false;
+  bool training_ = false, last_training_ = false, recomputing_ = false;
   float count_ = 0;  // rows the last training Forward's statistics came from
   std::vector<float> mean_, inv_std_, scale_, shift_, sums_;
   std::vector<double> acc_;
@@ -263,6 +265,14 @@ bool SetCrossReplicaSum(Layer& layer, CrossReplicaSum* sum) {
   for (const std::unique_ptr<Layer>& inner : layer.Inner()) any = SetCrossReplicaSum(*inner, sum) || any;
   auto* bn = dynamic_cast<BatchNorm*>(&layer);
   if (bn != nullptr) bn->SetSum(sum);
+  return any || bn != nullptr;
+}
+
+bool SetRecomputing(Layer& layer, bool recomputing) {
+  bool any = false;
+  for (const std::unique_ptr<Layer>& inner : layer.Inner()) any = SetRecomputing(*inner, recomputing) || any;
+  auto* bn = dynamic_cast<BatchNorm*>(&layer);
+  if (bn != nullptr) bn->SetRecomputing(recomputing);
   return any || bn != nullptr;
 }
 

@@ -132,7 +132,7 @@ Status LayerStage::Backward(int m, const float* x, const tensor::Labels& y, std:
   }
   if (keeps_state_ && last_forward_ != m) {  // the layers' state is another micro-batch's: recompute this one's
     model_.SetDropoutSeed(model::MicrobatchSeed(seed, m));
-    model_.ForwardLayers(first_, last_, Input(m, x), m * mb_, mb_, /*training=*/true);
+    model_.RecomputeLayers(first_, last_, Input(m, x), m * mb_, mb_);
     last_forward_ = m;
   }
   model_.BackwardLayers(first_, last_, Input(m, x), m * mb_, dout, stage_ > 0 ? din_.data() : nullptr, mb_);

@@ -110,6 +110,43 @@ TEST_CASE("a layers split keeps each residual block whole and gives the standalo
   CHECK(done[1]["params_sha256"] == solo.done["params_sha256"]);
 }
 
+TEST_CASE("a layers split with batch norm gives the standalone run's bits: each micro-batch moves the statistics once",
+          "[integration][cluster][model_parallel][norm]") {
+  TempDir data;
+  WriteSyntheticMnist(data.path(), 400, 60);
+  // A batch norm on each stage, one inside a block: 1F1B recomputes a stage's forward pass before
+  // most backward passes, which must not move the moving statistics again.
+  const char* const model = R"({"layers": [{"type": "conv2d", "filters": 4, "kernel_size": 3, "strides": 2, "padding": "same"},
+    {"type": "batch_norm", "momentum": 0.8},
+    {"type": "residual", "activation": "relu", "layers": [{"type": "conv2d", "filters": 4, "kernel_size": 3, "padding": "same"},
+     {"type": "batch_norm", "momentum": 0.8}]},
+    {"type": "global_avg_pool2d"}, {"type": "dense", "units": 16, "activation": "relu"}, {"type": "batch_norm", "momentum": 0.8},
+    {"type": "dense", "units": 10}]})";
+  for (const std::string schedule : {"gpipe", "1f1b"}) {
+    INFO(schedule);
+    const std::string job = Job(data.path(), R"({"mode": "sync"})", 1, kOptimizer, 20, model,
+                                R"(, "model_parallel": {"split": "layers", "stages": 2, "microbatches": 4, "schedule": ")" + schedule + "\"}");
+    const StandaloneRun solo = RunStandalone(job);
+    LocalCluster c({.num_ps = 0, .num_workers = 2, .job = job});
+    auto done = RunToCompletion(c);
+    REQUIRE(done[0]["params_sha256"].is_string());
+    CHECK(done[0]["params_sha256"] == solo.done["params_sha256"]);
+    CHECK(done[1]["params_sha256"] == solo.done["params_sha256"]);
+    CHECK(done[0]["test_accuracy"] == solo.done["test_accuracy"]);
+  }
+  // A synchronised one is refused: its sums would need the replicas' ring mid-step.
+  const std::string sync_bn = Job(data.path(), R"({"mode": "sync"})", 1, kOptimizer, 20,
+                                  R"({"layers": [{"type": "dense", "units": 8}, {"type": "batch_norm", "sync": true}, {"type": "dense", "units": 10}]})",
+                                  R"(, "model_parallel": {"split": "layers", "stages": 2})");
+  LocalCluster refused({.num_ps = 0, .num_workers = 2, .job = sync_bn});
+  refused.StartWorker(0);
+  TaskResult w = refused.Finish("worker", 0, 30s);
+  INFO(w.err);
+  CHECK(w.exit_code == 2);
+  CHECK(w.err.find("model.layers[1].sync: a synchronised batch_norm sums over the allreduce ring, which model parallel has not") !=
+        std::string::npos);
+}
+
 TEST_CASE("a units split comes within 1e-5 of the standalone run, the same bits run to run", "[integration][cluster][model_parallel]") {
   TempDir data;
   WriteSyntheticMnist(data.path(), 400, 60);

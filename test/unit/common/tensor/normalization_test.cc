@@ -94,6 +94,42 @@ TEST_CASE("batch_norm at evaluation uses the moving statistics and leaves them a
   CHECK(bn.params[2] == std::vector<float>{4.0f, 0.25f, 9.0f});
 }
 
+TEST_CASE("a batch_norm recomputing a batch gives the same outputs and gradients and leaves the moving statistics as they were",
+          "[unit][norm]") {
+  const ActShape shape{2, 2, 3};
+  Bound bn(MakeBatchNorm(shape, {.momentum = 0.9}), 4);
+  // Inside a block too: SetRecomputing reaches it through Inner().
+  std::vector<BlockLayer> inner;
+  inner.push_back({"batch_norm", MakeBatchNorm(shape, {.momentum = 0.9})});
+  Bound block(MakeResidual(shape, std::move(inner), {}), 4);
+  for (Bound* b : {&bn, &block}) {
+    const std::vector<float> x = Random(48, 7, 1.0f);
+    std::vector<float> out(x.size()), again(x.size()), dout(x.size(), 0.5f), din(x.size()), din_again(x.size());
+    b->layer->SetTraining(true, 0);
+    b->layer->Forward(x.data(), out.data(), 4);
+    const std::vector<std::vector<float>> moved = b->params;
+    CHECK(moved[2] != std::vector<float>(3, 0.0f));  // the first pass moved the moving mean
+    REQUIRE(SetRecomputing(*b->layer, true));
+    b->layer->Forward(x.data(), again.data(), 4);
+    CHECK(SetRecomputing(*b->layer, false));
+    CHECK(again == out);
+    CHECK(b->params == moved);  // not moved a second time
+    std::vector<float> g = dout;
+    b->layer->Backward(x.data(), again.data(), g.data(), din_again.data(), 4);
+    const std::vector<std::vector<float>> grads_again = b->grads;
+    // The same batch's Backward after a plain pass: the same gradients.
+    b->layer->Forward(x.data(), out.data(), 4);
+    g = dout;
+    b->layer->Backward(x.data(), out.data(), g.data(), din.data(), 4);
+    CHECK(din_again == din);
+    CHECK(grads_again == b->grads);
+    // ... and that plain pass moved them again.
+    CHECK(b->params != moved);
+  }
+  Bound ln(MakeLayerNorm(shape, {}), 4);
+  CHECK_FALSE(SetRecomputing(*ln.layer, true));
+}
+
 TEST_CASE("layer_norm normalises each row's last axis, the same in training and evaluation", "[unit][norm]") {
   const ActShape shape{2, 2, 5};
   Bound ln(MakeLayerNorm(shape, {}), 3);
