@@ -219,7 +219,10 @@ def main():
     np = import_numpy()
     data_dir = args.sklearn_data or sklearn_data_dir()
 
+    # Every input is read and checked before anything is written.
     x, y = read_digits(np, os.path.join(data_dir, "digits.csv.gz"))
+    features, target = read_diabetes(data_dir)
+
     train, test = split(np, len(y))
     npz_dir = os.path.join(args.out, "digits-npz")
     tfrecord_dir = os.path.join(args.out, "digits-tfrecord")
@@ -233,7 +236,6 @@ def main():
         write_atomic(path, tfrecord_bytes(x[rows].reshape(len(rows), 64), y[rows]))
         print("%s: %d tf.train.Example records" % (path, len(rows)))
 
-    features, target = read_diabetes(data_dir)
     train, test = split(np, len(target))
     diabetes_dir = os.path.join(args.out, "diabetes")
     make_dir(diabetes_dir)
