@@ -14,21 +14,28 @@ struct PeerBest {
   std::string setting = "-";  // "1t", "2t+ftz", "1t+ftz+cpu", ...
 };
 
+// Calls `visit(threads, flush_denormal, unpin_core, setting)` once per setting, `setting` naming it
+// ("1t", "2t+ftz", "1t+ftz+cpu", ...).
+template <typename Visit>
+void ForEachPeerSetting(Visit visit) {
+  const bool pinned = std::getenv("OPENBLAS_CORETYPE") != nullptr;
+  for (bool unpin : {false, true}) {
+    if (unpin && !pinned) continue;
+    for (int threads : {1, 2})
+      for (bool flush : {false, true})
+        visit(threads, flush, unpin, std::to_string(threads) + "t" + (flush ? "+ftz" : "") + (unpin ? "+cpu" : ""));
+  }
+}
+
 // `measure(threads, flush_denormal, unpin_core)` runs the peer once and returns its samples/s (0
 // when it failed).
 template <typename Measure>
 PeerBest BestPeer(Measure measure) {
   PeerBest best;
-  const bool pinned = std::getenv("OPENBLAS_CORETYPE") != nullptr;
-  for (bool unpin : {false, true}) {
-    if (unpin && !pinned) continue;
-    for (int threads : {1, 2})
-      for (bool flush : {false, true}) {
-        const double v = measure(threads, flush, unpin);
-        if (v > best.samples_per_sec)
-          best = {v, std::to_string(threads) + "t" + (flush ? "+ftz" : "") + (unpin ? "+cpu" : "")};
-      }
-  }
+  ForEachPeerSetting([&](int threads, bool flush, bool unpin, const std::string& setting) {
+    const double v = measure(threads, flush, unpin);
+    if (v > best.samples_per_sec) best = {v, setting};
+  });
   return best;
 }
 
