@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "common/base/check.h"
+#include "common/tensor/batch_norm_passes.h"
 #include "common/tensor/layers.h"
 
 namespace tfd::tensor {
@@ -39,7 +40,7 @@ std::string Describe(std::string_view kind, const NormOptions& o, bool batch) {
 
 class BatchNorm final : public Layer {
  public:
-  BatchNorm(ActShape in, NormOptions o) : shape_(in), c_(in.c), o_(o) {}
+  BatchNorm(ActShape in, NormOptions o) : shape_(in), c_(in.c), o_(o), passes_(BatchNormPassesFor(WidestCpuLevel())) {}
 
   std::string Describe() const override { return tensor::Describe("batch_norm", o_, true); }
   ActShape output_shape() const override { return shape_; }
@@ -85,13 +86,7 @@ class BatchNorm final : public Layer {
     else
       for (int c = 0; c < c_; ++c) mean_[c] = moving_mean_[c], inv_std_[c] = InvStd(moving_var_[c]);
     for (int c = 0; c < c_; ++c) scale_[c] = v_.Gamma(c) * inv_std_[c], shift_[c] = v_.Beta(c) - mean_[c] * scale_[c];
-    const float* __restrict s = scale_.data();
-    const float* __restrict b = shift_.data();
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const float* __restrict x = in + r * c_;
-      float* __restrict y = out + r * c_;
-      for (int c = 0; c < c_; ++c) y[c] = x[c] * s[c] + b[c];
-    }
+    passes_.scale_shift(in, rows, c_, scale_.data(), shift_.data(), out);
   }
 
   // With g = dout and xhat = (x - mean) / std over the n rows the statistics came from (every
@@ -99,19 +94,10 @@ class BatchNorm final : public Layer {
   // din = gamma / std (g - sum g / n - xhat sum g xhat / n) with the sums over the same n rows.
   void Backward(const float* in, const float*, float* dout, float* din, int batch) override {
     const std::int64_t rows = std::int64_t{batch} * shape_.h * shape_.w;
-    double* __restrict sg = acc_.data();
-    double* __restrict sgx = acc_.data() + c_;
+    const double* sg = acc_.data();
+    const double* sgx = acc_.data() + c_;
     std::fill(acc_.begin(), acc_.end(), 0.0);
-    const float* __restrict mean = mean_.data();
-    const float* __restrict inv = inv_std_.data();
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const float* __restrict x = in + r * c_;
-      const float* __restrict g = dout + r * c_;
-      for (int c = 0; c < c_; ++c) {
-        sg[c] += g[c];
-        sgx[c] += static_cast<double>(g[c]) * ((x[c] - mean[c]) * inv[c]);
-      }
-    }
+    passes_.grad_sums(in, dout, rows, c_, mean_.data(), inv_std_.data(), acc_.data(), acc_.data() + c_);
     for (int c = 0; c < c_; ++c) {
       if (v_.dgamma != nullptr) v_.dgamma[c] = static_cast<float>(sgx[c]);
       if (v_.dbeta != nullptr) v_.dbeta[c] = static_cast<float>(sg[c]);
@@ -129,13 +115,7 @@ class BatchNorm final : public Layer {
     if (din == nullptr) return;
     const float inv_n = 1.0f / count_;
     for (int c = 0; c < c_; ++c) red[c] *= inv_n, red[c_ + c] *= inv_n;  // mean g, mean g xhat
-    const float* __restrict s = scale_.data();
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const float* __restrict x = in + r * c_;
-      const float* __restrict g = dout + r * c_;
-      float* __restrict d = din + r * c_;
-      for (int c = 0; c < c_; ++c) d[c] = s[c] * (g[c] - red[c] - (x[c] - mean[c]) * inv[c] * red[c_ + c]);
-    }
+    passes_.input_grad(in, dout, rows, c_, mean_.data(), inv_std_.data(), scale_.data(), red, red + c_, din);
   }
 
  private:
@@ -145,22 +125,16 @@ class BatchNorm final : public Layer {
   // two sums, of x with the row count, then of (x - mean)², so no replica subtracts large squares),
   // and the moving statistics moved toward them as Keras does.
   void BatchStatistics(const float* in, std::int64_t rows) {
-    double* __restrict acc = acc_.data();
+    const double* acc = acc_.data();
     std::fill(acc_.begin(), acc_.end(), 0.0);
-    for (std::int64_t r = 0; r < rows; ++r)
-      for (int c = 0; c < c_; ++c) acc[c] += in[r * c_ + c];
+    passes_.sum(in, rows, c_, acc_.data());
     for (int c = 0; c < c_; ++c) sums_[c] = static_cast<float>(acc[c]);
     sums_[c_] = static_cast<float>(rows);
     if (sum_ != nullptr) sum_->Sum(std::span(sums_).first(c_ + 1));
     count_ = sums_[c_];
     for (int c = 0; c < c_; ++c) mean_[c] = sums_[c] / count_;
     std::fill(acc_.begin(), acc_.end(), 0.0);
-    const float* __restrict mean = mean_.data();
-    for (std::int64_t r = 0; r < rows; ++r)
-      for (int c = 0; c < c_; ++c) {
-        const double d = in[r * c_ + c] - mean[c];
-        acc[c] += d * d;
-      }
+    passes_.sum_squared_deviations(in, rows, c_, mean_.data(), acc_.data());
     for (int c = 0; c < c_; ++c) sums_[c] = static_cast<float>(acc[c]);
     if (sum_ != nullptr) sum_->Sum(std::span(sums_).first(c_));
     const auto keep = static_cast<float>(1.0 - o_.momentum);
@@ -176,6 +150,7 @@ class BatchNorm final : public Layer {
   const ActShape shape_;
   const int c_;
   const NormOptions o_;
+  const BatchNormPasses& passes_;
   NormVariables v_;
   std::span<float> moving_mean_, moving_var_, dmoving_mean_, dmoving_var_;
   CrossReplicaSum* sum_ = nullptr;

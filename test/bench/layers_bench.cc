@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/tensor/batch_norm_passes.h"
 #include "common/tensor/layers.h"
 #include "test/bench/peer_best.h"
 
@@ -84,6 +85,31 @@ double MeasureBatchNorm(const Case& c, double seconds) {
       seconds);
 }
 
+// The layer's five passes alone, in its order, on `level`'s code (the layer runs the widest level):
+// what each instruction-set level is worth.
+double MeasurePasses(const Case& c, double seconds, tfd::tensor::CpuLevel level) {
+  const tfd::tensor::BatchNormPasses& p = tfd::tensor::BatchNormPassesFor(level);
+  const std::int64_t rows = std::int64_t{c.batch} * c.shape.h * c.shape.w;
+  const int ch = c.shape.c;
+  const auto size = static_cast<std::size_t>(rows * ch);
+  std::mt19937 gen(1);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(size), y(size), dy(size), dx(size);
+  for (float& v : x) v = normal(gen);
+  for (float& v : dy) v = normal(gen);
+  std::vector<float> mean(ch, 0.0f), inv_std(ch, 1.0f), scale(ch, 1.0f), shift(ch, 0.0f), mean_g(ch, 0.0f), mean_gx(ch, 0.0f);
+  std::vector<double> a(ch), b(ch);
+  return BestBlockMicros(
+      [&] {
+        p.sum(x.data(), rows, ch, a.data());
+        p.sum_squared_deviations(x.data(), rows, ch, mean.data(), a.data());
+        p.scale_shift(x.data(), rows, ch, scale.data(), shift.data(), y.data());
+        p.grad_sums(x.data(), dy.data(), rows, ch, mean.data(), inv_std.data(), a.data(), b.data());
+        p.input_grad(x.data(), dy.data(), rows, ch, mean.data(), inv_std.data(), scale.data(), mean_g.data(), mean_gx.data(), dx.data());
+      },
+      seconds);
+}
+
 std::string Run(const std::string& cmd) {
   std::string out;
   FILE* p = popen(cmd.c_str(), "r");
@@ -119,15 +145,16 @@ std::map<std::string, PeerShape> RunPeer(const std::string& args, double seconds
 
 int main(int argc, char** argv) {
   double seconds = 1.0;
-  bool peer = true;
+  bool peer = true, levels = false;
   std::string only;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--seconds" && i + 1 < argc) seconds = std::atof(argv[++i]);
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else if (a == "--no-peer") peer = false;
+    else if (a == "--levels") levels = true;
     else {
-      std::fprintf(stderr, "usage: %s [--seconds S] [--only batch_norm] [--no-peer]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--seconds S] [--only batch_norm] [--no-peer] [--levels]\n", argv[0]);
       return 2;
     }
   }
@@ -173,6 +200,7 @@ int main(int argc, char** argv) {
   };
   auto cell = [](double v) { return v > 0 ? fmt::format("{:.1f}", v) : std::string("-"); };
   auto ratio = [](double theirs, double ours) { return theirs > 0 ? fmt::format("{:.2f}x", theirs / ours) : std::string("-"); };
+  std::printf("tfd's passes: %s\n", tfd::tensor::CpuLevelName(tfd::tensor::WidestCpuLevel()));
   std::printf("%-12s %9s %11s %22s %7s %11s %22s %7s\n", "shape", "tfd us", "pytorch us", "kept", "ratio", "1 thread us", "kept", "ratio");
   for (const Case& c : kBatchNormCases) {
     const double ours = MeasureBatchNorm(c, seconds);
@@ -180,6 +208,19 @@ int main(int argc, char** argv) {
     std::printf("%-12s %9.1f %11s %22s %7s %11s %22s %7s\n", c.name.c_str(), ours, cell(best.us).c_str(), best.setting.c_str(),
                 ratio(best.us, ours).c_str(), cell(one.us).c_str(), one.setting.c_str(), ratio(one.us, ours).c_str());
     std::fflush(stdout);
+  }
+  if (levels) {
+    std::printf("\nthe five passes alone, us, per instruction-set level this CPU has\n%-12s", "shape");
+    std::vector<tfd::tensor::CpuLevel> have;
+    for (auto level : {tfd::tensor::CpuLevel::kBaseline, tfd::tensor::CpuLevel::kAvx2, tfd::tensor::CpuLevel::kAvx512})
+      if (tfd::tensor::CpuHas(level)) have.push_back(level), std::printf(" %10s", tfd::tensor::CpuLevelName(level));
+    std::printf("\n");
+    for (const Case& c : kBatchNormCases) {
+      std::printf("%-12s", c.name.c_str());
+      for (auto level : have) std::printf(" %10.1f", MeasurePasses(c, seconds, level));
+      std::printf("\n");
+      std::fflush(stdout);
+    }
   }
   return 0;
 }

@@ -1,0 +1,284 @@
+#include "common/tensor/batch_norm_passes.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/base/check.h"
+
+namespace tfd::tensor {
+namespace {
+
+// A row's channels run kTile at a time, then one at a time for the rest, with the same operations
+// in the same order per channel either way. A tile is kTile / N vectors of N floats: N is 4 on the
+// baseline (SSE), 8 on AVX2, 16 on AVX-512, so each level keeps a tile's sums in its registers.
+constexpr int kTile = 16;
+template <int N>
+struct Lanes {
+  typedef float V __attribute__((vector_size(N * sizeof(float))));
+  static constexpr int kParts = kTile / N;
+};
+
+// Rows per block: a channel's partial sums in float cover this many rows at most.
+constexpr std::int64_t kBlockRows = 128;
+
+struct Block {
+  std::int64_t begin, end;
+};
+// The i-th of `count` blocks over `rows` rows, counted from the first block or the last.
+struct Blocks {
+  explicit Blocks(std::int64_t rows) : rows(rows), count((rows + kBlockRows - 1) / kBlockRows) {}
+  Block At(std::int64_t i, bool descending) const {
+    const std::int64_t b = descending ? count - 1 - i : i;
+    return {b * kBlockRows, std::min(rows, (b + 1) * kBlockRows)};
+  }
+  std::int64_t rows, count;
+};
+
+template <typename V>
+[[gnu::always_inline]] inline void Load(V* v, const float* p) {
+  std::memcpy(v, p, sizeof(V));
+}
+template <typename V>
+[[gnu::always_inline]] inline void Store(float* p, const V* v) {
+  std::memcpy(p, v, sizeof(V));
+}
+
+// The sums of one block, in float: alternate rows into two partials (two chains of additions in
+// flight), then their sum added into the channel's double. The tile (kTile channels at x) and the
+// single-channel code make the same additions per channel.
+template <int N>
+[[gnu::always_inline]] inline void SumTile(const float* x, Block blk, int c, double* acc) {
+  using L = Lanes<N>;
+  typename L::V even[L::kParts] = {}, odd[L::kParts] = {}, a, b;
+  std::int64_t r = blk.begin;
+  for (; r + 1 < blk.end; r += 2)
+    for (int p = 0; p < L::kParts; ++p) {
+      Load(&a, x + r * c + p * N), Load(&b, x + (r + 1) * c + p * N);
+      even[p] += a, odd[p] += b;
+    }
+  if (r < blk.end)
+    for (int p = 0; p < L::kParts; ++p) Load(&a, x + r * c + p * N), even[p] += a;
+  for (int p = 0; p < L::kParts; ++p) {
+    const typename L::V s = even[p] + odd[p];
+    for (int j = 0; j < N; ++j) acc[p * N + j] += static_cast<double>(s[j]);
+  }
+}
+[[gnu::always_inline]] inline void SumOne(const float* x, Block blk, int c, double* acc) {
+  float even = 0, odd = 0;
+  std::int64_t r = blk.begin;
+  for (; r + 1 < blk.end; r += 2) even += x[r * c], odd += x[(r + 1) * c];
+  if (r < blk.end) even += x[r * c];
+  *acc += static_cast<double>(even + odd);
+}
+
+template <int N>
+[[gnu::always_inline]] inline void SquaredDeviationsTile(const float* x, Block blk, int c, const float* mean, double* acc) {
+  using L = Lanes<N>;
+  typename L::V m[L::kParts], even[L::kParts] = {}, odd[L::kParts] = {}, a, b;
+  for (int p = 0; p < L::kParts; ++p) Load(&m[p], mean + p * N);
+  std::int64_t r = blk.begin;
+  for (; r + 1 < blk.end; r += 2)
+    for (int p = 0; p < L::kParts; ++p) {
+      Load(&a, x + r * c + p * N), Load(&b, x + (r + 1) * c + p * N);
+      a -= m[p], b -= m[p];
+      even[p] += a * a, odd[p] += b * b;
+    }
+  if (r < blk.end)
+    for (int p = 0; p < L::kParts; ++p) Load(&a, x + r * c + p * N), a -= m[p], even[p] += a * a;
+  for (int p = 0; p < L::kParts; ++p) {
+    const typename L::V s = even[p] + odd[p];
+    for (int j = 0; j < N; ++j) acc[p * N + j] += static_cast<double>(s[j]);
+  }
+}
+[[gnu::always_inline]] inline void SquaredDeviationsOne(const float* x, Block blk, int c, float mean, double* acc) {
+  float even = 0, odd = 0;
+  std::int64_t r = blk.begin;
+  for (; r + 1 < blk.end; r += 2) {
+    const float a = x[r * c] - mean, b = x[(r + 1) * c] - mean;
+    even += a * a, odd += b * b;
+  }
+  if (r < blk.end) {
+    const float a = x[r * c] - mean;
+    even += a * a;
+  }
+  *acc += static_cast<double>(even + odd);
+}
+
+template <int N>
+[[gnu::always_inline]] inline void GradSumsTile(const float* x, const float* g, Block blk, int c, const float* mean,
+                                                const float* inv_std, double* sg, double* sgx) {
+  using L = Lanes<N>;
+  typename L::V m[L::kParts], inv[L::kParts], g_even[L::kParts] = {}, g_odd[L::kParts] = {}, gx_even[L::kParts] = {},
+                                                  gx_odd[L::kParts] = {}, xa, xb, ga, gb;
+  for (int p = 0; p < L::kParts; ++p) Load(&m[p], mean + p * N), Load(&inv[p], inv_std + p * N);
+  std::int64_t r = blk.begin;
+  for (; r + 1 < blk.end; r += 2)
+    for (int p = 0; p < L::kParts; ++p) {
+      Load(&xa, x + r * c + p * N), Load(&xb, x + (r + 1) * c + p * N);
+      Load(&ga, g + r * c + p * N), Load(&gb, g + (r + 1) * c + p * N);
+      g_even[p] += ga, g_odd[p] += gb;
+      gx_even[p] += ga * ((xa - m[p]) * inv[p]), gx_odd[p] += gb * ((xb - m[p]) * inv[p]);
+    }
+  if (r < blk.end)
+    for (int p = 0; p < L::kParts; ++p) {
+      Load(&xa, x + r * c + p * N), Load(&ga, g + r * c + p * N);
+      g_even[p] += ga, gx_even[p] += ga * ((xa - m[p]) * inv[p]);
+    }
+  for (int p = 0; p < L::kParts; ++p) {
+    const typename L::V s = g_even[p] + g_odd[p], sx = gx_even[p] + gx_odd[p];
+    for (int j = 0; j < N; ++j) sg[p * N + j] += static_cast<double>(s[j]), sgx[p * N + j] += static_cast<double>(sx[j]);
+  }
+}
+[[gnu::always_inline]] inline void GradSumsOne(const float* x, const float* g, Block blk, int c, float mean, float inv,
+                                               double* sg, double* sgx) {
+  float g_even = 0, g_odd = 0, gx_even = 0, gx_odd = 0;
+  std::int64_t r = blk.begin;
+  for (; r + 1 < blk.end; r += 2) {
+    const float ga = g[r * c], gb = g[(r + 1) * c];
+    g_even += ga, g_odd += gb;
+    gx_even += ga * ((x[r * c] - mean) * inv), gx_odd += gb * ((x[(r + 1) * c] - mean) * inv);
+  }
+  if (r < blk.end) g_even += g[r * c], gx_even += g[r * c] * ((x[r * c] - mean) * inv);
+  *sg += static_cast<double>(g_even + g_odd), *sgx += static_cast<double>(gx_even + gx_odd);
+}
+
+// The passes, each written once and compiled per level below.
+template <int N>
+[[gnu::always_inline]] inline void Sum(const float* x, std::int64_t rows, int c, double* acc) {
+  const Blocks blocks(rows);
+  for (std::int64_t i = 0; i < blocks.count; ++i) {
+    const Block blk = blocks.At(i, /*descending=*/true);
+    int k = 0;
+    for (; k + kTile <= c; k += kTile) SumTile<N>(x + k, blk, c, acc + k);
+    for (; k < c; ++k) SumOne(x + k, blk, c, acc + k);
+  }
+}
+
+template <int N>
+[[gnu::always_inline]] inline void SumSquaredDeviations(const float* x, std::int64_t rows, int c, const float* mean, double* acc) {
+  const Blocks blocks(rows);
+  for (std::int64_t i = 0; i < blocks.count; ++i) {
+    const Block blk = blocks.At(i, /*descending=*/false);
+    int k = 0;
+    for (; k + kTile <= c; k += kTile) SquaredDeviationsTile<N>(x + k, blk, c, mean + k, acc + k);
+    for (; k < c; ++k) SquaredDeviationsOne(x + k, blk, c, mean[k], acc + k);
+  }
+}
+
+template <int N>
+[[gnu::always_inline]] inline void ScaleShift(const float* x, std::int64_t rows, int c, const float* scale, const float* shift,
+                                              float* y) {
+  typename Lanes<N>::V v, s, b;
+  for (std::int64_t r = rows - 1; r >= 0; --r) {
+    const float* xr = x + r * c;
+    float* yr = y + r * c;
+    int k = 0;
+    for (; k + N <= c; k += N) {
+      Load(&v, xr + k), Load(&s, scale + k), Load(&b, shift + k);
+      v = v * s + b;
+      Store(yr + k, &v);
+    }
+    for (; k < c; ++k) yr[k] = xr[k] * scale[k] + shift[k];
+  }
+}
+
+template <int N>
+[[gnu::always_inline]] inline void GradSums(const float* x, const float* g, std::int64_t rows, int c, const float* mean,
+                                            const float* inv_std, double* sg, double* sgx) {
+  const Blocks blocks(rows);
+  for (std::int64_t i = 0; i < blocks.count; ++i) {
+    const Block blk = blocks.At(i, /*descending=*/true);
+    int k = 0;
+    for (; k + kTile <= c; k += kTile) GradSumsTile<N>(x + k, g + k, blk, c, mean + k, inv_std + k, sg + k, sgx + k);
+    for (; k < c; ++k) GradSumsOne(x + k, g + k, blk, c, mean[k], inv_std[k], sg + k, sgx + k);
+  }
+}
+
+template <int N>
+[[gnu::always_inline]] inline void InputGrad(const float* x, const float* g, std::int64_t rows, int c, const float* mean,
+                                             const float* inv_std, const float* scale, const float* mean_g, const float* mean_gx,
+                                             float* din) {
+  typename Lanes<N>::V xv, gv, m, inv, s, mg, mgx;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * c;
+    const float* gr = g + r * c;
+    float* d = din + r * c;
+    int k = 0;
+    for (; k + N <= c; k += N) {
+      Load(&xv, xr + k), Load(&gv, gr + k), Load(&m, mean + k), Load(&inv, inv_std + k);
+      Load(&s, scale + k), Load(&mg, mean_g + k), Load(&mgx, mean_gx + k);
+      xv = s * (gv - mg - (xv - m) * inv * mgx);
+      Store(d + k, &xv);
+    }
+    for (; k < c; ++k) d[k] = scale[k] * (gr[k] - mean_g[k] - (xr[k] - mean[k]) * inv_std[k] * mean_gx[k]);
+  }
+}
+
+// One set of passes per level: the same source under each target.
+#define TFD_BATCH_NORM_PASSES(ns, target, n)                                                                                    \
+  namespace ns {                                                                                                             \
+  target void Sum(const float* x, std::int64_t rows, int c, double* acc) { tensor::Sum<n>(x, rows, c, acc); }                   \
+  target void SumSquaredDeviations(const float* x, std::int64_t rows, int c, const float* mean, double* acc) {               \
+    tensor::SumSquaredDeviations<n>(x, rows, c, mean, acc);                                                                     \
+  }                                                                                                                          \
+  target void ScaleShift(const float* x, std::int64_t rows, int c, const float* scale, const float* shift, float* y) {       \
+    tensor::ScaleShift<n>(x, rows, c, scale, shift, y);                                                                         \
+  }                                                                                                                          \
+  target void GradSums(const float* x, const float* g, std::int64_t rows, int c, const float* mean, const float* inv_std,     \
+                       double* sg, double* sgx) {                                                                            \
+    tensor::GradSums<n>(x, g, rows, c, mean, inv_std, sg, sgx);                                                                 \
+  }                                                                                                                          \
+  target void InputGrad(const float* x, const float* g, std::int64_t rows, int c, const float* mean, const float* inv_std,    \
+                        const float* scale, const float* mean_g, const float* mean_gx, float* din) {                         \
+    tensor::InputGrad<n>(x, g, rows, c, mean, inv_std, scale, mean_g, mean_gx, din);                                            \
+  }                                                                                                                          \
+  constexpr BatchNormPasses kPasses = {&Sum, &SumSquaredDeviations, &ScaleShift, &GradSums, &InputGrad};                     \
+  }
+
+TFD_BATCH_NORM_PASSES(baseline, , 4)
+#if defined(__x86_64__)
+TFD_BATCH_NORM_PASSES(avx2, __attribute__((target("arch=x86-64-v3"))), 8)
+TFD_BATCH_NORM_PASSES(avx512, __attribute__((target("arch=x86-64-v4"))), 16)
+#endif
+#undef TFD_BATCH_NORM_PASSES
+
+}  // namespace
+
+bool CpuHas(CpuLevel level) {
+#if defined(__x86_64__)
+  switch (level) {
+    case CpuLevel::kBaseline: return true;
+    case CpuLevel::kAvx2: return __builtin_cpu_supports("x86-64-v3");
+    case CpuLevel::kAvx512: return __builtin_cpu_supports("x86-64-v4");
+  }
+  return false;
+#else
+  return level == CpuLevel::kBaseline;
+#endif
+}
+
+CpuLevel WidestCpuLevel() {
+  for (CpuLevel level : {CpuLevel::kAvx512, CpuLevel::kAvx2})
+    if (CpuHas(level)) return level;
+  return CpuLevel::kBaseline;
+}
+
+const char* CpuLevelName(CpuLevel level) {
+  switch (level) {
+    case CpuLevel::kBaseline: return "baseline";
+    case CpuLevel::kAvx2: return "avx2";
+    case CpuLevel::kAvx512: return "avx512";
+  }
+  return "?";
+}
+
+const BatchNormPasses& BatchNormPassesFor(CpuLevel level) {
+  TFD_CHECK(CpuHas(level));
+#if defined(__x86_64__)
+  if (level == CpuLevel::kAvx512) return avx512::kPasses;
+  if (level == CpuLevel::kAvx2) return avx2::kPasses;
+#endif
+  return baseline::kPasses;
+}
+
+}  // namespace tfd::tensor

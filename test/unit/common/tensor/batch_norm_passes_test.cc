@@ -1,0 +1,94 @@
+// Batch norm's passes (batch_norm_passes.h): every instruction-set level this CPU has gives the
+// baseline's bits, on channel counts with and without whole tiles and row counts around a block;
+// and the blocked float sums stay within float rounding of sums taken in double.
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "common/tensor/batch_norm_passes.h"
+
+namespace tfd::tensor::batch_norm_passes_test {
+namespace {
+
+std::vector<float> Normal(std::size_t n, std::uint32_t seed, float mean, float stddev) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> d(mean, stddev);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(gen);
+  return v;
+}
+
+// Every output of every pass of `level` on one input.
+struct Outputs {
+  std::vector<double> sum, squares, sg, sgx;
+  std::vector<float> y, din;
+  bool operator==(const Outputs&) const = default;
+};
+
+Outputs RunPasses(CpuLevel level, std::int64_t rows, int c) {
+  const auto n = static_cast<std::size_t>(rows * c);
+  const std::vector<float> x = Normal(n, 1, 3.0f, 2.0f), g = Normal(n, 2, 0.0f, 1.0f);
+  const std::vector<float> mean = Normal(c, 3, 3.0f, 0.1f), inv_std = Normal(c, 4, 0.5f, 0.05f), scale = Normal(c, 5, 1.0f, 0.2f),
+                           shift = Normal(c, 6, 0.0f, 0.2f), mean_g = Normal(c, 7, 0.0f, 0.1f), mean_gx = Normal(c, 8, 0.0f, 0.1f);
+  const BatchNormPasses& p = BatchNormPassesFor(level);
+  Outputs o{std::vector<double>(c, 0.5), std::vector<double>(c, 0.25), std::vector<double>(c), std::vector<double>(c),
+            std::vector<float>(n), std::vector<float>(n)};
+  p.sum(x.data(), rows, c, o.sum.data());
+  p.sum_squared_deviations(x.data(), rows, c, mean.data(), o.squares.data());
+  p.scale_shift(x.data(), rows, c, scale.data(), shift.data(), o.y.data());
+  p.grad_sums(x.data(), g.data(), rows, c, mean.data(), inv_std.data(), o.sg.data(), o.sgx.data());
+  p.input_grad(x.data(), g.data(), rows, c, mean.data(), inv_std.data(), scale.data(), mean_g.data(), mean_gx.data(), o.din.data());
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("batch_norm passes give the baseline's bits on every instruction-set level this CPU has", "[unit][norm]") {
+  REQUIRE(CpuHas(CpuLevel::kBaseline));
+  CHECK(CpuHas(WidestCpuLevel()));
+  int levels = 0;
+  for (CpuLevel level : {CpuLevel::kAvx2, CpuLevel::kAvx512}) {
+    if (!CpuHas(level)) continue;
+    ++levels;
+    for (int c : {1, 3, 16, 17, 32, 40, 64, 512})
+      for (std::int64_t rows : {0, 1, 2, 7, 127, 128, 129, 300}) {
+        INFO(CpuLevelName(level) << ": " << rows << " rows of " << c << " channels");
+        REQUIRE(RunPasses(level, rows, c) == RunPasses(CpuLevel::kBaseline, rows, c));
+      }
+  }
+  WARN("levels checked against the baseline on this CPU: " << levels);
+}
+
+TEST_CASE("batch_norm passes' sums are within float rounding of sums in double", "[unit][norm]") {
+  const std::int64_t rows = 1000;
+  for (int c : {3, 16, 40}) {
+    const auto n = static_cast<std::size_t>(rows * c);
+    const std::vector<float> x = Normal(n, 9, 100.0f, 1.0f), g = Normal(n, 10, 0.5f, 1.0f);
+    std::vector<double> want_sum(c), want_sq(c), want_sg(c), want_sgx(c);
+    std::vector<float> mean(c), inv_std(c);
+    for (std::size_t i = 0; i < n; ++i) want_sum[i % c] += x[i];
+    for (int k = 0; k < c; ++k) mean[k] = static_cast<float>(want_sum[k] / rows);
+    for (std::size_t i = 0; i < n; ++i) want_sq[i % c] += (double{x[i]} - mean[i % c]) * (double{x[i]} - mean[i % c]);
+    for (int k = 0; k < c; ++k) inv_std[k] = static_cast<float>(1 / std::sqrt(want_sq[k] / rows));
+    for (std::size_t i = 0; i < n; ++i) {
+      want_sg[i % c] += g[i];
+      want_sgx[i % c] += double{g[i]} * ((double{x[i]} - mean[i % c]) * inv_std[i % c]);
+    }
+    const BatchNormPasses& p = BatchNormPassesFor(WidestCpuLevel());
+    std::vector<double> sum(c), sq(c), sg(c), sgx(c);
+    p.sum(x.data(), rows, c, sum.data());
+    p.sum_squared_deviations(x.data(), rows, c, mean.data(), sq.data());
+    p.grad_sums(x.data(), g.data(), rows, c, mean.data(), inv_std.data(), sg.data(), sgx.data());
+    for (int k = 0; k < c; ++k) {
+      INFO(c << " channels, channel " << k);
+      CHECK(sum[k] == Approx(want_sum[k]).epsilon(1e-6));
+      CHECK(sq[k] == Approx(want_sq[k]).epsilon(1e-5));
+      CHECK(sg[k] == Approx(want_sg[k]).margin(1e-3));
+      CHECK(sgx[k] == Approx(want_sgx[k]).margin(1e-3));
+    }
+  }
+}
+
+}  // namespace tfd::tensor::batch_norm_passes_test
