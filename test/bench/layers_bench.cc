@@ -110,16 +110,6 @@ double MeasurePasses(const Case& c, double seconds, tfd::tensor::CpuLevel level)
       seconds);
 }
 
-std::string Run(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return out;
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
-  if (pclose(p) != 0) return "";
-  return out;
-}
-
 struct PeerShape {
   double us = 0;
   std::string format;
@@ -128,7 +118,8 @@ struct PeerShape {
 // One peer run over every case: shape name -> its time in the faster memory format.
 std::map<std::string, PeerShape> RunPeer(const std::string& args, double seconds, int threads, bool flush, bool unpin) {
   std::map<std::string, PeerShape> got;
-  const std::string out = Run("timeout 300 " + tfd::bench::PeerCommand(fmt::format("{} --seconds {}", args, seconds), threads, flush, unpin));
+  const std::string command = tfd::bench::PeerCommand(fmt::format("{} --seconds {}", args, seconds), threads, flush, unpin);
+  const std::string out = tfd::bench::RunCapture("timeout 300 " + command);
   std::size_t begin = 0;
   while (begin < out.size()) {
     std::size_t end = out.find('\n', begin);

@@ -4,6 +4,7 @@
 // which may pick wider kernels), the fastest kept, and which it was.
 #pragma once
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -44,6 +45,18 @@ PeerBest BestPeer(Measure measure) {
 inline std::string PeerCommand(const std::string& script_and_args, int threads, bool flush, bool unpin) {
   return std::string(unpin ? "env -u OPENBLAS_CORETYPE " : "") + "/usr/bin/python3 " + script_and_args + " --threads " +
          std::to_string(threads) + (flush ? " --flush-denormal" : "");
+}
+
+// The standard output of the shell command `cmd`; empty when it cannot start or exits non-zero
+// (a peer that failed reads as no figure).
+inline std::string RunCapture(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return out;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
+  if (pclose(p) != 0) return "";
+  return out;
 }
 
 }  // namespace tfd::bench

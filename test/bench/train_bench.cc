@@ -139,19 +139,9 @@ double MeasureOursCuda(const tfd::data::DataSplits& data, const Config& c, doubl
 }
 #endif
 
-std::string Run(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return out;
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
-  if (pclose(p) != 0) return "";
-  return out;
-}
-
 double MeasurePeer(const std::string& script, const std::string& data, const Config& c, double seconds, int threads,
                    bool flush_denormal, bool unpin_core) {
-  std::string out = Run(fmt::format("{}/usr/bin/python3 {} --model {} --optimizer {} --lr {} --batch {} --threads {} "
+  std::string out = tfd::bench::RunCapture(fmt::format("{}/usr/bin/python3 {} --model {} --optimizer {} --lr {} --batch {} --threads {} "
                                     "--data {} --seconds {}{}",
                                     unpin_core ? "env -u OPENBLAS_CORETYPE " : "", script, c.model, c.optimizer, c.lr,
                                     c.batch, threads, data, seconds, flush_denormal ? " --flush-denormal" : ""));
@@ -242,8 +232,8 @@ int main(int argc, char** argv) {
           auto pos = out.find("\"samples_per_sec\":");
           return pos == std::string::npos ? 0.0 : std::atof(out.c_str() + pos + 18);
         };
-        eager = rate(Run(base));
-        graph = rate(Run(base + " --cuda-graph"));
+        eager = rate(tfd::bench::RunCapture(base));
+        graph = rate(tfd::bench::RunCapture(base + " --cuda-graph"));
       }
       auto cell = [](double v) { return v > 0 ? fmt::format("{:.0f}", v) : std::string("-"); };
       auto ratio = [ours](double v) { return v > 0 ? fmt::format("{:.2f}x", ours / v) : std::string("-"); };
