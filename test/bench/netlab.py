@@ -260,7 +260,10 @@ def parse_compression(item):
             raise ValueError(f"{item!r}: {method} takes no argument")
         return method
     if method == "topk":
-        ratio = float(arg) if arg else 0.01
+        try:
+            ratio = float(arg) if arg else 0.01
+        except ValueError:
+            raise ValueError(f"{item!r}: the ratio {arg!r} is not a number") from None
         if not 0 < ratio <= 1:
             raise ValueError(f"{item!r}: the ratio {ratio} is not in (0, 1]")
         return {"method": "topk", "ratio": ratio}
