@@ -3,8 +3,9 @@
 shaped with tc, tfd tasks placed on them by TF_CONFIG with each host's own address.
 
   test/bench/netlab.py [--hosts 4] [--workers-per-host 1] [--links 1g,10g,none] [--modes allreduce,sync]
-                       [--hierarchical auto] [--epochs 10] [--target 0.98] [--loss PCT] [--report FILE]
-                       [--no-peer] [--clean]
+                       [--hierarchical auto] [--compression none,fp16,powersgd:2] [--epochs 10] [--target 0.98]
+                       [--stop-at-target] [--loss PCT] [--report FILE] [--no-peer] [--hooks none,fp16,powersgd]
+                       [--clean]
 
 Host i is the namespace PREFIX-hI at 10.77.0.(i+2)/24 behind a veth pair (PREFIX-iI inside,
 PREFIX-oI on the bridge PREFIX-br). A link preset shapes both ends of each pair, so a host sends
@@ -18,16 +19,22 @@ Each configuration runs the seed's dnn (batch 50 per worker, momentum 0.01/0.95)
 --workers-per-host workers per host (worker i on host i // W, port 2222 + i % W): allreduce (a ring
 over the workers, or with W > 1 and update.hierarchical true or auto, a ring inside each host and
 one across the hosts' leaders; --hierarchical lists the settings to run, one row each) or sync (the
-ps on host 0 beside worker 0). Per
-configuration it prints samples/s (the workers' sum, each worker's mean over the epochs after the
+ps on host 0 beside worker 0), once per --compression method (the job's update.compression,
+docs/config.md "Gradient compression": none, fp16, bf16, topk[:RATIO], powersgd[:RANK]; powersgd is
+allreduce only, so sync skips it). Per configuration it prints samples/s (the workers' sum, each worker's mean over the epochs after the
 first), time to --target test accuracy (the chief's epoch events), bytes each host sent per step
 (its veth's tx_bytes over the run, divided by its worker's steps) beside the arithmetic of what
 the mode must send, and worker 0's step split by its own clock (input / compute / update, where
 update is the exchange and the wait for the others, which tfd's events do not split), with `wire`
 = the bytes the busiest host sends per step at the link's rate: the part of update no software can
 save without sending less. With python3-torch (scripts/setup --bench), PyTorch DDP (gloo) runs on
-the same namespaces and links with each communication hook, the best kept and named
-(torch_lab_peer.py); else its rows say "skipped: no torch".
+the same namespaces and links with each communication hook of --hooks (torch_lab_peer.py: tfd's
+initialisation, optimizer, batch and learning rate; a seeded data order); else its rows say
+"skipped: no torch". Per link the best of each side (the soonest to --target, else the most
+samples/s) is marked, and a summary line per link gives DDP's best time to --target over tfd's best,
+and each side's best samples/s against the same configuration unshaped. --stop-at-target ends a tfd
+configuration once its chief reaches --target (the DDP peer always stops there), so a run to 98%
+does not pay for the epochs after it.
 
 Everything it made (namespaces, bridge, the tasks) goes on exit, on an error and on Ctrl-C; a run
 first removes what a killed earlier run with the same --prefix left. Needs root (else one line,
@@ -35,6 +42,7 @@ exit 77). --clean only removes. --report FILE writes every figure as JSON.
 """
 import argparse
 import json
+import math
 import os
 import secrets
 import shutil
@@ -47,6 +55,8 @@ import time
 PROG = "netlab"
 SKIP = 77
 DNN_FLOATS = 230_250  # the dnn's parameters (docs/config.md): what a gradient or a pull carries
+DNN_KERNELS = [(784, 160)] + [(160, 160)] * 4 + [(160, 10)]  # as n x m matrices (PowerSGD's view)
+DNN_BIASES = [160] * 5 + [10]
 PORT = 2222  # every host has its own addresses, so every task listens on the same port
 PRESETS = {  # rate in bit/s, one-way delay between two hosts in ms
     "1g": (1_000_000_000, 0.2),
@@ -197,14 +207,19 @@ class Tasks:
                                  stdin=subprocess.DEVNULL, start_new_session=True)
         self.procs.append((name, p, out, err))
 
-    def Wait(self, deadline):
-        """Exit codes by task name; a task still running at `deadline` (monotonic) is killed (code None)."""
-        codes = {}
-        for name, p, _, _ in self.procs:
-            try:
-                codes[name] = p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                codes[name] = None
+    def Wait(self, deadline, stop=None):
+        """Exit codes by task name; a task still running at `deadline` (monotonic) is killed (code None),
+        and one still running when `stop()` (asked twice a second) first says True is killed too (code
+        "stopped")."""
+        stopped = False
+        while time.monotonic() < deadline and any(p.poll() is None for _, p, _, _ in self.procs):
+            if stop is not None and stop():
+                stopped = True
+                break
+            time.sleep(0.5)
+        codes = {name: p.poll() for name, p, _, _ in self.procs}
+        if stopped:
+            codes = {name: "stopped" if c is None else c for name, c in codes.items()}
         self.Kill()
         return codes
 
@@ -236,27 +251,74 @@ def last_error(tasks, name):
     return (msgs[-1] if msgs else (lines[-1] if lines else "no output"))[:300]
 
 
-def dnn_job(data, mode, epochs, hierarchical=None):
+def parse_compression(item):
+    """--compression's item ("none", "fp16", "bf16", "topk[:RATIO]", "powersgd[:RANK]") as the job's
+    update.compression value (docs/config.md, "Gradient compression"); ValueError naming what is wrong."""
+    method, colon, arg = item.partition(":")
+    if method in ("none", "fp16", "bf16"):
+        if colon:
+            raise ValueError(f"{item!r}: {method} takes no argument")
+        return method
+    if method == "topk":
+        try:
+            ratio = float(arg) if arg else 0.01
+        except ValueError:
+            raise ValueError(f"{item!r}: the ratio {arg!r} is not a number") from None
+        if not 0 < ratio <= 1:
+            raise ValueError(f"{item!r}: the ratio {ratio} is not in (0, 1]")
+        return {"method": "topk", "ratio": ratio}
+    if method == "powersgd":
+        if arg and not arg.isdigit():
+            raise ValueError(f"{item!r}: the rank {arg!r} is not an integer")
+        rank = int(arg) if arg else 2
+        if not 1 <= rank <= 1024:
+            raise ValueError(f"{item!r}: the rank {rank} is not in [1, 1024]")
+        return {"method": "powersgd", "rank": rank}
+    raise ValueError(f"{item!r} is not none, fp16, bf16, topk[:RATIO] or powersgd[:RANK]")
+
+
+def dnn_job(data, mode, epochs, hierarchical=None, compression="none"):
     job = {"model": "dnn", "data": data, "epochs": epochs, "batch_size": 50,
            "optimizer": {"type": "momentum", "learning_rate": 0.01, "momentum": 0.95},
            "update": {"mode": mode}, "seed": 1, "log_every_steps": 0}
     if hierarchical is not None:
         job["update"]["hierarchical"] = {"true": True, "false": False}.get(hierarchical, hierarchical)
+    if compression != "none":
+        job["update"]["compression"] = parse_compression(compression)
     return job
 
 
-def expected_bytes_per_step(mode, hosts, host, per_host=1, hierarchical=False):
+def gradient_bytes(compression):
+    """(bytes every member all-reduces, bytes each member contributes to an all-gather) of one step's
+    gradient under `compression` (an item of --compression), payload only: the control floats and
+    headers on top are left out, so this is a floor."""
+    spec = parse_compression(compression)
+    method = spec if isinstance(spec, str) else spec["method"]
+    if method == "none":
+        return 4 * DNN_FLOATS, 0
+    if method in ("fp16", "bf16"):
+        return 2 * DNN_FLOATS, 0
+    if method == "topk":  # per tensor ceil(ratio x size) (u32 index, float32 value) pairs, as TopKCount
+        sizes = [n * m for n, m in DNN_KERNELS] + DNN_BIASES
+        return 0, 8 * sum(min(max(math.ceil(spec["ratio"] * size), 1), size) for size in sizes)
+    r = spec["rank"]  # powersgd: P (n x r) and Q (m x r) where that is smaller, else the kernel whole
+    floats = sum((n + m) * r if (n + m) * r < n * m else n * m for n, m in DNN_KERNELS) + sum(DNN_BIASES)
+    return 4 * floats, 0
+
+
+def expected_bytes_per_step(mode, hosts, host, per_host=1, hierarchical=False, compression="none"):
     """What host `host` must send per step of its workers, payload only (no headers): the floor the
     counters are checked against. Workers of one host talk inside it, off its veth."""
-    grad = 4 * DNN_FLOATS
+    reduced, gathered = gradient_bytes(compression)
     if mode == "allreduce":
         # A ring over N members sends 2 (N - 1) / N of the buffer on each link: the workers' ring
         # leaves each host once (its workers are neighbours); the leaders' ring runs over the hosts.
+        # An all-gather (topk) passes N - 1 members' parts along each link.
         n = hosts if hierarchical or per_host == 1 else hosts * per_host
-        return 2 * (n - 1) * grad // n
-    # sync: each worker pushes its gradient; the ps (host 0, beside worker 0 on a Unix socket)
-    # sends the parameters to the other hosts' workers.
-    return grad * (hosts - 1) if host == 0 else grad
+        return 2 * (n - 1) * reduced // n + (n - 1) * gathered
+    # sync: each worker pushes its (compressed) gradient; the ps (host 0, beside worker 0 on a Unix
+    # socket) sends the parameters, float32, to the other hosts' workers.
+    return 4 * DNN_FLOATS * (hosts - 1) if host == 0 else reduced + gathered
 
 
 def worker_means(evs):
@@ -303,7 +365,7 @@ class Bench:
             f.write(secrets.token_hex(32))
         self.running = None
 
-    def RunTfd(self, preset, mode, hierarchical=None):
+    def RunTfd(self, preset, mode, hierarchical=None, compression="none"):
         """One tfd configuration on the shaped lab: its row as a dict."""
         a, lab, n, w = self.a, self.lab, self.a.hosts, self.a.workers_per_host
         cluster = {"worker": [f"{lab.address(i // w)}:{PORT + i % w}" for i in range(n * w)]}
@@ -314,24 +376,29 @@ class Bench:
         def start(tasks, folder):
             job = os.path.join(folder, "job.json")
             with open(job, "w") as f:
-                json.dump(dnn_job(a.data, mode, a.epochs, hierarchical), f)
+                json.dump(dnn_job(a.data, mode, a.epochs, hierarchical, compression), f)
             if mode == "sync":
                 tasks.Start("ps0", lab.ns(0), [a.tfd, *flags], self.Env(cluster, "ps", 0), folder)
             limit = ["--shard-limit", str(a.shard_limit)] if a.shard_limit and mode == "allreduce" else []
             for i in range(n * w):
                 tasks.Start(f"w{i}", lab.ns(i // w), [a.tfd, *flags, "--job", job, *limit], self.Env(cluster, "worker", i), folder)
 
-        row = {"peer": "tfd", "mode": mode, "link": preset, "hosts": n, "workers_per_host": w,
-               "addresses": [lab.address(i) for i in range(n)]}
+        row = {"peer": "tfd", "mode": mode, "compression": compression, "link": preset, "hosts": n,
+               "workers_per_host": w, "addresses": [lab.address(i) for i in range(n)]}
         if hierarchical is not None:
             row["hierarchical"] = hierarchical
-        tasks = self.RunTasks(f"tfd-{mode}-{hierarchical or ''}-{preset}", start, row)
+        if mode == "sync" and compression.startswith("powersgd"):
+            row["error"] = "skipped: powersgd is allreduce only"
+            return row
+        tasks = self.RunTasks(f"tfd-{mode}-{hierarchical or ''}-{compression.replace(':', '')}-{preset}", start, row,
+                              stop_at_target=a.stop_at_target)
         if "error" not in row:
             row.update(peers_seen(tasks, n * w))
             topo = next((e["topology"] for e in tasks.Events("w0") if e["event"] == "topology"), None)
             if topo is not None:
                 row["topology"] = topo
-            row["expected_bytes_per_step"] = [expected_bytes_per_step(mode, n, i, w, topo == "hierarchical") for i in range(n)]
+            row["expected_bytes_per_step"] = [expected_bytes_per_step(mode, n, i, w, topo == "hierarchical", compression)
+                                              for i in range(n)]
         return row
 
     def Env(self, cluster, kind, index):
@@ -340,9 +407,10 @@ class Bench:
             tf_config["tfd"] = {"token_file": self.token}
         return {**os.environ, "TF_CONFIG": json.dumps(tf_config), "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
 
-    def RunTasks(self, name, start, row):
-        """Starts one configuration's tasks (start(tasks, folder)), waits for them, and fills `row` with
-        what every peer's row has (or its "error"); the tasks, for more."""
+    def RunTasks(self, name, start, row, stop_at_target=False):
+        """Starts one configuration's tasks (start(tasks, folder)), waits for them (with stop_at_target,
+        only until the chief's test accuracy reaches --target), and fills `row` with what every peer's
+        row has (or its "error"); the tasks, for more."""
         folder = os.path.join(self.work, name)
         os.makedirs(folder)
         n = self.a.hosts
@@ -350,11 +418,17 @@ class Bench:
         tasks = self.running = Tasks()
         start_wall = time.time()
         start(tasks, folder)
-        codes = tasks.Wait(time.monotonic() + self.a.timeout)
+        chief_name = next(name for name, _, _, _ in tasks.procs if name[0] in "wr")
+
+        def reached():
+            return seconds_to(tasks.Events(chief_name), self.a.target, start_wall) is not None
+        codes = tasks.Wait(time.monotonic() + self.a.timeout, reached if stop_at_target else None)
         self.running = None
         sent = [self.lab.TxBytes(i) - before[i] for i in range(n)]
         row.update({"exit_codes": codes, "tx_bytes": sent})
-        failed = [k for k, c in codes.items() if c != 0]
+        if "stopped" in codes.values():
+            row["stopped_at_target"] = True
+        failed = [k for k, c in codes.items() if c not in (0, "stopped")]
         if failed:
             how = "timed out" if codes[failed[0]] is None else f"exit {codes[failed[0]]}"
             row["error"] = f"{failed[0]} {how}: {last_error(tasks, failed[0])}"
@@ -370,14 +444,20 @@ class Bench:
             "input_ms": means[0][1], "compute_ms": means[0][2], "update_ms": means[0][3],
             "steps": [m[4] for m in means],
             "seconds_to_target": seconds_to(chief, self.a.target, start_wall),
+            # From the start of the tasks to the chief's ready event: process start, data load, the
+            # ring or the process group formed (included in seconds_to_target).
+            "startup_s": next((e["ts"] - start_wall for e in chief if e["event"] == "ready"), None),
+            "epochs_to_target": next((e["epoch"] for e in chief if e["event"] == "epoch"
+                                      and e.get("test_accuracy", 0) >= self.a.target), None),
+            "epochs": sum(1 for e in chief if e["event"] == "epoch"),
             "best_test_accuracy": max((e.get("test_accuracy", 0) for e in chief if e["event"] == "epoch"), default=0),
             # Per step of the host's first worker (every worker takes the same steps).
             "bytes_per_step": [sent[i] / max(means[i * len(means) // n][4], 1) for i in range(n)],
         })
         return tasks
 
-    def RunDdp(self, preset):
-        """PyTorch DDP at its best over the hooks on the same lab, or a row saying why not."""
+    def DdpSkipped(self, preset):
+        """A row saying why the DDP peer cannot run here, or None."""
         row = {"peer": "ddp", "mode": "allreduce", "link": preset, "hosts": self.a.hosts}
         if self.a.workers_per_host > 1:
             row["error"] = "skipped: the DDP peer runs one rank per host"
@@ -385,14 +465,7 @@ class Bench:
         if subprocess.run(["/usr/bin/python3", "-c", "import torch"], capture_output=True).returncode != 0:
             row["error"] = "skipped: no torch"
             return row
-        best = None
-        for hook in ("none", "fp16", "powersgd"):
-            r = self.RunDdpHook(preset, hook)
-            if "error" not in r and (best is None or better(r, best)):
-                best = r
-            elif "error" in r:
-                print(f"{PROG}: ddp {hook} on {preset}: {r['error']}", file=sys.stderr)
-        return best or {**row, "error": "every hook failed (above)"}
+        return None
 
     def RunDdpHook(self, preset, hook):
         a, lab, n = self.a, self.lab, self.a.hosts
@@ -402,9 +475,11 @@ class Bench:
                 tasks.Start(f"r{i}", lab.ns(i), [
                     "/usr/bin/python3", os.path.join(HERE, "torch_lab_peer.py"), "--rank", str(i), "--world", str(n),
                     "--master", f"{lab.address(0)}:{PORT}", "--iface", lab.inside(i), "--hook", hook,
-                    "--data", a.data, "--epochs", str(a.epochs), "--target", str(a.target)], dict(os.environ), folder)
+                    "--data", a.data, "--epochs", str(a.epochs), "--target", str(a.target),
+                    "--powersgd-rank", str(a.ddp_powersgd_rank)], dict(os.environ), folder)
 
-        row = {"peer": "ddp", "hook": hook, "mode": "allreduce", "link": preset, "hosts": n}
+        row = {"peer": "ddp", "hook": hook if hook != "powersgd" else f"powersgd:{a.ddp_powersgd_rank}",
+               "mode": "allreduce", "link": preset, "hosts": n}
         self.RunTasks(f"ddp-{hook}-{preset}", start, row)
         return row
 
@@ -417,6 +492,39 @@ def better(r, best):
     return r["samples_per_sec"] > best["samples_per_sec"]
 
 
+def mark_best(rows, link, peer):
+    """Marks the best of `peer`'s rows on `link` ("best": true) and returns it (None if every one failed)."""
+    best = None
+    for r in rows:
+        if r["link"] == link and r["peer"] == peer and "error" not in r and (best is None or better(r, best)):
+            best = r
+    if best is not None:
+        best["best"] = True
+    return best
+
+
+def summary(rows, link, target):
+    """Per link: each side's best, DDP's time to target over tfd's, and each best's samples/s against
+    the same configuration unshaped."""
+    tfd, ddp = mark_best(rows, link, "tfd"), mark_best(rows, link, "ddp")
+    out = {"link": link, "tfd_best": tfd and row_name(tfd), "ddp_best": ddp and row_name(ddp)}
+    if tfd and ddp and tfd.get("seconds_to_target") and ddp.get("seconds_to_target"):
+        out["ddp_over_tfd_time_to_target"] = ddp["seconds_to_target"] / tfd["seconds_to_target"]
+    for side, r in (("tfd", tfd), ("ddp", ddp)):
+        unshaped = r and unshaped_rate(rows, r)
+        if unshaped and link != "none":
+            out[f"{side}_vs_unshaped"] = r["samples_per_sec"] / unshaped
+    words = [f"@ {link}: best tfd: {out['tfd_best'] or '-'}; best ddp: {out['ddp_best'] or '-'}"]
+    if "ddp_over_tfd_time_to_target" in out:
+        words.append(f"ddp / tfd time to {target:.1%}: {out['ddp_over_tfd_time_to_target']:.2f}x")
+    for side in ("tfd", "ddp"):
+        if f"{side}_vs_unshaped" in out:
+            words.append(f"{side} best's samples/s vs the same unshaped: {out[side + '_vs_unshaped']:.2f}x")
+    print("summary " + "; ".join(words))
+    sys.stdout.flush()
+    return out
+
+
 def print_header(a):
     print(f"dnn (784-160x5-10, elu), batch 50 per worker, momentum 0.01/0.95, {a.epochs} epochs, {a.hosts} hosts x "
           f"{a.workers_per_host} worker{'s' if a.workers_per_host > 1 else ''} "
@@ -424,17 +532,24 @@ def print_header(a):
           "sent/step: KB each host's veth sent per step of its worker, mean and busiest host, beside the payload the mode must "
           "send (busiest host);\nper step, worker 0's clock (ms): input, compute, update (exchange + wait); wire: the busiest "
           "host's bytes at the link's rate")
-    print(f"{'configuration':<34} {'samples/s':>9} {'vs none':>7} {'to ' + format(a.target, '.0%'):>7} "
+    print(f"{'configuration':<44} {'samples/s':>9} {'vs none':>7} {'to ' + format(a.target, '.0%'):>7} "
           f"{'sent/step KB':>17} {'payload':>8}   {'input':>5} {'compute':>7} {'update':>6} {'wire':>5}")
 
 
-def print_row(row, unshaped):
-    kind = f"gloo, best hook: {row['hook']}" if "hook" in row else row["mode"]
+def row_name(row):
+    kind = f"gloo, hook {row['hook']}" if "hook" in row else row["mode"]
+    if row.get("compression", "none") != "none":
+        kind += f" {row['compression']}"
     if "hierarchical" in row:
         kind += f" hier={row['hierarchical']}" + (f" ({row['topology']})" if "topology" in row else "")
-    name = f"{row['peer']} {kind} @ {row['link']}"
+    return f"{row['peer']} {kind} @ {row['link']}"
+
+
+def print_row(row, unshaped):
+    name = row_name(row)
     if "error" in row:
-        print(f"{name:<34} {row['error']}")
+        print(f"{name:<44} {row['error']}")
+        sys.stdout.flush()
         return
     ratio = f"{row['samples_per_sec'] / unshaped:.2f}x" if unshaped else "-"
     t = f"{row['seconds_to_target']:.1f}" if row.get("seconds_to_target") is not None else f"({row['best_test_accuracy']:.3f})"
@@ -443,7 +558,7 @@ def print_row(row, unshaped):
     payload = f"{max(row['expected_bytes_per_step']) / 1e3:8.0f}" if "expected_bytes_per_step" in row else f"{'-':>8}"
     rate = PRESETS[row["link"]][0]
     wire = f"{max(per) * 8 / rate * 1e3:5.2f}" if rate else f"{'-':>5}"
-    print(f"{name:<34} {row['samples_per_sec']:9.0f} {ratio:>7} {t:>7} {sent} {payload}   {row['input_ms']:5.2f} "
+    print(f"{name:<44} {row['samples_per_sec']:9.0f} {ratio:>7} {t:>7} {sent} {payload}   {row['input_ms']:5.2f} "
           f"{row['compute_ms']:7.2f} {row['update_ms']:6.2f} {wire}")
     sys.stdout.flush()
 
@@ -458,8 +573,12 @@ def parse_args():
                    help="allreduce: update.hierarchical settings to run, one row each (auto, true, false); default: the job's default")
     p.add_argument("--links", default="1g,10g,none", help="presets, in order: 1g, 10g, none")
     p.add_argument("--modes", default="allreduce,sync")
+    p.add_argument("--compression", default="none",
+                   help="update.compression methods to run, one row each: none, fp16, bf16, topk[:RATIO], powersgd[:RANK]")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--target", type=float, default=0.98)
+    p.add_argument("--stop-at-target", action="store_true",
+                   help="end a tfd configuration once its chief's test accuracy reaches --target")
     p.add_argument("--loss", type=float, default=0.0, help="percent of the packets arriving at each host dropped")
     p.add_argument("--shard-limit", type=int, default=0, help="allreduce: examples per worker and epoch (a short run)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds one configuration may take")
@@ -468,6 +587,8 @@ def parse_args():
     p.add_argument("--subnet", default="10.77.0", help="the hosts' /24, as A.B.C")
     p.add_argument("--report", help="write every row as JSON here")
     p.add_argument("--no-peer", action="store_true", help="leave PyTorch DDP out")
+    p.add_argument("--hooks", default="none,fp16,powersgd", help="the DDP peer's communication hooks to run")
+    p.add_argument("--ddp-powersgd-rank", type=int, default=2, help="the DDP peer's PowerSGD rank")
     p.add_argument("--clean", action="store_true", help="only remove what a run with --prefix left")
     a = p.parse_args()
     links, modes = a.links.split(","), a.modes.split(",")
@@ -481,6 +602,18 @@ def parse_args():
         p.error(f"--hosts: {a.hosts} is not in [2, 200]")
     if not 1 <= a.workers_per_host <= 16:
         p.error(f"--workers-per-host: {a.workers_per_host} is not in [1, 16]")
+    a.compression = a.compression.split(",")
+    for c in a.compression:
+        try:
+            parse_compression(c)
+        except ValueError as e:
+            p.error(f"--compression: {e}")
+    a.hooks = a.hooks.split(",")
+    for hook in a.hooks:
+        if hook not in ("none", "fp16", "powersgd"):
+            p.error(f"--hooks: {hook!r} is not none, fp16 or powersgd")
+    if not 1 <= a.ddp_powersgd_rank <= 1024:
+        p.error(f"--ddp-powersgd-rank: {a.ddp_powersgd_rank} is not in [1, 1024]")
     a.hierarchical = a.hierarchical.split(",") if a.hierarchical else [None]
     for h in a.hierarchical:
         if h not in (None, "auto", "true", "false"):
@@ -511,8 +644,9 @@ def preflight(a):
 
 
 def run_all(a, lab, work):
+    """Every configuration's row, and a summary per link."""
     bench = Bench(a, lab, work)
-    rows = []
+    rows, summaries = [], []
     try:
         lab.Up()
         if not lab.netem and any(PRESETS[link][1] > 0 for link in a.links):
@@ -524,21 +658,28 @@ def run_all(a, lab, work):
             lab.Shape(link, a.loss)
             for mode in a.modes:
                 for h in (a.hierarchical if mode == "allreduce" else [None]):
-                    rows.append(bench.RunTfd(link, mode, h))
-                    print_row(rows[-1], unshaped_rate(rows, rows[-1]))
+                    for c in a.compression:
+                        rows.append(bench.RunTfd(link, mode, h, c))
+                        print_row(rows[-1], unshaped_rate(rows, rows[-1]))
             if not a.no_peer:
-                rows.append(bench.RunDdp(link))
-                print_row(rows[-1], unshaped_rate(rows, rows[-1]))
+                skipped = bench.DdpSkipped(link)
+                for hook in ([] if skipped else a.hooks):
+                    rows.append(bench.RunDdpHook(link, hook))
+                    print_row(rows[-1], unshaped_rate(rows, rows[-1]))
+                if skipped:
+                    rows.append(skipped)
+                    print_row(skipped, None)
+            summaries.append(summary(rows, link, a.target))
     finally:
         if bench.running is not None:
             bench.running.Kill()
-    return rows
+    return rows, summaries
 
 
 def unshaped_rate(rows, row):
+    same = ("peer", "mode", "hierarchical", "compression", "hook")
     for r in rows:
-        if (r["link"] == "none" and r["peer"] == row["peer"] and r["mode"] == row["mode"] and "error" not in r
-                and r.get("hierarchical") == row.get("hierarchical")):
+        if r["link"] == "none" and "error" not in r and all(r.get(k) == row.get(k) for k in same):
             return r["samples_per_sec"]
     return None
 
@@ -557,10 +698,11 @@ def main():
     work = tempfile.mkdtemp(prefix="tfd-netlab-")
     code = 0
     try:
-        rows = run_all(a, lab, work)
+        rows, summaries = run_all(a, lab, work)
         if a.report:
             with open(a.report, "w") as f:
-                json.dump({"rows": rows, "notes": lab.notes, "netem": lab.netem, "loss_pct": a.loss}, f, indent=1)
+                json.dump({"rows": rows, "summaries": summaries, "notes": lab.notes, "netem": lab.netem,
+                           "loss_pct": a.loss}, f, indent=1)
         code = 1 if any("error" in r and not r["error"].startswith("skipped") for r in rows) else 0
     except LabError as e:
         print(f"{PROG}: {e}", file=sys.stderr)

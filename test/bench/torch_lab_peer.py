@@ -4,7 +4,12 @@ dnn (784-160x5-10, ELU) on MNIST, batch 50 per rank, SGD momentum 0.01/0.95 (Ten
 update, as tfd's), each rank on every world-th example after a seeded shuffle, reshuffled each epoch.
 
   torch_lab_peer.py --rank R --world N --master ADDR:PORT --iface IF --hook none|fp16|powersgd
-                    --data DIR [--epochs 20] [--target 0.98] [--threads 1]
+                    --data DIR [--epochs 20] [--target 0.98] [--threads 1] [--init he_normal|torch]
+
+The weights start as tfd's dnn starts (--init he_normal, the default): every kernel Keras'
+he_normal (a normal truncated at two standard deviations, stddev sqrt(2 / fan_in) / 0.8796), every
+bias zero, drawn from torch.manual_seed(1) (DDP then broadcasts rank 0's). --init torch keeps
+PyTorch's own nn.Linear initialisation (kaiming_uniform with a = sqrt(5), uniform biases).
 
 netlab.py starts one rank per host (`ip netns exec`), rank 0's host being the master, and keeps the
 hook that reaches --target soonest. Hooks: none (DDP's bucketed all-reduce in float32),
@@ -54,6 +59,17 @@ def load(data, train):
     return torch.from_numpy(x.reshape(len(x), -1).astype(np.float32) / 255.0), torch.from_numpy(y.astype(np.int64))
 
 
+def he_normal_(model):
+    """Keras' he_normal on every nn.Linear's weight (fan_in = in_features), zero biases."""
+    with torch.no_grad():
+        for layer in model.modules():
+            if isinstance(layer, torch.nn.Linear):
+                std = (2.0 / layer.in_features) ** 0.5 / 0.87962566103423978
+                torch.nn.init.trunc_normal_(layer.weight, mean=0.0, std=std, a=-2 * std, b=2 * std)
+                torch.nn.init.zeros_(layer.bias)
+    return model
+
+
 def attach_hook(model, a):
     if a.hook == "fp16":
         model.register_comm_hook(None, default_hooks.fp16_compress_hook)
@@ -99,10 +115,13 @@ def run(a):
     dist.init_process_group("gloo", init_method=f"tcp://{a.master}", rank=a.rank, world_size=a.world,
                             timeout=datetime.timedelta(seconds=120))
     torch.manual_seed(1)
-    model = DDP(torch_peer.build_model("dnn"))
+    module = torch_peer.build_model("dnn")
+    if a.init == "he_normal":
+        he_normal_(module)
+    model = DDP(module)
     attach_hook(model, a)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.95)
-    emit(a.rank, "ready", hook=a.hook)
+    emit(a.rank, "ready", hook=a.hook, init=a.init)
     local_step, stop = 0, torch.zeros(1)
     for epoch in range(1, a.epochs + 1):
         order = torch.from_numpy(np.random.default_rng(epoch).permutation(len(x))[a.rank::a.world])
@@ -134,6 +153,8 @@ def main():
     p.add_argument("--epochs", type=int, default=20)
     p.add_argument("--target", type=float, default=0.98)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--init", choices=("he_normal", "torch"), default="he_normal",
+                   help="he_normal: tfd's dnn's initialisation (the default); torch: PyTorch's own")
     a = p.parse_args()
     if not 0 <= a.rank < a.world:
         p.error(f"--rank {a.rank} is not in [0, --world {a.world})")
