@@ -27,12 +27,12 @@ namespace {
 // Pushes each step's gradient to the ps tasks and pulls the parameters to use next.
 //
 // sync: push, then wait for the step this gradient completes (with the others') and take its
-// parameters. async: push and take the current parameters. A batch norm's moving statistics are
-// this worker's own: every pull after the first leaves them as the worker's training moved them (the
-// ps's copy, never moved, is read only at the start: the chief's initial values or a checkpoint's).
-// async with overlap: the exchange of step
+// parameters. async: push and take the current parameters. async with overlap: the exchange of step
 // t travels while step t+1 computes on the parameters pulled at step t-1, so the worker never
 // waits on the network, at the price of one more step of staleness (which momentum tolerates badly).
+// A batch norm's moving statistics are this worker's own: every pull after the first leaves them as
+// the worker's training moved them (the ps's copy, never moved, is read only at the start: the
+// chief's initial values or a checkpoint's).
 class PsUpdater final : public train::Updater {
  public:
   PsUpdater(PsClient& client, std::uint32_t rank, std::uint64_t incarnation, bool sync, bool overlap, std::uint64_t start_step,
