@@ -68,7 +68,9 @@ TEST_CASE("elastic async: a worker that joins pulls the parameters and takes a s
 
 TEST_CASE("elastic async: a worker lost for good is given up on and its share goes to the others", "[integration][elastic]") {
   TempDir data;
-  LocalCluster c({.num_ps = 1, .num_workers = 3, .job = ElasticJob(data, R"({"mode": "async"})", 400, 1, 3)});
+  // Enough epochs that the two left still train well after the ps gives up on the third (1 s):
+  // on a fast machine 400 epochs of this model took about 1 s.
+  LocalCluster c({.num_ps = 1, .num_workers = 3, .job = ElasticJob(data, R"({"mode": "async"})", 2000, 1, 3)});
   c.StartPs(0, {"--reconnect-timeout", "1"});
   for (int i = 0; i < 3; ++i) c.StartWorker(i);
   c.AwaitEvent("worker", 2, "epoch", {{"epoch", 1}});

@@ -118,8 +118,9 @@ std::vector<std::pair<std::string, std::string>> RowsButAttempts(const std::stri
 TEST_CASE("a sweep whose coordinator is killed mid-sweep and resumed ends with the undisturbed sweep's leaderboard, each epoch counted once",
           "[integration][sweep][resume]") {
   TempDir dir;
-  // About 1,200 steps an epoch: the kill lands while the chosen trial still has epochs to run.
-  WriteSyntheticMnist(dir / "", 12000, 200, /*side=*/16);
+  // About 4,800 steps an epoch: the kill lands while the chosen trial still has epochs to run (with
+  // 1,200 a fast machine finished the trial's epochs before the kill).
+  WriteSyntheticMnist(dir / "", 48000, 200, /*side=*/16);
   WriteFile(dir / "sweep.json", SweepFile(dir.path()).dump(2));
 
   // The undisturbed sweep.
