@@ -1,8 +1,8 @@
 #include "daemon/serve/serve_command.h"
 
-#include <csignal>
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
-#include <ctime>
 #include <filesystem>
 #include <string>
 #include <variant>
@@ -13,6 +13,7 @@
 
 #include "common/base/logging.h"
 #include "common/base/service.h"
+#include "common/base/signals.h"
 #include "common/http/server.h"
 #include "daemon/serve/api.h"
 
@@ -77,16 +78,16 @@ std::variant<Flags, int> ParseFlags(int argc, char** argv, std::ostream& out) {
 }
 
 // Waits for SIGINT/SIGTERM (blocked in every thread, see Run), polling for a new version every
-// poll_s seconds meanwhile; returns the signal.
-int WaitAndPoll(serve::ModelManager& models, serve::ServeApi& api, int poll_s) {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  const timespec period{.tv_sec = poll_s, .tv_nsec = 0};
+// poll_s seconds meanwhile; returns the signal. A signal that a library's own thread took (see
+// common/base/signals.h) is seen within a second.
+int WaitAndPoll(const StopSignal& stop, serve::ModelManager& models, serve::ServeApi& api, int poll_s) {
+  auto next_poll = std::chrono::steady_clock::now() + std::chrono::seconds(poll_s);
   for (;;) {
-    const int sig = sigtimedwait(&set, nullptr, &period);
-    if (sig > 0) return sig;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(next_poll - std::chrono::steady_clock::now());
+    if (const int sig = WaitStopSignal(std::clamp(left, std::chrono::milliseconds(1), std::chrono::milliseconds(1000))); sig > 0) return sig;
+    if (stop.stop.load()) return stop.signal.load();
+    if (std::chrono::steady_clock::now() < next_poll) continue;
+    next_poll = std::chrono::steady_clock::now() + std::chrono::seconds(poll_s);
     Result<std::uint64_t> swapped = models.Poll();
     if (!swapped.ok()) {
       api.CountLoadFailure();
@@ -98,7 +99,7 @@ int WaitAndPoll(serve::ModelManager& models, serve::ServeApi& api, int poll_s) {
   }
 }
 
-int Serve(const Flags& f) {
+int Serve(const StopSignal& stop, const Flags& f) {
   std::optional<transport::ClusterToken> token;
   if (!f.token_file.empty()) {
     Result<transport::ClusterToken> read = transport::ClusterToken::ReadFile(f.token_file);
@@ -129,7 +130,7 @@ int Serve(const Flags& f) {
   const std::uint64_t version = (*models)->Current()->version();
   spdlog::info("serving {} version {} as \"{}\" on http://{}/v1/models/{}", f.model, version, f.name, (*server)->address(), f.name);
   NotifyReady(fmt::format("serving version {} on {}", version, (*server)->address()));
-  const int sig = WaitAndPoll(**models, api, f.poll_s);
+  const int sig = WaitAndPoll(stop, **models, api, f.poll_s);
   NotifyStopping();
   spdlog::info("signal {}: stopping", sig);
   batcher.Stop();   // answers what waits while the server still holds the connections
@@ -140,16 +141,12 @@ int Serve(const Flags& f) {
 }  // namespace
 
 int Run(int argc, char** argv, std::ostream& out) {
-  // Blocked before any thread starts, so every thread inherits the mask and only sigtimedwait sees them.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  // Blocked before any thread starts, so every thread inherits the mask and WaitAndPoll takes them.
+  const StopSignal& stop = BlockStopSignals();
   std::variant<Flags, int> parsed = ParseFlags(argc, argv, out);
   if (const int* code = std::get_if<int>(&parsed)) return *code;
   SetupLogging("serve");
-  return Serve(std::get<Flags>(parsed));
+  return Serve(stop, std::get<Flags>(parsed));
 }
 
 }  // namespace tfd::serve_command

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "common/base/logging.h"
+#include "common/base/signals.h"
 #include "common/base/status.h"
 #include "daemon/task/flags.h"
 
@@ -11,12 +12,13 @@ namespace tfd::task {
 
 // What every role of tfd starts and ends with (docs/architecture.md, "Where a new role goes"): the
 // log lines tagged with the task's name, the event writer (JSON lines on stdout with --log-format
-// json), SIGINT and SIGTERM turned into the stop flag (SIGPIPE ignored), and the exit code. The
+// json), SIGINT and SIGTERM turned into the stop flag (taken by a thread of their own, see
+// common/base/signals.h; SIGPIPE ignored), and the exit code. The
 // role itself writes its `start` and `ready` events (lifecycle.h) once it knows their fields.
 //
-// One per process: it installs the process's signal handlers, whose flags are the only state tfd
-// keeps outside its objects. Its methods are called from the main thread; stop() may be read from
-// any thread.
+// One per process, made in the main thread before it starts another: it blocks the process's stop
+// signals, whose flags are the only state tfd keeps outside its objects. Its methods are called from
+// the main thread; stop() may be read from any thread.
 class Task {
  public:
   Task(std::string name, const TaskFlags& flags);
@@ -36,6 +38,7 @@ class Task {
  private:
   std::string name_;
   EventWriter events_;
+  const StopSignal& signal_;
 };
 
 }  // namespace tfd::task

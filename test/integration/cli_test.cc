@@ -234,6 +234,9 @@ TEST_CASE("Ctrl-C stops a training run within a second with exit code 130", "[in
   }
   // Generous for a loaded CI machine; a step of this model takes well under a millisecond.
   CHECK(std::chrono::steady_clock::now() - sent < std::chrono::seconds(5));
+  std::ifstream err_in(log);
+  INFO("stderr: " << std::string(std::istreambuf_iterator<char>(err_in), {}));
+  INFO("killed by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0));
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 130);
   std::ifstream in(log);
