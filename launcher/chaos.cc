@@ -13,6 +13,7 @@
 #include "launcher/cli.h"
 #include "launcher/commands.h"
 #include "launcher/runner.h"
+#include "launcher/scale.h"
 
 namespace tfd::launcher {
 namespace {
@@ -54,6 +55,9 @@ Result<ChaosArgs> ParseChaosArgs(const std::vector<std::string>& args) {
   CommandLine line("chaos");
   line.Positional(&a.run_or_file, "run folder or cluster file");
   line.Text("kill", &a.kill);
+  line.Integer("grow", &a.grow, 1, 4096, "a number of workers");
+  line.Text("then-kill", &a.then_kill);
+  line.Seconds("then-after", &a.then_after_secs, 0, 3600);
   line.Text("at", &at);
   line.Text("from", &a.from);
   line.Text("signal", &signal);
@@ -85,9 +89,17 @@ Result<ChaosArgs> ParseChaosArgs(const std::vector<std::string>& args) {
   }
   if (line.Given("deadline")) TFD_RETURN_IF_ERROR(ParseFaultSeconds("--deadline", deadline, &a.deadline_secs));
   if (a.run_or_file.empty()) return Status::InvalidArgument("chaos needs a run folder or a cluster file");
-  if (a.kill.empty()) return Status::InvalidArgument("chaos needs --kill ROLE[:INDEX]");
+  if (line.Given("kill") && line.Given("grow")) return Status::InvalidArgument("--kill and --grow: one fault per run (--then-kill adds a second kill)");
+  if (a.kill.empty() && !line.Given("grow")) return Status::InvalidArgument("chaos needs --kill ROLE[:INDEX] or --grow N");
   if (a.event.empty()) return Status::InvalidArgument("chaos needs --at EVENT[:N]");
   if (line.Given("signal") && line.Given("stop")) return Status::InvalidArgument("--stop and --signal: a stopped task gets SIGSTOP, no other signal");
+  if (line.Given("grow")) {
+    if (line.Given("signal") || line.Given("stop")) return Status::InvalidArgument("--grow sends no signal: not with --signal or --stop");
+    a.action = FaultAction::kGrow;
+  }
+  if (line.Given("then-kill") && (a.kill.empty() || a.action == FaultAction::kStop))
+    return Status::InvalidArgument("--then-kill follows a first kill or SIGTERM (--kill, without --stop)");
+  if (line.Given("then-after") && !line.Given("then-kill")) return Status::InvalidArgument("--then-after needs --then-kill");
   return a;
 }
 
@@ -119,21 +131,54 @@ Result<config::TaskId> ResolveTask(const config::ClusterSpec& cluster, std::stri
   return Status::InvalidArgument(fmt::format("{} {}: unknown role \"{}\" (expected ps, chief or worker, with :INDEX)", flag, spec, role));
 }
 
-int Fault::Signal() const { return action == FaultAction::kKill ? SIGKILL : action == FaultAction::kTerm ? SIGTERM : SIGSTOP; }
+int Fault::Signal() const {
+  switch (action) {
+    case FaultAction::kKill: return SIGKILL;
+    case FaultAction::kTerm: return SIGTERM;
+    case FaultAction::kStop: return SIGSTOP;
+    case FaultAction::kGrow: return 0;
+  }
+  return 0;
+}
 
-std::string Fault::ActionName() const { return action == FaultAction::kKill ? "kill" : action == FaultAction::kTerm ? "term" : "stop"; }
+std::string Fault::ActionName() const {
+  switch (action) {
+    case FaultAction::kKill: return "kill";
+    case FaultAction::kTerm: return "term";
+    case FaultAction::kStop: return "stop";
+    case FaultAction::kGrow: return "grow";
+  }
+  return "";
+}
 
 std::string Fault::Describe() const {
+  const std::string then = then_kill ? fmt::format(", then SIGKILL to {} {} s later", then_kill->ToString(), then_after_secs) : "";
+  if (action == FaultAction::kGrow)
+    return fmt::format("the run scaled to {} workers at {}'s {} {} event", grow_to, from.ToString(), Ordinal(nth), event);
   const std::string what = action == FaultAction::kKill   ? "SIGKILL"
                            : action == FaultAction::kTerm ? "SIGTERM"
                                                           : fmt::format("SIGSTOP (SIGCONT {} s later)", stop_secs);
   const std::string whose = from == target ? "its" : from.ToString() + "'s";
-  return fmt::format("{} to {} at {} {} {} event", what, target.ToString(), whose, Ordinal(nth), event);
+  return fmt::format("{} to {} at {} {} {} event{}", what, target.ToString(), whose, Ordinal(nth), event, then);
 }
 
 Result<Fault> ResolveFault(const ChaosArgs& args, const config::ClusterFile& file) {
   Fault f;
-  TFD_ASSIGN_OR_RETURN(f.target, ResolveTask(file.cluster, "--kill", args.kill));
+  if (args.action == FaultAction::kGrow) {
+    TFD_RETURN_IF_ERROR(CheckScale(file.train, args.grow, "--grow"));
+    if (args.grow <= file.cluster.num_workers())
+      return Status::InvalidArgument(fmt::format("--grow {}: the cluster starts {} workers; --grow takes more", args.grow, file.cluster.num_workers()));
+    f.grow_to = args.grow;
+    TFD_ASSIGN_OR_RETURN(f.target, ResolveTask(file.cluster, "--grow", "chief"));
+  } else {
+    TFD_ASSIGN_OR_RETURN(f.target, ResolveTask(file.cluster, "--kill", args.kill));
+  }
+  if (!args.then_kill.empty()) {
+    TFD_ASSIGN_OR_RETURN(f.then_kill, ResolveTask(file.cluster, "--then-kill", args.then_kill));
+    if (*f.then_kill == f.target)
+      return Status::InvalidArgument(fmt::format("--then-kill {}: the task --kill hits already; name another", args.then_kill));
+    f.then_after_secs = args.then_after_secs;
+  }
   f.from = f.target;
   if (!args.from.empty()) {
     TFD_ASSIGN_OR_RETURN(f.from, ResolveTask(file.cluster, "--from", args.from));
@@ -162,10 +207,19 @@ Result<Fault> ResolveFault(const ChaosArgs& args, const config::ClusterFile& fil
 
 ChaosPromise PromiseFor(const config::ClusterFile& file, const Fault& fault, int target_max_restarts) {
   ChaosPromise p;
-  p.target = fault.target.ToString();
   p.deadline_secs = fault.deadline_secs;
   const config::ClusterSpec& c = file.cluster;
   const config::UpdateSpec& u = file.train.update;
+  const config::ElasticSpec& elastic = file.train.elastic;
+  if (fault.action == FaultAction::kGrow) {
+    p.survival = p.target_must_exit_zero = true;
+    p.why = fmt::format("the job is elastic (min_workers {}, max_workers {}): a worker that joins leaves the run as it was, one worker more",
+                        elastic.min_workers, elastic.max_workers);
+    return p;
+  }
+  p.target = fault.target.ToString();
+  if (fault.then_kill) p.second_target = fault.then_kill->ToString();
+  const int lost = fault.then_kill ? 2 : 1;
   const bool chief = fault.target.type == config::TaskType::kChief ||
                      (fault.target.type == config::TaskType::kWorker && fault.target.index == 0 && c.chief.empty());
   const bool worker = fault.target.type == config::TaskType::kWorker || fault.target.type == config::TaskType::kChief;
@@ -177,7 +231,14 @@ ChaosPromise PromiseFor(const config::ClusterFile& file, const Fault& fault, int
   // A stop is noticed once the silence (the stop, plus up to a heartbeat interval of at most 1 s,
   // plus scheduling) reaches the peer timeout: 1 s of margin.
   const bool unnoticed = stop && fault.stop_secs + 1 < file.launch.timeouts.PeerOrDefault();
-  if (target_max_restarts > 0 && !stop && !ring && !(worker && sync_fail)) {
+  if (ring && elastic.enabled() && worker && (fault.then_kill || !unnoticed) && c.num_workers() - lost >= elastic.min_workers) {
+    p.survival = true;
+    p.why = fmt::format("an elastic allreduce ring re-forms without {} with the {} workers left (min_workers {})",
+                        fault.then_kill ? p.target + " and " + p.second_target : p.target, c.num_workers() - lost, elastic.min_workers);
+  } else if (fault.then_kill) {
+    p.why = fmt::format("no rule promises the run survives losing two tasks, {} and {}, but an elastic allreduce ring that keeps "
+                        "min_workers", p.target, p.second_target);
+  } else if (target_max_restarts > 0 && !stop && !ring && !(worker && sync_fail)) {
     p.survival = p.target_must_exit_zero = true;
     p.why = fmt::format("launch.restart starts {} tasks again (up to {} times)", config::TaskTypeName(fault.target.type), target_max_restarts);
   } else if (unnoticed) {
@@ -206,7 +267,9 @@ ChaosPromise PromiseFor(const config::ClusterFile& file, const Fault& fault, int
                         target_max_restarts == 0 ? ""
                         : ring                   ? " that a ring could take back"
                                                  : " in time for sync updates with on_worker_loss fail, which fail the step at once",
-                        ring ? "and an allreduce ring has no spare: a lost or silent member fails the collective"
+                        ring ? (elastic.enabled() ? fmt::format("and an elastic allreduce ring keeps at least min_workers ({}) of its {}",
+                                                                elastic.min_workers, c.num_workers())
+                                                  : "and an allreduce ring has no spare: a lost or silent member fails the collective")
                         : fault.action == FaultAction::kStop
                             ? fmt::format("and the stop outlasts the peer timeout ({} s) where {}", file.launch.timeouts.PeerOrDefault(),
                                           fault.stop_secs >= reconnect ? fmt::format("the reconnect timeout ({} s) is shorter", reconnect)
@@ -220,14 +283,19 @@ ChaosPromise PromiseFor(const config::ClusterFile& file, const Fault& fault, int
 ChaosVerdict JudgeChaos(const ChaosPromise& promise, const std::string& not_sent, const std::vector<TaskOutcome>& tasks) {
   ChaosVerdict v;
   if (!not_sent.empty()) v.reasons.push_back("the fault was never sent: " + not_sent);
+  const auto names_a_target = [&](const std::string& line) {
+    return config::MentionsTask(line, promise.target) || (!promise.second_target.empty() && config::MentionsTask(line, promise.second_target));
+  };
+  const std::string targets = promise.target + (promise.second_target.empty() ? "" : " or " + promise.second_target);
   for (const TaskOutcome& t : tasks) {
-    const bool hit = t.task == promise.target;
+    const bool hit = !promise.target.empty() && (t.task == promise.target || t.task == promise.second_target);
     if (t.past_deadline) {
       v.reasons.push_back(fmt::format("(a) {} was still running {} s after the fault (the deadline); it was killed", t.task, promise.deadline_secs));
       continue;  // its exit code is the deadline's kill, not its own doing
     }
-    if (!hit && t.exit_code != 0 && !config::MentionsTask(t.last_line, promise.target))
-      v.reasons.push_back(fmt::format("(b) {} exited {} without naming {} in its last line", t.task, t.exit_code, promise.target));
+    // (A grown run hits no task: (c) judges every exit.)
+    if (!hit && !promise.target.empty() && t.exit_code != 0 && !names_a_target(t.last_line))
+      v.reasons.push_back(fmt::format("(b) {} exited {} without naming {} in its last line", t.task, t.exit_code, targets));
     if (promise.survival && (!hit || promise.target_must_exit_zero) && t.exit_code != 0)
       v.reasons.push_back(fmt::format("(c) {} exited {}, though the run should survive ({})", t.task, t.exit_code, promise.why));
   }
@@ -249,11 +317,21 @@ std::vector<std::string> ChaosReportLines(const ChaosPromise& promise, const std
   return lines;
 }
 
-std::string ChaosJson(const Fault& fault, const std::string& not_sent, double sent_at, const ChaosPromise& promise,
+std::string ChaosJson(const Fault& fault, const std::string& not_sent, double sent_at, double then_sent_at, const ChaosPromise& promise,
                       const std::vector<TaskOutcome>& tasks, const ChaosVerdict& verdict) {
   nlohmann::json j;
-  j["fault"] = {{"action", fault.ActionName()}, {"signal", fmt::format("SIG{}", SignalName(fault.Signal()))}, {"target", fault.target.ToString()},
-                {"stop_secs", fault.stop_secs},  {"sent", not_sent.empty()},           {"sent_at", not_sent.empty() ? nlohmann::json(sent_at) : nullptr}};
+  const bool grow = fault.action == FaultAction::kGrow;
+  j["fault"] = {{"action", fault.ActionName()},
+                {"signal", grow ? nlohmann::json(nullptr) : nlohmann::json(fmt::format("SIG{}", SignalName(fault.Signal())))},
+                {"target", grow ? nlohmann::json(nullptr) : nlohmann::json(fault.target.ToString())},
+                {"stop_secs", fault.stop_secs},
+                {"sent", not_sent.empty()},
+                {"sent_at", not_sent.empty() ? nlohmann::json(sent_at) : nullptr}};
+  if (grow) j["fault"]["grow_to"] = fault.grow_to;
+  if (fault.then_kill)
+    j["fault"]["then_kill"] = {{"target", fault.then_kill->ToString()},
+                               {"after_secs", fault.then_after_secs},
+                               {"sent_at", then_sent_at > 0 ? nlohmann::json(then_sent_at) : nullptr}};
   if (!not_sent.empty()) j["fault"]["not_sent"] = not_sent;
   j["trigger"] = {{"event", fault.event}, {"n", fault.nth}, {"from", fault.from.ToString()}};
   j["deadline_secs"] = fault.deadline_secs;

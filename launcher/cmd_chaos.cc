@@ -1,5 +1,6 @@
 // chaos: a fault sent to one task of a run (one tfctl starts, or a live one in a run folder), then
 // what each task did and whether the run kept tfd's promise (the rules are in launcher/chaos.cc).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -56,17 +57,30 @@ std::vector<TaskOutcome> ReadOutcomes(const fs::path& run_dir, const std::vector
     o.last_line = std::string(LogMessage(last));
     out.push_back(std::move(o));
   }
+  // Workers the run grew by (tfctl chaos --grow) are in the summary, not the plan.
+  if (summary.ok())
+    for (const TaskSummary& t : summary->tasks)
+      if (std::none_of(out.begin(), out.end(), [&](const TaskOutcome& o) { return o.task == t.task; })) {
+        TaskOutcome o;
+        o.task = t.task;
+        o.exit_code = t.exit_code;
+        o.restarts = t.restarts;
+        o.test_accuracy = t.test_accuracy.value_or(-1);
+        if (sent_at > 0 && t.ended_at > 0) o.exit_after_secs = t.ended_at - sent_at;
+        o.past_deadline = t.past_deadline || (sent_at > 0 && t.ended_at > deadline_unix);
+        out.push_back(std::move(o));
+      }
   return out;
 }
 
 // Prints the report, writes chaos.json; 0 when the promise was kept, else 1.
 // `deadline_unix` 0: the fault's deadline from `sent_at`, unmoved.
 int Report(const fs::path& run_dir, const std::vector<TaskPlan>& plan, const Fault& fault, const ChaosPromise& promise,
-           const std::string& not_sent, double sent_at, double deadline_unix = 0) {
+           const std::string& not_sent, double sent_at, double deadline_unix = 0, double then_sent_at = 0) {
   const std::vector<TaskOutcome> tasks =
       ReadOutcomes(run_dir, plan, sent_at, deadline_unix > 0 ? deadline_unix : sent_at + fault.deadline_secs);
   const ChaosVerdict verdict = JudgeChaos(promise, not_sent, tasks);
-  std::ofstream(run_dir / "chaos.json") << ChaosJson(fault, not_sent, sent_at, promise, tasks, verdict);
+  std::ofstream(run_dir / "chaos.json") << ChaosJson(fault, not_sent, sent_at, then_sent_at, promise, tasks, verdict);
   for (const std::string& line : ChaosReportLines(promise, tasks, verdict)) std::printf("%s\n", line.c_str());
   std::printf("tfctl: chaos report %s/chaos.json\n", run_dir.c_str());
   std::fflush(stdout);
@@ -105,12 +119,15 @@ int ChaosOnCluster(const ChaosArgs& args, const Interrupts& interrupts) {
   injection.nth = fault->nth;
   injection.signal = fault->Signal();
   injection.stop_secs = fault->stop_secs;
+  injection.grow_to = fault->grow_to;
+  injection.then_kill = fault->then_kill;
+  injection.then_after_secs = fault->then_after_secs;
   injection.deadline_secs = fault->deadline_secs;
   injection.progress_extends = promise.survival;
   fs::path run_dir;
   const int code = Up(cargs, interrupts, &injection, &run_dir);
   if (run_dir.empty() || code == 130) return code;  // nothing ran, or Ctrl-C
-  return Report(run_dir, run->plan, *fault, promise, injection.not_sent, injection.sent_at, injection.deadline_unix);
+  return Report(run_dir, run->plan, *fault, promise, injection.not_sent, injection.sent_at, injection.deadline_unix, injection.then_sent_at);
 }
 
 // RUN: a live run of tfctl up --detach; its tfctl stays in charge, this one only sends the fault.
@@ -128,6 +145,8 @@ int ChaosOnRun(const ChaosArgs& args) {
   cargs.accept_new_hostkeys = args.accept_new_hostkeys;
   Result<RunSetup> run = SetUpRun(cargs, /*token_hex=*/"");  // its plan: which tasks are remote, and their ssh
   if (!run.ok()) return ReportFailure(run.status());
+  if (args.action == FaultAction::kGrow || !args.then_kill.empty())
+    return UsageError(fmt::format("chaos: {}: --grow and --then-kill take a cluster file (tfctl scale grows a live run)", run_dir.string()));
   Result<Fault> fault = ResolveFault(args, run->file);
   if (!fault.ok()) return ReportFailure(fault.status());
   const int restarts = TargetRestarts(run->plan, fault->target);

@@ -37,11 +37,14 @@ Usage:
         tfd --slurm-ps (--submit: write it into the run folder and run sbatch on it)
   tfctl gen-token FILE          write a new cluster token (mode 0600) for tfd --token-file
   tfctl chaos RUN|CLUSTER.json --kill ROLE[:INDEX] --at EVENT[:N] [--from TASK]
-        [--signal kill|term | --stop SECS] [--deadline SECS]
+        [--signal kill|term | --stop SECS] [--then-kill ROLE[:INDEX] [--then-after SECS]] [--deadline SECS]
+  tfctl chaos CLUSTER.json --grow N --at EVENT[:N] [--from TASK] [--deadline SECS]
         send a fault to one task (ps, chief, worker[:INDEX]) at the Nth EVENT of --from (default the
         task itself), of a live run (RUN, a run folder) or of a new run started as up starts one (a
-        failed task does not stop the others); then report each task's exit and whether the run
-        kept tfd's promise (chaos.json in the run folder). Exit 0 kept, 1 not kept, 2 bad input
+        failed task does not stop the others); --then-kill kills a second task SECS later (default
+        0.05), --grow scales an elastic run to N workers instead; then report each task's exit and
+        whether the run kept tfd's promise (chaos.json in the run folder). Exit 0 kept, 1 not kept,
+        2 bad input
   tfctl sweep SWEEP.json [--workers N] [--run-dir DIR] [--tfd PATH] [--grace SECS]
         a hyper-parameter sweep (docs/sweeps.md): tfctl coordinates N generic tfd workers on this
         machine (ASHA or none), shows a leaderboard, and writes trials.jsonl, leaderboard.csv and

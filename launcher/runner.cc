@@ -103,6 +103,7 @@ struct FaultState {
   const Task* task = nullptr;  // the target, once sent
   pid_t pid = -1;
   Clock::time_point cont_at = Clock::time_point::max(), deadline_at = Clock::time_point::max();
+  Clock::time_point then_at = Clock::time_point::max();  // Injection::then_kill's time
 };
 
 // The model `t` exported last, where it is: a relative path is relative to the task's workdir
@@ -138,6 +139,8 @@ class Runner {
   // Chaos injection.
   void ChaosOnEvent(const Task& t, const config::Event& e);
   void ChaosTick();
+  void FaultSent(double sent_at);
+  void SendSecondKill();
   void SendFault();
   // Scaling.
   void ScaleTick();
@@ -370,6 +373,10 @@ void Runner::ChaosTick() {
     const Status s = SignalTask(*chaos_.task->plan, chaos_.pid, SIGCONT);
     display_.Line(fmt::format("[tfctl] chaos: {}", s.ok() ? fmt::format("sent SIGCONT to {} (pid {})", chaos_.task->name, chaos_.pid) : s.message()));
   }
+  if (Clock::now() >= chaos_.then_at) {
+    chaos_.then_at = Clock::time_point::max();
+    SendSecondKill();
+  }
   if (Clock::now() >= chaos_.deadline_at) {
     chaos_.deadline_at = Clock::time_point::max();
     for (Task& t : tasks_) {
@@ -383,8 +390,49 @@ void Runner::ChaosTick() {
   }
 }
 
+// Starts the chaos deadline (and the second kill's time) once the fault was sent at `sent_at`.
+void Runner::FaultSent(double sent_at) {
+  Injection* const fault = chaos_.fault;
+  fault->sent_at = sent_at;
+  chaos_.deadline_at = After(fault->deadline_secs);
+  fault->deadline_unix = fault->sent_at + fault->deadline_secs;
+  if (fault->then_kill) chaos_.then_at = After(fault->then_after_secs);
+}
+
+void Runner::SendSecondKill() {
+  Injection* const fault = chaos_.fault;
+  for (Task& t : tasks_) {
+    if (t.plan->task != *fault->then_kill) continue;
+    const pid_t pid = t.plan->local ? t.pid : t.facts.pid;
+    if (!t.running || pid <= 0) {
+      display_.Line(fmt::format("[tfctl] chaos: the second kill was not sent: {} had ended", t.name));
+      return;
+    }
+    if (Status s = SignalTask(*t.plan, pid, SIGKILL); !s.ok()) {
+      display_.Line(fmt::format("[tfctl] chaos: the second kill was not sent: {}", s.message()));
+      return;
+    }
+    fault->then_sent_at = UnixSeconds();
+    display_.Line(fmt::format("[tfctl] chaos: sent SIGKILL to {} (pid {})", t.name, pid));
+  }
+}
+
 void Runner::SendFault() {
   Injection* const fault = chaos_.fault;
+  if (fault->grow_to > 0) {
+    chaos_.due = false;
+    const ScaleReply reply = scalable_ ? Scale({.workers = fault->grow_to, .id = "chaos"})
+                                       : ScaleReply{.message = "this run cannot be scaled"};
+    if (!reply.ok) {
+      fault->not_sent = reply.message;
+      display_.Line(fmt::format("[tfctl] chaos: the run was not grown: {}", reply.message));
+      return;
+    }
+    FaultSent(UnixSeconds());
+    display_.Line(fmt::format("[tfctl] chaos: scaled to {} workers ({}); every task has {} s to end", fault->grow_to, reply.message,
+                              fault->deadline_secs));
+    return;
+  }
   Task* target = nullptr;
   for (Task& t : tasks_)
     if (t.plan->task == fault->target) target = &t;
@@ -399,11 +447,9 @@ void Runner::SendFault() {
     if (Status s = SignalTask(*target->plan, pid, fault->signal); !s.ok()) {
       fault->not_sent = s.message();
     } else {
-      fault->sent_at = UnixSeconds();
       chaos_.task = target;
       chaos_.pid = pid;
-      chaos_.deadline_at = After(fault->deadline_secs);
-      fault->deadline_unix = fault->sent_at + fault->deadline_secs;
+      FaultSent(UnixSeconds());
       if (fault->signal == SIGSTOP) chaos_.cont_at = After(fault->stop_secs);
       display_.Line(fmt::format("[tfctl] chaos: sent SIG{} to {} (pid {}); every task has {} s to end", SignalName(fault->signal), target->name,
                                 pid, fault->deadline_secs));

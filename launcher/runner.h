@@ -9,6 +9,7 @@
 #include <csignal>
 #include <cstdio>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,6 +31,9 @@ struct Injection {
   int nth = 1;
   int signal = SIGKILL;
   double stop_secs = 0;
+  int grow_to = 0;  // > 0: no signal; the run is scaled to this many workers (as tfctl scale does)
+  std::optional<config::TaskId> then_kill;  // a second task sent SIGKILL then_after_secs after the fault
+  double then_after_secs = 0;
   double deadline_secs = 60;
   // Where the run should survive the fault: each step or epoch event after it moves the deadline to
   // deadline_secs from then, so a run that recovered may train on for as long as it needs.
@@ -37,6 +41,7 @@ struct Injection {
 
   std::string not_sent;  // why it was not sent (the target had ended, the run ended first); empty once sent
   double sent_at = 0;    // Unix seconds; 0 until sent
+  double then_sent_at = 0;  // the second kill's; 0 until sent
   double deadline_unix = 0;  // the deadline as it stood when the run ended (progress moves it), Unix seconds
 };
 

@@ -73,9 +73,13 @@ int BlamedMember(const std::vector<RingMember>& members, int self, const Status&
     std::size_t at = std::string_view::npos, len = 0;
     for (int r = 0; r < static_cast<int>(members.size()); ++r) {
       if (r == self) continue;
-      const std::string name = RingMemberName(members[static_cast<std::size_t>(r)]);
-      const std::size_t p = text.find(name);
-      if (p < at) at = p, len = name.size(), found = r;
+      const RingMember& m = members[static_cast<std::size_t>(r)];
+      // Its ring name, or the dialler's "worker:2 at HOST:PORT" (transport/dial.h) when it refused
+      // or never answered a connection.
+      for (const std::string& name : {RingMemberName(m), fmt::format("{} at {}:{}", m.task, m.host, m.port)}) {
+        const std::size_t p = text.find(name);
+        if (p < at) at = p, len = name.size(), found = r;
+      }
     }
     if (found < 0) return -1;
     constexpr std::string_view kReports = " reports: ";

@@ -109,7 +109,8 @@ struct RingOptions {
 // the one the schedule expects. After any error the ring is closed, and both neighbours are told why.
 // The member of `members` that `error` names first (never `self`), following "MEMBER reports: ..."
 // chains to the member the report blames; -1 when it names none. A member's name is
-// "TASK (HOST:PORT)", as every ring's messages write it.
+// "TASK (HOST:PORT)", as every ring's messages write it, or "TASK at HOST:PORT", as a dial that it
+// refused or never answered says (a member lost while the ring re-forms).
 int BlamedMember(const std::vector<RingMember>& members, int self, const Status& error);
 std::string RingMemberName(const RingMember& m);
 

@@ -14,6 +14,7 @@
 #include "common/base/mutex.h"
 #include "common/base/service.h"
 #include "common/collective/hier_ring.h"
+#include "common/transport/dial.h"
 #include "common/transport/io_thread.h"
 #include "common/transport/listener.h"
 #include "daemon/allreduce/allreduce_updater.h"
@@ -94,17 +95,33 @@ struct ElasticContext {
   std::uint64_t base_id;  // the cluster id the run started with
 };
 
+// Whether `m` still runs: its listener takes a connection within a second (a process that ended
+// refuses it; a host that is down lets it time out). The connection is closed unused: the member
+// sees a peer that said nothing and left.
+bool Answers(transport::asio::io_context& ioc, const collective::RingMember& m) {
+  Result<transport::tcp::socket> socket = transport::Dial(ioc, m.host, m.port, m.task, Clock::now() + std::chrono::seconds(1));
+  if (!socket.ok()) return false;
+  boost::system::error_code ignored;
+  socket->close(ignored);
+  return true;
+}
+
 // Forms the ring `ro` (its members and this member's rank; its cluster id is set here), each member
 // retrying until `settle` is over (they notice a change at different times; a member that still runs
 // the old ring refuses the new one's HELLO until it does), then they agree in one all-reduce on the
 // newest commit every member holds: the largest current commit step (a joiner holds none: 0). A
-// member the last attempt's error blames when `settle` is over is dropped (a loss while the ring
-// re-forms) and the others start again, while at least min_workers remain. `joined` and `lost` name
-// the change for the log and the `membership` event.
+// member that no longer runs when `settle` is over is dropped (a loss while the ring re-forms) and
+// the others start again, while at least min_workers remain: the one the last attempt's error
+// names, else a neighbour, whichever does not answer a connection (Answers). While every one of them
+// answers, each is re-forming too, only later (it noticed the change later, or a second loss): the
+// ring gets up to two more settle periods before the old rule (a neighbour nothing came from, else
+// the one the error names) drops one. `joined` and `lost` name the change for the log and the
+// `membership` event.
 Result<AllreduceUpdater::Reformed> FormRing(const ElasticContext& cx, collective::RingOptions ro, std::int64_t commit_step,
                                             const std::string& joined, std::string lost) {
   // Long enough for every member to notice the change: a silent member takes a peer timeout.
   const auto settle = std::max<Clock::duration>(2 * ro.connection.peer_timeout, std::chrono::seconds(5));
+  constexpr int kMaxExtensions = 2;
   ro.redial = true;
   for (;;) {
     const int n = static_cast<int>(ro.members.size());
@@ -115,10 +132,12 @@ Result<AllreduceUpdater::Reformed> FormRing(const ElasticContext& cx, collective
                                                     cx.elastic.min_workers, change));
     }
     spdlog::warn("elastic: {}; forming the ring of {} workers", change, n);
-    const auto deadline = Clock::now() + settle;
+    auto deadline = Clock::now() + settle;
     Status why;
     std::shared_ptr<collective::Ring> ring;
     std::set<std::string> heard;  // members a frame came from in any attempt: alive
+    int extensions = 0;           // settle periods added while every suspect answered
+    int blamed = -1;
     for (int attempt = 1;; ++attempt) {
       ro.incarnation = task::NewIncarnation();
       ro.startup_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
@@ -148,19 +167,34 @@ Result<AllreduceUpdater::Reformed> FormRing(const ElasticContext& cx, collective
       }
       ring->Close(Status::Ok());  // quietly: a neighbour's next attempt must not read this one's error
       heard.merge(ring->heard());
-      if (Clock::now() >= deadline || (cx.stop != nullptr && cx.stop->load())) break;
+      if (cx.stop != nullptr && cx.stop->load()) break;
+      if (Clock::now() >= deadline) {
+        // The suspects: the member the error names, then each neighbour; the first that does not
+        // answer is gone.
+        std::vector<int> suspects;
+        for (int r : {ring->Blamed(why), (ro.rank + n - 1) % n, (ro.rank + 1) % n})
+          if (r >= 0 && r != ro.rank && std::find(suspects.begin(), suspects.end(), r) == suspects.end()) suspects.push_back(r);
+        for (int r : suspects)
+          if (blamed < 0 && !Answers(cx.ioc, ro.members[static_cast<std::size_t>(r)])) blamed = r;
+        if (blamed >= 0 || extensions == kMaxExtensions) break;
+        ++extensions;
+        deadline = Clock::now() + settle;
+        spdlog::info("elastic: the ring of {} workers did not form (attempt {}: {}), but its members answer: waiting {:.0f} s more", n,
+                     attempt, why.message(), std::chrono::duration<double>(settle).count());
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        continue;
+      }
       spdlog::info("elastic: the ring of {} workers did not form (attempt {}: {}); trying again", n, attempt, why.message());
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
-    // Blame a neighbour nothing came from in any attempt (a member that refused this ring's HELLO,
-    // running another membership, is alive); else the one the error names.
-    int blamed = -1;
+    // Else blame a neighbour nothing came from in any attempt (a member that refused this ring's
+    // HELLO, running another membership, is alive); else the one the error names.
     for (int r : {(ro.rank + n - 1) % n, (ro.rank + 1) % n})
       if (blamed < 0 && !heard.contains(ro.members[static_cast<std::size_t>(r)].task)) blamed = r;
     if (blamed < 0) blamed = ring->Blamed(why);
     if (blamed < 0 || blamed == ro.rank || (cx.stop != nullptr && cx.stop->load())) {
       return Status::Unavailable(fmt::format("elastic: the ring of {} workers ({}) did not form within {:.0f} s: {}", n, change,
-                                             std::chrono::duration<double>(settle).count(), why.message()));
+                                             std::chrono::duration<double>(settle * (1 + extensions)).count(), why.message()));
     }
     // A loss while the ring re-forms: again, without that member.
     const std::string name = MemberName(ro.members[static_cast<std::size_t>(blamed)]);

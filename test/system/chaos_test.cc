@@ -13,7 +13,7 @@
 // - a restart case (RestartCases) resumes as the undisturbed run would: every task exits 0, a DONE
 //   a live worker had heard of is not waited for, and early stopping stops after the same epoch.
 // By default a short set of cases runs (about two minutes); TFD_CHAOS=full runs the whole matrix,
-// TFD_CHAOS=restart the restart cases alone.
+// TFD_CHAOS=restart the restart cases alone, TFD_CHAOS=elastic the elastic ring's.
 // With TFD_CHAOS_TABLE=FILE each case appends a row of the fault table to FILE
 // (scripts/chaos_table puts it into docs/reliability.md).
 #include <signal.h>
@@ -49,7 +49,7 @@ constexpr int kEpochs = 8, kBatch = 20, kTrain = 4000, kTest = 2000;
 constexpr int kHeldOut = 200, kPatience = 3;  // early stopping's cases
 
 struct Case {
-  std::string mode;    // async | sync | sync-wait | sync-shrink | allreduce
+  std::string mode;    // async | sync | sync-wait | sync-shrink | allreduce | allreduce-elastic
   std::string target;  // --kill: ps, chief, worker:1
   std::string phase;   // for the table: what the run was doing
   std::string at;      // --at EVENT[:N]
@@ -59,14 +59,24 @@ struct Case {
   // The job stops early (val_accuracy cannot improve by 1, patience 3: after epoch 4 of 8); the
   // disturbed run must stop after the same epoch as the undisturbed one.
   bool early_stop = false;
+  int workers = 2;        // at the start
+  std::string then_kill;  // --then-kill: a second worker killed 50 ms after the first
+  int grow = 0;           // --grow N in place of --kill (target and fault unused)
 };
 
+// An elastic ring keeps going down to this many workers, and grows up to kMaxWorkers.
+constexpr int kMinWorkers = 2, kMaxWorkers = 4;
+
 std::string CaseName(const Case& c) {
-  return fmt::format("{} {} {} at {}{}{}{}", c.mode, c.fault, c.target, c.at, c.from.empty() ? "" : " from " + c.from,
-                     c.restart ? ", restarted" : "", c.early_stop ? ", early stopping" : "");
+  const std::string what = c.grow > 0 ? fmt::format("grow {} -> {}", c.workers, c.grow)
+                                      : fmt::format("{} {}{}", c.fault, c.target, c.then_kill.empty() ? "" : " then " + c.then_kill);
+  return fmt::format("{} {} at {}{}{}{}{}", c.mode, what, c.at, c.from.empty() ? "" : " from " + c.from,
+                     c.restart ? ", restarted" : "", c.early_stop ? ", early stopping" : "",
+                     c.workers != 2 && c.grow == 0 ? fmt::format(", {} workers", c.workers) : "");
 }
 
-bool IsAllreduce(const Case& c) { return c.mode == "allreduce"; }
+bool IsAllreduce(const Case& c) { return c.mode.starts_with("allreduce"); }
+bool IsElastic(const Case& c) { return c.mode == "allreduce-elastic"; }
 
 nlohmann::json Update(const std::string& mode) {
   if (mode == "async") return {{"mode", "async"}};
@@ -82,10 +92,11 @@ std::string WriteCluster(const TempDir& dir, const Case& c, bool with_restart) {
   if (!std::filesystem::exists(dir / "train-images-idx3-ubyte")) WriteSyntheticMnist(dir / "", kTrain, kTest, 8, 10);
   static int serial = 0;  // names this run's files apart from the others in `dir`
   const std::string n = std::to_string(++serial);
-  const std::vector<int> ports = FreePorts(3);
+  const std::vector<int> ports = FreePorts(kMaxWorkers + 1);
   nlohmann::json cluster;
-  if (!IsAllreduce(c)) cluster["ps"] = {"127.0.0.1:" + std::to_string(ports[2])};
-  cluster["worker"] = {"127.0.0.1:" + std::to_string(ports[0]), "127.0.0.1:" + std::to_string(ports[1])};
+  if (!IsAllreduce(c)) cluster["ps"] = {"127.0.0.1:" + std::to_string(ports[kMaxWorkers])};
+  cluster["worker"] = nlohmann::json::array();  // a grown run's next workers are tfctl's to place
+  for (int i = 0; i < c.workers; ++i) cluster["worker"].push_back("127.0.0.1:" + std::to_string(ports[i]));
   nlohmann::json train = {{"model", {{"name", "mlp"}, {"init", "glorot_uniform"}}},
                           {"data", dir.path()},
                           {"epochs", kEpochs},
@@ -95,6 +106,7 @@ std::string WriteCluster(const TempDir& dir, const Case& c, bool with_restart) {
                           {"optimizer", {{"type", "adam"}, {"learning_rate", 0.005}}},
                           {"update", Update(c.mode)}};
   if (!IsAllreduce(c)) train["checkpoint"] = {{"dir", dir / ("ckpt-" + n)}, {"every_steps", 60}};
+  if (IsElastic(c)) train["elastic"] = {{"min_workers", kMinWorkers}, {"max_workers", kMaxWorkers}, {"commit_every_steps", 10}};
   if (c.early_stop) {
     train["validation_split"] = kHeldOut;
     train["early_stopping"] = {{"monitor", "val_accuracy"}, {"patience", kPatience}, {"min_delta", 1.0}};
@@ -145,7 +157,7 @@ double FinalStep(const nlohmann::json& summary) {
 // The global steps the undisturbed job takes: each worker's steps per epoch, times the workers in
 // async mode (each push is a step), once in sync and allreduce.
 int PlannedSteps(const Case& c) {
-  const int per_worker = kEpochs * (kTrain / 2 / kBatch);
+  const int per_worker = kEpochs * (kTrain / c.workers / kBatch);
   return c.mode == "async" ? 2 * per_worker : per_worker;
 }
 
@@ -158,7 +170,8 @@ double DetectedAfter(const std::string& run, double sent_at, const std::string& 
     if (e.is_discarded() || !e.contains("ts") || e.value("task", "") == hit) continue;
     const std::string event = e.value("event", "");
     if (e["ts"].get<double>() >= sent_at &&
-        (event == "peer_lost" || event == "gave_up" || event == "quorum" || event == "run_ended" || event == "error"))
+        (event == "peer_lost" || event == "gave_up" || event == "quorum" || event == "run_ended" || event == "error" ||
+         event == "membership"))
       return e["ts"].get<double>() - sent_at;
   }
   return -1;
@@ -193,10 +206,11 @@ struct Undisturbed {
 // The undisturbed run of each mode's job (with or without early stopping), once per test binary.
 Undisturbed Baseline(const TempDir& dir, const Case& disturbed) {
   static std::map<std::string, Undisturbed> baselines;
-  const std::string key = disturbed.mode + (disturbed.early_stop ? " early stopping" : "");
+  const std::string key = disturbed.mode + (disturbed.early_stop ? " early stopping" : "") + fmt::format(" {} workers", disturbed.workers);
   if (auto it = baselines.find(key); it != baselines.end()) return it->second;
   Case c{disturbed.mode, "worker:1", "", "", "", "kill"};
   c.early_stop = disturbed.early_stop;
+  c.workers = disturbed.workers;
   const std::string file = WriteCluster(dir, c, false);
   Process p({kTfctl, "up", file}, {}, dir / ("baseline-" + key + ".out"), dir / ("baseline-" + key + ".err"));
   auto code = p.Wait(180s);
@@ -213,6 +227,9 @@ Undisturbed Baseline(const TempDir& dir, const Case& disturbed) {
 
 // Whether the mode promises that the run finishes despite the fault (docs/reliability.md).
 bool Survives(const Case& c) {
+  if (c.grow > 0) return true;  // an elastic run takes a new worker in
+  // An elastic ring re-forms without what it lost, down to min_workers.
+  if (IsElastic(c)) return c.workers - (c.then_kill.empty() ? 1 : 2) >= kMinWorkers;
   if (IsAllreduce(c)) return false;  // a ring has no spare, and takes no restarted member back
   // Restarted, a worker is back at once; sync with on_worker_loss fail fails the step before it is.
   if (c.restart) return !(c.mode == "sync" && c.target != "ps");
@@ -239,7 +256,10 @@ void RunCase(const TempDir& dir, const Case& c) {
   INFO("case: " << CaseName(c));
   const Undisturbed baseline = Survives(c) ? Baseline(dir, c) : Undisturbed{};
   const std::string file = WriteCluster(dir, c, c.restart);
-  std::vector<std::string> argv = {kTfctl, "chaos", file, "--kill", c.target, "--at", c.at};
+  std::vector<std::string> argv = {kTfctl, "chaos", file, "--at", c.at};
+  if (c.grow > 0) argv.insert(argv.end(), {"--grow", std::to_string(c.grow)});
+  else argv.insert(argv.end(), {"--kill", c.target});
+  if (!c.then_kill.empty()) argv.insert(argv.end(), {"--then-kill", c.then_kill});
   if (!c.from.empty()) argv.insert(argv.end(), {"--from", c.from});
   if (c.fault == "term") argv.insert(argv.end(), {"--signal", "term"});
   if (c.fault == "stop") argv.insert(argv.end(), {"--stop", fmt::format("{}", kPeerTimeout + 1)});
@@ -259,28 +279,33 @@ void RunCase(const TempDir& dir, const Case& c) {
   CHECK(chaos["survival_promised"].get<bool>() == Survives(c));
   CHECK(WaitUntilNoneLeft(run, 10s));        // no process of the run is left
 
-  const std::string hit = TargetTask(c);
+  const std::string hit = c.grow > 0 ? "" : TargetTask(c);
   std::map<std::string, int> exits;
   std::vector<std::string> outcome;
-  REQUIRE(chaos["tasks"].size() == (IsAllreduce(c) ? 2u : 3u));  // every task of the cluster has its outcome
+  // Every task of the cluster has its outcome, and a grown run's new workers too.
+  REQUIRE(chaos["tasks"].size() == static_cast<std::size_t>(std::max(c.workers, c.grow) + (IsAllreduce(c) ? 0 : 1)));
+  if (!c.then_kill.empty()) CHECK(chaos["fault"]["then_kill"]["sent_at"].is_number());
   for (const auto& t : chaos["tasks"]) {
     const std::string task = t["task"];
     const int exit_code = t["exit_code"];
     exits[task] = exit_code;
     CHECK_FALSE(t.value("past_deadline", false));
     const std::string last = LastLine(run + "/" + task + ".log");
-    if (task != hit && exit_code != 0) {
+    if (c.grow > 0) CHECK(exit_code == 0);  // the joiner too
+    if (task != hit && task != c.then_kill && exit_code != 0) {
       INFO(task << " exited " << exit_code << "; its last line: " << last);
-      CHECK(config::MentionsTask(last, hit));
+      CHECK((config::MentionsTask(last, hit) || (!c.then_kill.empty() && config::MentionsTask(last, c.then_kill))));
       CHECK(last.find("step") != std::string::npos);
     }
     outcome.push_back(fmt::format("{} {}{}", task, exit_code, t.value("restarts", 0) > 0 ? fmt::format(" ({} restart)", t["restarts"].get<int>()) : ""));
   }
   CHECK(*code == (chaos["verdict"] == "kept" ? 0 : 1));
   CHECK(chaos["verdict"] == "kept");
-  double accuracy = ChiefResult(summary);
+  // An elastic ring that lost its chief ends with worker:1 as its rank 0.
+  const bool chief_lost = IsElastic(c) && hit == "worker:0";
+  double accuracy = chief_lost ? Result(summary, "worker:1", "test_accuracy") : ChiefResult(summary);
   if (Survives(c)) {
-    CHECK(exits["worker:0"] == 0);
+    CHECK(exits[chief_lost ? "worker:1" : "worker:0"] == 0);
     if (!IsAllreduce(c)) CHECK(exits["ps:0"] == 0);
     INFO("accuracy " << accuracy << " against undisturbed " << baseline.accuracy);
     CHECK(std::abs(accuracy - baseline.accuracy) <= 0.02 + 1e-9);  // within 2 points, inclusive
@@ -297,24 +322,42 @@ void RunCase(const TempDir& dir, const Case& c) {
     for (const nlohmann::json& e : RunEvents(run, "peer_done")) heard |= e.value("ts", 0.0) <= sent_at;
     if (heard) CHECK(RunEvents(run, "gave_up").empty());
   }
+  if (IsElastic(c) && Survives(c)) {
+    // The ring ended with the workers it re-formed (or grew) to, each of them told so.
+    const int last_size = c.grow > 0 ? c.grow : c.workers - (c.then_kill.empty() ? 1 : 2);
+    const std::vector<nlohmann::json> changes = RunEvents(run, "membership");
+    REQUIRE_FALSE(changes.empty());
+    CHECK(changes.back().value("workers", 0) == last_size);
+    if (c.grow > 0) CHECK(RunEvents(run, "joined").size() == static_cast<std::size_t>(c.grow - c.workers));
+  }
   if (c.early_stop && Survives(c)) {
     INFO("the disturbed run stopped after epoch " << StopEpoch(run) << ", the undisturbed one after " << baseline.stop_epoch);
     CHECK(StopEpoch(run) == baseline.stop_epoch);
   }
   const double detected = DetectedAfter(run, chaos["fault"]["sent_at"].get<double>(), hit);
-  const double final_step = exits["worker:0"] == 0 ? FinalStep(summary) : -1;
+  const double final_step = chief_lost ? (exits["worker:1"] == 0 ? Result(summary, "worker:1", "global_step") : -1)
+                                        : (exits["worker:0"] == 0 ? FinalStep(summary) : -1);
   // An early-stopping job's undisturbed steps are the undisturbed run's, not the planned epochs'.
   const double planned = c.early_stop && baseline.final_step >= 0 ? baseline.final_step : PlannedSteps(c);
-  const std::string steps_lost = final_step < 0 ? "run ended" : fmt::format("{:.0f}", planned - final_step);
-  AppendRow(fmt::format("| {} | {} | {} (`{}`{}) | {} | {} | {} | {} | {} |", c.mode, c.target + (c.restart ? " (restarted)" : ""), c.phase,
-                           c.at, c.from.empty() ? "" : " from " + c.from, c.fault == "stop" ? fmt::format("SIGSTOP {:.0f} s", kPeerTimeout + 1) : c.fault == "term" ? "SIGTERM" : "kill -9",
+  // An elastic ring's steps per epoch change with its size: what it lost is not a count of steps.
+  const std::string steps_lost = final_step < 0 ? "run ended" : IsElastic(c) ? "re-sharded" : fmt::format("{:.0f}", planned - final_step);
+  const std::string hit_column = c.grow > 0 ? fmt::format("{} workers", c.workers)
+                                            : c.target + (c.then_kill.empty() ? "" : ", then " + c.then_kill) + (c.restart ? " (restarted)" : "");
+  const std::string fault_column = c.grow > 0          ? fmt::format("grow to {}", c.grow)
+                                   : c.fault == "stop" ? fmt::format("SIGSTOP {:.0f} s", kPeerTimeout + 1)
+                                   : c.fault == "term" ? "SIGTERM"
+                                                       : (c.then_kill.empty() ? "kill -9" : "kill -9, 50 ms apart");
+  AppendRow(fmt::format("| {} | {} | {} (`{}`{}) | {} | {} | {} | {} | {} |", c.mode, hit_column, c.phase,
+                           c.at, c.from.empty() ? "" : " from " + c.from, fault_column,
                            fmt::format("{}", fmt::join(outcome, ", ")), detected >= 0 ? fmt::format("{:.2f} s", detected) : "–",
                            steps_lost, accuracy >= 0 ? fmt::format("{:.4f}", accuracy) : "–"));
 }
 
+std::vector<Case> ElasticCases(bool full);
+
 // The short set: each role, each phase, each fault and each mode at least once.
 std::vector<Case> ShortSet() {
-  return {
+  std::vector<Case> cases = {
       {"async", "worker:1", "mid-epoch", "step:20", "", "kill"},
       {"async", "chief", "mid-epoch", "step:20", "", "kill"},
       {"async", "ps", "mid-epoch", "step:20", "worker:0", "kill"},
@@ -335,6 +378,8 @@ std::vector<Case> ShortSet() {
       {"sync", "ps", "while early stopping waits", "epoch:2", "worker:0", "kill", true, true},
       {"async", "chief", "while early stopping waits", "epoch:2", "", "kill", true, true},
   };
+  for (const Case& c : ElasticCases(false)) cases.push_back(c);
+  return cases;
 }
 
 // The restarts that resume the run where the undisturbed one would go: a ps hit during the chief's
@@ -351,6 +396,25 @@ std::vector<Case> RestartCases() {
       {"sync", "ps", "while early stopping waits", "epoch:2", "worker:0", "kill", true, true},
       {"async", "chief", "while early stopping waits", "epoch:2", "", "kill", true, true},
   };
+}
+
+// The elastic ring (issue 30): a worker lost, a second one lost while the ring re-forms without the
+// first, a worker joining at a commit, and the chief lost (its next rank takes rank 0).
+std::vector<Case> ElasticCases(bool full) {
+  Case lost{"allreduce-elastic", "worker:1", "mid-epoch", "step:20", "", "kill"};
+  lost.workers = 3;
+  Case second{"allreduce-elastic", "worker:3", "mid-epoch, then while the ring re-forms", "step:20", "", "kill"};
+  second.workers = 4;
+  second.then_kill = "worker:2";
+  Case grow{"allreduce-elastic", "", "mid-epoch", "step:20", "worker:0", ""};
+  grow.grow = 3;
+  std::vector<Case> cases = {lost, second, grow};
+  if (full) {
+    Case chief = lost;
+    chief.target = "chief";
+    cases.push_back(chief);
+  }
+  return cases;
 }
 
 // Every mode x role x phase x fault (restarts once per role and mode).
@@ -375,6 +439,7 @@ std::vector<Case> FullMatrix() {
     }
   }
   for (const Case& c : RestartCases()) cases.push_back(c);
+  for (const Case& c : ElasticCases(true)) cases.push_back(c);
   return cases;
 }
 
@@ -383,7 +448,11 @@ TEST_CASE("chaos: every task ends or recovers within its deadline, whatever is l
   const std::string set = which == nullptr ? "" : which;
   TempDir dir;
   // TFD_CHAOS=restart: only the restart cases (to run them again and again).
-  for (const Case& c : set == "full" ? FullMatrix() : set == "restart" ? RestartCases() : ShortSet()) {
+  // TFD_CHAOS=elastic: only the elastic ring's cases.
+  for (const Case& c : set == "full"      ? FullMatrix()
+                       : set == "restart" ? RestartCases()
+                       : set == "elastic" ? ElasticCases(true)
+                                          : ShortSet()) {
     DYNAMIC_SECTION(CaseName(c)) { RunCase(dir, c); }
   }
 }

@@ -2,6 +2,7 @@
 #include <csignal>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "common/config/cluster_file.h"
@@ -64,7 +65,16 @@ TEST_CASE("chaos refuses bad arguments in one line", "[unit][chaos]") {
         "--stop and --signal: a stopped task gets SIGSTOP, no other signal");
   CHECK(ParseError({"c.json", "--kill", "ps", "--at", "step", "--signal", "hup"}) == "--signal hup: expected kill or term");
   CHECK(ParseError({"c.json", "--kill", "ps", "--at", "step", "--stop", "0"}) == "--stop 0: expected seconds above 0");
-  CHECK(ParseError({"c.json", "--at", "step"}) == "chaos needs --kill ROLE[:INDEX]");
+  CHECK(ParseError({"c.json", "--at", "step"}) == "chaos needs --kill ROLE[:INDEX] or --grow N");
+  CHECK(ParseError({"c.json", "--kill", "ps", "--grow", "3", "--at", "step"}) ==
+        "--kill and --grow: one fault per run (--then-kill adds a second kill)");
+  CHECK(ParseError({"c.json", "--grow", "3", "--at", "step", "--signal", "term"}) == "--grow sends no signal: not with --signal or --stop");
+  CHECK(ParseError({"c.json", "--grow", "2.5", "--at", "step"}) == "--grow: expected a number of workers in [1, 4096], got \"2.5\"");
+  CHECK(ParseError({"c.json", "--grow", "3", "--at", "step", "--then-kill", "worker:1"}) ==
+        "--then-kill follows a first kill or SIGTERM (--kill, without --stop)");
+  CHECK(ParseError({"c.json", "--kill", "worker:1", "--at", "step", "--stop", "2", "--then-kill", "worker:2"}) ==
+        "--then-kill follows a first kill or SIGTERM (--kill, without --stop)");
+  CHECK(ParseError({"c.json", "--kill", "worker:1", "--at", "step", "--then-after", "1"}) == "--then-after needs --then-kill");
   CHECK(ParseError({"c.json", "--kill", "ps"}) == "chaos needs --at EVENT[:N]");
   CHECK(ParseError({"--kill", "ps", "--at", "step"}) == "chaos needs a run folder or a cluster file");
   CHECK(ParseError({"c.json", "--kill"}) == "--kill needs a value");
@@ -240,7 +250,7 @@ TEST_CASE("the chaos report is one line per task, a verdict line and chaos.json"
   REQUIRE(lines.size() == 4);
   CHECK(lines[1] == R"(chaos task=worker:0 exit_code=0 restarts=0 exit_after_secs=1.0 past_deadline=false last_line="info done \"quoted\"")");
   CHECK(lines[3] == "chaos verdict=kept survival=promised: worker:1 is a worker other than the chief, and updates are async");
-  auto j = nlohmann::json::parse(ChaosJson(fault, "", 1700000000.5, promise, tasks, verdict));
+  auto j = nlohmann::json::parse(ChaosJson(fault, "", 1700000000.5, 0, promise, tasks, verdict));
   CHECK(j["fault"]["signal"] == "SIGKILL");
   CHECK(j["fault"]["target"] == "worker:1");
   CHECK(j["fault"]["sent"] == true);
@@ -249,6 +259,90 @@ TEST_CASE("the chaos report is one line per task, a verdict line and chaos.json"
   CHECK(j["tasks"][1]["test_accuracy"] == 0.9);
   CHECK(j["tasks"][0]["test_accuracy"].is_null());
   CHECK(j["tasks"][2]["exit_code"] == 137);
+  CHECK_FALSE(j["fault"].contains("then_kill"));
+  CHECK_FALSE(j["fault"].contains("grow_to"));
+}
+
+config::ClusterFile ElasticRing(int workers, int min_workers) {
+  std::string list;
+  for (int i = 0; i < workers; ++i) list += fmt::format("{}\"127.0.0.1:{}\"", i == 0 ? "" : ", ", 2001 + i);
+  return ParseChaosCluster(fmt::format(R"({{"mode": "allreduce"}}, "elastic": {{"min_workers": {}, "max_workers": 4}})", min_workers), "{}",
+                           R"({"worker": [)" + list + "]}");
+}
+
+TEST_CASE("chaos --grow and --then-kill: parsed, resolved against an elastic job, and their promises", "[unit][chaos]") {
+  auto grow = ParseChaosArgs({"c.json", "--grow", "3", "--at", "step:20", "--from", "worker:0"});
+  REQUIRE(grow.ok());
+  CHECK(grow->action == FaultAction::kGrow);
+  CHECK(grow->grow == 3);
+  auto twice = ParseChaosArgs({"c.json", "--kill", "worker:3", "--at", "step", "--then-kill", "worker:2", "--then-after", "0.5"});
+  REQUIRE(twice.ok());
+  CHECK(twice->then_kill == "worker:2");
+  CHECK(twice->then_after_secs == 0.5);
+
+  const config::ClusterFile three = ElasticRing(3, 2), four = ElasticRing(4, 2), two = ElasticRing(2, 2);
+  SECTION("--grow: an elastic job, to more workers than it starts, every task to exit 0") {
+    const Fault f = FaultFor(two, {"--grow", "3", "--at", "step:20"});
+    CHECK(f.grow_to == 3);
+    CHECK(f.from.ToString() == "worker:0");  // the chief's events by default
+    CHECK(f.Describe() == "the run scaled to 3 workers at worker:0's 20th step event");
+    const ChaosPromise p = PromiseFor(two, f, 0);
+    CHECK(p.survival);
+    CHECK(p.target_must_exit_zero);
+    CHECK(p.target.empty());
+    // (c) judges every task, and no task is the one hit: a failure naming nobody is (c) alone.
+    const ChaosVerdict v = JudgeChaos(p, "", {Outcome("worker:0", 0), Outcome("worker:1", 0), Outcome("worker:2", 1, "error")});
+    REQUIRE(v.reasons.size() == 1);
+    CHECK(v.reasons[0].rfind("(c) worker:2 exited 1", 0) == 0);
+    auto j = nlohmann::json::parse(ChaosJson(f, "", 1700000000.5, 0, p, {}, v));
+    CHECK(j["fault"]["action"] == "grow");
+    CHECK(j["fault"]["grow_to"] == 3);
+    CHECK(j["fault"]["target"].is_null());
+    auto a = ParseChaosArgs({"c.json", "--grow", "2", "--at", "step"});
+    REQUIRE(a.ok());
+    auto same = ResolveFault(*a, two);
+    REQUIRE_FALSE(same.ok());
+    CHECK(same.status().message() == "--grow 2: the cluster starts 2 workers; --grow takes more");
+    auto b = ParseChaosArgs({"c.json", "--grow", "5", "--at", "step"});
+    REQUIRE(b.ok());
+    CHECK(ResolveFault(*b, two).status().message().rfind("--workers 5: outside the job's elastic min_workers 2 .. max_workers 4", 0) == 0);
+    const config::ClusterFile plain = ParseChaosCluster(R"({"mode": "async"})");
+    auto c = ParseChaosArgs({"c.json", "--grow", "3", "--at", "step"});
+    REQUIRE(c.ok());
+    CHECK(ResolveFault(*c, plain).status().message().find("the job is not elastic") != std::string::npos);
+  }
+  SECTION("an elastic ring survives a lost worker, and a second one, while min_workers remain") {
+    const ChaosPromise one = PromiseFor(three, FaultFor(three, {"--kill", "worker:1", "--at", "step"}), 0);
+    CHECK(one.survival);
+    CHECK_FALSE(one.target_must_exit_zero);
+    CHECK(one.why == "an elastic allreduce ring re-forms without worker:1 with the 2 workers left (min_workers 2)");
+    CHECK_FALSE(PromiseFor(two, FaultFor(two, {"--kill", "worker:1", "--at", "step"}), 0).survival);
+    const Fault f = FaultFor(four, {"--kill", "worker:3", "--at", "step", "--then-kill", "worker:2"});
+    CHECK(f.then_kill->ToString() == "worker:2");
+    CHECK(f.then_after_secs == 0.05);
+    CHECK(f.Describe() == "SIGKILL to worker:3 at its 1st step event, then SIGKILL to worker:2 0.05 s later");
+    const ChaosPromise p = PromiseFor(four, f, 0);
+    CHECK(p.survival);
+    CHECK(p.second_target == "worker:2");
+    CHECK_FALSE(PromiseFor(three, FaultFor(three, {"--kill", "worker:2", "--at", "step", "--then-kill", "worker:1"}), 0).survival);
+    // Both killed tasks are the ones hit: their exits are no failure, and a failure may name either.
+    ChaosPromise no_survival = p;
+    no_survival.survival = false;
+    CHECK(JudgeChaos(p, "", {Outcome("worker:0", 0), Outcome("worker:1", 0), Outcome("worker:2", 137, ""), Outcome("worker:3", 137, "")}).kept);
+    CHECK(JudgeChaos(no_survival, "", {Outcome("worker:0", 1, "error lost worker:2 (127.0.0.1:2003)"), Outcome("worker:2", 137, "")}).kept);
+    const ChaosVerdict unnamed = JudgeChaos(no_survival, "", {Outcome("worker:0", 1, "error lost")});
+    REQUIRE(unnamed.reasons.size() == 1);
+    CHECK(unnamed.reasons[0] == "(b) worker:0 exited 1 without naming worker:3 or worker:2 in its last line");
+    auto j = nlohmann::json::parse(ChaosJson(f, "", 1700000000.5, 1700000000.6, p, {}, JudgeChaos(p, "", {})));
+    CHECK(j["fault"]["then_kill"]["target"] == "worker:2");
+    CHECK(j["fault"]["then_kill"]["sent_at"] == 1700000000.6);
+    // Two tasks lost where no ring re-forms: nothing promised.
+    const config::ClusterFile async = ParseChaosCluster(R"({"mode": "async"})");
+    CHECK_FALSE(PromiseFor(async, FaultFor(async, {"--kill", "worker:1", "--at", "step", "--then-kill", "ps"}), 0).survival);
+    auto again = ParseChaosArgs({"c.json", "--kill", "worker:1", "--at", "step", "--then-kill", "worker:1"});
+    REQUIRE(again.ok());
+    CHECK(ResolveFault(*again, four).status().message() == "--then-kill worker:1: the task --kill hits already; name another");
+  }
 }
 
 }  // namespace

@@ -181,6 +181,19 @@ TEST_CASE("a member that leaves the ring fails the collective on every other mem
   CHECK(ring.ring(0).Blamed(Status::FailedPrecondition("stopped by a signal during a collective")) == -1);
 }
 
+TEST_CASE("BlamedMember: a member named as a ring names it or as a dial that failed names it, and report chains", "[unit][ring]") {
+  using collective::BlamedMember;
+  const std::vector<collective::RingMember> m = {
+      {"worker:0", "127.0.0.1", 4000, {}, 0}, {"worker:1", "127.0.0.1", 4001, {}, 1}, {"worker:2", "127.0.0.1", 4002, {}, 2}};
+  CHECK(BlamedMember(m, 1, Status::Unavailable("worker:2 (127.0.0.1:4002) closed the connection")) == 2);
+  // A member lost while the ring re-forms refuses the dial: the dialler's words name it.
+  CHECK(BlamedMember(m, 1, Status::Unavailable("worker:2 at 127.0.0.1:4002 did not accept a connection in time (last error: "
+                                                "Connection refused)")) == 2);
+  CHECK(BlamedMember(m, 2, Status::Unavailable("worker:0 (127.0.0.1:4000) reports: worker:1 at 127.0.0.1:4001 did not accept")) == 1);
+  CHECK(BlamedMember(m, 0, Status::Unavailable("worker:2 at 127.0.0.1:4009 did not accept")) == -1);  // another address: not that member
+  CHECK(BlamedMember(m, 2, Status::Unavailable("worker:2 at 127.0.0.1:4002 did not accept")) == -1);   // never itself
+}
+
 TEST_CASE("members leave the ring in good order after their last collective, whatever their pace", "[unit][ring]") {
   for (int rep = 0; rep < 5; ++rep) {
     LocalRing ring(3, Options(100));
