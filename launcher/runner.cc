@@ -1,6 +1,9 @@
 // Run, the loop behind up and chaos: it starts the tasks (through launcher/child_process.h), reads
 // their pipes, and between turns reaps them, sends a chaos fault and takes scale requests; a Runner
-// holds what it keeps between turns, and each of those pieces is a member of its own.
+// holds what it keeps between turns, and each of those pieces is a member of its own. The file is
+// over 600 lines because the class is one: every piece reads and writes the same task table
+// between two turns of one loop, and a header exposing that table to split files would be longer
+// than what it saved.
 #include "launcher/runner.h"
 
 #include <poll.h>
