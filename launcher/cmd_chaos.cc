@@ -29,15 +29,21 @@ std::string ReadOrEmpty(const fs::path& path) {
   return text.ok() ? *text : std::string();
 }
 
-// Each task of `plan`, as the run folder's summary.json and logs tell it.
+// Each task of `plan`, and each worker the run grew by (tfctl chaos --grow: in the summary, not the
+// plan), as the run folder's summary.json and logs tell it.
 // `deadline_unix`: when the tasks had to have ended by (Unix seconds; progress may have moved it).
 std::vector<TaskOutcome> ReadOutcomes(const fs::path& run_dir, const std::vector<TaskPlan>& plan, double sent_at, double deadline_unix) {
   // No summary, or one that does not read: as if the run's tfctl had not ended.
   const Result<RunSummary> summary = ParseSummary(ReadOrEmpty(run_dir / "summary.json"), (run_dir / "summary.json").string());
+  std::vector<std::string> names;
+  for (const TaskPlan& p : plan) names.push_back(p.task.ToString());
+  if (summary.ok())
+    for (const TaskSummary& t : summary->tasks)
+      if (std::find(names.begin(), names.end(), t.task) == names.end()) names.push_back(t.task);
   std::vector<TaskOutcome> out;
-  for (const TaskPlan& p : plan) {
+  for (const std::string& name : names) {
     TaskOutcome o;
-    o.task = p.task.ToString();
+    o.task = name;
     const TaskSummary* s = nullptr;
     if (summary.ok())
       for (const TaskSummary& t : summary->tasks)
@@ -57,19 +63,6 @@ std::vector<TaskOutcome> ReadOutcomes(const fs::path& run_dir, const std::vector
     o.last_line = std::string(LogMessage(last));
     out.push_back(std::move(o));
   }
-  // Workers the run grew by (tfctl chaos --grow) are in the summary, not the plan.
-  if (summary.ok())
-    for (const TaskSummary& t : summary->tasks)
-      if (std::none_of(out.begin(), out.end(), [&](const TaskOutcome& o) { return o.task == t.task; })) {
-        TaskOutcome o;
-        o.task = t.task;
-        o.exit_code = t.exit_code;
-        o.restarts = t.restarts;
-        o.test_accuracy = t.test_accuracy.value_or(-1);
-        if (sent_at > 0 && t.ended_at > 0) o.exit_after_secs = t.ended_at - sent_at;
-        o.past_deadline = t.past_deadline || (sent_at > 0 && t.ended_at > deadline_unix);
-        out.push_back(std::move(o));
-      }
   return out;
 }
 
