@@ -289,6 +289,14 @@ void Ring::Close(const Status& why) {
     conns.insert(conns.end(), unidentified_.begin(), unidentified_.end());
     cv_.SignalAll();
   }
+  // The heartbeat timer is the io_context thread's: cancelled there, so that a caller who then
+  // runs the io_context to its end (a test's member, a task's shutdown) does not wait out an interval.
+  // (From ~Ring there is no owner left to post for: the timer's own destructor cancels it.)
+  if (std::weak_ptr<Ring> weak = weak_from_this(); !weak.expired()) {
+    transport::asio::post(ioc_, [weak] {
+      if (auto self = weak.lock()) self->heartbeat_.cancel();
+    });
+  }
   for (const auto& c : conns) {
     if (why.ok()) c->Close(Status::Unavailable("ring closed"));
     else c->SendErrorAndClose(why);
