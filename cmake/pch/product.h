@@ -1,0 +1,28 @@
+#pragma once
+// The headers most product translation units include, precompiled once (at -O3) and reused by every
+// product target (the top CMakeLists.txt, TFD_PCH): Asio, nlohmann/json, spdlog and fmt are most of
+// a unit's front end. A source still includes what it uses; a build with TFD_PCH=OFF shows a file
+// that does not.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>  // before Asio: Boost 1.74's awaitable.hpp forgets it
+#include <vector>
+
+#include <boost/asio.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
