@@ -52,7 +52,7 @@ Usage:
   tfctl sweep [SWEEP.json] --resume RUN [--workers N] [--tfd PATH] [--grace SECS]
         go on with the sweep in the run folder RUN after its tfctl ended (killed, Ctrl-C): ended
         trials stay, the others resume from their last committed epoch (SWEEP.json, if given,
-        must be the file RUN was started with)
+        must be the file RUN was started with; --workers defaults to the count it was started with)
   tfctl ensemble JOB.json [--workers N] [--run-dir DIR] [--tfd PATH]
         train the job's "ensemble" members, one per worker, and report the averaged softmax's
         ensemble_test_accuracy (a regression: the averaged outputs' ensemble_test_mae and _rmse)

@@ -65,13 +65,17 @@ Result<SweepArgs> ParseSweepArgs(bool ensemble, const std::vector<std::string>& 
   line.Positional(&a.file, ensemble ? "job file" : "sweep file");
   line.Text("run-dir", &a.run_root);
   line.Text("tfd", &a.tfd);
-  line.Integer("workers", &a.workers, 1, 4096, "a number of workers");
+  line.Integer("workers", &a.workers, 1, config::kMaxSweepWorkers, "a number of workers");
   line.Seconds("grace", &a.grace_secs, 0, kMaxGraceSecs);
   if (!ensemble) line.Text("resume", &a.resume);
   TFD_RETURN_IF_ERROR(line.Parse(args));
   if (!a.resume.empty() && a.file.empty()) {
     // The sweep file the run was started with, as its run folder recorded it.
     TFD_ASSIGN_OR_RETURN(a.file, coordinator::RecordedSweepFile(a.resume));
+  }
+  if (!a.resume.empty() && a.workers == 0) {
+    // As many workers as the sweep was started with (0: a record that does not say; the file's).
+    TFD_ASSIGN_OR_RETURN(a.workers, coordinator::RecordedSweepWorkers(a.resume));
   }
   if (a.file.empty())
     return Status::InvalidArgument(ensemble ? "ensemble needs a job file with \"ensemble\" (docs/sweeps.md)" : "sweep needs a sweep file (docs/sweeps.md)");

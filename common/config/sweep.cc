@@ -292,7 +292,7 @@ Result<SweepSpec> ParseSweepSpec(std::string_view text, std::string_view source_
   r.Int("max_trials", 0, kMaxTrials, &s.max_trials, /*required=*/s.search == SweepSpec::Search::kRandom);
   if (status.ok() && s.search == SweepSpec::Search::kRandom && s.max_trials < 1) r.Fail("max_trials", "a random search needs at least 1 trial");
   r.Int("parallel", 0, 4096, &s.parallel);
-  r.Int("workers", 1, 4096, &s.workers);
+  r.Int("workers", 1, kMaxSweepWorkers, &s.workers);
   ReadScheduler(r, &s);
   if (s.asha) {
     if (s.scheduler.max_epochs == 0) s.scheduler.max_epochs = s.job.epochs;

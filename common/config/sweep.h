@@ -10,6 +10,9 @@
 
 namespace tfd::config {
 
+// The most generic workers a sweep may have (its file's "workers", tfctl sweep --workers).
+inline constexpr int kMaxSweepWorkers = 4096;
+
 // One dimension of a sweep's search space: a dotted path into the job spec ("optimizer.momentum")
 // and the values it may take. Values are JSON text ("0.01", "\"dnn\"") so any job field can vary.
 struct SweepParam {

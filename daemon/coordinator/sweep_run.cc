@@ -160,7 +160,8 @@ Status MakeSweepFolder(const fs::path& run_dir, const std::string& file, const P
   fs::copy_file(file, run_dir / (ensemble ? "job.json" : "sweep.json"), fs::copy_options::overwrite_existing, ec);
   if (ec) return Status::Unavailable(fmt::format("cannot copy {} into the run folder {}: {}", file, run_dir.string(), ec.message()));
   TFD_ASSIGN_OR_RETURN(const std::string text, config::ReadTextFile(file, ensemble ? "the job file" : "the sweep file"));
-  const nlohmann::ordered_json record = {{"sweep", fs::absolute(file).string()}, {"sha256", SweepSha256(text, prepared.trials)}};
+  const nlohmann::ordered_json record = {
+      {"sweep", fs::absolute(file).string()}, {"sha256", SweepSha256(text, prepared.trials)}, {"workers", prepared.spec.workers}};
   std::ofstream out(run_dir / "resume.json");
   out << config::JsonText(record) << "\n";
   if (!out.flush()) return Status::Unavailable(fmt::format("cannot write {}", (run_dir / "resume.json").string()));
@@ -169,7 +170,7 @@ Status MakeSweepFolder(const fs::path& run_dir, const std::string& file, const P
 
 namespace {
 
-// resume.json read back: {"sweep": PATH, "sha256": HEX}.
+// resume.json read back: {"sweep": PATH, "sha256": HEX, "workers": N} ("workers" since it was recorded).
 Result<nlohmann::ordered_json> ReadResumeRecord(const fs::path& run_dir) {
   const std::string path = (run_dir / "resume.json").string();
   std::error_code ec;
@@ -179,8 +180,11 @@ Result<nlohmann::ordered_json> ReadResumeRecord(const fs::path& run_dir) {
   TFD_ASSIGN_OR_RETURN(const std::string text, config::ReadTextFile(path, "the run folder's resume record"));
   nlohmann::ordered_json doc = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded() || !doc.is_object() || !doc.contains("sweep") || !doc["sweep"].is_string() || !doc.contains("sha256") ||
-      !doc["sha256"].is_string())
-    return Status::InvalidArgument(fmt::format("{}: expected {{\"sweep\": PATH, \"sha256\": HEX}}", path));
+      !doc["sha256"].is_string() ||
+      (doc.contains("workers") && (!doc["workers"].is_number_integer() || doc["workers"].get<std::int64_t>() < 1 ||
+                                   doc["workers"].get<std::int64_t>() > config::kMaxSweepWorkers)))
+    return Status::InvalidArgument(
+        fmt::format("{}: expected {{\"sweep\": PATH, \"sha256\": HEX, \"workers\": N in [1, {}]}}", path, config::kMaxSweepWorkers));
   return doc;
 }
 
@@ -189,6 +193,11 @@ Result<nlohmann::ordered_json> ReadResumeRecord(const fs::path& run_dir) {
 Result<std::string> RecordedSweepFile(const fs::path& run_dir) {
   TFD_ASSIGN_OR_RETURN(const nlohmann::ordered_json record, ReadResumeRecord(run_dir));
   return record["sweep"].get<std::string>();
+}
+
+Result<int> RecordedSweepWorkers(const fs::path& run_dir) {
+  TFD_ASSIGN_OR_RETURN(const nlohmann::ordered_json record, ReadResumeRecord(run_dir));
+  return record.contains("workers") ? record["workers"].get<int>() : 0;
 }
 
 Result<SweepLog> OpenForResume(const fs::path& run_dir, const std::string& file, const PreparedSweep& prepared,

@@ -66,8 +66,9 @@ struct PreparedSweep {
 Result<PreparedSweep> PrepareSweep(const std::string& file, bool ensemble, int workers);
 
 // Makes the sweep's run folder `run_dir` (and its parents), copies `file` into it as sweep.json,
-// or job.json for an ensemble, and records in resume.json the file's absolute path and the sweep's
-// SHA-256 (SweepSha256), which --resume checks. Unavailable naming the folder and the system's reason.
+// or job.json for an ensemble, and records in resume.json the file's absolute path, the sweep's
+// SHA-256 (SweepSha256), which --resume checks, and its worker count (tfctl sweep --resume starts as
+// many again). Unavailable naming the folder and the system's reason.
 Status MakeSweepFolder(const std::filesystem::path& run_dir, const std::string& file, const PreparedSweep& prepared, bool ensemble);
 
 // SHA-256 of the sweep file's bytes and of every trial's job (so a changed job file that the sweep
@@ -77,6 +78,11 @@ std::string SweepSha256(const std::string& file_text, const std::vector<config::
 // The sweep file recorded in `run_dir`'s resume.json (tfctl sweep --resume RUN without a file).
 // InvalidArgument naming resume.json when the folder holds no sweep to resume.
 Result<std::string> RecordedSweepFile(const std::filesystem::path& run_dir);
+
+// The worker count recorded in `run_dir`'s resume.json (tfctl sweep --resume RUN without --workers
+// starts as many as the sweep was started with, so that trials meet ASHA's rungs in the same order),
+// or 0 for a record written before it was recorded. InvalidArgument as RecordedSweepFile's.
+Result<int> RecordedSweepWorkers(const std::filesystem::path& run_dir);
 
 // The run folder of a sweep to resume (docs/sweeps.md, "Resuming a sweep"): checks that `run_dir`
 // holds a sweep (resume.json and trials.jsonl) and that `file` is the sweep it was started with

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "test/local_cluster.h"
+#include "test/sweep_util.h"
 
 namespace tfd::testing::cluster_sweep_resume_test {
 namespace {
@@ -24,22 +25,7 @@ using nlohmann::json;
 
 constexpr int kMaxEpochs = 4;
 
-// 5 learning rates under ASHA (rungs at epochs 1 and 2, η 2): here a larger rate does better, so
-// 0.0003 is pruned at the first rung and the rates after it run to epoch 4.
-json SweepFile(const std::string& data) {
-  json job = {{"model", {{"name", "mlp"}, {"init", "glorot_uniform"}}},
-              {"data", data},
-              {"epochs", kMaxEpochs},
-              {"batch_size", 10},
-              {"seed", 5},
-              {"log_every_steps", 0},
-              {"validation_split", 200},
-              {"optimizer", {{"type", "momentum"}, {"learning_rate", 0.1}, {"momentum", 0.9}}}};
-  return {{"job", job},
-          {"space", {{"optimizer.learning_rate", {0.003, 0.0003, 0.01, 0.03, 0.1}}}},
-          {"objective", {{"metric", "val_loss"}, {"mode", "min"}}},  // no ties: the synthetic classes are easy
-          {"scheduler", {{"type", "asha"}, {"grace_epochs", 1}, {"reduction_factor", 2}, {"max_epochs", kMaxEpochs}}}};
-}
+json SweepFile(const std::string& data) { return AshaSweepFile(data, kMaxEpochs); }
 
 // One coordinator and one worker (trials run one after another, so ASHA sees the rungs in the
 // same order in every run) on free loopback ports.
@@ -81,40 +67,6 @@ Sweep NewSweep(const std::string& run) {
                .run = run};
 }
 
-// trial -> epoch -> its epoch line's metrics, failing on an epoch reported twice.
-std::map<int, std::map<int, json>> EpochsOnce(const std::string& jsonl) {
-  std::map<int, std::map<int, json>> out;
-  for (const json& l : ReadJsonLines(jsonl)) {
-    if (l["event"] != "epoch") continue;
-    INFO(l.dump());
-    const bool first = out[l["trial"].get<int>()].emplace(l["epoch"].get<int>(), l["metrics"]).second;
-    CHECK(first);
-  }
-  return out;
-}
-
-// Each trial's last line (its end).
-std::map<int, json> Ends(const std::string& jsonl) {
-  std::map<int, json> out;
-  for (const json& l : ReadJsonLines(jsonl))
-    if (l["event"] == "end") out[l["trial"].get<int>()] = l;
-  return out;
-}
-
-// leaderboard.csv's rows without the attempts column (a resumed trial was placed once more):
-// "trial,status,epoch,val_loss,best,test_accuracy,worker" and "params,reason".
-std::vector<std::pair<std::string, std::string>> RowsButAttempts(const std::string& csv) {
-  std::vector<std::pair<std::string, std::string>> rows;
-  std::istringstream in(csv);
-  for (std::string line; std::getline(in, line);) {
-    std::vector<std::size_t> commas;  // the first 8: the 7th ends worker, the 8th attempts
-    for (std::size_t at = line.find(','); at != std::string::npos && commas.size() < 8; at = line.find(',', at + 1)) commas.push_back(at);
-    REQUIRE(commas.size() == 8);
-    rows.emplace_back(line.substr(0, commas[6]), line.substr(commas[7] + 1));
-  }
-  return rows;
-}
-
 TEST_CASE("a sweep whose coordinator is killed mid-sweep and resumed ends with the undisturbed sweep's leaderboard, each epoch counted once",
           "[integration][sweep][resume]") {
   TempDir dir;
@@ -127,18 +79,12 @@ TEST_CASE("a sweep whose coordinator is killed mid-sweep and resumed ends with t
   Sweep ref = NewSweep(dir / "ref");
   ref.Start(dir, "ref", /*resume=*/false);
   ref.ExpectBothExit0();
-  const std::map<int, std::map<int, json>> ref_epochs = EpochsOnce(ref.run + "/trials.jsonl");
-  const std::map<int, json> ref_ends = Ends(ref.run + "/trials.jsonl");
+  const std::map<int, std::map<int, json>> ref_epochs = SweepEpochsOnce(ref.run + "/trials.jsonl");
+  const std::map<int, json> ref_ends = SweepEnds(ref.run + "/trials.jsonl");
   REQUIRE(ref_ends.size() == 5);
   // The kill comes after an epoch that a later trial reported and went on from (not its last):
   // that trial then resumes from its checkpoint.
-  int kill_trial = -1, kill_epoch = 0;
-  for (const json& l : ReadJsonLines(ref.run + "/trials.jsonl"))
-    if (kill_trial < 0 && l["event"] == "epoch" && l["trial"].get<int>() >= 1 && l["epoch"].get<int>() >= 2 && l["epoch"].get<int>() < kMaxEpochs &&
-        !l.contains("stop")) {
-      kill_trial = l["trial"].get<int>();
-      kill_epoch = l["epoch"].get<int>();
-    }
+  const auto [kill_trial, kill_epoch] = SweepKillPoint(ref.run + "/trials.jsonl", kMaxEpochs);
   REQUIRE(kill_trial >= 1);
   bool pruned = false;
   for (const auto& [id, end] : ref_ends) pruned |= end["status"] == "STOPPED";
@@ -170,7 +116,7 @@ TEST_CASE("a sweep whose coordinator is killed mid-sweep and resumed ends with t
   REQUIRE(lost.has_value());
   CHECK(*lost != 0);
   // The guard: the kill came before the sweep's end (else there would be nothing to resume).
-  REQUIRE(Ends(run.run + "/trials.jsonl").size() < 5);
+  REQUIRE(SweepEnds(run.run + "/trials.jsonl").size() < 5);
 
   run.Start(dir, "resumed", /*resume=*/true);
   const json resumed = AwaitEvent(*run.coordinator, "resumed", json::object(), 60s);
@@ -180,8 +126,8 @@ TEST_CASE("a sweep whose coordinator is killed mid-sweep and resumed ends with t
   run.ExpectBothExit0();
 
   // Every epoch once, with the undisturbed sweep's metrics; the same ends, leaderboard and winner.
-  CHECK(EpochsOnce(run.run + "/trials.jsonl") == ref_epochs);
-  const std::map<int, json> ends = Ends(run.run + "/trials.jsonl");
+  CHECK(SweepEpochsOnce(run.run + "/trials.jsonl") == ref_epochs);
+  const std::map<int, json> ends = SweepEnds(run.run + "/trials.jsonl");
   REQUIRE(ends.size() == 5);
   for (const auto& [id, end] : ends) {
     INFO("trial " << id << ": " << end.dump() << " vs " << ref_ends.at(id).dump());
@@ -190,7 +136,7 @@ TEST_CASE("a sweep whose coordinator is killed mid-sweep and resumed ends with t
     CHECK(end["params"] == ref_ends.at(id)["params"]);
     CHECK(end.value("reason", "") == ref_ends.at(id).value("reason", ""));
   }
-  CHECK(RowsButAttempts(ReadAll(run.run + "/leaderboard.csv")) == RowsButAttempts(ReadAll(ref.run + "/leaderboard.csv")));
+  CHECK(LeaderboardRowsButAttempts(ReadAll(run.run + "/leaderboard.csv")) == LeaderboardRowsButAttempts(ReadAll(ref.run + "/leaderboard.csv")));
   CHECK(json::parse(ReadAll(run.run + "/best_trial.json")) == json::parse(ReadAll(ref.run + "/best_trial.json")));
   // The trial killed mid-run resumed after a committed epoch rather than from its first.
   bool from_checkpoint = false;

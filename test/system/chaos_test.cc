@@ -13,9 +13,11 @@
 // - a restart case (RestartCases) resumes as the undisturbed run would: every task exits 0, a DONE
 //   a live worker had heard of is not waited for, and early stopping stops after the same epoch.
 // By default a short set of cases runs (about two minutes); TFD_CHAOS=full runs the whole matrix,
-// TFD_CHAOS=restart the restart cases alone, TFD_CHAOS=elastic the elastic ring's.
-// With TFD_CHAOS_TABLE=FILE each case appends a row of the fault table to FILE
-// (scripts/chaos_table puts it into docs/reliability.md).
+// TFD_CHAOS=restart the restart cases alone, TFD_CHAOS=elastic the elastic ring's, TFD_CHAOS=sweep
+// the sweep's (its coordinator, tfctl sweep itself, killed mid-sweep and resumed: the resumed sweep's
+// leaderboard must be the undisturbed one's, every epoch reported once).
+// With TFD_CHAOS_TABLE=FILE each case appends a row of the fault table to FILE, the sweep's to
+// FILE.sweep (scripts/chaos_table puts them into docs/reliability.md).
 #include <signal.h>
 
 #include <cmath>
@@ -23,9 +25,13 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
+#include <optional>
+#include <regex>
 #include <sstream>
 #include <tuple>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -34,6 +40,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/config/cluster.h"
+#include "test/sweep_util.h"
 #include "test/system/tfctl_util.h"
 #include "test/test_util.h"
 
@@ -246,10 +253,11 @@ std::string TargetTask(const Case& c) {
   return c.target;
 }
 
-void AppendRow(const std::string& row) {
+// `suffix`: the sweep's table goes to the file named with ".sweep" added.
+void AppendRow(const std::string& row, const std::string& suffix = "") {
   const char* table = std::getenv("TFD_CHAOS_TABLE");
   if (table == nullptr || *table == '\0') return;
-  std::ofstream(table, std::ios::app) << row << "\n";
+  std::ofstream(table + suffix, std::ios::app) << row << "\n";
 }
 
 void RunCase(const TempDir& dir, const Case& c) {
@@ -446,6 +454,7 @@ std::vector<Case> FullMatrix() {
 TEST_CASE("chaos: every task ends or recovers within its deadline, whatever is lost", "[chaos]") {
   const char* which = std::getenv("TFD_CHAOS");
   const std::string set = which == nullptr ? "" : which;
+  if (set == "sweep") return;  // the sweep's case alone (below)
   TempDir dir;
   // TFD_CHAOS=restart: only the restart cases (to run them again and again).
   // TFD_CHAOS=elastic: only the elastic ring's cases.
@@ -455,6 +464,152 @@ TEST_CASE("chaos: every task ends or recovers within its deadline, whatever is l
                                           : ShortSet()) {
     DYNAMIC_SECTION(CaseName(c)) { RunCase(dir, c); }
   }
+}
+
+// The sweep's case (issue 30): `tfctl sweep` (its own process is the coordinator, with one worker,
+// so trials run in the same order every time) killed with SIGKILL once trials.jsonl holds an epoch
+// after which its trial goes on and the trial's checkpoint is committed; its worker must end within
+// the deadline (tfctl's death sends it SIGTERM) saying why, and `tfctl sweep --resume RUN` must
+// end with the undisturbed sweep's leaderboard, ends and best trial, each epoch reported once, the
+// trial killed mid-run resumed from its checkpoint.
+constexpr int kSweepEpochs = 4;
+constexpr auto kSweepWorkerDeadline = 30s;  // for the worker to find its coordinator gone and end
+
+std::string OnlyFolderUnder(const std::string& root) {
+  std::vector<std::string> found;
+  for (const auto& e : std::filesystem::directory_iterator(root)) found.push_back(e.path().string());
+  REQUIRE(found.size() == 1);
+  return found[0];
+}
+
+double NowUnix() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
+
+std::unique_ptr<Process> StartSweep(const TempDir& dir, std::vector<std::string> args, const std::string& tag) {
+  args.insert(args.begin(), {kTfctl, "sweep"});
+  auto p = std::make_unique<Process>(args, std::vector<std::string>{}, dir / ("sweep-" + tag + ".out"), dir / ("sweep-" + tag + ".err"));
+  REQUIRE(p->started());
+  return p;
+}
+
+void ExpectSweepExit0(Process& p, const std::string& what) {
+  const std::optional<int> code = p.Wait(300s);
+  INFO(what << ":\n" << p.out() << "\n" << p.err());
+  REQUIRE(code.has_value());
+  REQUIRE(*code == 0);
+}
+
+void RunSweepCase(const TempDir& dir) {
+  // About 4,800 steps an epoch: the kill lands while the chosen trial still has epochs to run.
+  const std::string data = dir / "sweep-data";
+  std::filesystem::create_directories(data);
+  WriteSyntheticMnist(data + "/", 48000, 200, /*side=*/16);
+  const std::string file = dir / "sweep.json";
+  WriteFile(file, AshaSweepFile(data, kSweepEpochs).dump(2));
+
+  auto ref = StartSweep(dir, {file, "--workers", "1", "--run-dir", dir / "sweep-ref"}, "ref");
+  ExpectSweepExit0(*ref, "the undisturbed sweep");
+  const std::string ref_run = OnlyFolderUnder(dir / "sweep-ref");
+  const auto ref_epochs = SweepEpochsOnce(ref_run + "/trials.jsonl");
+  const auto ref_ends = SweepEnds(ref_run + "/trials.jsonl");
+  REQUIRE(ref_ends.size() == 5);
+  const auto [kill_trial, kill_epoch] = SweepKillPoint(ref_run + "/trials.jsonl", kSweepEpochs);
+  REQUIRE(kill_trial >= 1);
+
+  auto hit = StartSweep(dir, {file, "--workers", "1", "--run-dir", dir / "sweep-hit"}, "hit");
+  std::string run;
+  auto due = [&] {
+    if (run.empty()) {
+      std::error_code ec;
+      if (std::filesystem::is_empty(dir / "sweep-hit", ec) || ec) return false;
+      run = OnlyFolderUnder(dir / "sweep-hit");
+    }
+    bool seen = false;
+    for (const nlohmann::json& l : ReadJsonLines(run + "/trials.jsonl"))
+      seen |= l["event"] == "epoch" && l["trial"] == kill_trial && l["epoch"] == kill_epoch;
+    std::error_code ec;
+    bool committed = false;
+    for (const auto& e : std::filesystem::directory_iterator(run + "/trials/" + std::to_string(kill_trial) + "/ckpt", ec))
+      committed |= e.path().extension() == ".tfdckpt";
+    return seen && committed;
+  };
+  bool ready = false;
+  for (auto until = std::chrono::steady_clock::now() + 300s; !(ready = due()) && std::chrono::steady_clock::now() < until;)
+    std::this_thread::sleep_for(10ms);
+  INFO("tfctl sweep:\n" << hit->out() << "\n" << hit->err());
+  REQUIRE(ready);
+  // The worker's pid, from the run folder (tfctl writes workers.txt as it starts them).
+  int index = -1, worker_pid = -1;
+  std::istringstream(ReadAll(run + "/workers.txt")) >> index >> worker_pid;
+  REQUIRE(worker_pid > 0);
+  hit->Signal(SIGKILL);
+  const double sent_at = NowUnix();
+  REQUIRE(hit->Wait(30s) == std::optional<int>(128 + SIGKILL));
+  // Its worker (no longer tfctl's child, so its code is not ours to read) ends by itself.
+  double worker_gone_after = -1;
+  for (auto until = std::chrono::steady_clock::now() + kSweepWorkerDeadline; std::chrono::steady_clock::now() < until;) {
+    if (::kill(worker_pid, 0) != 0) {
+      worker_gone_after = NowUnix() - sent_at;
+      break;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  const std::string worker_last = LastLine(run + "/worker-0.log");
+  INFO("worker:0's last line: " << worker_last);
+  REQUIRE(worker_gone_after >= 0);
+  // It says why: tfctl's workers get SIGTERM when tfctl dies (PR_SET_PDEATHSIG), or, had that been
+  // missed, they find their coordinator gone.
+  const nlohmann::json last_event = nlohmann::json::parse(worker_last, nullptr, false);
+  REQUIRE(last_event.is_object());
+  const std::string why = last_event.value("message", "");
+  CHECK((why == "stopped by a signal" || why.find("coordinator") != std::string::npos));
+  CHECK(WaitUntilNoneLeft(run, 10s));
+  REQUIRE(SweepEnds(run + "/trials.jsonl").size() < 5);  // the kill came before the sweep's end
+
+  auto resumed = StartSweep(dir, {"--resume", run}, "resumed");
+  ExpectSweepExit0(*resumed, "tfctl sweep --resume");
+  std::smatch counts;
+  const std::string out = resumed->out();
+  REQUIRE(std::regex_search(out, counts, std::regex(R"((\d+) trials ended, (\d+) resumed \((\d+) from a checkpoint\), (\d+) not started yet)")));
+  const int done = std::stoi(counts[1]), again = std::stoi(counts[2]), from_checkpoint = std::stoi(counts[3]), pending = std::stoi(counts[4]);
+  CHECK(done + again + pending == 5);
+  CHECK(from_checkpoint >= 1);
+  CHECK(WaitUntilNoneLeft(run, 10s));
+
+  // The promise: every epoch once, with the undisturbed metrics; the same ends, leaderboard, winner.
+  CHECK(SweepEpochsOnce(run + "/trials.jsonl") == ref_epochs);
+  const auto ends = SweepEnds(run + "/trials.jsonl");
+  REQUIRE(ends.size() == 5);
+  bool same_ends = true;
+  for (const auto& [id, end] : ends) {
+    INFO("trial " << id << ": " << end.dump() << " vs " << ref_ends.at(id).dump());
+    CHECK(end["status"] == ref_ends.at(id)["status"]);
+    CHECK(end["epoch"] == ref_ends.at(id)["epoch"]);
+    CHECK(end["params"] == ref_ends.at(id)["params"]);
+    same_ends &= end["status"] == ref_ends.at(id)["status"] && end["epoch"] == ref_ends.at(id)["epoch"];
+  }
+  const bool same_board = LeaderboardRowsButAttempts(ReadAll(run + "/leaderboard.csv")) == LeaderboardRowsButAttempts(ReadAll(ref_run + "/leaderboard.csv"));
+  INFO("leaderboard.csv resumed:\n" << ReadAll(run + "/leaderboard.csv") << "undisturbed:\n" << ReadAll(ref_run + "/leaderboard.csv"));
+  CHECK(same_board);
+  CHECK(nlohmann::json::parse(ReadAll(run + "/best_trial.json")) == nlohmann::json::parse(ReadAll(ref_run + "/best_trial.json")));
+  int resume_epoch = -1;
+  for (const nlohmann::json& l : ReadJsonLines(run + "/trials.jsonl"))
+    if (l["event"] == "placed" && l["trial"] == kill_trial && l.value("resume_epoch", 0) >= 1) resume_epoch = l["resume_epoch"].get<int>();
+  CHECK(resume_epoch >= 1);  // the trial killed mid-run went on after a committed epoch
+
+  AppendRow(fmt::format("| ASHA, 5 trials, 1 worker | coordinator (tfctl sweep) | trial {}'s epoch {} committed (`trials.jsonl`) | kill -9, "
+                        "then `tfctl sweep --resume` | tfctl 137, resumed tfctl 0 | worker:0 ended {:.2f} s after (\"{}\") | trial {} from epoch {}; "
+                        "{} ended, {} resumed ({} from a checkpoint), {} not started | {} |",
+                        kill_trial, kill_epoch, worker_gone_after, why, kill_trial, resume_epoch, done, again, from_checkpoint, pending,
+                        same_board && same_ends ? "the undisturbed one's" : "differs"),
+            ".sweep");
+}
+
+TEST_CASE("chaos: a sweep whose coordinator (tfctl sweep) is killed mid-sweep resumes to the undisturbed leaderboard", "[chaos]") {
+  const char* which = std::getenv("TFD_CHAOS");
+  const std::string set = which == nullptr ? "" : which;
+  if (set == "restart" || set == "elastic") return;  // the sets that name other cases only
+  TempDir dir;
+  RunSweepCase(dir);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <set>
 #include <string>
 
@@ -7,6 +8,8 @@
 
 #include "common/config/sweep.h"
 #include "daemon/coordinator/asha.h"
+#include "daemon/coordinator/sweep_run.h"
+#include "test/test_util.h"
 
 namespace tfd {
 namespace {
@@ -298,6 +301,43 @@ TEST_CASE("an ensemble job: members get seed + k and their vary values; bad fiel
   Result<config::SweepSpec> none = config::ParseEnsembleSpec(base + R"("shuffle": true})", "e.json");
   REQUIRE_FALSE(none.ok());
   CHECK_THAT(none.status().message(), Catch::StartsWith("e.json: ensemble: missing"));
+}
+
+}  // namespace
+}  // namespace tfd
+
+namespace tfd {
+namespace {
+
+// The run folder's resume record: the sweep file, its SHA-256 and the workers it was started with
+// (tfctl sweep --resume starts as many again); a record from before "workers" was kept says 0, and
+// one whose count is out of range is refused naming resume.json.
+TEST_CASE("resume.json records the sweep's workers, and --resume reads them back", "[unit][sweep][resume]") {
+  testing::TempDir dir;
+  const std::string file = dir / "lr.json";
+  testing::WriteFile(file, "{" + std::string(kJob) + R"(, "space": {"optimizer.learning_rate": [0.1, 0.01]}, "workers": 3})");
+  Result<coordinator::PreparedSweep> prepared = coordinator::PrepareSweep(file, /*ensemble=*/false, /*workers=*/0);
+  REQUIRE(prepared.ok());
+  REQUIRE(coordinator::MakeSweepFolder(dir / "run", file, *prepared, false).ok());
+  CHECK(coordinator::RecordedSweepFile(dir / "run").value() == std::filesystem::absolute(file).string());
+  CHECK(coordinator::RecordedSweepWorkers(dir / "run").value() == 3);
+  // --workers given at the start is what the folder records.
+  prepared = coordinator::PrepareSweep(file, false, 5);
+  REQUIRE(prepared.ok());
+  REQUIRE(coordinator::MakeSweepFolder(dir / "run5", file, *prepared, false).ok());
+  CHECK(coordinator::RecordedSweepWorkers(dir / "run5").value() == 5);
+
+  std::filesystem::create_directories(dir / "old");
+  testing::WriteFile(dir / "old/resume.json", R"({"sweep": "/x/lr.json", "sha256": "00"})");
+  CHECK(coordinator::RecordedSweepWorkers(dir / "old").value() == 0);
+  for (const std::string bad : {"0", "4097", "1.5", "\"2\""}) {
+    INFO("workers " << bad);
+    testing::WriteFile(dir / "old/resume.json", R"({"sweep": "/x/lr.json", "sha256": "00", "workers": )" + bad + "}");
+    const Result<int> got = coordinator::RecordedSweepWorkers(dir / "old");
+    REQUIRE_FALSE(got.ok());
+    CHECK(got.status().message().find("old/resume.json: expected") != std::string::npos);
+    CHECK(got.status().message().find("\"workers\": N in [1, 4096]") != std::string::npos);
+  }
 }
 
 }  // namespace
