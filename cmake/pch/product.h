@@ -1,8 +1,8 @@
 #pragma once
-// The headers most product translation units include, precompiled once (at -O3) and reused by every
-// product target (the top CMakeLists.txt, TFD_PCH): Asio, nlohmann/json, spdlog and fmt are most of
-// a unit's front end. A source still includes what it uses; a build with TFD_PCH=OFF shows a file
-// that does not.
+// The headers most product translation units include, precompiled once (at -O3) and reused by the
+// product targets that include Asio (cmake/pch.cmake, TFD_PCH): Asio, nlohmann/json, spdlog and fmt
+// are most of such a unit's front end. A source still includes what it uses; a build with
+// TFD_PCH=OFF shows a file that does not.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
