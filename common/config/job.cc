@@ -202,15 +202,6 @@ void ReadElastic(ObjectReader& root, ElasticSpec* elastic) {
   (void)r.Finish();
 }
 
-// The modes that train regression data: standalone, async, sync, allreduce and model parallel,
-// ensembles (their members' outputs averaged) and the evaluator task. The GPU path has only the
-// softmax loss: it refuses it.
-void CheckRegressionFits(ObjectReader& r, const JobSpec& job) {
-  if (!job.data.regression()) return;
-  if (job.cuda_device >= 0)
-    r.Fail(r.PathOf("device"), fmt::format("\"{}\": the data's task is regression, which trains on the CPU only (set \"device\": \"cpu\")", job.device));
-}
-
 // The metrics early stopping may watch, for a classifier or a regression.
 std::string_view MonitorList(bool regression) { return regression ? "val_mae, val_loss or loss" : "val_accuracy, val_loss or loss"; }
 
@@ -418,7 +409,6 @@ JobSpec ReadJobSpec(ObjectReader& r) {
     r.Fail(r.PathOf("update") + ".compression", fmt::format("\"{}\" is not available with {} in this version (leave update.compression out)",
                                              CompressionName(job.update.compression.method), job.elastic.enabled() ? "elastic" : "model_parallel"));
   ReadEnsemble(r, &job);
-  if (r.status().ok()) CheckRegressionFits(r, job);
   if (r.status().ok() && job.cuda_device >= 0) {
     if (Status s = CheckCudaLayers(job.model); !s.ok()) r.Fail(r.PathOf("device"), fmt::format("\"{}\": {}", job.device, s.message()));
   }

@@ -57,7 +57,7 @@ Result<decltype(TrainerOptions::compute)> DeviceGradients(const config::JobSpec&
   std::shared_ptr<cuda::CudaModel> device = std::move(made);
   spdlog::info("device: {} (gradients on the GPU, updates as the update mode makes them)", device->Describe());
   return Compute([device, &model](const float* x, const tensor::Labels& y, std::uint64_t seed) {
-    return device->ComputeGradients(model.params(), x, y.ids, seed, model.grads());  // classification only (config refuses regression)
+    return device->ComputeGradients(model.params(), x, y, seed, model.grads());
   });
 #else
   (void)model;
@@ -80,7 +80,7 @@ Result<std::unique_ptr<Updater>> MakeDeviceStandalone(const config::JobSpec& job
   }
   spdlog::info("device: {} (forward, backward and the optimizer on the GPU, one CUDA graph per step)", device->Describe());
   options.compute = [device](const float* x, const tensor::Labels& y, std::uint64_t seed) {
-    return device->TrainStep(x, y.ids, seed);  // classification only (config refuses regression)
+    return device->TrainStep(x, y, seed);
   };
   return std::unique_ptr<Updater>(new DeviceUpdater(device, host_state, steps_per_epoch));
 #else

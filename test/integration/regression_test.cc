@@ -73,16 +73,5 @@ TEST_CASE("regression trains in an allreduce ring and with a sync ps to the same
   }
 }
 
-TEST_CASE("a regression job in a mode that does not take it is exit 2 naming the mode", "[integration][regression]") {
-  TempDir dir;
-  const std::string csv = WriteLinearCsv(dir, 100);
-  std::string job = RegressionJob(csv, R"({"mode": "async"})");
-  job.insert(job.rfind('}'), R"(, "device": "cuda:0")");
-  WriteFile(dir / "job.json", job);
-  CommandResult r = RunCommand(std::string(TFD_BINARY) + " --standalone --job " + dir / "job.json", dir);
-  CHECK(r.exit_code == 2);
-  CHECK(r.err.find("device: \"cuda:0\": the data's task is regression") != std::string::npos);
-}
-
 }  // namespace
 }  // namespace tfd::testing::regression_test

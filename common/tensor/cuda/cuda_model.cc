@@ -90,13 +90,16 @@ struct CudaModel::Impl {
   cudaStream_t stream = nullptr;
   cublasHandle_t cublas = nullptr;
   std::vector<DevLayer> layers;
-  int max_batch = 0, classes = 0;
+  int max_batch = 0, classes = 0;  // classes: the last layer's units (a regression's targets)
+  tensor::LossKind loss = tensor::LossKind::kSoftmaxCrossEntropy;
   std::int64_t input_size = 0, num_params = 0;
   // Device buffers.
   float *params = nullptr, *grads = nullptr, *slots = nullptr, *x = nullptr, *dbuf[2] = {nullptr, nullptr}, *dlogits = nullptr,
         *row_loss = nullptr, *ones = nullptr;
   int* row_hit = nullptr;
-  ClassId* y = nullptr;
+  ClassId* y = nullptr;       // classification's labels
+  float* targets = nullptr;   // a regression's, [max_batch, classes]
+  double* row_err = nullptr;  // a regression's per-row sums
   LossSums* sums = nullptr;
   StepScalars* scalars = nullptr;
   double2* partial = nullptr;  // the column reductions' scratch
@@ -104,6 +107,7 @@ struct CudaModel::Impl {
   // Pinned host buffers.
   float *h_x = nullptr, *h_params = nullptr, *h_grads = nullptr;
   ClassId* h_y = nullptr;
+  float* h_targets = nullptr;
   LossSums* h_sums = nullptr;
   StepScalars* h_scalars = nullptr;
   // The variables a training Forward moves (batch norms' moving statistics): copied back to the
@@ -125,7 +129,7 @@ struct CudaModel::Impl {
     if (cublas != nullptr) Cublas().destroy(cublas);
     if (stream != nullptr) cudaStreamDestroy(stream);
     for (void* p : {static_cast<void*>(h_x), static_cast<void*>(h_params), static_cast<void*>(h_grads), static_cast<void*>(h_y),
-                    static_cast<void*>(h_sums), static_cast<void*>(h_scalars)})
+                    static_cast<void*>(h_targets), static_cast<void*>(h_sums), static_cast<void*>(h_scalars)})
       if (p != nullptr) cudaFreeHost(p);
   }
 
@@ -138,6 +142,9 @@ struct CudaModel::Impl {
   Status Update();
   Status Enqueue(int mode, int batch);
   Result<tensor::LossResult> Run(int mode, int batch);
+  bool regression() const { return loss != tensor::LossKind::kSoftmaxCrossEntropy; }
+  // Copies y into the pinned labels (or targets) after checking it against the model; its rows.
+  Result<int> StageLabels(const tensor::Labels& y);
 };
 
 BatchNormArgs CudaModel::Impl::BatchNorm(const DevLayer& l) const {
@@ -348,9 +355,14 @@ Status CudaModel::Impl::Enqueue(int mode, int batch) {
     TFD_CUDA_RETURN(cudaMemcpyAsync(params, h_params, sizeof(float) * num_params, cudaMemcpyHostToDevice, stream), "params in");
   }
   TFD_CUDA_RETURN(cudaMemcpyAsync(x, h_x, sizeof(float) * input_size * batch, cudaMemcpyHostToDevice, stream), "batch in");
-  TFD_CUDA_RETURN(cudaMemcpyAsync(y, h_y, sizeof(ClassId) * batch, cudaMemcpyHostToDevice, stream), "labels in");
+  if (regression()) {
+    TFD_CUDA_RETURN(cudaMemcpyAsync(targets, h_targets, sizeof(float) * classes * batch, cudaMemcpyHostToDevice, stream), "targets in");
+  } else {
+    TFD_CUDA_RETURN(cudaMemcpyAsync(y, h_y, sizeof(ClassId) * batch, cudaMemcpyHostToDevice, stream), "labels in");
+  }
   TFD_RETURN_IF_ERROR(Forward(batch, /*training=*/true));
-  SoftmaxCrossEntropy(layers.back().out_buf, y, batch, classes, dlogits, row_loss, row_hit, sums, stream);
+  if (regression()) RegressionLoss(layers.back().out_buf, targets, batch, classes, loss, dlogits, row_err, sums, stream);
+  else SoftmaxCrossEntropy(layers.back().out_buf, y, batch, classes, dlogits, row_loss, row_hit, sums, stream);
   TFD_RETURN_IF_ERROR(Backward(batch));
   if (mode == 0) {
     TFD_CUDA_RETURN(cudaMemcpyAsync(h_grads, grads, sizeof(float) * num_params, cudaMemcpyDeviceToHost, stream), "gradients out");
@@ -392,8 +404,10 @@ Result<tensor::LossResult> CudaModel::Impl::Run(int mode, int batch) {
   }
   TFD_CUDA_RETURN(cudaStreamSynchronize(stream), "step");
   tensor::LossResult r;
-  r.loss = h_sums->loss_sum / batch;
+  r.loss = h_sums->loss_sum / (regression() ? static_cast<double>(batch) * classes : batch);
   r.correct = h_sums->correct;
+  r.abs_error = h_sums->abs_sum;
+  r.squared_error = h_sums->squared_sum;
   return r;
 }
 
@@ -521,6 +535,7 @@ Result<std::unique_ptr<CudaModel>> CudaModel::Create(const model::Model& model, 
   m.device_name = DeviceDescription(device);
   m.max_batch = model.max_batch();
   m.classes = model.classes();
+  m.loss = model.loss();
   m.input_size = model.input_size();
   m.num_params = static_cast<std::int64_t>(model.params().size());
   m.optimizer = optimizer;
@@ -550,7 +565,12 @@ Result<std::unique_ptr<CudaModel>> CudaModel::Create(const model::Model& model, 
   want(&m.grads, P * sizeof(float));
   if (num_slots > 0) want(&m.slots, P * num_slots * sizeof(float));
   want(&m.x, B * m.input_size * sizeof(float));
-  want(&m.y, B * sizeof(ClassId));
+  if (m.regression()) {
+    want(&m.targets, B * m.classes * sizeof(float));
+    want(&m.row_err, 3 * B * sizeof(double));
+  } else {
+    want(&m.y, B * sizeof(ClassId));
+  }
   for (auto& d : m.dbuf) want(&d, B * widest * sizeof(float));
   want(&m.dlogits, B * m.classes * sizeof(float));
   want(&m.row_loss, B * sizeof(float));
@@ -604,7 +624,8 @@ Result<std::unique_ptr<CudaModel>> CudaModel::Create(const model::Model& model, 
   TFD_CUBLAS_RETURN(api->set_stream(m.cublas, m.stream), "stream");
   TFD_CUBLAS_RETURN(api->set_workspace(m.cublas, m.workspace, kCublasWorkspace), "workspace");
   TFD_CUDA_RETURN(cudaMallocHost(reinterpret_cast<void**>(&m.h_x), B * m.input_size * sizeof(float)), "pinned batch");
-  TFD_CUDA_RETURN(cudaMallocHost(reinterpret_cast<void**>(&m.h_y), B * sizeof(ClassId)), "pinned labels");
+  if (m.regression()) TFD_CUDA_RETURN(cudaMallocHost(reinterpret_cast<void**>(&m.h_targets), B * m.classes * sizeof(float)), "pinned targets");
+  else TFD_CUDA_RETURN(cudaMallocHost(reinterpret_cast<void**>(&m.h_y), B * sizeof(ClassId)), "pinned labels");
   TFD_CUDA_RETURN(cudaMallocHost(reinterpret_cast<void**>(&m.h_params), P * sizeof(float) + 1), "pinned params");
   TFD_CUDA_RETURN(cudaMallocHost(reinterpret_cast<void**>(&m.h_grads), P * sizeof(float) + 1), "pinned gradients");
   TFD_CUDA_RETURN(cudaMallocHost(reinterpret_cast<void**>(&m.h_sums), sizeof(LossSums)), "pinned loss");
@@ -634,15 +655,24 @@ Status CheckBatch(std::int64_t batch, int max_batch) {
 }
 }  // namespace
 
-Result<tensor::LossResult> CudaModel::ComputeGradients(std::span<float> params, const float* x, std::span<const ClassId> y,
+Result<int> CudaModel::Impl::StageLabels(const tensor::Labels& y) {
+  if (y.regression() != regression() || (y.regression() && y.width != classes))
+    return Status::InvalidArgument(fmt::format("cuda model: {} for a model of {} {}", y.regression() ? fmt::format("{} targets a row", y.width) : "class ids",
+                                               classes, regression() ? "regression outputs" : "classes"));
+  const auto batch = static_cast<std::int64_t>(y.rows());
+  TFD_RETURN_IF_ERROR(CheckBatch(batch, max_batch));
+  if (regression()) std::memcpy(h_targets, y.targets.data(), y.targets.size_bytes());
+  else std::memcpy(h_y, y.ids.data(), y.ids.size_bytes());
+  return static_cast<int>(batch);
+}
+
+Result<tensor::LossResult> CudaModel::ComputeGradients(std::span<float> params, const float* x, const tensor::Labels& y,
                                                        std::uint64_t dropout_seed, std::span<float> grads) {
   Impl& m = *impl_;
-  const auto batch = static_cast<int>(y.size());
-  TFD_RETURN_IF_ERROR(CheckBatch(batch, m.max_batch));
+  TFD_ASSIGN_OR_RETURN(const int batch, m.StageLabels(y));
   TFD_CHECK(static_cast<std::int64_t>(params.size()) == m.num_params && static_cast<std::int64_t>(grads.size()) == m.num_params);
   std::memcpy(m.h_params, params.data(), params.size_bytes());
   std::memcpy(m.h_x, x, sizeof(float) * m.input_size * batch);
-  std::memcpy(m.h_y, y.data(), y.size_bytes());
   m.h_scalars->dropout_seed = dropout_seed;
   TFD_ASSIGN_OR_RETURN(tensor::LossResult r, m.Run(0, batch));
   std::memcpy(grads.data(), m.h_grads, grads.size_bytes());
@@ -659,13 +689,11 @@ Status CudaModel::UploadParams(std::span<const float> params) {
   return Status::Ok();
 }
 
-Result<tensor::LossResult> CudaModel::TrainStep(const float* x, std::span<const ClassId> y, std::uint64_t dropout_seed) {
+Result<tensor::LossResult> CudaModel::TrainStep(const float* x, const tensor::Labels& y, std::uint64_t dropout_seed) {
   Impl& m = *impl_;
   if (m.optimizer == nullptr) return Status::Internal("cuda model: TrainStep without an optimizer");
-  const auto batch = static_cast<int>(y.size());
-  TFD_RETURN_IF_ERROR(CheckBatch(batch, m.max_batch));
+  TFD_ASSIGN_OR_RETURN(const int batch, m.StageLabels(y));
   std::memcpy(m.h_x, x, sizeof(float) * m.input_size * batch);
-  std::memcpy(m.h_y, y.data(), y.size_bytes());
   m.h_scalars->dropout_seed = dropout_seed;
   // OptimizerState's rule: the rate of the step before this update, then update number t.
   const double lr = m.optimizer->LearningRate(m.updates);

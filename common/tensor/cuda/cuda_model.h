@@ -26,19 +26,20 @@ class CudaModel {
                                                    const optim::Optimizer* optimizer = nullptr);
   ~CudaModel();
 
-  // The gradient of the mean loss of the batch (x: rows of the model's input size, y: labels) at
+  // The gradient of the mean loss of the batch (x: rows of the model's input size, y: class ids, or
+  // a regression model's targets, `classes` a row; InvalidArgument for the other kind) at
   // `params` (host floats, copied in), written to `grads` (host); dropout seeded by `dropout_seed`
   // (the same seed gives the same masks, though not the CPU's bits). A batch norm's moving
   // statistics in `params` come back moved by the step, as the CPU's forward pass moves them. This
   // is the cluster modes' path: each step's parameters come from the ps or the ring as host floats.
-  Result<tensor::LossResult> ComputeGradients(std::span<float> params, const float* x, std::span<const ClassId> y,
+  Result<tensor::LossResult> ComputeGradients(std::span<float> params, const float* x, const tensor::Labels& y,
                                               std::uint64_t dropout_seed, std::span<float> grads);
 
   // The standalone path: UploadParams once, then TrainStep each step (forward, backward, weight
   // decay and the optimizer's update at the rate of update number updates(), as OptimizerState
   // does), and DownloadParams whenever the host needs them (evaluation, checkpoints, the hash).
   Status UploadParams(std::span<const float> params);
-  Result<tensor::LossResult> TrainStep(const float* x, std::span<const ClassId> y, std::uint64_t dropout_seed);
+  Result<tensor::LossResult> TrainStep(const float* x, const tensor::Labels& y, std::uint64_t dropout_seed);
   Status DownloadParams(std::span<float> params);
   // The optimizer's slots as OptimizerState lays them out, and the count of updates applied.
   Status DownloadSlots(std::span<float> slots);

@@ -124,6 +124,50 @@ __global__ void SumRowsKernel(const float* row_loss, const int* row_hit, int bat
     sums->loss_sum = loss[0];
     sums->correct = hits[0];
     sums->pad = 0;
+    sums->abs_sum = 0;
+    sums->squared_sum = 0;
+  }
+}
+
+// One thread per row, the CPU's loop over the row's targets (doutputs: its expressions, so its
+// bits: a product of two products, nothing to contract).
+__global__ void RegressionRowsKernel(const float* outputs, const float* targets, int batch, int width, bool mae, float inv_n,
+                                     float* doutputs, double* row_err) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= batch) return;
+  double loss = 0, abs_sum = 0, squared_sum = 0;
+  for (std::int64_t j = std::int64_t{i} * width, end = j + width; j < end; ++j) {
+    const float diff = outputs[j] - targets[j];
+    const double sq = static_cast<double>(diff) * diff, abs = fabs(static_cast<double>(diff));
+    abs_sum += abs;
+    squared_sum += sq;
+    loss += mae ? abs : sq;
+    if (doutputs != nullptr) doutputs[j] = mae ? static_cast<float>((diff > 0) - (diff < 0)) * inv_n : 2.0f * diff * inv_n;
+  }
+  row_err[i] = loss;
+  row_err[batch + i] = abs_sum;
+  row_err[2 * batch + i] = squared_sum;
+}
+
+// SumRowsKernel's order for the three sums of RegressionRowsKernel.
+__global__ void SumRegressionRowsKernel(const double* row_err, int batch, LossSums* sums) {
+  __shared__ double part[3][kThreads];
+  double s[3] = {0, 0, 0};
+  for (int i = threadIdx.x; i < batch; i += kThreads)
+    for (int k = 0; k < 3; ++k) s[k] += row_err[k * batch + i];
+  for (int k = 0; k < 3; ++k) part[k][threadIdx.x] = s[k];
+  __syncthreads();
+  for (int w = kThreads / 2; w > 0; w /= 2) {
+    if (static_cast<int>(threadIdx.x) < w)
+      for (int k = 0; k < 3; ++k) part[k][threadIdx.x] += part[k][threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    sums->loss_sum = part[0][0];
+    sums->correct = 0;
+    sums->pad = 0;
+    sums->abs_sum = part[1][0];
+    sums->squared_sum = part[2][0];
   }
 }
 
@@ -347,6 +391,14 @@ void SoftmaxCrossEntropy(const float* logits, const ClassId* labels, int batch, 
                          int* row_hit, LossSums* sums, cudaStream_t stream) {
   SoftmaxRowsKernel<<<(batch + 127) / 128, 128, 0, stream>>>(logits, labels, batch, classes, dlogits, row_loss, row_hit);
   SumRowsKernel<<<1, kThreads, 0, stream>>>(row_loss, row_hit, batch, sums);
+}
+
+void RegressionLoss(const float* outputs, const float* targets, int batch, int width, tensor::LossKind kind, float* doutputs,
+                    double* row_err, LossSums* sums, cudaStream_t stream) {
+  const float inv_n = 1.0f / static_cast<float>(std::int64_t{batch} * width);  // the CPU's float
+  RegressionRowsKernel<<<(batch + 127) / 128, 128, 0, stream>>>(outputs, targets, batch, width, kind == tensor::LossKind::kMae, inv_n,
+                                                                 doutputs, row_err);
+  SumRegressionRowsKernel<<<1, kThreads, 0, stream>>>(row_err, batch, sums);
 }
 
 void DropoutForward(const float* in, float* out, float* mask, std::int64_t n, float rate, const std::uint64_t* seed,

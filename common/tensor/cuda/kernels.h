@@ -8,6 +8,7 @@
 #include "common/base/class_id.h"
 #include "common/config/job.h"
 #include "common/tensor/layers.h"
+#include "common/tensor/loss.h"
 
 // The CUDA kernels of the layers and the loss. Each has a CPU twin in common/tensor (named beside
 // it) that test/unit/common/tensor/cuda_kernels_test.cc compares it with. Every launcher only enqueues work on
@@ -32,17 +33,25 @@ void BiasActivation(float* y, const float* bias, std::int64_t rows, int cols, Ac
 void ActivationGrad(const float* y, float* dy, std::int64_t n, Activation act, const float* pre, cudaStream_t stream);
 cublasStatus_t BiasGradient(cublasHandle_t handle, const float* dy, int rows, int cols, const float* ones, float* dbias);
 
-// The loss of a batch, summed on the device: `loss_sum` over rows in row order, in double.
+// The loss of a batch, summed on the device in a fixed order, in double: `loss_sum` over rows (a
+// regression: over rows and targets), and a regression's sums of |o - t| and (o - t)².
 struct LossSums {
   double loss_sum;
   int correct;
   int pad;
+  double abs_sum, squared_sum;
 };
 
 // Twin: tensor::SoftmaxCrossEntropy. Per-row loss and hit into row_loss/row_hit (scratch of
 // `batch` each), then their sums into *sums; dlogits (may be null) as the CPU writes it.
 void SoftmaxCrossEntropy(const float* logits, const ClassId* labels, int batch, int classes, float* dlogits, float* row_loss,
                          int* row_hit, LossSums* sums, cudaStream_t stream);
+
+// Twin: tensor::RegressionLoss on outputs and targets [batch, width] under kMse or kMae. Per row
+// the sums of the loss, |o - t| and (o - t)² (row_err: scratch of 3 x batch doubles), then their
+// sums over the rows into *sums; doutputs (may be null) bit for bit as the CPU writes it.
+void RegressionLoss(const float* outputs, const float* targets, int batch, int width, tensor::LossKind kind, float* doutputs,
+                    double* row_err, LossSums* sums, cudaStream_t stream);
 
 // Twin: the dropout layer (tensor::MakeDropout) while training. mask[i] = 0 with probability
 // `rate`, else 1 / (1 - rate); out = in * mask. The mask is a hash of (*seed, stream_id, i): the

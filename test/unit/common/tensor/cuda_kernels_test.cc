@@ -47,60 +47,13 @@
 #include "common/tensor/loss.h"
 #include "daemon/train/standalone.h"
 #include "test/catch/session.h"
+#include "test/unit/common/tensor/cuda_test_util.h"
 
 namespace {
 
 using namespace tfd;
+using namespace tfd::cuda_test;
 using config::Activation;
-
-std::vector<float> Random(std::size_t n, std::uint64_t seed, float lo = -1, float hi = 1) {
-  Rng rng(seed);
-  std::vector<float> v(n);
-  for (float& x : v) x = lo + (hi - lo) * static_cast<float>(rng.Uniform());
-  return v;
-}
-
-// A device copy of a host vector, freed at scope exit.
-template <typename T>
-struct Dev {
-  T* p = nullptr;
-  std::size_t n = 0;
-  explicit Dev(const std::vector<T>& h) : n(h.size()) {
-    REQUIRE(cudaMalloc(reinterpret_cast<void**>(&p), sizeof(T) * n + 1) == cudaSuccess);
-    REQUIRE(cudaMemcpy(p, h.data(), sizeof(T) * n, cudaMemcpyHostToDevice) == cudaSuccess);
-  }
-  explicit Dev(std::size_t count) : Dev(std::vector<T>(count)) {}
-  ~Dev() { cudaFree(p); }
-  std::vector<T> Get() const {
-    std::vector<T> h(n);
-    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-    REQUIRE(cudaMemcpy(h.data(), p, sizeof(T) * n, cudaMemcpyDeviceToHost) == cudaSuccess);
-    return h;
-  }
-};
-
-void ExpectNear(const std::vector<float>& got, const std::vector<float>& want, float abs_tol, float rel_tol) {
-  REQUIRE(got.size() == want.size());
-  std::size_t bad = 0, first = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    if (!(std::abs(got[i] - want[i]) <= abs_tol + rel_tol * std::abs(want[i]))) {
-      if (bad++ == 0) first = i;
-    }
-  }
-  INFO("first mismatch at " << first << ": device " << got[first] << " cpu " << want[first]);
-  CHECK(bad == 0);
-}
-
-void ExpectEqualBits(const std::vector<float>& got, const std::vector<float>& want) {
-  REQUIRE(got.size() == want.size());
-  CHECK(std::memcmp(got.data(), want.data(), sizeof(float) * got.size()) == 0);
-}
-
-float MaxAbs(const std::vector<float>& v) {
-  float m = 0;
-  for (float x : v) m = std::max(m, std::abs(x));
-  return m;
-}
 
 // A cuBLAS handle from the table the backend loads (cublas_loader.h): tfd links no cuBLAS.
 struct CublasHandle {
@@ -372,25 +325,6 @@ TEST_CASE("cuda optimizers match the CPU's bit for bit, weight decay included", 
   }
 }
 
-namespace {
-
-config::ModelSpec Layers(const std::string& json_layers) {
-  auto job = config::ParseJobSpec(R"({"model": {"layers": )" + json_layers +
-                                      R"(}, "data": "x", "epochs": 1, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rate": 0.1}})",
-                                  "test");
-  INFO((job.ok() ? std::string() : job.status().message()));
-  REQUIRE(job.ok());
-  return job->model;
-}
-
-std::vector<ClassId> Labels(int batch, int classes, std::uint64_t seed) {
-  Rng rng(seed);
-  std::vector<ClassId> y(batch);
-  for (auto& v : y) v = static_cast<ClassId>(rng.Below(classes));
-  return y;
-}
-
-}  // namespace
 
 TEST_CASE("CudaModel gradients match Model's for dense, conv2d and pooling models", "[cuda]") {
   const std::string dense = R"([{"type": "dense", "units": 64, "activation": "elu"}, {"type": "dense", "units": 32, "activation": "tanh"},
