@@ -409,9 +409,6 @@ JobSpec ReadJobSpec(ObjectReader& r) {
     r.Fail(r.PathOf("update") + ".compression", fmt::format("\"{}\" is not available with {} in this version (leave update.compression out)",
                                              CompressionName(job.update.compression.method), job.elastic.enabled() ? "elastic" : "model_parallel"));
   ReadEnsemble(r, &job);
-  if (r.status().ok() && job.cuda_device >= 0) {
-    if (Status s = CheckCudaLayers(job.model); !s.ok()) r.Fail(r.PathOf("device"), fmt::format("\"{}\": {}", job.device, s.message()));
-  }
   (void)r.Finish();
   return job;
 }

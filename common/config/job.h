@@ -272,16 +272,6 @@ struct JobSpec {
   bool can_stop_early() const { return early_stopping.monitor != EarlyStoppingSpec::Monitor::kNone || stop_at_accuracy > 0; }
 };
 
-// What the CUDA backend has no kernel for in layer `l` (a batch_norm's "sync"): the field and a
-// phrase for it; an empty field when it has every kernel the layer needs.
-struct CudaGap {
-  std::string field, what;
-};
-CudaGap FindCudaGap(const LayerSpec& l);
-// InvalidArgument naming model.layers[i].FIELD (model.layers[i].layers[j].FIELD inside a residual
-// block) for the first layer with a CudaGap; Ok otherwise.
-Status CheckCudaLayers(const ModelSpec& model);
-
 // Parses and validates a job spec. `source` names the text in errors ("configs/jobs/mlp.json");
 // every error is InvalidArgument and reads "SOURCE: JSON.PATH: what was expected".
 Result<JobSpec> ParseJobSpec(std::string_view text, std::string_view source);

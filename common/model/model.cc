@@ -245,6 +245,7 @@ void Model::SetInferenceBlock(int images) {
 }
 
 void Model::SetCrossReplicaSum(tensor::CrossReplicaSum* sum) {
+  cross_replica_sum_ = sum;
   for (auto& layer : layers_) tensor::SetCrossReplicaSum(*layer, sum);
 }
 

@@ -74,6 +74,7 @@ class Model {
   // `sum` (null: this replica's alone), which must outlive the model's training. Every replica
   // must then run the same layers in the same order (JoinCrossReplicaSums for a step without data).
   void SetCrossReplicaSum(tensor::CrossReplicaSum* sum);
+  tensor::CrossReplicaSum* cross_replica_sum() const { return cross_replica_sum_; }  // for a device twin's layers
   bool has_sync_layers() const;
   // The cross-replica sums one training step (forward, then backward) makes, with zeros; the
   // moving statistics move as the replicas' with data do.
@@ -155,6 +156,7 @@ class Model {
 
   tensor::ActShape input_;
   int classes_ = 0, max_batch_ = 0;
+  tensor::CrossReplicaSum* cross_replica_sum_ = nullptr;
   tensor::LossKind loss_ = tensor::LossKind::kSoftmaxCrossEntropy;
   tensor::GemmConfig gemm_;
   std::vector<std::unique_ptr<tensor::Layer>> layers_;

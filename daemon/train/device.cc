@@ -57,6 +57,7 @@ Result<decltype(TrainerOptions::compute)> DeviceGradients(const config::JobSpec&
   std::shared_ptr<cuda::CudaModel> device = std::move(made);
   spdlog::info("device: {} (gradients on the GPU, updates as the update mode makes them)", device->Describe());
   return Compute([device, &model](const float* x, const tensor::Labels& y, std::uint64_t seed) {
+    device->SetCrossReplicaSum(model.cross_replica_sum());  // an allreduce ring's, for synchronised batch norms
     return device->ComputeGradients(model.params(), x, y, seed, model.grads());
   });
 #else

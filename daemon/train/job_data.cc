@@ -10,9 +10,6 @@ namespace tfd::train {
 
 Result<LoadedJob> LoadJobData(const config::JobSpec& job, int num_workers, bool trains) {
   if (job.cuda_device >= 0 && trains) {
-    // Before the device probe: a layer without a kernel is the job's fault on any machine.
-    if (Status s = config::CheckCudaLayers(job.model); !s.ok())
-      return Status::InvalidArgument(fmt::format("device: \"{}\": {}", job.device, s.message()));
     if (Status s = cuda::CheckDevice(job.cuda_device); !s.ok())
       return Status::InvalidArgument(fmt::format("device: \"{}\": {}", job.device, s.message()));
     if (job.model_parallel.enabled() || job.model_parallel.microbatches > 1)

@@ -70,9 +70,11 @@ struct DevLayer {
   static constexpr std::size_t kNone = ~std::size_t{0};
   double momentum = 0, epsilon = 0;
   std::size_t gamma_off = kNone, beta_off = kNone, mean_off = 0, var_off = 0;
+  bool sync = false;  // batch_norm's "sync": its sums over every replica, when the model has a CrossReplicaSum
   // Buffers: [max_batch, out] output, dropout's mask, conv2d's im2col patches (then their
   // gradient), gelu's pre-activation, a batch norm's statistics (6 x c) or a layer norm's rows'.
   float *out_buf = nullptr, *mask = nullptr, *cols = nullptr, *pre = nullptr, *stats = nullptr;
+  float* sync_sums = nullptr;  // a synchronised batch norm's 2c + 2 (BatchNormArgs::sync)
   // residual: the inner layers, the projection (none or one), dL/d(sum), the projection's
   // dL/d(in) and the inner layers' two gradient buffers.
   std::vector<DevLayer> inner, projection;
@@ -108,6 +110,7 @@ struct CudaModel::Impl {
   float *h_x = nullptr, *h_params = nullptr, *h_grads = nullptr;
   ClassId* h_y = nullptr;
   float* h_targets = nullptr;
+  float* h_sync = nullptr;  // a synchronised batch norm's sums on their way through CrossReplicaSum
   LossSums* h_sums = nullptr;
   StepScalars* h_scalars = nullptr;
   // The variables a training Forward moves (batch norms' moving statistics): copied back to the
@@ -121,6 +124,10 @@ struct CudaModel::Impl {
   cudaGraphExec_t graphs[2] = {nullptr, nullptr};
   // A full batch ran once eagerly in this mode: kernels loaded, cuBLAS set up; capture is safe.
   bool warmed[2] = {false, false};
+  // Synchronised batch norms: whether the model has one, and the replicas' summer (null: none).
+  // With both, a step stops at each of their sums for the host's all-reduce, so it runs eagerly.
+  bool has_sync = false;
+  tensor::CrossReplicaSum* cross = nullptr;
   std::string device_name;
 
   ~Impl() {
@@ -129,7 +136,7 @@ struct CudaModel::Impl {
     if (cublas != nullptr) Cublas().destroy(cublas);
     if (stream != nullptr) cudaStreamDestroy(stream);
     for (void* p : {static_cast<void*>(h_x), static_cast<void*>(h_params), static_cast<void*>(h_grads), static_cast<void*>(h_y),
-                    static_cast<void*>(h_targets), static_cast<void*>(h_sums), static_cast<void*>(h_scalars)})
+                    static_cast<void*>(h_targets), static_cast<void*>(h_sync), static_cast<void*>(h_sums), static_cast<void*>(h_scalars)})
       if (p != nullptr) cudaFreeHost(p);
   }
 
@@ -143,6 +150,10 @@ struct CudaModel::Impl {
   Status Enqueue(int mode, int batch);
   Result<tensor::LossResult> Run(int mode, int batch);
   bool regression() const { return loss != tensor::LossKind::kSoftmaxCrossEntropy; }
+  bool synced() const { return has_sync && cross != nullptr; }
+  // The first n floats at `sums` (device) summed over the replicas: out to the host, through
+  // `cross`, back in; the stream waits for the host between.
+  Status SumReplicas(float* sums, int n);
   // Copies y into the pinned labels (or targets) after checking it against the model; its rows.
   Result<int> StageLabels(const tensor::Labels& y);
 };
@@ -154,7 +165,7 @@ BatchNormArgs CudaModel::Impl::BatchNorm(const DevLayer& l) const {
   if (l.gamma_off != DevLayer::kNone) a.gamma = params + l.gamma_off, a.dgamma = grads + l.gamma_off;
   if (l.beta_off != DevLayer::kNone) a.beta = params + l.beta_off, a.dbeta = grads + l.beta_off;
   a.moving_mean = params + l.mean_off, a.moving_var = params + l.var_off;
-  a.stats = l.stats, a.partial = partial;
+  a.stats = l.stats, a.partial = partial, a.sync = l.sync_sums;
   return a;
 }
 
@@ -203,7 +214,18 @@ Status CudaModel::Impl::ForwardLayer(DevLayer& l, const float* in, int batch, bo
     case LayerSpec::Kind::kFlatten:
       TFD_CUDA_RETURN(cudaMemcpyAsync(out, in, sizeof(float) * l.in.size() * batch, cudaMemcpyDeviceToDevice, stream), "copy forward");
       break;
-    case LayerSpec::Kind::kBatchNorm: BatchNormForward(in, out, rows, training, BatchNorm(l), stream); break;
+    case LayerSpec::Kind::kBatchNorm:
+      if (training && l.sync && cross != nullptr) {  // the CPU layer's three steps and two sums
+        const BatchNormArgs a = BatchNorm(l);
+        BatchNormSyncSums(in, rows, a, stream);
+        TFD_RETURN_IF_ERROR(SumReplicas(l.sync_sums, out_c + 1));
+        BatchNormSyncDeviations(in, rows, a, stream);
+        TFD_RETURN_IF_ERROR(SumReplicas(l.sync_sums, out_c));
+        BatchNormSyncOutput(in, out, rows, a, stream);
+      } else {
+        BatchNormForward(in, out, rows, training, BatchNorm(l), stream);
+      }
+      break;
     case LayerSpec::Kind::kLayerNorm: LayerNormForward(in, out, rows, LayerNorm(l), stream); break;
     case LayerSpec::Kind::kEmbedding:
     case LayerSpec::Kind::kOneHot: CategoricalForward(in, params, l.map, out, batch, in_size, out_c, stream); break;
@@ -273,7 +295,16 @@ Status CudaModel::Impl::BackwardLayer(DevLayer& l, const float* in, float* dout,
       if (din != nullptr)
         TFD_CUDA_RETURN(cudaMemcpyAsync(din, dout, sizeof(float) * l.in.size() * batch, cudaMemcpyDeviceToDevice, stream), "copy backward");
       break;
-    case LayerSpec::Kind::kBatchNorm: BatchNormBackward(in, dout, din, rows, BatchNorm(l), stream); break;
+    case LayerSpec::Kind::kBatchNorm:
+      if (l.sync && cross != nullptr) {  // every replica sums, din or not: the calls must pair up
+        const BatchNormArgs a = BatchNorm(l);
+        BatchNormSyncGradientSums(in, dout, rows, a, stream);
+        TFD_RETURN_IF_ERROR(SumReplicas(l.sync_sums, 2 * l.out.c));
+        BatchNormSyncInputGradient(in, dout, din, rows, a, stream);
+      } else {
+        BatchNormBackward(in, dout, din, rows, BatchNorm(l), stream);
+      }
+      break;
     case LayerSpec::Kind::kLayerNorm: LayerNormBackward(in, dout, din, rows, LayerNorm(l), stream); break;
     case LayerSpec::Kind::kEmbedding:
     case LayerSpec::Kind::kOneHot:
@@ -377,11 +408,21 @@ Status CudaModel::Impl::Enqueue(int mode, int batch) {
   return Status::Ok();
 }
 
+Status CudaModel::Impl::SumReplicas(float* sums, int n) {
+  TFD_CUDA_RETURN(cudaMemcpyAsync(h_sync, sums, sizeof(float) * n, cudaMemcpyDeviceToHost, stream), "batch norm sums out");
+  TFD_CUDA_RETURN(cudaStreamSynchronize(stream), "batch norm sums");
+  cross->Sum(std::span(h_sync, static_cast<std::size_t>(n)));
+  // The next host write to h_sync follows a synchronisation, so this copy has read it by then.
+  TFD_CUDA_RETURN(cudaMemcpyAsync(sums, h_sync, sizeof(float) * n, cudaMemcpyHostToDevice, stream), "batch norm sums in");
+  return Status::Ok();
+}
+
 Result<tensor::LossResult> CudaModel::Impl::Run(int mode, int batch) {
   TFD_CUDA_RETURN(cudaSetDevice(arena->device()), "set device");  // the current device is per host thread
   // The first full batch runs eagerly (module loading and cuBLAS's first-call set-up happen
-  // outside a capture); the second is captured, and every later one replays the graph.
-  if (batch == max_batch && warmed[mode]) {
+  // outside a capture); the second is captured, and every later one replays the graph. A step
+  // that waits for the replicas' sums cannot be captured: it always runs eagerly.
+  if (batch == max_batch && warmed[mode] && !synced()) {
     if (graphs[mode] == nullptr) {
       TFD_CUDA_RETURN(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "graph capture");
       Status enqueued = Enqueue(mode, batch);
@@ -431,9 +472,6 @@ std::vector<std::size_t> ParamOffsets(const tensor::Layer& layer, std::size_t st
 // names it in errors ("layer 2", "layer 2's layer 0").
 Status BuildLayer(const LayerSpec& s, const tensor::Layer& layer, tensor::ActShape in, std::size_t start, std::uint64_t stream_id,
                   const std::string& where, DevLayer* l) {
-  // Config refuses these first (model.layers[i] named there); this guards other callers.
-  if (const config::CudaGap gap = config::FindCudaGap(s); !gap.field.empty())
-    return Status::InvalidArgument(fmt::format("cuda model: {} ({}): no kernel for {}", where, config::LayerKindName(s.kind), gap.what));
   l->kind = s.kind;
   l->act = s.activation;
   l->in = in;
@@ -467,6 +505,7 @@ Status BuildLayer(const LayerSpec& s, const tensor::Layer& layer, tensor::ActSha
       const std::size_t i = norm_variables();
       l->mean_off = off[i], l->var_off = off[i + 1];
       l->momentum = s.momentum, l->epsilon = s.epsilon;
+      l->sync = s.sync;
       break;
     }
     case LayerSpec::Kind::kLayerNorm:
@@ -579,6 +618,7 @@ Result<std::unique_ptr<CudaModel>> CudaModel::Create(const model::Model& model, 
   want(&m.scalars, sizeof(StepScalars));
   want(&m.workspace, kCublasWorkspace);
   std::int64_t most_rows = m.max_batch, partials = 1;
+  std::size_t sync_floats = 0;  // the widest synchronised batch norm's sums
   std::function<void(DevLayer&)> layer_buffers = [&](DevLayer& l) {
     const std::int64_t rows = l.rows(m.max_batch);
     most_rows = std::max(most_rows, rows);
@@ -588,6 +628,11 @@ Result<std::unique_ptr<CudaModel>> CudaModel::Create(const model::Model& model, 
     if (l.act == config::Activation::kGelu) want(&l.pre, B * l.out.size() * sizeof(float));
     if (l.kind == LayerSpec::Kind::kBatchNorm) {
       want(&l.stats, 6 * static_cast<std::size_t>(l.out.c) * sizeof(float));
+      if (l.sync) {
+        want(&l.sync_sums, (2 * static_cast<std::size_t>(l.out.c) + 2) * sizeof(float));
+        m.has_sync = true;
+        sync_floats = std::max<std::size_t>(sync_floats, 2 * static_cast<std::size_t>(l.out.c) + 2);
+      }
       partials = std::max(partials, ReducePartials(rows, l.out.c, 1));
     }
     if (l.kind == LayerSpec::Kind::kLayerNorm) {
@@ -630,6 +675,7 @@ Result<std::unique_ptr<CudaModel>> CudaModel::Create(const model::Model& model, 
   TFD_CUDA_RETURN(cudaMallocHost(reinterpret_cast<void**>(&m.h_grads), P * sizeof(float) + 1), "pinned gradients");
   TFD_CUDA_RETURN(cudaMallocHost(reinterpret_cast<void**>(&m.h_sums), sizeof(LossSums)), "pinned loss");
   TFD_CUDA_RETURN(cudaMallocHost(reinterpret_cast<void**>(&m.h_scalars), sizeof(StepScalars)), "pinned scalars");
+  if (sync_floats > 0) TFD_CUDA_RETURN(cudaMallocHost(reinterpret_cast<void**>(&m.h_sync), sync_floats * sizeof(float)), "pinned batch norm sums");
   *m.h_scalars = StepScalars{};
   Fill(m.ones, most_rows, 1.0f, m.stream);
   std::function<Status(DevLayer&)> upload_maps = [&](DevLayer& l) -> Status {
@@ -744,6 +790,8 @@ Status CudaModel::DownloadSlots(std::span<float> slots) {
 }
 
 std::int64_t CudaModel::updates() const { return impl_->updates; }
+
+void CudaModel::SetCrossReplicaSum(tensor::CrossReplicaSum* sum) { impl_->cross = sum; }
 
 Status CudaModel::UploadState(std::span<const float> slots, std::int64_t updates) {
   Impl& m = *impl_;

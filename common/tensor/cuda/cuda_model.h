@@ -8,6 +8,7 @@
 #include "common/base/status.h"
 #include "common/model/model.h"
 #include "common/optim/optimizer.h"
+#include "common/tensor/layers.h"
 #include "common/tensor/loss.h"
 
 // A model::Model's twin on a GPU: the same layers and the same flat variable layout, with the
@@ -46,6 +47,12 @@ class CudaModel {
   std::int64_t updates() const;
   // The reverse, for a run resumed from a checkpoint: the next TrainStep is update updates + 1.
   Status UploadState(std::span<const float> slots, std::int64_t updates);
+
+  // A synchronised batch norm's sums (forward and backward, as the CPU layer makes them) go
+  // through `sum` over every replica (null: this replica's batch alone), as
+  // Model::SetCrossReplicaSum. A model with one then runs each step eagerly, the stream waiting at
+  // each sum for the host's all-reduce, instead of replaying a graph. `sum` must outlive its use.
+  void SetCrossReplicaSum(tensor::CrossReplicaSum* sum);
 
   // Inference (tfd predict --device cuda:N): the outputs (logits, or regression outputs) of `batch`
   // rows of `x` at the parameters UploadParams gave, as at evaluation (dropout the identity),

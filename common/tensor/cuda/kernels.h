@@ -112,12 +112,27 @@ struct BatchNormArgs {
   float* dbeta = nullptr;
   float* stats = nullptr;
   double2* partial = nullptr;
+  float* sync = nullptr;  // a synchronised batch norm's: 2c + 2 floats (below)
 };
 // Training: the batch's mean and biased variance (two passes, as the CPU), the moving statistics
 // moved toward them; evaluation: the moving statistics. out = in * gamma / std + shift.
 void BatchNormForward(const float* in, float* out, std::int64_t rows, bool training, const BatchNormArgs& a, cudaStream_t stream);
 // After a training Forward: dgamma, dbeta and (din not null) the input's gradient.
 void BatchNormBackward(const float* in, const float* dout, float* din, std::int64_t rows, const BatchNormArgs& a, cudaStream_t stream);
+// A synchronised batch norm's training step in parts, the replicas' sums taken between them (the
+// caller copies a.sync's first n floats to the host, sums them over the replicas, copies them
+// back), as the CPU's layer calls CrossReplicaSum; with one replica the same bits as above.
+// Forward: BatchNormSyncSums leaves this replica's Σx per channel and its row count (n = c + 1);
+// BatchNormSyncDeviations the mean from those sums, then Σ(x − mean)² (n = c); BatchNormSyncOutput
+// the variance from those, the moving statistics moved, and out.
+void BatchNormSyncSums(const float* in, std::int64_t rows, const BatchNormArgs& a, cudaStream_t stream);
+void BatchNormSyncDeviations(const float* in, std::int64_t rows, const BatchNormArgs& a, cudaStream_t stream);
+void BatchNormSyncOutput(const float* in, float* out, std::int64_t rows, const BatchNormArgs& a, cudaStream_t stream);
+// Backward: BatchNormSyncGradientSums writes dgamma and dbeta (this replica's) and leaves Σg and
+// Σg·x̂ (n = 2c); BatchNormSyncInputGradient din from those (din null: nothing to do).
+void BatchNormSyncGradientSums(const float* in, const float* dout, std::int64_t rows, const BatchNormArgs& a, cudaStream_t stream);
+void BatchNormSyncInputGradient(const float* in, const float* dout, float* din, std::int64_t rows, const BatchNormArgs& a,
+                                cudaStream_t stream);
 
 // Twin: tensor::MakeLayerNorm, over each of `rows` rows of `c` features. `row_stats` is 2 x rows
 // floats of scratch (each row's mean and 1/std, for the gamma and beta gradients).

@@ -121,17 +121,67 @@ __global__ void BatchMeanKernel(BatchNormArgs a, int splits, float count) {
   if (Lane0()) a.stats[ch] = __fdiv_rn(static_cast<float>(t.x), count);
 }
 
-__global__ void BatchVarianceKernel(BatchNormArgs a, int splits, float count) {
-  const int ch = WarpItem();
-  if (ch >= a.c) return;
-  const double2 t = Total(a.partial, splits, a.c, 0, ch);
-  if (!Lane0()) return;
-  const float var = __fdiv_rn(static_cast<float>(t.x), count);
+// The batch's variance of channel ch known: its 1/std, the moving statistics moved, the scale and shift.
+__device__ __forceinline__ void FinishStatistics(const BatchNormArgs& a, int ch, float var) {
   a.stats[a.c + ch] = InvStd(var, a.epsilon);
   const auto keep = static_cast<float>(1.0 - a.momentum);
   a.moving_mean[ch] = __fsub_rn(a.moving_mean[ch], __fmul_rn(__fsub_rn(a.moving_mean[ch], a.stats[ch]), keep));
   a.moving_var[ch] = __fsub_rn(a.moving_var[ch], __fmul_rn(__fsub_rn(a.moving_var[ch], var), keep));
   ScaleShift(a, ch);
+}
+
+__global__ void BatchVarianceKernel(BatchNormArgs a, int splits, float count) {
+  const int ch = WarpItem();
+  if (ch >= a.c) return;
+  const double2 t = Total(a.partial, splits, a.c, 0, ch);
+  if (!Lane0()) return;
+  FinishStatistics(a, ch, __fdiv_rn(static_cast<float>(t.x), count));
+}
+
+// ---- a synchronised batch norm's steps: a.sync is [0, 2c) the floats the replicas sum, [2c + 1]
+// the summed row count. Each sum is this replica's column totals rounded to float, as the CPU's
+// layer hands its sums to CrossReplicaSum.
+
+// sync[0, c) = the totals of the last column reduction; sync[c] = rows when rows >= 0.
+__global__ void SyncTotalsKernel(BatchNormArgs a, int splits, float rows) {
+  const int ch = WarpItem();
+  if (ch >= a.c) return;
+  const double2 t = Total(a.partial, splits, a.c, 0, ch);
+  if (!Lane0()) return;
+  a.sync[ch] = static_cast<float>(t.x);
+  if (ch == 0 && rows >= 0) a.sync[a.c] = rows;
+}
+
+__global__ void SyncMeanKernel(BatchNormArgs a) {
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  if (ch >= a.c) return;
+  if (ch == 0) a.sync[2 * a.c + 1] = a.sync[a.c];
+  a.stats[ch] = __fdiv_rn(a.sync[ch], a.sync[a.c]);
+}
+
+__global__ void SyncVarianceKernel(BatchNormArgs a) {
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  if (ch >= a.c) return;
+  FinishStatistics(a, ch, __fdiv_rn(a.sync[ch], a.sync[2 * a.c + 1]));
+}
+
+__global__ void SyncGradientTotalsKernel(BatchNormArgs a, int splits) {
+  const int ch = WarpItem();
+  if (ch >= a.c) return;
+  const double2 t = Total(a.partial, splits, a.c, 0, ch);
+  if (!Lane0()) return;
+  if (a.dgamma != nullptr) a.dgamma[ch] = static_cast<float>(t.y);
+  if (a.dbeta != nullptr) a.dbeta[ch] = static_cast<float>(t.x);
+  a.sync[ch] = static_cast<float>(t.x);
+  a.sync[a.c + ch] = static_cast<float>(t.y);
+}
+
+__global__ void SyncGradientMeansKernel(BatchNormArgs a) {
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  if (ch >= a.c) return;
+  const float inv_n = __fdiv_rn(1.0f, a.sync[2 * a.c + 1]);
+  a.stats[4 * a.c + ch] = __fmul_rn(a.sync[ch], inv_n);
+  a.stats[5 * a.c + ch] = __fmul_rn(a.sync[a.c + ch], inv_n);
 }
 
 __global__ void MovingStatisticsKernel(BatchNormArgs a) {
@@ -386,6 +436,18 @@ __global__ void CategoricalBackwardKernel(const float* in, const float* dout, co
 
 int ChannelBlocks(int c) { return (c + 127) / 128; }
 
+void ScaleShiftRows(const float* in, float* out, std::int64_t rows, const BatchNormArgs& a, cudaStream_t stream) {
+  const std::int64_t n = rows * a.c;
+  if (n < kNarrow) ScaleShiftKernel<<<Blocks(n), kThreads, 0, stream>>>(in, out, static_cast<int>(n), a.c, a.stats + 2 * a.c, a.stats + 3 * a.c);
+  else ScaleShiftKernel<<<Blocks(n), kThreads, 0, stream>>>(in, out, n, a.c, a.stats + 2 * a.c, a.stats + 3 * a.c);
+}
+
+void InputGradientRows(const float* in, const float* dout, float* din, std::int64_t rows, const BatchNormArgs& a, cudaStream_t stream) {
+  const std::int64_t n = rows * a.c;
+  if (n < kNarrow) BatchInputGradientKernel<<<Blocks(n), kThreads, 0, stream>>>(in, dout, din, static_cast<int>(n), a.stats, a.c);
+  else BatchInputGradientKernel<<<Blocks(n), kThreads, 0, stream>>>(in, dout, din, n, a.stats, a.c);
+}
+
 }  // namespace
 
 std::int64_t ReduceSplits(std::int64_t rows) {
@@ -405,18 +467,41 @@ void BatchNormForward(const float* in, float* out, std::int64_t rows, bool train
   } else {
     MovingStatisticsKernel<<<ChannelBlocks(a.c), 128, 0, stream>>>(a);
   }
-  const std::int64_t n = rows * a.c;
-  if (n < kNarrow) ScaleShiftKernel<<<Blocks(n), kThreads, 0, stream>>>(in, out, static_cast<int>(n), a.c, a.stats + 2 * a.c, a.stats + 3 * a.c);
-  else ScaleShiftKernel<<<Blocks(n), kThreads, 0, stream>>>(in, out, n, a.c, a.stats + 2 * a.c, a.stats + 3 * a.c);
+  ScaleShiftRows(in, out, rows, a, stream);
 }
 
 void BatchNormBackward(const float* in, const float* dout, float* din, std::int64_t rows, const BatchNormArgs& a, cudaStream_t stream) {
   ColumnReduce(GradientSums{in, dout, a.stats, a.stats + a.c, a.c}, rows, a.c, 1, a.partial, stream);
   BatchGradientKernel<<<WarpBlocks(a.c), kWarpThreads, 0, stream>>>(a, static_cast<int>(ReduceSplits(rows)), 1.0f / static_cast<float>(rows));
+  if (din != nullptr) InputGradientRows(in, dout, din, rows, a, stream);
+}
+
+void BatchNormSyncSums(const float* in, std::int64_t rows, const BatchNormArgs& a, cudaStream_t stream) {
+  ColumnReduce(Column{in, a.c}, rows, a.c, 1, a.partial, stream);
+  SyncTotalsKernel<<<WarpBlocks(a.c), kWarpThreads, 0, stream>>>(a, static_cast<int>(ReduceSplits(rows)), static_cast<float>(rows));
+}
+
+void BatchNormSyncDeviations(const float* in, std::int64_t rows, const BatchNormArgs& a, cudaStream_t stream) {
+  SyncMeanKernel<<<ChannelBlocks(a.c), 128, 0, stream>>>(a);
+  ColumnReduce(SquaredDeviation{in, a.stats, a.c}, rows, a.c, 1, a.partial, stream);
+  SyncTotalsKernel<<<WarpBlocks(a.c), kWarpThreads, 0, stream>>>(a, static_cast<int>(ReduceSplits(rows)), -1.0f);
+}
+
+void BatchNormSyncOutput(const float* in, float* out, std::int64_t rows, const BatchNormArgs& a, cudaStream_t stream) {
+  SyncVarianceKernel<<<ChannelBlocks(a.c), 128, 0, stream>>>(a);
+  ScaleShiftRows(in, out, rows, a, stream);
+}
+
+void BatchNormSyncGradientSums(const float* in, const float* dout, std::int64_t rows, const BatchNormArgs& a, cudaStream_t stream) {
+  ColumnReduce(GradientSums{in, dout, a.stats, a.stats + a.c, a.c}, rows, a.c, 1, a.partial, stream);
+  SyncGradientTotalsKernel<<<WarpBlocks(a.c), kWarpThreads, 0, stream>>>(a, static_cast<int>(ReduceSplits(rows)));
+}
+
+void BatchNormSyncInputGradient(const float* in, const float* dout, float* din, std::int64_t rows, const BatchNormArgs& a,
+                                cudaStream_t stream) {
   if (din == nullptr) return;
-  const std::int64_t n = rows * a.c;
-  if (n < kNarrow) BatchInputGradientKernel<<<Blocks(n), kThreads, 0, stream>>>(in, dout, din, static_cast<int>(n), a.stats, a.c);
-  else BatchInputGradientKernel<<<Blocks(n), kThreads, 0, stream>>>(in, dout, din, n, a.stats, a.c);
+  SyncGradientMeansKernel<<<ChannelBlocks(a.c), 128, 0, stream>>>(a);
+  InputGradientRows(in, dout, din, rows, a, stream);
 }
 
 void LayerNormForward(const float* in, float* out, std::int64_t rows, const LayerNormArgs& a, cudaStream_t stream) {

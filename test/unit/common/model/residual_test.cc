@@ -224,7 +224,7 @@ TEST_CASE("the job file's residual and depthwise_conv2d fields: read, written ba
   }
 }
 
-TEST_CASE("the cuda device takes residual blocks, and refuses a synchronised batch norm inside one naming its path", "[unit][config][residual][cuda]") {
+TEST_CASE("the cuda device takes residual blocks, with batch norms inside, synchronised or not", "[unit][config][residual][cuda]") {
   auto parse = [](const char* layer) {
     return config::ParseJobSpec(std::string(R"({"model": {"layers": [{"type": "dense", "units": 4}, )") + layer +
                                     R"(, {"type": "dense", "units": 10}]}, "data": "d", "epochs": 1, "batch_size": 8, "device": "cuda:0", )"
@@ -233,11 +233,8 @@ TEST_CASE("the cuda device takes residual blocks, and refuses a synchronised bat
   };
   CHECK(parse(R"({"type": "residual", "layers": [{"type": "dense", "units": 4}, {"type": "batch_norm"}]})").ok());
   auto r = parse(R"({"type": "residual", "layers": [{"type": "dense", "units": 4}, {"type": "batch_norm", "sync": true}]})");
-  REQUIRE_FALSE(r.ok());
   INFO(r.status().message());
-  CHECK(r.status().code() == Code::kInvalidArgument);
-  CHECK(r.status().message().find("model.layers[1].layers[1].sync: the cuda device has no kernel for a synchronised batch_norm") !=
-        std::string::npos);
+  CHECK(r.ok());
 }
 
 }  // namespace

@@ -1,7 +1,6 @@
 // batch_norm and layer_norm: values computed here from their definitions, the moving statistics,
 // a synchronised batch norm over two replicas against one layer on the concatenated batch, and a
 // model's moving statistics through a checkpoint. Gradients: gradient_test.cc.
-#include <barrier>
 #include <cmath>
 #include <random>
 #include <thread>
@@ -12,6 +11,7 @@
 #include "common/config/job.h"
 #include "common/model/model.h"
 #include "common/tensor/layers.h"
+#include "test/unit/common/tensor/two_replica_sum.h"
 
 namespace tfd::tensor {
 namespace {
@@ -148,34 +148,7 @@ TEST_CASE("layer_norm normalises each row's last axis, the same in training and 
   }
 }
 
-// Two replicas as two threads: each Sum adds both replicas' values, in rank order, so each gets
-// the same bits (as the ring's all-reduce gives every worker).
-class TwoReplicaSum {
- public:
-  class Member final : public CrossReplicaSum {
-   public:
-    Member(TwoReplicaSum& s, int rank) : s_(s), rank_(rank) {}
-    void Sum(std::span<float> v) override { s_.Sum(rank_, v); }
-   private:
-    TwoReplicaSum& s_;
-    int rank_;
-  };
-  void Sum(int rank, std::span<float> v) {
-    slot_[rank] = v;
-    sync_.arrive_and_wait();
-    if (rank == 0) {
-      sum_.resize(v.size());
-      for (std::size_t i = 0; i < v.size(); ++i) sum_[i] = slot_[0][i] + slot_[1][i];
-    }
-    sync_.arrive_and_wait();
-    std::copy(sum_.begin(), sum_.end(), v.begin());
-    sync_.arrive_and_wait();
-  }
- private:
-  std::barrier<> sync_{2};
-  std::span<float> slot_[2];
-  std::vector<float> sum_;
-};
+using testing::TwoReplicaSum;
 
 TEST_CASE("sync batch_norm over two replicas equals one batch_norm on the concatenated batch", "[unit][norm][sync]") {
   const ActShape shape{2, 3, 4};
@@ -208,6 +181,7 @@ TEST_CASE("sync batch_norm over two replicas equals one batch_norm on the concat
   std::thread other(run, 1);
   run(0);
   other.join();
+  REQUIRE_FALSE(sum.failed());
   for (int r = 0; r < 2; ++r)
     for (std::size_t i = 0; i < n; ++i) {
       REQUIRE(r_out[r][i] == Approx(out[r * n + i]).margin(1e-5));
@@ -246,6 +220,7 @@ TEST_CASE("a sync batch_norm replica that joins a step without rows leaves the o
   with_rows.layer->Backward(x.data(), r_out.data(), r_g.data(), r_din.data(), batch);
   other.join();
   REQUIRE(joined);
+  REQUIRE_FALSE(sum.failed());
   for (std::size_t i = 0; i < n; ++i) {
     REQUIRE(r_out[i] == Approx(out[i]).margin(1e-5));
     REQUIRE(r_din[i] == Approx(din[i]).margin(1e-4));
