@@ -17,6 +17,7 @@
 #include <fstream>
 #include <functional>
 #include <mutex>
+#include <algorithm>
 #include <chrono>
 #include <optional>
 #include <random>
@@ -248,24 +249,39 @@ inline sockaddr_in LoopbackAddress(int port) {
   return addr;
 }
 
-// A port on 127.0.0.1 that was free a moment ago (bound to port 0, read back, released).
+// The first port of the kernel's ephemeral range (net.ipv4.ip_local_port_range; 32768 if unreadable).
+inline int EphemeralPortsStart() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int first = 0;
+  return (in >> first) && first > 0 ? first : 32768;
+}
 
-// `n` distinct free ports, none handed out before by this process: the kernel gives a port just
-// closed back soon (consecutive FreePort() calls sometimes get the same one), so a cluster file
-// built from several calls would list one address twice. Every socket stays bound until all are
-// chosen.
+// `n` distinct ports on 127.0.0.1 that were free a moment ago, none handed out before by this
+// process. They are drawn below the kernel's ephemeral range: a port from it (what binding port
+// 0 gives) can be taken, between its release and the task's bind, as the source port of any
+// outgoing connection on the machine, and a test cluster's processes make many. Each is checked by
+// binding it, and every socket stays bound until all are chosen.
 inline std::vector<int> FreePorts(int n) {
   static std::mutex mutex;
   static std::set<int> handed_out;
+  static std::mt19937 gen(static_cast<std::uint32_t>(getpid()) * 2654435761u ^
+                          static_cast<std::uint32_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
   std::lock_guard lock(mutex);
+  const int hi = EphemeralPortsStart() - 1, lo = std::max(1024, hi - 20000);
+  std::uniform_int_distribution<int> pick(lo, std::max(lo, hi));
   std::vector<int> fds, ports;
-  while (static_cast<int>(ports.size()) < n) {
+  for (int tries = 0; static_cast<int>(ports.size()) < n; ++tries) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr = LoopbackAddress(0);
-    bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    // Past many tries (a range nearly used up): whatever port 0 gives, as before.
+    const int want = tries < 1000 ? pick(gen) : 0;
+    sockaddr_in addr = LoopbackAddress(want);
+    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      close(fd);
+      continue;
+    }
     socklen_t len = sizeof addr;
     getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    fds.push_back(fd);  // stays bound, so the kernel's next pick is another port
+    fds.push_back(fd);  // stays bound, so no later pick is the same port
     const int port = ntohs(addr.sin_port);
     if (handed_out.insert(port).second) ports.push_back(port);
   }

@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
-# Gradient compression's accuracy and bytes (docs/benchmarks.md, "Gradient compression"): the seed's
-# dnn (configs/jobs/mnist-dnn-seed.json's model, optimizer and batch) trained EPOCHS epochs by
-# 2 allreduce workers on 127.0.0.1 with each update.compression method. Prints, per method, the
+# Gradient compression's accuracy and bytes (docs/benchmarks.md, "Gradient compression"): MODEL
+# (dnn: the seed's, configs/jobs/mnist-dnn-seed.json's model, optimizer and batch; cnn: the seed's
+# cnn as configs/jobs/mnist-cnn-adam.json trains it) trained EPOCHS epochs by 2 allreduce workers
+# on 127.0.0.1 with each update.compression method. Prints, per method, the
 # final test accuracy, its difference from uncompressed, the ring bytes per step each worker
 # measured (ring_bytes_per_step) and what the arithmetic says they are (its log line), and
 # whether both workers ended with the same parameters.
-#   test/bench/compression_bench.sh [EPOCHS [OUT_DIR]]
+#   test/bench/compression_bench.sh [EPOCHS [OUT_DIR [MODEL]]]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 epochs=${1:-5}
 out=${2:-$(mktemp -d)}
+model=${3:-dnn}
+case "$model" in
+  dnn) training='"batch_size": 50, "optimizer": {"type": "momentum", "learning_rate": 0.01, "momentum": 0.95}' ;;
+  cnn) training='"batch_size": 64, "optimizer": {"type": "adam", "learning_rate": 0.001}' ;;
+  *) echo "compression_bench: MODEL is dnn or cnn, not \"$model\"" >&2; exit 2 ;;
+esac
 tfd=build/daemon/tfd
 data=${TFD_MNIST_DIR:-data/mnist}
 [ -x "$tfd" ] || { echo "compression_bench: $tfd is not built" >&2; exit 2; }
@@ -21,8 +28,7 @@ for m in "${methods[@]}"; do
   name=${m%%|*} compression=${m#*|} dir="$out/${name// /_}"
   mkdir -p "$dir"
   cat > "$dir/job.json" <<JOB
-{"model": "dnn", "data": "$data", "epochs": $epochs, "batch_size": 50,
- "optimizer": {"type": "momentum", "learning_rate": 0.01, "momentum": 0.95}, "seed": 1, "log_every_steps": 0,
+{"model": "$model", "data": "$data", "epochs": $epochs, $training, "seed": 1, "log_every_steps": 0,
  "update": {"mode": "allreduce", "compression": $compression}}
 JOB
   cluster="{\"worker\": [\"127.0.0.1:$port\", \"127.0.0.1:$((port + 1))\"]}"

@@ -54,7 +54,7 @@ TEST_CASE("tfctl scale 2 -> 3 mid-run: the third worker joins, trains, and the r
   TempDir dir;
   const std::string file = ElasticClusterFile(dir, 3000, 2);
   CommandResult up = RunCommand(kTfctl + " up " + file + " --detach", dir);
-  INFO(up.out << up.err);
+  INFO(up.out << up.err << (up.exit_code == 0 ? std::string() : RunLogs(dir)));
   REQUIRE(up.exit_code == 0);
   const std::string run = RunFolder(dir);
   REQUIRE_FALSE(run.empty());
@@ -109,7 +109,7 @@ TEST_CASE("tfctl scale 3 -> 2 stops the highest-ranked worker; its exit is no fa
   TempDir dir;
   const std::string file = ElasticClusterFile(dir, 3000, 3);
   CommandResult up = RunCommand(kTfctl + " up " + file + " --detach", dir);
-  INFO(up.out << up.err);
+  INFO(up.out << up.err << (up.exit_code == 0 ? std::string() : RunLogs(dir)));
   REQUIRE(up.exit_code == 0);
   const std::string run = RunFolder(dir);
   CommandResult scale = RunCommand(kTfctl + " scale " + run + " --workers 2", dir);
@@ -152,7 +152,7 @@ TEST_CASE("tfctl scale 2 -> 3 on an elastic allreduce run: the third worker join
   f["train"]["elastic"] = {{"min_workers", 2}, {"max_workers", 3}, {"commit_every_steps", 10}};
   WriteFile(dir / "cluster.json", f.dump(2));
   CommandResult up = RunCommand(kTfctl + " up " + (dir / "cluster.json") + " --detach", dir);
-  INFO(up.out << up.err);
+  INFO(up.out << up.err << (up.exit_code == 0 ? std::string() : RunLogs(dir)));
   REQUIRE(up.exit_code == 0);
   const std::string run = RunFolder(dir);
   REQUIRE_FALSE(run.empty());

@@ -51,6 +51,19 @@ inline std::string RunFolder(const TempDir& dir) {
   return "";
 }
 
+// Every .log file of the run folder under dir/runs (tfctl's and each task's), each after a line
+// naming it: what a failed `tfctl up` leaves to say why.
+inline std::string RunLogs(const TempDir& dir) {
+  std::string all;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir / "runs", ec)) return "no folder " + (dir / "runs");
+  const std::string run = RunFolder(dir);
+  if (run.empty()) return "no run folder under " + (dir / "runs");
+  for (const auto& e : std::filesystem::directory_iterator(run))
+    if (e.path().extension() == ".log") all += "== " + e.path().filename().string() + "\n" + ReadAll(e.path().string());
+  return all;
+}
+
 // The events named `event` (all, where empty) in the metrics.jsonl of the run folder under
 // dir/runs: every task's JSON events, tagged with its "task", and tfctl's own rows. None while
 // there is no run folder yet.
