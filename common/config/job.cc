@@ -348,7 +348,8 @@ JobSpec ReadJobSpec(ObjectReader& r) {
   if (placement == "balanced") job.placement = Placement::kBalanced;
   else if (placement == "round_robin") job.placement = Placement::kRoundRobin;
   else if (placement == "greedy") job.placement = Placement::kGreedy;
-  else r.Fail(r.PathOf("placement"), fmt::format("unknown placement \"{}\" (expected balanced, round_robin or greedy)", placement));
+  else if (placement == "by_host") job.placement = Placement::kByHost;
+  else r.Fail(r.PathOf("placement"), fmt::format("unknown placement \"{}\" (expected balanced, round_robin, greedy or by_host)", placement));
   std::int64_t seed = static_cast<std::int64_t>(job.seed);
   r.Int("seed", std::int64_t{0}, INT64_MAX, &seed);
   job.seed = static_cast<std::uint64_t>(seed);

@@ -154,7 +154,7 @@ struct UpdateSpec {
   CompressionSpec compression;
 };
 
-enum class Placement { kBalanced, kRoundRobin, kGreedy };
+enum class Placement { kBalanced, kRoundRobin, kGreedy, kByHost };
 
 // Workers may join a running job and leave it for good (docs/operations.md, "Elastic runs"):
 // max_workers 0 means the membership is the cluster's worker list, fixed. A joining worker's rank

@@ -35,7 +35,12 @@ struct Placement {
 // balanced: the flat buffer cut into num_ps contiguous ranges of equal size (±1 float), splitting
 //   variables where needed, so every ps carries the same bytes (the default);
 // round_robin: variable i on ps i % num_ps, as TensorFlow's replica_device_setter;
-// greedy: largest variable first onto the least-loaded ps, as TF's GreedyLoadBalancingStrategy.
-Placement Place(const std::vector<VariableInfo>& variables, int num_ps, config::Placement strategy);
+// greedy: largest variable first onto the least-loaded ps, as TF's GreedyLoadBalancingStrategy;
+// by_host: balanced over the ps tasks' hosts, then over the ps tasks of each host: every distinct
+//   host in `ps_hosts` (each ps task's host, as the cluster spec names it; nothing is resolved)
+//   carries the same bytes through its link, its ps tasks splitting its share. With every ps on a
+//   host of its own (or `ps_hosts` empty), balanced's layout exactly.
+Placement Place(const std::vector<VariableInfo>& variables, int num_ps, config::Placement strategy,
+                const std::vector<std::string>& ps_hosts = {});
 
 }  // namespace tfd::worker

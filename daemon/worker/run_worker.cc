@@ -229,7 +229,9 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
   TFD_ASSIGN_OR_RETURN(auto device_compute, train::DeviceGradients(job, model));  // device "cuda:N": gradients on the GPU
   std::vector<VariableInfo> variables;
   for (const model::Variable& v : model.variables()) variables.push_back({v.name, v.offset, v.size});
-  const Placement placement = Place(variables, static_cast<int>(config.cluster.ps.size()), job.placement);
+  std::vector<std::string> ps_hosts;
+  for (const config::Endpoint& ps : config.cluster.ps) ps_hosts.push_back(ps.host);
+  const Placement placement = Place(variables, static_cast<int>(config.cluster.ps.size()), job.placement, ps_hosts);
   const bool chief = config.is_chief();
   spdlog::info("{} (rank {} of {}{}); model: {}", config.task.ToString(), rank, num_workers, chief ? ", chief" : "", model.Summary());
   if (chief)

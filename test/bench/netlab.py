@@ -4,6 +4,7 @@ shaped with tc, tfd tasks placed on them by TF_CONFIG with each host's own addre
 
   test/bench/netlab.py [--hosts 4] [--workers-per-host 1] [--links 1g,10g,none] [--modes allreduce,sync]
                        [--hierarchical auto] [--compression none,fp16,powersgd:2] [--epochs 10] [--target 0.98]
+                       [--ps-hosts 0] [--ps-only-hosts 0] [--placements balanced,by_host]
                        [--stop-at-target] [--loss PCT] [--report FILE] [--no-peer] [--hooks none,fp16,powersgd]
                        [--clean]
 
@@ -18,8 +19,10 @@ random drop of packets arriving at each host.
 Each configuration runs the seed's dnn (batch 50 per worker, momentum 0.01/0.95) on
 --workers-per-host workers per host (worker i on host i // W, port 2222 + i % W): allreduce (a ring
 over the workers, or with W > 1 and update.hierarchical true or auto, a ring inside each host and
-one across the hosts' leaders; --hierarchical lists the settings to run, one row each) or sync (the
-ps on host 0 beside worker 0), once per --compression method (the job's update.compression,
+one across the hosts' leaders; --hierarchical lists the settings to run, one row each) or sync (one
+ps task on each host --ps-hosts lists, host 0 by default, beside its workers; --ps-only-hosts adds
+hosts that run ps tasks and no worker, numbered after the workers' hosts; --placements lists the
+job's ps placements to run, one row each), once per --compression method (the job's update.compression,
 docs/config.md "Gradient compression": none, fp16, bf16, topk[:RATIO], powersgd[:RANK]; powersgd is
 allreduce only, so sync skips it). Per configuration it prints samples/s (the workers' sum, each worker's mean over the epochs after the
 first), time to --target test accuracy (the chief's epoch events), bytes each host sent per step
@@ -277,10 +280,10 @@ def parse_compression(item):
     raise ValueError(f"{item!r} is not none, fp16, bf16, topk[:RATIO] or powersgd[:RANK]")
 
 
-def dnn_job(data, mode, epochs, hierarchical=None, compression="none"):
+def dnn_job(data, mode, epochs, hierarchical=None, compression="none", placement="balanced"):
     job = {"model": "dnn", "data": data, "epochs": epochs, "batch_size": 50,
            "optimizer": {"type": "momentum", "learning_rate": 0.01, "momentum": 0.95},
-           "update": {"mode": mode}, "seed": 1, "log_every_steps": 0}
+           "update": {"mode": mode}, "seed": 1, "log_every_steps": 0, "placement": placement}
     if hierarchical is not None:
         job["update"]["hierarchical"] = {"true": True, "false": False}.get(hierarchical, hierarchical)
     if compression != "none":
@@ -306,9 +309,28 @@ def gradient_bytes(compression):
     return 4 * floats, 0
 
 
-def expected_bytes_per_step(mode, hosts, host, per_host=1, hierarchical=False, compression="none"):
+def ps_shares(placement, ps_hosts, total=DNN_FLOATS):
+    """The floats each ps task holds under `placement` (balanced or by_host, as tfd's Place cuts
+    them; round_robin and greedy depend on the variables: None), ps j on host ps_hosts[j]."""
+    if placement == "balanced":
+        return [total * (j + 1) // len(ps_hosts) - total * j // len(ps_hosts) for j in range(len(ps_hosts))]
+    if placement != "by_host":
+        return None
+    hosts = list(dict.fromkeys(ps_hosts))  # in the order they first appear
+    shares = [0] * len(ps_hosts)
+    for h, host in enumerate(hosts):
+        begin, length = total * h // len(hosts), total * (h + 1) // len(hosts) - total * h // len(hosts)
+        on = [j for j, x in enumerate(ps_hosts) if x == host]
+        for k, j in enumerate(on):
+            shares[j] = length * (k + 1) // len(on) - length * k // len(on)
+    return shares
+
+
+def expected_bytes_per_step(mode, hosts, host, per_host=1, hierarchical=False, compression="none", ps_hosts=(0,),
+                            placement="balanced"):
     """What host `host` must send per step of its workers, payload only (no headers): the floor the
-    counters are checked against. Workers of one host talk inside it, off its veth."""
+    counters are checked against. Workers of one host talk inside it, off its veth. None where the
+    arithmetic is not known (sync with round_robin or greedy)."""
     reduced, gathered = gradient_bytes(compression)
     if mode == "allreduce":
         # A ring over N members sends 2 (N - 1) / N of the buffer on each link: the workers' ring
@@ -316,9 +338,16 @@ def expected_bytes_per_step(mode, hosts, host, per_host=1, hierarchical=False, c
         # An all-gather (topk) passes N - 1 members' parts along each link.
         n = hosts if hierarchical or per_host == 1 else hosts * per_host
         return 2 * (n - 1) * reduced // n + (n - 1) * gathered
-    # sync: each worker pushes its (compressed) gradient; the ps (host 0, beside worker 0 on a Unix
-    # socket) sends the parameters, float32, to the other hosts' workers.
-    return 4 * DNN_FLOATS * (hosts - 1) if host == 0 else reduced + gathered
+    # sync: each worker pushes its (compressed) gradient to every ps task, each its share; each ps
+    # task sends its share of the parameters, float32, to every worker; what stays inside a host
+    # (a worker and a ps beside it, on a Unix socket) is off its veth.
+    shares = ps_shares(placement, list(ps_hosts))
+    if shares is None:
+        return None
+    here = sum(share for share, h in zip(shares, ps_hosts) if h == host) / DNN_FLOATS
+    workers_here = per_host if host < hosts else 0
+    pulls = 4 * DNN_FLOATS * here * (hosts * per_host - workers_here)
+    return round(pulls + workers_here * (reduced + gathered) * (1 - here))
 
 
 def worker_means(evs):
@@ -365,40 +394,45 @@ class Bench:
             f.write(secrets.token_hex(32))
         self.running = None
 
-    def RunTfd(self, preset, mode, hierarchical=None, compression="none"):
+    def RunTfd(self, preset, mode, hierarchical=None, compression="none", placement="balanced"):
         """One tfd configuration on the shaped lab: its row as a dict."""
         a, lab, n, w = self.a, self.lab, self.a.hosts, self.a.workers_per_host
         cluster = {"worker": [f"{lab.address(i // w)}:{PORT + i % w}" for i in range(n * w)]}
         if mode == "sync":
-            cluster["ps"] = [f"{lab.address(0)}:{PORT + w}"]
+            cluster["ps"] = [f"{lab.address(h)}:{PORT + w + j}" for j, h in enumerate(a.ps_hosts)]
         flags = ["--log-format", "json"] + (["--insecure"] if a.insecure else [])
 
         def start(tasks, folder):
             job = os.path.join(folder, "job.json")
             with open(job, "w") as f:
-                json.dump(dnn_job(a.data, mode, a.epochs, hierarchical, compression), f)
+                json.dump(dnn_job(a.data, mode, a.epochs, hierarchical, compression, placement), f)
             if mode == "sync":
-                tasks.Start("ps0", lab.ns(0), [a.tfd, *flags], self.Env(cluster, "ps", 0), folder)
+                for j, h in enumerate(a.ps_hosts):
+                    tasks.Start(f"ps{j}", lab.ns(h), [a.tfd, *flags], self.Env(cluster, "ps", j), folder)
             limit = ["--shard-limit", str(a.shard_limit)] if a.shard_limit and mode == "allreduce" else []
             for i in range(n * w):
                 tasks.Start(f"w{i}", lab.ns(i // w), [a.tfd, *flags, "--job", job, *limit], self.Env(cluster, "worker", i), folder)
 
         row = {"peer": "tfd", "mode": mode, "compression": compression, "link": preset, "hosts": n,
-               "workers_per_host": w, "addresses": [lab.address(i) for i in range(n)]}
+               "workers_per_host": w, "addresses": [lab.address(i) for i in range(lab.hosts)]}
         if hierarchical is not None:
             row["hierarchical"] = hierarchical
+        if mode == "sync":
+            row["placement"], row["ps_hosts"] = placement, a.ps_hosts
         if mode == "sync" and compression.startswith("powersgd"):
             row["error"] = "skipped: powersgd is allreduce only"
             return row
-        tasks = self.RunTasks(f"tfd-{mode}-{hierarchical or ''}-{compression.replace(':', '')}-{preset}", start, row,
+        tasks = self.RunTasks(f"tfd-{mode}-{hierarchical or ''}-{compression.replace(':', '')}-{placement}-{preset}", start, row,
                               stop_at_target=a.stop_at_target)
         if "error" not in row:
             row.update(peers_seen(tasks, n * w))
             topo = next((e["topology"] for e in tasks.Events("w0") if e["event"] == "topology"), None)
             if topo is not None:
                 row["topology"] = topo
-            row["expected_bytes_per_step"] = [expected_bytes_per_step(mode, n, i, w, topo == "hierarchical", compression)
-                                              for i in range(n)]
+            expected = [expected_bytes_per_step(mode, n, i, w, topo == "hierarchical", compression, a.ps_hosts, placement)
+                        for i in range(lab.hosts)]
+            if None not in expected:
+                row["expected_bytes_per_step"] = expected
         return row
 
     def Env(self, cluster, kind, index):
@@ -413,8 +447,8 @@ class Bench:
         row has (or its "error"); the tasks, for more."""
         folder = os.path.join(self.work, name)
         os.makedirs(folder)
-        n = self.a.hosts
-        before = [self.lab.TxBytes(i) for i in range(n)]
+        n, every = self.a.hosts, self.lab.hosts  # the workers' hosts; with the ps-only hosts
+        before = [self.lab.TxBytes(i) for i in range(every)]
         tasks = self.running = Tasks()
         start_wall = time.time()
         start(tasks, folder)
@@ -424,7 +458,7 @@ class Bench:
             return seconds_to(tasks.Events(chief_name), self.a.target, start_wall) is not None
         codes = tasks.Wait(time.monotonic() + self.a.timeout, reached if stop_at_target else None)
         self.running = None
-        sent = [self.lab.TxBytes(i) - before[i] for i in range(n)]
+        sent = [self.lab.TxBytes(i) - before[i] for i in range(every)]
         row.update({"exit_codes": codes, "tx_bytes": sent})
         if "stopped" in codes.values():
             row["stopped_at_target"] = True
@@ -451,8 +485,9 @@ class Bench:
                                       and e.get("test_accuracy", 0) >= self.a.target), None),
             "epochs": sum(1 for e in chief if e["event"] == "epoch"),
             "best_test_accuracy": max((e.get("test_accuracy", 0) for e in chief if e["event"] == "epoch"), default=0),
-            # Per step of the host's first worker (every worker takes the same steps).
-            "bytes_per_step": [sent[i] / max(means[i * len(means) // n][4], 1) for i in range(n)],
+            # Per step of the host's first worker (every worker takes the same steps; a ps-only host:
+            # per step of the first worker).
+            "bytes_per_step": [sent[i] / max(means[i * len(means) // n if i < n else 0][4], 1) for i in range(every)],
         })
         return tasks
 
@@ -528,7 +563,7 @@ def summary(rows, link, target):
 def print_header(a):
     print(f"dnn (784-160x5-10, elu), batch 50 per worker, momentum 0.01/0.95, {a.epochs} epochs, {a.hosts} hosts x "
           f"{a.workers_per_host} worker{'s' if a.workers_per_host > 1 else ''} "
-          f"(sync: the ps on host 0); samples/s: the workers' sum after the first epoch; to {a.target:.1%}: s from start;\n"
+          f"(sync: ps tasks on hosts {','.join(map(str, a.ps_hosts))}); samples/s: the workers' sum after the first epoch; to {a.target:.1%}: s from start;\n"
           "sent/step: KB each host's veth sent per step of its worker, mean and busiest host, beside the payload the mode must "
           "send (busiest host);\nper step, worker 0's clock (ms): input, compute, update (exchange + wait); wire: the busiest "
           "host's bytes at the link's rate")
@@ -542,6 +577,8 @@ def row_name(row):
         kind += f" {row['compression']}"
     if "hierarchical" in row:
         kind += f" hier={row['hierarchical']}" + (f" ({row['topology']})" if "topology" in row else "")
+    if "placement" in row and (len(row["ps_hosts"]) > 1 or row["placement"] != "balanced"):
+        kind += f" {row['placement']}"
     return f"{row['peer']} {kind} @ {row['link']}"
 
 
@@ -573,6 +610,9 @@ def parse_args():
                    help="allreduce: update.hierarchical settings to run, one row each (auto, true, false); default: the job's default")
     p.add_argument("--links", default="1g,10g,none", help="presets, in order: 1g, 10g, none")
     p.add_argument("--modes", default="allreduce,sync")
+    p.add_argument("--ps-hosts", default="0", help="sync: the host of each ps task (indices, one per ps)")
+    p.add_argument("--ps-only-hosts", type=int, default=0, help="hosts with ps tasks and no worker, after the workers' hosts")
+    p.add_argument("--placements", default="balanced", help="sync: the job's placement settings to run, one row each")
     p.add_argument("--compression", default="none",
                    help="update.compression methods to run, one row each: none, fp16, bf16, topk[:RATIO], powersgd[:RANK]")
     p.add_argument("--epochs", type=int, default=10)
@@ -618,6 +658,19 @@ def parse_args():
     for h in a.hierarchical:
         if h not in (None, "auto", "true", "false"):
             p.error(f"--hierarchical: {h!r} is not auto, true or false")
+    if not 0 <= a.ps_only_hosts <= 16:
+        p.error(f"--ps-only-hosts: {a.ps_only_hosts} is not in [0, 16]")
+    try:
+        a.ps_hosts = [int(h) for h in a.ps_hosts.split(",")]
+    except ValueError:
+        p.error(f"--ps-hosts: {a.ps_hosts!r} is not a list of host indices")
+    for h in a.ps_hosts:
+        if not 0 <= h < a.hosts + a.ps_only_hosts:
+            p.error(f"--ps-hosts: host {h} is not in [0, {a.hosts + a.ps_only_hosts - 1}]")
+    a.placements = a.placements.split(",")
+    for placement in a.placements:
+        if placement not in ("balanced", "round_robin", "greedy", "by_host"):
+            p.error(f"--placements: {placement!r} is not balanced, round_robin, greedy or by_host")
     if not 0 <= a.loss < 100:
         p.error(f"--loss: {a.loss} is not a percentage in [0, 100)")
     a.links, a.modes, a.data, a.tfd = links, modes, os.path.abspath(a.data), os.path.abspath(a.tfd)
@@ -659,8 +712,9 @@ def run_all(a, lab, work):
             for mode in a.modes:
                 for h in (a.hierarchical if mode == "allreduce" else [None]):
                     for c in a.compression:
-                        rows.append(bench.RunTfd(link, mode, h, c))
-                        print_row(rows[-1], unshaped_rate(rows, rows[-1]))
+                        for placement in (a.placements if mode == "sync" else ["balanced"]):
+                            rows.append(bench.RunTfd(link, mode, h, c, placement))
+                            print_row(rows[-1], unshaped_rate(rows, rows[-1]))
             if not a.no_peer:
                 skipped = bench.DdpSkipped(link)
                 for hook in ([] if skipped else a.hooks):
@@ -677,7 +731,7 @@ def run_all(a, lab, work):
 
 
 def unshaped_rate(rows, row):
-    same = ("peer", "mode", "hierarchical", "compression", "hook")
+    same = ("peer", "mode", "hierarchical", "compression", "hook", "placement")
     for r in rows:
         if r["link"] == "none" and "error" not in r and all(r.get(k) == row.get(k) for k in same):
             return r["samples_per_sec"]
@@ -687,7 +741,7 @@ def unshaped_rate(rows, row):
 def main():
     a = parse_args()
     preflight(a)
-    lab = Lab(a.prefix, a.hosts, a.subnet)
+    lab = Lab(a.prefix, a.hosts + a.ps_only_hosts, a.subnet)
     if a.clean:
         lab.Down()
         return 0

@@ -116,6 +116,10 @@ TEST_CASE("the canonical job spec of the design parses whole", "[unit][config]")
   CHECK(got->update.replicas_to_aggregate == 2);
   CHECK(got->update.total_num_replicas == 3);
   CHECK(got->placement == Placement::kRoundRobin);
+  auto by_host = ParseJobSpec(R"({"model": "mlp", "data": "d", "epochs": 1, "batch_size": 1, "placement": "by_host",
+      "optimizer": {"type": "sgd", "learning_rate": 1}})", "job.json");
+  REQUIRE(by_host.ok());
+  CHECK(by_host->placement == Placement::kByHost);
   CHECK(got->cuda_device == 1);
   CHECK(got->checkpoint.dir == "ckpt");
   CHECK(got->checkpoint.every_steps == 500);
@@ -270,7 +274,7 @@ TEST_CASE("job spec errors name the file and the JSON path", "[unit][config]") {
         "job.json: update.mode: unknown mode \"ring\" (expected async, sync or allreduce)");
   CHECK(ErrorOf(With(R"("device": "gpu0")")) == "job.json: device: expected \"cpu\" or \"cuda:N\", got \"gpu0\"");
   CHECK(ErrorOf(With(R"("placement": "random")")) ==
-        "job.json: placement: unknown placement \"random\" (expected balanced, round_robin or greedy)");
+        "job.json: placement: unknown placement \"random\" (expected balanced, round_robin, greedy or by_host)");
   CHECK(ErrorOf(With(R"("checkpoint": {"every_steps": 5})")) == "job.json: checkpoint.dir: missing (expected a string)");
   CHECK(ErrorOf(R"({"model": {"layers": [{"type": "dense", "units": 0}]}, "data": "d", "epochs": 1, "batch_size": 1, "optimizer": {"type": "sgd", "learning_rate": 1}})") ==
         "job.json: model.layers[0].units: expected an integer in [1, 65536], got 0");

@@ -9,6 +9,9 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "daemon/worker/placement.h"
 
 namespace tfd::worker {
@@ -30,12 +33,14 @@ std::vector<VariableInfo> MlpVariables() {
 }
 constexpr std::int64_t kTotal = 78400 + 100 + 1000 + 10;
 
-const Placement kStrategies[] = {Placement::kBalanced, Placement::kRoundRobin, Placement::kGreedy};
+// by_host without hosts: balanced's layout (its own cases below give it hosts).
+const Placement kStrategies[] = {Placement::kBalanced, Placement::kRoundRobin, Placement::kGreedy, Placement::kByHost};
 const char* Name(Placement s) {
   switch (s) {
     case Placement::kBalanced: return "balanced";
     case Placement::kRoundRobin: return "round_robin";
     case Placement::kGreedy: return "greedy";
+    case Placement::kByHost: return "by_host";
   }
   return "?";
 }
@@ -48,6 +53,41 @@ const VariableInfo& VariableAt(const std::vector<VariableInfo>& vars, std::int64
   return vars.front();
 }
 
+// Every float of `vars` in exactly one slice of `p`, each slice within one variable and named for
+// the part it holds, each shard's slices in flat order.
+void ExpectEveryFloatOnce(const std::vector<VariableInfo>& vars, const worker::Placement& p) {
+  std::vector<int> owners(static_cast<std::size_t>(kTotal), 0);
+  std::int64_t sum = 0;
+  for (std::size_t ps = 0; ps < p.shards.size(); ++ps) {
+    std::int64_t shard = 0;
+    for (const Slice& s : p.shards[ps]) {
+      REQUIRE(s.length > 0);
+      REQUIRE(s.flat_offset >= 0);
+      REQUIRE(s.flat_offset + s.length <= kTotal);
+      // A slice stays within one variable, and its name says which (and which part).
+      const VariableInfo& v = VariableAt(vars, s.flat_offset);
+      CHECK(s.flat_offset + s.length <= v.offset + v.size);
+      if (s.length == v.size) {
+        CHECK(s.name == v.name);
+      } else {
+        CHECK(s.name == v.name + "[" + std::to_string(s.flat_offset - v.offset) + ":" +
+                            std::to_string(s.flat_offset - v.offset + s.length) + "]");
+      }
+      for (std::int64_t i = s.flat_offset; i < s.flat_offset + s.length; ++i) ++owners[static_cast<std::size_t>(i)];
+      shard += s.length;
+    }
+    CHECK(p.ShardSize(ps) == shard);
+    // Slices within a shard are in flat order.
+    CHECK(std::is_sorted(p.shards[ps].begin(), p.shards[ps].end(),
+                         [](const Slice& a, const Slice& b) { return a.flat_offset < b.flat_offset; }));
+    sum += shard;
+  }
+  CHECK(sum == kTotal);
+  // No float is held twice (no overlap) and none is left out (the union is everything).
+  const auto bad = std::find_if(owners.begin(), owners.end(), [](int n) { return n != 1; });
+  CHECK(bad == owners.end());
+}
+
 TEST_CASE("every strategy places every float on exactly one ps", "[unit][placement]") {
   const auto vars = MlpVariables();
   for (Placement strategy : kStrategies) {
@@ -55,37 +95,42 @@ TEST_CASE("every strategy places every float on exactly one ps", "[unit][placeme
       INFO(Name(strategy) << " over " << num_ps << " ps");
       const auto p = Place(vars, num_ps, strategy);
       REQUIRE(p.shards.size() == static_cast<std::size_t>(num_ps));
-      std::vector<int> owners(static_cast<std::size_t>(kTotal), 0);
-      std::int64_t sum = 0;
-      for (std::size_t ps = 0; ps < p.shards.size(); ++ps) {
-        std::int64_t shard = 0;
-        for (const Slice& s : p.shards[ps]) {
-          REQUIRE(s.length > 0);
-          REQUIRE(s.flat_offset >= 0);
-          REQUIRE(s.flat_offset + s.length <= kTotal);
-          // A slice stays within one variable, and its name says which (and which part).
-          const VariableInfo& v = VariableAt(vars, s.flat_offset);
-          CHECK(s.flat_offset + s.length <= v.offset + v.size);
-          if (s.length == v.size) {
-            CHECK(s.name == v.name);
-          } else {
-            CHECK(s.name == v.name + "[" + std::to_string(s.flat_offset - v.offset) + ":" +
-                                std::to_string(s.flat_offset - v.offset + s.length) + "]");
-          }
-          for (std::int64_t i = s.flat_offset; i < s.flat_offset + s.length; ++i) ++owners[static_cast<std::size_t>(i)];
-          shard += s.length;
-        }
-        CHECK(p.ShardSize(ps) == shard);
-        // Slices within a shard are in flat order.
-        CHECK(std::is_sorted(p.shards[ps].begin(), p.shards[ps].end(),
-                             [](const Slice& a, const Slice& b) { return a.flat_offset < b.flat_offset; }));
-        sum += shard;
-      }
-      CHECK(sum == kTotal);
-      // No float is held twice (no overlap) and none is left out (the union is everything).
-      const auto bad = std::find_if(owners.begin(), owners.end(), [](int n) { return n != 1; });
-      CHECK(bad == owners.end());
+      ExpectEveryFloatOnce(vars, p);
     }
+  }
+}
+
+TEST_CASE("by_host gives every host the same floats, and each of a host's ps tasks an equal part of them", "[unit][placement]") {
+  const auto vars = MlpVariables();
+  for (const std::vector<std::string>& hosts : std::vector<std::vector<std::string>>{
+           {"a", "a", "b"}, {"a", "b", "a", "c"}, {"10.0.0.1", "10.0.0.1", "10.0.0.1", "10.0.0.2", "10.0.0.2"}, {"a", "a"}}) {
+    INFO(fmt::format("{}", fmt::join(hosts, ",")));
+    const auto p = Place(vars, static_cast<int>(hosts.size()), Placement::kByHost, hosts);
+    REQUIRE(p.shards.size() == hosts.size());
+    ExpectEveryFloatOnce(vars, p);
+    std::map<std::string, std::int64_t> per_host;
+    std::map<std::string, int> tasks;
+    for (std::size_t ps = 0; ps < hosts.size(); ++ps) per_host[hosts[ps]] += p.ShardSize(ps), ++tasks[hosts[ps]];
+    const double host_share = static_cast<double>(kTotal) / static_cast<double>(per_host.size());
+    for (const auto& [host, floats] : per_host) CHECK(std::abs(static_cast<double>(floats) - host_share) <= 1.0);
+    for (std::size_t ps = 0; ps < hosts.size(); ++ps)
+      CHECK(std::abs(static_cast<double>(p.ShardSize(ps)) - static_cast<double>(per_host[hosts[ps]]) / tasks[hosts[ps]]) <= 1.0);
+  }
+  // Two ps on host a and one on b: the busiest link carries half the floats, where balanced's
+  // layout gives host a two thirds.
+  const auto three = Place(vars, 3, Placement::kByHost, {"a", "a", "b"});
+  CHECK(three.ShardSize(0) + three.ShardSize(1) == kTotal / 2);
+  CHECK(three.ShardSize(2) == kTotal - kTotal / 2);
+}
+
+TEST_CASE("by_host with every ps on a host of its own is balanced's layout", "[unit][placement]") {
+  const auto vars = MlpVariables();
+  for (int num_ps = 1; num_ps <= 5; ++num_ps) {
+    std::vector<std::string> hosts;
+    for (int i = 0; i < num_ps; ++i) hosts.push_back("host" + std::to_string(i));
+    const std::uint64_t balanced = Place(vars, num_ps, Placement::kBalanced).LayoutHash();
+    CHECK(Place(vars, num_ps, Placement::kByHost, hosts).LayoutHash() == balanced);
+    CHECK(Place(vars, num_ps, Placement::kByHost).LayoutHash() == balanced);  // no hosts known
   }
 }
 
