@@ -94,9 +94,11 @@ struct LocalClusterOptions {
   // Worker i's address in the cluster spec, where listed (else 127.0.0.1): 127.0.0.2 is loopback
   // too, and stands for a second host to code that groups workers by address.
   std::vector<std::string> worker_hosts;
+  // ps i's address, where listed (else 127.0.0.1), as worker_hosts.
+  std::vector<std::string> ps_hosts;
 };
 
-// The cluster spec lists num_ps ps and num_workers worker endpoints on 127.0.0.1 (or worker_hosts), each port free
+// The cluster spec lists num_ps ps and num_workers worker endpoints on 127.0.0.1 (or ps_hosts, worker_hosts), each port free
 // when the cluster was made; no task runs until a Start call. Each start of a task writes its own
 // logs, <type><index>.<n>.out and .err in dir() (n counts that task's starts from 0), so the logs
 // of a killed task are still there after its restart. The destructor kills whatever still runs.
@@ -108,7 +110,10 @@ class LocalCluster {
         dir_(options_.dir == nullptr ? *own_dir_ : *options_.dir) {
     if (!options_.job.empty()) WriteFile(dir_ / "job.json", options_.job);
     const std::vector<int> ports = FreePorts(options_.num_ps + options_.num_workers + (options_.evaluator ? 1 : 0));
-    for (int i = 0; i < options_.num_ps; ++i) cluster_["ps"].push_back("127.0.0.1:" + std::to_string(ports[i]));
+    for (int i = 0; i < options_.num_ps; ++i) {
+      const auto at = static_cast<std::size_t>(i);
+      cluster_["ps"].push_back((at < options_.ps_hosts.size() ? options_.ps_hosts[at] : "127.0.0.1") + ":" + std::to_string(ports[at]));
+    }
     for (int i = 0; i < options_.num_workers; ++i) {
       const auto at = static_cast<std::size_t>(i);
       const std::string host = at < options_.worker_hosts.size() ? options_.worker_hosts[at] : "127.0.0.1";

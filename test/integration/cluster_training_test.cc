@@ -1,5 +1,6 @@
 // Training with a ps cluster of tfd processes on synthetic data: sync runs bit-identical across
-// repeats and ps counts, equal to one process with the combined batch, and a backup worker.
+// repeats and ps counts, equal to one process with the combined batch, a backup worker, and the
+// by_host placement (each ps host the same floats, balanced's parameters).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -38,6 +39,40 @@ TEST_CASE("sync runs are bit-identical across repeats and across 1 and 2 ps", "[
   CHECK(a[0]["params_sha256"] == b[0]["params_sha256"]);
   CHECK(a[0]["params_sha256"] == c[0]["params_sha256"]);
   CHECK(a[0]["params_sha256"] == c[1]["params_sha256"]);
+}
+
+// The floats each ps holds, from the chief's placement lines ("placement: ps:2 holds 39755 floats ...").
+std::vector<std::int64_t> PlacedFloats(const std::string& chief_log, int num_ps) {
+  std::vector<std::int64_t> floats(static_cast<std::size_t>(num_ps), -1);
+  const std::regex line(R"(placement: ps:(\d+) holds (\d+) floats)");
+  for (auto it = std::sregex_iterator(chief_log.begin(), chief_log.end(), line); it != std::sregex_iterator(); ++it)
+    floats.at(std::stoul((*it)[1].str())) = std::stoll((*it)[2].str());
+  return floats;
+}
+
+TEST_CASE("by_host placement gives each ps host the same floats and trains balanced's parameters", "[integration][cluster]") {
+  // Two ps tasks on 127.0.0.1 and one on 127.0.0.2 (loopback too: a second host by its name).
+  TempDir data;
+  const std::string job = SyntheticJob(data, 600, 100, R"({"mode": "sync"})", 1, R"({"type": "adam", "learning_rate": 0.01})");
+  std::string by_host = job;
+  by_host.insert(by_host.rfind('}'), R"(, "placement": "by_host")");
+  const std::vector<std::string> hosts = {"127.0.0.1", "127.0.0.1", "127.0.0.2"};
+  LocalCluster balanced({.num_ps = 3, .num_workers = 2, .job = job, .ps_hosts = hosts}),
+      weighed({.num_ps = 3, .num_workers = 2, .job = by_host, .ps_hosts = hosts});
+  const auto a = RunToCompletion(balanced);
+  const auto b = RunToCompletion(weighed);
+  CHECK(a[0]["params_sha256"] == b[0]["params_sha256"]);  // sync sums each float the same wherever it is held
+  CHECK(b[0]["params_sha256"] == b[1]["params_sha256"]);
+  const std::vector<std::int64_t> thirds = PlacedFloats(balanced.process("worker", 0).err(), 3);
+  const std::vector<std::int64_t> halves = PlacedFloats(weighed.process("worker", 0).err(), 3);
+  INFO("balanced " << thirds[0] << " " << thirds[1] << " " << thirds[2] << "; by_host " << halves[0] << " " << halves[1] << " " << halves[2]);
+  REQUIRE(std::count(thirds.begin(), thirds.end(), -1) == 0);
+  REQUIRE(std::count(halves.begin(), halves.end(), -1) == 0);
+  const std::int64_t total = thirds[0] + thirds[1] + thirds[2];
+  CHECK(halves[0] + halves[1] + halves[2] == total);
+  CHECK(std::abs(thirds[0] - thirds[2]) <= 1);                   // balanced: a third each, two thirds on 127.0.0.1
+  CHECK(std::abs(2 * (halves[0] + halves[1]) - total) <= 1);     // by_host: half on each host ...
+  CHECK(std::abs(halves[0] - halves[1]) <= 1);                   // ... split between its two ps tasks
 }
 
 TEST_CASE("a sync run of 2 workers with batch b matches one process with batch 2b", "[integration][cluster]") {
