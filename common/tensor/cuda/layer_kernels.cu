@@ -165,15 +165,22 @@ __global__ void SyncVarianceKernel(BatchNormArgs a) {
   FinishStatistics(a, ch, __fdiv_rn(a.sync[ch], a.sync[2 * a.c + 1]));
 }
 
+// Channel ch's Σdy and Σdy·x̂ over this replica's rows, as floats, after the gradient column
+// reduction; dgamma and dbeta written. Lane 0 only: false on the other lanes, which write nothing.
+__device__ __forceinline__ bool GammaBetaGradients(const BatchNormArgs& a, int splits, int ch, float* sum_g, float* sum_gx) {
+  const double2 t = Total(a.partial, splits, a.c, 0, ch);
+  if (!Lane0()) return false;
+  *sum_g = static_cast<float>(t.x), *sum_gx = static_cast<float>(t.y);
+  if (a.dgamma != nullptr) a.dgamma[ch] = *sum_gx;
+  if (a.dbeta != nullptr) a.dbeta[ch] = *sum_g;
+  return true;
+}
+
 __global__ void SyncGradientTotalsKernel(BatchNormArgs a, int splits) {
   const int ch = WarpItem();
   if (ch >= a.c) return;
-  const double2 t = Total(a.partial, splits, a.c, 0, ch);
-  if (!Lane0()) return;
-  if (a.dgamma != nullptr) a.dgamma[ch] = static_cast<float>(t.y);
-  if (a.dbeta != nullptr) a.dbeta[ch] = static_cast<float>(t.x);
-  a.sync[ch] = static_cast<float>(t.x);
-  a.sync[a.c + ch] = static_cast<float>(t.y);
+  float g = 0, gx = 0;
+  if (GammaBetaGradients(a, splits, ch, &g, &gx)) a.sync[ch] = g, a.sync[a.c + ch] = gx;
 }
 
 __global__ void SyncGradientMeansKernel(BatchNormArgs a) {
@@ -203,12 +210,10 @@ __global__ void ScaleShiftKernel(const float* in, float* out, I n, int c, const 
 __global__ void BatchGradientKernel(BatchNormArgs a, int splits, float inv_n) {
   const int ch = WarpItem();
   if (ch >= a.c) return;
-  const double2 t = Total(a.partial, splits, a.c, 0, ch);
-  if (!Lane0()) return;
-  if (a.dgamma != nullptr) a.dgamma[ch] = static_cast<float>(t.y);
-  if (a.dbeta != nullptr) a.dbeta[ch] = static_cast<float>(t.x);
-  a.stats[4 * a.c + ch] = __fmul_rn(static_cast<float>(t.x), inv_n);
-  a.stats[5 * a.c + ch] = __fmul_rn(static_cast<float>(t.y), inv_n);
+  float g = 0, gx = 0;
+  if (!GammaBetaGradients(a, splits, ch, &g, &gx)) return;
+  a.stats[4 * a.c + ch] = __fmul_rn(g, inv_n);
+  a.stats[5 * a.c + ch] = __fmul_rn(gx, inv_n);
 }
 
 // din = scale (g - mean g - xhat mean(g xhat)), as the CPU's Backward rounds it.
