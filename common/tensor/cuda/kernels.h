@@ -11,7 +11,7 @@
 #include "common/tensor/loss.h"
 
 // The CUDA kernels of the layers and the loss. Each has a CPU twin in common/tensor (named beside
-// it) that test/unit/common/tensor/cuda_kernels_test.cc compares it with. Every launcher only enqueues work on
+// it) that a test in test/unit/common/tensor/cuda_*_test.cc compares it with. Every launcher only enqueues work on
 // `stream` (check cudaGetLastError after); none allocates, so a step made of them can be captured
 // as a CUDA graph. Pointers are device pointers unless said otherwise. Sums are taken in a fixed
 // order (no atomics), so results are the same run to run on one GPU.
