@@ -5,6 +5,7 @@
 // side by side. The roster's bookkeeping and rules are in worker_roster.cc.
 
 #include <algorithm>
+#include <set>
 #include <utility>
 
 #include <fmt/format.h>
@@ -77,14 +78,14 @@ void PsService::OnFrame(const std::shared_ptr<Connection>& from, wire::InFrame f
     spdlog::warn("{}", why.message());
     return from->SendErrorAndClose(why);
   }
-  if (type != wire::MessageType::kDone && type != wire::MessageType::kError) {
-    std::optional<Status> ended;
-    {
-      MutexLock lock(&mu_);
-      ended = ended_;
-    }
-    if (ended) return ReplyError(*from, frame.header.request_id, *ended);  // the run is over: say why
+  std::optional<Status> ended;
+  {
+    MutexLock lock(&mu_);
+    if (!held_dones_.empty()) AnswerHeardLocked(from.get(), frame.header.request_id);
+    ended = ended_;
   }
+  if (ended && type != wire::MessageType::kDone && type != wire::MessageType::kError)
+    return ReplyError(*from, frame.header.request_id, *ended);  // the run is over: say why
   switch (type) {
     case wire::MessageType::kInit: return HandleInit(from, frame, rank);
     case wire::MessageType::kWaitReady: return HandleWaitReady(from, frame, rank);
@@ -195,7 +196,7 @@ void PsService::HandleInit(const ConnectionPtr& from, const wire::InFrame& frame
     SeedProgress(msg.progress, init.global_step);
     events_.Emit("ready", {{"floats", store_.size()}, {"chunks", static_cast<std::int64_t>(init.chunks.size())}});
   }
-  Reply(*from, wire::Encode(ReadyFor(rank)), id);
+  Reply(*from, wire::Encode(ReadyFor(rank, from, id)), id);
   ReleaseWaiters();
 }
 
@@ -232,7 +233,7 @@ void PsService::HandleWaitReady(const ConnectionPtr& from, const wire::InFrame& 
     if (!store_.initialized()) return ready_waiters_.push_back({from, id, wait.layout_hash});
   }
   if (wait.layout_hash != store_.layout_hash()) return ReplyError(*from, id, LayoutMismatch(*from));
-  Reply(*from, wire::Encode(ReadyFor(rank)), id);
+  Reply(*from, wire::Encode(ReadyFor(rank, from, id)), id);
 }
 
 void PsService::HandlePull(const ConnectionPtr& from, const wire::InFrame& frame) {
@@ -292,6 +293,7 @@ void PsService::ApplyPush(const ConnectionPtr& from, std::uint64_t id, const wir
     if (rank == 0 && push.epoch > run_epoch_) run_epoch_ = push.epoch;
     ack.membership = MembershipLocked(rank);
     ack.progress = ProgressLocked();
+    MarkToldLocked(rank, from, id);
   }
   Reply(*from, wire::Encode(ack), id);
   if (r->step_advanced) ReleaseWaiters();
@@ -325,6 +327,7 @@ void PsService::HandleDone(const ConnectionPtr& from, const wire::InFrame& frame
   if (!DecodeOrRefuse(*from, frame, &done)) return;
   std::optional<Ending> finished;
   std::size_t count = 0;
+  bool hold = false;
   {
     // Counted before the ack: a worker holding its ack finds its DONE counted.
     MutexLock lock(&mu_);
@@ -334,8 +337,12 @@ void PsService::HandleDone(const ConnectionPtr& from, const wire::InFrame& frame
     finished = FinishedLocked();
     // Elastic: a finished worker no longer takes a share, nor (sync) a place in the steps' quorum.
     if (first && !finished && !ended_ && store_.update().max_workers > 0) MembersChangedLocked(fmt::format("{} finished", from->peer_name()), false);
+    // The ack waits until a worker still training has heard of this DONE (see the class comment).
+    if (finished) AnswerHeldDonesLocked(/*all=*/true, Clock::now());
+    hold = !finished && !ended_ && AnyoneToTellLocked(rank);
+    if (hold) held_dones_.push_back({.conn = from, .request_id = frame.header.request_id, .rank = rank, .since = Clock::now()});
   }
-  Reply(*from, wire::EncodeDoneAck(), frame.header.request_id);
+  if (!hold) Reply(*from, wire::EncodeDoneAck(), frame.header.request_id);
   spdlog::info("{} is done ({} of {} workers){}", from->peer_name(), count, config_.cluster.num_workers(),
                done.stop ? "; it stopped the run early, and the others are told in their PUSH_ACKs" : "");
   events_.Emit("worker_done", {{"peer", from->peer_name()}, {"done", static_cast<std::int64_t>(count)},
@@ -396,7 +403,7 @@ void PsService::ReleaseWaiters() {
       if (w.min_step != store_.layout_hash()) {  // min_step carries the layout hash for WAIT_READY
         ReplyError(*c, w.request_id, LayoutMismatch(*c));
       } else {
-        wire::Ready ready = ReadyFor(RankOf(c.get()));
+        wire::Ready ready = ReadyFor(RankOf(c.get()), c, w.request_id);
         ready.global_step = step;
         Reply(*c, wire::Encode(ready), w.request_id);
       }
@@ -412,6 +419,12 @@ void PsService::OnClosed(const std::shared_ptr<Connection>& from, const Status& 
     MutexLock lock(&mu_);
     left = roster_.Closed(from.get(), from->peer_name(), store_.global_step(), Clock::now());
     if (metrics_ != nullptr) metrics_->connected_peers->Set(static_cast<double>(roster_.connections()));
+  }
+  {
+    MutexLock lock(&mu_);
+    for (HeldDone& h : held_dones_)
+      if (h.told.lock().get() == from.get()) h.told.reset();  // never proven: the next worker told counts
+    AnswerHeldDonesLocked(/*all=*/false, Clock::now());  // it may have been the last to tell
   }
   if (left.rank < 0 || left.done) return;
   spdlog::warn("lost {}: {}", from->peer_name(), why.message());
@@ -432,6 +445,7 @@ void PsService::Tick(Clock::time_point now) {
         end = FinishedLocked();
       }
     }
+    AnswerHeldDonesLocked(/*all=*/end.has_value(), now);
     if (ended_ && !end && (roster_.connections() == 0 || now >= *ended_at_ + limits_.end_grace)) {
       end = Ending{false, fmt::format("{}{}; global_step={}", ended_->message(), roster_.AwayNote(ended_->message()), store_.global_step()),
                    static_cast<int>(roster_.done_count())};
@@ -480,6 +494,7 @@ void PsService::EndRunLocked(const Status& why) {
   if (ended_ || end_called_) return;
   ended_ = why;
   ended_at_ = Clock::now();
+  AnswerHeldDonesLocked(/*all=*/true, *ended_at_);  // they finished: the run's failure is not theirs
   spdlog::warn("{}", why.message());
   events_.Emit("run_ended", {{"message", why.message()}, {"global_step", static_cast<std::int64_t>(store_.global_step())}});
   for (std::vector<Waiter>* waiting : {&ready_waiters_, &pull_waiters_}) {
@@ -555,12 +570,52 @@ std::optional<wire::Membership> PsService::MembershipLocked(int rank) const {
   return m;
 }
 
-wire::Ready PsService::ReadyFor(int rank) {
+wire::Ready PsService::ReadyFor(int rank, const ConnectionPtr& to, std::uint64_t request_id) {
   wire::Ready ready{store_.global_step(), store_.ResumeStep(rank), std::nullopt};
   MutexLock lock(&mu_);
   ready.membership = MembershipLocked(rank);
   ready.progress = ProgressLocked();
+  MarkToldLocked(rank, to, request_id);
   return ready;
+}
+
+bool PsService::AnyoneToTellLocked(int rank) const {
+  const std::set<int> live = roster_.Live();
+  return std::ranges::any_of(live, [&](int r) { return r != rank && !roster_.done(r); });
+}
+
+void PsService::MarkToldLocked(int hearer, const ConnectionPtr& to, std::uint64_t request_id) {
+  if (held_dones_.empty() || hearer < 0 || roster_.done(hearer)) return;
+  for (HeldDone& h : held_dones_) {
+    if (h.rank == hearer || !h.told.expired()) continue;
+    h.told = to;
+    h.told_request = request_id;
+  }
+}
+
+void PsService::AnswerHeardLocked(const Connection* from, std::uint64_t request_id) {
+  // The request sent along with the one told (a PULL behind its PUSH) may have left before the reply came.
+  auto keep = std::partition(held_dones_.begin(), held_dones_.end(), [&](const HeldDone& h) {
+    const ConnectionPtr told = h.told.lock();
+    return told.get() != from || request_id <= h.told_request + 1;
+  });
+  for (auto it = keep; it != held_dones_.end(); ++it)
+    if (ConnectionPtr c = it->conn.lock()) Reply(*c, wire::EncodeDoneAck(), it->request_id);  // Send only queues
+  held_dones_.erase(keep, held_dones_.end());
+}
+
+void PsService::AnswerHeldDonesLocked(bool all, Clock::time_point now) {
+  auto keep = std::partition(held_dones_.begin(), held_dones_.end(), [&](const HeldDone& h) {
+    return !all && AnyoneToTellLocked(h.rank) && now - h.since < limits_.done_hold;
+  });
+  for (auto it = keep; it != held_dones_.end(); ++it) {
+    if (!all && AnyoneToTellLocked(it->rank))
+      spdlog::warn("answered {}'s DONE although no worker still training has heard of it within {:g} s: a restart of this ps before "
+                   "one does loses it",
+                   roster_.TaskName(it->rank), std::chrono::duration<double>(limits_.done_hold).count());
+    if (ConnectionPtr c = it->conn.lock()) Reply(*c, wire::EncodeDoneAck(), it->request_id);  // Send only queues
+  }
+  held_dones_.erase(keep, held_dones_.end());
 }
 
 void PsService::MembersChangedLocked(const std::string& why, bool loss) {

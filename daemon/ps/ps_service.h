@@ -34,6 +34,13 @@ namespace tfd::ps {
 //   under wait, too few left under shrink) ends the run the same way;
 // - otherwise the run is over once the chief has sent DONE and every other worker has sent DONE or
 //   been given up on (or, under shrink, written off).
+//
+// A DONE is answered once the news is safe from a restart of this ps: once a worker still training
+// has received it (the progress in a PUSH_ACK or READY, which that worker passes on in the INIT of
+// a restarted ps; received, as its next request but the PULL sent along with the PUSH proves), or
+// no such worker is connected, or the run is over, or `done_hold` has passed. A finished worker
+// waiting for its ack keeps its connection, so a ps killed in between is one it reconnects to and
+// tells again (docs/reliability.md).
 // `on_end` is called once, with how the run ended: ok (exit 0) only when the chief finished; after
 // a failed end, once the workers have left or `end_grace` has passed, so they hear the reason.
 //
@@ -56,6 +63,7 @@ class PsService : public transport::FrameHandler {
     std::chrono::milliseconds worker_return_timeout{60000};  // a worker lost this long is given up on
     std::chrono::milliseconds startup_timeout{120000};       // ... and one that never connects, this long
     std::chrono::milliseconds end_grace{8000};               // after a failed end: how long the workers get to hear it
+    std::chrono::milliseconds done_hold{20000};              // a DONE's ack waits at most this long for a worker to hear of it
   };
   struct Ending {
     bool ok = false;      // the chief finished: exit 0
@@ -94,6 +102,17 @@ class PsService : public transport::FrameHandler {
     std::uint64_t request_id = 0;
     std::uint64_t min_step = 0;  // PULL: the step it waits for; WAIT_READY: the layout hash it expects
   };
+  // A counted DONE whose ack waits for a worker still training to hear of it (see above).
+  struct HeldDone {
+    std::weak_ptr<transport::Connection> conn;
+    std::uint64_t request_id = 0;
+    int rank = -1;
+    Clock::time_point since;
+    // The reply that told a worker still training, once one did: its connection and the request it
+    // answered. A later request on that connection, past the one sent along, proves it arrived.
+    std::weak_ptr<transport::Connection> told;
+    std::uint64_t told_request = 0;
+  };
   using ConnectionPtr = std::shared_ptr<transport::Connection>;
 
   // One per message type; `rank` is the sender's worker rank (it has shaken hands).
@@ -130,7 +149,19 @@ class PsService : public transport::FrameHandler {
   // An elastic job: `rank`'s place among the ranks not given up on, their count and the chief's
   // epoch; nullopt for a job that is not elastic, or a rank given up on.
   std::optional<wire::Membership> MembershipLocked(int rank) const TFD_REQUIRES(mu_);
-  wire::Ready ReadyFor(int rank) TFD_EXCLUDES(mu_);
+  // READY for `rank` on `to`, answering `request_id` (the held DONEs it tells of are marked so).
+  wire::Ready ReadyFor(int rank, const ConnectionPtr& to, std::uint64_t request_id) TFD_EXCLUDES(mu_);
+  // Whether a worker other than `rank` that has not finished is connected: one that would hear of
+  // `rank`'s DONE in its next reply.
+  bool AnyoneToTellLocked(int rank) const TFD_REQUIRES(mu_);
+  // A reply to `hearer` on `to`, answering `request_id`, carries the progress: marks the held DONEs
+  // it tells of (every one but hearer's own, unless a live connection was told already).
+  void MarkToldLocked(int hearer, const ConnectionPtr& to, std::uint64_t request_id) TFD_REQUIRES(mu_);
+  // Request `request_id` came on `from`: answers the held DONEs a reply on it told of before.
+  void AnswerHeardLocked(const transport::Connection* from, std::uint64_t request_id) TFD_REQUIRES(mu_);
+  // Answers the held DONEs that need no more holding at `now`: every one when `all` (the run is
+  // over), else those with nobody left to tell and those held `done_hold`.
+  void AnswerHeldDonesLocked(bool all, Clock::time_point now) TFD_REQUIRES(mu_);
   // An elastic job's membership (the ranks neither given up on nor done) changed (`why`): logs it
   // with the step it takes effect, ends the run when a `loss` leaves fewer than min_workers, and
   // (sync) makes the steps aggregate every member's gradient.
@@ -152,6 +183,7 @@ class PsService : public transport::FrameHandler {
   WorkerRoster roster_ TFD_GUARDED_BY(mu_);
   std::vector<Waiter> ready_waiters_ TFD_GUARDED_BY(mu_);                  // WAIT_READY before INIT
   std::vector<Waiter> pull_waiters_ TFD_GUARDED_BY(mu_);                   // PULLs ahead of the global step
+  std::vector<HeldDone> held_dones_ TFD_GUARDED_BY(mu_);                   // DONEs not yet answered
   std::string waiting_note_ TFD_GUARDED_BY(mu_);                           // on_worker_loss wait: what was last logged
   std::optional<Status> ended_ TFD_GUARDED_BY(mu_);  // the run ended as failed: why
   std::optional<Clock::time_point> ended_at_ TFD_GUARDED_BY(mu_);

@@ -265,6 +265,62 @@ TEST_CASE("async: a ps restarted after a worker finished learns it from the chie
   CHECK(c.Finish("worker", 1).exit_code == 0);
 }
 
+// Async, 1 ps + 2 workers: `other` is stopped while `finisher` trains to its end, so the ps counts
+// `finisher`'s DONE while no worker still training can hear of it, and holds its ack; the ps is
+// killed and restarted then, and `other` continued. The finisher, still waiting for its ack,
+// reconnects and tells the restarted ps again. (The ps's peer timeout is long enough that the
+// stopped worker stays connected: lost, it would release the ack.)
+void RestartPsBeforeAnyoneHeardDone(LocalCluster& c, int finisher, int other) {
+  const std::vector<std::string> patient = {"--peer-timeout", "120"};
+  c.StartPs(0, patient);
+  c.StartWorker(1);
+  AwaitLine(c.process("worker", 1), "connected to ps:0 (");
+  c.StartWorker(0);
+  c.AwaitEvent("worker", other, "epoch", {{"epoch", 1}});
+  c.process("worker", other).Signal(SIGSTOP);
+  c.AwaitEvent("ps", 0, "worker_done", {{"done", 1}}, 120s);
+  std::this_thread::sleep_for(300ms);
+  REQUIRE_FALSE(c.process("worker", finisher).Wait(0ms).has_value());  // still waiting for its ack
+  c.process("ps", 0).Signal(SIGKILL);
+  c.Finish("ps", 0, 30s);
+  c.StartPs(0, patient);
+  c.process("worker", other).Signal(SIGCONT);
+}
+
+// What the two cases below check: every task exits 0, the restarted ps waited for nobody and
+// counted both DONEs, and the finisher told it again.
+void CheckEveryoneFinished(LocalCluster& c, int finisher) {
+  TaskResult w0 = c.Finish("worker", 0, 120s);
+  TaskResult w1 = c.Finish("worker", 1, 120s);
+  INFO(w0.err);
+  INFO(w1.err);
+  CHECK(w0.exit_code == 0);
+  CHECK(w1.exit_code == 0);
+  CHECK((finisher == 0 ? w0 : w1).err.find("reconnected to ps:0 (") != std::string::npos);
+  TaskResult ps = c.Finish("ps", 0, 30s);
+  INFO(ps.err);
+  CHECK(ps.exit_code == 0);
+  CHECK(c.Events("ps", 0, "gave_up").empty());
+  REQUIRE(ps.done.is_object());
+  CHECK(ps.done["workers_done"] == 2);
+}
+
+TEST_CASE("async: a ps killed after the chief's DONE, before any worker heard of it, and restarted: the chief tells it again",
+          "[integration][cluster][fault]") {
+  TempDir data;
+  LocalCluster c({.num_ps = 1, .num_workers = 2, .job = SyntheticJob(data, 2000, 200, R"({"mode": "async"})", 40)});
+  RestartPsBeforeAnyoneHeardDone(c, 0, 1);
+  CheckEveryoneFinished(c, 0);
+}
+
+TEST_CASE("async: a ps killed after a worker's DONE, before the chief heard of it, and restarted: the worker tells it again",
+          "[integration][cluster][fault]") {
+  TempDir data;
+  LocalCluster c({.num_ps = 1, .num_workers = 2, .job = SyntheticJob(data, 2000, 200, R"({"mode": "async"})", 40)});
+  RestartPsBeforeAnyoneHeardDone(c, 1, 0);
+  CheckEveryoneFinished(c, 1);
+}
+
 TEST_CASE("a worker stopped (SIGSTOP) past the peer timeout reconnects when continued and finishes", "[integration][cluster][fault]") {
   TempDir data;
   LocalCluster c({.num_ps = 1, .num_workers = 2, .job = SyntheticJob(data, 2000, 50, R"({"mode": "async"})", 40)});

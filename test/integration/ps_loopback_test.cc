@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -196,13 +197,16 @@ struct TwoWorkers {
     std::vector<float> scratch(4, 9.0f);
     Ok(other.Initialize(/*chief=*/false, Sgd(), update, scratch));
   }
-  // DONE from one worker ends nothing; from both, the service calls on_all_done.
+  // DONE from one worker ends nothing (and its ack waits, the other worker being still connected
+  // and unaware of it); from both, the service calls on_all_done and answers both.
   void DoneFromBoth() {
-    Ok(chief.Done(0, kInitial));
-    std::this_thread::sleep_for(50ms);
+    std::future<Status> chief_done = std::async(std::launch::async, [&] { return chief.Done(0, kInitial); });
+    CHECK(chief_done.wait_for(100ms) == std::future_status::timeout);
     CHECK_FALSE(ps.all_done());
     Ok(other.Done(1, kInitial));
     CHECK(Eventually([&] { return ps.all_done(); }));
+    REQUIRE(chief_done.wait_for(30s) == std::future_status::ready);
+    Ok(chief_done.get());
   }
 
   LoopbackPs ps;
@@ -383,6 +387,49 @@ TEST_CASE("sync, on_worker_loss wait: a step waits for a lost worker, then fails
   CHECK(r.status().message().find("worker:1") != std::string::npos);
   CHECK(r.status().message().find("did not come back within 60 s") != std::string::npos);
   CHECK(c.ps.store().global_step() == 0);  // the half step was never applied
+}
+
+// A DONE's ack waits until a worker still training has heard of it, so that a ps killed in between
+// is one the finished worker reconnects to and tells again (docs/reliability.md).
+TEST_CASE("a DONE is answered once another worker still training has received it in a PUSH_ACK", "[integration][ps]") {
+  TwoWorkers c(config::UpdateSpec::Mode::kAsync);
+  std::future<Status> chief_done = std::async(std::launch::async, [&] { return c.chief.Done(0, kInitial); });
+  REQUIRE(Eventually([&] { return c.ps.worker(0) == WorkerState::kDone; }));
+  CHECK(chief_done.wait_for(200ms) == std::future_status::timeout);  // counted, not answered
+  CHECK(c.other.progress().done.empty());
+  std::vector<float> params(4);
+  const std::vector<float> g = {0.0f, 0.0f, 0.0f, 0.0f};
+  Ok(c.other.PushPull(Tag(1, 22, 1), g, params, /*sync=*/false).status());
+  CHECK(c.other.progress().done == std::vector<std::uint32_t>{0});  // heard: it passes it on to a restarted ps
+  // The ps sent it, but has no proof yet that it arrived: the next request after the push's pull is.
+  CHECK(chief_done.wait_for(200ms) == std::future_status::timeout);
+  Ok(c.other.Pull(params, /*sync=*/false).status());
+  REQUIRE(chief_done.wait_for(30s) == std::future_status::ready);
+  Ok(chief_done.get());
+  CHECK_FALSE(c.ps.ending().has_value());  // worker:1 trains on
+}
+
+TEST_CASE("a held DONE is answered when the last worker that could hear of it is lost, or after done_hold", "[integration][ps][fault]") {
+  SECTION("the other worker lost") {
+    TwoWorkers c(config::UpdateSpec::Mode::kAsync);
+    std::future<Status> chief_done = std::async(std::launch::async, [&] { return c.chief.Done(0, kInitial); });
+    REQUIRE(Eventually([&] { return c.ps.worker(0) == WorkerState::kDone; }));
+    CHECK(chief_done.wait_for(200ms) == std::future_status::timeout);
+    c.other.Close();
+    REQUIRE(chief_done.wait_for(30s) == std::future_status::ready);
+    Ok(chief_done.get());
+  }
+  SECTION("the other worker silent past done_hold") {
+    TwoWorkers c(config::UpdateSpec::Mode::kAsync);
+    std::future<Status> chief_done = std::async(std::launch::async, [&] { return c.chief.Done(0, kInitial); });
+    REQUIRE(Eventually([&] { return c.ps.worker(0) == WorkerState::kDone; }));
+    c.ps.Tick(0s);
+    CHECK(chief_done.wait_for(200ms) == std::future_status::timeout);
+    c.ps.Tick(21s);  // past the 20 s default
+    REQUIRE(chief_done.wait_for(30s) == std::future_status::ready);
+    Ok(chief_done.get());
+    CHECK(c.ps.worker(1) == WorkerState::kConnected);
+  }
 }
 
 TEST_CASE("a worker that never connects is given up on after the startup timeout", "[integration][ps][fault]") {
