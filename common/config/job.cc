@@ -401,8 +401,6 @@ JobSpec ReadJobSpec(ObjectReader& r) {
                                                 job.early_stopping.monitor != EarlyStoppingSpec::Monitor::kNone ? "early_stopping" : "stop_at_accuracy"));
   if (r.status().ok() && job.evaluation == Evaluation::kEvaluator && job.checkpoint.dir.empty())
     r.Fail(r.PathOf("evaluation"), "\"evaluator\" needs checkpoints (the evaluator reads the chief's): set checkpoint.dir");
-  if (r.status().ok() && job.evaluation == Evaluation::kEvaluator && job.update.mode == UpdateSpec::Mode::kAllreduce)
-    r.Fail(r.PathOf("evaluation"), "\"evaluator\" needs checkpoints, which allreduce mode does not write in this version");
   ReadElastic(r, &job.elastic);
   if (r.status().ok()) ReadModelParallel(r, &job);
   // Error feedback is per worker state that elastic commits and the model-parallel replicas' ring do not carry.

@@ -81,9 +81,6 @@ Status CheckEvaluation(const ClusterSpec& cluster, const JobSpec& job, std::stri
   if (job.evaluation == Evaluation::kNone)
     return Status::InvalidArgument(fmt::format("{}evaluation: \"none\", but the cluster has an evaluator task (remove it, or set "
                                                "\"evaluation\": \"evaluator\")", where));
-  if (job.update.mode == UpdateSpec::Mode::kAllreduce)
-    return Status::InvalidArgument(fmt::format("{}update.mode: allreduce writes no checkpoints in this version, so the cluster's "
-                                               "evaluator task would have none to evaluate", where));
   if (job.checkpoint.dir.empty())
     return Status::InvalidArgument(fmt::format("{}checkpoint: missing: the cluster has an evaluator task, which evaluates the "
                                                "chief's checkpoints (set checkpoint.dir)", where));

@@ -101,9 +101,48 @@ Result<std::int64_t> AllreduceUpdater::JoinStep(model::Model& model) {
   return Exchange(model, false);
 }
 
-Result<std::int64_t> AllreduceUpdater::Finish(model::Model&) {
+Result<std::int64_t> AllreduceUpdater::Finish(model::Model& model) {
+  if (saver_ != nullptr && ring_->rank() == 0) TFD_RETURN_IF_ERROR(SaveState(model, /*final=*/true).WithContext("the final checkpoint"));
   TFD_RETURN_IF_ERROR(ring_->Finish().WithContext("leaving the ring"));
   return global_step_;
+}
+
+void AllreduceUpdater::EnableCheckpoints(train::WholeCheckpointing c, const model::Model& model, bool defer_epoch_end) {
+  saver_ = std::make_unique<train::WholeSaver>(std::move(c), model, static_cast<std::uint64_t>(global_step_));
+  saved_model_ = &model;
+  defer_epoch_end_ = defer_epoch_end;
+}
+
+Status AllreduceUpdater::Restore(model::Model& model, const train::WholeRestore& restore, std::int64_t steps_per_epoch) {
+  if (restore.params.size() != model.params().size())
+    return Status::InvalidArgument(fmt::format("restore: {} parameters for a model of {}", restore.params.size(), model.params().size()));
+  TFD_RETURN_IF_ERROR(state_.Restore(restore.slots, restore.updates));
+  std::copy(restore.params.begin(), restore.params.end(), model.params().begin());
+  global_step_ = static_cast<std::int64_t>(restore.global_step);
+  const auto local = static_cast<std::int64_t>(restore.resume_step), steps = std::max<std::int64_t>(steps_per_epoch, 1);
+  position_ = {.epoch = static_cast<int>(local / steps + 1), .epoch_steps = local % steps, .local_step = local, .global_step = global_step_};
+  restored_ = true;
+  return Status::Ok();
+}
+
+void AllreduceUpdater::EpochJudged(const ckpt::EarlyStopping& state) {
+  if (saver_ == nullptr || ring_->rank() != 0) return;
+  saver_->SetEarlyStopping(state);
+  if (saver_->Due(static_cast<std::uint64_t>(global_step_))) (void)SaveState(*saved_model_, false);
+}
+
+Status AllreduceUpdater::SaveState(const model::Model& model, bool final) {
+  const std::span<const float> params = model.params(), slots = std::as_const(state_).slots();
+  train::WholeState state{.global_step = static_cast<std::uint64_t>(global_step_),
+                          .updates = state_.updates(),
+                          .replicas = ring_->size(),
+                          .epoch = position_.epoch,
+                          .epoch_steps = position_.epoch_steps,
+                          .final = final,
+                          .params = std::vector<float>(params.begin(), params.end()),
+                          .slots = std::vector<float>(slots.begin(), slots.end()),
+                          .early_stopping = std::nullopt};
+  return saver_->Save(std::move(state), fmt::format("held by each of the {} workers", ring_->size()));
 }
 
 Result<bool> AllreduceUpdater::EndOfEpoch(bool stop) {
@@ -158,6 +197,11 @@ Result<std::int64_t> AllreduceUpdater::Exchange(model::Model& model, bool contri
     for (std::size_t i = 0; i < n; ++i) grads[i] = buffer_[i] * scale;
     state_.Apply(model.params(), grads, global_step_ - 1);  // the rate of the steps before this one, as on every worker
   }
+  // A save due at an epoch's last step (no member has another batch) waits for the chief's judgement.
+  if (saver_ != nullptr && ring_->rank() == 0 && !(defer_epoch_end_ && !others_have_data_) &&
+      saver_->Due(static_cast<std::uint64_t>(global_step_))) {
+    if (Status s = SaveState(model, false); !s.ok()) spdlog::warn("checkpoint: {}", s.message());
+  }
   if (commit_every_ > 0) {
     // This step's all-reduce is done here, so every member finished the step before it.
     if (pending_.valid && pending_.global_step < global_step_) {
@@ -195,7 +239,7 @@ void AllreduceUpdater::TakeCommit(const model::Model& model, Commit* into) {
 void AllreduceUpdater::EnableElastic(const model::Model& model, int commit_every_steps, ElasticHooks hooks) {
   commit_every_ = commit_every_steps;
   hooks_ = std::move(hooks);
-  position_ = {.epoch = 1, .epoch_steps = 0, .local_step = 0, .global_step = 0};  // an allreduce run starts at epoch 1
+  if (!restored_) position_ = {.epoch = 1, .epoch_steps = 0, .local_step = 0, .global_step = 0};  // an allreduce run starts at epoch 1
   TakeCommit(model, &current_);  // every member holds the initial parameters once the broadcast is done
 }
 

@@ -17,6 +17,7 @@
 #include "common/tensor/layers.h"
 #include "daemon/allreduce/compressed_exchange.h"
 #include "daemon/train/updater.h"
+#include "daemon/train/whole_checkpoint.h"
 
 namespace tfd::allreduce {
 
@@ -106,8 +107,22 @@ class AllreduceUpdater final : public train::Updater, public tensor::CrossReplic
   // step's Exchange (or Recover's caller), and later sums of the step are skipped.
   void Sum(std::span<float> values) override;
 
+  // Checkpoints (job.checkpoint): every worker holds the same state after a step, so the ring's
+  // rank 0 alone saves it, per the schedule, after the step's update (train::WholeSaver), and at
+  // Finish (final). `defer_epoch_end`: the chief judges each epoch (early stopping), so a save due
+  // at an epoch's last step waits for EpochJudged and holds the rule's state after it. Call before
+  // the first step (after Restore).
+  void EnableCheckpoints(train::WholeCheckpointing c, const model::Model& model, bool defer_epoch_end);
+  // A checkpoint's state, shared by the chief to every member: parameters, optimizer slots and
+  // update count, the global step, and where the epoch loop resumes (after `restore.resume_step`
+  // local steps of `steps_per_epoch`). Call before EnableElastic and the first step.
+  Status Restore(model::Model& model, const train::WholeRestore& restore, std::int64_t steps_per_epoch);
+  void EpochJudged(const ckpt::EarlyStopping& state) override;
+
  private:
   Result<std::int64_t> Exchange(model::Model& model, bool contributes);
+  // Rank 0 with checkpoints: saves the state after the step just done (`final`: the end's, waited for).
+  Status SaveState(const model::Model& model, bool final);
   Status StartBucket(model::Model& model, bool contributes);  // the next bucket of this step
   void FillControl(bool contributes);                        // buffer_'s floats after the gradient
 
@@ -146,6 +161,10 @@ class AllreduceUpdater final : public train::Updater, public tensor::CrossReplic
   const bool sync_layers_;             // the model has synchronised batch norms
   Status sum_error_;                   // the first failed Sum of this step
   std::vector<float> sum_scratch_;     // a Sum's values, padded to the ring's size
+  std::unique_ptr<train::WholeSaver> saver_;  // job.checkpoint; null without
+  const model::Model* saved_model_ = nullptr; // what the saves copy (EpochJudged has no model)
+  bool defer_epoch_end_ = false;               // saves due at an epoch's last step wait for EpochJudged
+  bool restored_ = false;                      // Restore placed position_
   // Elastic: 0 when not.
   int commit_every_ = 0;
   ElasticHooks hooks_;

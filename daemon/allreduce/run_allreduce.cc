@@ -20,6 +20,7 @@
 #include "daemon/allreduce/allreduce_updater.h"
 #include "daemon/allreduce/join_door.h"
 #include "daemon/ring_options.h"
+#include "daemon/ring_restore.h"
 #include "daemon/train/device.h"
 #include "daemon/train/job_data.h"
 #include "daemon/train/trainer.h"
@@ -354,6 +355,15 @@ Status RunAllreduceWorker(const config::TfConfig& config, const config::JobSpec&
   spdlog::info("{} (rank {} of {}{}); allreduce; model: {}", config.task.ToString(), rank, num_workers, chief ? ", chief" : "",
                model.Summary());
   task::EmitStart(events, {.role = "worker", .mode = "allreduce", .rank = rank, .chief = chief});
+  // A rank past the workers the run started with joins the running ring (elastic only: config::CheckJobOnCluster).
+  const bool joiner = rank >= config.cluster.base_num_workers();
+  // Checkpoints: the chief reads the newest now, and every member gets it once the ring is formed.
+  // Every worker knows the card (the model, the data's fingerprint): whoever is the ring's rank 0 writes.
+  const bool checkpoints = !job.checkpoint.dir.empty();
+  const std::int64_t steps_per_epoch = train::StepsPerEpoch(loaded.data.train.size, num_workers, job.batch_size);
+  const exporting::ModelCard card = checkpoints ? exporting::CardFor(job, loaded.data.train) : exporting::ModelCard{};
+  Result<train::WholeRestore> restore =
+      chief && !joiner ? train::LoadWholeRestore(job, model, card, num_workers, steps_per_epoch) : train::WholeRestore{};
 
   std::unique_ptr<transport::Listener> listener;
   std::shared_ptr<collective::Collective> ring;
@@ -365,8 +375,6 @@ Status RunAllreduceWorker(const config::TfConfig& config, const config::JobSpec&
     if (listener != nullptr) listener->Stop();
   });
 
-  // A rank past the workers the run started with joins the running ring (elastic only: config::CheckJobOnCluster).
-  const bool joiner = rank >= config.cluster.base_num_workers();
   collective::RingOptions ro = RingOptionsFor(config, 0, num_workers, rank, options, connection);
   std::shared_ptr<JoinDoor> door;
   if (elastic.enabled()) {
@@ -397,6 +405,10 @@ Status RunAllreduceWorker(const config::TfConfig& config, const config::JobSpec&
     TFD_RETURN_IF_ERROR(train::AtStartup(ring->Connect()));
     // Every worker starts from the chief's parameters.
     TFD_RETURN_IF_ERROR(train::AtStartup(ring->Broadcast(model.params()).WithContext("broadcast of the initial parameters")));
+    if (!restore.ok()) {  // the chief's checkpoint does not fit: every worker ends with its reason
+      ring->Close(restore.status());
+      return restore.status();
+    }
   }
 
   metrics::TaskMetrics* m = options.metrics;
@@ -410,6 +422,31 @@ Status RunAllreduceWorker(const config::TfConfig& config, const config::JobSpec&
                  num_workers);
   }
   train::TrainerOptions topts = train::TrainerOptionsFor(config, job, options);
+  if (checkpoints && !joiner) {
+    TFD_RETURN_IF_ERROR(
+        train::AtStartup(ShareWholeRestore(nullptr, *ring, model.params().size(), optimizer->num_slots(), &*restore)));
+    if (restore->found) {
+      TFD_RETURN_IF_ERROR(train::AtStartup(updater.Restore(model, *restore, steps_per_epoch)));
+      topts.start_local_step = static_cast<std::int64_t>(restore->resume_step);
+      if (restore->early_stopping) topts.early_stopping.push_back(*restore->early_stopping);  // the chief's: it judges
+      if (chief) {
+        spdlog::info("restored {} at global_step {} onto {} workers: resuming after local step {}", restore->path, restore->global_step,
+                     num_workers, restore->resume_step);
+        events.Emit("restored", {{"path", restore->path}, {"global_step", static_cast<std::int64_t>(restore->global_step)}});
+      }
+      restore->params = {};  // the model and the updater hold them now
+      restore->slots = {};
+    }
+  }
+  if (checkpoints) {
+    updater.EnableCheckpoints({.spec = job.checkpoint,
+                               .optimizer = job.optimizer,
+                               .slot_names = optimizer->SlotNames(),
+                               .batch_size = job.batch_size,
+                               .model_card = exporting::CardText(card),
+                               .events = &events},
+                              model, chief && job.can_stop_early() && topts.evaluate_each_epoch);
+  }
   if (elastic.enabled()) {
     updater.EnableElastic(model, elastic.commit_every_steps,
                           {.reform = [&](const Status& error, std::int64_t commit_step) { return Reform(cx, error, commit_step); },

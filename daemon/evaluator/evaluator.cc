@@ -182,8 +182,6 @@ Status RunEvaluator(const config::TfConfig& config, const config::JobSpec& job, 
   Status s = [&]() -> Status {
     if (job.checkpoint.dir.empty())
       return Status::InvalidArgument("checkpoint: missing: the evaluator task evaluates the chief's checkpoints (set checkpoint.dir)");
-    if (job.update.mode == config::UpdateSpec::Mode::kAllreduce)
-      return Status::InvalidArgument("update.mode: allreduce writes no checkpoints in this version: the evaluator task has none to evaluate");
     TFD_ASSIGN_OR_RETURN(train::LoadedJob loaded, train::LoadJobData(job, config.cluster.num_workers(), /*trains=*/false));
     const std::chrono::milliseconds idle = options.idle_timeout.count() > 0 ? options.idle_timeout : IdleTimeoutFor(job.checkpoint);
     spdlog::info("{}; model: {}; watching {} every {} ms (first checkpoint within {:.0f} s, each next within {:.0f} s)",

@@ -11,10 +11,10 @@
 #include "common/transport/listener.h"
 #include "daemon/pipeline/layer_stage.h"
 #include "daemon/pipeline/stage_plan.h"
-#include "daemon/pipeline/stage_restore.h"
 #include "daemon/pipeline/stage_updater.h"
 #include "daemon/pipeline/unit_stage.h"
 #include "daemon/ring_options.h"
+#include "daemon/ring_restore.h"
 #include "daemon/task_kind.h"
 #include "daemon/train/job_data.h"
 #include "daemon/train/trainer.h"
@@ -56,7 +56,8 @@ Status RunPipelineWorker(const config::TfConfig& config, const config::JobSpec& 
   // The chief reads the newest checkpoint now; every stage gets it once the rings are formed.
   // Its card (the model, the data's fingerprint) goes into every checkpoint and is checked at a restore.
   const exporting::ModelCard card = config.is_chief() && !job.checkpoint.dir.empty() ? exporting::CardFor(job, loaded.data.train) : exporting::ModelCard{};
-  Result<StageRestore> restore = config.is_chief() ? LoadStageRestore(job, model, card, replicas, steps_per_epoch) : StageRestore{};
+  Result<train::WholeRestore> restore =
+      config.is_chief() ? train::LoadWholeRestore(job, model, card, replicas, steps_per_epoch) : train::WholeRestore{};
 
   std::unique_ptr<transport::Listener> listener;
   std::shared_ptr<collective::Ring> ring, replica_ring;
@@ -131,10 +132,15 @@ Status RunPipelineWorker(const config::TfConfig& config, const config::JobSpec& 
       return s->Step(x, y, seed);
     };
   }
-  StageCheckpointing checkpointing{.spec = job.checkpoint, .optimizer = job.optimizer,
+  StageCheckpointing checkpointing{.whole = {.spec = job.checkpoint,
+                                             .optimizer = job.optimizer,
+                                             .slot_names = optimizer->SlotNames(),
+                                             .batch_size = job.batch_size,
+                                             .model_card = card.data_fingerprint.empty() ? std::string() : exporting::CardText(card),
+                                             .events = &events},
                                    .steps_per_epoch = steps_per_epoch,
-                                   .replicas = replicas, .batch_size = job.batch_size, .writer = config.is_chief(), .events = &events,
-                                   .model_card = card.data_fingerprint.empty() ? std::string() : exporting::CardText(card)};
+                                   .replicas = replicas,
+                                   .writer = config.is_chief()};
   if (!job.checkpoint.dir.empty() && job.checkpoint.every_secs > 0 && job.checkpoint.every_steps == 0)
     spdlog::warn("checkpoint.every_secs: a model-parallel job checkpoints every_steps (every stage gathers at the same step) and at "
                  "the end only");
@@ -149,7 +155,7 @@ Status RunPipelineWorker(const config::TfConfig& config, const config::JobSpec& 
                        },
                        std::move(checkpointing));
   updater.CombineReplicasOver(replica_ring.get(), stats);
-  TFD_RETURN_IF_ERROR(train::AtStartup(ShareStageRestore(*ring, stage == 0 ? replica_ring.get() : nullptr, model.params().size(),
+  TFD_RETURN_IF_ERROR(train::AtStartup(ShareWholeRestore(stage == 0 ? replica_ring.get() : nullptr, *ring, model.params().size(),
                                                          optimizer->num_slots(), &*restore)));
   if (restore->found) {
     std::copy(restore->params.begin(), restore->params.end(), model.params().begin());

@@ -101,14 +101,14 @@ Result<std::int64_t> StageUpdater::Step(model::Model& model, std::int64_t local_
     states_[i]->Apply(model.params().subspan(r.begin, r.end - r.begin), model.grads().subspan(r.begin, r.end - r.begin), updates_);
   }
   ++updates_;
-  const std::int64_t every = checkpointing_.spec.every_steps;
+  const std::int64_t every = checkpointing_.whole.spec.every_steps;
   last_local_step_ = local_step;
-  if (!checkpointing_.spec.dir.empty() && every > 0 && local_step % every == 0) TFD_RETURN_IF_ERROR(SaveCheckpoint(model, local_step, false));
+  if (!checkpointing_.whole.spec.dir.empty() && every > 0 && local_step % every == 0) TFD_RETURN_IF_ERROR(SaveCheckpoint(model, local_step, false));
   return updates_;  // the global step: updates applied (more than local steps after a restore that started an epoch again)
 }
 
 Result<std::int64_t> StageUpdater::Finish(model::Model& model) {
-  if (!checkpointing_.spec.dir.empty()) TFD_RETURN_IF_ERROR(SaveCheckpoint(model, last_local_step_, /*final=*/true));
+  if (!checkpointing_.whole.spec.dir.empty()) TFD_RETURN_IF_ERROR(SaveCheckpoint(model, last_local_step_, /*final=*/true));
   TFD_RETURN_IF_ERROR(GatherParams(ring_, model.params(), owned_).WithContext("gathering the stages' parameters"));
   return updates_;
 }
@@ -128,38 +128,22 @@ Status StageUpdater::SaveCheckpoint(const model::Model& model, std::int64_t loca
     TFD_RETURN_IF_ERROR(ring_.AllReduce(slots[k]).WithContext("checkpoint: gathering the stages' optimizer slots"));
   }
   if (!checkpointing_.writer) return Status::Ok();
-  ckpt::Checkpoint ck;
-  ck.global_step = static_cast<std::uint64_t>(step);
-  ck.final = final;
-  ck.num_workers = static_cast<std::uint32_t>(std::max(checkpointing_.replicas, 1));
-  ck.optimizer.spec = checkpointing_.optimizer;
-  ck.optimizer.updates = updates_;
-  ck.optimizer.slot_names = slot_names_;
-  ck.model_card = checkpointing_.model_card;
-  const auto steps = static_cast<std::uint64_t>(std::max<std::int64_t>(checkpointing_.steps_per_epoch, 1));
-  for (std::uint32_t r = 0; r < ck.num_workers; ++r)  // every replica is at the same step of its shard
-    ck.cursors.push_back({.rank = r, .epoch = static_cast<std::uint32_t>(static_cast<std::uint64_t>(local_step) / steps + 1), .base = 0,
-                          .next = (static_cast<std::uint64_t>(local_step) % steps) * static_cast<std::uint64_t>(checkpointing_.batch_size)});
-  for (const model::Variable& v : model.variables()) {
-    ckpt::NamedTensor t{.name = v.name, .shape = v.shape, .values = {}, .slots = {}};
-    const auto b = params.begin() + v.offset;
-    t.values.assign(b, b + v.size);
-    for (std::size_t k = 0; k < slots.size(); ++k) {
-      const auto sb = slots[k].begin() + v.offset;
-      t.slots.push_back({slot_names_[k], std::vector<float>(sb, sb + v.size)});
-    }
-    ck.tensors.push_back(std::move(t));
-  }
-  std::error_code ec;
-  std::filesystem::create_directories(checkpointing_.spec.dir, ec);
-  Result<std::string> path = ckpt::Write(checkpointing_.spec.dir, ck, checkpointing_.spec.keep);
-  if (!path.ok()) {
-    spdlog::warn("checkpoint not written: {}", path.status().message());
-    return Status::Ok();
-  }
-  spdlog::info("checkpoint: {} (global_step {}, the whole network gathered from {} stages)", *path, step, ring_.size());
-  if (checkpointing_.events != nullptr)
-    checkpointing_.events->Emit("checkpoint", {{"global_step", step}, {"path", *path}, {"final", final}});
+  std::vector<float> flat;
+  flat.reserve(n * slots.size());
+  for (const std::vector<float>& slot : slots) flat.insert(flat.end(), slot.begin(), slot.end());
+  // A write error is logged, and training goes on.
+  const std::int64_t steps = std::max<std::int64_t>(checkpointing_.steps_per_epoch, 1);
+  (void)train::WriteWholeCheckpoint(checkpointing_.whole, model,
+                                    {.global_step = static_cast<std::uint64_t>(step),
+                                     .updates = updates_,
+                                     .replicas = checkpointing_.replicas,
+                                     .epoch = static_cast<int>(local_step / steps + 1),
+                                     .epoch_steps = local_step % steps,
+                                     .final = final,
+                                     .params = std::move(params),
+                                     .slots = std::move(flat),
+                                     .early_stopping = early_stopping_},
+                                    fmt::format("the whole network gathered from {} stages", ring_.size()));
   return Status::Ok();
 }
 

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "common/optim/optimizer.h"
 #include "daemon/pipeline/layer_stage.h"
 #include "daemon/train/updater.h"
+#include "daemon/train/whole_checkpoint.h"
 
 namespace tfd::pipeline {
 
@@ -32,17 +34,14 @@ std::vector<OwnedRange> UnitRanges(const model::Model& model, int stage, int sta
 
 // Checkpoints of a model-parallel replica (job.checkpoint with every_steps; every_secs is not used,
 // as every stage must gather at the same step): every stage takes part in gathering the whole
-// network and its optimizer slots, and the chief alone writes them, under the variables' usual
-// names, so the file is the same as a ps mode's and restores onto any split or data parallel.
+// network and its optimizer slots, and the chief alone (`writer`) writes them, under the variables'
+// usual names (train::WriteWholeCheckpoint), so the file is the same as a ps mode's and restores
+// onto any split or data parallel.
 struct StageCheckpointing {
-  config::CheckpointSpec spec;       // dir empty: none
-  config::OptimizerSpec optimizer;
+  train::WholeCheckpointing whole;   // whole.spec.dir empty: none
   std::int64_t steps_per_epoch = 0;  // for the data cursors
   int replicas = 1;                  // one data cursor per replica
-  int batch_size = 0;
   bool writer = false;               // this task writes the files (the chief)
-  EventWriter* events = nullptr;     // `checkpoint` events; not owned
-  std::string model_card;            // the checkpoints' CARD (exporting::CardText); empty: none
 };
 
 // A model-parallel stage's updates: the step's gradient (already in model.grads() over the owned
@@ -74,6 +73,8 @@ class StageUpdater final : public train::Updater {
   Result<std::int64_t> Step(model::Model& model, std::int64_t local_step) override;
   Result<std::int64_t> Finish(model::Model& model) override;
   std::string EpochNote() override { return note_ ? note_() : ""; }
+  // The chief: the early-stopping rule's state after the epoch it judged, for the checkpoints.
+  void EpochJudged(const ckpt::EarlyStopping& state) override { early_stopping_ = state; }
 
  private:
   // Gathers parameters and slots on every stage; the writer writes them. Errors of the gather end
@@ -92,6 +93,7 @@ class StageUpdater final : public train::Updater {
   std::function<std::string()> note_;
   StageCheckpointing checkpointing_;
   std::vector<std::string> slot_names_;
+  std::optional<ckpt::EarlyStopping> early_stopping_;
   std::int64_t updates_ = 0;          // the global step
   std::int64_t last_local_step_ = 0;
 };

@@ -580,8 +580,9 @@ wire::Ready PsService::ReadyFor(int rank, const ConnectionPtr& to, std::uint64_t
 }
 
 bool PsService::AnyoneToTellLocked(int rank) const {
-  const std::set<int> live = roster_.Live();
-  return std::ranges::any_of(live, [&](int r) { return r != rank && !roster_.done(r); });
+  for (int r : roster_.Live())  // a loop, not a lambda: the lock analysis sees mu_ held here
+    if (r != rank && !roster_.done(r)) return true;
+  return false;
 }
 
 void PsService::MarkToldLocked(int hearer, const ConnectionPtr& to, std::uint64_t request_id) {
@@ -605,17 +606,20 @@ void PsService::AnswerHeardLocked(const Connection* from, std::uint64_t request_
 }
 
 void PsService::AnswerHeldDonesLocked(bool all, Clock::time_point now) {
-  auto keep = std::partition(held_dones_.begin(), held_dones_.end(), [&](const HeldDone& h) {
-    return !all && AnyoneToTellLocked(h.rank) && now - h.since < limits_.done_hold;
-  });
-  for (auto it = keep; it != held_dones_.end(); ++it) {
-    if (!all && AnyoneToTellLocked(it->rank))
+  std::vector<HeldDone> kept;
+  for (HeldDone& h : held_dones_) {
+    const bool to_tell = !all && AnyoneToTellLocked(h.rank);
+    if (to_tell && now - h.since < limits_.done_hold) {
+      kept.push_back(std::move(h));
+      continue;
+    }
+    if (to_tell)
       spdlog::warn("answered {}'s DONE although no worker still training has heard of it within {:g} s: a restart of this ps before "
                    "one does loses it",
-                   roster_.TaskName(it->rank), std::chrono::duration<double>(limits_.done_hold).count());
-    if (ConnectionPtr c = it->conn.lock()) Reply(*c, wire::EncodeDoneAck(), it->request_id);  // Send only queues
+                   roster_.TaskName(h.rank), std::chrono::duration<double>(limits_.done_hold).count());
+    if (ConnectionPtr c = h.conn.lock()) Reply(*c, wire::EncodeDoneAck(), h.request_id);  // Send only queues
   }
-  held_dones_.erase(keep, held_dones_.end());
+  held_dones_ = std::move(kept);
 }
 
 void PsService::MembersChangedLocked(const std::string& why, bool loss) {

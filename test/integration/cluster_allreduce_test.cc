@@ -296,6 +296,77 @@ TEST_CASE("a synchronised batch norm in a ps mode is refused naming model.layers
         std::string::npos);
 }
 
+// A job with a checkpoint folder `dir`: a save every 10 steps (one epoch of 400 examples on 2
+// workers at batch 20) and at the end.
+std::string Checkpointed(std::string job, const std::string& dir) {
+  job.insert(job.rfind('}'), R"(, "checkpoint": {"dir": ")" + dir + R"(", "every_steps": 10, "keep": 10})");
+  return job;
+}
+
+TEST_CASE("allreduce: the chief checkpoints the whole network, and a run resumed from it ends with the undisturbed run's bits",
+          "[integration][cluster][allreduce][checkpoint]") {
+  TempDir data, first;
+  const std::string momentum = R"({"type": "momentum", "learning_rate": 0.05, "momentum": 0.9})";
+  const std::string job = SyntheticJob(data, 400, 60, R"({"mode": "allreduce"})", 3, momentum);
+  LocalCluster a({.num_ps = 0, .num_workers = 2, .job = Checkpointed(job, first.path())});
+  auto whole = RunToCompletion(a);
+  REQUIRE(whole[0]["params_sha256"].is_string());
+  CHECK(whole[1]["params_sha256"] == whole[0]["params_sha256"]);
+  Result<std::vector<std::string>> files = ckpt::List(first.path());
+  REQUIRE(files.ok());
+  REQUIRE(files->size() == 3);  // newest first: steps 30 (final), 20, 10
+  CHECK(files->at(0).find("ckpt-000000000030.tfdckpt") != std::string::npos);
+  CHECK(files->at(2).find("ckpt-000000000010.tfdckpt") != std::string::npos);
+  CHECK(a.Events("worker", 1, "checkpoint").empty());  // the chief alone writes
+  {
+    Result<ckpt::Checkpoint> last = ckpt::Load(files->at(0));
+    REQUIRE(last.ok());
+    CHECK(last->final);
+    CHECK(last->global_step == 30);
+    CHECK(last->optimizer.slot_names == std::vector<std::string>{"momentum"});
+    CHECK(last->num_workers == 2);
+    CHECK_FALSE(last->model_card.empty());
+    REQUIRE(last->tensors.size() == 4);
+    CHECK(last->tensors[0].name == "dense/kernel");
+    Result<ckpt::Checkpoint> epoch1 = ckpt::Load(files->at(2));
+    REQUIRE(epoch1.ok());
+    REQUIRE(epoch1->cursors.size() == 2);
+    CHECK(epoch1->cursors[1].epoch == 1);
+    CHECK(epoch1->cursors[1].next == 200);  // every batch of epoch 1's shard done
+  }
+
+  // From step 10 (after epoch 1): epochs 2 and 3 again, the same bits as the undisturbed run.
+  TempDir b_dir;
+  WriteFile(b_dir / "ckpt-000000000010.tfdckpt", ReadAll(files->at(2)));
+  LocalCluster b({.num_ps = 0, .num_workers = 2, .job = Checkpointed(job, b_dir.path())});
+  auto resumed = RunToCompletion(b);
+  {
+    const std::string out = b.process("worker", 0).out();
+    INFO(b.process("worker", 0).err());
+    CHECK(HasEvent(out, "restored", {{"path", b_dir / "ckpt-000000000010.tfdckpt"}, {"global_step", 10}}));
+    CHECK(HasEvent(out, "resumed", {{"epoch", 2}, {"step", 1}, {"steps", 10}}));
+  }
+  for (const auto& d : resumed) {
+    CHECK(d["global_step"] == 30);
+    CHECK(d["params_sha256"] == whole[0]["params_sha256"]);
+  }
+
+  // Another optimizer: the chief refuses the checkpoint (exit 2) and the other worker ends with its reason.
+  TempDir o_dir;
+  WriteFile(o_dir / "ckpt-000000000010.tfdckpt", ReadAll(files->at(2)));
+  std::string other = Checkpointed(job, o_dir.path());
+  other.replace(other.find("0.05"), 4, "0.07");
+  LocalCluster o({.num_ps = 0, .num_workers = 2, .job = other});
+  o.StartWorker(0);
+  o.StartWorker(1);
+  TaskResult chief = o.Finish("worker", 0, 60s), worker1 = o.Finish("worker", 1, 60s);
+  INFO(chief.err << "\n" << worker1.err);
+  CHECK(chief.exit_code == 2);
+  CHECK(chief.err.find("optimizer: " + (o_dir / "ckpt-000000000010.tfdckpt")) != std::string::npos);
+  CHECK(worker1.exit_code != 0);
+  CHECK(worker1.err.find("optimizer: ") != std::string::npos);
+}
+
 TEST_CASE("allreduce refuses a cluster with ps tasks, naming the field (exit 2)", "[integration][cluster][allreduce]") {
   TempDir data;
   LocalCluster c({.num_ps = 1, .num_workers = 2, .job = SyntheticJob(data, 200, 50, R"({"mode": "allreduce"})", 1)});

@@ -115,5 +115,47 @@ TEST_CASE("a run resumed from its checkpoint stops early after the same epoch as
   CHECK(c.Finish("ps", 0, 30s).exit_code == 0);
 }
 
+// The same in allreduce mode: two workers, the chief's checkpoint at every epoch's end (150 steps
+// of 20 on each worker's 3000 examples), both killed after epoch 2's and started again: the chief
+// resumes the rule's count from the checkpoint and the ring stops after epoch 21 as an undisturbed
+// one does.
+TEST_CASE("an allreduce run resumed from its checkpoint stops early after the same epoch as an undisturbed one",
+          "[integration][cluster][early_stopping][fault][allreduce]") {
+  TempDir data;
+  WriteSyntheticMnist(data.path(), 6200, 100);
+  const std::string ckpt_dir = (std::filesystem::path(data.path()) / "ckpt").string();
+  const std::string job = Job(data.path(), R"({"mode": "allreduce"})", 40, R"({"type": "sgd", "learning_rate": 0.1})", 20,
+                              R"({"name": "mlp", "init": "glorot_uniform"})",
+                              R"(, "validation_split": 200, "early_stopping": {"monitor": "val_accuracy", "patience": 20, "min_delta": 1.0},)"
+                              R"( "checkpoint": {"dir": ")" + ckpt_dir + R"(", "every_steps": 150})");
+  LocalCluster c({.num_ps = 0, .num_workers = 2, .job = job});
+  c.StartWorker(0);
+  c.StartWorker(1);
+  c.AwaitEvent("worker", 0, "checkpoint", {{"global_step", 300}}, 120s);
+  c.process("worker", 0).Signal(SIGKILL);
+  c.process("worker", 1).Signal(SIGKILL);
+  TaskResult first = c.Finish("worker", 0, 30s);
+  c.Finish("worker", 1, 30s);
+  REQUIRE(ParseEvents(first.out, "early_stopping").empty());  // killed before the rule could end it
+  REQUIRE(ParseEvents(first.out, "epoch").size() < 21);
+  c.StartWorker(0);
+  c.StartWorker(1);
+  TaskResult chief = c.Finish("worker", 0, 180s);
+  INFO(chief.err);
+  CHECK(chief.exit_code == 0);
+  CHECK(HasEvent(chief.out, "restored", {}));
+  CHECK(chief.err.find("early stopping: resumed after epoch ") != std::string::npos);
+  CHECK(HasEvent(chief.out, "early_stopping", {{"epoch", 21}},
+                 [](const nlohmann::json& e) { return FieldHas(e, "reason", "val_accuracy did not improve by 1 for 20 epochs (best "); }));
+  const auto epochs = ParseEvents(chief.out, "epoch");
+  REQUIRE_FALSE(epochs.empty());
+  CHECK(epochs.front()["epoch"].get<int>() >= 3);
+  CHECK(epochs.back()["epoch"] == 21);
+  TaskResult other = c.Finish("worker", 1, 30s);
+  INFO(other.err);
+  CHECK(other.exit_code == 0);
+  CHECK(ParseEvents(other.out, "epoch").back()["epoch"] == 21);
+}
+
 }  // namespace
 }  // namespace tfd::testing::cluster_early_stop_test

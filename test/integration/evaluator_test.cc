@@ -66,6 +66,34 @@ TEST_CASE("the evaluator evaluates the chief's checkpoints and ends on the final
   CHECK(workers[0].checkpoints.back()["final"] == true);
 }
 
+TEST_CASE("the evaluator evaluates an allreduce ring's checkpoints and ends on the final one with the chief's accuracy",
+          "[integration][evaluator][allreduce]") {
+  TempDir dir;
+  WriteSyntheticMnist(dir.path(), 2000, 200);
+  LocalCluster cluster({.num_ps = 0, .num_workers = 2,
+                        .job = EvalJob(dir, R"({"mode": "allreduce"})", 3, 20, R"(, "evaluation": "evaluator")"), .dir = &dir,
+                        .evaluator = true});
+  cluster.StartAll();
+  cluster.StartEvaluator({"--idle-timeout", "120"});
+  std::vector<TaskResult> workers = cluster.FinishAll();
+  TaskResult eval = cluster.Finish("evaluator", 0, 120s);
+  INFO("evaluator stderr:\n" << eval.err);
+  CHECK(eval.exit_code == 0);
+  const std::vector<nlohmann::json> evals = ParseEvents(eval.out, "eval");
+  REQUIRE(evals.size() >= 2);
+  const nlohmann::json& last = evals.back();
+  CHECK(last["final"] == true);
+  // 1000 examples a worker, 50 steps an epoch: the final checkpoint is the ring's last step, and
+  // holds the parameters every worker ended with.
+  CHECK(last["global_step"] == 150);
+  for (const TaskResult& w : workers) {
+    CHECK(w.done["global_step"] == 150);
+    CHECK(w.done["test_accuracy"].get<double>() == last["test_accuracy"].get<double>());
+  }
+  CHECK(workers[0].checkpoints.back()["final"] == true);
+  CHECK(workers[1].checkpoints.empty());  // the ring's rank 0 alone writes
+}
+
 TEST_CASE("the evaluator reports the validation split when the job has one", "[integration][evaluator]") {
   TempDir dir;
   WriteSyntheticMnist(dir.path(), 2000, 200);

@@ -179,15 +179,20 @@ TEST_CASE("an evaluator task is planned last, with the job, and launch.restart m
   CHECK(Parse(WithEvaluator(R"(, "checkpoint": {"dir": "ck"})")).train.evaluation == config::Evaluation::kChief);
 }
 
-TEST_CASE("an evaluator task needs checkpoints, a ps mode and an evaluation other than none", "[unit][launcher][evaluator]") {
+TEST_CASE("an evaluator task needs checkpoints and an evaluation other than none", "[unit][launcher][evaluator]") {
   CHECK(ErrorOf(WithEvaluator("")) ==
         "c.json: train.checkpoint: missing: the cluster has an evaluator task, which evaluates the chief's checkpoints (set "
         "checkpoint.dir)");
   CHECK(ErrorOf(WithEvaluator(R"(, "checkpoint": {"dir": "ck"}, "evaluation": "none")")) ==
         "c.json: train.evaluation: \"none\", but the cluster has an evaluator task (remove it, or set \"evaluation\": \"evaluator\")");
-  CHECK(ErrorOf(WithEvaluator(R"(, "checkpoint": {"dir": "ck"}, "update": {"mode": "allreduce"})")) ==
-        "c.json: train.update.mode: allreduce writes no checkpoints in this version, so the cluster's evaluator task would have none "
-        "to evaluate");
+  // An allreduce ring writes checkpoints (its rank 0): an evaluator beside it has them to read.
+  const auto ring = config::ParseClusterFile(
+      R"({"cluster": {"worker": ["127.0.0.1:2001", "127.0.0.1:2003"], "evaluator": ["127.0.0.1:2002"]}, "train": {"model": "mlp",
+         "data": "d", "epochs": 1, "batch_size": 10, "optimizer": {"type": "sgd", "learning_rate": 0.1}, "update": {"mode": "allreduce"},
+         "checkpoint": {"dir": "ck"}, "evaluation": "evaluator"}})",
+      "c.json");
+  INFO(ring.status().ToString());
+  CHECK(ring.ok());
   config::JobSpec job;
   config::ClusterSpec without;
   CHECK(config::CheckEvaluation(without, job, "j.json: ").ok());

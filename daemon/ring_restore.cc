@@ -1,0 +1,47 @@
+#include "daemon/ring_restore.h"
+
+#include <algorithm>
+
+namespace tfd {
+namespace {
+
+// A 48-bit count as three floats of 16 bits each (exact), and back.
+void PutCount(std::uint64_t v, float* out) {
+  for (int i = 0; i < 3; ++i) out[i] = static_cast<float>((v >> (16 * i)) & 0xffff);
+}
+std::uint64_t GetCount(const float* in) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < 3; ++i) v |= static_cast<std::uint64_t>(in[i]) << (16 * i);
+  return v;
+}
+
+Status Share(collective::Collective* first, collective::Collective& ring, std::span<float> data) {
+  if (first != nullptr) TFD_RETURN_IF_ERROR(first->Broadcast(data));
+  return ring.Broadcast(data);
+}
+
+}  // namespace
+
+Status ShareWholeRestore(collective::Collective* first, collective::Collective& ring, std::size_t num_params, int num_slots,
+                         train::WholeRestore* restore) {
+  // found, global_step, resume_step, updates
+  float header[10] = {};
+  header[0] = restore->found ? 1.0f : 0.0f;
+  PutCount(restore->global_step, header + 1);
+  PutCount(restore->resume_step, header + 4);
+  PutCount(static_cast<std::uint64_t>(std::max<std::int64_t>(restore->updates, 0)), header + 7);
+  TFD_RETURN_IF_ERROR(Share(first, ring, header).WithContext("restore: sharing the chief's checkpoint"));
+  restore->found = header[0] != 0.0f;
+  if (!restore->found) return Status::Ok();
+  restore->global_step = GetCount(header + 1);
+  restore->resume_step = GetCount(header + 4);
+  restore->updates = static_cast<std::int64_t>(GetCount(header + 7));
+  restore->params.resize(num_params);
+  restore->slots.resize(num_params * static_cast<std::size_t>(num_slots));
+  TFD_RETURN_IF_ERROR(Share(first, ring, restore->params).WithContext("restore: sharing the chief's parameters"));
+  if (!restore->slots.empty())
+    TFD_RETURN_IF_ERROR(Share(first, ring, restore->slots).WithContext("restore: sharing the chief's optimizer slots"));
+  return Status::Ok();
+}
+
+}  // namespace tfd
