@@ -29,27 +29,45 @@ std::vector<std::uint32_t> SelectTopK(std::span<const float> v, std::size_t k) {
   return idx;
 }
 
-TopK::TopK(std::vector<TensorRun> runs, std::size_t total, double ratio)
-    : runs_(std::move(runs)), residual_(total, 0.0f), ratio_(ratio) {
+TopK::TopK(std::vector<TensorRun> runs, std::size_t total, double ratio, std::int64_t warmup_steps)
+    : runs_(std::move(runs)), residual_(total, 0.0f), ratio_(ratio), warmup_steps_(std::max<std::int64_t>(warmup_steps, 0)) {
   for (const TensorRun& r : runs_) {
     TFD_CHECK(r.offset + r.size <= total);
     kept_ += TopKCount(r.size, ratio);
   }
+  // 1/4, 1/16, ...: each power of 1/4 above the ratio is a stage (exact in binary).
+  if (warmup_steps_ > 0)
+    for (double share = 0.25; share > ratio && stages_ < 16; share /= 4) ++stages_;
 }
 
-void TopK::Compress(std::span<const float> grad, std::span<std::uint32_t> indices, std::span<float> values) {
-  TFD_CHECK(grad.size() == residual_.size() && indices.size() == kept_ && values.size() == kept_);
+std::size_t TopK::CountAt(std::size_t size, std::int64_t step) const {
+  if (stages_ == 0 || step < 0 || step >= warmup_steps_) return TopKCount(size, ratio_);
+  const auto stage = static_cast<int>(step * stages_ / warmup_steps_);  // 0 .. stages_ - 1
+  const std::size_t quarter_powers = std::size_t{1} << (2 * (stage + 1));  // 4^(stage + 1)
+  return std::clamp<std::size_t>((size + quarter_powers - 1) / quarter_powers, size == 0 ? 0 : 1, size);
+}
+
+std::size_t TopK::KeptAt(std::int64_t step) const {
+  std::size_t k = 0;
+  for (const TensorRun& r : runs_) k += CountAt(r.size, step);
+  return k;
+}
+
+std::size_t TopK::Compress(std::span<const float> grad, std::int64_t step, std::span<std::uint32_t> indices, std::span<float> values) {
+  const std::size_t k = KeptAt(step);
+  TFD_CHECK(grad.size() == residual_.size() && indices.size() >= k && values.size() >= k);
   for (std::size_t i = 0; i < grad.size(); ++i) residual_[i] += grad[i];
   std::size_t out = 0;
   for (const TensorRun& r : runs_) {
     const std::span<float> t = std::span<float>(residual_).subspan(r.offset, r.size);
-    for (std::uint32_t j : SelectTopK(t, TopKCount(r.size, ratio_))) {
+    for (std::uint32_t j : SelectTopK(t, CountAt(r.size, step))) {
       indices[out] = static_cast<std::uint32_t>(r.offset) + j;
       values[out] = t[j];
       t[j] = 0.0f;
       ++out;
     }
   }
+  return out;
 }
 
 void TopK::Restore(std::span<const float> residual) {

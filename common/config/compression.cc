@@ -48,6 +48,7 @@ void ReadCompression(ObjectReader& update, bool allreduce, CompressionSpec* out)
     o.String("method", &method, /*required=*/true);
     method_path = o.PathOf("method");
     if (method == "topk") o.Double("ratio", 0, 1, /*min_exclusive=*/true, &out->ratio);
+    if (method == "topk") o.Double("warmup_epochs", 0, 1000, /*min_exclusive=*/false, &out->warmup_epochs);
     if (method == "powersgd") o.Int("rank", 1, 1024, &out->rank);
     if (!o.Finish().ok()) return;
   } else {

@@ -120,6 +120,7 @@ struct CompressionSpec {
   enum class Method { kNone, kFp16, kBf16, kTopK, kPowerSgd };
   Method method = Method::kNone;
   double ratio = 0.01;  // topk: in (0, 1]
+  double warmup_epochs = 1;  // topk: the share kept falls from 1/4 to the ratio over these epochs (compress::TopK)
   int rank = 2;         // powersgd: in [1, 1024]
   bool enabled() const { return method != Method::kNone; }
 };

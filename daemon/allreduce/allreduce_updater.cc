@@ -10,12 +10,12 @@ namespace tfd::allreduce {
 
 AllreduceUpdater::AllreduceUpdater(std::shared_ptr<collective::Collective> ring, const optim::Optimizer& optimizer, const model::Model& model,
                                    int bucket_kb, metrics::Counter* allreduce_bytes, const config::CompressionSpec& compression,
-                                   std::uint64_t seed)
+                                   std::uint64_t seed, std::int64_t steps_per_epoch)
     : ring_(std::move(ring)),
       state_(optimizer, model.params().size(), optim::DecayedRanges(model::VariableRuns(model))),
       buffer_(model.params().size() + 3),
       allreduce_bytes_(allreduce_bytes),
-      exchange_(CompressedExchange::Make(compression, model, seed)),
+      exchange_(CompressedExchange::Make(compression, model, seed, steps_per_epoch)),
       sync_layers_(model.has_sync_layers()) {
   using Method = config::CompressionSpec::Method;
   const std::size_t n = model.params().size();
@@ -173,7 +173,7 @@ Result<std::int64_t> AllreduceUpdater::Exchange(model::Model& model, bool contri
   Status sent;
   if (exchange_) {
     FillControl(contributes);
-    sent = exchange_->Run(*ring_, grads, contributes, buffer_);
+    sent = exchange_->Run(*ring_, grads, contributes, buffer_, global_step_);
   } else {
     // The buckets backprop has not started (all of them for a join step, or without the hook).
     while (sent.ok() && next_bucket_ < buckets_.size()) sent = StartBucket(model, contributes);

@@ -70,14 +70,16 @@ class AllreduceUpdater final : public train::Updater, public tensor::CrossReplic
   };
 
   // `allreduce_bytes`, when given, counts the bytes each step's collectives take from this worker
-  // (its buffer; compressed, under `compression`). `seed`: the job's (PowerSGD's first Q).
+  // (its buffer; compressed, under `compression`). `seed`: the job's (PowerSGD's first Q);
+  // `steps_per_epoch`, topk's warm-up in steps.
   //
   // Compression (update.compression): fp16 and bf16 buckets travel as 16 bits on the ring (sums in
   // float32), their control floats in one more small float32 all-reduce after the last bucket;
   // topk and powersgd exchange the whole gradient at Step through CompressedExchange (no overlap
   // with backprop: a worker's selection needs its whole gradient).
   AllreduceUpdater(std::shared_ptr<collective::Collective> ring, const optim::Optimizer& optimizer, const model::Model& model, int bucket_kb,
-                   metrics::Counter* allreduce_bytes = nullptr, const config::CompressionSpec& compression = {}, std::uint64_t seed = 0);
+                   metrics::Counter* allreduce_bytes = nullptr, const config::CompressionSpec& compression = {}, std::uint64_t seed = 0,
+                   std::int64_t steps_per_epoch = 0);
   ~AllreduceUpdater() override;
 
   Status GradientsReady(model::Model& model, std::size_t from) override;

@@ -17,7 +17,8 @@ std::size_t Padded(std::size_t floats, int ring_size) { return std::max(floats, 
 
 }  // namespace
 
-std::unique_ptr<CompressedExchange> CompressedExchange::Make(const config::CompressionSpec& spec, const model::Model& model, std::uint64_t seed) {
+std::unique_ptr<CompressedExchange> CompressedExchange::Make(const config::CompressionSpec& spec, const model::Model& model, std::uint64_t seed,
+                                                             std::int64_t steps_per_epoch) {
   if (spec.method != Method::kTopK && spec.method != Method::kPowerSgd) return nullptr;
   std::unique_ptr<CompressedExchange> x(new CompressedExchange());
   x->spec_ = spec;
@@ -25,9 +26,9 @@ std::unique_ptr<CompressedExchange> CompressedExchange::Make(const config::Compr
   std::vector<std::vector<std::int64_t>> shapes;
   std::vector<compress::TensorRun> runs = train::TrainableRuns(model, &shapes);
   if (spec.method == Method::kTopK) {
-    x->topk_ = std::make_unique<compress::TopK>(std::move(runs), x->n_, spec.ratio);
-    x->indices_.resize(x->topk_->kept());
-    x->values_.resize(x->topk_->kept());
+    x->topk_ = std::make_unique<compress::TopK>(std::move(runs), x->n_, spec.ratio, train::WarmupSteps(spec, steps_per_epoch));
+    x->indices_.resize(x->topk_->max_kept());
+    x->values_.resize(x->topk_->max_kept());
   } else {
     std::vector<compress::MatrixRun> matrices;
     std::vector<compress::TensorRun> whole;
@@ -43,20 +44,26 @@ std::size_t CompressedExchange::floats_per_step() const {
 }
 
 std::string CompressedExchange::Describe() const {
-  if (topk_) return fmt::format("topk ratio {}: {} of {} values (index and value) per step", spec_.ratio, topk_->kept(), n_);
+  if (topk_)
+    return fmt::format("topk ratio {}: {} of {} values (index and value) per step{}", spec_.ratio, topk_->kept(), n_,
+                       topk_->warmup_stages() == 0 ? std::string()
+                                                   : fmt::format(" after a warm-up of {} epochs in {} stages from 1/4 ({} values)",
+                                                                 spec_.warmup_epochs, topk_->warmup_stages(), topk_->max_kept()));
   return fmt::format("powersgd rank {}: {} matrices as P and Q ({} + {} floats), {} floats of other tensors whole, of {} values",
                      spec_.rank, powersgd_->matrices().size(), powersgd_->p_size(), powersgd_->q_size(), powersgd_->whole_size(), n_);
 }
 
-Status CompressedExchange::Run(collective::Collective& ring, std::span<const float> grads, bool contributes, std::span<float> buffer) {
-  return topk_ ? RunTopK(ring, grads, contributes, buffer) : RunPowerSgd(ring, grads, contributes, buffer);
+Status CompressedExchange::Run(collective::Collective& ring, std::span<const float> grads, bool contributes, std::span<float> buffer,
+                               std::int64_t step) {
+  return topk_ ? RunTopK(ring, grads, contributes, buffer, step) : RunPowerSgd(ring, grads, contributes, buffer);
 }
 
-Status CompressedExchange::RunTopK(collective::Collective& ring, std::span<const float> grads, bool contributes, std::span<float> buffer) {
-  const std::size_t k = topk_->kept(), part = 2 * k + kControl;
+Status CompressedExchange::RunTopK(collective::Collective& ring, std::span<const float> grads, bool contributes, std::span<float> buffer,
+                                   std::int64_t step) {
+  const std::size_t k = topk_->KeptAt(step), part = 2 * k + kControl;
   const auto members = static_cast<std::size_t>(ring.size()), rank = static_cast<std::size_t>(ring.rank());
   if (contributes) {
-    topk_->Compress(grads, indices_, values_);
+    topk_->Compress(grads, step, indices_, values_);
   } else {  // adds nothing: zeros at valid indices
     std::fill(indices_.begin(), indices_.end(), 0u);
     std::fill(values_.begin(), values_.end(), 0.0f);
@@ -64,7 +71,7 @@ Status CompressedExchange::RunTopK(collective::Collective& ring, std::span<const
   gathered_.assign(part * members, 0.0f);
   float* mine = gathered_.data() + part * rank;
   std::memcpy(mine, indices_.data(), k * 4);  // the index's bits ride in a float slot; an all-gather only copies
-  std::copy(values_.begin(), values_.end(), mine + k);
+  std::copy_n(values_.begin(), k, mine + k);
   std::copy_n(buffer.begin() + static_cast<std::ptrdiff_t>(n_), kControl, mine + 2 * k);
   TFD_RETURN_IF_ERROR(ring.AllGather(gathered_));
   std::fill(buffer.begin(), buffer.end(), 0.0f);

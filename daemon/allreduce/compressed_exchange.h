@@ -26,14 +26,17 @@ namespace tfd::allreduce {
 class CompressedExchange {
  public:
   static constexpr std::size_t kControl = 3;  // AllreduceUpdater's floats after the gradient
-  // Null for none, fp16 and bf16. `seed` is the job's (PowerSGD's Q starts from it).
-  static std::unique_ptr<CompressedExchange> Make(const config::CompressionSpec& spec, const model::Model& model, std::uint64_t seed);
+  // Null for none, fp16 and bf16. `seed` is the job's (PowerSGD's Q starts from it); `steps_per_epoch`
+  // turns topk's warmup_epochs into steps.
+  static std::unique_ptr<CompressedExchange> Make(const config::CompressionSpec& spec, const model::Model& model, std::uint64_t seed,
+                                                  std::int64_t steps_per_epoch = 0);
 
   // `buffer` holds grads.size() floats, then kControl this worker's control floats; afterwards it
   // holds the sum over workers of what the method reconstructs of each gradient, and the control
   // floats' sums. contributes false: this worker adds nothing but its control floats (its error
   // feedback waits for its next contributing step). Corruption when a peer's index is out of range.
-  Status Run(collective::Collective& ring, std::span<const float> grads, bool contributes, std::span<float> buffer);
+  // `step`: the global step being taken, from 0 (topk's warm-up: every worker keeps as many).
+  Status Run(collective::Collective& ring, std::span<const float> grads, bool contributes, std::span<float> buffer, std::int64_t step);
 
   // Floats this worker puts into the step's collectives (its wire share, before the ring's
   // 2(n-1)/n factor of an all-reduce or n-1 of an all-gather): for the log line.
@@ -42,7 +45,7 @@ class CompressedExchange {
 
  private:
   CompressedExchange() = default;
-  Status RunTopK(collective::Collective& ring, std::span<const float> grads, bool contributes, std::span<float> buffer);
+  Status RunTopK(collective::Collective& ring, std::span<const float> grads, bool contributes, std::span<float> buffer, std::int64_t step);
   Status RunPowerSgd(collective::Collective& ring, std::span<const float> grads, bool contributes, std::span<float> buffer);
 
   config::CompressionSpec spec_;

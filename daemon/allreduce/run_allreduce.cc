@@ -415,7 +415,7 @@ Status RunAllreduceWorker(const config::TfConfig& config, const config::JobSpec&
   if (m != nullptr) m->AddAllreduceMetrics();
   if (m != nullptr) m->connected_peers->Set(num_workers > 1 ? 2 : 0);  // the ring's links to the previous and next member
   AllreduceUpdater updater(ring, *optimizer, model, job.update.bucket_kb, m != nullptr ? m->allreduce_bytes : nullptr, job.update.compression,
-                           job.seed);
+                           job.seed, steps_per_epoch);
   if (model.has_sync_layers()) {
     model.SetCrossReplicaSum(&updater);
     spdlog::info("batch_norm sync: each step's batch statistics are all-reduced over the {} workers (gradients go out after backprop)",

@@ -1,5 +1,7 @@
 #include "daemon/train/compression.h"
 
+#include <cmath>
+
 namespace tfd::train {
 
 std::vector<compress::TensorRun> TrainableRuns(const model::Model& model, std::vector<std::vector<std::int64_t>>* shapes) {
@@ -10,6 +12,11 @@ std::vector<compress::TensorRun> TrainableRuns(const model::Model& model, std::v
     if (shapes != nullptr) shapes->push_back(v.shape);
   }
   return runs;
+}
+
+std::int64_t WarmupSteps(const config::CompressionSpec& spec, std::int64_t steps_per_epoch) {
+  if (spec.method != config::CompressionSpec::Method::kTopK || spec.warmup_epochs <= 0 || steps_per_epoch <= 0) return 0;
+  return static_cast<std::int64_t>(std::llround(spec.warmup_epochs * static_cast<double>(steps_per_epoch)));
 }
 
 }  // namespace tfd::train

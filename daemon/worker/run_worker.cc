@@ -59,10 +59,11 @@ class PsUpdater final : public train::Updater {
 
   // update.compression topk: each step sends the top-k of its gradient plus what earlier steps
   // dropped, zeros elsewhere (PsClient sends the nonzeros as pairs).
-  void EnableTopK(const model::Model& model, double ratio) {
-    topk_ = std::make_unique<compress::TopK>(train::TrainableRuns(model), model.params().size(), ratio);
-    indices_.resize(topk_->kept());
-    values_.resize(topk_->kept());
+  // `warmup_steps`: topk's warm-up, counted in this worker's local steps.
+  void EnableTopK(const model::Model& model, double ratio, std::int64_t warmup_steps) {
+    topk_ = std::make_unique<compress::TopK>(train::TrainableRuns(model), model.params().size(), ratio, warmup_steps);
+    indices_.resize(topk_->max_kept());
+    values_.resize(topk_->max_kept());
     sparse_.resize(model.params().size());
   }
 
@@ -72,7 +73,7 @@ class PsUpdater final : public train::Updater {
     tag.incarnation = incarnation_;
     tag.local_step = static_cast<std::uint64_t>(local_step);
     tag.epoch = static_cast<std::uint32_t>(epoch_);
-    const std::span<const float> grads = Outgoing(model);
+    const std::span<const float> grads = Outgoing(model, local_step);
     if (!overlap_) {
       Keep(model.params());
       Result<PsClient::StepResult> pushed = client_.PushPull(tag, grads, model.params(), sync_);
@@ -133,11 +134,11 @@ class PsUpdater final : public train::Updater {
   bool stopped_early() const { return stopped_early_; }
 
  private:
-  std::span<const float> Outgoing(model::Model& model) {
+  std::span<const float> Outgoing(model::Model& model, std::int64_t local_step) {
     if (!topk_) return model.grads();
-    topk_->Compress(model.grads(), indices_, values_);
+    const std::size_t k = topk_->Compress(model.grads(), local_step - 1, indices_, values_);
     std::fill(sparse_.begin(), sparse_.end(), 0.0f);
-    for (std::size_t j = 0; j < indices_.size(); ++j) sparse_[indices_[j]] = values_[j];
+    for (std::size_t j = 0; j < k; ++j) sparse_[indices_[j]] = values_[j];
     return sparse_;
   }
   Status CompleteInFlight(model::Model& model) {
@@ -274,12 +275,15 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
 
   PsUpdater updater(*client, static_cast<std::uint32_t>(rank), incarnation, sync, job.update.overlap, start_step,
                     model.params().size(), chief && checkpointer.enabled() ? &checkpointer : nullptr);
-  if (job.update.compression.method == config::CompressionSpec::Method::kTopK) updater.EnableTopK(model, job.update.compression.ratio);
+  if (job.update.compression.method == config::CompressionSpec::Method::kTopK)
+    updater.EnableTopK(model, job.update.compression.ratio,
+                       train::WarmupSteps(job.update.compression, train::StepsPerEpoch(loaded.data.train.size, num_workers, job.batch_size)));
   updater.KeepMoved(model);
   if (job.update.compression.enabled())
     spdlog::info("update.compression {}: pushes go as PUSH_COMPRESSED ({})", config::CompressionName(job.update.compression.method),
                  job.update.compression.method == config::CompressionSpec::Method::kTopK
-                     ? fmt::format("top {} of each tensor's values with error feedback, as index and value", job.update.compression.ratio)
+                     ? fmt::format("top {} of each tensor's values with error feedback, as index and value, after a warm-up of {} epochs",
+                                   job.update.compression.ratio, job.update.compression.warmup_epochs)
                      : "16-bit values; the ps sums in float32");
   train::TrainerOptions topts = train::TrainerOptionsFor(config, job, options);
   topts.start_local_step = static_cast<std::int64_t>(client->resume_step());

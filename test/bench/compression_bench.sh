@@ -5,13 +5,15 @@
 # on 127.0.0.1 with each update.compression method. Prints, per method, the
 # final test accuracy, its difference from uncompressed, the ring bytes per step each worker
 # measured (ring_bytes_per_step) and what the arithmetic says they are (its log line), and
-# whether both workers ended with the same parameters.
-#   test/bench/compression_bench.sh [EPOCHS [OUT_DIR [MODEL]]]
+# whether both workers ended with the same parameters. ONLY (comma-separated method names, as the
+# table names them, "none" first) runs those alone.
+#   test/bench/compression_bench.sh [EPOCHS [OUT_DIR [MODEL [ONLY]]]]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 epochs=${1:-5}
 out=${2:-$(mktemp -d)}
 model=${3:-dnn}
+only=${4:-}
 case "$model" in
   dnn) training='"batch_size": 50, "optimizer": {"type": "momentum", "learning_rate": 0.01, "momentum": 0.95}' ;;
   cnn) training='"batch_size": 64, "optimizer": {"type": "adam", "learning_rate": 0.001}' ;;
@@ -21,8 +23,15 @@ tfd=build/daemon/tfd
 data=${TFD_MNIST_DIR:-data/mnist}
 [ -x "$tfd" ] || { echo "compression_bench: $tfd is not built" >&2; exit 2; }
 [ -f "$data/train-images-idx3-ubyte" ] || { echo "compression_bench: no MNIST in $data (scripts/fetch_mnist.sh)" >&2; exit 77; }
-methods=('none|"none"' 'fp16|"fp16"' 'bf16|"bf16"' 'topk 0.01|{"method": "topk", "ratio": 0.01}' 'topk 0.1|{"method": "topk", "ratio": 0.1}'
-         'powersgd 2|{"method": "powersgd", "rank": 2}' 'powersgd 4|{"method": "powersgd", "rank": 4}')
+# topk's default warm-up is 1 epoch: "topk 0.01" has it; "no warm-up" turns it off.
+all=('none|"none"' 'fp16|"fp16"' 'bf16|"bf16"' 'topk 0.01|{"method": "topk", "ratio": 0.01}'
+     'topk 0.01 no warm-up|{"method": "topk", "ratio": 0.01, "warmup_epochs": 0}'
+     'topk 0.01 warm-up 2|{"method": "topk", "ratio": 0.01, "warmup_epochs": 2}' 'topk 0.1|{"method": "topk", "ratio": 0.1}'
+     'powersgd 2|{"method": "powersgd", "rank": 2}' 'powersgd 4|{"method": "powersgd", "rank": 4}')
+methods=()
+for m in "${all[@]}"; do
+  if [ -z "$only" ] || [[ ",$only," == *",${m%%|*},"* ]]; then methods+=("$m"); fi
+done
 port=$((23000 + RANDOM % 20000))
 for m in "${methods[@]}"; do
   name=${m%%|*} compression=${m#*|} dir="$out/${name// /_}"

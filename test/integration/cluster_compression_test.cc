@@ -44,7 +44,8 @@ TEST_CASE("compressed allreduce: each method gives the same bits on both workers
   LocalCluster plain({.num_ps = 0, .num_workers = 2, .job = CompressedJob(data, "allreduce", R"("none")")});
   auto uncompressed = RunToCompletion(plain);
   REQUIRE(uncompressed[0]["params_sha256"].is_string());
-  const std::vector<std::string> methods{R"("fp16")", R"("bf16")", R"({"method": "topk", "ratio": 0.01})", R"({"method": "powersgd", "rank": 2})"};
+  const std::vector<std::string> methods{R"("fp16")", R"("bf16")", R"({"method": "topk", "ratio": 0.01})",
+                                         R"({"method": "topk", "ratio": 0.01, "warmup_epochs": 0})", R"({"method": "powersgd", "rank": 2})"};
   for (const std::string& method : methods) {
     INFO("compression " << method);
     const std::string job = CompressedJob(data, "allreduce", method);
@@ -67,6 +68,14 @@ TEST_CASE("compressed allreduce: each method gives the same bits on both workers
     // Two workers: an all-reduce sends each float once (half in each phase), an all-gather each
     // worker's part once: the stated bytes, give or take a control float.
     CHECK(std::labs(measured - stated) <= 8);
+    // topk's warm-up (1 epoch by default): the first epoch kept more, from 1/4 of each tensor down.
+    if (method.find("topk") != std::string::npos) {
+      const std::size_t first_at = first[0].err.find("ring_bytes_per_step=");
+      REQUIRE(first_at != std::string::npos);
+      const long first_epoch = std::stol(first[0].err.substr(first_at + 20));
+      if (method.find("warmup_epochs\": 0") != std::string::npos) CHECK(first_epoch == measured);
+      else CHECK(first_epoch > 4 * measured);
+    }
   }
 }
 

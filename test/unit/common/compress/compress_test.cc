@@ -88,13 +88,13 @@ TEST_CASE("top-k error feedback: what a step drops is added to the next step's g
   std::vector<std::uint32_t> idx(4);
   std::vector<float> val(4);
   const std::vector<float> g1{0.1f, -0.5f, 0.3f, 0.5f, -0.2f, 2.0f, -3.0f, 1.0f};
-  topk.Compress(g1, idx, val);
+  CHECK(topk.Compress(g1, 0, idx, val) == 4);
   CHECK(idx == std::vector<std::uint32_t>{1, 3, 5, 6});
   CHECK(val == std::vector<float>{-0.5f, 0.5f, 2.0f, -3.0f});
   CHECK(std::vector<float>(topk.residual().begin(), topk.residual().end()) == std::vector<float>{0.1f, 0, 0.3f, 0, -0.2f, 0, 0, 1.0f});
   // Step 2: residual + g2 = {0.35, 0.1, 0.3, -0.1, -0.1 | 0.5, 0.5, 0.25}.
   const std::vector<float> g2{0.25f, 0.1f, 0.0f, -0.1f, 0.1f, 0.5f, 0.5f, -0.75f};
-  topk.Compress(g2, idx, val);
+  CHECK(topk.Compress(g2, 1, idx, val) == 4);
   CHECK(idx == std::vector<std::uint32_t>{0, 2, 5, 6});
   CHECK(val == std::vector<float>{0.1f + 0.25f, 0.3f, 0.5f, 0.5f});
   CHECK(std::vector<float>(topk.residual().begin(), topk.residual().end()) ==
@@ -103,6 +103,37 @@ TEST_CASE("top-k error feedback: what a step drops is added to the next step's g
   std::vector<float> dense(8, 0.0f);
   AddSparse(idx, val, dense);
   CHECK(dense == std::vector<float>{0.35f, 0, 0.3f, 0, 0, 0.5f, 0.5f, 0});
+}
+
+TEST_CASE("top-k warm-up: 1/4, 1/16, 1/64 of each tensor in equal thirds of the warm-up, then the ratio", "[unit][compress]") {
+  // Ratio 0.01 over tensors of 1000 and 7 values; 30 warm-up steps: three stages (1/256 < 0.01).
+  TopK topk({{0, 1000}, {1000, 7}}, 1007, 0.01, /*warmup_steps=*/30);
+  CHECK(topk.warmup_stages() == 3);
+  CHECK(topk.KeptAt(0) == 250 + 2);  // ceil(1000 / 4), ceil(7 / 4)
+  CHECK(topk.KeptAt(9) == 250 + 2);
+  CHECK(topk.KeptAt(10) == 63 + 1);  // ceil(1000 / 16)
+  CHECK(topk.KeptAt(20) == 16 + 1);  // ceil(1000 / 64)
+  CHECK(topk.KeptAt(29) == 16 + 1);
+  CHECK(topk.KeptAt(30) == 10 + 1);  // the ratio's: ceil(10), at least 1
+  CHECK(topk.kept() == 11);
+  CHECK(topk.max_kept() == 252);
+  // What a warm-up step keeps: the largest magnitudes of the first tensor, the rest in the residual.
+  std::vector<float> g(1007);
+  for (std::size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>(i % 1000) * (i % 2 == 0 ? 1.0f : -1.0f);
+  std::vector<std::uint32_t> idx(topk.max_kept());
+  std::vector<float> val(topk.max_kept());
+  REQUIRE(topk.Compress(g, 20, idx, val) == 17);
+  for (std::size_t j = 0; j < 16; ++j) CHECK(idx[j] == 984 + j);  // |v| = 984 .. 999
+  CHECK(idx[16] == 1006);  // the second tensor's largest, 6
+  float kept_sum = 0, residual_sum = 0;
+  for (std::size_t j = 0; j < 17; ++j) kept_sum += std::fabs(val[j]);
+  for (float r : topk.residual()) residual_sum += std::fabs(r);
+  float total = 0;
+  for (float v : g) total += std::fabs(v);
+  CHECK(kept_sum + residual_sum == total);  // nothing lost: small integers add exactly
+  // No warm-up above 1/4, and none without steps.
+  CHECK(TopK({{0, 100}}, 100, 0.5, 30).warmup_stages() == 0);
+  CHECK(TopK({{0, 100}}, 100, 0.01, 0).KeptAt(0) == 1);
 }
 
 TEST_CASE("Gram-Schmidt orthonormalises columns in order and leaves a zero column zero", "[unit][compress]") {

@@ -81,6 +81,7 @@ TEST_CASE("update.compression: a method name or an object with its ratio or rank
   REQUIRE(topk.ok());
   CHECK(topk->update.compression.method == Method::kTopK);
   CHECK(topk->update.compression.ratio == 0.05);
+  CHECK(topk->update.compression.warmup_epochs == 1);  // Deep Gradient Compression's warm-up, by default
   auto psgd = ParseJobSpec(With(R"("update": {"mode": "allreduce", "compression": {"method": "powersgd", "rank": 4}})"), "job.json");
   REQUIRE(psgd.ok());
   CHECK(psgd->update.compression.method == Method::kPowerSgd);
@@ -90,6 +91,11 @@ TEST_CASE("update.compression: a method name or an object with its ratio or rank
         "\"ratio\": R} or {\"method\": \"powersgd\", \"rank\": N})");
   CHECK(ErrorOf(With(R"("update": {"mode": "allreduce", "compression": {"method": "topk", "ratio": 0}})")) ==
         "job.json: update.compression.ratio: expected a number in (0, 1], got 0");
+  auto warm = ParseJobSpec(With(R"("update": {"mode": "allreduce", "compression": {"method": "topk", "warmup_epochs": 0.5}})"), "job.json");
+  REQUIRE(warm.ok());
+  CHECK(warm->update.compression.warmup_epochs == 0.5);
+  CHECK(ErrorOf(With(R"("update": {"mode": "allreduce", "compression": {"method": "topk", "warmup_epochs": -1}})")) ==
+        "job.json: update.compression.warmup_epochs: expected a number in [0, 1000], got -1");
   CHECK(ErrorOf(With(R"("update": {"mode": "allreduce", "compression": {"method": "powersgd", "rank": 0}})")) ==
         "job.json: update.compression.rank: expected an integer in [1, 1024], got 0");
   CHECK(ErrorOf(With(R"("update": {"mode": "allreduce", "compression": {"method": "fp16", "rank": 2}})")) ==
