@@ -128,7 +128,8 @@ Status AllreduceUpdater::Restore(model::Model& model, const train::WholeRestore&
 void AllreduceUpdater::EpochJudged(const ckpt::EarlyStopping& state) {
   if (saver_ == nullptr || ring_->rank() != 0) return;
   saver_->SetEarlyStopping(state);
-  if (saver_->Due(static_cast<std::uint64_t>(global_step_))) (void)SaveState(*saved_model_, false);
+  // At an epoch's end a save due waits for the write before it: the epoch's judgement is its reason.
+  if (saver_->Due(static_cast<std::uint64_t>(global_step_), /*wait=*/true)) (void)SaveState(*saved_model_, false);
 }
 
 Status AllreduceUpdater::SaveState(const model::Model& model, bool final) {

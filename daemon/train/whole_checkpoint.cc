@@ -103,9 +103,9 @@ Status WholeSaver::Collect(bool wait) {
   return writing_.get().status();
 }
 
-bool WholeSaver::Due(std::uint64_t global_step) {
-  if (writing_.valid() && writing_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return false;
-  (void)Collect(/*wait=*/false);  // its failure was logged by the write
+bool WholeSaver::Due(std::uint64_t global_step, bool wait) {
+  if (!wait && writing_.valid() && writing_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return false;
+  (void)Collect(wait);  // its failure was logged by the write
   return global_step != last_saved_ && schedule_.Due(global_step, ckpt::Schedule::Clock::now());
 }
 

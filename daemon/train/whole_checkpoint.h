@@ -82,8 +82,9 @@ class WholeSaver {
   WholeSaver(WholeCheckpointing c, const model::Model& model, std::uint64_t start_step);
   ~WholeSaver();  // waits for the write in flight
 
-  // Whether a save is due after `global_step` (per the schedule; never while a write is in flight).
-  bool Due(std::uint64_t global_step);
+  // Whether a save is due after `global_step` (per the schedule; never while a write is in flight,
+  // unless `wait`: then after waiting for it).
+  bool Due(std::uint64_t global_step, bool wait = false);
   // Starts writing `state`, with the early-stopping state last set. A final one (state.final) is
   // written even at a step already saved, and waited for: its error is returned. A failed
   // background write is logged, and training goes on.
