@@ -2,6 +2,7 @@
 // exits 0 (ps modes: through the ps's PUSH_ACKs; allreduce: in an end-of-epoch collective).
 #include <csignal>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -72,86 +73,63 @@ TEST_CASE("early stopping ends an allreduce run on every worker after the same e
   CHECK(c.Events("worker", 1, "epoch").size() == 2);
 }
 
-// A sync run checkpointed at every epoch's end, its ps and chief killed after epoch 2 and started
-// again: the chief resumes from the checkpoint with the rule's patience where it was, so it stops
-// after epoch 21 as an undisturbed run does (counting afresh, it would stop after epoch 23 or later).
-// Patience 20 leaves the kill 19 epochs (seconds) of room after the checkpoint's event, which a slow
-// disk delays.
+// A run checkpointed at every epoch's end (`every_steps`), every task killed once the chief's
+// checkpoint at `kill_step` (epoch 2's end) is written, and started again: the chief resumes from
+// the checkpoint with the rule's patience where it was, so it stops after epoch 21 as an
+// undisturbed run does (counting afresh, it would stop after epoch 23 or later). 6000 training
+// examples; no epoch improves val_accuracy by 1, so epoch 1 is the best and patience 20 runs out
+// after epoch 21. Patience 20 leaves the kill 19 epochs (seconds) of room after the checkpoint's
+// event, which a slow disk delays. `*cluster` is left with the other tasks still to finish.
+void ResumeAfterEpochTwoKill(const TempDir& data, const std::string& update, int num_ps, int num_workers, int every_steps,
+                                   std::unique_ptr<LocalCluster>* cluster) {
+  WriteSyntheticMnist(data.path(), 6200, 100);
+  const std::string ckpt_dir = (std::filesystem::path(data.path()) / "ckpt").string();
+  const std::string job = Job(data.path(), update, 40, R"({"type": "sgd", "learning_rate": 0.1})", 20,
+                              R"({"name": "mlp", "init": "glorot_uniform"})",
+                              R"(, "validation_split": 200, "early_stopping": {"monitor": "val_accuracy", "patience": 20, "min_delta": 1.0},)"
+                              R"( "checkpoint": {"dir": ")" + ckpt_dir + R"(", "every_steps": )" + std::to_string(every_steps) + "}");
+  *cluster = std::make_unique<LocalCluster>(LocalClusterOptions{.num_ps = num_ps, .num_workers = num_workers, .job = job});
+  LocalCluster& c = **cluster;
+  c.StartAll();
+  c.AwaitEvent("worker", 0, "checkpoint", {{"global_step", 2 * every_steps}}, 120s);
+  for (int i = 0; i < num_workers; ++i) c.process("worker", i).Signal(SIGKILL);
+  for (int i = 0; i < num_ps; ++i) c.process("ps", i).Signal(SIGKILL);
+  TaskResult first = c.Finish("worker", 0, 30s);
+  for (int i = 1; i < num_workers; ++i) c.Finish("worker", i, 30s);
+  for (int i = 0; i < num_ps; ++i) c.Finish("ps", i, 30s);
+  REQUIRE(ParseEvents(first.out, "early_stopping").empty());  // killed before the rule could end it
+  REQUIRE(ParseEvents(first.out, "epoch").size() < 21);
+  c.StartAll();
+  TaskResult chief = c.Finish("worker", 0, 180s);
+  INFO(chief.err);
+  CHECK(chief.exit_code == 0);
+  CHECK(HasEvent(chief.out, "restored", {}));
+  CHECK(chief.err.find("early stopping: resumed after epoch ") != std::string::npos);
+  CHECK(HasEvent(chief.out, "early_stopping", {{"epoch", 21}},
+                 [](const nlohmann::json& e) { return FieldHas(e, "reason", "val_accuracy did not improve by 1 for 20 epochs (best "); }));
+  const auto epochs = ParseEvents(chief.out, "epoch");
+  REQUIRE_FALSE(epochs.empty());
+  CHECK(epochs.front()["epoch"].get<int>() >= 3);
+  CHECK(epochs.back()["epoch"] == 21);
+}
+
+// Sync, 1 ps + 1 worker: 300 steps of 20 an epoch; the ps and the chief killed.
 TEST_CASE("a run resumed from its checkpoint stops early after the same epoch as an undisturbed one",
           "[integration][cluster][early_stopping][fault]") {
   TempDir data;
-  WriteSyntheticMnist(data.path(), 6200, 100);
-  const std::string ckpt_dir = (std::filesystem::path(data.path()) / "ckpt").string();
-  // 6000 training examples: 300 steps of 20 per epoch. No epoch improves val_accuracy by 1, so epoch
-  // 1 is the best and patience 20 runs out after epoch 21.
-  const std::string job = Job(data.path(), R"({"mode": "sync"})", 40, R"({"type": "sgd", "learning_rate": 0.1})", 20,
-                              R"({"name": "mlp", "init": "glorot_uniform"})",
-                              R"(, "validation_split": 200, "early_stopping": {"monitor": "val_accuracy", "patience": 20, "min_delta": 1.0},)"
-                              R"( "checkpoint": {"dir": ")" + ckpt_dir + R"(", "every_steps": 300})");
-  LocalCluster c({.num_ps = 1, .num_workers = 1, .job = job});
-  c.StartPs(0);
-  c.StartWorker(0);
-  c.AwaitEvent("worker", 0, "checkpoint", {{"global_step", 600}}, 120s);
-  c.process("worker", 0).Signal(SIGKILL);
-  c.process("ps", 0).Signal(SIGKILL);
-  TaskResult first = c.Finish("worker", 0, 30s);
-  c.Finish("ps", 0, 30s);
-  REQUIRE(ParseEvents(first.out, "early_stopping").empty());  // killed before the rule could end it
-  const std::size_t epochs_before = ParseEvents(first.out, "epoch").size();
-  REQUIRE(epochs_before < 21);
-  c.StartPs(0);
-  c.StartWorker(0);
-  TaskResult chief = c.Finish("worker", 0, 180s);
-  INFO(chief.err);
-  CHECK(chief.exit_code == 0);
-  CHECK(HasEvent(chief.out, "restored", {}));
-  CHECK(chief.err.find("early stopping: resumed after epoch ") != std::string::npos);
-  CHECK(HasEvent(chief.out, "early_stopping", {{"epoch", 21}},
-                 [](const nlohmann::json& e) { return FieldHas(e, "reason", "val_accuracy did not improve by 1 for 20 epochs (best "); }));
-  const auto epochs = ParseEvents(chief.out, "epoch");
-  REQUIRE_FALSE(epochs.empty());
-  CHECK(epochs.front()["epoch"].get<int>() >= 3);
-  CHECK(epochs.back()["epoch"] == 21);
-  CHECK(c.Finish("ps", 0, 30s).exit_code == 0);
+  std::unique_ptr<LocalCluster> c;
+  ResumeAfterEpochTwoKill(data, R"({"mode": "sync"})", 1, 1, 300, &c);
+  CHECK(c->Finish("ps", 0, 30s).exit_code == 0);
 }
 
-// The same in allreduce mode: two workers, the chief's checkpoint at every epoch's end (150 steps
-// of 20 on each worker's 3000 examples), both killed after epoch 2's and started again: the chief
-// resumes the rule's count from the checkpoint and the ring stops after epoch 21 as an undisturbed
-// one does.
+// Allreduce, two workers: 150 steps of 20 on each worker's 3000 examples an epoch; both killed,
+// the ring stops after epoch 21 on both.
 TEST_CASE("an allreduce run resumed from its checkpoint stops early after the same epoch as an undisturbed one",
           "[integration][cluster][early_stopping][fault][allreduce]") {
   TempDir data;
-  WriteSyntheticMnist(data.path(), 6200, 100);
-  const std::string ckpt_dir = (std::filesystem::path(data.path()) / "ckpt").string();
-  const std::string job = Job(data.path(), R"({"mode": "allreduce"})", 40, R"({"type": "sgd", "learning_rate": 0.1})", 20,
-                              R"({"name": "mlp", "init": "glorot_uniform"})",
-                              R"(, "validation_split": 200, "early_stopping": {"monitor": "val_accuracy", "patience": 20, "min_delta": 1.0},)"
-                              R"( "checkpoint": {"dir": ")" + ckpt_dir + R"(", "every_steps": 150})");
-  LocalCluster c({.num_ps = 0, .num_workers = 2, .job = job});
-  c.StartWorker(0);
-  c.StartWorker(1);
-  c.AwaitEvent("worker", 0, "checkpoint", {{"global_step", 300}}, 120s);
-  c.process("worker", 0).Signal(SIGKILL);
-  c.process("worker", 1).Signal(SIGKILL);
-  TaskResult first = c.Finish("worker", 0, 30s);
-  c.Finish("worker", 1, 30s);
-  REQUIRE(ParseEvents(first.out, "early_stopping").empty());  // killed before the rule could end it
-  REQUIRE(ParseEvents(first.out, "epoch").size() < 21);
-  c.StartWorker(0);
-  c.StartWorker(1);
-  TaskResult chief = c.Finish("worker", 0, 180s);
-  INFO(chief.err);
-  CHECK(chief.exit_code == 0);
-  CHECK(HasEvent(chief.out, "restored", {}));
-  CHECK(chief.err.find("early stopping: resumed after epoch ") != std::string::npos);
-  CHECK(HasEvent(chief.out, "early_stopping", {{"epoch", 21}},
-                 [](const nlohmann::json& e) { return FieldHas(e, "reason", "val_accuracy did not improve by 1 for 20 epochs (best "); }));
-  const auto epochs = ParseEvents(chief.out, "epoch");
-  REQUIRE_FALSE(epochs.empty());
-  CHECK(epochs.front()["epoch"].get<int>() >= 3);
-  CHECK(epochs.back()["epoch"] == 21);
-  TaskResult other = c.Finish("worker", 1, 30s);
+  std::unique_ptr<LocalCluster> c;
+  ResumeAfterEpochTwoKill(data, R"({"mode": "allreduce"})", 0, 2, 150, &c);
+  TaskResult other = c->Finish("worker", 1, 30s);
   INFO(other.err);
   CHECK(other.exit_code == 0);
   CHECK(ParseEvents(other.out, "epoch").back()["epoch"] == 21);

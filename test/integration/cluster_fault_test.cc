@@ -206,23 +206,34 @@ TEST_CASE("sync: a ps killed and restarted while one worker holds the next step'
   CHECK(ps.exit_code == 0);
 }
 
-// Async, 1 ps + 2 workers: `other` is stopped while `finisher` trains to its end, so the ps counts
-// `finisher`'s DONE first; continued, `other` hears of it (peer_done) from its next reply, and the ps
-// is killed and restarted while `other` is stopped again, so `other` is the one to find it empty.
-void RestartPsOnceOtherHeardDone(LocalCluster& c, int finisher, int other) {
-  c.StartPs(0);
+// Async, 1 ps (started with `ps_flags`) + 2 workers: `other` is stopped (SIGSTOP) after its first
+// epoch while the other worker trains to its end, until the ps has counted that worker's DONE.
+void StopOtherUntilFirstDone(LocalCluster& c, int other, const std::vector<std::string>& ps_flags = {}) {
+  c.StartPs(0, ps_flags);
   c.StartWorker(1);
   AwaitLine(c.process("worker", 1), "connected to ps:0 (");
   c.StartWorker(0);
   c.AwaitEvent("worker", other, "epoch", {{"epoch", 1}});
   c.process("worker", other).Signal(SIGSTOP);
   c.AwaitEvent("ps", 0, "worker_done", {{"done", 1}}, 120s);
+}
+
+// The ps killed and started again, as systemd's Restart=on-failure or tfctl would.
+void RestartPs(LocalCluster& c, const std::vector<std::string>& ps_flags = {}) {
+  c.process("ps", 0).Signal(SIGKILL);
+  c.Finish("ps", 0, 30s);
+  c.StartPs(0, ps_flags);
+}
+
+// The ps counts `finisher`'s DONE first; continued, `other` hears of it (peer_done) from its next
+// reply, and the ps is killed and restarted while `other` is stopped again, so `other` is the one
+// to find it empty.
+void RestartPsOnceOtherHeardDone(LocalCluster& c, int finisher, int other) {
+  StopOtherUntilFirstDone(c, other);
   c.process("worker", other).Signal(SIGCONT);
   c.AwaitEvent("worker", other, "peer_done", {{"peer", "worker:" + std::to_string(finisher)}}, 60s);
   c.process("worker", other).Signal(SIGSTOP);
-  c.process("ps", 0).Signal(SIGKILL);
-  c.Finish("ps", 0, 30s);
-  c.StartPs(0);  // as systemd's Restart=on-failure or tfctl would
+  RestartPs(c);
   c.process("worker", other).Signal(SIGCONT);
 }
 
@@ -272,18 +283,10 @@ TEST_CASE("async: a ps restarted after a worker finished learns it from the chie
 // stopped worker stays connected: lost, it would release the ack.)
 void RestartPsBeforeAnyoneHeardDone(LocalCluster& c, int finisher, int other) {
   const std::vector<std::string> patient = {"--peer-timeout", "120"};
-  c.StartPs(0, patient);
-  c.StartWorker(1);
-  AwaitLine(c.process("worker", 1), "connected to ps:0 (");
-  c.StartWorker(0);
-  c.AwaitEvent("worker", other, "epoch", {{"epoch", 1}});
-  c.process("worker", other).Signal(SIGSTOP);
-  c.AwaitEvent("ps", 0, "worker_done", {{"done", 1}}, 120s);
+  StopOtherUntilFirstDone(c, other, patient);
   std::this_thread::sleep_for(300ms);
   REQUIRE_FALSE(c.process("worker", finisher).Wait(0ms).has_value());  // still waiting for its ack
-  c.process("ps", 0).Signal(SIGKILL);
-  c.Finish("ps", 0, 30s);
-  c.StartPs(0, patient);
+  RestartPs(c, patient);
   c.process("worker", other).Signal(SIGCONT);
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -33,65 +34,42 @@ LocalClusterOptions AsyncWithEvaluator(const TempDir& dir, int epochs, int every
           .evaluator = true};
 }
 
+// In sync mode (the chief's checkpoints of the ps's state) and beside an allreduce ring (its rank 0's).
 TEST_CASE("the evaluator evaluates the chief's checkpoints and ends on the final one with the chief's accuracy",
           "[integration][evaluator]") {
-  TempDir dir;
-  WriteSyntheticMnist(dir.path(), 2000, 200);
-  LocalCluster cluster({.num_ps = 1, .num_workers = 2, .job = EvalJob(dir, R"({"mode": "sync"})", 3, 40, R"(, "evaluation": "evaluator")"),
-                        .dir = &dir, .evaluator = true});
-  cluster.StartAll();
-  cluster.StartEvaluator({"--idle-timeout", "120"});
-  std::vector<TaskResult> workers = cluster.FinishAll();
-  TaskResult eval = cluster.Finish("evaluator", 0, 120s);
-  INFO("evaluator stderr:\n" << eval.err);
-  CHECK(eval.exit_code == 0);
-  const std::vector<nlohmann::json> evals = ParseEvents(eval.out, "eval");
-  REQUIRE(evals.size() >= 2);
-  for (std::size_t i = 1; i < evals.size(); ++i) CHECK(evals[i]["global_step"] > evals[i - 1]["global_step"]);
-  const nlohmann::json& last = evals.back();
-  CHECK(last["final"] == true);
-  for (std::size_t i = 0; i + 1 < evals.size(); ++i) CHECK(evals[i]["final"] == false);
-  // The final checkpoint holds the parameters the chief evaluated last.
-  const nlohmann::json& chief_done = workers[0].done;
-  CHECK(last["global_step"] == chief_done["global_step"]);
-  CHECK(last["test_accuracy"].get<double>() == chief_done["test_accuracy"].get<double>());
-  CHECK(last["test_loss"].get<double>() > 0);
-  CHECK_FALSE(last.contains("val_loss"));  // the job has no validation split
-  CHECK(last["checkpoint"].get<std::string>().find("ckpt-000000000150.tfdckpt") != std::string::npos);
-  CHECK(HasEvent(eval.out, "eval", {{"global_step", 150}}));
-  // With "evaluation": "evaluator" the chief skips its per-epoch evaluation; its done event stays.
-  const std::vector<nlohmann::json> chief_epochs = ParseEvents(workers[0].out, "epoch");
-  REQUIRE(chief_epochs.size() == 3);
-  for (const nlohmann::json& e : chief_epochs) CHECK_FALSE(e.contains("test_accuracy"));
-  CHECK(workers[0].checkpoints.back()["final"] == true);
-}
-
-TEST_CASE("the evaluator evaluates an allreduce ring's checkpoints and ends on the final one with the chief's accuracy",
-          "[integration][evaluator][allreduce]") {
-  TempDir dir;
-  WriteSyntheticMnist(dir.path(), 2000, 200);
-  LocalCluster cluster({.num_ps = 0, .num_workers = 2,
-                        .job = EvalJob(dir, R"({"mode": "allreduce"})", 3, 20, R"(, "evaluation": "evaluator")"), .dir = &dir,
-                        .evaluator = true});
-  cluster.StartAll();
-  cluster.StartEvaluator({"--idle-timeout", "120"});
-  std::vector<TaskResult> workers = cluster.FinishAll();
-  TaskResult eval = cluster.Finish("evaluator", 0, 120s);
-  INFO("evaluator stderr:\n" << eval.err);
-  CHECK(eval.exit_code == 0);
-  const std::vector<nlohmann::json> evals = ParseEvents(eval.out, "eval");
-  REQUIRE(evals.size() >= 2);
-  const nlohmann::json& last = evals.back();
-  CHECK(last["final"] == true);
-  // 1000 examples a worker, 50 steps an epoch: the final checkpoint is the ring's last step, and
-  // holds the parameters every worker ended with.
-  CHECK(last["global_step"] == 150);
-  for (const TaskResult& w : workers) {
-    CHECK(w.done["global_step"] == 150);
-    CHECK(w.done["test_accuracy"].get<double>() == last["test_accuracy"].get<double>());
+  for (const auto& [mode, num_ps] : {std::pair<std::string, int>{R"({"mode": "sync"})", 1}, {R"({"mode": "allreduce"})", 0}}) {
+    INFO(mode);
+    TempDir dir;
+    WriteSyntheticMnist(dir.path(), 2000, 200);
+    LocalCluster cluster({.num_ps = num_ps, .num_workers = 2, .job = EvalJob(dir, mode, 3, 40, R"(, "evaluation": "evaluator")"),
+                          .dir = &dir, .evaluator = true});
+    cluster.StartAll();
+    cluster.StartEvaluator({"--idle-timeout", "120"});
+    std::vector<TaskResult> workers = cluster.FinishAll();
+    TaskResult eval = cluster.Finish("evaluator", 0, 120s);
+    INFO("evaluator stderr:\n" << eval.err);
+    CHECK(eval.exit_code == 0);
+    const std::vector<nlohmann::json> evals = ParseEvents(eval.out, "eval");
+    REQUIRE(evals.size() >= 2);
+    for (std::size_t i = 1; i < evals.size(); ++i) CHECK(evals[i]["global_step"] > evals[i - 1]["global_step"]);
+    const nlohmann::json& last = evals.back();
+    CHECK(last["final"] == true);
+    for (std::size_t i = 0; i + 1 < evals.size(); ++i) CHECK(evals[i]["final"] == false);
+    // The final checkpoint holds the parameters the chief evaluated last (every worker's, allreduce).
+    const nlohmann::json& chief_done = workers[0].done;
+    CHECK(last["global_step"] == chief_done["global_step"]);
+    CHECK(last["test_accuracy"].get<double>() == chief_done["test_accuracy"].get<double>());
+    CHECK(last["test_loss"].get<double>() > 0);
+    CHECK_FALSE(last.contains("val_loss"));  // the job has no validation split
+    CHECK(last["checkpoint"].get<std::string>().find("ckpt-000000000150.tfdckpt") != std::string::npos);
+    CHECK(HasEvent(eval.out, "eval", {{"global_step", 150}}));
+    // With "evaluation": "evaluator" the chief skips its per-epoch evaluation; its done event stays.
+    const std::vector<nlohmann::json> chief_epochs = ParseEvents(workers[0].out, "epoch");
+    REQUIRE(chief_epochs.size() == 3);
+    for (const nlohmann::json& e : chief_epochs) CHECK_FALSE(e.contains("test_accuracy"));
+    CHECK(workers[0].checkpoints.back()["final"] == true);
+    CHECK(workers[1].checkpoints.empty());  // the chief alone writes
   }
-  CHECK(workers[0].checkpoints.back()["final"] == true);
-  CHECK(workers[1].checkpoints.empty());  // the ring's rank 0 alone writes
 }
 
 TEST_CASE("the evaluator reports the validation split when the job has one", "[integration][evaluator]") {
