@@ -34,6 +34,21 @@ LocalClusterOptions AsyncWithEvaluator(const TempDir& dir, int epochs, int every
           .evaluator = true};
 }
 
+// Runs every task of `cluster` and its evaluator (idle limit 120 s) to the end; the evaluator must
+// exit 0 having evaluated two checkpoints at least. Its result goes to `eval`, its eval events to
+// `evals`; the workers' results are returned.
+std::vector<TaskResult> RunWithEvaluator(LocalCluster& cluster, TaskResult* eval, std::vector<nlohmann::json>* evals) {
+  cluster.StartAll();
+  cluster.StartEvaluator({"--idle-timeout", "120"});
+  std::vector<TaskResult> workers = cluster.FinishAll();
+  *eval = cluster.Finish("evaluator", 0, 120s);
+  INFO("evaluator stderr:\n" << eval->err);
+  CHECK(eval->exit_code == 0);
+  *evals = ParseEvents(eval->out, "eval");
+  REQUIRE(evals->size() >= 2);
+  return workers;
+}
+
 // In sync mode (the chief's checkpoints of the ps's state) and beside an allreduce ring (its rank 0's).
 TEST_CASE("the evaluator evaluates the chief's checkpoints and ends on the final one with the chief's accuracy",
           "[integration][evaluator]") {
@@ -43,14 +58,10 @@ TEST_CASE("the evaluator evaluates the chief's checkpoints and ends on the final
     WriteSyntheticMnist(dir.path(), 2000, 200);
     LocalCluster cluster({.num_ps = num_ps, .num_workers = 2, .job = EvalJob(dir, mode, 3, 40, R"(, "evaluation": "evaluator")"),
                           .dir = &dir, .evaluator = true});
-    cluster.StartAll();
-    cluster.StartEvaluator({"--idle-timeout", "120"});
-    std::vector<TaskResult> workers = cluster.FinishAll();
-    TaskResult eval = cluster.Finish("evaluator", 0, 120s);
+    TaskResult eval;
+    std::vector<nlohmann::json> evals;
+    std::vector<TaskResult> workers = RunWithEvaluator(cluster, &eval, &evals);
     INFO("evaluator stderr:\n" << eval.err);
-    CHECK(eval.exit_code == 0);
-    const std::vector<nlohmann::json> evals = ParseEvents(eval.out, "eval");
-    REQUIRE(evals.size() >= 2);
     for (std::size_t i = 1; i < evals.size(); ++i) CHECK(evals[i]["global_step"] > evals[i - 1]["global_step"]);
     const nlohmann::json& last = evals.back();
     CHECK(last["final"] == true);
@@ -101,14 +112,10 @@ TEST_CASE("the evaluator scores a regression job's checkpoints with MAE and RMSE
       "optimizer": {"type": "adam", "learning_rate": 0.02}, "update": {"mode": "async"}, "seed": 3, "log_every_steps": 0,
       "evaluation": "evaluator", "checkpoint": {"dir": ")" + (dir / "ckpt") + R"(", "every_steps": 30, "keep": 1000}})";
   LocalCluster cluster({.num_ps = 1, .num_workers = 1, .job = job, .dir = &dir, .evaluator = true});
-  cluster.StartAll();
-  cluster.StartEvaluator({"--idle-timeout", "120"});
-  std::vector<TaskResult> workers = cluster.FinishAll();
-  TaskResult eval = cluster.Finish("evaluator", 0, 120s);
+  TaskResult eval;
+  std::vector<nlohmann::json> evals;  // 72 steps, saved every 30 and at the end
+  std::vector<TaskResult> workers = RunWithEvaluator(cluster, &eval, &evals);
   INFO("evaluator stderr:\n" << eval.err);
-  CHECK(eval.exit_code == 0);
-  const std::vector<nlohmann::json> evals = ParseEvents(eval.out, "eval");
-  REQUIRE(evals.size() >= 2);  // 72 steps, saved every 30 and at the end
   for (const nlohmann::json& e : evals) {
     REQUIRE(e["test_mae"].is_number());
     CHECK(e["test_rmse"].get<double>() >= e["test_mae"].get<double>());
