@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -17,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/http/server.h"
 #include "common/transport/auth.h"
 #include "test/local_cluster.h"
 
@@ -146,6 +148,51 @@ std::string RunWithoutToken(const TempDir& dir, const std::vector<std::string>& 
     CHECK(*c == 0);
   }
   return coordinator.err();
+}
+
+// The port a task started with --metrics 127.0.0.1:0 serves on, read from its log line.
+int MetricsPortOf(Process& p) {
+  AwaitLine(p, "/metrics", 60s);
+  std::smatch m;
+  const std::string err = p.err();
+  REQUIRE(std::regex_search(err, m, std::regex("metrics on http://[0-9.]+:([0-9]+)/metrics")));
+  return std::stoi(m[1]);
+}
+
+// GET `target` of the task's endpoint: 200 and the body.
+std::string Fetch(int port, const std::string& target) {
+  Result<http::Fetched> got = http::Get("127.0.0.1", static_cast<std::uint16_t>(port), target);
+  INFO(target << ": " << (got.ok() ? got->body : got.status().ToString()));
+  REQUIRE(got.ok());
+  CHECK(got->status == 200);
+  return got->body;
+}
+
+TEST_CASE("a coordinator task and its generic workers serve /metrics and /healthz like the other tasks", "[integration][sweep][metrics]") {
+  TempDir dir;
+  WriteSyntheticMnist(dir / "", 400, 100);
+  WriteFile(dir / "sweep.json", SweepFile(dir, 2).dump(2));
+  const json cluster = Cluster(FreePorts(3));
+  const std::vector<std::string> metrics = {"--metrics", "127.0.0.1:0", "--run-name", "sweep-7"};
+  // Worker 0 first: it waits for its coordinator, its endpoint up meanwhile.
+  std::vector<std::string> argv{kTfd};
+  argv.insert(argv.end(), metrics.begin(), metrics.end());
+  Process w0(argv, {"TF_CONFIG=" + TfConfig(cluster, "worker", 0)}, dir / "worker0.out", dir / "worker0.err");
+  const int w0_port = MetricsPortOf(w0);
+  CHECK(Fetch(w0_port, "/healthz").starts_with("ok worker:0 running"));
+  CHECK(Fetch(w0_port, "/metrics").find(R"(job="worker",task="0",run="sweep-7")") != std::string::npos);
+  argv.insert(argv.end(), {"--sweep", dir / "sweep.json", "--run-dir", dir / "run"});
+  Process coordinator(argv, {"TF_CONFIG=" + TfConfig(cluster, "coordinator", 0)}, dir / "coordinator.out", dir / "coordinator.err");
+  const int c_port = MetricsPortOf(coordinator);
+  CHECK(Fetch(c_port, "/healthz").starts_with("ok coordinator:0 running"));
+  CHECK(Fetch(c_port, "/metrics").find(R"(job="coordinator",task="0",run="sweep-7")") != std::string::npos);
+  Process w1({kTfd}, {"TF_CONFIG=" + TfConfig(cluster, "worker", 1)}, dir / "worker1.out", dir / "worker1.err");
+  for (Process* p : {&coordinator, &w0, &w1}) {
+    const std::optional<int> code = p->Wait(300s);
+    INFO(p->err());
+    REQUIRE(code.has_value());
+    CHECK(*code == 0);
+  }
 }
 
 TEST_CASE("a coordinator task runs an ensemble job (--job with \"ensemble\") on its worker tasks", "[integration][sweep]") {
