@@ -608,6 +608,7 @@ void PsService::AnswerHeardLocked(const Connection* from, std::uint64_t request_
 void PsService::AnswerHeldDonesLocked(bool all, Clock::time_point now) {
   std::vector<HeldDone> kept;
   for (HeldDone& h : held_dones_) {
+    if (h.conn.expired()) continue;  // its worker left (it sends DONE again on a new connection)
     const bool to_tell = !all && AnyoneToTellLocked(h.rank);
     if (to_tell && now - h.since < limits_.done_hold) {
       kept.push_back(std::move(h));
