@@ -24,12 +24,18 @@ Status Share(collective::Collective* first, collective::Collective& ring, std::s
 
 Status ShareWholeRestore(collective::Collective* first, collective::Collective& ring, std::size_t num_params, int num_slots,
                          train::WholeRestore* restore) {
-  // found, global_step, resume_step, updates
-  float header[10] = {};
+  // found, global_step, resume_step, updates; the error feedback's method (0: none), residuals and
+  // shared floats
+  float header[17] = {};
   header[0] = restore->found ? 1.0f : 0.0f;
   PutCount(restore->global_step, header + 1);
   PutCount(restore->resume_step, header + 4);
   PutCount(static_cast<std::uint64_t>(std::max<std::int64_t>(restore->updates, 0)), header + 7);
+  if (restore->feedback) {
+    header[10] = static_cast<float>(restore->feedback->method);
+    PutCount(restore->feedback->residuals.size(), header + 11);
+    PutCount(restore->feedback->shared.size(), header + 14);
+  }
   TFD_RETURN_IF_ERROR(Share(first, ring, header).WithContext("restore: sharing the chief's checkpoint"));
   restore->found = header[0] != 0.0f;
   if (!restore->found) return Status::Ok();
@@ -41,6 +47,16 @@ Status ShareWholeRestore(collective::Collective* first, collective::Collective& 
   TFD_RETURN_IF_ERROR(Share(first, ring, restore->params).WithContext("restore: sharing the chief's parameters"));
   if (!restore->slots.empty())
     TFD_RETURN_IF_ERROR(Share(first, ring, restore->slots).WithContext("restore: sharing the chief's optimizer slots"));
+  if (header[10] == 0.0f) return Status::Ok();
+  ckpt::ErrorFeedback& f = restore->feedback ? *restore->feedback : restore->feedback.emplace();
+  f.method = static_cast<config::CompressionSpec::Method>(static_cast<int>(header[10]));
+  f.residuals.resize(GetCount(header + 11));
+  for (std::vector<float>& r : f.residuals) {
+    r.resize(num_params);
+    TFD_RETURN_IF_ERROR(Share(first, ring, r).WithContext("restore: sharing the error feedback"));
+  }
+  f.shared.resize(GetCount(header + 14));
+  if (!f.shared.empty()) TFD_RETURN_IF_ERROR(Share(first, ring, f.shared).WithContext("restore: sharing the error feedback"));
   return Status::Ok();
 }
 

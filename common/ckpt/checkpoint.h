@@ -60,6 +60,16 @@ struct EarlyStopping {
   bool operator==(const EarlyStopping&) const = default;
 };
 
+// update.compression's error feedback (topk, powersgd), which each worker carries from step to
+// step: what it has not yet sent of its gradients. Every worker's is in the checkpoint, so a run
+// resumed on as many workers takes up each one's where it was (docs/checkpoints.md, FEEDBACK).
+struct ErrorFeedback {
+  config::CompressionSpec::Method method = config::CompressionSpec::Method::kTopK;  // topk or powersgd
+  std::vector<std::vector<float>> residuals;  // one per worker rank, in rank order, each as many floats as the model's parameters
+  std::vector<float> shared;                  // powersgd: every matrix's Q (the same on every worker); empty for topk
+  bool operator==(const ErrorFeedback&) const = default;
+};
+
 struct Checkpoint {
   std::uint64_t global_step = 0;
   std::uint32_t num_workers = 0;  // the worker count the cursors were taken under
@@ -76,6 +86,9 @@ struct Checkpoint {
   // The early-stopping rule's memory after the last finished epoch, so a resumed run stops where an
   // undisturbed one would. Absent in files written before it existed, and without a rule.
   std::optional<EarlyStopping> early_stopping;
+  // The workers' error feedback under update.compression topk or powersgd (allreduce mode). Absent
+  // in files written before it existed, and under other compression.
+  std::optional<ErrorFeedback> feedback;
 };
 
 // FailedPrecondition when `ckpt` was saved under another optimizer or other hyper-parameters, or

@@ -17,7 +17,8 @@ constexpr std::size_t kFileHeaderBytes = 8;    // magic u32 | version u16 | rese
 constexpr std::size_t kRecordHeaderBytes = 8;  // type u16 | reserved u16 | length u32
 constexpr std::size_t kRecordCrcBytes = 4;
 
-enum class RecordType : std::uint16_t { kMeta = 1, kOptimizer = 2, kCursors = 3, kTensor = 4, kEnd = 5, kCard = 6, kEarlyStopping = 7 };
+enum class RecordType : std::uint16_t { kMeta = 1, kOptimizer = 2, kCursors = 3, kTensor = 4, kEnd = 5, kCard = 6, kEarlyStopping = 7,
+                                      kFeedback = 8 };
 
 const char* RecordName(std::uint16_t type) {
   switch (static_cast<RecordType>(type)) {
@@ -28,6 +29,7 @@ const char* RecordName(std::uint16_t type) {
     case RecordType::kEnd: return "END";
     case RecordType::kCard: return "CARD";
     case RecordType::kEarlyStopping: return "EARLY_STOPPING";
+    case RecordType::kFeedback: return "FEEDBACK";
   }
   return "unknown";
 }
@@ -48,6 +50,20 @@ bool OptimizerFromCode(std::uint8_t code, config::OptimizerSpec::Type* t) {
     return true;
   }
   return false;
+}
+
+// The file's code of an error-feedback method (1 topk, 2 powersgd), both ways; 0 / false for others.
+std::uint8_t FeedbackCode(config::CompressionSpec::Method m) {
+  switch (m) {
+    case config::CompressionSpec::Method::kTopK: return 1;
+    case config::CompressionSpec::Method::kPowerSgd: return 2;
+    default: return 0;
+  }
+}
+bool FeedbackFromCode(std::uint8_t code, config::CompressionSpec::Method* m) {
+  if (code == 1) *m = config::CompressionSpec::Method::kTopK;
+  else if (code == 2) *m = config::CompressionSpec::Method::kPowerSgd;
+  return code == 1 || code == 2;
 }
 
 // Little-endian floats from the file into `out` (memcpy of zero bytes from an empty vector's null
@@ -99,6 +115,15 @@ Status CheckConsistent(const Checkpoint& c) {
   if (c.optimizer.updates < 0) return Status::InvalidArgument(fmt::format("negative optimizer update count {}", c.optimizer.updates));
   if (c.cursors.size() > kMaxCursors) return Status::InvalidArgument(fmt::format("{} data cursors (at most {})", c.cursors.size(), kMaxCursors));
   if (c.tensors.size() > kMaxTensors) return Status::InvalidArgument(fmt::format("{} tensors (at most {})", c.tensors.size(), kMaxTensors));
+  if (c.feedback) {
+    const ErrorFeedback& f = *c.feedback;
+    if (FeedbackCode(f.method) == 0) return Status::InvalidArgument("error feedback of a method that keeps none (topk or powersgd)");
+    if (f.residuals.empty() || f.residuals.size() > kMaxCursors)
+      return Status::InvalidArgument(fmt::format("error feedback of {} workers (1 to {})", f.residuals.size(), kMaxCursors));
+    for (const std::vector<float>& r : f.residuals)
+      if (r.size() != f.residuals[0].size())
+        return Status::InvalidArgument(fmt::format("error feedback residuals of {} and {} values", f.residuals[0].size(), r.size()));
+  }
   for (const NamedTensor& t : c.tensors) {
     if (t.name.empty() || t.name.size() > kMaxNameBytes)
       return Status::InvalidArgument(fmt::format("tensor \"{}\": a name must have 1 to {} bytes", t.name.substr(0, 64), kMaxNameBytes));
@@ -170,6 +195,10 @@ class Parser {
     if (NextType() == static_cast<std::uint16_t>(RecordType::kEarlyStopping)) {  // optional, as CARD
       TFD_RETURN_IF_ERROR(Expect(RecordType::kEarlyStopping, &r));
       TFD_RETURN_IF_ERROR(ParseEarlyStopping(r, &c.early_stopping.emplace()));
+    }
+    if (NextType() == static_cast<std::uint16_t>(RecordType::kFeedback)) {  // optional, as CARD
+      TFD_RETURN_IF_ERROR(Expect(RecordType::kFeedback, &r));
+      TFD_RETURN_IF_ERROR(ParseFeedback(r, &c.feedback.emplace()));
     }
     for (std::uint32_t i = 0; i < num_tensors; ++i) {
       TFD_RETURN_IF_ERROR(Expect(RecordType::kTensor, &r));
@@ -330,6 +359,30 @@ class Parser {
     return Finish(r, in);
   }
 
+  Status ParseFeedback(const RecordView& r, ErrorFeedback* f) {
+    ByteReader in(r.payload);
+    std::uint8_t method = 0;
+    std::uint32_t workers = 0;
+    std::uint64_t count = 0, shared = 0;
+    if (!in.U8(&method) || !in.U32(&workers) || !in.U64(&count) || !in.U64(&shared)) return Fault(r, "payload too short");
+    if (!FeedbackFromCode(method, &f->method)) return Fault(r, fmt::format("unknown method {} (1 topk, 2 powersgd)", method));
+    if (workers == 0 || workers > kMaxCursors) return Fault(r, fmt::format("{} workers (1 to {})", workers, kMaxCursors));
+    // Bound the claimed sizes by the bytes present before allocating.
+    const std::uint64_t floats = in.remaining() / 4;
+    if (count > floats / workers || shared > floats - count * workers)
+      return Fault(r, fmt::format("{} workers of {} values and {} shared are more than the {} payload bytes hold", workers, count, shared,
+                                  r.payload.size()));
+    std::span<const std::byte> raw;
+    f->residuals.resize(workers);
+    for (std::vector<float>& residual : f->residuals) {
+      (void)in.FloatBytes(count, &raw);
+      CopyFloats(raw, &residual);
+    }
+    (void)in.FloatBytes(shared, &raw);
+    CopyFloats(raw, &f->shared);
+    return Finish(r, in);
+  }
+
   Status ParseTensor(const RecordView& r, const std::vector<std::string>& slot_names, NamedTensor* t) {
     ByteReader in(r.payload);
     if (!in.Str(&t->name, kMaxNameBytes) || t->name.empty()) return Fault(r, fmt::format("name is empty, short or over {} bytes", kMaxNameBytes));
@@ -459,6 +512,17 @@ Result<std::vector<std::byte>> Serialize(const Checkpoint& c) {
     w.F64(e.best);
     w.U32(e.best_epoch);
     w.U32(e.wait);
+    TFD_RETURN_IF_ERROR(rw.End());
+  }
+  if (c.feedback) {
+    const ErrorFeedback& f = *c.feedback;
+    ByteWriter& w = rw.Begin(RecordType::kFeedback);
+    w.U8(FeedbackCode(f.method));
+    w.U32(static_cast<std::uint32_t>(f.residuals.size()));
+    w.U64(f.residuals[0].size());
+    w.U64(f.shared.size());
+    for (const std::vector<float>& residual : f.residuals) w.Floats(residual);
+    w.Floats(f.shared);
     TFD_RETURN_IF_ERROR(rw.End());
   }
   for (const NamedTensor& t : c.tensors) {

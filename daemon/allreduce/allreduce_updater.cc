@@ -52,7 +52,9 @@ void AllreduceUpdater::FillControl(bool contributes) {
   buffer_[n + 1] = has_next_ ? 1.0f : 0.0f;
   // Rank 0 (only it has joiners) asks at a commit step; the ring grows after it.
   const bool join = commit_every_ > 0 && (global_step_ + 1) % commit_every_ == 0 && hooks_.joiners_waiting && hooks_.joiners_waiting();
-  buffer_[n + 2] = join ? 1.0f : 0.0f;
+  // ... and, saving error feedback, whether the schedule makes a save due after this step.
+  const bool gather = exchange_ && saver_ != nullptr && ring_->rank() == 0 && saver_->ScheduleDue(static_cast<std::uint64_t>(global_step_ + 1));
+  buffer_[n + 2] = (join ? 1.0f : 0.0f) + (gather ? 2.0f : 0.0f);
 }
 
 Status AllreduceUpdater::StartBucket(model::Model& model, bool contributes) {
@@ -102,6 +104,7 @@ Result<std::int64_t> AllreduceUpdater::JoinStep(model::Model& model) {
 }
 
 Result<std::int64_t> AllreduceUpdater::Finish(model::Model& model) {
+  if (saver_ != nullptr && exchange_) TFD_RETURN_IF_ERROR(GatherFeedback().WithContext("the final checkpoint's error feedback"));
   if (saver_ != nullptr && ring_->rank() == 0) TFD_RETURN_IF_ERROR(SaveState(model, /*final=*/true).WithContext("the final checkpoint"));
   TFD_RETURN_IF_ERROR(ring_->Finish().WithContext("leaving the ring"));
   return global_step_;
@@ -119,6 +122,10 @@ Status AllreduceUpdater::Restore(model::Model& model, const train::WholeRestore&
   TFD_RETURN_IF_ERROR(state_.Restore(restore.slots, restore.updates));
   std::copy(restore.params.begin(), restore.params.end(), model.params().begin());
   global_step_ = static_cast<std::int64_t>(restore.global_step);
+  if (restore.feedback && exchange_ && restore.feedback->method == exchange_->method()) {
+    TFD_RETURN_IF_ERROR(exchange_->RestoreFeedback(train::FeedbackFor(restore, ring_->rank()), restore.feedback->shared)
+                            .WithContext("restore"));
+  }
   const auto local = static_cast<std::int64_t>(restore.resume_step), steps = std::max<std::int64_t>(steps_per_epoch, 1);
   position_ = {.epoch = static_cast<int>(local / steps + 1), .epoch_steps = local % steps, .local_step = local, .global_step = global_step_};
   restored_ = true;
@@ -129,7 +136,30 @@ void AllreduceUpdater::EpochJudged(const ckpt::EarlyStopping& state) {
   if (saver_ == nullptr || ring_->rank() != 0) return;
   saver_->SetEarlyStopping(state);
   // At an epoch's end a save due waits for the write before it: the epoch's judgement is its reason.
-  if (saver_->Due(static_cast<std::uint64_t>(global_step_), /*wait=*/true)) (void)SaveState(*saved_model_, false);
+  if (SaveDue(/*at_epoch_end=*/true)) (void)SaveState(*saved_model_, false);
+}
+
+bool AllreduceUpdater::SaveDue(bool at_epoch_end) {
+  const auto step = static_cast<std::uint64_t>(global_step_);
+  if (exchange_) return gathered_step_ == global_step_ && saver_->Due(step, /*wait=*/true);
+  return saver_->Due(step, at_epoch_end);
+}
+
+Status AllreduceUpdater::GatherFeedback() {
+  const std::span<const float> mine = exchange_->residual();
+  const std::size_t n = mine.size(), members = static_cast<std::size_t>(ring_->size()), rank = static_cast<std::size_t>(ring_->rank());
+  gather_scratch_.assign(n * members, 0.0f);
+  std::copy(mine.begin(), mine.end(), gather_scratch_.begin() + static_cast<std::ptrdiff_t>(rank * n));
+  TFD_RETURN_IF_ERROR(ring_->AllGather(gather_scratch_).WithContext(fmt::format("error feedback after global step {}", global_step_)));
+  if (rank != 0) return Status::Ok();
+  ckpt::ErrorFeedback& f = gathered_.emplace();
+  f.method = exchange_->method();
+  for (std::size_t r = 0; r < members; ++r)
+    f.residuals.emplace_back(gather_scratch_.begin() + static_cast<std::ptrdiff_t>(r * n), gather_scratch_.begin() + static_cast<std::ptrdiff_t>((r + 1) * n));
+  const std::span<const float> shared = exchange_->shared();
+  f.shared.assign(shared.begin(), shared.end());
+  gathered_step_ = global_step_;
+  return Status::Ok();
 }
 
 Status AllreduceUpdater::SaveState(const model::Model& model, bool final) {
@@ -142,7 +172,9 @@ Status AllreduceUpdater::SaveState(const model::Model& model, bool final) {
                           .final = final,
                           .params = std::vector<float>(params.begin(), params.end()),
                           .slots = std::vector<float>(slots.begin(), slots.end()),
-                          .early_stopping = std::nullopt};
+                          .early_stopping = std::nullopt,
+                          .feedback = std::nullopt};
+  if (exchange_ && gathered_step_ == global_step_) state.feedback = gathered_;
   return saver_->Save(std::move(state), fmt::format("held by each of the {} workers", ring_->size()));
 }
 
@@ -198,9 +230,10 @@ Result<std::int64_t> AllreduceUpdater::Exchange(model::Model& model, bool contri
     for (std::size_t i = 0; i < n; ++i) grads[i] = buffer_[i] * scale;
     state_.Apply(model.params(), grads, global_step_ - 1);  // the rate of the steps before this one, as on every worker
   }
+  const int requests = static_cast<int>(buffer_[n + 2]);  // rank 0's alone: an exact small integer
+  if ((requests & 2) != 0) TFD_RETURN_IF_ERROR(GatherFeedback());
   // A save due at an epoch's last step (no member has another batch) waits for the chief's judgement.
-  if (saver_ != nullptr && ring_->rank() == 0 && !(defer_epoch_end_ && !others_have_data_) &&
-      saver_->Due(static_cast<std::uint64_t>(global_step_))) {
+  if (saver_ != nullptr && ring_->rank() == 0 && !(defer_epoch_end_ && !others_have_data_) && SaveDue(/*at_epoch_end=*/false)) {
     if (Status s = SaveState(model, false); !s.ok()) spdlog::warn("checkpoint: {}", s.message());
   }
   if (commit_every_ > 0) {
@@ -217,7 +250,7 @@ Result<std::int64_t> AllreduceUpdater::Exchange(model::Model& model, bool contri
     }
     // Every member saw the same sums: the ring grows now, at the commit just taken. At an epoch's
     // last step it waits for the next commit, so every epoch ends (and is judged) in one ring.
-    if (buffer_[n + 2] > 0.0f && others_have_data_ && pending_.valid && pending_.global_step == global_step_ && hooks_.grow) {
+    if ((requests & 1) != 0 && others_have_data_ && pending_.valid && pending_.global_step == global_step_ && hooks_.grow) {
       TFD_RETURN_IF_ERROR(Settle(model, hooks_.grow(global_step_)));
       regrouped_ = current_.position;
     }

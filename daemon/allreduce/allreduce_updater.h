@@ -112,8 +112,15 @@ class AllreduceUpdater final : public train::Updater, public tensor::CrossReplic
   // Checkpoints (job.checkpoint): every worker holds the same state after a step, so the ring's
   // rank 0 alone saves it, per the schedule, after the step's update (train::WholeSaver), and at
   // Finish (final). `defer_epoch_end`: the chief judges each epoch (early stopping), so a save due
-  // at an epoch's last step waits for EpochJudged and holds the rule's state after it. Call before
-  // the first step (after Restore).
+  // at an epoch's last step waits for EpochJudged and holds the rule's state after it. Call on
+  // every member before the first step (after Restore).
+  //
+  // Under topk and powersgd each worker's error feedback differs, and the save holds every one:
+  // rank 0 sees before a step's exchange that the schedule makes a save due after it and says so in
+  // its control float (bit 2; bit 1 is the join request), and after that step every member
+  // all-gathers its residual. A save is taken only at a step so gathered (one falling due otherwise,
+  // as every_secs may between the two looks, waits for the next step), waiting for a write still
+  // in flight; at Finish every member gathers for the final save.
   void EnableCheckpoints(train::WholeCheckpointing c, const model::Model& model, bool defer_epoch_end);
   // A checkpoint's state, shared by the chief to every member: parameters, optimizer slots and
   // update count, the global step, and where the epoch loop resumes (after `restore.resume_step`
@@ -125,6 +132,11 @@ class AllreduceUpdater final : public train::Updater, public tensor::CrossReplic
   Result<std::int64_t> Exchange(model::Model& model, bool contributes);
   // Rank 0 with checkpoints: saves the state after the step just done (`final`: the end's, waited for).
   Status SaveState(const model::Model& model, bool final);
+  // Rank 0 with checkpoints: whether a save is due after the step just done (with error feedback:
+  // only at a step whose feedback was gathered).
+  bool SaveDue(bool at_epoch_end);
+  // Every member: each one's error feedback to every member; rank 0 keeps them (gathered_).
+  Status GatherFeedback();
   Status StartBucket(model::Model& model, bool contributes);  // the next bucket of this step
   void FillControl(bool contributes);                        // buffer_'s floats after the gradient
 
@@ -167,6 +179,9 @@ class AllreduceUpdater final : public train::Updater, public tensor::CrossReplic
   const model::Model* saved_model_ = nullptr; // what the saves copy (EpochJudged has no model)
   bool defer_epoch_end_ = false;               // saves due at an epoch's last step wait for EpochJudged
   bool restored_ = false;                      // Restore placed position_
+  std::optional<ckpt::ErrorFeedback> gathered_;  // rank 0: every member's error feedback after global step gathered_step_
+  std::int64_t gathered_step_ = -1;
+  std::vector<float> gather_scratch_;            // every member's residual, in rank order
   // Elastic: 0 when not.
   int commit_every_ = 0;
   ElasticHooks hooks_;

@@ -53,6 +53,23 @@ std::string CompressedExchange::Describe() const {
                      spec_.rank, powersgd_->matrices().size(), powersgd_->p_size(), powersgd_->q_size(), powersgd_->whole_size(), n_);
 }
 
+std::span<const float> CompressedExchange::residual() const { return topk_ ? topk_->residual() : powersgd_->error(); }
+
+std::span<const float> CompressedExchange::shared() const { return topk_ ? std::span<const float>() : powersgd_->q(); }
+
+Status CompressedExchange::RestoreFeedback(std::span<const float> residual, std::span<const float> shared) {
+  if (residual.size() != n_)
+    return Status::InvalidArgument(fmt::format("error feedback of {} values for a gradient of {}", residual.size(), n_));
+  if (topk_) {
+    topk_->Restore(residual);
+  } else {
+    const std::vector<float> q = shared.size() == powersgd_->q_size() ? std::vector<float>(shared.begin(), shared.end())
+                                                                       : std::vector<float>(powersgd_->q().begin(), powersgd_->q().end());
+    powersgd_->Restore(residual, q);
+  }
+  return Status::Ok();
+}
+
 Status CompressedExchange::Run(collective::Collective& ring, std::span<const float> grads, bool contributes, std::span<float> buffer,
                                std::int64_t step) {
   return topk_ ? RunTopK(ring, grads, contributes, buffer, step) : RunPowerSgd(ring, grads, contributes, buffer);

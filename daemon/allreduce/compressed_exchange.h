@@ -43,6 +43,16 @@ class CompressedExchange {
   std::size_t floats_per_step() const;
   std::string Describe() const;  // "topk ratio 0.01: 2352 of 235146 values"
 
+  // The error feedback a checkpoint carries (between steps): this worker's residual (topk's, or
+  // powersgd's error; as many floats as the gradient) and what every worker holds alike
+  // (powersgd's Q; empty for topk).
+  config::CompressionSpec::Method method() const { return spec_.method; }
+  std::span<const float> residual() const;
+  std::span<const float> shared() const;
+  // Takes a checkpoint's back. `shared` of another size (powersgd at another rank) is left out:
+  // Q keeps its warm start. InvalidArgument when `residual` is not the gradient's size.
+  Status RestoreFeedback(std::span<const float> residual, std::span<const float> shared);
+
  private:
   CompressedExchange() = default;
   Status RunTopK(collective::Collective& ring, std::span<const float> grads, bool contributes, std::span<float> buffer, std::int64_t step);

@@ -11,6 +11,38 @@
 
 namespace tfd::train {
 
+namespace {
+
+// A checkpoint's error feedback as `replicas` resume it (WholeRestore::feedback), or none (logged)
+// when the job compresses otherwise or the residuals are not the model's size.
+std::optional<ckpt::ErrorFeedback> FeedbackToResume(const config::JobSpec& job, ckpt::ErrorFeedback saved, std::size_t num_params,
+                                                    int replicas, const std::string& path) {
+  const config::CompressionSpec::Method method = job.update.compression.method;
+  const std::size_t saved_workers = saved.residuals.size();
+  if (method != saved.method) {
+    spdlog::info("{}: its {} error feedback is not restored: this job's update.compression is {}", path,
+                 config::CompressionName(saved.method), config::CompressionName(method));
+    return std::nullopt;
+  }
+  if (saved.residuals[0].size() != num_params) {
+    spdlog::warn("{}: its error feedback holds {} values, the model {} parameters: not restored", path, saved.residuals[0].size(), num_params);
+    return std::nullopt;
+  }
+  if (saved_workers != static_cast<std::size_t>(replicas)) {
+    // The average update owes (1/saved) of their sum; each of `replicas` taking the mean owes as much.
+    std::vector<float> mean(num_params, 0.0f);
+    for (const std::vector<float>& r : saved.residuals)
+      for (std::size_t i = 0; i < num_params; ++i) mean[i] += r[i];
+    const float scale = 1.0f / static_cast<float>(saved_workers);
+    for (float& v : mean) v *= scale;
+    saved.residuals = {std::move(mean)};
+    spdlog::info("{}: error feedback of {} workers, averaged, seeds each of this run's {}", path, saved_workers, replicas);
+  }
+  return saved;
+}
+
+}  // namespace
+
 Result<WholeRestore> LoadWholeRestore(const config::JobSpec& job, const model::Model& model, const exporting::ModelCard& card, int replicas,
                                       std::int64_t steps_per_epoch) {
   WholeRestore out;
@@ -51,7 +83,13 @@ Result<WholeRestore> LoadWholeRestore(const config::JobSpec& job, const model::M
   out.params = std::move((*whole)[0].values);
   out.slots = std::move((*whole)[0].slots);
   out.early_stopping = ck.early_stopping;
+  if (ck.feedback) out.feedback = FeedbackToResume(job, *ck.feedback, model.params().size(), replicas, path);
   return out;
+}
+
+std::span<const float> FeedbackFor(const WholeRestore& restore, int rank) {
+  const std::vector<std::vector<float>>& r = restore.feedback->residuals;
+  return r.size() == 1 ? r[0] : r.at(static_cast<std::size_t>(rank));
 }
 
 Result<std::string> WriteWholeCheckpoint(const WholeCheckpointing& c, const model::Model& model, const WholeState& state,
@@ -65,6 +103,7 @@ Result<std::string> WriteWholeCheckpoint(const WholeCheckpointing& c, const mode
   ck.optimizer.slot_names = c.slot_names;
   ck.model_card = c.model_card;
   ck.early_stopping = state.early_stopping;
+  ck.feedback = state.feedback;
   for (std::uint32_t r = 0; r < ck.num_workers; ++r)  // every replica is at the same step of its shard
     ck.cursors.push_back({.rank = r, .epoch = static_cast<std::uint32_t>(std::max(state.epoch, 1)), .base = 0,
                           .next = static_cast<std::uint64_t>(std::max<std::int64_t>(state.epoch_steps, 0)) * static_cast<std::uint64_t>(c.batch_size)});
@@ -106,6 +145,10 @@ Status WholeSaver::Collect(bool wait) {
 bool WholeSaver::Due(std::uint64_t global_step, bool wait) {
   if (!wait && writing_.valid() && writing_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return false;
   (void)Collect(wait);  // its failure was logged by the write
+  return ScheduleDue(global_step);
+}
+
+bool WholeSaver::ScheduleDue(std::uint64_t global_step) const {
   return global_step != last_saved_ && schedule_.Due(global_step, ckpt::Schedule::Clock::now());
 }
 

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <future>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -32,7 +33,13 @@ struct WholeRestore {
   std::vector<float> params;        // model.params() order
   std::vector<float> slots;         // slot k of every parameter, then slot k + 1 (OptimizerState's layout)
   std::optional<ckpt::EarlyStopping> early_stopping;  // the chief's only: the rule's state as saved
+  // update.compression's error feedback, when the checkpoint has the job's method: a residual per
+  // replica (the checkpoint had as many workers), or one for every replica (the mean of the saved
+  // ones, what the average update still owes them, when the count differs). FeedbackFor picks.
+  std::optional<ckpt::ErrorFeedback> feedback;
 };
+// The residual replica `rank` resumes with (restore.feedback set).
+std::span<const float> FeedbackFor(const WholeRestore& restore, int rank);
 
 // The chief, before the ring forms: the newest valid checkpoint in job.checkpoint.dir, matched to
 // `model` by variable name and to job.optimizer. None there: found = false. InvalidArgument naming
@@ -55,6 +62,7 @@ struct WholeState {
   bool final = false;
   std::vector<float> params, slots;
   std::optional<ckpt::EarlyStopping> early_stopping;
+  std::optional<ckpt::ErrorFeedback> feedback;  // every replica's, gathered at the step
 };
 struct WholeCheckpointing {
   config::CheckpointSpec spec;       // dir empty: none
@@ -85,6 +93,8 @@ class WholeSaver {
   // Whether a save is due after `global_step` (per the schedule; never while a write is in flight,
   // unless `wait`: then after waiting for it).
   bool Due(std::uint64_t global_step, bool wait = false);
+  // Whether the schedule alone makes a save due after `global_step` (a write in flight or not).
+  bool ScheduleDue(std::uint64_t global_step) const;
   // Starts writing `state`, with the early-stopping state last set. A final one (state.final) is
   // written even at a step already saved, and waited for: its error is returned. A failed
   // background write is logged, and training goes on.

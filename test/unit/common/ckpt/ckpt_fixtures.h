@@ -55,6 +55,7 @@ inline void RequireSame(const Checkpoint& a, const Checkpoint& b) {
   REQUIRE(a.optimizer.slot_names == b.optimizer.slot_names);
   REQUIRE(a.model_card == b.model_card);
   REQUIRE(a.early_stopping == b.early_stopping);
+  REQUIRE(a.feedback == b.feedback);
   REQUIRE(a.cursors.size() == b.cursors.size());
   for (std::size_t i = 0; i < a.cursors.size(); ++i) {
     CHECK(a.cursors[i].rank == b.cursors[i].rank);

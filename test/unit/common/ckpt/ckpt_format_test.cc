@@ -235,5 +235,73 @@ TEST_CASE("a checkpoint carries the early-stopping state in an EARLY_STOPPING re
   CHECK_THAT(bad.status().message(), Contains("EARLY_STOPPING") && Contains("best epoch 9") && Contains("after epoch 5"));
 }
 
+TEST_CASE("a checkpoint carries every worker's error feedback in a FEEDBACK record; a file without one reads as before",
+          "[unit][ckpt][compression]") {
+  Checkpoint c = MakeCheckpoint();
+  const auto plain = Serialize(c);
+  REQUIRE(plain.ok());
+  c.feedback = ErrorFeedback{.method = config::CompressionSpec::Method::kPowerSgd,
+                             .residuals = {{0.5f, -1.0f, 2.0f}, {0.25f, 0.0f, -3.0f}},
+                             .shared = {1.0f, 2.0f}};
+  const auto with = Serialize(c);
+  REQUIRE(with.ok());
+  CHECK(with->size() == plain->size() + 8 + (1 + 4 + 8 + 8) + 4 * 8 + 4);  // header, method workers count shared, 6 + 2 floats, CRC
+  auto back = Parse(*with, "mem");
+  REQUIRE(back.ok());
+  RequireSame(c, *back);
+  auto old = Parse(*plain, "mem");
+  REQUIRE(old.ok());
+  CHECK_FALSE(old->feedback.has_value());
+  // topk keeps no shared part.
+  c.feedback = ErrorFeedback{.method = config::CompressionSpec::Method::kTopK, .residuals = {{1.5f}}, .shared = {}};
+  auto topk = Parse(*Serialize(c), "mem");
+  REQUIRE(topk.ok());
+  RequireSame(c, *topk);
+  // Residuals of unequal sizes, or a method without feedback, are refused before anything is written.
+  c.feedback = ErrorFeedback{.method = config::CompressionSpec::Method::kTopK, .residuals = {{1.0f}, {1.0f, 2.0f}}, .shared = {}};
+  CHECK_THAT(Serialize(c).status().message(), Contains("residuals of 1 and 2 values"));
+  c.feedback = ErrorFeedback{.method = config::CompressionSpec::Method::kFp16, .residuals = {{1.0f}}, .shared = {}};
+  CHECK_FALSE(Serialize(c).ok());
+}
+
+TEST_CASE("a FEEDBACK record claiming more values than it holds, or an unknown method, is Corruption naming it", "[unit][ckpt][compression]") {
+  Checkpoint c = MakeCheckpoint();
+  c.feedback = ErrorFeedback{.method = config::CompressionSpec::Method::kTopK, .residuals = {{1.0f, 2.0f}, {3.0f, 4.0f}}, .shared = {}};
+  const auto good = Serialize(c);
+  REQUIRE(good.ok());
+  const auto starts = RecordStarts(*good);
+  const std::size_t at = starts[3];  // META, OPTIMIZER, CURSORS, FEEDBACK
+  // Rewrites a field of the FEEDBACK payload and makes its CRC right again.
+  auto with = [&](std::size_t offset, const void* value, std::size_t size) {
+    std::vector<std::byte> b = *good;
+    std::memcpy(b.data() + at + 8 + offset, value, size);
+    std::uint32_t len = 0;
+    std::memcpy(&len, b.data() + at + 4, 4);
+    const std::uint32_t crc = wire::Crc32c(std::span<const std::byte>(b).subspan(at, 8 + len));
+    std::memcpy(b.data() + at + 8 + len, &crc, 4);
+    return Parse(b, "f");
+  };
+  const std::uint64_t huge = std::uint64_t{1} << 40;
+  auto count = with(5, &huge, 8);
+  REQUIRE_FALSE(count.ok());
+  CHECK_THAT(count.status().message(), Contains("FEEDBACK") && Contains("more than the"));
+  auto shared = with(13, &huge, 8);
+  REQUIRE_FALSE(shared.ok());
+  CHECK_THAT(shared.status().message(), Contains("FEEDBACK") && Contains("more than the"));
+  const std::uint32_t none = 0;
+  auto workers = with(1, &none, 4);
+  REQUIRE_FALSE(workers.ok());
+  CHECK_THAT(workers.status().message(), Contains("FEEDBACK") && Contains("0 workers"));
+  const std::uint8_t method = 7;
+  auto unknown = with(0, &method, 1);
+  REQUIRE_FALSE(unknown.ok());
+  CHECK_THAT(unknown.status().message(), Contains("FEEDBACK") && Contains("unknown method 7"));
+  // One value fewer per worker than the payload holds: bytes left over.
+  const std::uint64_t fewer = 1;
+  auto extra = with(5, &fewer, 8);
+  REQUIRE_FALSE(extra.ok());
+  CHECK_THAT(extra.status().message(), Contains("FEEDBACK") && Contains("unexpected bytes"));
+}
+
 }  // namespace
 }  // namespace tfd::ckpt
