@@ -3,7 +3,7 @@
 // (NHWC) and on a dense layer's rows. Each side's time is the fastest of five blocks' mean time
 // per step; PyTorch's is the best of the settings in peer_best.h (1 and 2 threads, denormals
 // flushed or not) and of its memory formats (NCHW, channels_last), and the row says which; beside
-// it, PyTorch's best on one thread (one core, as tfd runs).
+// it, PyTorch's best on one thread (one core, as tfd runs). --pin CPU runs both sides on that one CPU.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -116,9 +116,9 @@ struct PeerShape {
 };
 
 // One peer run over every case: shape name -> its time in the faster memory format.
-std::map<std::string, PeerShape> RunPeer(const std::string& args, double seconds, int threads, bool flush, bool unpin) {
+std::map<std::string, PeerShape> RunPeer(const std::string& args, double seconds, int threads, bool flush, bool unpin, int pin_cpu) {
   std::map<std::string, PeerShape> got;
-  const std::string command = tfd::bench::PeerCommand(fmt::format("{} --seconds {}", args, seconds), threads, flush, unpin);
+  const std::string command = tfd::bench::PeerCommand(fmt::format("{} --seconds {}", args, seconds), threads, flush, unpin, pin_cpu);
   const std::string out = tfd::bench::RunCapture("timeout 300 " + command);
   std::size_t begin = 0;
   while (begin < out.size()) {
@@ -138,14 +138,16 @@ int main(int argc, char** argv) {
   double seconds = 1.0;
   bool peer = true, levels = false;
   std::string only;
+  int pin = -1;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--seconds" && i + 1 < argc) seconds = std::atof(argv[++i]);
+    else if (a == "--pin" && i + 1 < argc) pin = std::atoi(argv[++i]);
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else if (a == "--no-peer") peer = false;
     else if (a == "--levels") levels = true;
     else {
-      std::fprintf(stderr, "usage: %s [--seconds S] [--only batch_norm] [--no-peer] [--levels]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--seconds S] [--only batch_norm] [--no-peer] [--levels] [--pin CPU]\n", argv[0]);
       return 2;
     }
   }
@@ -155,6 +157,10 @@ int main(int argc, char** argv) {
   }
   if (!(seconds > 0)) {
     std::fprintf(stderr, "tfd_bench_layers: --seconds must be > 0\n");
+    return 2;
+  }
+  if (pin >= 0 && !tfd::bench::PinToCpu(pin)) {
+    std::fprintf(stderr, "tfd_bench_layers: --pin %d: this process may not run on CPU %d\n", pin, pin);
     return 2;
   }
   if (peer && std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
@@ -167,12 +173,13 @@ int main(int argc, char** argv) {
   std::printf("batch_norm training forward + backward (din included), one thread, best of 5 blocks of %.2f s\n", seconds / 5);
   std::printf("pytorch: nn.BatchNorm2d (BatchNorm1d on rows), the fastest of 1 and 2 threads (OPENBLAS/OMP/MKL_NUM_THREADS set\n"
               "before torch loads), with and without torch.set_flush_denormal, in NCHW and channels_last; 'kept' says which\n");
+  if (pin >= 0) std::printf("--pin %d: tfd and every PyTorch run on CPU %d alone (one core each; PyTorch's 2 threads share it)\n", pin, pin);
   // Every setting's run covers every shape; each shape keeps its own fastest setting.
   std::map<std::string, std::map<std::string, PeerShape>> runs;  // setting -> shape -> time
   if (peer) {
     const std::string args = fmt::format(TFD_SOURCE_DIR "/test/bench/torch_layer_peer.py --layer batch_norm --shapes {}", shapes);
     tfd::bench::ForEachPeerSetting([&](int threads, bool flush, bool unpin, const std::string& setting) {
-      runs[setting] = RunPeer(args, seconds, threads, flush, unpin);
+      runs[setting] = RunPeer(args, seconds, threads, flush, unpin, pin);
     });
   }
   // PyTorch's best over every setting, and over the 1-thread ones alone (one core each).

@@ -4,6 +4,8 @@
 // which may pick wider kernels), the fastest kept, and which it was.
 #pragma once
 
+#include <sched.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -40,10 +42,22 @@ PeerBest BestPeer(Measure measure) {
   return best;
 }
 
+// --pin CPU: the benchmark's own process (and the threads it starts after) and every peer run on
+// that one CPU alone, so "one core" holds for both sides and the peer's 2-thread settings share it.
+// False when the CPU cannot be had.
+inline bool PinToCpu(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  return sched_setaffinity(0, sizeof set, &set) == 0;
+}
+// The shell prefix that runs a peer on `cpu` (none when cpu < 0).
+inline std::string PinPrefix(int cpu) { return cpu < 0 ? std::string() : "taskset -c " + std::to_string(cpu) + " "; }
+
 // The shell prefix and arguments for one of those settings (the peer scripts take --threads and
 // --flush-denormal; peer_env.py applies the thread count before torch loads).
-inline std::string PeerCommand(const std::string& script_and_args, int threads, bool flush, bool unpin) {
-  return std::string(unpin ? "env -u OPENBLAS_CORETYPE " : "") + "/usr/bin/python3 " + script_and_args + " --threads " +
+inline std::string PeerCommand(const std::string& script_and_args, int threads, bool flush, bool unpin, int pin_cpu = -1) {
+  return PinPrefix(pin_cpu) + std::string(unpin ? "env -u OPENBLAS_CORETYPE " : "") + "/usr/bin/python3 " + script_and_args + " --threads " +
          std::to_string(threads) + (flush ? " --flush-denormal" : "");
 }
 

@@ -5,7 +5,10 @@
 // default's (the first column's) against the peer at its best. Prints ratios; asserts nothing about speed.
 //
 //   build/test/bench/tfd_bench_train [--data DIR] [--seconds S] [--threads N] [--no-peer] [--only MODEL]
-//                                    [--device cuda:N]
+//                                    [--pin CPU] [--device cuda:N]
+//
+// --pin CPU runs tfd and every PyTorch setting on that one CPU (one core each side: PyTorch's
+// 2-thread settings share it); without it PyTorch's 2 threads have both of the machine's cores.
 //
 // With --device cuda:N (a build with the CUDA backend): tfd's standalone GPU step (CudaModel's
 // TrainStep: forward, backward and update as one CUDA graph, the batch copied in from pinned
@@ -140,11 +143,11 @@ double MeasureOursCuda(const tfd::data::DataSplits& data, const Config& c, doubl
 #endif
 
 double MeasurePeer(const std::string& script, const std::string& data, const Config& c, double seconds, int threads,
-                   bool flush_denormal, bool unpin_core) {
-  std::string out = tfd::bench::RunCapture(fmt::format("{}/usr/bin/python3 {} --model {} --optimizer {} --lr {} --batch {} --threads {} "
-                                    "--data {} --seconds {}{}",
-                                    unpin_core ? "env -u OPENBLAS_CORETYPE " : "", script, c.model, c.optimizer, c.lr,
-                                    c.batch, threads, data, seconds, flush_denormal ? " --flush-denormal" : ""));
+                   bool flush_denormal, bool unpin_core, int pin_cpu) {
+  std::string out = tfd::bench::RunCapture(tfd::bench::PeerCommand(
+      fmt::format("{} --model {} --optimizer {} --lr {} --batch {} --data {} --seconds {}", script, c.model, c.optimizer, c.lr, c.batch, data,
+                  seconds),
+      threads, flush_denormal, unpin_core, pin_cpu));
   auto pos = out.find("\"samples_per_sec\":");
   return pos == std::string::npos ? 0 : std::atof(out.c_str() + pos + 18);
 }
@@ -181,19 +184,24 @@ int main(int argc, char** argv) {
   double seconds = 3.0;
   int threads = 1;
   bool peer = true;
-  int device = -1;
+  int device = -1, pin = -1;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--data" && i + 1 < argc) data = argv[++i];
+    else if (a == "--pin" && i + 1 < argc) pin = std::atoi(argv[++i]);
     else if (a == "--seconds" && i + 1 < argc) seconds = std::atof(argv[++i]);
     else if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else if (a == "--no-peer") peer = false;
     else if (a == "--device" && i + 1 < argc && std::string_view(argv[i + 1]).starts_with("cuda:")) device = std::atoi(argv[++i] + 5);
     else {
-      std::fprintf(stderr, "usage: %s [--data DIR] [--seconds S] [--threads N] [--only MODEL] [--no-peer] [--device cuda:N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--data DIR] [--seconds S] [--threads N] [--only MODEL] [--no-peer] [--pin CPU] [--device cuda:N]\n", argv[0]);
       return 2;
     }
+  }
+  if (pin >= 0 && !tfd::bench::PinToCpu(pin)) {
+    std::fprintf(stderr, "tfd_bench_train: --pin %d: this process may not run on CPU %d\n", pin, pin);
+    return 2;
   }
   auto mnist = tfd::data::LoadMnist(data);
   if (!mnist.ok()) {
@@ -269,8 +277,9 @@ int main(int argc, char** argv) {
               "without torch.set_flush_denormal%s; its column 'kept' says which (2t+ftz: 2 threads, denormals flushed%s)\n",
               std::getenv("OPENBLAS_CORETYPE") ? ", with OPENBLAS_CORETYPE as set here and unset" : "",
               std::getenv("OPENBLAS_CORETYPE") ? "; +cpu: OpenBLAS detected the CPU itself" : "");
-  if (const char* pin = std::getenv("OPENBLAS_CORETYPE"))
-    std::printf("OPENBLAS_CORETYPE=%s here: tfd's openblas column runs with it\n", pin);
+  if (const char* coretype = std::getenv("OPENBLAS_CORETYPE"))
+    std::printf("OPENBLAS_CORETYPE=%s here: tfd's openblas column runs with it\n", coretype);
+  if (pin >= 0) std::printf("--pin %d: tfd and every PyTorch run on CPU %d alone (one core each; PyTorch's 2 threads share it)\n", pin, pin);
   std::printf("%-8s %-9s %5s", "model", "optimizer", "batch");
   for (const std::string& column : columns) std::printf(" %12s", column.c_str());
   std::printf(" %12s %10s %7s\n", "pytorch/s", "kept", "ratio");
@@ -283,7 +292,7 @@ int main(int argc, char** argv) {
     std::vector<double> ours;
     for (const tfd::tensor::GemmConfig& gemm : gemms) ours.push_back(MeasureOurs(*mnist, c, seconds, gemm));
     const tfd::bench::PeerBest best =
-        peer ? tfd::bench::BestPeer([&](int threads, bool flush, bool unpin) { return MeasurePeer(script, data, c, seconds, threads, flush, unpin); })
+        peer ? tfd::bench::BestPeer([&](int threads, bool flush, bool unpin) { return MeasurePeer(script, data, c, seconds, threads, flush, unpin, pin); })
              : tfd::bench::PeerBest{};
     const double theirs = best.samples_per_sec;
     std::printf("%-8s %-9s %5d", c.model.c_str(), c.optimizer.c_str(), c.batch);
