@@ -3,11 +3,14 @@
 # allreduce workers on 127.0.0.1 train the seed's dnn on MNIST for 3 epochs, with no checkpoints,
 # a checkpoint every 100 steps and every 600 (once an epoch), ROUNDS rounds alternating; prints the
 # chief's epoch 2 and 3 samples/s per run and each setting's mean, and the checkpoints it wrote.
-#   test/bench/allreduce_ckpt_cost.sh [ROUNDS [OUT_DIR]]
+# COMPRESSION (update.compression's JSON, e.g. '{"method": "topk", "ratio": 0.01}') trains every
+# run compressed: under topk and powersgd each save also gathers every worker's error feedback.
+#   [COMPRESSION=JSON] test/bench/allreduce_ckpt_cost.sh [ROUNDS [OUT_DIR]]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds=${1:-3}
 out=${2:-$(mktemp -d)}
+compression=${COMPRESSION:-'"none"'}
 tfd=build/daemon/tfd
 data=${TFD_MNIST_DIR:-data/mnist}
 [ -x "$tfd" ] || { echo "allreduce_ckpt_cost: $tfd is not built" >&2; exit 2; }
@@ -23,7 +26,7 @@ for round in $(seq 1 "$rounds"); do
     cat > "$dir/job.json" <<JOB
 {"model": "dnn", "data": "$data", "epochs": 3, "batch_size": 50,
  "optimizer": {"type": "momentum", "learning_rate": 0.01, "momentum": 0.95}, "seed": 1, "log_every_steps": 0,
- "update": {"mode": "allreduce"}$extra}
+ "update": {"mode": "allreduce", "compression": $compression}$extra}
 JOB
     cluster="{\"worker\": [\"127.0.0.1:$port\", \"127.0.0.1:$((port + 1))\"]}"
     pids=()

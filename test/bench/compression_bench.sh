@@ -7,13 +7,16 @@
 # measured (ring_bytes_per_step) and what the arithmetic says they are (its log line), and
 # whether both workers ended with the same parameters. ONLY (comma-separated method names, as the
 # table names them, "none" first) runs those alone.
-#   test/bench/compression_bench.sh [EPOCHS [OUT_DIR [MODEL [ONLY]]]]
+# SEED (default 1) is the jobs' seed: the weights' draw and the epochs' shuffles.
+#   [SEED=N] test/bench/compression_bench.sh [EPOCHS [OUT_DIR [MODEL [ONLY]]]]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 epochs=${1:-5}
 out=${2:-$(mktemp -d)}
 model=${3:-dnn}
 only=${4:-}
+seed=${SEED:-1}
+[[ "$seed" =~ ^[0-9]+$ ]] || { echo "compression_bench: SEED is a non-negative integer, not \"$seed\"" >&2; exit 2; }
 case "$model" in
   dnn) training='"batch_size": 50, "optimizer": {"type": "momentum", "learning_rate": 0.01, "momentum": 0.95}' ;;
   cnn) training='"batch_size": 64, "optimizer": {"type": "adam", "learning_rate": 0.001}' ;;
@@ -37,7 +40,7 @@ for m in "${methods[@]}"; do
   name=${m%%|*} compression=${m#*|} dir="$out/${name// /_}"
   mkdir -p "$dir"
   cat > "$dir/job.json" <<JOB
-{"model": "$model", "data": "$data", "epochs": $epochs, $training, "seed": 1, "log_every_steps": 0,
+{"model": "$model", "data": "$data", "epochs": $epochs, $training, "seed": $seed, "log_every_steps": 0,
  "update": {"mode": "allreduce", "compression": $compression}}
 JOB
   cluster="{\"worker\": [\"127.0.0.1:$port\", \"127.0.0.1:$((port + 1))\"]}"
