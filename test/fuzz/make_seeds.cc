@@ -167,12 +167,18 @@ int main(int argc, char** argv) {
   s.optimizer.slot_names = {"momentum"};
   s.tensors.push_back({"w", {}, {1.0f}, {{"momentum", {0.5f}}}});
   auto momentum = ckpt::Serialize(s);
-  if (!adam.ok() || !momentum.ok()) {
+  // Two workers' error feedback (update.compression powersgd) in a FEEDBACK record.
+  s.num_workers = 2;
+  s.cursors = {{0, 0, 0, 3}, {1, 0, 0, 3}};
+  s.feedback = ckpt::ErrorFeedback{.method = config::CompressionSpec::Method::kPowerSgd, .residuals = {{0.25f}, {-0.75f}}, .shared = {1.0f}};
+  auto feedback = ckpt::Serialize(s);
+  if (!adam.ok() || !momentum.ok() || !feedback.ok()) {
     std::fprintf(stderr, "fuzz_make_seeds: cannot serialize the seed checkpoints\n");
     return 1;
   }
   Save(corpus / "checkpoint" / "valid-adam.tfdckpt", *adam);
   Save(corpus / "checkpoint" / "valid-momentum.tfdckpt", *momentum);
+  Save(corpus / "checkpoint" / "valid-feedback.tfdckpt", *feedback);
   SaveTfrecords(corpus / "tfrecord");
   std::printf("fuzz_make_seeds: wrote seeds under %s\n", corpus.c_str());
   return 0;
