@@ -280,10 +280,12 @@ def parse_compression(item):
     raise ValueError(f"{item!r} is not none, fp16, bf16, topk[:RATIO] or powersgd[:RANK]")
 
 
-def dnn_job(data, mode, epochs, hierarchical=None, compression="none", placement="balanced"):
+def dnn_job(data, mode, epochs, hierarchical=None, compression="none", placement="balanced", bucket_kb=None):
     job = {"model": "dnn", "data": data, "epochs": epochs, "batch_size": 50,
            "optimizer": {"type": "momentum", "learning_rate": 0.01, "momentum": 0.95},
            "update": {"mode": mode}, "seed": 1, "log_every_steps": 0, "placement": placement}
+    if bucket_kb is not None and mode == "allreduce":
+        job["update"]["bucket_kb"] = bucket_kb
     if hierarchical is not None:
         job["update"]["hierarchical"] = {"true": True, "false": False}.get(hierarchical, hierarchical)
     if compression != "none":
@@ -405,7 +407,7 @@ class Bench:
         def start(tasks, folder):
             job = os.path.join(folder, "job.json")
             with open(job, "w") as f:
-                json.dump(dnn_job(a.data, mode, a.epochs, hierarchical, compression, placement), f)
+                json.dump(dnn_job(a.data, mode, a.epochs, hierarchical, compression, placement, a.bucket_kb), f)
             if mode == "sync":
                 for j, h in enumerate(a.ps_hosts):
                     tasks.Start(f"ps{j}", lab.ns(h), [a.tfd, *flags], self.Env(cluster, "ps", j), folder)
@@ -615,6 +617,7 @@ def parse_args():
     p.add_argument("--placements", default="balanced", help="sync: the job's placement settings to run, one row each")
     p.add_argument("--compression", default="none",
                    help="update.compression methods to run, one row each: none, fp16, bf16, topk[:RATIO], powersgd[:RANK]")
+    p.add_argument("--bucket-kb", type=int, default=None, help="allreduce: the job's update.bucket_kb (default: the job's default)")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--target", type=float, default=0.98)
     p.add_argument("--stop-at-target", action="store_true",
