@@ -67,6 +67,7 @@ struct ErrorFeedback {
   config::CompressionSpec::Method method = config::CompressionSpec::Method::kTopK;  // topk or powersgd
   std::vector<std::vector<float>> residuals;  // one per worker rank, in rank order, each as many floats as the model's parameters
   std::vector<float> shared;                  // powersgd: every matrix's Q (the same on every worker); empty for topk
+  std::uint32_t rank = 0;                     // powersgd's rank, which lays Q out; 0 for topk
   bool operator==(const ErrorFeedback&) const = default;
 };
 

@@ -123,6 +123,9 @@ Status CheckConsistent(const Checkpoint& c) {
     for (const std::vector<float>& r : f.residuals)
       if (r.size() != f.residuals[0].size())
         return Status::InvalidArgument(fmt::format("error feedback residuals of {} and {} values", f.residuals[0].size(), r.size()));
+    if (f.residuals.size() * f.residuals[0].size() + f.shared.size() > kMaxFeedbackFloats)
+      return Status::InvalidArgument(fmt::format("error feedback of {} workers x {} values is over a record's 4 GiB", f.residuals.size(),
+                                                 f.residuals[0].size()));
   }
   for (const NamedTensor& t : c.tensors) {
     if (t.name.empty() || t.name.size() > kMaxNameBytes)
@@ -364,7 +367,7 @@ class Parser {
     std::uint8_t method = 0;
     std::uint32_t workers = 0;
     std::uint64_t count = 0, shared = 0;
-    if (!in.U8(&method) || !in.U32(&workers) || !in.U64(&count) || !in.U64(&shared)) return Fault(r, "payload too short");
+    if (!in.U8(&method) || !in.U32(&f->rank) || !in.U32(&workers) || !in.U64(&count) || !in.U64(&shared)) return Fault(r, "payload too short");
     if (!FeedbackFromCode(method, &f->method)) return Fault(r, fmt::format("unknown method {} (1 topk, 2 powersgd)", method));
     if (workers == 0 || workers > kMaxCursors) return Fault(r, fmt::format("{} workers (1 to {})", workers, kMaxCursors));
     // Bound the claimed sizes by the bytes present before allocating.
@@ -518,6 +521,7 @@ Result<std::vector<std::byte>> Serialize(const Checkpoint& c) {
     const ErrorFeedback& f = *c.feedback;
     ByteWriter& w = rw.Begin(RecordType::kFeedback);
     w.U8(FeedbackCode(f.method));
+    w.U32(f.rank);
     w.U32(static_cast<std::uint32_t>(f.residuals.size()));
     w.U64(f.residuals[0].size());
     w.U64(f.shared.size());

@@ -23,6 +23,9 @@ inline constexpr std::size_t kMaxSlots = 8;
 inline constexpr std::uint32_t kMaxTensors = 1u << 20;
 inline constexpr std::uint32_t kMaxCursors = 1u << 16;
 inline constexpr std::size_t kMaxCardBytes = 64u << 20;  // the model card's JSON (a standardized model's per-feature statistics)
+// A record's payload is at most 4 GiB (its u32 length): the FEEDBACK record's floats, every
+// worker's residual and the shared part, must stay under this many (the header's bytes aside).
+inline constexpr std::uint64_t kMaxFeedbackFloats = (std::uint64_t{0xffffffffu} - 64) / 4;
 // META's optional flags word (written only when a flag is set, so other files keep the old layout).
 inline constexpr std::uint32_t kMetaFlagFinal = 1u << 0;
 

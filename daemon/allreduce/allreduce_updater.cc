@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "common/ckpt/format.h"
+
 namespace tfd::allreduce {
 
 AllreduceUpdater::AllreduceUpdater(std::shared_ptr<collective::Collective> ring, const optim::Optimizer& optimizer, const model::Model& model,
@@ -53,7 +55,7 @@ void AllreduceUpdater::FillControl(bool contributes) {
   // Rank 0 (only it has joiners) asks at a commit step; the ring grows after it.
   const bool join = commit_every_ > 0 && (global_step_ + 1) % commit_every_ == 0 && hooks_.joiners_waiting && hooks_.joiners_waiting();
   // ... and, saving error feedback, whether the schedule makes a save due after this step.
-  const bool gather = exchange_ && saver_ != nullptr && ring_->rank() == 0 && saver_->ScheduleDue(static_cast<std::uint64_t>(global_step_ + 1));
+  const bool gather = save_feedback_ && ring_->rank() == 0 && saver_->ScheduleDue(static_cast<std::uint64_t>(global_step_ + 1));
   buffer_[n + 2] = (join ? 1.0f : 0.0f) + (gather ? 2.0f : 0.0f);
 }
 
@@ -104,7 +106,7 @@ Result<std::int64_t> AllreduceUpdater::JoinStep(model::Model& model) {
 }
 
 Result<std::int64_t> AllreduceUpdater::Finish(model::Model& model) {
-  if (saver_ != nullptr && exchange_) TFD_RETURN_IF_ERROR(GatherFeedback().WithContext("the final checkpoint's error feedback"));
+  if (save_feedback_) TFD_RETURN_IF_ERROR(GatherFeedback().WithContext("the final checkpoint's error feedback"));
   if (saver_ != nullptr && ring_->rank() == 0) TFD_RETURN_IF_ERROR(SaveState(model, /*final=*/true).WithContext("the final checkpoint"));
   TFD_RETURN_IF_ERROR(ring_->Finish().WithContext("leaving the ring"));
   return global_step_;
@@ -114,6 +116,12 @@ void AllreduceUpdater::EnableCheckpoints(train::WholeCheckpointing c, const mode
   saver_ = std::make_unique<train::WholeSaver>(std::move(c), model, static_cast<std::uint64_t>(global_step_));
   saved_model_ = &model;
   defer_epoch_end_ = defer_epoch_end;
+  if (!exchange_) return;
+  const std::uint64_t floats = model.params().size() * static_cast<std::uint64_t>(ring_->size()) + exchange_->shared().size();
+  save_feedback_ = floats <= ckpt::kMaxFeedbackFloats;
+  if (!save_feedback_ && ring_->rank() == 0)
+    spdlog::warn("checkpoint: the error feedback of {} workers x {} values is over a checkpoint record's 4 GiB: checkpoints leave it out, "
+                 "and a resumed run starts it at 0", ring_->size(), model.params().size());
 }
 
 Status AllreduceUpdater::Restore(model::Model& model, const train::WholeRestore& restore, std::int64_t steps_per_epoch) {
@@ -122,6 +130,7 @@ Status AllreduceUpdater::Restore(model::Model& model, const train::WholeRestore&
   TFD_RETURN_IF_ERROR(state_.Restore(restore.slots, restore.updates));
   std::copy(restore.params.begin(), restore.params.end(), model.params().begin());
   global_step_ = static_cast<std::int64_t>(restore.global_step);
+  ring_bytes_seen_ = ring_->value_bytes_sent();  // the restore's broadcasts are no step's
   if (restore.feedback && exchange_ && restore.feedback->method == exchange_->method()) {
     TFD_RETURN_IF_ERROR(exchange_->RestoreFeedback(train::FeedbackFor(restore, ring_->rank()), restore.feedback->shared)
                             .WithContext("restore"));
@@ -141,21 +150,23 @@ void AllreduceUpdater::EpochJudged(const ckpt::EarlyStopping& state) {
 
 bool AllreduceUpdater::SaveDue(bool at_epoch_end) {
   const auto step = static_cast<std::uint64_t>(global_step_);
-  if (exchange_) return gathered_step_ == global_step_ && saver_->Due(step, /*wait=*/true);
+  if (save_feedback_) return gathered_step_ == global_step_ && saver_->Due(step, /*wait=*/true);
   return saver_->Due(step, at_epoch_end);
 }
 
 Status AllreduceUpdater::GatherFeedback() {
   const std::span<const float> mine = exchange_->residual();
   const std::size_t n = mine.size(), members = static_cast<std::size_t>(ring_->size()), rank = static_cast<std::size_t>(ring_->rank());
-  gather_scratch_.assign(n * members, 0.0f);
-  std::copy(mine.begin(), mine.end(), gather_scratch_.begin() + static_cast<std::ptrdiff_t>(rank * n));
-  TFD_RETURN_IF_ERROR(ring_->AllGather(gather_scratch_).WithContext(fmt::format("error feedback after global step {}", global_step_)));
+  std::vector<float> all(n * members, 0.0f);  // freed on return: saves are rare, and the buffer large
+  std::copy(mine.begin(), mine.end(), all.begin() + static_cast<std::ptrdiff_t>(rank * n));
+  TFD_RETURN_IF_ERROR(ring_->AllGather(all).WithContext(fmt::format("error feedback after global step {}", global_step_)));
+  ring_bytes_seen_ = ring_->value_bytes_sent();  // a save's, not a step's (ring_bytes_per_step)
   if (rank != 0) return Status::Ok();
   ckpt::ErrorFeedback& f = gathered_.emplace();
   f.method = exchange_->method();
+  f.rank = exchange_->rank();
   for (std::size_t r = 0; r < members; ++r)
-    f.residuals.emplace_back(gather_scratch_.begin() + static_cast<std::ptrdiff_t>(r * n), gather_scratch_.begin() + static_cast<std::ptrdiff_t>((r + 1) * n));
+    f.residuals.emplace_back(all.begin() + static_cast<std::ptrdiff_t>(r * n), all.begin() + static_cast<std::ptrdiff_t>((r + 1) * n));
   const std::span<const float> shared = exchange_->shared();
   f.shared.assign(shared.begin(), shared.end());
   gathered_step_ = global_step_;
@@ -174,7 +185,7 @@ Status AllreduceUpdater::SaveState(const model::Model& model, bool final) {
                           .slots = std::vector<float>(slots.begin(), slots.end()),
                           .early_stopping = std::nullopt,
                           .feedback = std::nullopt};
-  if (exchange_ && gathered_step_ == global_step_) state.feedback = gathered_;
+  if (save_feedback_ && gathered_step_ == global_step_ && gathered_) state.feedback = *std::exchange(gathered_, std::nullopt);
   return saver_->Save(std::move(state), fmt::format("held by each of the {} workers", ring_->size()));
 }
 

@@ -179,9 +179,9 @@ class AllreduceUpdater final : public train::Updater, public tensor::CrossReplic
   const model::Model* saved_model_ = nullptr; // what the saves copy (EpochJudged has no model)
   bool defer_epoch_end_ = false;               // saves due at an epoch's last step wait for EpochJudged
   bool restored_ = false;                      // Restore placed position_
+  bool save_feedback_ = false;                   // checkpoints hold the error feedback (topk, powersgd; under a record's limit)
   std::optional<ckpt::ErrorFeedback> gathered_;  // rank 0: every member's error feedback after global step gathered_step_
   std::int64_t gathered_step_ = -1;
-  std::vector<float> gather_scratch_;            // every member's residual, in rank order
   // Elastic: 0 when not.
   int commit_every_ = 0;
   ElasticHooks hooks_;

@@ -47,6 +47,7 @@ class CompressedExchange {
   // powersgd's error; as many floats as the gradient) and what every worker holds alike
   // (powersgd's Q; empty for topk).
   config::CompressionSpec::Method method() const { return spec_.method; }
+  std::uint32_t rank() const { return powersgd_ ? static_cast<std::uint32_t>(spec_.rank) : 0; }  // powersgd's, which lays Q out
   std::span<const float> residual() const;
   std::span<const float> shared() const;
   // Takes a checkpoint's back. `shared` of another size (powersgd at another rank) is left out:

@@ -436,6 +436,7 @@ Status RunAllreduceWorker(const config::TfConfig& config, const config::JobSpec&
       }
       restore->params = {};  // the model and the updater hold them now
       restore->slots = {};
+      restore->feedback.reset();
     }
   }
   if (checkpoints) {

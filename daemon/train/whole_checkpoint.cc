@@ -24,6 +24,11 @@ std::optional<ckpt::ErrorFeedback> FeedbackToResume(const config::JobSpec& job, 
                  config::CompressionName(saved.method), config::CompressionName(method));
     return std::nullopt;
   }
+  if (method == config::CompressionSpec::Method::kPowerSgd && saved.rank != static_cast<std::uint32_t>(job.update.compression.rank)) {
+    spdlog::info("{}: its powersgd Q is of rank {}, this job's rank is {}: the error resumes, Q starts afresh", path, saved.rank,
+                 job.update.compression.rank);
+    saved.shared.clear();
+  }
   if (saved.residuals[0].size() != num_params) {
     spdlog::warn("{}: its error feedback holds {} values, the model {} parameters: not restored", path, saved.residuals[0].size(), num_params);
     return std::nullopt;
@@ -52,7 +57,7 @@ Result<WholeRestore> LoadWholeRestore(const config::JobSpec& job, const model::M
     if (loaded.status().code() != Code::kNotFound) return loaded.status().WithContext("checkpoint.dir");
     return out;
   }
-  const ckpt::Checkpoint& ck = loaded->checkpoint;
+  ckpt::Checkpoint& ck = loaded->checkpoint;
   const std::string& path = loaded->path;
   if (Status s = ckpt::CheckOptimizer(ck, job.optimizer, path); !s.ok())
     return Status::InvalidArgument(fmt::format("optimizer: {}", s.message()));
@@ -83,13 +88,14 @@ Result<WholeRestore> LoadWholeRestore(const config::JobSpec& job, const model::M
   out.params = std::move((*whole)[0].values);
   out.slots = std::move((*whole)[0].slots);
   out.early_stopping = ck.early_stopping;
-  if (ck.feedback) out.feedback = FeedbackToResume(job, *ck.feedback, model.params().size(), replicas, path);
+  if (ck.feedback) out.feedback = FeedbackToResume(job, std::move(*ck.feedback), model.params().size(), replicas, path);
   return out;
 }
 
 std::span<const float> FeedbackFor(const WholeRestore& restore, int rank) {
   const std::vector<std::vector<float>>& r = restore.feedback->residuals;
-  return r.size() == 1 ? r[0] : r.at(static_cast<std::size_t>(rank));
+  if (r.size() == 1) return r[0];
+  return rank >= 0 && static_cast<std::size_t>(rank) < r.size() ? r[static_cast<std::size_t>(rank)] : std::span<const float>();
 }
 
 Result<std::string> WriteWholeCheckpoint(const WholeCheckpointing& c, const model::Model& model, const WholeState& state,

@@ -38,7 +38,7 @@ struct WholeRestore {
   // ones, what the average update still owes them, when the count differs). FeedbackFor picks.
   std::optional<ckpt::ErrorFeedback> feedback;
 };
-// The residual replica `rank` resumes with (restore.feedback set).
+// The residual replica `rank` resumes with (restore.feedback set); empty when there is none for it.
 std::span<const float> FeedbackFor(const WholeRestore& restore, int rank);
 
 // The chief, before the ring forms: the newest valid checkpoint in job.checkpoint.dir, matched to

@@ -170,7 +170,7 @@ int main(int argc, char** argv) {
   // Two workers' error feedback (update.compression powersgd) in a FEEDBACK record.
   s.num_workers = 2;
   s.cursors = {{0, 0, 0, 3}, {1, 0, 0, 3}};
-  s.feedback = ckpt::ErrorFeedback{.method = config::CompressionSpec::Method::kPowerSgd, .residuals = {{0.25f}, {-0.75f}}, .shared = {1.0f}};
+  s.feedback = ckpt::ErrorFeedback{.method = config::CompressionSpec::Method::kPowerSgd, .residuals = {{0.25f}, {-0.75f}}, .shared = {1.0f}, .rank = 1};
   auto feedback = ckpt::Serialize(s);
   if (!adam.ok() || !momentum.ok() || !feedback.ok()) {
     std::fprintf(stderr, "fuzz_make_seeds: cannot serialize the seed checkpoints\n");

@@ -242,10 +242,11 @@ TEST_CASE("a checkpoint carries every worker's error feedback in a FEEDBACK reco
   REQUIRE(plain.ok());
   c.feedback = ErrorFeedback{.method = config::CompressionSpec::Method::kPowerSgd,
                              .residuals = {{0.5f, -1.0f, 2.0f}, {0.25f, 0.0f, -3.0f}},
-                             .shared = {1.0f, 2.0f}};
+                             .shared = {1.0f, 2.0f},
+                             .rank = 2};
   const auto with = Serialize(c);
   REQUIRE(with.ok());
-  CHECK(with->size() == plain->size() + 8 + (1 + 4 + 8 + 8) + 4 * 8 + 4);  // header, method workers count shared, 6 + 2 floats, CRC
+  CHECK(with->size() == plain->size() + 8 + (1 + 4 + 4 + 8 + 8) + 4 * 8 + 4);  // header, method rank workers count shared, 6 + 2 floats, CRC
   auto back = Parse(*with, "mem");
   REQUIRE(back.ok());
   RequireSame(c, *back);
@@ -282,14 +283,14 @@ TEST_CASE("a FEEDBACK record claiming more values than it holds, or an unknown m
     return Parse(b, "f");
   };
   const std::uint64_t huge = std::uint64_t{1} << 40;
-  auto count = with(5, &huge, 8);
+  auto count = with(9, &huge, 8);
   REQUIRE_FALSE(count.ok());
   CHECK_THAT(count.status().message(), Contains("FEEDBACK") && Contains("more than the"));
-  auto shared = with(13, &huge, 8);
+  auto shared = with(17, &huge, 8);
   REQUIRE_FALSE(shared.ok());
   CHECK_THAT(shared.status().message(), Contains("FEEDBACK") && Contains("more than the"));
   const std::uint32_t none = 0;
-  auto workers = with(1, &none, 4);
+  auto workers = with(5, &none, 4);
   REQUIRE_FALSE(workers.ok());
   CHECK_THAT(workers.status().message(), Contains("FEEDBACK") && Contains("0 workers"));
   const std::uint8_t method = 7;
@@ -298,7 +299,7 @@ TEST_CASE("a FEEDBACK record claiming more values than it holds, or an unknown m
   CHECK_THAT(unknown.status().message(), Contains("FEEDBACK") && Contains("unknown method 7"));
   // One value fewer per worker than the payload holds: bytes left over.
   const std::uint64_t fewer = 1;
-  auto extra = with(5, &fewer, 8);
+  auto extra = with(9, &fewer, 8);
   REQUIRE_FALSE(extra.ok());
   CHECK_THAT(extra.status().message(), Contains("FEEDBACK") && Contains("unexpected bytes"));
 }
