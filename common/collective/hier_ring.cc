@@ -1,16 +1,31 @@
 #include "common/collective/hier_ring.h"
 
+#include <cstdlib>
+#include <optional>
+#include <string_view>
+
+#include "common/collective/ring_schedule.h"
+
 namespace tfd::collective {
+
+namespace {
+
+bool SplitAllowed() {
+  const char* v = std::getenv("TFD_HIER_SPLIT");
+  return v == nullptr || std::string_view(v) != "off";
+}
+
+}  // namespace
 
 std::shared_ptr<HierarchicalRing> HierarchicalRing::Create(transport::asio::io_context& ioc, const RingOptions& flat) {
   return std::shared_ptr<HierarchicalRing>(new HierarchicalRing(ioc, flat));
 }
 
 HierarchicalRing::HierarchicalRing(transport::asio::io_context& ioc, const RingOptions& flat)
-    : flat_(flat), plan_(PlanHierarchy(flat)), local_(Ring::Create(ioc, plan_.local)) {
-  if (plan_.leader && plan_.leaders.members.size() > 1) {
+    : flat_(flat), plan_(PlanHierarchy(flat, SplitAllowed())), local_(Ring::Create(ioc, plan_.local)) {
+  if ((plan_.leader || plan_.split) && plan_.leaders.members.size() > 1) {
     leaders_ = Ring::Create(ioc, plan_.leaders);
-    // One port: the HELLO of the previous host's leader goes to the leaders' ring.
+    // One port: the HELLO of the previous host's member in the ring across hosts goes to that ring.
     local_->ShareListenerWith(leaders_);
   }
 }
@@ -28,8 +43,16 @@ Status HierarchicalRing::Connect() {
   return Status::Ok();
 }
 
+std::span<float> HierarchicalRing::CrossPart(std::span<float> data) const {
+  if (!plan_.split) return data;
+  // The segment the host's reduce-scatter left summed here: r + 1 of the host's members.
+  const int members = static_cast<int>(plan_.local.members.size()), c = (plan_.local.rank + 1) % members;
+  const std::uint64_t begin = SegmentBegin(data.size(), c, members), end = SegmentBegin(data.size(), c + 1, members);
+  return data.subspan(begin, end - begin);
+}
+
 Result<std::uint64_t> HierarchicalRing::StartAllReduce(std::span<float> data) {
-  Result<std::uint64_t> local = local_->StartAllReduce(data);
+  Result<std::uint64_t> local = plan_.split ? local_->StartReduceScatter(data) : local_->StartAllReduce(data);
   if (!local.ok()) return Failed(local.status());
   pending_.push_back({.id = next_id_, .data = data, .local_id = *local});
   TFD_RETURN_IF_ERROR(Progress());
@@ -40,9 +63,12 @@ Status HierarchicalRing::StartCrossHost() {
   for (Bucket& b : pending_) {
     if (b.crossing) continue;
     TFD_ASSIGN_OR_RETURN(bool summed, local_->Done(b.local_id));
-    if (!summed) break;  // in order: the leaders' ring starts the buckets as every leader does
-    TFD_ASSIGN_OR_RETURN(b.cross_id, leaders_->StartAllReduce(b.data));
+    if (!summed) break;  // in order: the ring across hosts starts the buckets as every member of it does
     b.crossing = true;
+    const std::span<float> part = CrossPart(b.data);
+    if (part.empty()) continue;  // empty on every member of this ring (they cut the same lengths alike)
+    TFD_ASSIGN_OR_RETURN(b.cross_id, leaders_->StartAllReduce(part));
+    b.crossed = true;
   }
   return Status::Ok();
 }
@@ -62,11 +88,14 @@ Status HierarchicalRing::Wait(std::uint64_t id) {
   if (leaders_ != nullptr) {
     s = local_->Wait(pending_[n - 1].local_id);  // every host sum up to id
     if (s.ok()) s = StartCrossHost();
-    if (s.ok()) s = leaders_->Wait(pending_[n - 1].cross_id);
+    std::optional<std::uint64_t> cross;  // the last bucket that crossed (ids ascend)
+    for (std::size_t i = 0; i < n; ++i)
+      if (pending_[i].crossed) cross = pending_[i].cross_id;
+    if (s.ok() && cross) s = leaders_->Wait(*cross);
   }
   std::uint64_t last = 0;
   for (std::size_t i = 0; s.ok() && i < n; ++i) {
-    Result<std::uint64_t> b = local_->StartBroadcast(pending_[i].data);
+    Result<std::uint64_t> b = plan_.split ? local_->StartAllGatherAfterReduceScatter(pending_[i].data) : local_->StartBroadcast(pending_[i].data);
     if (b.ok()) last = *b;
     else s = b.status();
   }
@@ -84,7 +113,7 @@ Status HierarchicalRing::AllReduce(std::span<float> data) {
 Status HierarchicalRing::Broadcast(std::span<float> data) {
   // Rank 0 leads host 0 and is rank 0 of the leaders' ring: across hosts first, then inside each.
   if (!pending_.empty()) TFD_RETURN_IF_ERROR(Wait(pending_.back().id));
-  Status s = leaders_ != nullptr ? leaders_->Broadcast(data) : Status::Ok();
+  Status s = leaders_ != nullptr && plan_.leader ? leaders_->Broadcast(data) : Status::Ok();
   if (s.ok()) s = local_->Broadcast(data);
   return s.ok() ? s : Failed(s);
 }

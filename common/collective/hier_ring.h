@@ -16,25 +16,34 @@ namespace tfd::collective {
 // The hierarchical all-reduce: when several workers share a host, the traffic between hosts is
 // what limits a step, and a flat ring sends each host's share of it once per worker on the host.
 // Here each host sums its workers' buffers in a ring of its own (through the shared slots, on one
-// host), the host's leader (its lowest rank) runs the all-reduce across hosts on the host sums in
-// a ring of the leaders, and then broadcasts the result in its host's ring. Between hosts each
-// leader sends 2 (H - 1) / H of the buffer per all-reduce over H hosts, against the flat ring's
-// 2 (N - 1) / N over N workers through the same host links.
+// host), the sums cross hosts in rings of one member per host, and each host's ring hands the
+// result to all its workers. Between hosts each host sends 2 (H - 1) / H of the buffer per
+// all-reduce over H hosts, against the flat ring's 2 (N - 1) / N over N workers through the same
+// host links. Two shapes (HierarchyPlan::split):
+//
+// - Split, when every host has the same number W >= 2 of workers: the host's ring reduce-scatters
+//   each bucket (local rank k ends with the host sum of segment k + 1 of W), local rank k of every
+//   host all-reduces that segment in the ring of local rank k across hosts, and the host's ring
+//   all-gathers the segments. Each worker sends a W-th of the host's traffic, and a bucket starts
+//   across after one phase inside the host, not two.
+// - Else the host's ring all-reduces each bucket, the host's leader (its lowest rank) all-reduces
+//   the host sums in the ring of the leaders, and broadcasts the result in its host's ring.
 //
 // Summation order, fixed: an element is first summed inside each host in that host's ring order
 // (ring.h: segment c starts at the host's local rank c and ends at c - 1), then the host sums are
-// summed in the leaders' ring order the same way; the broadcast copies those bits to every worker.
-// So every worker ends with the same bits, run after run; they differ from the flat ring's (a
-// different order of float additions), within float rounding.
+// summed in the ring across hosts' order the same way (split: over the segment as that ring's
+// buffer); the all-gather or broadcast copies those bits to every worker. So every worker ends with
+// the same bits, run after run; they differ from the flat ring's (a different order of float
+// additions), within float rounding.
 //
 // Overlap: StartAllReduce starts the sum inside the host at once; Progress starts a bucket's sum
-// across hosts as soon as its host sum is done (the leader), so buckets travel between hosts while
-// backprop computes the earlier layers. Wait(id) finishes every bucket up to id and then starts
-// their broadcasts, on every worker in the same order (the host ring's collectives are its
-// all-reduces in start order, then its broadcasts).
+// across hosts as soon as its host sum is done, so buckets travel between hosts while backprop
+// computes the earlier layers. Wait(id) finishes every bucket up to id and then starts their
+// all-gathers or broadcasts, on every worker in the same order (the host ring's collectives are its
+// reduce-scatters or all-reduces in start order, then its all-gathers or broadcasts).
 //
 // Threads and errors as Ring's. After an error in either ring both are closed with it, so every
-// worker of the host hears of a loss between hosts (as "LEADER reports: ...", which Blamed
+// worker of the host hears of a loss between hosts (as "MEMBER reports: ...", which Blamed
 // follows to the member that was lost).
 class HierarchicalRing final : public Collective {
  public:
@@ -64,8 +73,12 @@ class HierarchicalRing final : public Collective {
 
  private:
   HierarchicalRing(transport::asio::io_context& ioc, const RingOptions& flat);
-  // Starts the sums across hosts of the buckets whose host sums are done, in order (leader).
+  // Starts the sums across hosts of the buckets whose host sums are done, in order (a member of a
+  // ring across hosts).
   Status StartCrossHost();
+  // What of a bucket this member sums across hosts: split, the segment its host's reduce-scatter
+  // left summed here; else the whole bucket.
+  std::span<float> CrossPart(std::span<float> data) const;
   static Status Unsupported() { return Status::FailedPrecondition("update.compression runs on a flat ring only"); }
   // Closes both rings with `why` and returns it.
   Status Failed(const Status& why);
@@ -74,12 +87,13 @@ class HierarchicalRing final : public Collective {
     std::uint64_t id = 0;  // this object's
     std::span<float> data;
     std::uint64_t local_id = 0, cross_id = 0;
-    bool crossing = false;  // its sum across hosts has started
+    bool crossing = false;  // its host sum is done and its part has gone to the ring across hosts
+    bool crossed = false;   // ... and that part was not empty (cross_id is its collective)
   };
   const RingOptions flat_;
   const HierarchyPlan plan_;
   std::shared_ptr<Ring> local_;
-  std::shared_ptr<Ring> leaders_;  // null unless this worker leads its host and there are two hosts or more
+  std::shared_ptr<Ring> leaders_;  // the ring across hosts; null with one host, and for a non-leader unless split
   std::deque<Bucket> pending_;     // started, not yet waited for (collective thread only)
   std::uint64_t next_id_ = 0;
 };

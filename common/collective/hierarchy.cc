@@ -17,7 +17,7 @@ std::vector<HostGroup> GroupByHost(const std::vector<RingMember>& members) {
   return hosts;  // ranks ascend within each host and hosts come in order of their first rank
 }
 
-HierarchyPlan PlanHierarchy(const RingOptions& flat) {
+HierarchyPlan PlanHierarchy(const RingOptions& flat, bool split_even_hosts) {
   HierarchyPlan plan;
   plan.hosts = GroupByHost(flat.members);
   plan.local = flat;
@@ -37,6 +37,16 @@ HierarchyPlan PlanHierarchy(const RingOptions& flat) {
   }
   plan.leader = plan.local.rank == 0;
   if (flat.rank != 0) plan.local.on_stranger = nullptr;
+  // Every host with as many workers: each local rank crosses with its peers on the other hosts.
+  const std::size_t per_host = plan.hosts.front().ranks.size();
+  plan.split = split_even_hosts && plan.hosts.size() >= 2 && per_host >= 2 &&
+               std::all_of(plan.hosts.begin(), plan.hosts.end(), [&](const HostGroup& g) { return g.ranks.size() == per_host; });
+  if (plan.split) {
+    plan.leaders.members.clear();
+    plan.leaders.rank = plan.host;
+    for (const HostGroup& g : plan.hosts)
+      plan.leaders.members.push_back(flat.members[static_cast<std::size_t>(g.ranks[static_cast<std::size_t>(plan.local.rank)])]);
+  }
   return plan;
 }
 

@@ -23,19 +23,24 @@ struct HostGroup {
 // leads it and is rank 0 of the ring of leaders).
 std::vector<HostGroup> GroupByHost(const std::vector<RingMember>& members);
 
-// One member's two rings: the ring inside its host (every member) and the ring of the hosts'
-// leaders (leaders only; a ring of one when there is one host).
+// One member's two rings: the ring inside its host (every member) and a ring across hosts. Split
+// (two hosts or more, each with the same number of workers, at least 2): every member is in the
+// ring of the members of its local rank, one on each host, in host order (local rank 0's is the
+// leaders'). Else the ring of the hosts' leaders (leaders only; a ring of one with one host).
 struct HierarchyPlan {
   std::vector<HostGroup> hosts;
   int host = 0;                        // this member's, an index into hosts
   RingOptions local;                   // the members of this host, in rank order
   bool leader = false;                 // local.rank == 0
-  RingOptions leaders;                 // meaningful when leader: each host's leader, in host order
+  bool split = false;                  // each local rank crosses hosts in a ring of its own
+  RingOptions leaders;                 // the ring across hosts: split, this member's; else meaningful when leader
 };
 // From the flat ring's options (every member, this member's rank, the timeouts and the rest): the
 // two rings' options, each keeping the flat ring's settings. Only the flat ring's rank 0 keeps
 // on_stranger (elastic joiners ask rank 0), in its host's ring.
-HierarchyPlan PlanHierarchy(const RingOptions& flat);
+// `split_even_hosts` false keeps the leaders' ring even where the hosts are even (the environment's
+// TFD_HIER_SPLIT=off, for a benchmark of both shapes: every worker must be given the same).
+HierarchyPlan PlanHierarchy(const RingOptions& flat, bool split_even_hosts = true);
 
 enum class HierarchyMode { kAuto, kOn, kOff };
 struct TopologyChoice {

@@ -150,6 +150,16 @@ Result<std::uint64_t> Ring::StartAllReduce(std::span<float> data) {
   return Start(data, AllReduceSchedule(rank(), size(), data.size(), options_.chunk_floats));
 }
 
+Result<std::uint64_t> Ring::StartReduceScatter(std::span<float> data) {
+  if (size() == 1) return collective_++;
+  return Start(data, ReduceScatterSchedule(rank(), size(), data.size(), options_.chunk_floats));
+}
+
+Result<std::uint64_t> Ring::StartAllGatherAfterReduceScatter(std::span<float> data) {
+  if (size() == 1) return collective_++;
+  return Start(data, AllGatherAfterReduceScatterSchedule(rank(), size(), data.size(), options_.chunk_floats));
+}
+
 Result<std::uint64_t> Ring::StartAllReduceHalf(std::span<float> data, compress::Half half) {
   if (size() == 1) {
     compress::RoundHalf(half, data);  // what a ring would have made of the sum

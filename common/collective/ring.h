@@ -144,6 +144,11 @@ class Ring final : public transport::FrameHandler, public Collective, public std
   // Whether collective `id` and every one started before it are done (their results in place,
   // their buffers free), after moving every collective on as far as the sockets allow now.
   Result<bool> Done(std::uint64_t id) TFD_EXCLUDES(io_mu_, mu_);
+  // StartAllReduce's two halves as collectives of their own (ring_schedule.h): after the
+  // reduce-scatter member r holds the final sum of segment r + 1 (mod size(), segments as an
+  // all-reduce cuts `data`), and may change it before the all-gather sends it around.
+  Result<std::uint64_t> StartReduceScatter(std::span<float> data) TFD_EXCLUDES(io_mu_, mu_);
+  Result<std::uint64_t> StartAllGatherAfterReduceScatter(std::span<float> data) TFD_EXCLUDES(io_mu_, mu_);
   // Copies rank 0's `data` to every member.
   Status Broadcast(std::span<float> data) TFD_EXCLUDES(io_mu_, mu_) override;
   // The same without blocking, as StartAllReduce: Wait(id) ends it.

@@ -28,34 +28,70 @@ std::vector<ChunkRange> SegmentChunks(std::uint64_t len, int c, int n, std::uint
   return out;
 }
 
-CollectiveSchedule AllReduceSchedule(int rank, int n, std::uint64_t len, std::uint64_t chunk_floats) {
-  CollectiveSchedule s;
-  s.first_phase = wire::RingPhase::kReduceScatter;
-  if (n == 1) return s;
-  const int r = rank;
-  auto seg = [&](int c) { return ((c % n) + n) % n; };
+namespace {
+
+int Seg(int c, int n) { return ((c % n) + n) % n; }
+
+// The reduce-scatter's arrivals at rank r (at hop h, segment r - h - 1, added; after the last hop,
+// n - 2, it holds the final sum of segment r + 1), each forwarded but those of the last hop, which
+// go on as hop 0 of the all-gather when `then_all_gather`.
+void AppendReduceScatter(CollectiveSchedule& s, int r, int n, std::uint64_t len, std::uint64_t chunk_floats, bool then_all_gather) {
   const auto last = static_cast<std::uint16_t>(n - 2);
   // Chunk by chunk: chunk k travels on while chunk k + 1 is reduced.
   for (int hop = 0; hop < n - 1; ++hop) {
-    const int c = seg(r - hop - 1);
+    const int c = Seg(r - hop - 1, n);
     const auto h = static_cast<std::uint16_t>(hop);
     for (const auto& [o, count] : SegmentChunks(len, c, n, chunk_floats)) {
       const bool final_sum = h == last;
-      s.expected.push_back({wire::RingPhase::kReduceScatter, h, static_cast<std::uint32_t>(c), o, count, true, true,
+      s.expected.push_back({wire::RingPhase::kReduceScatter, h, static_cast<std::uint32_t>(c), o, count, true, !final_sum || then_all_gather,
                             final_sum ? wire::RingPhase::kAllGather : wire::RingPhase::kReduceScatter,
                             static_cast<std::uint16_t>(final_sum ? 0 : h + 1)});
     }
   }
+}
+
+// The all-gather's arrivals at rank r after a reduce-scatter: at hop h the final values of segment
+// r - h, copied and passed on but at the last hop.
+void AppendAllGather(CollectiveSchedule& s, int r, int n, std::uint64_t len, std::uint64_t chunk_floats) {
+  const auto last = static_cast<std::uint16_t>(n - 2);
   for (int hop = 0; hop < n - 1; ++hop) {
-    const int c = seg(r - hop);
+    const int c = Seg(r - hop, n);
     const auto h = static_cast<std::uint16_t>(hop);
     for (const auto& [o, count] : SegmentChunks(len, c, n, chunk_floats))
       s.expected.push_back({wire::RingPhase::kAllGather, h, static_cast<std::uint32_t>(c), o, count, false, h != last,
                             wire::RingPhase::kAllGather, static_cast<std::uint16_t>(h + 1)});
   }
-  // Hop 0 of the reduce-scatter: this member's own values of segment r.
-  s.first_segment = static_cast<std::uint32_t>(seg(r));
-  s.first_sends = SegmentChunks(len, seg(r), n, chunk_floats);
+}
+
+}  // namespace
+
+CollectiveSchedule AllReduceSchedule(int rank, int n, std::uint64_t len, std::uint64_t chunk_floats) {
+  CollectiveSchedule s = ReduceScatterSchedule(rank, n, len, chunk_floats);
+  if (n == 1) return s;
+  for (ExpectedChunk& e : s.expected) e.forward = true;  // the last hop's sums start the all-gather
+  AppendAllGather(s, rank, n, len, chunk_floats);
+  return s;
+}
+
+CollectiveSchedule ReduceScatterSchedule(int rank, int n, std::uint64_t len, std::uint64_t chunk_floats) {
+  CollectiveSchedule s;
+  s.first_phase = wire::RingPhase::kReduceScatter;
+  if (n == 1) return s;
+  AppendReduceScatter(s, rank, n, len, chunk_floats, /*then_all_gather=*/false);
+  // Hop 0: this member's own values of segment r.
+  s.first_segment = static_cast<std::uint32_t>(Seg(rank, n));
+  s.first_sends = SegmentChunks(len, Seg(rank, n), n, chunk_floats);
+  return s;
+}
+
+CollectiveSchedule AllGatherAfterReduceScatterSchedule(int rank, int n, std::uint64_t len, std::uint64_t chunk_floats) {
+  CollectiveSchedule s;
+  s.first_phase = wire::RingPhase::kAllGather;
+  if (n == 1) return s;
+  AppendAllGather(s, rank, n, len, chunk_floats);
+  // Hop 0: the final sum of segment r + 1, which the reduce-scatter left here.
+  s.first_segment = static_cast<std::uint32_t>(Seg(rank + 1, n));
+  s.first_sends = SegmentChunks(len, Seg(rank + 1, n), n, chunk_floats);
   return s;
 }
 

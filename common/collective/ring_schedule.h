@@ -62,6 +62,13 @@ std::vector<ChunkRange> SegmentChunks(std::uint64_t len, int c, int n, std::uint
 // Empty for a ring of one, which has nothing to send.
 CollectiveSchedule AllReduceSchedule(int rank, int n, std::uint64_t len, std::uint64_t chunk_floats);
 
+// The two halves of an all-reduce as collectives of their own (the hierarchical all-reduce crosses
+// hosts between them): after the reduce-scatter rank r holds the final sum of segment r + 1 (mod n)
+// and the other segments' values are unspecified; the all-gather after it sends each member's
+// final segment around, so every member ends with the all-reduce's bits. Empty for a ring of one.
+CollectiveSchedule ReduceScatterSchedule(int rank, int n, std::uint64_t len, std::uint64_t chunk_floats);
+CollectiveSchedule AllGatherAfterReduceScatterSchedule(int rank, int n, std::uint64_t len, std::uint64_t chunk_floats);
+
 // Rank `rank`'s schedule of an all-gather: segment c (as an all-reduce cuts `len`) is rank c's, sent
 // by it at hop 0 and copied by every other member, each forwarding it but the last (rank c - 1).
 // Empty for a ring of one.

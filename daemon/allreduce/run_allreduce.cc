@@ -327,7 +327,10 @@ std::shared_ptr<collective::Collective> MakeCollective(transport::asio::io_conte
     const collective::HierarchyPlan& plan = h->plan();
     detail = fmt::format("; this worker is rank {} of the {} on {}{}", plan.local.rank, plan.local.members.size(),
                          plan.hosts[static_cast<std::size_t>(plan.host)].host,
-                         plan.leader ? fmt::format(", its leader in the ring of {} hosts", plan.hosts.size()) : "");
+                         plan.split    ? fmt::format(", crossing its part of each bucket in the ring of local rank {} on {} hosts",
+                                                     plan.local.rank, plan.hosts.size())
+                         : plan.leader ? fmt::format(", its leader in the ring of {} hosts", plan.hosts.size())
+                                       : "");
     made = std::move(h);
   } else {
     made = collective::Ring::Create(ioc, ro);

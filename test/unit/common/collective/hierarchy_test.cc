@@ -68,6 +68,32 @@ TEST_CASE("each member's plan: its host's ring in rank order, and the leaders' r
   CHECK(PlanHierarchy(flat).local.on_stranger == nullptr);
 }
 
+TEST_CASE("hosts with as many workers each split the crossing: each local rank's ring across hosts, in host order", "[unit][hierarchy]") {
+  // Hosts a = {0, 3, 4}, b = {1, 2, 5}: local rank 1 of a is worker 3, of b worker 2.
+  const std::vector<std::string> hosts = {"a", "b", "b", "a", "a", "b"};
+  const HierarchyPlan p2 = PlanHierarchy(Flat(hosts, 2));
+  CHECK(p2.split);
+  CHECK_FALSE(p2.leader);
+  CHECK(p2.host == 1);
+  CHECK(p2.local.rank == 1);
+  REQUIRE(p2.leaders.members.size() == 2);
+  CHECK(p2.leaders.rank == 1);
+  CHECK(p2.leaders.members[0].task == "worker:3");
+  CHECK(p2.leaders.members[1].task == "worker:2");
+  const HierarchyPlan p0 = PlanHierarchy(Flat(hosts, 0));
+  REQUIRE(p0.leaders.members.size() == 2);
+  CHECK(p0.leaders.members[1].task == "worker:1");  // local rank 0's ring is the leaders'
+  // Unequal hosts, one host, or one worker per host: the leaders' ring alone.
+  CHECK_FALSE(PlanHierarchy(Flat({"a", "b", "a"}, 0)).split);
+  CHECK_FALSE(PlanHierarchy(Flat({"a", "a"}, 0)).split);
+  CHECK_FALSE(PlanHierarchy(Flat({"a", "b"}, 0)).split);
+  // TFD_HIER_SPLIT=off: the leaders' ring on even hosts too.
+  const HierarchyPlan off = PlanHierarchy(Flat(hosts, 2), /*split_even_hosts=*/false);
+  CHECK_FALSE(off.split);
+  REQUIRE(off.leaders.members.size() == 2);
+  CHECK(off.leaders.members[1].task == "worker:1");
+}
+
 TEST_CASE("auto is hierarchical with two hosts or more and two workers on some host; true and false force it", "[unit][hierarchy]") {
   auto choose = [](HierarchyMode m, const std::vector<std::string>& hosts) { return ChooseTopology(m, GroupByHost(Flat(hosts, 0).members)); };
   CHECK(choose(HierarchyMode::kAuto, {"a", "a", "b", "b"}).hierarchical);
@@ -204,6 +230,69 @@ TEST_CASE("hierarchical all-reduce: host sums in each host's ring order, then ac
     CHECK(differ == 0);
   }
   // Broadcast: rank 0's values everywhere, through the leaders and then each host.
+  std::vector<std::vector<float>> bc(static_cast<std::size_t>(n), std::vector<float>(999));
+  for (std::size_t i = 0; i < 999; ++i) bc[0][i] = static_cast<float>(i) * 0.5f;
+  RequireOk(h.OnEach([&](int r) { return h.ring(r).Broadcast(bc[static_cast<std::size_t>(r)]); }));
+  for (int r = 1; r < n; ++r) CHECK(bc[static_cast<std::size_t>(r)] == bc[0]);
+  RequireOk(h.OnEach([&](int r) { return h.ring(r).Finish(); }));
+}
+
+TEST_CASE("split hierarchical all-reduce: a host's reduce-scatter, each segment across hosts in its own ring, then the host's all-gather, "
+          "bit for bit",
+          "[unit][hierarchy]") {
+  // Two hosts of three: a = {0, 2, 4}, b = {1, 3, 5}.
+  const std::vector<std::string> hosts = {"127.0.0.1", "127.0.0.2", "127.0.0.1", "127.0.0.2", "127.0.0.1", "127.0.0.2"};
+  const int n = static_cast<int>(hosts.size()), w = 3;
+  LocalHierarchy h(hosts);
+  REQUIRE(h.ring(0).plan().split);
+  RequireOk(h.OnEach([&](int r) { return h.ring(r).Connect(); }));
+  const std::vector<std::size_t> lens = {5000, 2, 1, 4, 12345};  // segments empty on some members too
+  std::mt19937 gen(11);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  std::vector<std::vector<std::vector<float>>> data(static_cast<std::size_t>(n));  // [rank][bucket]
+  for (auto& per_rank : data)
+    for (std::size_t len : lens) {
+      auto& v = per_rank.emplace_back(len);
+      for (float& x : v) x = dist(gen);
+    }
+  const auto before = data;
+  for (int round = 0; round < 2; ++round) {  // a second step on the same rings
+    data = before;
+    RequireOk(h.OnEach([&](int r) -> Status {
+      std::uint64_t last = 0;
+      for (std::size_t b = 0; b < lens.size(); ++b) {
+        if ((r + static_cast<int>(b)) % 3 == 0) std::this_thread::sleep_for(5ms);  // unequal backprop
+        TFD_ASSIGN_OR_RETURN(last, h.ring(r).StartAllReduce(data[static_cast<std::size_t>(r)][b]));
+        TFD_RETURN_IF_ERROR(h.ring(r).Progress());
+      }
+      return h.ring(r).Wait(last);
+    }));
+    const std::vector<std::vector<int>> groups = {{0, 2, 4}, {1, 3, 5}};
+    for (std::size_t b = 0; b < lens.size(); ++b) {
+      std::size_t bad = 0, differ = 0;
+      for (std::size_t i = 0; i < lens[b]; ++i) {
+        std::vector<float> host_sums;
+        for (const auto& g : groups) {
+          std::vector<float> v;
+          for (int r : g) v.push_back(before[static_cast<std::size_t>(r)][b][i]);
+          host_sums.push_back(RingOrderSum(v, i, lens[b]));  // the reduce-scatter is the all-reduce's first half
+        }
+        // Across hosts, segment c of the bucket is the buffer of its ring.
+        int c = 0;
+        while (SegmentBegin(lens[b], c + 1, w) <= i) ++c;
+        const std::uint64_t begin = SegmentBegin(lens[b], c, w), end = SegmentBegin(lens[b], c + 1, w);
+        const float want = RingOrderSum(host_sums, i - begin, end - begin);
+        for (int r = 0; r < n; ++r) {
+          if (data[static_cast<std::size_t>(r)][b][i] != want) ++bad;
+          if (data[static_cast<std::size_t>(r)][b][i] != data[0][b][i]) ++differ;
+        }
+      }
+      INFO("round " << round << ", bucket " << b);
+      CHECK(bad == 0);
+      CHECK(differ == 0);
+    }
+  }
+  // Broadcast: rank 0's values everywhere, through the leaders' ring and then each host.
   std::vector<std::vector<float>> bc(static_cast<std::size_t>(n), std::vector<float>(999));
   for (std::size_t i = 0; i < 999; ++i) bc[0][i] = static_cast<float>(i) * 0.5f;
   RequireOk(h.OnEach([&](int r) { return h.ring(r).Broadcast(bc[static_cast<std::size_t>(r)]); }));

@@ -140,6 +140,53 @@ TEST_CASE("ring schedule: an all-reduce sums every member's value into every ele
   CHECK(runs == kMaxMembers * 11 * 6 * 2);
 }
 
+TEST_CASE("ring schedule: a reduce-scatter leaves member m the whole sum of segment m + 1; the all-gather after it makes an all-reduce",
+          "[unit][ring]") {
+  int wrong = 0;
+  std::string first_wrong;
+  for (int n = 1; n <= kMaxMembers; ++n) {
+    for (std::uint64_t len : kLengths) {
+      for (std::uint64_t chunk : kChunks) {
+        const std::string where = fmt::format("n={} len={} chunk={}", n, len, chunk);
+        INFO(where);
+        SimulatedRing rs = Simulate(n, len, chunk, 5, ReduceScatterSchedule);
+        REQUIRE(rs.error == "");
+        // Every member's final segment holds every member's value once; nothing is copied.
+        for (int m = 0; m < n; ++m) {
+          const Member& mem = rs.members[static_cast<std::size_t>(m)];
+          REQUIRE(mem.applied == mem.schedule.expected.size());
+          for (std::uint64_t i = 0; i < len; ++i) {
+            if (mem.copies[static_cast<std::size_t>(i)] != 0 && wrong++ == 0) first_wrong = fmt::format("{}: member {} copied {}", where, m, i);
+            if (SegmentOf(i, len, n) != (m + 1) % n) continue;
+            bool ok = true;
+            for (int k = 0; k < kMaxMembers; ++k) ok = ok && mem.data[static_cast<std::size_t>(i)][static_cast<std::size_t>(k)] == (k < n ? 1 : 0);
+            if (!ok && wrong++ == 0) first_wrong = fmt::format("{}: member {} float {}", where, m, i);
+          }
+        }
+        // The all-gather alone, each member starting from its final segment as a whole sum: every
+        // member ends with every float's whole sum, each float copied in by all but its owner.
+        SimulatedRing ag = Simulate(n, len, chunk, 6, [](int rank, int members, std::uint64_t l, std::uint64_t c) {
+          return AllGatherAfterReduceScatterSchedule(rank, members, l, c);
+        });
+        REQUIRE(ag.error == "");
+        for (int m = 0; m < n; ++m) {
+          const Member& mem = ag.members[static_cast<std::size_t>(m)];
+          REQUIRE(mem.applied == mem.schedule.expected.size());
+          for (std::uint64_t i = 0; i < len; ++i) {
+            const int owner = (SegmentOf(i, len, n) + n - 1) % n;
+            const int copies = m == owner ? 0 : 1;
+            const bool ok = mem.copies[static_cast<std::size_t>(i)] == copies &&
+                            mem.data[static_cast<std::size_t>(i)] == ag.members[static_cast<std::size_t>(owner)].data[static_cast<std::size_t>(i)];
+            if (!ok && wrong++ == 0) first_wrong = fmt::format("{} all-gather: member {} float {}", where, m, i);
+          }
+        }
+      }
+    }
+  }
+  INFO(first_wrong);
+  CHECK(wrong == 0);
+}
+
 TEST_CASE("ring schedule: a broadcast copies rank 0's values to every member once, and to none for one member", "[unit][ring]") {
   int wrong = 0;
   for (int n = 1; n <= kMaxMembers; ++n) {
