@@ -81,5 +81,32 @@ TEST_CASE("a whole checkpoint's error feedback resumes per rank on as many repli
   }
 }
 
+TEST_CASE("a powersgd checkpoint of another rank resumes the error but not Q, whose layout the rank sets", "[unit][ckpt][compression]") {
+  testing::TempDir dir;
+  const std::unique_ptr<model::Model> model = Softmax();
+  const std::size_t n = model->params().size();
+  config::JobSpec job = JobFor(dir.path(), config::CompressionSpec::Method::kPowerSgd);
+  job.update.compression.rank = 2;
+  WholeState state{.global_step = 4, .updates = 4, .replicas = 1, .epoch = 1, .epoch_steps = 4};
+  state.params.assign(n, 0.25f);
+  state.feedback = ckpt::ErrorFeedback{.method = config::CompressionSpec::Method::kPowerSgd,
+                                       .residuals = {std::vector<float>(n, 2.0f)},
+                                       .shared = std::vector<float>(20, 1.0f),
+                                       .rank = 2};
+  REQUIRE(WriteWholeCheckpoint({.spec = job.checkpoint, .optimizer = job.optimizer, .slot_names = {}, .batch_size = 4}, *model, state, "test")
+              .ok());
+  Result<WholeRestore> same = LoadWholeRestore(job, *model, exporting::ModelCard{}, 1, 10);
+  REQUIRE(same.ok());
+  REQUIRE(same->feedback.has_value());
+  CHECK(same->feedback->shared.size() == 20);
+  job.update.compression.rank = 4;
+  Result<WholeRestore> other = LoadWholeRestore(job, *model, exporting::ModelCard{}, 1, 10);
+  REQUIRE(other.ok());
+  REQUIRE(other->feedback.has_value());
+  CHECK(other->feedback->shared.empty());
+  CHECK(FeedbackFor(*other, 0)[3] == 2.0f);
+  CHECK(FeedbackFor(*other, 5).size() == n);  // one residual: every replica's
+}
+
 }  // namespace
 }  // namespace tfd::train
