@@ -1,6 +1,7 @@
 // The hierarchical all-reduce: the pure grouping (hosts from addresses, leaders, order, the choice
 // of topology) and, over loopback TCP between threads, its sums against the order hier_ring.h
 // documents, bit for bit (127.0.0.x addresses stand for hosts).
+#include <functional>
 #include <future>
 #include <random>
 #include <thread>
@@ -183,58 +184,88 @@ void RequireOk(const std::vector<Status>& all) {
   }
 }
 
-TEST_CASE("hierarchical all-reduce: host sums in each host's ring order, then across hosts in the leaders' order, bit for bit",
-          "[unit][hierarchy]") {
-  // Hosts a = {0, 2}, b = {1}, c = {3, 4, 5}; leaders 0, 1, 3.
-  const std::vector<std::string> hosts = {"127.0.0.1", "127.0.0.2", "127.0.0.1", "127.0.0.3", "127.0.0.3", "127.0.0.3"};
-  const int n = static_cast<int>(hosts.size());
-  LocalHierarchy h(hosts);
-  RequireOk(h.OnEach([&](int r) { return h.ring(r).Connect(); }));
-  const std::vector<std::size_t> lens = {5000, 3, 1, 12345};  // buckets, overlapped
-  std::mt19937 gen(7);
+using Buckets = std::vector<std::vector<std::vector<float>>>;  // [rank][bucket][float]
+
+Buckets RandomBuckets(int n, const std::vector<std::size_t>& lens, unsigned seed) {
+  std::mt19937 gen(seed);
   std::uniform_real_distribution<float> dist(-1, 1);
-  std::vector<std::vector<std::vector<float>>> data(static_cast<std::size_t>(n));  // [rank][bucket]
+  Buckets data(static_cast<std::size_t>(n));
   for (auto& per_rank : data)
     for (std::size_t len : lens) {
       auto& v = per_rank.emplace_back(len);
       for (float& x : v) x = dist(gen);
     }
-  const auto before = data;
+  return data;
+}
+
+// Every member all-reduces its buckets, started one after another (some members late, as an
+// unequal backprop), and waits for the last.
+void AllReduceBuckets(LocalHierarchy& h, Buckets& data, std::chrono::milliseconds late) {
   RequireOk(h.OnEach([&](int r) -> Status {
     std::uint64_t last = 0;
-    for (std::size_t b = 0; b < lens.size(); ++b) {
-      if ((r + static_cast<int>(b)) % 3 == 0) std::this_thread::sleep_for(10ms);  // unequal backprop
-      TFD_ASSIGN_OR_RETURN(last, h.ring(r).StartAllReduce(data[static_cast<std::size_t>(r)][b]));
+    std::vector<std::vector<float>>& mine = data[static_cast<std::size_t>(r)];
+    for (std::size_t b = 0; b < mine.size(); ++b) {
+      if ((r + static_cast<int>(b)) % 3 == 0) std::this_thread::sleep_for(late);
+      TFD_ASSIGN_OR_RETURN(last, h.ring(r).StartAllReduce(mine[b]));
       TFD_RETURN_IF_ERROR(h.ring(r).Progress());
     }
     return h.ring(r).Wait(last);
   }));
-  const std::vector<std::vector<int>> groups = {{0, 2}, {1}, {3, 4, 5}};
-  for (std::size_t b = 0; b < lens.size(); ++b) {
+}
+
+// Each host's sum of float i of bucket b over `groups`, in its ring order (the reduce-scatter's,
+// the all-reduce's first half).
+std::vector<float> HostSums(const Buckets& before, const std::vector<std::vector<int>>& groups, std::size_t b, std::size_t i) {
+  std::vector<float> sums;
+  for (const auto& g : groups) {
+    std::vector<float> v;
+    for (int r : g) v.push_back(before[static_cast<std::size_t>(r)][b][i]);
+    sums.push_back(RingOrderSum(v, i, before[0][b].size()));
+  }
+  return sums;
+}
+
+// Every member's every float against want(b, i), bit for bit.
+void CheckSums(const Buckets& data, const std::function<float(std::size_t, std::size_t)>& want) {
+  for (std::size_t b = 0; b < data[0].size(); ++b) {
     std::size_t bad = 0, differ = 0;
-    for (std::size_t i = 0; i < lens[b]; ++i) {
-      std::vector<float> host_sums;
-      for (const auto& g : groups) {
-        std::vector<float> v;
-        for (int r : g) v.push_back(before[static_cast<std::size_t>(r)][b][i]);
-        host_sums.push_back(RingOrderSum(v, i, lens[b]));
-      }
-      const float want = RingOrderSum(host_sums, i, lens[b]);
-      for (int r = 0; r < n; ++r) {
-        if (data[static_cast<std::size_t>(r)][b][i] != want) ++bad;
-        if (data[static_cast<std::size_t>(r)][b][i] != data[0][b][i]) ++differ;
+    for (std::size_t i = 0; i < data[0][b].size(); ++i) {
+      const float w = want(b, i);
+      for (const auto& per_rank : data) {
+        if (per_rank[b][i] != w) ++bad;
+        if (per_rank[b][i] != data[0][b][i]) ++differ;
       }
     }
     INFO("bucket " << b);
     CHECK(bad == 0);
     CHECK(differ == 0);
   }
-  // Broadcast: rank 0's values everywhere, through the leaders and then each host.
+}
+
+// Rank 0's values reach every member (through the ring across hosts, then each host's), and the
+// rings finish.
+void CheckBroadcastThenFinish(LocalHierarchy& h, int n) {
   std::vector<std::vector<float>> bc(static_cast<std::size_t>(n), std::vector<float>(999));
   for (std::size_t i = 0; i < 999; ++i) bc[0][i] = static_cast<float>(i) * 0.5f;
   RequireOk(h.OnEach([&](int r) { return h.ring(r).Broadcast(bc[static_cast<std::size_t>(r)]); }));
   for (int r = 1; r < n; ++r) CHECK(bc[static_cast<std::size_t>(r)] == bc[0]);
   RequireOk(h.OnEach([&](int r) { return h.ring(r).Finish(); }));
+}
+
+TEST_CASE("hierarchical all-reduce: host sums in each host's ring order, then across hosts in the leaders' order, bit for bit",
+          "[unit][hierarchy]") {
+  // Hosts a = {0, 2}, b = {1}, c = {3, 4, 5}; leaders 0, 1, 3.
+  const std::vector<std::string> hosts = {"127.0.0.1", "127.0.0.2", "127.0.0.1", "127.0.0.3", "127.0.0.3", "127.0.0.3"};
+  const int n = static_cast<int>(hosts.size());
+  LocalHierarchy h(hosts);
+  REQUIRE_FALSE(h.ring(0).plan().split);
+  RequireOk(h.OnEach([&](int r) { return h.ring(r).Connect(); }));
+  Buckets data = RandomBuckets(n, {5000, 3, 1, 12345}, 7);  // buckets, overlapped
+  const Buckets before = data;
+  AllReduceBuckets(h, data, 10ms);
+  const std::vector<std::vector<int>> groups = {{0, 2}, {1}, {3, 4, 5}};
+  CheckSums(data, [&](std::size_t b, std::size_t i) { return RingOrderSum(HostSums(before, groups, b, i), i, before[0][b].size()); });
+  CheckBroadcastThenFinish(h, n);
 }
 
 TEST_CASE("split hierarchical all-reduce: a host's reduce-scatter, each segment across hosts in its own ring, then the host's all-gather, "
@@ -246,58 +277,22 @@ TEST_CASE("split hierarchical all-reduce: a host's reduce-scatter, each segment 
   LocalHierarchy h(hosts);
   REQUIRE(h.ring(0).plan().split);
   RequireOk(h.OnEach([&](int r) { return h.ring(r).Connect(); }));
-  const std::vector<std::size_t> lens = {5000, 2, 1, 4, 12345};  // segments empty on some members too
-  std::mt19937 gen(11);
-  std::uniform_real_distribution<float> dist(-1, 1);
-  std::vector<std::vector<std::vector<float>>> data(static_cast<std::size_t>(n));  // [rank][bucket]
-  for (auto& per_rank : data)
-    for (std::size_t len : lens) {
-      auto& v = per_rank.emplace_back(len);
-      for (float& x : v) x = dist(gen);
-    }
-  const auto before = data;
+  const Buckets before = RandomBuckets(n, {5000, 2, 1, 4, 12345}, 11);  // segments empty on some members too
+  const std::vector<std::vector<int>> groups = {{0, 2, 4}, {1, 3, 5}};
   for (int round = 0; round < 2; ++round) {  // a second step on the same rings
-    data = before;
-    RequireOk(h.OnEach([&](int r) -> Status {
-      std::uint64_t last = 0;
-      for (std::size_t b = 0; b < lens.size(); ++b) {
-        if ((r + static_cast<int>(b)) % 3 == 0) std::this_thread::sleep_for(5ms);  // unequal backprop
-        TFD_ASSIGN_OR_RETURN(last, h.ring(r).StartAllReduce(data[static_cast<std::size_t>(r)][b]));
-        TFD_RETURN_IF_ERROR(h.ring(r).Progress());
-      }
-      return h.ring(r).Wait(last);
-    }));
-    const std::vector<std::vector<int>> groups = {{0, 2, 4}, {1, 3, 5}};
-    for (std::size_t b = 0; b < lens.size(); ++b) {
-      std::size_t bad = 0, differ = 0;
-      for (std::size_t i = 0; i < lens[b]; ++i) {
-        std::vector<float> host_sums;
-        for (const auto& g : groups) {
-          std::vector<float> v;
-          for (int r : g) v.push_back(before[static_cast<std::size_t>(r)][b][i]);
-          host_sums.push_back(RingOrderSum(v, i, lens[b]));  // the reduce-scatter is the all-reduce's first half
-        }
-        // Across hosts, segment c of the bucket is the buffer of its ring.
-        int c = 0;
-        while (SegmentBegin(lens[b], c + 1, w) <= i) ++c;
-        const std::uint64_t begin = SegmentBegin(lens[b], c, w), end = SegmentBegin(lens[b], c + 1, w);
-        const float want = RingOrderSum(host_sums, i - begin, end - begin);
-        for (int r = 0; r < n; ++r) {
-          if (data[static_cast<std::size_t>(r)][b][i] != want) ++bad;
-          if (data[static_cast<std::size_t>(r)][b][i] != data[0][b][i]) ++differ;
-        }
-      }
-      INFO("round " << round << ", bucket " << b);
-      CHECK(bad == 0);
-      CHECK(differ == 0);
-    }
+    INFO("round " << round);
+    Buckets data = before;
+    AllReduceBuckets(h, data, 5ms);
+    // Across hosts, segment c of the bucket is the buffer of its ring.
+    CheckSums(data, [&](std::size_t b, std::size_t i) {
+      const std::size_t len = before[0][b].size();
+      int c = 0;
+      while (SegmentBegin(len, c + 1, w) <= i) ++c;
+      const std::uint64_t begin = SegmentBegin(len, c, w), end = SegmentBegin(len, c + 1, w);
+      return RingOrderSum(HostSums(before, groups, b, i), i - begin, end - begin);
+    });
   }
-  // Broadcast: rank 0's values everywhere, through the leaders' ring and then each host.
-  std::vector<std::vector<float>> bc(static_cast<std::size_t>(n), std::vector<float>(999));
-  for (std::size_t i = 0; i < 999; ++i) bc[0][i] = static_cast<float>(i) * 0.5f;
-  RequireOk(h.OnEach([&](int r) { return h.ring(r).Broadcast(bc[static_cast<std::size_t>(r)]); }));
-  for (int r = 1; r < n; ++r) CHECK(bc[static_cast<std::size_t>(r)] == bc[0]);
-  RequireOk(h.OnEach([&](int r) { return h.ring(r).Finish(); }));
+  CheckBroadcastThenFinish(h, n);
 }
 
 TEST_CASE("hierarchical: a lost member's error reaches every worker, blaming it through the leaders' reports", "[unit][hierarchy]") {
