@@ -1,7 +1,9 @@
 #include "common/compress/topk.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "common/base/check.h"
@@ -14,19 +16,79 @@ std::size_t TopKCount(std::size_t size, double ratio) {
   return std::clamp<std::size_t>(k, 1, size);
 }
 
-std::vector<std::uint32_t> SelectTopK(std::span<const float> v, std::size_t k) {
+namespace {
+
+// A float's magnitude as an integer of the same order: IEEE-754 without its sign bit (NaNs above
+// infinity), so -0 and +0 tie, as fabs makes them.
+std::uint32_t MagnitudeKey(float x) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  return bits & 0x7fffffffu;
+}
+
+}  // namespace
+
+void SelectTopK(std::span<const float> v, std::size_t k, std::vector<std::uint32_t>* scratch, std::vector<std::uint32_t>* out) {
   TFD_CHECK(k <= v.size());
-  std::vector<std::uint32_t> idx(v.size());
-  std::iota(idx.begin(), idx.end(), 0u);
-  // Larger magnitude first, then lower index: a strict total order, so the k chosen are unique.
-  auto before = [&v](std::uint32_t a, std::uint32_t b) {
-    const float x = std::fabs(v[a]), y = std::fabs(v[b]);
-    return x > y || (x == y && a < b);
+  out->clear();
+  if (k == 0) return;
+  // The k-th largest magnitude by radix select on the keys, 11, 10 and 10 bits from the top (bit 31
+  // is 0): a histogram of the candidates' next bits, the bucket that holds the k-th from the top,
+  // and that bucket's keys the next level's candidates (in `scratch`; the first level reads v).
+  struct Level {
+    int shift;
+    std::uint32_t mask;
   };
-  if (k < idx.size()) std::nth_element(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k), idx.end(), before);
-  idx.resize(k);
-  std::sort(idx.begin(), idx.end());
-  return idx;
+  constexpr Level kLevels[] = {{20, 0x7ff}, {10, 0x3ff}, {0, 0x3ff}};
+  std::array<std::uint32_t, 2048> hist;
+  std::uint32_t threshold = 0;  // the k-th largest key's bits found so far
+  std::size_t need = k;         // of the candidates, how many from the top are still to count
+  bool from_v = true;
+  for (const Level& level : kLevels) {
+    std::fill(hist.begin(), hist.begin() + level.mask + 1, 0u);
+    if (from_v) {
+      for (float x : v) ++hist[(MagnitudeKey(x) >> level.shift) & level.mask];
+    } else {
+      for (std::uint32_t key : *scratch) ++hist[(key >> level.shift) & level.mask];
+    }
+    std::uint32_t b = level.mask;
+    for (std::size_t acc = 0;; --b) {  // stops: the candidates are at least `need`
+      if (acc + hist[b] >= need) {
+        need -= acc;
+        break;
+      }
+      acc += hist[b];
+    }
+    threshold |= b << level.shift;
+    if (level.shift == 0) break;
+    const std::uint32_t high = threshold >> level.shift;  // the bits every next candidate has
+    if (from_v) {
+      scratch->clear();
+      for (float x : v)
+        if (const std::uint32_t key = MagnitudeKey(x); (key >> level.shift) == high) scratch->push_back(key);
+    } else {
+      std::erase_if(*scratch, [&](std::uint32_t key) { return (key >> level.shift) != high; });
+    }
+    from_v = false;
+  }
+  // In index order: every value above the threshold, and the `need` lowest-index ones equal to it:
+  // larger magnitude first, then lower index, a strict total order, so the k chosen are unique.
+  out->reserve(k);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const std::uint32_t key = MagnitudeKey(v[i]);
+    if (key > threshold) {
+      out->push_back(static_cast<std::uint32_t>(i));
+    } else if (key == threshold && need > 0) {
+      out->push_back(static_cast<std::uint32_t>(i));
+      --need;
+    }
+  }
+}
+
+std::vector<std::uint32_t> SelectTopK(std::span<const float> v, std::size_t k) {
+  std::vector<std::uint32_t> scratch, out;
+  SelectTopK(v, k, &scratch, &out);
+  return out;
 }
 
 TopK::TopK(std::vector<TensorRun> runs, std::size_t total, double ratio, std::int64_t warmup_steps)
@@ -60,7 +122,8 @@ std::size_t TopK::Compress(std::span<const float> grad, std::int64_t step, std::
   std::size_t out = 0;
   for (const TensorRun& r : runs_) {
     const std::span<float> t = std::span<float>(residual_).subspan(r.offset, r.size);
-    for (std::uint32_t j : SelectTopK(t, CountAt(r.size, step))) {
+    SelectTopK(t, CountAt(r.size, step), &keys_, &chosen_);
+    for (std::uint32_t j : chosen_) {
       indices[out] = static_cast<std::uint32_t>(r.offset) + j;
       values[out] = t[j];
       t[j] = 0.0f;

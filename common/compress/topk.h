@@ -19,6 +19,9 @@ std::size_t TopKCount(std::size_t size, double ratio);
 // The indices of the k values of largest |v[i]| in increasing index order (k <= v.size()); among
 // equal magnitudes the lower index wins, so the choice is a function of the values alone.
 std::vector<std::uint32_t> SelectTopK(std::span<const float> v, std::size_t k);
+// The same into `out`, with `scratch` for the candidates (both reused between calls): the k-th
+// largest magnitude by radix select over the magnitudes' bit patterns, then one pass in index order.
+void SelectTopK(std::span<const float> v, std::size_t k, std::vector<std::uint32_t>* scratch, std::vector<std::uint32_t>* out);
 
 // Top-k with error feedback, per tensor (Stich et al. 2018; Lin et al.'s Deep Gradient
 // Compression): each step adds the residual (what earlier steps dropped) to the gradient, keeps
@@ -54,6 +57,7 @@ class TopK {
 
   std::vector<TensorRun> runs_;
   std::vector<float> residual_;
+  std::vector<std::uint32_t> keys_, chosen_;  // SelectTopK's scratch and result, reused
   double ratio_ = 0;
   std::size_t kept_ = 0;
   std::int64_t warmup_steps_ = 0;

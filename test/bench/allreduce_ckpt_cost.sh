@@ -5,13 +5,14 @@
 # chief's epoch 2 and 3 samples/s per run and each setting's mean, and the checkpoints it wrote.
 # COMPRESSION (update.compression's JSON, e.g. '{"method": "topk", "ratio": 0.01}') trains every
 # run compressed: under topk and powersgd each save also gathers every worker's error feedback.
-#   [COMPRESSION=JSON] test/bench/allreduce_ckpt_cost.sh [ROUNDS [OUT_DIR]]
+# TFD (default build/daemon/tfd) runs another binary, to compare two builds.
+#   [COMPRESSION=JSON] [TFD=PATH] test/bench/allreduce_ckpt_cost.sh [ROUNDS [OUT_DIR]]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds=${1:-3}
 out=${2:-$(mktemp -d)}
 compression=${COMPRESSION:-'"none"'}
-tfd=build/daemon/tfd
+tfd=${TFD:-build/daemon/tfd}
 data=${TFD_MNIST_DIR:-data/mnist}
 [ -x "$tfd" ] || { echo "allreduce_ckpt_cost: $tfd is not built" >&2; exit 2; }
 [ -f "$data/train-images-idx3-ubyte" ] || { echo "allreduce_ckpt_cost: no MNIST in $data (scripts/fetch_mnist.sh)" >&2; exit 77; }

@@ -1,9 +1,12 @@
 // Gradient compression's pieces without sockets (common/compress): the 16-bit codecs against values
 // worked out by hand, top-k selection and its error feedback over two steps by hand, and PowerSGD's
 // Gram-Schmidt and one step of two workers against a reference computed here with plain loops.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <numeric>
+#include <random>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -79,6 +82,41 @@ TEST_CASE("top-k keeps ceil(ratio * size) values per tensor, the largest magnitu
   CHECK(SelectTopK(std::vector<float>{1, -1, 1}, 2) == std::vector<std::uint32_t>{0, 1});
   CHECK(SelectTopK(std::vector<float>{0.1f, -0.5f, 0.3f, 0.45f, -0.2f}, 3) == std::vector<std::uint32_t>{1, 2, 3});
   CHECK(SelectTopK(std::vector<float>{0.1f, -0.5f}, 0).empty());
+}
+
+TEST_CASE("top-k selection keeps the k largest magnitudes, ties to the lower index, as sorting every index would", "[unit][compress]") {
+  // The definition, by a full sort: larger |v| first, then the lower index; the first k, by index.
+  auto reference = [](const std::vector<float>& v, std::size_t k) {
+    std::vector<std::uint32_t> idx(v.size());
+    std::iota(idx.begin(), idx.end(), 0u);
+    std::sort(idx.begin(), idx.end(), [&](std::uint32_t a, std::uint32_t b) {
+      const float x = std::fabs(v[a]), y = std::fabs(v[b]);
+      return x > y || (x == y && a < b);
+    });
+    idx.resize(k);
+    std::sort(idx.begin(), idx.end());
+    return idx;
+  };
+  std::mt19937 gen(3);
+  std::vector<std::uint32_t> scratch, out;
+  int cases = 0;
+  for (std::size_t n : {1, 2, 7, 100, 1000, 4097}) {
+    for (int kind = 0; kind < 3; ++kind) {
+      std::vector<float> v(n);
+      // Distinct values; few values (ties of both signs, -0 and +0); tiny values among denormals.
+      std::uniform_real_distribution<float> dist(-1, 1);
+      std::uniform_int_distribution<int> few(-3, 3);
+      for (float& x : v) x = kind == 0 ? dist(gen) : kind == 1 ? (few(gen) == 0 ? -0.0f : 0.5f * static_cast<float>(few(gen))) : dist(gen) * 1e-39f;
+      for (std::size_t k : {std::size_t{0}, std::size_t{1}, n / 3, n - 1, n}) {
+        INFO("n " << n << " kind " << kind << " k " << k);
+        SelectTopK(v, k, &scratch, &out);
+        CHECK(out == reference(v, k));
+        CHECK(SelectTopK(v, k) == out);
+        ++cases;
+      }
+    }
+  }
+  CHECK(cases == 6 * 3 * 5);
 }
 
 TEST_CASE("top-k error feedback: what a step drops is added to the next step's gradient", "[unit][compress]") {
