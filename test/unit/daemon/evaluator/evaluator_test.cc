@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "daemon/evaluator/evaluator.h"
+#include "test/unit/model_fixtures.h"
 
 namespace tfd::evaluator {
 namespace {
@@ -13,15 +14,6 @@ TEST_CASE("the idle limit is 3 x checkpoint.every_secs, at least 60 s, and 600 s
   CHECK(IdleTimeoutFor({.dir = "d", .every_steps = 100}) == 600s);
   CHECK(IdleTimeoutFor({.dir = "d", .every_secs = 5}) == 60s);
   CHECK(IdleTimeoutFor({.dir = "d", .every_steps = 10, .every_secs = 100}) == 300s);
-}
-
-std::unique_ptr<model::Model> Softmax() {
-  config::ModelSpec spec;
-  spec.name = "softmax";
-  auto m = model::Model::Build(spec, {.h = 2, .w = 2, .c = 1}, 10, 4);
-  INFO(m.status().ToString());
-  REQUIRE(m.ok());
-  return std::move(m).value();
 }
 
 // A checkpoint holding `model`'s variables, each value set to its flat index plus `base`.
@@ -36,7 +28,7 @@ ckpt::Checkpoint CheckpointOf(const model::Model& model, float base) {
 }
 
 TEST_CASE("LoadParams copies the tensors by name, in any order", "[unit][evaluator]") {
-  auto m = Softmax();
+  auto m = testing::SmallSoftmax();
   ckpt::Checkpoint c = CheckpointOf(*m, 0.5f);
   std::swap(c.tensors.front(), c.tensors.back());
   REQUIRE(LoadParams(c, *m, "ck").ok());
@@ -44,7 +36,7 @@ TEST_CASE("LoadParams copies the tensors by name, in any order", "[unit][evaluat
 }
 
 TEST_CASE("LoadParams names the file and the variable that does not fit", "[unit][evaluator]") {
-  auto m = Softmax();
+  auto m = testing::SmallSoftmax();
   ckpt::Checkpoint renamed = CheckpointOf(*m, 0);
   const std::string name = renamed.tensors[0].name;
   renamed.tensors[0].name = "other/kernel";

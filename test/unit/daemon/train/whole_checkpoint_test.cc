@@ -10,18 +10,10 @@
 #include "common/model/model.h"
 #include "daemon/train/whole_checkpoint.h"
 #include "test/test_util.h"
+#include "test/unit/model_fixtures.h"
 
 namespace tfd::train {
 namespace {
-
-std::unique_ptr<model::Model> Softmax() {
-  config::ModelSpec spec;
-  spec.name = "softmax";
-  auto m = model::Model::Build(spec, {.h = 2, .w = 2, .c = 1}, 10, 4);
-  INFO(m.status().ToString());
-  REQUIRE(m.ok());
-  return std::move(m).value();
-}
 
 config::JobSpec JobFor(const std::string& dir, config::CompressionSpec::Method method) {
   config::JobSpec job;
@@ -38,7 +30,7 @@ TEST_CASE("a whole checkpoint's error feedback resumes per rank on as many repli
           "another method",
           "[unit][ckpt][compression]") {
   testing::TempDir dir;
-  const std::unique_ptr<model::Model> model = Softmax();
+  const std::unique_ptr<model::Model> model = testing::SmallSoftmax();
   const std::size_t n = model->params().size();  // 4 x 10 + 10
   REQUIRE(n == 50);
   const config::JobSpec topk = JobFor(dir.path(), config::CompressionSpec::Method::kTopK);
@@ -83,7 +75,7 @@ TEST_CASE("a whole checkpoint's error feedback resumes per rank on as many repli
 
 TEST_CASE("a powersgd checkpoint of another rank resumes the error but not Q, whose layout the rank sets", "[unit][ckpt][compression]") {
   testing::TempDir dir;
-  const std::unique_ptr<model::Model> model = Softmax();
+  const std::unique_ptr<model::Model> model = testing::SmallSoftmax();
   const std::size_t n = model->params().size();
   config::JobSpec job = JobFor(dir.path(), config::CompressionSpec::Method::kPowerSgd);
   job.update.compression.rank = 2;
