@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -168,6 +169,18 @@ std::string Fetch(int port, const std::string& target) {
   return got->body;
 }
 
+// /healthz of the task's endpoint once it starts with `want` (its phase is "starting" until the role
+// runs, a moment after the endpoint is up), or its last body after 60 s.
+std::string HealthzOnce(int port, const std::string& want) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  std::string body = Fetch(port, "/healthz");
+  while (!body.starts_with(want) && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    body = Fetch(port, "/healthz");
+  }
+  return body;
+}
+
 TEST_CASE("a coordinator task and its generic workers serve /metrics and /healthz like the other tasks", "[integration][sweep][metrics]") {
   TempDir dir;
   WriteSyntheticMnist(dir / "", 400, 100);
@@ -179,12 +192,12 @@ TEST_CASE("a coordinator task and its generic workers serve /metrics and /health
   argv.insert(argv.end(), metrics.begin(), metrics.end());
   Process w0(argv, {"TF_CONFIG=" + TfConfig(cluster, "worker", 0)}, dir / "worker0.out", dir / "worker0.err");
   const int w0_port = MetricsPortOf(w0);
-  CHECK(Fetch(w0_port, "/healthz").starts_with("ok worker:0 running"));
+  CHECK(HealthzOnce(w0_port, "ok worker:0 running").starts_with("ok worker:0 running"));
   CHECK(Fetch(w0_port, "/metrics").find(R"(job="worker",task="0",run="sweep-7")") != std::string::npos);
   argv.insert(argv.end(), {"--sweep", dir / "sweep.json", "--run-dir", dir / "run"});
   Process coordinator(argv, {"TF_CONFIG=" + TfConfig(cluster, "coordinator", 0)}, dir / "coordinator.out", dir / "coordinator.err");
   const int c_port = MetricsPortOf(coordinator);
-  CHECK(Fetch(c_port, "/healthz").starts_with("ok coordinator:0 running"));
+  CHECK(HealthzOnce(c_port, "ok coordinator:0 running").starts_with("ok coordinator:0 running"));
   CHECK(Fetch(c_port, "/metrics").find(R"(job="coordinator",task="0",run="sweep-7")") != std::string::npos);
   Process w1({kTfd}, {"TF_CONFIG=" + TfConfig(cluster, "worker", 1)}, dir / "worker1.out", dir / "worker1.err");
   for (Process* p : {&coordinator, &w0, &w1}) {
