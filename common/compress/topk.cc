@@ -4,7 +4,6 @@
 #include <array>
 #include <cmath>
 #include <cstring>
-#include <numeric>
 
 #include "common/base/check.h"
 

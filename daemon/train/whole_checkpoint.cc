@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <utility>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -98,8 +99,7 @@ std::span<const float> FeedbackFor(const WholeRestore& restore, int rank) {
   return rank >= 0 && static_cast<std::size_t>(rank) < r.size() ? r[static_cast<std::size_t>(rank)] : std::span<const float>();
 }
 
-Result<std::string> WriteWholeCheckpoint(const WholeCheckpointing& c, const model::Model& model, const WholeState& state,
-                                         const std::string& how) {
+Result<std::string> WriteWholeCheckpoint(const WholeCheckpointing& c, const model::Model& model, WholeState state, const std::string& how) {
   ckpt::Checkpoint ck;
   ck.global_step = state.global_step;
   ck.final = state.final;
@@ -109,7 +109,7 @@ Result<std::string> WriteWholeCheckpoint(const WholeCheckpointing& c, const mode
   ck.optimizer.slot_names = c.slot_names;
   ck.model_card = c.model_card;
   ck.early_stopping = state.early_stopping;
-  ck.feedback = state.feedback;
+  ck.feedback = std::move(state.feedback);
   for (std::uint32_t r = 0; r < ck.num_workers; ++r)  // every replica is at the same step of its shard
     ck.cursors.push_back({.rank = r, .epoch = static_cast<std::uint32_t>(std::max(state.epoch, 1)), .base = 0,
                           .next = static_cast<std::uint64_t>(std::max<std::int64_t>(state.epoch_steps, 0)) * static_cast<std::uint64_t>(c.batch_size)});
@@ -165,8 +165,8 @@ Status WholeSaver::Save(WholeState state, std::string how) {
   last_saved_ = state.global_step;
   schedule_.Saved(state.global_step, ckpt::Schedule::Clock::now());
   const bool final = state.final;
-  writing_ = std::async(std::launch::async, [this, state = std::move(state), how = std::move(how)] {
-    return WriteWholeCheckpoint(c_, model_, state, how);
+  writing_ = std::async(std::launch::async, [this, state = std::move(state), how = std::move(how)]() mutable {
+    return WriteWholeCheckpoint(c_, model_, std::move(state), how);
   });
   return final ? Collect(/*wait=*/true) : Status::Ok();
 }

@@ -74,9 +74,9 @@ struct WholeCheckpointing {
 };
 // Writes `state` into c.spec.dir (ckpt::Write: atomic, keeping the newest c.spec.keep) and emits
 // the `checkpoint` event; `how` ends its log line ("the whole network gathered from 2 stages").
-// A failed write is logged and returned.
-Result<std::string> WriteWholeCheckpoint(const WholeCheckpointing& c, const model::Model& model, const WholeState& state,
-                                         const std::string& how);
+// A failed write is logged and returned. Takes `state` (its error feedback moves into the file's
+// checkpoint rather than being copied: every worker's residual, the largest part).
+Result<std::string> WriteWholeCheckpoint(const WholeCheckpointing& c, const model::Model& model, WholeState state, const std::string& how);
 
 // The chief's saves of a whole network it holds itself (an allreduce worker: every one holds the
 // same), on job.checkpoint's schedule (every_steps, every_secs): the state is copied at the step
