@@ -256,11 +256,33 @@ inline int EphemeralPortsStart() {
   return (in >> first) && first > 0 ? first : 32768;
 }
 
+// Claims `port` for this process against every other test process on the machine (ctest runs
+// several at once, each drawing ports at random): a write lock on byte `port` of one shared file,
+// which the kernel drops when the process ends. False when another process holds it. Without the
+// file (unwritable /tmp) every claim succeeds, as before the file existed.
+inline bool ClaimPortAcrossProcesses(int port) {
+  // Never closed: closing any descriptor of the file would drop all of this process's locks.
+  static const int fd = [] {
+    const char* tmp = std::getenv("TMPDIR");
+    const std::string path = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/tfd-test-ports.lock";
+    return open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  }();
+  if (fd < 0) return true;
+  struct flock lock {};
+  lock.l_type = F_WRLCK;
+  lock.l_whence = SEEK_SET;
+  lock.l_start = port;
+  lock.l_len = 1;
+  return fcntl(fd, F_SETLK, &lock) == 0;
+}
+
 // `n` distinct ports on 127.0.0.1 that were free a moment ago, none handed out before by this
-// process. They are drawn below the kernel's ephemeral range: a port from it (what binding port
-// 0 gives) can be taken, between its release and the task's bind, as the source port of any
-// outgoing connection on the machine, and a test cluster's processes make many. Each is checked by
-// binding it, and every socket stays bound until all are chosen.
+// process or held by another test process. They are drawn below the kernel's ephemeral range: a
+// port from it (what binding port 0 gives) can be taken, between its release and the task's bind,
+// as the source port of any outgoing connection on the machine, and a test cluster's processes
+// make many. Each is checked by binding it, and every socket stays bound until all are chosen. The
+// claim across processes matters when a port stays unbound for seconds (a test that starts its
+// ps after its workers): a concurrent test drawing the same port would otherwise bind it first.
 inline std::vector<int> FreePorts(int n) {
   static std::mutex mutex;
   static std::set<int> handed_out;
@@ -283,7 +305,10 @@ inline std::vector<int> FreePorts(int n) {
     getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
     fds.push_back(fd);  // stays bound, so no later pick is the same port
     const int port = ntohs(addr.sin_port);
-    if (handed_out.insert(port).second) ports.push_back(port);
+    if (!handed_out.contains(port) && ClaimPortAcrossProcesses(port)) {
+      handed_out.insert(port);
+      ports.push_back(port);
+    }
   }
   for (int fd : fds) close(fd);
   return ports;
