@@ -109,6 +109,42 @@ template <int N>
   *acc += static_cast<double>(even + odd);
 }
 
+// The block's sums of d = x - shift and of d², each in two partials of alternate rows.
+template <int N>
+[[gnu::always_inline]] inline void ShiftedSumsTile(const float* x, Block blk, int c, const float* shift, double* s1, double* s2) {
+  using L = Lanes<N>;
+  typename L::V k[L::kParts], even[L::kParts] = {}, odd[L::kParts] = {}, even2[L::kParts] = {}, odd2[L::kParts] = {}, a, b;
+  for (int p = 0; p < L::kParts; ++p) Load(&k[p], shift + p * N);
+  std::int64_t r = blk.begin;
+  for (; r + 1 < blk.end; r += 2)
+    for (int p = 0; p < L::kParts; ++p) {
+      Load(&a, x + r * c + p * N), Load(&b, x + (r + 1) * c + p * N);
+      a -= k[p], b -= k[p];
+      even[p] += a, odd[p] += b;
+      even2[p] += a * a, odd2[p] += b * b;
+    }
+  if (r < blk.end)
+    for (int p = 0; p < L::kParts; ++p) Load(&a, x + r * c + p * N), a -= k[p], even[p] += a, even2[p] += a * a;
+  for (int p = 0; p < L::kParts; ++p) {
+    const typename L::V t = even[p] + odd[p], t2 = even2[p] + odd2[p];
+    for (int j = 0; j < N; ++j) s1[p * N + j] += static_cast<double>(t[j]), s2[p * N + j] += static_cast<double>(t2[j]);
+  }
+}
+[[gnu::always_inline]] inline void ShiftedSumsOne(const float* x, Block blk, int c, float shift, double* s1, double* s2) {
+  float even = 0, odd = 0, even2 = 0, odd2 = 0;
+  std::int64_t r = blk.begin;
+  for (; r + 1 < blk.end; r += 2) {
+    const float a = x[r * c] - shift, b = x[(r + 1) * c] - shift;
+    even += a, odd += b;
+    even2 += a * a, odd2 += b * b;
+  }
+  if (r < blk.end) {
+    const float a = x[r * c] - shift;
+    even += a, even2 += a * a;
+  }
+  *s1 += static_cast<double>(even + odd), *s2 += static_cast<double>(even2 + odd2);
+}
+
 template <int N>
 [[gnu::always_inline]] inline void GradSumsTile(const float* x, const float* g, Block blk, int c, const float* mean,
                                                 const float* inv_std, double* sg, double* sgx) {
@@ -171,6 +207,17 @@ template <int N>
 }
 
 template <int N>
+[[gnu::always_inline]] inline void ShiftedSums(const float* x, std::int64_t rows, int c, const float* shift, double* s1, double* s2) {
+  const Blocks blocks(rows);
+  for (std::int64_t i = 0; i < blocks.count; ++i) {
+    const Block blk = blocks.At(i, /*descending=*/false);
+    int k = 0;
+    for (; k + kTile <= c; k += kTile) ShiftedSumsTile<N>(x + k, blk, c, shift + k, s1 + k, s2 + k);
+    for (; k < c; ++k) ShiftedSumsOne(x + k, blk, c, shift[k], s1 + k, s2 + k);
+  }
+}
+
+template <int N>
 [[gnu::always_inline]] inline void ScaleShift(const float* x, std::int64_t rows, int c, const float* scale, const float* shift,
                                               float* y) {
   typename Lanes<N>::V v, s, b;
@@ -229,6 +276,9 @@ template <int N>
   target void SumSquaredDeviations(const float* x, std::int64_t rows, int c, const float* mean, double* acc) {               \
     tensor::SumSquaredDeviations<n>(x, rows, c, mean, acc);                                                                     \
   }                                                                                                                          \
+  target void ShiftedSums(const float* x, std::int64_t rows, int c, const float* shift, double* s1, double* s2) {           \
+    tensor::ShiftedSums<n>(x, rows, c, shift, s1, s2);                                                                          \
+  }                                                                                                                          \
   target void ScaleShift(const float* x, std::int64_t rows, int c, const float* scale, const float* shift, float* y) {       \
     tensor::ScaleShift<n>(x, rows, c, scale, shift, y);                                                                         \
   }                                                                                                                          \
@@ -240,7 +290,7 @@ template <int N>
                         const float* scale, const float* mean_g, const float* mean_gx, float* din) {                         \
     tensor::InputGrad<n>(x, g, rows, c, mean, inv_std, scale, mean_g, mean_gx, din);                                            \
   }                                                                                                                          \
-  constexpr BatchNormPasses kPasses = {&Sum, &SumSquaredDeviations, &ScaleShift, &GradSums, &InputGrad};                     \
+  constexpr BatchNormPasses kPasses = {&Sum, &SumSquaredDeviations, &ShiftedSums, &ScaleShift, &GradSums, &InputGrad};       \
   }
 
 TFD_BATCH_NORM_PASSES(baseline, , 4)

@@ -32,6 +32,9 @@ struct BatchNormPasses {
   void (*sum)(const float* x, std::int64_t rows, int c, double* acc);
   // acc[ch] += the sum of (x[r][ch] - mean[ch])²; ascending.
   void (*sum_squared_deviations)(const float* x, std::int64_t rows, int c, const float* mean, double* acc);
+  // With d = x[r][ch] - shift[ch]: s1[ch] += the sum of d, s2[ch] += the sum of d²; ascending. The
+  // mean and variance in one pass, as long as the shift is near the mean (normalization.cc).
+  void (*shifted_sums)(const float* x, std::int64_t rows, int c, const float* shift, double* s1, double* s2);
   // y[r][ch] = x[r][ch] * scale[ch] + shift[ch]; descending (the next layer reads y from its start).
   void (*scale_shift)(const float* x, std::int64_t rows, int c, const float* scale, const float* shift, float* y);
   // With xhat = (x - mean) * inv_std: sg[ch] += the sum of g, sgx[ch] += the sum of g * xhat; descending.

@@ -1,4 +1,5 @@
 // Batch and layer normalisation (declared in layers.h).
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -60,7 +61,7 @@ class BatchNorm final : public Layer {
   // Backward reads the mean and 1/std the last Forward normalised with.
   bool KeepsForwardState() const override { return true; }
   void Reserve(int) override {
-    mean_.resize(c_), inv_std_.resize(c_), scale_.resize(c_), shift_.resize(c_);
+    mean_.resize(c_), var_.resize(c_), inv_std_.resize(c_), scale_.resize(c_), shift_.resize(c_), pivot_.resize(c_);
     acc_.resize(2 * static_cast<std::size_t>(c_)), sums_.resize(2 * static_cast<std::size_t>(c_) + 1);
   }
   void SetSum(CrossReplicaSum* sum) { sum_ = o_.sync ? sum : nullptr; }
@@ -121,11 +122,13 @@ class BatchNorm final : public Layer {
  private:
   float InvStd(float var) const { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(var) + o_.epsilon)); }
 
-  // The batch's mean and biased variance per channel (over every replica's rows when synchronised:
-  // two sums, of x with the row count, then of (x - mean)², so no replica subtracts large squares),
-  // and the moving statistics moved toward them as Keras does.
+  // The batch's mean and biased variance per channel, and the moving statistics moved toward them
+  // as Keras does. Over every replica's rows when synchronised: two sums, of x with the row count,
+  // then of (x - mean)², so no replica subtracts large squares. One replica's alone: one pass,
+  // when it can be exact enough (OnePassStatistics), else the same two.
   void BatchStatistics(const float* in, std::int64_t rows) {
     const double* acc = acc_.data();
+    if (sum_ == nullptr && rows > 0 && OnePassStatistics(in, rows)) return MoveAverages();
     std::fill(acc_.begin(), acc_.end(), 0.0);
     passes_.sum(in, rows, c_, acc_.data());
     for (int c = 0; c < c_; ++c) sums_[c] = static_cast<float>(acc[c]);
@@ -137,15 +140,53 @@ class BatchNorm final : public Layer {
     passes_.sum_squared_deviations(in, rows, c_, mean_.data(), acc_.data());
     for (int c = 0; c < c_; ++c) sums_[c] = static_cast<float>(acc[c]);
     if (sum_ != nullptr) sum_->Sum(std::span(sums_).first(c_));
+    for (int c = 0; c < c_; ++c) var_[c] = sums_[c] / count_;
+    MoveAverages();
+  }
+
+  // The mean and variance from the sums of d = x - k and d² in one pass, k per channel the mean of
+  // kShiftRows rows spread over the batch (a function of the batch alone, so a recomputed Forward
+  // gets the same bits), then var = mean(d²) - mean(d)². The float sums of d² carry a relative
+  // error e (as the two-pass sum of (x - mean)² does), which the subtraction scales by
+  // (mean(d)² + var) / var: accepted while mean(d)² <= kMaxShiftRatio var, so the error stays within
+  // (1 + kMaxShiftRatio) e. False (nothing set) when a channel is off by more: the caller takes the
+  // two passes.
+  bool OnePassStatistics(const float* in, std::int64_t rows) {
+    const std::int64_t samples = std::min<std::int64_t>(rows, kShiftRows);
+    std::fill(pivot_.begin(), pivot_.end(), 0.0f);
+    for (std::int64_t i = 0; i < samples; ++i) {
+      const float* row = in + (i * rows / samples) * c_;
+      for (int c = 0; c < c_; ++c) pivot_[c] += row[c];
+    }
+    for (int c = 0; c < c_; ++c) pivot_[c] /= static_cast<float>(samples);
+    std::fill(acc_.begin(), acc_.end(), 0.0);
+    passes_.shifted_sums(in, rows, c_, pivot_.data(), acc_.data(), acc_.data() + c_);
+    const double n = static_cast<double>(rows);
+    for (int c = 0; c < c_; ++c) {
+      const double d = acc_[c] / n, var = acc_[c_ + c] / n - d * d;
+      const bool close_enough = d * d <= kMaxShiftRatio * var && (var > 0.0 || d == 0.0);  // false for NaN and Inf
+      if (!close_enough) return false;
+      mean_[c] = static_cast<float>(pivot_[c] + d);
+      var_[c] = static_cast<float>(std::max(0.0, var));
+    }
+    count_ = static_cast<float>(rows);
+    return true;
+  }
+
+  // From var_ and mean_: inv_std_, and the moving statistics unless this Forward is a recompute.
+  void MoveAverages() {
     const auto keep = static_cast<float>(1.0 - o_.momentum);
     for (int c = 0; c < c_; ++c) {
-      const float var = sums_[c] / count_;
+      const float var = var_[c];
       inv_std_[c] = InvStd(var);
       if (recomputing_) continue;  // this batch moved them when it first ran
       moving_mean_[c] -= (moving_mean_[c] - mean_[c]) * keep;
       moving_var_[c] -= (moving_var_[c] - var) * keep;
     }
   }
+
+  static constexpr std::int64_t kShiftRows = 16;
+  static constexpr double kMaxShiftRatio = 8.0;
 
   const ActShape shape_;
   const int c_;
@@ -156,7 +197,8 @@ class BatchNorm final : public Layer {
   CrossReplicaSum* sum_ = nullptr;
   bool training_ = false, last_training_ = false, recomputing_ = false;
   float count_ = 0;  // rows the last training Forward's statistics came from
-  std::vector<float> mean_, inv_std_, scale_, shift_, sums_;
+  std::vector<float> mean_, var_, inv_std_, scale_, shift_, sums_;
+  std::vector<float> pivot_;  // OnePassStatistics' shift
   std::vector<double> acc_;
 };
 

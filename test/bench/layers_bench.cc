@@ -85,8 +85,8 @@ double MeasureBatchNorm(const Case& c, double seconds) {
       seconds);
 }
 
-// The layer's five passes alone, in its order, on `level`'s code (the layer runs the widest level):
-// what each instruction-set level is worth.
+// The layer's four passes alone (one replica's: statistics in one pass), in its order, on `level`'s
+// code (the layer runs the widest level): what each instruction-set level is worth.
 double MeasurePasses(const Case& c, double seconds, tfd::tensor::CpuLevel level) {
   const tfd::tensor::BatchNormPasses& p = tfd::tensor::BatchNormPassesFor(level);
   const std::int64_t rows = std::int64_t{c.batch} * c.shape.h * c.shape.w;
@@ -101,8 +101,7 @@ double MeasurePasses(const Case& c, double seconds, tfd::tensor::CpuLevel level)
   std::vector<double> a(ch), b(ch);
   return BestBlockMicros(
       [&] {
-        p.sum(x.data(), rows, ch, a.data());
-        p.sum_squared_deviations(x.data(), rows, ch, mean.data(), a.data());
+        p.shifted_sums(x.data(), rows, ch, mean.data(), a.data(), b.data());
         p.scale_shift(x.data(), rows, ch, scale.data(), shift.data(), y.data());
         p.grad_sums(x.data(), dy.data(), rows, ch, mean.data(), inv_std.data(), a.data(), b.data());
         p.input_grad(x.data(), dy.data(), rows, ch, mean.data(), inv_std.data(), scale.data(), mean_g.data(), mean_gx.data(), dx.data());

@@ -22,7 +22,7 @@ std::vector<float> Normal(std::size_t n, std::uint32_t seed, float mean, float s
 
 // Every output of every pass of `level` on one input.
 struct Outputs {
-  std::vector<double> sum, squares, sg, sgx;
+  std::vector<double> sum, squares, shifted, shifted_squares, sg, sgx;
   std::vector<float> y, din;
   bool operator==(const Outputs&) const = default;
 };
@@ -33,10 +33,11 @@ Outputs RunPasses(CpuLevel level, std::int64_t rows, int c) {
   const std::vector<float> mean = Normal(c, 3, 3.0f, 0.1f), inv_std = Normal(c, 4, 0.5f, 0.05f), scale = Normal(c, 5, 1.0f, 0.2f),
                            shift = Normal(c, 6, 0.0f, 0.2f), mean_g = Normal(c, 7, 0.0f, 0.1f), mean_gx = Normal(c, 8, 0.0f, 0.1f);
   const BatchNormPasses& p = BatchNormPassesFor(level);
-  Outputs o{std::vector<double>(c, 0.5), std::vector<double>(c, 0.25), std::vector<double>(c), std::vector<double>(c),
-            std::vector<float>(n), std::vector<float>(n)};
+  Outputs o{std::vector<double>(c, 0.5), std::vector<double>(c, 0.25), std::vector<double>(c, -0.5), std::vector<double>(c, 0.75),
+            std::vector<double>(c), std::vector<double>(c), std::vector<float>(n), std::vector<float>(n)};
   p.sum(x.data(), rows, c, o.sum.data());
   p.sum_squared_deviations(x.data(), rows, c, mean.data(), o.squares.data());
+  p.shifted_sums(x.data(), rows, c, mean.data(), o.shifted.data(), o.shifted_squares.data());
   p.scale_shift(x.data(), rows, c, scale.data(), shift.data(), o.y.data());
   p.grad_sums(x.data(), g.data(), rows, c, mean.data(), inv_std.data(), o.sg.data(), o.sgx.data());
   p.input_grad(x.data(), g.data(), rows, c, mean.data(), inv_std.data(), scale.data(), mean_g.data(), mean_gx.data(), o.din.data());
@@ -66,25 +67,34 @@ TEST_CASE("batch_norm passes' sums are within float rounding of sums in double",
   for (int c : {3, 16, 40}) {
     const auto n = static_cast<std::size_t>(rows * c);
     const std::vector<float> x = Normal(n, 9, 100.0f, 1.0f), g = Normal(n, 10, 0.5f, 1.0f);
-    std::vector<double> want_sum(c), want_sq(c), want_sg(c), want_sgx(c);
+    std::vector<double> want_sum(c), want_sq(c), want_sg(c), want_sgx(c), want_shifted(c), want_shifted_sq(c);
+    std::vector<float> pivot(c);
+    for (int k = 0; k < c; ++k) pivot[k] = 99.5f + 0.25f * static_cast<float>(k % 5);
     std::vector<float> mean(c), inv_std(c);
     for (std::size_t i = 0; i < n; ++i) want_sum[i % c] += x[i];
     for (int k = 0; k < c; ++k) mean[k] = static_cast<float>(want_sum[k] / rows);
     for (std::size_t i = 0; i < n; ++i) want_sq[i % c] += (double{x[i]} - mean[i % c]) * (double{x[i]} - mean[i % c]);
     for (int k = 0; k < c; ++k) inv_std[k] = static_cast<float>(1 / std::sqrt(want_sq[k] / rows));
     for (std::size_t i = 0; i < n; ++i) {
+      const double d = double{x[i]} - pivot[i % c];
+      want_shifted[i % c] += d, want_shifted_sq[i % c] += d * d;
+    }
+    for (std::size_t i = 0; i < n; ++i) {
       want_sg[i % c] += g[i];
       want_sgx[i % c] += double{g[i]} * ((double{x[i]} - mean[i % c]) * inv_std[i % c]);
     }
     const BatchNormPasses& p = BatchNormPassesFor(WidestCpuLevel());
-    std::vector<double> sum(c), sq(c), sg(c), sgx(c);
+    std::vector<double> sum(c), sq(c), sg(c), sgx(c), shifted(c), shifted_sq(c);
     p.sum(x.data(), rows, c, sum.data());
+    p.shifted_sums(x.data(), rows, c, pivot.data(), shifted.data(), shifted_sq.data());
     p.sum_squared_deviations(x.data(), rows, c, mean.data(), sq.data());
     p.grad_sums(x.data(), g.data(), rows, c, mean.data(), inv_std.data(), sg.data(), sgx.data());
     for (int k = 0; k < c; ++k) {
       INFO(c << " channels, channel " << k);
       CHECK(sum[k] == Approx(want_sum[k]).epsilon(1e-6));
       CHECK(sq[k] == Approx(want_sq[k]).epsilon(1e-5));
+      CHECK(shifted[k] == Approx(want_shifted[k]).margin(1e-2));
+      CHECK(shifted_sq[k] == Approx(want_shifted_sq[k]).epsilon(1e-5));
       CHECK(sg[k] == Approx(want_sg[k]).margin(1e-3));
       CHECK(sgx[k] == Approx(want_sgx[k]).margin(1e-3));
     }

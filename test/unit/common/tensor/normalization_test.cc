@@ -76,6 +76,43 @@ TEST_CASE("batch_norm normalises each NHWC channel with the batch's statistics w
   }
 }
 
+// One replica's statistics come from one pass of shifted sums when that is exact enough, else from
+// two: either way within float rounding of the definitions, on channels that would break a pass of
+// plain sums (far from zero), that put the shift far off (every sampled row an outlier), or that
+// hold one value.
+TEST_CASE("batch_norm's batch statistics stay exact far from zero, with outliers and on a constant channel", "[unit][norm]") {
+  const ActShape shape{20, 20, 4};
+  const int batch = 40, rows = batch * 400;
+  std::mt19937 gen(7);
+  std::normal_distribution<float> unit(0.0f, 1.0f);
+  std::vector<float> x(static_cast<std::size_t>(rows * shape.c));
+  for (int r = 0; r < rows; ++r) {
+    float* row = x.data() + r * shape.c;
+    row[0] = unit(gen);                                  // plain
+    row[1] = 1e5f + unit(gen);                           // mean(x)² is 1e10 times var(x)
+    row[2] = r % (rows / 16) == 0 ? 1000.0f : 0.1f * unit(gen);  // the rows the shift samples: 16 outliers
+    row[3] = 7.0f;                                       // constant
+  }
+  Bound bn(MakeBatchNorm(shape, {.momentum = 0.5}), batch);
+  std::vector<float> out(x.size());
+  bn.layer->SetTraining(true, 0);
+  bn.layer->Forward(x.data(), out.data(), batch);
+  const auto [mean, var] = Moments(x, shape.c);
+  for (int c = 0; c < shape.c; ++c) {
+    INFO("channel " << c << ": mean " << mean[c] << ", variance " << var[c]);
+    CHECK(bn.params[2][c] == Approx(0.5 * mean[c]).epsilon(1e-6).margin(1e-6));
+    CHECK(bn.params[3][c] == Approx(0.5 + 0.5 * var[c]).epsilon(2e-5));
+  }
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const int c = static_cast<int>(i % shape.c);
+    const double want = (x[i] - mean[c]) / std::sqrt(var[c] + 1e-3) * (1.5 + 0.1 * c) + 0.2 * c;
+    INFO("row " << i / shape.c << " channel " << c);
+    // y = x scale + (beta - mean scale), as PyTorch computes it: rounded at x scale's magnitude,
+    // which is 1.6e5 on channel 1.
+    REQUIRE(out[i] == Approx(want).margin(c == 1 ? 0.05 : 2e-3));
+  }
+}
+
 TEST_CASE("batch_norm at evaluation uses the moving statistics and leaves them alone", "[unit][norm]") {
   const ActShape shape{1, 1, 3};
   Bound bn(MakeBatchNorm(shape, {.epsilon = 0.01, .center = false}), 4);
