@@ -45,15 +45,16 @@ Usage:
         0.05), --grow scales an elastic run to N workers instead; then report each task's exit and
         whether the run kept tfd's promise (chaos.json in the run folder). Exit 0 kept, 1 not kept,
         2 bad input
-  tfctl sweep SWEEP.json [--workers N] [--run-dir DIR] [--tfd PATH] [--grace SECS]
+  tfctl sweep SWEEP.json [--workers N] [--run-dir DIR] [--tfd PATH] [--grace SECS] [--no-metrics]
         a hyper-parameter sweep (docs/sweeps.md): tfctl coordinates N generic tfd workers on this
         machine (ASHA or none), shows a leaderboard, and writes trials.jsonl, leaderboard.csv and
-        best.json (the winning job spec) into a run folder under DIR (default runs)
-  tfctl sweep [SWEEP.json] --resume RUN [--workers N] [--tfd PATH] [--grace SECS]
+        best.json (the winning job spec) into a run folder under DIR (default runs); each worker
+        serves Prometheus metrics on a free port, listed in the folder's targets.json (--no-metrics: none)
+  tfctl sweep [SWEEP.json] --resume RUN [--workers N] [--tfd PATH] [--grace SECS] [--no-metrics]
         go on with the sweep in the run folder RUN after its tfctl ended (killed, Ctrl-C): ended
         trials stay, the others resume from their last committed epoch (SWEEP.json, if given,
         must be the file RUN was started with; --workers defaults to the count it was started with)
-  tfctl ensemble JOB.json [--workers N] [--run-dir DIR] [--tfd PATH]
+  tfctl ensemble JOB.json [--workers N] [--run-dir DIR] [--tfd PATH] [--no-metrics]
         train the job's "ensemble" members, one per worker, and report the averaged softmax's
         ensemble_test_accuracy (a regression: the averaged outputs' ensemble_test_mae and _rmse)
         each epoch (ensemble.json, predictions/ in the run folder)

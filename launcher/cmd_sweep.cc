@@ -18,6 +18,7 @@
 #include "launcher/child_process.h"
 #include "launcher/cli.h"
 #include "launcher/commands.h"
+#include "launcher/plan.h"
 #include "launcher/runner.h"
 
 namespace tfd::launcher {
@@ -67,6 +68,7 @@ Result<SweepArgs> ParseSweepArgs(bool ensemble, const std::vector<std::string>& 
   line.Text("tfd", &a.tfd);
   line.Integer("workers", &a.workers, 1, config::kMaxSweepWorkers, "a number of workers");
   line.Seconds("grace", &a.grace_secs, 0, kMaxGraceSecs);
+  line.Switch("no-metrics", &a.no_metrics);
   if (!ensemble) line.Text("resume", &a.resume);
   TFD_RETURN_IF_ERROR(line.Parse(args));
   if (!a.resume.empty() && a.file.empty()) {
@@ -125,14 +127,25 @@ int Sweep(const SweepArgs& args, const Interrupts& interrupts) {
   // RUN/members/K/model); RunSweep copies the best trial's into RUN/model.
   const std::string trial_models = (run_dir / (args.ensemble ? "members" : "trials")).string();
   std::vector<Worker> workers(static_cast<std::size_t>(sweep.workers));
+  // Each worker's Prometheus endpoint on a free port of 127.0.0.1, listed in targets.json as
+  // tfctl up lists a run's tasks (docs/observability.md); the run label is the folder's name.
+  const std::string run_name = run_dir.filename().string();
+  std::vector<TaskPlan> targets(static_cast<std::size_t>(sweep.workers));
+  const std::vector<int> ports = args.no_metrics ? std::vector<int>() : FreeLoopbackPorts(sweep.workers);
+  for (std::size_t i = 0; i < ports.size(); ++i) {
+    targets[i].task = {config::TaskType::kWorker, static_cast<int>(i)};
+    if (ports[i] > 0) targets[i].metrics_target = fmt::format("127.0.0.1:{}", ports[i]);  // 0: none to be had
+  }
+  std::ofstream(run_dir / "targets.json") << TargetsJson(targets, run_name);
   {
     std::ofstream pids(run_dir / "workers.txt");
     for (int i = 0; i < sweep.workers; ++i) {
       Worker& w = workers[static_cast<std::size_t>(i)];
       w.index = i;
-      Result<pid_t> pid = StartLogged({tfd, "--coordinator", fmt::format("127.0.0.1:{}", coord->port()), "--task_index", std::to_string(i),
-                                       "--log-format", "json", "--export-dir", trial_models},
-                                      (run_dir / fmt::format("worker-{}.log", i)).string());
+      std::vector<std::string> argv = {tfd, "--coordinator", fmt::format("127.0.0.1:{}", coord->port()), "--task_index", std::to_string(i),
+                                       "--log-format", "json", "--export-dir", trial_models, "--run-name", run_name};
+      if (const std::string& at = targets[static_cast<std::size_t>(i)].metrics_target; !at.empty()) argv.insert(argv.end(), {"--metrics", at});
+      Result<pid_t> pid = StartLogged(argv, (run_dir / fmt::format("worker-{}.log", i)).string());
       if (!pid.ok()) {
         Say(stderr, false, "error", pid.status().message());
         continue;

@@ -132,6 +132,7 @@ struct SweepArgs {
   double grace_secs = 10;       // --grace SECS: after Ctrl-C, how long trials get to stop before TERM
   bool ensemble = false;        // tfctl ensemble: `file` is a job with "ensemble"; trials are its members
   std::string resume;           // --resume RUN: go on with the sweep in the run folder RUN (`file` may be empty)
+  bool no_metrics = false;      // --no-metrics: the workers get no --metrics (default: a free port on 127.0.0.1 each)
 };
 // The words after "sweep" (or "ensemble", `ensemble` true); InvalidArgument with a one-line message
 // (launcher/cli.h).

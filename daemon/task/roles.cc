@@ -66,13 +66,17 @@ class Observation {
       o.observers_.push_back(o.summaries_.get());
     }
     if (c.flags.metrics) {
-      const bool standalone = !c.place.tf;
       MetricsEndpoint::Options m;
       m.host = c.flags.metrics->first;
       m.port = c.flags.metrics->second;
-      m.labels = {{"job", standalone ? "standalone" : std::string(config::TaskTypeName(c.place.tf->task.type))},
-                  {"task", standalone ? "0" : std::to_string(c.place.tf->task.index)},
-                  {"run", c.flags.run_name}};
+      m.labels = {{"job", "standalone"}, {"task", "0"}, {"run", c.flags.run_name}};
+      if (c.place.tf) {
+        m.labels[0].second = config::TaskTypeName(c.place.tf->task.type);
+        m.labels[1].second = std::to_string(c.place.tf->task.index);
+      } else if (c.place.role == Role::kGenericWorker) {  // --coordinator: worker I of the sweep, as tfctl's targets.json says
+        m.labels[0].second = "worker";
+        m.labels[1].second = std::to_string(c.place.worker_index);
+      }
       m.task = c.place.name;
       m.training = trains;
       m.serves_peers = serves_peers;

@@ -8,11 +8,14 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <thread>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/http/server.h"
 #include "test/system/tfctl_util.h"
 
 namespace tfd::testing::sweep_test {
@@ -51,10 +54,13 @@ TEST_CASE("a sweep of 6 trials on 2 workers: the right best, a pruned trial and 
                 {"objective", {{"metric", "loss"}, {"mode", "min"}}},
                 {"scheduler", {{"type", "asha"}, {"grace_epochs", 1}, {"reduction_factor", 3}, {"max_epochs", 3}}}};
   WriteFile(dir / "sweep.json", sweep.dump(2));
-  CommandResult r = RunCommand(Command(dir, dir / "sweep.json"), dir);
+  CommandResult r = RunCommand(Command(dir, dir / "sweep.json") + " --no-metrics", dir);
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
   const std::string run = RunFolder(dir);
+  // --no-metrics: no worker serves any (a live sweep's are checked in the Ctrl-C test below).
+  CHECK(json::parse(ReadAll(run + "/targets.json")) == json::array());
+  for (int i = 0; i < 2; ++i) CHECK(ReadAll(run + "/worker-" + std::to_string(i) + ".log").find("metrics on http") == std::string::npos);
   std::vector<json> lines = ReadJsonLines(run + "/trials.jsonl");
   std::map<int, json> last;  // each trial's last line
   for (const json& l : lines) last[l["trial"].get<int>()] = l;
@@ -237,6 +243,25 @@ TEST_CASE("Ctrl-C stops every trial and keeps what was written", "[system][sweep
       for (const json& l : ReadJsonLines(run + "/trials.jsonl")) epoch |= l["event"] == "epoch";
   }
   REQUIRE(epoch);
+  // Every worker serves its metrics where targets.json says, labelled with the run folder's name.
+  const json targets = json::parse(ReadAll(run + "/targets.json"));
+  REQUIRE(targets.size() == 2);
+  std::set<std::string> addresses;
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    const std::string at = targets[i]["targets"][0];
+    addresses.insert(at);
+    CHECK(targets[i]["labels"]["job"] == "worker");
+    CHECK(targets[i]["labels"]["task"] == std::to_string(i));
+    CHECK(targets[i]["labels"]["run"] == std::filesystem::path(run).filename().string());
+    REQUIRE(at.starts_with("127.0.0.1:"));
+    Result<http::Fetched> got = http::Get("127.0.0.1", static_cast<std::uint16_t>(std::stoi(at.substr(10))), "/metrics", 5000);
+    INFO(at << ": " << (got.ok() ? got->body.substr(0, 300) : got.status().ToString()));
+    REQUIRE(got.ok());
+    CHECK(got->status == 200);
+    CHECK(got->body.find(fmt::format(R"(job="worker",task="{}",run="{}")", i, std::filesystem::path(run).filename().string())) !=
+          std::string::npos);
+  }
+  CHECK(addresses.size() == 2);
   // tfctl's pid: the process whose command line is this sweep's (exec'd by the shell).
   const std::vector<std::string> procs = ProcessesMentioning(dir / "sweep.json");
   int tfctl_pid = -1;
