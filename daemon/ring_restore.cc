@@ -50,11 +50,21 @@ Status ShareWholeRestore(collective::Collective* first, collective::Collective& 
   if (header[10] == 0.0f) return Status::Ok();
   ckpt::ErrorFeedback& f = restore->feedback ? *restore->feedback : restore->feedback.emplace();
   f.method = static_cast<config::CompressionSpec::Method>(static_cast<int>(header[10]));
-  f.residuals.resize(GetCount(header + 11));
-  for (std::vector<float>& r : f.residuals) {
+  // Every residual goes round the ring, and each member keeps the one FeedbackFor picks for it (the
+  // one of its rank, or the single mean): a member holds two residuals at most, not every worker's.
+  const std::size_t count = GetCount(header + 11);
+  const std::size_t mine = count == 1 ? 0 : static_cast<std::size_t>(ring.rank());
+  const bool chief = f.residuals.size() == count;  // the chief's are loaded; it sends them
+  std::vector<float> kept, passing;
+  for (std::size_t i = 0; i < count; ++i) {
+    std::vector<float>& r = chief ? f.residuals[i] : i == mine ? kept : passing;
     r.resize(num_params);
     TFD_RETURN_IF_ERROR(Share(first, ring, r).WithContext("restore: sharing the error feedback"));
+    if (chief && i == mine) kept = std::move(r);
+    if (chief) std::vector<float>().swap(r);
   }
+  f.residuals.clear();
+  if (mine < count) f.residuals.push_back(std::move(kept));
   f.shared.resize(GetCount(header + 14));
   if (!f.shared.empty()) TFD_RETURN_IF_ERROR(Share(first, ring, f.shared).WithContext("restore: sharing the error feedback"));
   return Status::Ok();

@@ -36,6 +36,7 @@ struct WholeRestore {
   // update.compression's error feedback, when the checkpoint has the job's method: a residual per
   // replica (the checkpoint had as many workers), or one for every replica (the mean of the saved
   // ones, what the average update still owes them, when the count differs). FeedbackFor picks.
+  // After ShareWholeRestore, only the one this replica takes.
   std::optional<ckpt::ErrorFeedback> feedback;
 };
 // The residual replica `rank` resumes with (restore.feedback set); empty when there is none for it.
