@@ -99,6 +99,25 @@ TEST_CASE("compressed sync ps: fp16 and topk pushes give the same bits on both w
   }
 }
 
+TEST_CASE("compressed sync ps: a restore says the workers' topk error feedback starts from zero", "[integration][cluster][compression][checkpoint]") {
+  TempDir data, dir;
+  WriteSyntheticMnist(data.path(), 400, 100);
+  const std::string job = Job(data.path(), R"({"mode": "sync", "compression": {"method": "topk", "ratio": 0.05}})", 1, kOptimizer, 20,
+                              R"({"name": "dnn"})", R"(, "checkpoint": {"dir": ")" + dir.path() + R"(", "every_steps": 5})");
+  std::vector<TaskResult> first = Run(job, 1);
+  REQUIRE(first.size() == 2);
+  INFO(first[0].err);
+  REQUIRE(first[0].exit_code == 0);
+  CHECK(first[0].err.find("starts from zero") == std::string::npos);  // nothing to restore yet
+  std::vector<TaskResult> again = Run(job, 1);
+  REQUIRE(again.size() == 2);
+  INFO(again[0].err);
+  CHECK(again[0].exit_code == 0);
+  CHECK(again[0].err.find("restored ") != std::string::npos);
+  CHECK(again[0].err.find("update.compression topk: the ps modes' checkpoints do not hold the workers' error feedback; each worker's "
+                          "starts from zero") != std::string::npos);
+}
+
 TEST_CASE("compressed allreduce: checkpoints carry every worker's error feedback, and a run resumed from one ends with the undisturbed run's bits",
           "[integration][cluster][compression][checkpoint]") {
   TempDir data;
