@@ -52,6 +52,8 @@ Status ShareWholeRestore(collective::Collective* first, collective::Collective& 
   f.method = static_cast<config::CompressionSpec::Method>(static_cast<int>(header[10]));
   // Every residual goes round the ring, and each member keeps the one FeedbackFor picks for it (the
   // one of its rank, or the single mean): a member holds two residuals at most, not every worker's.
+  // `ring`'s rank is the worker's rank in allreduce mode, the only one with error feedback (a
+  // pipeline's `ring` is a replica's stages, and compression is refused with model_parallel).
   const std::size_t count = GetCount(header + 11);
   const std::size_t mine = count == 1 ? 0 : static_cast<std::size_t>(ring.rank());
   const bool chief = f.residuals.size() == count;  // the chief's are loaded; it sends them

@@ -57,7 +57,7 @@ Usage:
   tfctl ensemble JOB.json [--workers N] [--run-dir DIR] [--tfd PATH] [--no-metrics]
         train the job's "ensemble" members, one per worker, and report the averaged softmax's
         ensemble_test_accuracy (a regression: the averaged outputs' ensemble_test_mae and _rmse)
-        each epoch (ensemble.json, predictions/ in the run folder)
+        each epoch (ensemble.json, predictions/ in the run folder); each worker's metrics as sweep's
 
 A cluster file has "cluster" (as TF_CONFIG's), "train" (the job spec) and "launch" (where tfd is,
 the working folder, environment, run folder, ssh settings). See docs/operations.md. Remote hosts

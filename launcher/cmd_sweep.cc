@@ -94,7 +94,8 @@ int Sweep(const SweepArgs& args, const Interrupts& interrupts) {
   coordinator::CoordinatorOptions copts;
   fs::path run_dir;
   if (!args.resume.empty()) {
-    run_dir = fs::absolute(args.resume);
+    run_dir = fs::absolute(args.resume).lexically_normal();
+    if (!run_dir.has_filename()) run_dir = run_dir.parent_path();  // RUN/: its name is the run label
     Result<coordinator::SweepLog> log = coordinator::OpenForResume(run_dir, args.file, *prepared, args.ensemble);
     if (!log.ok()) return ReportFailure(log.status());
     copts.resume = std::move(log).value();

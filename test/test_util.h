@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -259,7 +260,7 @@ inline int EphemeralPortsStart() {
 // Claims `port` for this process against every other test process on the machine (ctest runs
 // several at once, each drawing ports at random): a write lock on byte `port` of one shared file,
 // which the kernel drops when the process ends. False when another process holds it. Without the
-// file (unwritable /tmp) every claim succeeds, as before the file existed.
+// file (unwritable /tmp) or locks on it, every claim succeeds, as before the file existed.
 inline bool ClaimPortAcrossProcesses(int port) {
   // Never closed: closing any descriptor of the file would drop all of this process's locks.
   static const int fd = [] {
@@ -273,7 +274,8 @@ inline bool ClaimPortAcrossProcesses(int port) {
   lock.l_whence = SEEK_SET;
   lock.l_start = port;
   lock.l_len = 1;
-  return fcntl(fd, F_SETLK, &lock) == 0;
+  if (fcntl(fd, F_SETLK, &lock) == 0) return true;
+  return errno != EACCES && errno != EAGAIN;  // a file system without locks (ENOLCK, ENOSYS...): as without the file
 }
 
 // `n` distinct ports on 127.0.0.1 that were free a moment ago, none handed out before by this

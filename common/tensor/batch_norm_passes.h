@@ -48,4 +48,13 @@ struct BatchNormPasses {
 // `level`'s passes; CpuHas(level) must hold.
 const BatchNormPasses& BatchNormPassesFor(CpuLevel level);
 
+// The rows of `rows` whose mean a replica's one-pass statistics shift by (normalization.cc): row i
+// of min(rows, kBatchNormShiftRows), one in each of as many equal strides, each at its own offset
+// in its stride (so not the same pixel of every image when a stride is whole images).
+inline constexpr std::int64_t kBatchNormShiftRows = 16;
+inline std::int64_t BatchNormShiftRow(std::int64_t i, std::int64_t rows) {
+  const std::int64_t stride = rows / (rows < kBatchNormShiftRows ? rows : kBatchNormShiftRows);
+  return i * stride + (i * 131) % stride;
+}
+
 }  // namespace tfd::tensor

@@ -62,6 +62,7 @@ class BatchNorm final : public Layer {
   bool KeepsForwardState() const override { return true; }
   void Reserve(int) override {
     mean_.resize(c_), var_.resize(c_), inv_std_.resize(c_), scale_.resize(c_), shift_.resize(c_), pivot_.resize(c_);
+    pivot_sum_.resize(c_), redo_.assign(c_, 1);
     acc_.resize(2 * static_cast<std::size_t>(c_)), sums_.resize(2 * static_cast<std::size_t>(c_) + 1);
   }
   void SetSum(CrossReplicaSum* sum) { sum_ = o_.sync ? sum : nullptr; }
@@ -124,8 +125,8 @@ class BatchNorm final : public Layer {
 
   // The batch's mean and biased variance per channel, and the moving statistics moved toward them
   // as Keras does. Over every replica's rows when synchronised: two sums, of x with the row count,
-  // then of (x - mean)², so no replica subtracts large squares. One replica's alone: one pass,
-  // when it can be exact enough (OnePassStatistics), else the same two.
+  // then of (x - mean)², so no replica subtracts large squares. One replica's alone: one pass
+  // (OnePassStatistics), and the two for the channels it cannot take exactly enough.
   void BatchStatistics(const float* in, std::int64_t rows) {
     const double* acc = acc_.data();
     if (sum_ == nullptr && rows > 0 && OnePassStatistics(in, rows)) return MoveAverages();
@@ -135,42 +136,50 @@ class BatchNorm final : public Layer {
     sums_[c_] = static_cast<float>(rows);
     if (sum_ != nullptr) sum_->Sum(std::span(sums_).first(c_ + 1));
     count_ = sums_[c_];
-    for (int c = 0; c < c_; ++c) mean_[c] = sums_[c] / count_;
+    const bool all = sum_ != nullptr || rows == 0;  // else only the channels OnePassStatistics left
+    for (int c = 0; c < c_; ++c)
+      if (all || redo_[c]) mean_[c] = sums_[c] / count_;
     std::fill(acc_.begin(), acc_.end(), 0.0);
     passes_.sum_squared_deviations(in, rows, c_, mean_.data(), acc_.data());
     for (int c = 0; c < c_; ++c) sums_[c] = static_cast<float>(acc[c]);
     if (sum_ != nullptr) sum_->Sum(std::span(sums_).first(c_));
-    for (int c = 0; c < c_; ++c) var_[c] = sums_[c] / count_;
+    for (int c = 0; c < c_; ++c)
+      if (all || redo_[c]) var_[c] = sums_[c] / count_;
     MoveAverages();
   }
 
   // The mean and variance from the sums of d = x - k and d² in one pass, k per channel the mean of
-  // kShiftRows rows spread over the batch (a function of the batch alone, so a recomputed Forward
-  // gets the same bits), then var = mean(d²) - mean(d)². The float sums of d² carry a relative
+  // the rows BatchNormShiftRow picks (a function of the batch alone, so a recomputed Forward gets
+  // the same bits), then var = mean(d²) - mean(d)². The float sums of d² carry a relative
   // error e (as the two-pass sum of (x - mean)² does), which the subtraction scales by
-  // (mean(d)² + var) / var: accepted while mean(d)² <= kMaxShiftRatio var, so the error stays within
-  // (1 + kMaxShiftRatio) e. False (nothing set) when a channel is off by more: the caller takes the
-  // two passes.
+  // (mean(d)² + var) / var: a channel's result is taken while mean(d)² <= kMaxShiftRatio var, so
+  // the error stays within (1 + kMaxShiftRatio) e. The others are marked in redo_ and the function
+  // returns false: the caller takes the two passes for them (a channel's bits never depend on
+  // another's).
   bool OnePassStatistics(const float* in, std::int64_t rows) {
-    const std::int64_t samples = std::min<std::int64_t>(rows, kShiftRows);
-    std::fill(pivot_.begin(), pivot_.end(), 0.0f);
+    const std::int64_t samples = std::min(rows, kBatchNormShiftRows);
+    std::fill(pivot_sum_.begin(), pivot_sum_.end(), 0.0);
     for (std::int64_t i = 0; i < samples; ++i) {
-      const float* row = in + (i * rows / samples) * c_;
-      for (int c = 0; c < c_; ++c) pivot_[c] += row[c];
+      const float* row = in + BatchNormShiftRow(i, rows) * c_;
+      for (int c = 0; c < c_; ++c) pivot_sum_[c] += row[c];  // in double: equal values give themselves back
     }
-    for (int c = 0; c < c_; ++c) pivot_[c] /= static_cast<float>(samples);
+    for (int c = 0; c < c_; ++c) pivot_[c] = static_cast<float>(pivot_sum_[c] / static_cast<double>(samples));
     std::fill(acc_.begin(), acc_.end(), 0.0);
     passes_.shifted_sums(in, rows, c_, pivot_.data(), acc_.data(), acc_.data() + c_);
     const double n = static_cast<double>(rows);
+    bool every = true;
     for (int c = 0; c < c_; ++c) {
       const double d = acc_[c] / n, var = acc_[c_ + c] / n - d * d;
-      const bool close_enough = d * d <= kMaxShiftRatio * var && (var > 0.0 || d == 0.0);  // false for NaN and Inf
-      if (!close_enough) return false;
+      // Not for NaN or Inf either: the two passes say what those are.
+      const bool close_enough = std::isfinite(var) && d * d <= kMaxShiftRatio * var && (var > 0.0 || d == 0.0);
+      redo_[c] = !close_enough;
+      every = every && close_enough;
+      if (!close_enough) continue;
       mean_[c] = static_cast<float>(pivot_[c] + d);
       var_[c] = static_cast<float>(std::max(0.0, var));
     }
     count_ = static_cast<float>(rows);
-    return true;
+    return every;
   }
 
   // From var_ and mean_: inv_std_, and the moving statistics unless this Forward is a recompute.
@@ -185,7 +194,6 @@ class BatchNorm final : public Layer {
     }
   }
 
-  static constexpr std::int64_t kShiftRows = 16;
   static constexpr double kMaxShiftRatio = 8.0;
 
   const ActShape shape_;
@@ -198,7 +206,9 @@ class BatchNorm final : public Layer {
   bool training_ = false, last_training_ = false, recomputing_ = false;
   float count_ = 0;  // rows the last training Forward's statistics came from
   std::vector<float> mean_, var_, inv_std_, scale_, shift_, sums_;
-  std::vector<float> pivot_;  // OnePassStatistics' shift
+  std::vector<float> pivot_;       // OnePassStatistics' shift
+  std::vector<double> pivot_sum_;  // its sum
+  std::vector<char> redo_;         // the channels it leaves to the two passes
   std::vector<double> acc_;
 };
 

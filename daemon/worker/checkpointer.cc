@@ -115,8 +115,8 @@ void Checkpointer::Started(std::uint64_t global_step) {
     spdlog::info("restored {} at global_step {} ({} of {} ps)", restored_path_, restored_step_, client_.restored(),
                  placement_.shards.size());
     if (job_.update.compression.method == config::CompressionSpec::Method::kTopK)
-      spdlog::info("update.compression topk: the ps modes' checkpoints do not hold the workers' error feedback; each worker's starts "
-                   "from zero (docs/checkpoints.md, \"Error feedback\")");
+      spdlog::info("update.compression topk: in the ps modes a restore does not take up the workers' error feedback; each worker's "
+                   "starts from zero (docs/checkpoints.md, \"Error feedback\")");
     events_.Emit("restored", {{"path", restored_path_},
                               {"global_step", static_cast<std::int64_t>(restored_step_)},
                               {"ps_restored", static_cast<std::int64_t>(client_.restored())},

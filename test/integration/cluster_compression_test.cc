@@ -114,8 +114,8 @@ TEST_CASE("compressed sync ps: a restore says the workers' topk error feedback s
   INFO(again[0].err);
   CHECK(again[0].exit_code == 0);
   CHECK(again[0].err.find("restored ") != std::string::npos);
-  CHECK(again[0].err.find("update.compression topk: the ps modes' checkpoints do not hold the workers' error feedback; each worker's "
-                          "starts from zero") != std::string::npos);
+  CHECK(again[0].err.find("update.compression topk: in the ps modes a restore does not take up the workers' error feedback; each "
+                          "worker's starts from zero") != std::string::npos);
 }
 
 TEST_CASE("compressed allreduce: checkpoints carry every worker's error feedback, and a run resumed from one ends with the undisturbed run's bits",

@@ -254,7 +254,13 @@ TEST_CASE("Ctrl-C stops every trial and keeps what was written", "[system][sweep
     CHECK(targets[i]["labels"]["task"] == std::to_string(i));
     CHECK(targets[i]["labels"]["run"] == std::filesystem::path(run).filename().string());
     REQUIRE(at.starts_with("127.0.0.1:"));
-    Result<http::Fetched> got = http::Get("127.0.0.1", static_cast<std::uint16_t>(std::stoi(at.substr(10))), "/metrics", 5000);
+    // The other worker may still be starting on a loaded machine: asked again for up to 30 s.
+    Result<http::Fetched> got = Status::Unavailable("not asked");
+    for (const auto deadline = std::chrono::steady_clock::now() + 30s; std::chrono::steady_clock::now() < deadline;) {
+      got = http::Get("127.0.0.1", static_cast<std::uint16_t>(std::stoi(at.substr(10))), "/metrics", 5000);
+      if (got.ok()) break;
+      std::this_thread::sleep_for(100ms);
+    }
     INFO(at << ": " << (got.ok() ? got->body.substr(0, 300) : got.status().ToString()));
     REQUIRE(got.ok());
     CHECK(got->status == 200);

@@ -10,6 +10,7 @@
 #include "common/ckpt/format.h"
 #include "common/config/job.h"
 #include "common/model/model.h"
+#include "common/tensor/batch_norm_passes.h"
 #include "common/tensor/layers.h"
 #include "test/unit/common/tensor/two_replica_sum.h"
 
@@ -77,21 +78,25 @@ TEST_CASE("batch_norm normalises each NHWC channel with the batch's statistics w
 }
 
 // One replica's statistics come from one pass of shifted sums when that is exact enough, else from
-// two: either way within float rounding of the definitions, on channels that would break a pass of
-// plain sums (far from zero), that put the shift far off (every sampled row an outlier), or that
-// hold one value.
-TEST_CASE("batch_norm's batch statistics stay exact far from zero, with outliers and on a constant channel", "[unit][norm]") {
-  const ActShape shape{20, 20, 4};
+// two, channel by channel: either way within float rounding of the definitions, on channels that
+// would break a pass of plain sums (far from zero), that hold one value (one of them not a sum of
+// powers of two), and one whose shift lands far off its mean (every row the shift samples an
+// outlier), which takes the two passes while the others keep their one.
+TEST_CASE("batch_norm's batch statistics stay exact far from zero, with outliers and on constant channels", "[unit][norm]") {
+  const ActShape shape{20, 20, 5};
   const int batch = 40, rows = batch * 400;
   std::mt19937 gen(7);
   std::normal_distribution<float> unit(0.0f, 1.0f);
   std::vector<float> x(static_cast<std::size_t>(rows * shape.c));
+  std::vector<bool> sampled(rows);
+  for (std::int64_t i = 0; i < kBatchNormShiftRows; ++i) sampled[BatchNormShiftRow(i, rows)] = true;
   for (int r = 0; r < rows; ++r) {
     float* row = x.data() + r * shape.c;
-    row[0] = unit(gen);                                  // plain
-    row[1] = 1e5f + unit(gen);                           // mean(x)² is 1e10 times var(x)
-    row[2] = r % (rows / 16) == 0 ? 1000.0f : 0.1f * unit(gen);  // the rows the shift samples: 16 outliers
-    row[3] = 7.0f;                                       // constant
+    row[0] = unit(gen);                                // plain
+    row[1] = 1e5f + unit(gen);                         // mean(x)² is 1e10 times var(x)
+    row[2] = sampled[r] ? 1000.0f : 0.1f * unit(gen);  // the shift far off: 16 outliers, all sampled
+    row[3] = 7.0f;                                     // constant
+    row[4] = 0.1f;                                     // constant, 16 of it not exact in float
   }
   Bound bn(MakeBatchNorm(shape, {.momentum = 0.5}), batch);
   std::vector<float> out(x.size());
@@ -103,6 +108,8 @@ TEST_CASE("batch_norm's batch statistics stay exact far from zero, with outliers
     CHECK(bn.params[2][c] == Approx(0.5 * mean[c]).epsilon(1e-6).margin(1e-6));
     CHECK(bn.params[3][c] == Approx(0.5 + 0.5 * var[c]).epsilon(2e-5));
   }
+  CHECK(bn.params[3][3] == 0.5f);  // a constant channel's variance: 0 exactly
+  CHECK(bn.params[3][4] == 0.5f);
   for (std::size_t i = 0; i < x.size(); ++i) {
     const int c = static_cast<int>(i % shape.c);
     const double want = (x[i] - mean[c]) / std::sqrt(var[c] + 1e-3) * (1.5 + 0.1 * c) + 0.2 * c;
