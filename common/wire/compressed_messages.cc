@@ -28,12 +28,14 @@ OutFrame Encode(const PushCompressed& m, std::shared_ptr<const void> keepalive) 
   }
   f.tail.push_back(m.values);
   auto trailer = std::make_shared<std::vector<std::byte>>();
-  if (m.push.epoch != 0) {  // after the gradient, as PUSH's
+  {
     ByteWriter t(trailer.get());
-    t.U8(1);
-    t.U32(m.push.epoch);
-    f.tail.push_back(*trailer);
+    if (m.push.epoch != 0) t.U8(1), t.U32(m.push.epoch);  // after the gradient, as PUSH's
+    if (m.save_request != 0) t.U8(2), t.U64(m.save_request);
+    if (m.deposit_request != 0) t.U8(3), t.U64(m.deposit_request);
   }
+  if (!trailer->empty()) f.tail.push_back(*trailer);
+  if (m.deposit_request != 0) f.tail.push_back(m.deposit);
   f.keepalive = std::make_shared<std::pair<std::shared_ptr<const void>, std::shared_ptr<const void>>>(std::move(trailer), std::move(keepalive));
   return f;
 }
@@ -75,9 +77,17 @@ Status Decode(std::span<const std::byte> p, PushCompressed* m) {
     return Short("PUSH_COMPRESSED");
   }
   m->push.epoch = 0;
-  if (r.remaining() != 0) {
-    std::uint8_t tag = 0;
-    if (!r.U8(&tag) || tag != 1 || !r.U32(&m->push.epoch)) return Short("PUSH_COMPRESSED");
+  m->save_request = m->deposit_request = 0;
+  m->deposit = {};
+  // The optional sections, each at most once and in order; anything else is trailing bytes.
+  for (std::uint8_t last = 0; r.remaining() != 0;) {
+    const auto tag = static_cast<std::uint8_t>(p[p.size() - r.remaining()]);
+    if (tag <= last || tag > 3) break;
+    (void)r.U8(&last);
+    const bool read = tag == 1   ? r.U32(&m->push.epoch)
+                      : tag == 2 ? r.U64(&m->save_request)
+                                 : r.U64(&m->deposit_request) && r.FloatBytes(m->count, &m->deposit);
+    if (!read) return Short("PUSH_COMPRESSED");
   }
   return Trailing("PUSH_COMPRESSED", r);
 }

@@ -27,6 +27,14 @@ struct PushCompressed {
   std::uint64_t count = 0;             // the dense gradient's floats (the ps's shard)
   std::span<const std::byte> values;   // fp16/bf16: count x 2 bytes; sparse: pairs x 4 (floats)
   std::span<const std::byte> indices;  // sparse: pairs x 4 (u32); empty otherwise
+  // Optional, after the epoch, in this order (docs/checkpoints.md, "Error feedback"):
+  // the chief announces a save after this step, whose error feedback the ps asks the other
+  // workers for (tag 2; 0: none);
+  std::uint64_t save_request = 0;
+  // a worker's error feedback for the save `deposit_request` names: count floats, this shard's
+  // part of its residual when the ps asked (tag 3; deposit_request 0: none).
+  std::uint64_t deposit_request = 0;
+  std::span<const std::byte> deposit;
 };
 // `values` and `indices` are the tail (kept alive by the caller until sent, or by `keepalive`).
 OutFrame Encode(const PushCompressed& m, std::shared_ptr<const void> keepalive);

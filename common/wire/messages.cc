@@ -363,10 +363,16 @@ Status Decode(std::span<const std::byte> p, Ready* m) {
   return Trailing("READY", r);
 }
 
-OutFrame Encode(const StatePull&) { return Start(MessageType::kStatePull); }
+OutFrame Encode(const StatePull& m) {
+  OutFrame f = Start(MessageType::kStatePull);
+  if (m.feedback_request != 0) ByteWriter(&f.head).U64(m.feedback_request);
+  return f;
+}
 
-Status Decode(std::span<const std::byte> p, StatePull*) {
+Status Decode(std::span<const std::byte> p, StatePull* m) {
   ByteReader r(p);
+  m->feedback_request = 0;
+  if (r.remaining() == 8) (void)r.U64(&m->feedback_request);
   return Trailing("STATE_PULL", r);
 }
 
@@ -383,8 +389,31 @@ OutFrame Encode(const State& m, std::span<const float> values, std::span<const f
   // of a small trailer owned by the frame.
   auto count = std::make_shared<std::vector<std::byte>>();
   ByteWriter(count.get()).U64(slots.size());
-  f.tail.push_back(*count);
+  // The feedback section's heads (tag, request, count; each deposit's worker) in the same buffer,
+  // written before any span into it is taken.
+  const std::size_t slot_count_bytes = count->size();
+  if (m.feedback_request != 0) {
+    ByteWriter w(count.get());
+    w.U8(1);
+    w.U64(m.feedback_request);
+    w.U32(static_cast<std::uint32_t>(m.feedback.size()));
+    for (const Deposit& d : m.feedback) w.U32(d.worker);
+    EncodeProgress(2, m.progress, w);
+  }
+  const std::span<const std::byte> heads(*count);
+  f.tail.push_back(heads.first(slot_count_bytes));
   f.tail.push_back(AsBytes(slots));
+  if (m.feedback_request != 0) {
+    std::size_t at = slot_count_bytes;
+    f.tail.push_back(heads.subspan(at, 13));
+    at += 13;
+    for (const Deposit& d : m.feedback) {
+      f.tail.push_back(heads.subspan(at, 4));
+      at += 4;
+      f.tail.push_back(d.values);
+    }
+    f.tail.push_back(heads.subspan(at));  // the progress, when any
+  }
   f.keepalive = count;
   return f;
 }
@@ -402,6 +431,23 @@ Status Decode(std::span<const std::byte> p, State* m) {
   if ((n == 0 ? slots != 0 : slots % n != 0 || slots / n > kMaxSlotsPerValue))
     return Status::Corruption(fmt::format("STATE: {} slot floats for {} values", slots, n));
   if (!r.FloatBytes(slots, &m->slots)) return Short("STATE");
+  m->feedback_request = 0;
+  m->feedback.clear();
+  m->progress = {};
+  if (r.remaining() != 0 && p[p.size() - r.remaining()] == std::byte{1}) {
+    std::uint8_t tag = 0;
+    std::uint32_t deposits = 0;
+    if (!r.U8(&tag) || !r.U64(&m->feedback_request) || !r.U32(&deposits)) return Short("STATE");
+    // Each deposit is a worker and the shard's values: bounded by the payload before any is kept.
+    if (deposits > kMaxWorkers || deposits > r.remaining() / (4 + n * 4))
+      return Status::Corruption(fmt::format("STATE: {} error feedback deposits is more than the payload can hold", deposits));
+    for (std::uint32_t i = 0; i < deposits; ++i) {
+      Deposit& d = m->feedback.emplace_back();
+      if (!r.U32(&d.worker) || !r.FloatBytes(n, &d.values)) return Short("STATE");
+      if (d.worker >= kMaxWorkers) return Status::Corruption(fmt::format("STATE: error feedback of worker {}", d.worker));
+    }
+    if (r.remaining() != 0 && p[p.size() - r.remaining()] == std::byte{2}) TFD_RETURN_IF_ERROR(DecodeProgress("STATE", r, &m->progress));
+  }
   return Trailing("STATE", r);
 }
 
@@ -423,12 +469,25 @@ OutFrame Encode(const Params& m, std::span<const float> values) {
   w.U64(m.global_step);
   w.U64(values.size());
   f.tail.push_back(AsBytes(values));
+  if (m.feedback_request != 0) {  // after the values: a trailer the frame owns
+    auto trailer = std::make_shared<std::vector<std::byte>>();
+    ByteWriter t(trailer.get());
+    t.U8(1);
+    t.U64(m.feedback_request);
+    f.tail.push_back(*trailer);
+    f.keepalive = trailer;
+  }
   return f;
 }
 
 Status Decode(std::span<const std::byte> p, Params* m) {
   ByteReader r(p);
   if (!r.U64(&m->global_step) || !ReadFloats(r, &m->values)) return Short("PARAMS");
+  m->feedback_request = 0;
+  if (r.remaining() != 0 && p[p.size() - r.remaining()] == std::byte{1}) {
+    std::uint8_t tag = 0;
+    if (!r.U8(&tag) || !r.U64(&m->feedback_request)) return Short("PARAMS");
+  }
   return Trailing("PARAMS", r);
 }
 

@@ -145,6 +145,9 @@ struct Pull {  // worker -> ps: the ps's values once its global step is >= min_s
 struct Params {
   std::uint64_t global_step = 0;
   std::span<const std::byte> values;
+  // The save the chief announced that this ps still needs the receiving worker's error feedback
+  // for (docs/checkpoints.md, "Error feedback"); 0: none. Optional after the values (tag 1).
+  std::uint64_t feedback_request = 0;
 };
 
 struct Push {  // worker -> ps: a gradient for the ps's chunks, computed on parameters of based_on_step
@@ -156,7 +159,16 @@ struct Push {  // worker -> ps: a gradient for the ps's chunks, computed on para
   std::uint32_t epoch = 0;  // the sender's epoch; optional after the gradient (tag 1), 0 = absent
 };
 
-struct StatePull {};  // chief -> ps: a consistent copy of the ps's whole state, for a checkpoint
+struct StatePull {  // chief -> ps: a consistent copy of the ps's whole state, for a checkpoint
+  // The save whose error feedback to send along (STATE.feedback); 0 (and absent): none.
+  std::uint64_t feedback_request = 0;
+};
+
+// A worker's error feedback for a ps's shard (as many floats as its values), deposited for a save.
+struct Deposit {
+  std::uint32_t worker = 0;  // < kMaxWorkers
+  std::span<const std::byte> values;
+};
 
 struct State {  // ps -> chief: values, slots and counts of one moment
   std::uint64_t global_step = 0;
@@ -164,6 +176,12 @@ struct State {  // ps -> chief: values, slots and counts of one moment
   std::vector<std::uint64_t> resume_steps;  // per worker rank: ParameterStore::ResumeStep
   std::span<const std::byte> values;
   std::span<const std::byte> slots;         // a whole multiple (<= kMaxSlotsPerValue) of the values
+  // Optional, after the slots (tag 1, present when feedback_request is not 0): the deposits held
+  // for STATE_PULL's feedback_request; then (tag 2) the ps's progress, so the chief knows which
+  // workers have finished and will deposit no more.
+  std::uint64_t feedback_request = 0;
+  std::vector<Deposit> feedback;            // at most kMaxWorkers, each worker once
+  Progress progress;
 };
 inline constexpr std::uint64_t kMaxSlotsPerValue = 8;
 

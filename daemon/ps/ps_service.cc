@@ -256,7 +256,7 @@ void PsService::HandlePull(const ConnectionPtr& from, const wire::InFrame& frame
       pull_waiters_.push_back({from, id, pull.min_step});
     }
   }
-  if (ready_now) return ReplyParams(*from, id);
+  if (ready_now) return ReplyParams(*from, id, RankOf(from.get()));
   FailPullsIfStepStuck();
 }
 
@@ -271,6 +271,17 @@ void PsService::HandlePush(const ConnectionPtr& from, const wire::InFrame& frame
   if (!DecodeOrRefuse(*from, frame, &compressed)) return;
   Result<std::vector<float>> dense = DenseGradient(compressed, static_cast<std::uint64_t>(store_.size()));
   if (!dense.ok()) return ReplyError(*from, frame.header.request_id, dense.status().WithContext(self_));
+  if (compressed.save_request != 0 || compressed.deposit_request != 0) {
+    MutexLock lock(&mu_);
+    // The chief's announcement of a save (rank 0 only; a later one replaces it), and a worker's
+    // deposit for the save announced last (an older one is dropped).
+    if (rank == 0 && compressed.save_request > feedback_request_) feedback_request_ = compressed.save_request;
+    if (rank > 0 && compressed.deposit_request != 0 && compressed.deposit_request == feedback_request_) {
+      auto values = std::make_shared<std::vector<float>>(static_cast<std::size_t>(compressed.count));
+      wire::CopyFloats(compressed.deposit, *values);
+      deposits_[rank] = {compressed.deposit_request, std::move(values)};
+    }
+  }
   push = compressed.push;
   push.grads = std::as_bytes(std::span<const float>(*dense));
   ApplyPush(from, frame.header.request_id, push, rank);
@@ -319,7 +330,15 @@ void PsService::HandleStatePull(const ConnectionPtr& from, const wire::InFrame& 
   if (!DecodeOrRefuse(*from, frame, &pull)) return;
   Result<ParameterStore::State> st = store_.ReadState();
   if (!st.ok()) return ReplyError(*from, id, st.status().WithContext(self_));
-  Reply(*from, EncodeState(*st), id);
+  std::vector<std::pair<int, std::shared_ptr<const std::vector<float>>>> feedback;  // the deposits for that save
+  wire::Progress progress;                                                         // ... and who will deposit no more
+  if (pull.feedback_request != 0) {
+    MutexLock lock(&mu_);
+    for (const auto& [rank, d] : deposits_)
+      if (d.request == pull.feedback_request) feedback.emplace_back(rank, d.values);
+    progress = ProgressLocked();
+  }
+  Reply(*from, EncodeState(*st, pull.feedback_request, feedback, std::move(progress)), id);
 }
 
 void PsService::HandleDone(const ConnectionPtr& from, const wire::InFrame& frame, int rank) {
@@ -365,9 +384,15 @@ void PsService::HandleError(const ConnectionPtr& from, const wire::InFrame& fram
   from->Close(Status::Unavailable(fmt::format("{} refused this ps: {}", from->peer_name(), err.message)));
 }
 
-void PsService::ReplyParams(Connection& to, std::uint64_t request_id) {
+void PsService::ReplyParams(Connection& to, std::uint64_t request_id, int rank) {
   const Clock::time_point start = Clock::now();
-  wire::OutFrame params = EncodeParams(store_.Read());
+  std::uint64_t ask = 0;
+  if (rank > 0) {  // the chief keeps its own
+    MutexLock lock(&mu_);
+    auto d = deposits_.find(rank);
+    if (feedback_request_ != 0 && (d == deposits_.end() || d->second.request != feedback_request_)) ask = feedback_request_;
+  }
+  wire::OutFrame params = EncodeParams(store_.Read(), ask);
   reply_ns_.fetch_add(static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count()),
                       std::memory_order_relaxed);
   replies_.fetch_add(1, std::memory_order_relaxed);
@@ -410,7 +435,7 @@ void PsService::ReleaseWaiters() {
     }
   }
   for (const Waiter& w : pulls)
-    if (auto c = w.conn.lock()) ReplyParams(*c, w.request_id);
+    if (auto c = w.conn.lock()) ReplyParams(*c, w.request_id, RankOf(c.get()));
 }
 
 void PsService::OnClosed(const std::shared_ptr<Connection>& from, const Status& why) {
@@ -547,7 +572,7 @@ void PsService::FailPullsIfStepStuck() {
   }
   if (v.action == Action::kFinalParams) {
     for (const Waiter& w : answer)
-      if (auto c = w.conn.lock()) ReplyParams(*c, w.request_id);
+      if (auto c = w.conn.lock()) ReplyParams(*c, w.request_id, RankOf(c.get()));
     return;
   }
   // shrink: go on with the gradients the workers left can send

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <functional>
 #include <optional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -136,7 +137,15 @@ class PsService : public transport::FrameHandler {
   void RejoinedLocked(int rank, const std::string& peer_name, std::uint64_t incarnation) TFD_REQUIRES(mu_);
   // Gives up on the workers away past their limit (logs, events, an elastic membership change).
   void GiveUpOverdueLocked(Clock::time_point now) TFD_REQUIRES(mu_);
-  void ReplyParams(transport::Connection& to, std::uint64_t request_id);
+  // PARAMS for worker `rank` (-1: unknown), asking for its error feedback when a save announced
+  // by the chief still lacks it (docs/checkpoints.md, "Error feedback").
+  void ReplyParams(transport::Connection& to, std::uint64_t request_id, int rank) TFD_EXCLUDES(mu_);
+  // update.compression's error feedback for the chief's saves: the save announced last, and each
+  // worker's deposit for it (the shard's floats).
+  struct Deposited {
+    std::uint64_t request = 0;
+    std::shared_ptr<const std::vector<float>> values;
+  };
   void ReleaseWaiters() TFD_EXCLUDES(mu_);
   // sync: when the current step can no longer complete (too few workers left that have not
   // finished or already sent this step's gradient), fails the waiting pulls naming the lost
@@ -186,6 +195,8 @@ class PsService : public transport::FrameHandler {
   std::vector<HeldDone> held_dones_ TFD_GUARDED_BY(mu_);                   // DONEs not yet answered
   std::string waiting_note_ TFD_GUARDED_BY(mu_);                           // on_worker_loss wait: what was last logged
   std::optional<Status> ended_ TFD_GUARDED_BY(mu_);  // the run ended as failed: why
+  std::uint64_t feedback_request_ TFD_GUARDED_BY(mu_) = 0;            // the chief's last announced save
+  std::map<int, Deposited> deposits_ TFD_GUARDED_BY(mu_);             // per worker rank
   std::optional<Clock::time_point> ended_at_ TFD_GUARDED_BY(mu_);
   bool end_called_ TFD_GUARDED_BY(mu_) = false;  // the end was decided: on_end_ is called, once
   bool stopped_early_ TFD_GUARDED_BY(mu_) = false;  // the chief's DONE said it stopped the run early

@@ -130,21 +130,29 @@ wire::Progress ToWire(const WorkerRoster::Progress& progress, bool stop) {
   return p;
 }
 
-wire::OutFrame EncodeState(const ParameterStore::State& state) {
+wire::OutFrame EncodeState(const ParameterStore::State& state, std::uint64_t request,
+                           std::vector<std::pair<int, std::shared_ptr<const std::vector<float>>>> feedback, wire::Progress progress) {
   wire::State m;
+  m.progress = std::move(progress);
   m.global_step = state.params->global_step;
   m.updates = state.updates;
   m.resume_steps = state.resume_steps;
+  m.feedback_request = request;
+  for (const auto& [rank, values] : feedback)
+    m.feedback.push_back({static_cast<std::uint32_t>(rank), std::as_bytes(std::span<const float>(*values))});
   wire::OutFrame f = wire::Encode(m, state.params->values, *state.slots);
-  // The tail points into the snapshot, the slots and the encoder's trailer: the frame owns all three.
-  f.keepalive = std::make_shared<std::tuple<std::shared_ptr<const void>, std::shared_ptr<const void>, std::shared_ptr<const void>>>(
-      std::move(f.keepalive), state.params, state.slots);
+  // The tail points into the snapshot, the slots, the deposits and the encoder's trailer: the frame owns them all.
+  auto deposits = std::make_shared<decltype(feedback)>(std::move(feedback));
+  f.keepalive = std::make_shared<std::tuple<std::shared_ptr<const void>, std::shared_ptr<const void>, std::shared_ptr<const void>,
+                                            std::shared_ptr<const void>>>(std::move(f.keepalive), state.params, state.slots, deposits);
   return f;
 }
 
-wire::OutFrame EncodeParams(std::shared_ptr<const ParameterStore::Snapshot> snapshot) {
-  wire::OutFrame f = wire::Encode(wire::Params{snapshot->global_step, {}}, snapshot->values);
-  f.keepalive = std::move(snapshot);  // the frame's tail points into the snapshot
+wire::OutFrame EncodeParams(std::shared_ptr<const ParameterStore::Snapshot> snapshot, std::uint64_t feedback_request) {
+  wire::OutFrame f = wire::Encode(wire::Params{.global_step = snapshot->global_step, .values = {}, .feedback_request = feedback_request},
+                                  snapshot->values);
+  // The frame's tail points into the snapshot (and the encoder's trailer, when it made one).
+  f.keepalive = std::make_shared<std::pair<std::shared_ptr<const void>, std::shared_ptr<const void>>>(std::move(f.keepalive), std::move(snapshot));
   return f;
 }
 

@@ -1,6 +1,8 @@
 #pragma once
 
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "common/wire/compressed_messages.h"
 #include "common/wire/messages.h"
@@ -24,8 +26,12 @@ wire::PushAck ToWire(const ParameterStore::PushResult& result);
 WorkerRoster::Progress FromWire(const wire::Progress& progress);
 wire::Progress ToWire(const WorkerRoster::Progress& progress, bool stop);
 // A STATE frame of `state`; the frame owns (keeps alive) the snapshot and slots its tail points into.
-wire::OutFrame EncodeState(const ParameterStore::State& state);
+// `feedback`: the workers' error feedback deposits (rank, the shard's floats) for save `request`.
+wire::OutFrame EncodeState(const ParameterStore::State& state, std::uint64_t request = 0,
+                           std::vector<std::pair<int, std::shared_ptr<const std::vector<float>>>> feedback = {},
+                           wire::Progress progress = {});
 // A PARAMS frame of `snapshot`, which the frame keeps alive.
-wire::OutFrame EncodeParams(std::shared_ptr<const ParameterStore::Snapshot> snapshot);
+// `feedback_request`: the save whose error feedback the receiving worker is asked for (0: none).
+wire::OutFrame EncodeParams(std::shared_ptr<const ParameterStore::Snapshot> snapshot, std::uint64_t feedback_request = 0);
 
 }  // namespace tfd::ps

@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "common/base/sha256.h"
+#include "common/ckpt/format.h"
 #include "common/optim/optimizer.h"
 
 namespace tfd::worker {
@@ -103,6 +106,7 @@ Status Checkpointer::PrepareRestore() {
   if (!same_workers)
     spdlog::info("{}: saved with {} workers, this cluster has {}: every worker starts epoch {} again", path, ck.num_workers,
                  num_workers_, cursors.empty() ? 0 : cursors[0].epoch);
+  if (ck.feedback) RestoreFeedback(*ck.feedback, path);
   client_.SetRestore(std::move(r));
   restored_path_ = path;
   restored_step_ = ck.global_step;
@@ -114,21 +118,64 @@ void Checkpointer::Started(std::uint64_t global_step) {
   if (!restored_path_.empty() && client_.restored() > 0) {
     spdlog::info("restored {} at global_step {} ({} of {} ps)", restored_path_, restored_step_, client_.restored(),
                  placement_.shards.size());
-    if (job_.update.compression.method == config::CompressionSpec::Method::kTopK)
-      spdlog::info("update.compression topk: in the ps modes a restore does not take up the workers' error feedback; each worker's "
-                   "starts from zero (docs/checkpoints.md, \"Error feedback\")");
+    if (!restored_feedback_.empty())
+      spdlog::info("{}: its error feedback, summed over the workers that saved it, resumes in the chief's; each other worker's starts "
+                   "from zero", restored_path_);
     events_.Emit("restored", {{"path", restored_path_},
                               {"global_step", static_cast<std::int64_t>(restored_step_)},
                               {"ps_restored", static_cast<std::int64_t>(client_.restored())},
                               {"num_ps", static_cast<std::int64_t>(placement_.shards.size())}});
   }
+  // The ps tasks kept their own state (only the chief restarted): the other workers kept their
+  // feedback too, and the checkpoint's would count it twice.
+  if (client_.restored() == 0) restored_feedback_.clear();
   schedule_.emplace(spec_, global_step, Clock::now());
+}
+
+bool Checkpointer::EnableFeedback() {
+  if (!enabled()) return false;
+  const std::uint64_t floats = model_.params().size() * static_cast<std::uint64_t>(num_workers_);
+  if (floats > ckpt::kMaxFeedbackFloats) {
+    spdlog::warn("checkpoint: the error feedback of {} workers x {} values is over a checkpoint record's 4 GiB: checkpoints leave it out, "
+                 "and a resumed run starts it at 0", num_workers_, model_.params().size());
+    return false;
+  }
+  feedback_ = true;
+  return true;
+}
+
+void Checkpointer::RestoreFeedback(const ckpt::ErrorFeedback& saved, const std::string& path) {
+  const config::CompressionSpec::Method method = job_.update.compression.method;
+  if (!feedback_ || saved.method != config::CompressionSpec::Method::kTopK || method != saved.method) {
+    spdlog::info("{}: its {} error feedback is not restored: this job's update.compression is {}", path, config::CompressionName(saved.method),
+                 config::CompressionName(method));
+    return;
+  }
+  const std::size_t n = model_.params().size();
+  if (saved.residuals.empty() || saved.residuals[0].size() != n) {
+    spdlog::warn("{}: its error feedback holds {} values, the model {} parameters: not restored", path,
+                 saved.residuals.empty() ? 0 : saved.residuals[0].size(), n);
+    return;
+  }
+  // What the workers had not yet sent, all of it owed to the parameters: the chief sends it on.
+  restored_feedback_.assign(n, 0.0f);
+  for (const std::vector<float>& r : saved.residuals)
+    for (std::size_t i = 0; i < n; ++i) restored_feedback_[i] += r[i];
+}
+
+std::uint64_t Checkpointer::Announce(std::uint64_t next_global_step) {
+  if (!feedback_ || !schedule_) return 0;
+  if (writing_.valid() && writing_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return 0;  // it could not save yet
+  if (!schedule_->Due(next_global_step, Clock::now())) return 0;
+  announced_ = next_global_step;
+  return announced_;
 }
 
 Status Checkpointer::MaybeSave(std::uint64_t global_step) {
   if (!enabled() || !schedule_) return Status::Ok();
   if (Status s = Collect(false); !s.ok()) spdlog::warn("checkpoint not written: {}; training goes on", s.message());
   if (writing_.valid() || !schedule_->Due(global_step, Clock::now())) return Status::Ok();
+  if (feedback_ && announced_ == 0) return Status::Ok();  // the next step announces it, so the others' feedback comes
   // A ps lost right now is reconnected (by the fetch or the next step); a failed save is tried again later.
   if (Status s = Take(false); !s.ok()) spdlog::warn("checkpoint skipped: {}; training goes on", s.message());
   return Status::Ok();
@@ -151,12 +198,59 @@ Status Checkpointer::Collect(bool wait) {
   return writing_.get();
 }
 
+Result<std::vector<PsClient::PsState>> Checkpointer::FetchWithFeedback(std::uint64_t request,
+                                                                      std::optional<ckpt::ErrorFeedback>* feedback) {
+  const Clock::time_point deadline = Clock::now() + kFeedbackWait;
+  for (;;) {
+    TFD_ASSIGN_OR_RETURN(std::vector<PsClient::PsState> states, client_.FetchState(model_.params(), request));
+    if (request == 0) return states;
+    // Every worker still in the run deposits with its next push; a finished one never will (as
+    // any ps says, now or in its last PUSH_ACK).
+    std::vector<wire::Progress> heard = {client_.progress()};
+    for (const PsClient::PsState& s : states) heard.push_back(s.progress);
+    const auto gone = [&](std::uint32_t r) {
+      return std::any_of(heard.begin(), heard.end(), [r](const wire::Progress& p) {
+        return std::find(p.done.begin(), p.done.end(), r) != p.done.end() ||
+               std::find(p.given_up.begin(), p.given_up.end(), r) != p.given_up.end();
+      });
+    };
+    std::vector<std::uint32_t> missing;
+    for (std::uint32_t r = 1; r < static_cast<std::uint32_t>(num_workers_); ++r) {
+      if (gone(r)) continue;
+      for (const PsClient::PsState& s : states)
+        if (std::none_of(s.feedback.begin(), s.feedback.end(), [r](const auto& d) { return d.first == r; })) {
+          missing.push_back(r);
+          break;
+        }
+    }
+    if (!missing.empty() && Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      continue;
+    }
+    ckpt::ErrorFeedback& f = feedback->emplace();
+    f.method = config::CompressionSpec::Method::kTopK;
+    f.residuals.assign(static_cast<std::size_t>(num_workers_), std::vector<float>(model_.params().size(), 0.0f));
+    f.residuals[0] = own_feedback_ ? own_feedback_() : std::vector<float>(model_.params().size(), 0.0f);
+    for (std::size_t i = 0; i < states.size(); ++i)
+      for (const auto& [r, shard] : states[i].feedback)
+        if (r > 0 && r < static_cast<std::uint32_t>(num_workers_)) client_.ScatterShard(i, shard, f.residuals[r]);
+    if (!missing.empty())
+      spdlog::warn("checkpoint at global_step {}: the error feedback of worker rank(s) {} did not come within {} s; saved as zero",
+                   states[0].global_step, fmt::join(missing, ", "), kFeedbackWait.count());
+    return states;
+  }
+}
+
 Status Checkpointer::Take(bool wait, bool final) {
   const Clock::time_point start = Clock::now();
-  Result<std::vector<PsClient::PsState>> fetched = client_.FetchState(model_.params());
+  // The final save has no step after it to announce: its feedback is not asked for.
+  const std::uint64_t request = feedback_ && !final ? std::exchange(announced_, 0) : 0;
+  std::optional<ckpt::ErrorFeedback> feedback;
+  Result<std::vector<PsClient::PsState>> fetched = FetchWithFeedback(request, &feedback);
   if (!fetched.ok()) return fetched.status().WithContext("checkpoint");
   std::vector<PsClient::PsState> states = std::move(fetched).value();
   auto ck = std::make_shared<ckpt::Checkpoint>();
+  ck->feedback = std::move(feedback);
   ck->global_step = states[0].global_step;
   if (ck->global_step == last_saved_ && !final) return Status::Ok();  // nothing new since the last save
   ck->final = final;

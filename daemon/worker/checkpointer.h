@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <optional>
 #include <string>
@@ -66,13 +67,32 @@ class Checkpointer {
   // thread: the metrics are thread-safe). `metrics` must outlive this.
   void set_metrics(metrics::TaskMetrics* metrics);
 
+  // update.compression topk (docs/checkpoints.md, "Error feedback"): saves carry every worker's
+  // residual. `own` gives the chief's. A save then happens only after a step whose push announced
+  // it: before each exchange the trainer asks Announce(the global step after it), which returns the
+  // save's id (0: none due) for PsClient::AnnounceSave; the ps tasks ask the other workers for
+  // their residuals, which come with their next pushes, and the save waits for them.
+  // EnableFeedback before PrepareRestore (false, with a warning, when workers x parameters floats
+  // would pass a checkpoint record's limit); SetOwnFeedback once the trainer has the residual.
+  bool EnableFeedback();
+  void SetOwnFeedback(std::function<std::vector<float>()> own) { own_feedback_ = std::move(own); }
+  std::uint64_t Announce(std::uint64_t next_global_step);
+  // The saved feedback a restore resumes with, summed over the saved workers (empty: none); once.
+  std::vector<float> TakeRestoredFeedback() { return std::exchange(restored_feedback_, {}); }
+
  private:
   // Fetches the state and starts writing it; `wait`: and waits for the write. `final`: marks it
   // final, and writes it even when the last save holds the same step.
   Status Take(bool wait, bool final = false);
+  // The state for save `request` (0: no feedback) with every expected worker's deposit, asking
+  // again while some are on their way, up to kFeedbackWait; and the FEEDBACK record made of them.
+  Result<std::vector<PsClient::PsState>> FetchWithFeedback(std::uint64_t request, std::optional<ckpt::ErrorFeedback>* feedback);
+  static constexpr std::chrono::seconds kFeedbackWait{30};
   // The write in flight: if done (or `wait`), its outcome; Ok while it still runs.
   Status Collect(bool wait);
   ckpt::DataCursor CursorFor(std::uint32_t rank, std::uint64_t local_step) const;
+  // PrepareRestore: the checkpoint's error feedback summed into restored_feedback_, or why not (logged).
+  void RestoreFeedback(const ckpt::ErrorFeedback& saved, const std::string& path);
 
   config::CheckpointSpec spec_;
   exporting::ModelCard card_;
@@ -96,6 +116,10 @@ class Checkpointer {
   std::uint64_t last_saved_ = UINT64_MAX;
   std::future<Status> writing_;
   metrics::TaskMetrics* metrics_ = nullptr;
+  bool feedback_ = false;                             // EnableFeedback
+  std::function<std::vector<float>()> own_feedback_;  // SetOwnFeedback's
+  std::uint64_t announced_ = 0;                       // the save the last exchange announced
+  std::vector<float> restored_feedback_;
 };
 
 }  // namespace tfd::worker

@@ -15,18 +15,25 @@ struct Encoded {
   std::vector<std::uint16_t> half;
   std::vector<std::uint32_t> indices;
   std::vector<float> values;
+  std::vector<float> deposit;  // the error feedback deposited, when any
   std::shared_ptr<const void> keepalive;
 };
 
 }  // namespace
 
 wire::OutFrame EncodeCompressedPush(const wire::Push& push, wire::GradEncoding encoding, std::span<const std::span<const float>> slices,
-                                    std::shared_ptr<const void> keepalive, std::size_t* bytes) {
+                                    const CompressedExtras& extras, std::shared_ptr<const void> keepalive, std::size_t* bytes) {
   auto e = std::make_shared<Encoded>();
   e->keepalive = std::move(keepalive);
   wire::PushCompressed m;
   m.push = push;
   m.encoding = encoding;
+  m.save_request = extras.save_request;
+  if (extras.deposit_request != 0) {  // one span in the frame: the slices side by side
+    for (std::span<const float> s : extras.deposit) e->deposit.insert(e->deposit.end(), s.begin(), s.end());
+    m.deposit_request = extras.deposit_request;
+    m.deposit = std::as_bytes(std::span<const float>(e->deposit));
+  }
   for (std::span<const float> s : slices) m.count += s.size();
   if (encoding == wire::GradEncoding::kSparse) {
     TFD_CHECK(m.count <= UINT32_MAX);  // a shard's indices are u32 on the wire

@@ -94,6 +94,7 @@ Result<std::unique_ptr<PsClient>> PsClient::Connect(transport::asio::io_context&
   client->ps_.resize(n);
   client->initialized_.resize(n);
   client->steps_.resize(n);
+  client->feedback_.resize(n);
   client->heard_.resize(n);
   for (std::size_t i = 0; i < n; ++i) {
     TFD_ASSIGN_OR_RETURN(wire::Welcome welcome, client->ConnectUntil(i, deadline));
@@ -341,15 +342,25 @@ std::future<Result<wire::InFrame>> PsClient::InitFromState(std::size_t i, std::s
   return ps_[i]->Call(std::move(f));
 }
 
-Result<std::vector<PsClient::PsState>> PsClient::FetchState(std::span<const float> params) {
+void PsClient::ScatterShard(std::size_t ps, std::span<const float> shard, std::span<float> out) const {
+  std::size_t at = 0;
+  for (const Slice& s : placement_.shards[ps]) {
+    const auto n = static_cast<std::size_t>(s.length);
+    std::copy_n(shard.begin() + static_cast<std::ptrdiff_t>(at), n, out.begin() + static_cast<std::ptrdiff_t>(s.flat_offset));
+    at += n;
+  }
+}
+
+Result<std::vector<PsClient::PsState>> PsClient::FetchState(std::span<const float> params, std::uint64_t feedback_request) {
+  const wire::StatePull ask{.feedback_request = feedback_request};
   std::vector<std::future<Result<wire::InFrame>>> replies(ps_.size());
-  for (std::size_t i = 0; i < ps_.size(); ++i) replies[i] = ps_[i]->Call(wire::Encode(wire::StatePull{}));
+  for (std::size_t i = 0; i < ps_.size(); ++i) replies[i] = ps_[i]->Call(wire::Encode(ask));
   std::vector<PsState> out(ps_.size());
   for (std::size_t i = 0; i < ps_.size(); ++i) {
     Result<wire::InFrame> answer = Await(*ps_[i], replies[i], options_.step_timeout, "STATE_PULL");
     if (!answer.ok() && Lost(i)) {
       TFD_RETURN_IF_ERROR(Reconnect(i, answer.status(), params));
-      auto again = ps_[i]->Call(wire::Encode(wire::StatePull{}));
+      auto again = ps_[i]->Call(wire::Encode(ask));
       answer = Await(*ps_[i], again, options_.step_timeout, "STATE_PULL");
     }
     TFD_ASSIGN_OR_RETURN(wire::InFrame frame, std::move(answer));
@@ -369,6 +380,13 @@ Result<std::vector<PsClient::PsState>> PsClient::FetchState(std::span<const floa
     wire::CopyFloats(st.values, p.values);
     p.slots.resize(slots);
     wire::CopyFloats(st.slots, p.slots);
+    p.progress = std::move(st.progress);
+    if (st.feedback_request == feedback_request)
+      for (const wire::Deposit& d : st.feedback) {
+        std::vector<float> values(n);
+        wire::CopyFloats(d.values, values);  // STATE's decoder held each to the shard's size
+        p.feedback.emplace_back(d.worker, std::move(values));
+      }
   }
   return out;
 }
@@ -416,8 +434,20 @@ Result<std::uint64_t> PsClient::TakeParams(std::size_t ps, const wire::InFrame& 
     at += n;
   }
   steps_[ps] = p.global_step;
+  feedback_[ps].asked = std::max(feedback_[ps].asked, p.feedback_request);
   if (options_.metrics != nullptr) options_.metrics->pull_bytes->Increment(static_cast<double>(p.values.size()));
   return p.global_step;
+}
+
+bool PsClient::FeedbackAsked() const {
+  for (const Feedback& f : feedback_)
+    if (f.asked > f.deposited && f.asked > f.sending) return true;
+  return false;
+}
+
+void PsClient::Deposit(std::shared_ptr<const std::vector<float>> residual) {
+  for (Feedback& f : feedback_)
+    if (f.asked > f.deposited && f.asked > f.sending) f.sending = f.asked, f.residual = residual;
 }
 
 void PsClient::StartPushPull(const wire::Push& tag, std::span<const float> grads, bool sync,
@@ -426,6 +456,7 @@ void PsClient::StartPushPull(const wire::Push& tag, std::span<const float> grads
   TFD_CHECK(computed_on.empty() || computed_on.size() == ps_.size());
   tag_ = tag;
   grads_ = grads;
+  announcing_ = std::exchange(announce_, 0);
   computed_on_ = std::move(computed_on);
   sync_ = sync;
   keepalive_ = std::move(keepalive);
@@ -445,7 +476,9 @@ void PsClient::SendPushPull(std::size_t i) {
   wire::OutFrame f;
   std::size_t bytes = static_cast<std::size_t>(placement_.ShardSize(i)) * sizeof(float);
   if (options_.encoding) {  // update.compression: the frame owns its encoded copy (and keepalive_)
-    f = EncodeCompressedPush(push, *options_.encoding, Slices(i, grads_), keepalive_, &bytes);
+    CompressedExtras extras{.save_request = announcing_};
+    if (feedback_[i].sending != 0) extras.deposit_request = feedback_[i].sending, extras.deposit = Slices(i, *feedback_[i].residual);
+    f = EncodeCompressedPush(push, *options_.encoding, Slices(i, grads_), extras, keepalive_, &bytes);  // copies the deposit
   } else {
     f = wire::Encode(push, Slices(i, grads_));
     // The encoder's trailer (the epoch), when it made one, and the gradient's owner.
@@ -489,6 +522,12 @@ Result<PsClient::StepResult> PsClient::CompletePushPull(std::span<float> params)
   acks_.clear();
   pulls_.clear();
   keepalive_.reset();
+  for (Feedback& f : feedback_)
+    if (f.sending != 0) {
+      if (failed.ok()) f.deposited = f.sending;
+      f.sending = 0;
+      f.residual.reset();
+    }
   if (!failed.ok()) return failed;
   if (options_.metrics != nullptr) {
     options_.metrics->push_seconds->Observe(std::chrono::duration<double>(last_ack_ - exchange_start_).count());

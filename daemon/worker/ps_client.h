@@ -81,6 +81,15 @@ class PsClient {
   Result<StepResult> CompletePushPull(std::span<float> params);
   // Per ps: the global step of the parameters last pulled from it.
   const std::vector<std::uint64_t>& steps() const { return steps_; }
+
+  // update.compression topk's error feedback for the chief's saves (docs/checkpoints.md, "Error
+  // feedback"). The chief: AnnounceSave(id) before an exchange makes its pushes announce save `id`
+  // after that step. Every other worker: FeedbackAsked() says a ps's PARAMS asked for its feedback
+  // for a save it has not deposited for; Deposit(residual) then sends each such ps its slices of
+  // `residual` (the whole model's, as of now) with the next exchange's push.
+  void AnnounceSave(std::uint64_t id) { announce_ = id; }
+  bool FeedbackAsked() const;
+  void Deposit(std::shared_ptr<const std::vector<float>> residual);
   bool in_flight() const { return !pulls_.empty(); }
   // Where this worker resumes (its local steps already applied, async; the global step, sync): 0
   // unless it was here before and restarted.
@@ -111,10 +120,17 @@ class PsClient {
     std::uint64_t updates = 0;
     std::vector<std::uint64_t> resume_steps;  // per worker rank: ParameterStore::ResumeStep
     std::vector<float> values, slots;         // in the ps's slice order; slots as OptimizerState keeps them
+    // The other workers' error feedback deposited for FetchState's `feedback_request`: (rank, the
+    // shard's floats in its slice order).
+    std::vector<std::pair<std::uint32_t, std::vector<float>>> feedback;
+    wire::Progress progress;  // with feedback_request: the workers that finished, as this ps knows
   };
-  // Every ps's state, asked of all at once. A lost ps is reconnected as in a step (a restarted one is
-  // initialised again from `params`, the chief's); the error when it cannot be.
-  Result<std::vector<PsState>> FetchState(std::span<const float> params);
+  // Every ps's state, asked of all at once (with the deposits for save `feedback_request`, if not
+  // 0). A lost ps is reconnected as in a step (a restarted one is initialised again from `params`,
+  // the chief's); the error when it cannot be.
+  Result<std::vector<PsState>> FetchState(std::span<const float> params, std::uint64_t feedback_request = 0);
+  // The shard of ps `ps` scattered into a whole model's flat buffer (`out`, as params are laid out).
+  void ScatterShard(std::size_t ps, std::span<const float> shard, std::span<float> out) const;
 
   // Tells every ps this worker is done. A ps lost on the way is reconnected once (the chief
   // initialises a restarted one from `params`, its final parameters) and told again. `stop`: the
@@ -184,6 +200,14 @@ class PsClient {
   std::vector<std::shared_ptr<transport::RpcClient>> ps_;
   std::vector<bool> initialized_;
   std::vector<std::uint64_t> steps_;  // per ps: the global step of the parameters last pulled from it
+  std::uint64_t announce_ = 0;        // AnnounceSave's, for the next exchange
+  std::uint64_t announcing_ = 0;      // ... the exchange in flight's
+  struct Feedback {
+    std::uint64_t asked = 0, deposited = 0;  // the last save a PARAMS asked for; the last deposited for
+    std::uint64_t sending = 0;               // the save the exchange in flight deposits for (0: none)
+    std::shared_ptr<const std::vector<float>> residual;  // what it deposits
+  };
+  std::vector<Feedback> feedback_;  // per ps
   std::uint64_t resume_step_ = 0;     // the largest WELCOME/READY resume_step: where a restarted worker goes on
   Restore restore_;                   // values empty: none
   int restored_ = 0;

@@ -65,6 +65,10 @@ class PsUpdater final : public train::Updater {
     indices_.resize(topk_->max_kept());
     values_.resize(topk_->max_kept());
     sparse_.resize(model.params().size());
+    if (checkpointer_ == nullptr) return;
+    // The chief's saves take its residual from here, and a restore's summed feedback goes on from it.
+    checkpointer_->SetOwnFeedback([this] { return std::vector<float>(topk_->residual().begin(), topk_->residual().end()); });
+    if (std::vector<float> restored = checkpointer_->TakeRestoredFeedback(); !restored.empty()) topk_->Restore(restored);
   }
 
   Result<std::int64_t> Step(model::Model& model, std::int64_t local_step) override {
@@ -74,12 +78,14 @@ class PsUpdater final : public train::Updater {
     tag.local_step = static_cast<std::uint64_t>(local_step);
     tag.epoch = static_cast<std::uint32_t>(epoch_);
     const std::span<const float> grads = Outgoing(model, local_step);
+    if (checkpointer_ != nullptr) client_.AnnounceSave(checkpointer_->Announce(step_ + 1));
     if (!overlap_) {
       Keep(model.params());
       Result<PsClient::StepResult> pushed = client_.PushPull(tag, grads, model.params(), sync_);
       Restore(model.params());
       TFD_ASSIGN_OR_RETURN(PsClient::StepResult r, std::move(pushed));
       Count(r);
+      DepositIfAsked();
       TFD_RETURN_IF_ERROR(MaybeSave(local_step));
       return static_cast<std::int64_t>(step_);
     }
@@ -87,6 +93,7 @@ class PsUpdater final : public train::Updater {
     // is that much staler than the parameters that exchange brings, and the ps must know it.
     std::vector<std::uint64_t> computed_on = client_.steps();
     TFD_RETURN_IF_ERROR(CompleteInFlight(model));
+    DepositIfAsked();  // overlap: the residual already has this step's gradient in it
     // The next step overwrites grads(): send a copy, owned by the frames until they are written
     // (reused once they are; a new buffer only if a frame still holds the old one).
     if (sending_.use_count() > 1) sending_ = std::make_shared<std::vector<float>>(grads.size());
@@ -140,6 +147,11 @@ class PsUpdater final : public train::Updater {
     std::fill(sparse_.begin(), sparse_.end(), 0.0f);
     for (std::size_t j = 0; j < k; ++j) sparse_[indices_[j]] = values_[j];
     return sparse_;
+  }
+  // A ps asked for this worker's error feedback for the chief's save: it goes with the next push.
+  void DepositIfAsked() {
+    if (topk_ && client_.FeedbackAsked())
+      client_.Deposit(std::make_shared<const std::vector<float>>(topk_->residual().begin(), topk_->residual().end()));
   }
   Status CompleteInFlight(model::Model& model) {
     if (!client_.in_flight()) return Status::Ok();
@@ -262,6 +274,7 @@ Status RunWorker(const config::TfConfig& config, const config::JobSpec& job, Eve
                             train::StepsPerEpoch(loaded.data.train.size, num_workers, job.batch_size));
   if (chief && checkpointer.enabled() && options.metrics != nullptr) checkpointer.set_metrics(options.metrics);
   if (chief && checkpointer.enabled()) checkpointer.SetModelCard(exporting::CardFor(job, loaded.data.train));
+  if (chief && job.update.compression.method == config::CompressionSpec::Method::kTopK) (void)checkpointer.EnableFeedback();
   if (chief) TFD_RETURN_IF_ERROR(checkpointer.PrepareRestore());
   if (Status s = client->Initialize(chief, job.optimizer, job.update, model.params()); !s.ok()) return train::AtStartup(s);
   // Start from what the ps tasks hold (the chief's initial values, a checkpoint's, or further if

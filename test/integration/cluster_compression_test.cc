@@ -99,23 +99,66 @@ TEST_CASE("compressed sync ps: fp16 and topk pushes give the same bits on both w
   }
 }
 
-TEST_CASE("compressed sync ps: a restore says the workers' topk error feedback starts from zero", "[integration][cluster][compression][checkpoint]") {
-  TempDir data, dir;
+TEST_CASE("compressed ps modes: checkpoints carry every worker's topk error feedback, and a restore resumes it in the chief",
+          "[integration][cluster][compression][checkpoint]") {
+  TempDir data;
   WriteSyntheticMnist(data.path(), 400, 100);
-  const std::string job = Job(data.path(), R"({"mode": "sync", "compression": {"method": "topk", "ratio": 0.05}})", 1, kOptimizer, 20,
-                              R"({"name": "dnn"})", R"(, "checkpoint": {"dir": ")" + dir.path() + R"(", "every_steps": 5})");
-  std::vector<TaskResult> first = Run(job, 1);
-  REQUIRE(first.size() == 2);
-  INFO(first[0].err);
-  REQUIRE(first[0].exit_code == 0);
-  CHECK(first[0].err.find("starts from zero") == std::string::npos);  // nothing to restore yet
-  std::vector<TaskResult> again = Run(job, 1);
-  REQUIRE(again.size() == 2);
-  INFO(again[0].err);
-  CHECK(again[0].exit_code == 0);
-  CHECK(again[0].err.find("restored ") != std::string::npos);
-  CHECK(again[0].err.find("update.compression topk: in the ps modes a restore does not take up the workers' error feedback; each "
-                          "worker's starts from zero") != std::string::npos);
+  for (const std::string mode : {"sync", "async"}) {
+    INFO("mode " << mode);
+    TempDir dir;
+    // 10 steps an epoch per worker (400 examples, 2 workers, batch 20), 2 epochs, a save every 5 global steps;
+    // two ps tasks, so each worker's residual comes back in two shards.
+    const std::string job = Job(data.path(), R"({"mode": ")" + mode + R"(", "compression": {"method": "topk", "ratio": 0.05}})", 2,
+                                kOptimizer, 20, R"({"name": "dnn"})",
+                                R"(, "checkpoint": {"dir": ")" + dir.path() + R"(", "every_steps": 5, "keep": 20})");
+    std::vector<TaskResult> first = Run(job, 2);
+    REQUIRE(first.size() == 2);
+    INFO(first[0].err);
+    REQUIRE(first[0].exit_code == 0);
+    REQUIRE(first[1].exit_code == 0);
+    CHECK(first[0].err.find("did not come within") == std::string::npos);  // every save had both residuals
+    Result<std::vector<std::string>> files = ckpt::List(dir.path());
+    REQUIRE(files.ok());
+    REQUIRE(files->size() >= 2);
+    std::string mid;  // the newest save before the final one
+    int both = 0;     // saves with both workers' residuals (async: worker 1 may finish first, and deposit no more)
+    for (const std::string& f : *files) {
+      Result<ckpt::Checkpoint> c = ckpt::Load(f);
+      REQUIRE(c.ok());
+      INFO(f);
+      if (c->final) {  // no step after it to ask the others in
+        CHECK_FALSE(c->feedback.has_value());
+        continue;
+      }
+      if (mid.empty()) mid = f;
+      REQUIRE(c->feedback.has_value());
+      CHECK(c->feedback->method == config::CompressionSpec::Method::kTopK);
+      REQUIRE(c->feedback->residuals.size() == 2);
+      std::size_t params = 0;
+      for (const ckpt::NamedTensor& t : c->tensors) params += t.values.size();
+      const auto nonzero = [](const std::vector<float>& r) { return std::any_of(r.begin(), r.end(), [](float v) { return v != 0.0f; }); };
+      for (const std::vector<float>& r : c->feedback->residuals) CHECK(r.size() == params);
+      CHECK(nonzero(c->feedback->residuals[0]));  // the chief's own
+      if (mode == std::string("sync")) CHECK(nonzero(c->feedback->residuals[1]));  // in step with the chief: never finished first
+      if (nonzero(c->feedback->residuals[1])) {
+        ++both;
+        CHECK(c->feedback->residuals[0] != c->feedback->residuals[1]);  // each worker's own batches
+      }
+    }
+    REQUIRE_FALSE(mid.empty());
+    CHECK(both >= 1);
+    // From that save alone: the chief resumes the feedback, summed, and the run ends.
+    TempDir again_dir;
+    WriteFile(again_dir / std::filesystem::path(mid).filename().string(), ReadAll(mid));
+    const std::string again_job = Job(data.path(), R"({"mode": ")" + mode + R"(", "compression": {"method": "topk", "ratio": 0.05}})", 2,
+                                      kOptimizer, 20, R"({"name": "dnn"})",
+                                      R"(, "checkpoint": {"dir": ")" + again_dir.path() + R"(", "every_steps": 5, "keep": 20})");
+    std::vector<TaskResult> again = Run(again_job, 2);
+    REQUIRE(again.size() == 2);
+    INFO(again[0].err);
+    CHECK(again[0].exit_code == 0);
+    CHECK(again[0].err.find("its error feedback, summed over the workers that saved it, resumes in the chief's") != std::string::npos);
+  }
 }
 
 TEST_CASE("compressed allreduce: checkpoints carry every worker's error feedback, and a run resumed from one ends with the undisturbed run's bits",

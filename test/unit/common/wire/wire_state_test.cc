@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "common/wire/compressed_messages.h"
 #include "common/wire/frame.h"
 #include "common/wire/messages.h"
 #include "test/unit/common/wire/wire_fixtures.h"
@@ -319,6 +320,136 @@ TEST_CASE("INIT with an unknown optimizer, update mode or inconsistent worker co
   m.update.min_replicas = 4;  // of 3 workers
   CHECK(decode(m).message() == "INIT: inconsistent worker counts or worker-loss policy");
   CHECK(decode(SampleInit()).ok());
+}
+
+}  // namespace
+}  // namespace tfd::wire
+
+namespace tfd::wire {
+namespace {
+
+using Catch::Matchers::Contains;
+using namespace fixtures;
+
+// The error feedback of the ps modes' checkpoints (docs/checkpoints.md, "Error feedback"): the save
+// a PARAMS asks for, the save STATE_PULL names, the deposits and progress STATE carries, and the
+// announcement and deposit a PUSH_COMPRESSED carries; their counts bounded by the payload.
+TEST_CASE("the error feedback sections of PARAMS, STATE_PULL, STATE and PUSH_COMPRESSED round-trip, bounded", "[unit][wire]") {
+  SECTION("PARAMS asks for a save's feedback after its values") {
+    const std::vector<float> values = {1.0f, 2.0f};
+    OutFrame f = Encode(Params{.global_step = 7, .values = {}, .feedback_request = 0x0102030405060708ull}, values);
+    const auto payload = Transmit(f, MessageType::kParams);
+    Params got;
+    REQUIRE(Decode(payload, &got).ok());
+    CHECK(got.global_step == 7);
+    CHECK(FloatsOf(got.values) == values);
+    CHECK(got.feedback_request == 0x0102030405060708ull);
+    CheckTruncationsRejectedExcept<Params>(payload, {payload.size() - 9});  // without the section: an older PARAMS
+    CheckTrailingBytesRejected<Params>(payload);
+  }
+  SECTION("STATE_PULL names the save") {
+    OutFrame f = Encode(StatePull{.feedback_request = 42});
+    const auto payload = Transmit(f, MessageType::kStatePull);
+    CHECK(payload.size() == 8);
+    StatePull got;
+    REQUIRE(Decode(payload, &got).ok());
+    CHECK(got.feedback_request == 42);
+    CheckTruncationsRejectedExcept<StatePull>(payload, {0});
+    std::vector<std::byte> longer = payload;
+    longer.push_back(std::byte{0});
+    CHECK_THAT(Decode(longer, &got).message(), Contains("9 unexpected trailing bytes"));
+  }
+  State m;
+  m.global_step = 12;
+  m.resume_steps = {3, 4, 5};
+  m.feedback_request = 10;
+  const std::vector<float> one = {0.5f, -1.0f, 2.0f, 0.0f, 3.0f, -4.0f}, two = {9.0f, 8.0f, 7.0f, 6.0f, 5.0f, 4.0f};
+  m.feedback = {{.worker = 1, .values = std::as_bytes(std::span<const float>(one))}, {.worker = 2, .values = std::as_bytes(std::span<const float>(two))}};
+  m.progress.done = {2};
+  OutFrame f = Encode(m, kInitValues, kInitSlots);
+  const auto payload = Transmit(f, MessageType::kState);
+  // After the 8 + 8 + 4 + 3 x 8 head, the values (count and floats), the slots (count and floats): the section's tag.
+  const std::size_t section = 8 + 8 + 4 + 3 * 8 + 8 + kInitValues.size() * 4 + 8 + kInitSlots.size() * 4;
+  const std::size_t progress_bytes = 1 + 1 + 4 + 4 + 4;  // tag, flags, one done rank, no given-up ones
+  SECTION("STATE carries the deposits and the ps's progress") {
+    State got;
+    REQUIRE(Decode(payload, &got).ok());
+    CHECK(FloatsOf(got.values) == kInitValues);
+    CHECK(FloatsOf(got.slots) == kInitSlots);
+    CHECK(got.feedback_request == 10);
+    REQUIRE(got.feedback.size() == 2);
+    CHECK(got.feedback[0].worker == 1);
+    CHECK(FloatsOf(got.feedback[0].values) == one);
+    CHECK(got.feedback[1].worker == 2);
+    CHECK(FloatsOf(got.feedback[1].values) == two);
+    CHECK(got.progress.done == std::vector<std::uint32_t>{2});
+    // Without the section, or without the progress after it: as a ps sends them.
+    CheckTruncationsRejectedExcept<State>(payload, {section, payload.size() - progress_bytes});
+    CheckTrailingBytesRejected<State>(payload);
+  }
+  SECTION("a deposit count larger than the payload could hold, or a worker past the limit, is Corruption") {
+    std::vector<std::byte> p = payload;
+    Poke<std::uint32_t>(p, section + 1 + 8, 0x10000u);
+    State back;
+    CHECK(Decode(p, &back).code() == Code::kCorruption);
+    CHECK(back.feedback.size() <= 2);
+    p = payload;
+    Poke<std::uint32_t>(p, section + 1 + 8 + 4, kMaxWorkers);
+    CHECK_THAT(Decode(p, &back).message(), Contains("error feedback of worker 65536"));
+  }
+  SECTION("without a request, no section") {
+    State plain = m;
+    plain.feedback_request = 0;
+    OutFrame g = Encode(plain, kInitValues, kInitSlots);
+    State back;
+    REQUIRE(Decode(Transmit(g, MessageType::kState), &back).ok());
+    CHECK(back.feedback.empty());
+    CHECK(back.progress.empty());
+  }
+}
+
+TEST_CASE("PUSH_COMPRESSED's announcement and deposit round-trip after the epoch, in order", "[unit][wire]") {
+  const std::vector<std::uint16_t> halves = {1, 2, 3};
+  const std::vector<float> deposit = {0.25f, -0.5f, 1.5f};
+  PushCompressed m;
+  m.push.worker = 1;
+  m.push.local_step = 9;
+  m.push.epoch = 2;
+  m.encoding = GradEncoding::kFp16;
+  m.count = 3;
+  m.values = std::as_bytes(std::span<const std::uint16_t>(halves));
+  m.save_request = 77;
+  m.deposit_request = 70;
+  m.deposit = std::as_bytes(std::span<const float>(deposit));
+  OutFrame f = Encode(m, nullptr);
+  const auto payload = Transmit(f, MessageType::kPushCompressed);
+  PushCompressed got;
+  REQUIRE(Decode(payload, &got).ok());
+  CHECK(got.push.epoch == 2);
+  CHECK(got.save_request == 77);
+  CHECK(got.deposit_request == 70);
+  CHECK(FloatsOf(got.deposit) == deposit);
+  // Each optional section may be left out from its start: the epoch (5 bytes), the save (9), the deposit (9 + 12).
+  const std::size_t head = payload.size() - 5 - 9 - 9 - 12;
+  CheckTruncationsRejectedExcept<PushCompressed>(payload, {head, head + 5, head + 5 + 9});
+  CheckTrailingBytesRejected<PushCompressed>(payload);
+  SECTION("a deposit shorter than the gradient's count is refused") {
+    std::vector<std::byte> p = payload;
+    p.resize(p.size() - 4);
+    PushCompressed back;
+    CHECK(Decode(p, &back).code() == Code::kCorruption);
+  }
+  SECTION("each section alone") {
+    PushCompressed only = m;
+    only.push.epoch = 0;
+    only.deposit_request = 0;
+    OutFrame g = Encode(only, nullptr);
+    PushCompressed back;
+    REQUIRE(Decode(Transmit(g, MessageType::kPushCompressed), &back).ok());
+    CHECK(back.save_request == 77);
+    CHECK(back.deposit_request == 0);
+    CHECK(back.deposit.empty());
+  }
 }
 
 }  // namespace
