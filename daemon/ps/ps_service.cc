@@ -271,16 +271,14 @@ void PsService::HandlePush(const ConnectionPtr& from, const wire::InFrame& frame
   if (!DecodeOrRefuse(*from, frame, &compressed)) return;
   Result<std::vector<float>> dense = DenseGradient(compressed, static_cast<std::uint64_t>(store_.size()));
   if (!dense.ok()) return ReplyError(*from, frame.header.request_id, dense.status().WithContext(self_));
-  if (compressed.save_request != 0 || compressed.deposit_request != 0) {
+  if (rank == 0 && compressed.save_request != 0) AnnouncedSave(compressed.save_request);
+  if (rank > 0 && compressed.deposit_request != 0) {
+    // A worker's deposit for the save announced last (one for an older save is dropped). The
+    // decoder held it to the gradient's count, which DenseGradient held to the shard's.
+    auto values = std::make_shared<std::vector<float>>(static_cast<std::size_t>(compressed.count));
+    wire::CopyFloats(compressed.deposit, *values);
     MutexLock lock(&mu_);
-    // The chief's announcement of a save (rank 0 only; a later one replaces it), and a worker's
-    // deposit for the save announced last (an older one is dropped).
-    if (rank == 0 && compressed.save_request > feedback_request_) feedback_request_ = compressed.save_request;
-    if (rank > 0 && compressed.deposit_request != 0 && compressed.deposit_request == feedback_request_) {
-      auto values = std::make_shared<std::vector<float>>(static_cast<std::size_t>(compressed.count));
-      wire::CopyFloats(compressed.deposit, *values);
-      deposits_[rank] = {compressed.deposit_request, std::move(values)};
-    }
+    if (compressed.deposit_request == feedback_request_) deposits_[rank] = {compressed.deposit_request, std::move(values)};
   }
   push = compressed.push;
   push.grads = std::as_bytes(std::span<const float>(*dense));
@@ -333,6 +331,7 @@ void PsService::HandleStatePull(const ConnectionPtr& from, const wire::InFrame& 
   std::vector<std::pair<int, std::shared_ptr<const std::vector<float>>>> feedback;  // the deposits for that save
   wire::Progress progress;                                                         // ... and who will deposit no more
   if (pull.feedback_request != 0) {
+    AnnouncedSave(pull.feedback_request);  // a ps that restarted since the announcement asks from now on
     MutexLock lock(&mu_);
     for (const auto& [rank, d] : deposits_)
       if (d.request == pull.feedback_request) feedback.emplace_back(rank, d.values);
@@ -382,6 +381,13 @@ void PsService::HandleError(const ConnectionPtr& from, const wire::InFrame& fram
   (void)wire::Decode(frame.payload, &err);
   spdlog::warn("{} refused this ps: {}", from->peer_name(), err.message);
   from->Close(Status::Unavailable(fmt::format("{} refused this ps: {}", from->peer_name(), err.message)));
+}
+
+void PsService::AnnouncedSave(std::uint64_t request) {
+  MutexLock lock(&mu_);
+  if (request <= feedback_request_) return;
+  feedback_request_ = request;
+  deposits_.clear();  // for an older save: never collected now
 }
 
 void PsService::ReplyParams(Connection& to, std::uint64_t request_id, int rank) {

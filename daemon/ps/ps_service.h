@@ -140,6 +140,9 @@ class PsService : public transport::FrameHandler {
   // PARAMS for worker `rank` (-1: unknown), asking for its error feedback when a save announced
   // by the chief still lacks it (docs/checkpoints.md, "Error feedback").
   void ReplyParams(transport::Connection& to, std::uint64_t request_id, int rank) TFD_EXCLUDES(mu_);
+  // The chief announced save `request` (its push, or its STATE_PULL after this ps restarted): a
+  // later one replaces an earlier one, whose deposits are dropped.
+  void AnnouncedSave(std::uint64_t request) TFD_EXCLUDES(mu_);
   // update.compression's error feedback for the chief's saves: the save announced last, and each
   // worker's deposit for it (the shard's floats).
   struct Deposited {

@@ -11,6 +11,7 @@
 
 #include "common/base/sha256.h"
 #include "common/ckpt/format.h"
+#include "common/wire/frame.h"
 #include "common/optim/optimizer.h"
 
 namespace tfd::worker {
@@ -135,9 +136,17 @@ void Checkpointer::Started(std::uint64_t global_step) {
 bool Checkpointer::EnableFeedback() {
   if (!enabled()) return false;
   const std::uint64_t floats = model_.params().size() * static_cast<std::uint64_t>(num_workers_);
-  if (floats > ckpt::kMaxFeedbackFloats) {
-    spdlog::warn("checkpoint: the error feedback of {} workers x {} values is over a checkpoint record's 4 GiB: checkpoints leave it out, "
-                 "and a resumed run starts it at 0", num_workers_, model_.params().size());
+  // A ps's STATE carries its values, slots and every other worker's deposit; a deposit rides on a
+  // push beside its gradient: each must stay one frame.
+  std::uint64_t shard = 0;
+  for (std::size_t i = 0; i < placement_.shards.size(); ++i) shard = std::max(shard, static_cast<std::uint64_t>(placement_.ShardSize(i)));
+  const std::uint64_t state_bytes = 4 * shard * (1 + slot_names_.size() + static_cast<std::uint64_t>(num_workers_)) + (1u << 20);
+  if (floats > ckpt::kMaxFeedbackFloats || state_bytes > wire::kMaxPayloadBytes) {
+    spdlog::warn("checkpoint: the error feedback of {} workers x {} values is too large to collect ({} a checkpoint record's 4 GiB, a ps's "
+                 "state with it {:.0f} MiB of a frame's {} MiB): checkpoints leave it out, and a resumed run starts it at 0",
+                 num_workers_, model_.params().size(), floats > ckpt::kMaxFeedbackFloats ? "over" : "within",
+                 static_cast<double>(state_bytes) / (1 << 20), wire::kMaxPayloadBytes >> 20);
+    feedback_too_large_ = true;
     return false;
   }
   feedback_ = true;
@@ -146,6 +155,10 @@ bool Checkpointer::EnableFeedback() {
 
 void Checkpointer::RestoreFeedback(const ckpt::ErrorFeedback& saved, const std::string& path) {
   const config::CompressionSpec::Method method = job_.update.compression.method;
+  if (feedback_too_large_) {
+    spdlog::info("{}: its error feedback is not restored: this run's is too large to collect (above)", path);
+    return;
+  }
   if (!feedback_ || saved.method != config::CompressionSpec::Method::kTopK || method != saved.method) {
     spdlog::info("{}: its {} error feedback is not restored: this job's update.compression is {}", path, config::CompressionName(saved.method),
                  config::CompressionName(method));
@@ -165,6 +178,11 @@ void Checkpointer::RestoreFeedback(const ckpt::ErrorFeedback& saved, const std::
 
 std::uint64_t Checkpointer::Announce(std::uint64_t next_global_step) {
   if (!feedback_ || !schedule_) return 0;
+  // A save due at the run's last step waits for the final one, which comes at once: the others
+  // would not push again to deposit (every epoch's steps, by every worker in async mode).
+  const std::uint64_t last = static_cast<std::uint64_t>(std::max(job_.epochs, 0)) * static_cast<std::uint64_t>(steps_per_epoch_) *
+                             (job_.update.mode == config::UpdateSpec::Mode::kSync ? 1u : static_cast<std::uint64_t>(num_workers_));
+  if (next_global_step >= last) return 0;
   if (writing_.valid() && writing_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return 0;  // it could not save yet
   if (!schedule_->Due(next_global_step, Clock::now())) return 0;
   announced_ = next_global_step;
@@ -201,6 +219,7 @@ Status Checkpointer::Collect(bool wait) {
 Result<std::vector<PsClient::PsState>> Checkpointer::FetchWithFeedback(std::uint64_t request,
                                                                       std::optional<ckpt::ErrorFeedback>* feedback) {
   const Clock::time_point deadline = Clock::now() + kFeedbackWait;
+  std::chrono::milliseconds pause(5);
   for (;;) {
     TFD_ASSIGN_OR_RETURN(std::vector<PsClient::PsState> states, client_.FetchState(model_.params(), request));
     if (request == 0) return states;
@@ -224,7 +243,9 @@ Result<std::vector<PsClient::PsState>> Checkpointer::FetchWithFeedback(std::uint
         }
     }
     if (!missing.empty() && Clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      // Each ask moves the whole state: from 5 ms apart, doubling up to 200 ms.
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::milliseconds(200));
       continue;
     }
     ckpt::ErrorFeedback& f = feedback->emplace();
@@ -235,7 +256,8 @@ Result<std::vector<PsClient::PsState>> Checkpointer::FetchWithFeedback(std::uint
       for (const auto& [r, shard] : states[i].feedback)
         if (r > 0 && r < static_cast<std::uint32_t>(num_workers_)) client_.ScatterShard(i, shard, f.residuals[r]);
     if (!missing.empty())
-      spdlog::warn("checkpoint at global_step {}: the error feedback of worker rank(s) {} did not come within {} s; saved as zero",
+      spdlog::warn("checkpoint at global_step {}: the error feedback of worker rank(s) {} did not come from every ps within {} s; saved as "
+                   "zero where it did not",
                    states[0].global_step, fmt::join(missing, ", "), kFeedbackWait.count());
     return states;
   }

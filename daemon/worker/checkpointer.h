@@ -117,6 +117,7 @@ class Checkpointer {
   std::future<Status> writing_;
   metrics::TaskMetrics* metrics_ = nullptr;
   bool feedback_ = false;                             // EnableFeedback
+  bool feedback_too_large_ = false;                   // ... refused it for its size
   std::function<std::vector<float>()> own_feedback_;  // SetOwnFeedback's
   std::uint64_t announced_ = 0;                       // the save the last exchange announced
   std::vector<float> restored_feedback_;

@@ -147,6 +147,7 @@ Status PsClient::Reconnect(std::size_t i, const Status& why, std::span<const flo
                std::chrono::duration<double>(options_.reconnect_timeout).count());
   ps_[i]->Close(why);
   if (options_.metrics != nullptr) options_.metrics->connected_peers->Add(-1);
+  feedback_[i].deposited = 0;  // a restarted ps has lost what was deposited with it: it may ask again
   const auto deadline = Clock::now() + options_.reconnect_timeout;
   Result<wire::Welcome> welcome = ConnectUntil(i, deadline);
   if (welcome.ok() && options_.metrics != nullptr) {
@@ -434,20 +435,20 @@ Result<std::uint64_t> PsClient::TakeParams(std::size_t ps, const wire::InFrame& 
     at += n;
   }
   steps_[ps] = p.global_step;
-  feedback_[ps].asked = std::max(feedback_[ps].asked, p.feedback_request);
+  if (p.feedback_request != 0) feedback_[ps].asked = p.feedback_request;  // the latest (a restored chief's ids start lower)
   if (options_.metrics != nullptr) options_.metrics->pull_bytes->Increment(static_cast<double>(p.values.size()));
   return p.global_step;
 }
 
+bool PsClient::Feedback::Owed() const { return asked != 0 && asked != deposited && asked != sending; }
+
 bool PsClient::FeedbackAsked() const {
-  for (const Feedback& f : feedback_)
-    if (f.asked > f.deposited && f.asked > f.sending) return true;
-  return false;
+  return std::any_of(feedback_.begin(), feedback_.end(), [](const Feedback& f) { return f.Owed(); });
 }
 
 void PsClient::Deposit(std::shared_ptr<const std::vector<float>> residual) {
   for (Feedback& f : feedback_)
-    if (f.asked > f.deposited && f.asked > f.sending) f.sending = f.asked, f.residual = residual;
+    if (f.Owed()) f.sending = f.asked, f.residual = residual;
 }
 
 void PsClient::StartPushPull(const wire::Push& tag, std::span<const float> grads, bool sync,

@@ -206,6 +206,7 @@ class PsClient {
     std::uint64_t asked = 0, deposited = 0;  // the last save a PARAMS asked for; the last deposited for
     std::uint64_t sending = 0;               // the save the exchange in flight deposits for (0: none)
     std::shared_ptr<const std::vector<float>> residual;  // what it deposits
+    bool Owed() const;  // asked for a save not yet deposited for, nor being
   };
   std::vector<Feedback> feedback_;  // per ps
   std::uint64_t resume_step_ = 0;     // the largest WELCOME/READY resume_step: where a restarted worker goes on
