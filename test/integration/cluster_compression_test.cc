@@ -105,13 +105,14 @@ TEST_CASE("compressed ps modes: checkpoints carry every worker's topk error feed
   WriteSyntheticMnist(data.path(), 400, 100);
   for (const std::string mode : {"sync", "async"}) {
     INFO("mode " << mode);
-    TempDir dir;
     // 10 steps an epoch per worker (400 examples, 2 workers, batch 20), 2 epochs, a save every 5 global steps;
     // two ps tasks, so each worker's residual comes back in two shards.
-    const std::string job = Job(data.path(), R"({"mode": ")" + mode + R"(", "compression": {"method": "topk", "ratio": 0.05}})", 2,
-                                kOptimizer, 20, R"({"name": "dnn"})",
-                                R"(, "checkpoint": {"dir": ")" + dir.path() + R"(", "every_steps": 5, "keep": 20})");
-    std::vector<TaskResult> first = Run(job, 2);
+    const auto job = [&](const TempDir& dir) {
+      return Job(data.path(), R"({"mode": ")" + mode + R"(", "compression": {"method": "topk", "ratio": 0.05}})", 2, kOptimizer, 20,
+                 R"({"name": "dnn"})", R"(, "checkpoint": {"dir": ")" + dir.path() + R"(", "every_steps": 5, "keep": 20})");
+    };
+    TempDir dir;
+    std::vector<TaskResult> first = Run(job(dir), 2);
     REQUIRE(first.size() == 2);
     INFO(first[0].err);
     REQUIRE(first[0].exit_code == 0);
@@ -150,10 +151,7 @@ TEST_CASE("compressed ps modes: checkpoints carry every worker's topk error feed
     // From that save alone: the chief resumes the feedback, summed, and the run ends.
     TempDir again_dir;
     WriteFile(again_dir / std::filesystem::path(mid).filename().string(), ReadAll(mid));
-    const std::string again_job = Job(data.path(), R"({"mode": ")" + mode + R"(", "compression": {"method": "topk", "ratio": 0.05}})", 2,
-                                      kOptimizer, 20, R"({"name": "dnn"})",
-                                      R"(, "checkpoint": {"dir": ")" + again_dir.path() + R"(", "every_steps": 5, "keep": 20})");
-    std::vector<TaskResult> again = Run(again_job, 2);
+    std::vector<TaskResult> again = Run(job(again_dir), 2);
     REQUIRE(again.size() == 2);
     INFO(again[0].err);
     CHECK(again[0].exit_code == 0);
