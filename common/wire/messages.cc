@@ -195,6 +195,18 @@ Status DecodeRanks(const char* what, const char* field, ByteReader& r, std::vect
   return Status::Ok();
 }
 
+// One optional section after a frame's tail, in a trailer the frame owns: its tag, then what
+// `write` puts there.
+template <typename Write>
+void AppendSection(OutFrame& f, std::uint8_t tag, Write write) {
+  auto trailer = std::make_shared<std::vector<std::byte>>();
+  ByteWriter t(trailer.get());
+  t.U8(tag);
+  write(t);
+  f.tail.push_back(*trailer);
+  f.keepalive = trailer;
+}
+
 // After its tag byte.
 Status DecodeProgress(const char* what, ByteReader& r, Progress* out) {
   std::uint8_t tag = 0, flags = 0;
@@ -469,14 +481,7 @@ OutFrame Encode(const Params& m, std::span<const float> values) {
   w.U64(m.global_step);
   w.U64(values.size());
   f.tail.push_back(AsBytes(values));
-  if (m.feedback_request != 0) {  // after the values: a trailer the frame owns
-    auto trailer = std::make_shared<std::vector<std::byte>>();
-    ByteWriter t(trailer.get());
-    t.U8(1);
-    t.U64(m.feedback_request);
-    f.tail.push_back(*trailer);
-    f.keepalive = trailer;
-  }
+  if (m.feedback_request != 0) AppendSection(f, 1, [&](ByteWriter& t) { t.U64(m.feedback_request); });  // after the values
   return f;
 }
 
@@ -504,14 +509,7 @@ OutFrame Encode(const Push& m, std::span<const std::span<const float>> grads) {
     f.tail.push_back(AsBytes(g));
   }
   w.U64(n);
-  if (m.epoch != 0) {  // after the gradient: a trailer the frame owns
-    auto trailer = std::make_shared<std::vector<std::byte>>();
-    ByteWriter t(trailer.get());
-    t.U8(1);
-    t.U32(m.epoch);
-    f.tail.push_back(*trailer);
-    f.keepalive = trailer;
-  }
+  if (m.epoch != 0) AppendSection(f, 1, [&](ByteWriter& t) { t.U32(m.epoch); });  // after the gradient
   return f;
 }
 
