@@ -63,25 +63,28 @@ void AppendAllGather(CollectiveSchedule& s, int r, int n, std::uint64_t len, std
   }
 }
 
+// A reduce-scatter from hop 0 (this member's own values of segment r), its last hop's sums
+// forwarded as the all-gather's hop 0 when `then_all_gather`.
+CollectiveSchedule ReduceScatterFirst(int rank, int n, std::uint64_t len, std::uint64_t chunk_floats, bool then_all_gather) {
+  CollectiveSchedule s;
+  s.first_phase = wire::RingPhase::kReduceScatter;
+  if (n == 1) return s;
+  AppendReduceScatter(s, rank, n, len, chunk_floats, then_all_gather);
+  s.first_segment = static_cast<std::uint32_t>(Seg(rank, n));
+  s.first_sends = SegmentChunks(len, Seg(rank, n), n, chunk_floats);
+  return s;
+}
+
 }  // namespace
 
 CollectiveSchedule AllReduceSchedule(int rank, int n, std::uint64_t len, std::uint64_t chunk_floats) {
-  CollectiveSchedule s = ReduceScatterSchedule(rank, n, len, chunk_floats);
-  if (n == 1) return s;
-  for (ExpectedChunk& e : s.expected) e.forward = true;  // the last hop's sums start the all-gather
-  AppendAllGather(s, rank, n, len, chunk_floats);
+  CollectiveSchedule s = ReduceScatterFirst(rank, n, len, chunk_floats, /*then_all_gather=*/true);
+  if (n > 1) AppendAllGather(s, rank, n, len, chunk_floats);
   return s;
 }
 
 CollectiveSchedule ReduceScatterSchedule(int rank, int n, std::uint64_t len, std::uint64_t chunk_floats) {
-  CollectiveSchedule s;
-  s.first_phase = wire::RingPhase::kReduceScatter;
-  if (n == 1) return s;
-  AppendReduceScatter(s, rank, n, len, chunk_floats, /*then_all_gather=*/false);
-  // Hop 0: this member's own values of segment r.
-  s.first_segment = static_cast<std::uint32_t>(Seg(rank, n));
-  s.first_sends = SegmentChunks(len, Seg(rank, n), n, chunk_floats);
-  return s;
+  return ReduceScatterFirst(rank, n, len, chunk_floats, /*then_all_gather=*/false);
 }
 
 CollectiveSchedule AllGatherAfterReduceScatterSchedule(int rank, int n, std::uint64_t len, std::uint64_t chunk_floats) {
