@@ -1,7 +1,11 @@
 #include "common/tensor/batch_norm_passes.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <vector>
+
+#include <unistd.h>
 
 #include "common/base/check.h"
 
@@ -217,24 +221,79 @@ template <int N>
   }
 }
 
+// The writing passes run over the tensor as one array of rows * c floats, so their vector stores
+// can be aligned wherever the rows start: element i is channel i % c, whose factors a pass reads from
+// arrays that repeat the channels' (Repeat) at i % c. A vector store goes around the caches
+// (non-temporal: no read of the line it overwrites, no eviction of the input a pass still reads)
+// unless it is among the last `keep` floats the pass writes, which the next layer reads first.
+template <int N>
+struct Flat {
+  typedef typename Lanes<N>::V V;
+  Flat(const float* out, std::int64_t total) {
+    const auto misalign = reinterpret_cast<std::uintptr_t>(out) % sizeof(V);
+    if (misalign % sizeof(float) != 0) {  // no float lands on a vector boundary: every store is plain
+      begin = end = total;
+      return;
+    }
+    begin = std::min<std::int64_t>(total, misalign == 0 ? 0 : (sizeof(V) - misalign) / sizeof(float));
+    end = begin + (total - begin) / N * N;
+  }
+  std::int64_t begin, end;  // the aligned vectors cover [begin, end)
+};
+
+// factors[j] = channel j % c's, for j < c + N: a vector of N floats at any i % c.
+inline const float* Repeat(std::vector<float>& to, int slot, int c, int n, const float* per_channel) {
+  float* r = to.data() + static_cast<std::size_t>(slot) * (c + n);
+  std::copy(per_channel, per_channel + c, r);
+  for (int j = c; j < c + n; ++j) r[j] = r[j - c];
+  return r;
+}
+
+template <int N>
+[[gnu::always_inline]] inline void StoreVector(float* p, const typename Lanes<N>::V& v, bool stream) {
+#if defined(__x86_64__)
+  // p is aligned to the vector (Flat). As instructions: each level's intrinsic would need its target
+  // on this shared template.
+  auto* to = reinterpret_cast<typename Lanes<N>::V*>(p);
+  if (!stream) Store(p, &v);
+  else if constexpr (N == 4) asm volatile("movntps %1, %0" : "=m"(*to) : "x"(v));  // SSE: the baseline's
+  else asm volatile("vmovntps %1, %0" : "=m"(*to) : "v"(v));
+#else
+  (void)stream;
+  Store(p, &v);
+#endif
+}
+
+[[gnu::always_inline]] inline void StreamFence() {
+#if defined(__x86_64__)
+  __builtin_ia32_sfence();  // the streamed lines reach memory before any later store (another thread's reads)
+#endif
+}
+
 template <int N>
 [[gnu::always_inline]] inline void ScaleShift(const float* x, std::int64_t rows, int c, const float* scale, const float* shift,
-                                              float* y) {
-  typename Lanes<N>::V v, s, b;
-  const std::int64_t ahead = std::max(1, kPrefetchFloats / c);
-  for (std::int64_t r = rows - 1; r >= 0; --r) {
-    const float* xr = x + r * c;
-    float* yr = y + r * c;
-    if (r >= ahead)
-      for (int k = 0; k < c; k += kLineFloats) __builtin_prefetch(yr - ahead * c + k, /*rw=*/1);
-    int k = 0;
-    for (; k + N <= c; k += N) {
-      Load(&v, xr + k), Load(&s, scale + k), Load(&b, shift + k);
-      v = v * s + b;
-      Store(yr + k, &v);
-    }
-    for (; k < c; ++k) yr[k] = xr[k] * scale[k] + shift[k];
+                                              float* y, std::int64_t keep) {
+  const std::int64_t total = rows * c;
+  const Flat<N> flat(y, total);
+  thread_local std::vector<float> repeated;
+  repeated.resize(2 * static_cast<std::size_t>(c + N));
+  const float* s = Repeat(repeated, 0, c, N, scale);
+  const float* b = Repeat(repeated, 1, c, N, shift);
+  std::int64_t i = total - 1;
+  for (; i >= flat.end; --i) y[i] = x[i] * s[i % c] + b[i % c];
+  typename Lanes<N>::V v, sv, bv;
+  const std::int64_t ahead = std::max<std::int64_t>(kPrefetchFloats, c);
+  int ch = static_cast<int>((flat.end - N) % c + c) % c;
+  for (i = flat.end - N; i >= flat.begin; i -= N) {
+    // Plain stores in descending order fetch the lines they write late: ask for them ahead.
+    if (i < keep && (i - flat.begin) % kLineFloats == 0 && i >= ahead) __builtin_prefetch(y + i - ahead, /*rw=*/1);
+    Load(&v, x + i), Load(&sv, s + ch), Load(&bv, b + ch);
+    v = v * sv + bv;
+    StoreVector<N>(y + i, v, i >= keep);
+    for (ch -= N; ch < 0;) ch += c;
   }
+  for (i = std::min(flat.begin, total) - 1; i >= 0; --i) y[i] = x[i] * s[i % c] + b[i % c];
+  if (keep < total) StreamFence();
 }
 
 template <int N>
@@ -242,7 +301,7 @@ template <int N>
                                             const float* inv_std, double* sg, double* sgx) {
   const Blocks blocks(rows);
   for (std::int64_t i = 0; i < blocks.count; ++i) {
-    const Block blk = blocks.At(i, /*descending=*/true);
+    const Block blk = blocks.At(i, /*descending=*/false);
     int k = 0;
     for (; k + kTile <= c; k += kTile) GradSumsTile<N>(x + k, g + k, blk, c, mean + k, inv_std + k, sg + k, sgx + k);
     for (; k < c; ++k) GradSumsOne(x + k, g + k, blk, c, mean[k], inv_std[k], sg + k, sgx + k);
@@ -252,21 +311,33 @@ template <int N>
 template <int N>
 [[gnu::always_inline]] inline void InputGrad(const float* x, const float* g, std::int64_t rows, int c, const float* mean,
                                              const float* inv_std, const float* scale, const float* mean_g, const float* mean_gx,
-                                             float* din) {
-  typename Lanes<N>::V xv, gv, m, inv, s, mg, mgx;
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * c;
-    const float* gr = g + r * c;
-    float* d = din + r * c;
-    int k = 0;
-    for (; k + N <= c; k += N) {
-      Load(&xv, xr + k), Load(&gv, gr + k), Load(&m, mean + k), Load(&inv, inv_std + k);
-      Load(&s, scale + k), Load(&mg, mean_g + k), Load(&mgx, mean_gx + k);
-      xv = s * (gv - mg - (xv - m) * inv * mgx);
-      Store(d + k, &xv);
-    }
-    for (; k < c; ++k) d[k] = scale[k] * (gr[k] - mean_g[k] - (xr[k] - mean[k]) * inv_std[k] * mean_gx[k]);
+                                             float* din, std::int64_t keep) {
+  const std::int64_t total = rows * c;
+  const Flat<N> flat(din, total);
+  thread_local std::vector<float> repeated;
+  repeated.resize(5 * static_cast<std::size_t>(c + N));
+  const float* m = Repeat(repeated, 0, c, N, mean);
+  const float* inv = Repeat(repeated, 1, c, N, inv_std);
+  const float* s = Repeat(repeated, 2, c, N, scale);
+  const float* mg = Repeat(repeated, 3, c, N, mean_g);
+  const float* mgx = Repeat(repeated, 4, c, N, mean_gx);
+  const auto one = [&](std::int64_t i) {
+    const int k = static_cast<int>(i % c);
+    din[i] = s[k] * (g[i] - mg[k] - (x[i] - m[k]) * inv[k] * mgx[k]);
+  };
+  std::int64_t i = total - 1;
+  for (; i >= flat.end; --i) one(i);
+  typename Lanes<N>::V xv, gv, mv, iv, sv, mgv, mgxv;
+  int ch = static_cast<int>((flat.end - N) % c + c) % c;
+  for (i = flat.end - N; i >= flat.begin; i -= N) {
+    Load(&xv, x + i), Load(&gv, g + i), Load(&mv, m + ch), Load(&iv, inv + ch);
+    Load(&sv, s + ch), Load(&mgv, mg + ch), Load(&mgxv, mgx + ch);
+    xv = sv * (gv - mgv - (xv - mv) * iv * mgxv);
+    StoreVector<N>(din + i, xv, i >= keep);
+    for (ch -= N; ch < 0;) ch += c;
   }
+  for (i = std::min(flat.begin, total) - 1; i >= 0; --i) one(i);
+  if (keep < total) StreamFence();
 }
 
 // One set of passes per level: the same source under each target.
@@ -279,16 +350,17 @@ template <int N>
   target void ShiftedSums(const float* x, std::int64_t rows, int c, const float* shift, double* s1, double* s2) {           \
     tensor::ShiftedSums<n>(x, rows, c, shift, s1, s2);                                                                          \
   }                                                                                                                          \
-  target void ScaleShift(const float* x, std::int64_t rows, int c, const float* scale, const float* shift, float* y) {       \
-    tensor::ScaleShift<n>(x, rows, c, scale, shift, y);                                                                         \
+  target void ScaleShift(const float* x, std::int64_t rows, int c, const float* scale, const float* shift, float* y,          \
+                         std::int64_t keep) {                                                                                \
+    tensor::ScaleShift<n>(x, rows, c, scale, shift, y, keep);                                                                   \
   }                                                                                                                          \
   target void GradSums(const float* x, const float* g, std::int64_t rows, int c, const float* mean, const float* inv_std,     \
                        double* sg, double* sgx) {                                                                            \
     tensor::GradSums<n>(x, g, rows, c, mean, inv_std, sg, sgx);                                                                 \
   }                                                                                                                          \
   target void InputGrad(const float* x, const float* g, std::int64_t rows, int c, const float* mean, const float* inv_std,    \
-                        const float* scale, const float* mean_g, const float* mean_gx, float* din) {                         \
-    tensor::InputGrad<n>(x, g, rows, c, mean, inv_std, scale, mean_g, mean_gx, din);                                            \
+                        const float* scale, const float* mean_g, const float* mean_gx, float* din, std::int64_t keep) {      \
+    tensor::InputGrad<n>(x, g, rows, c, mean, inv_std, scale, mean_g, mean_gx, din, keep);                                      \
   }                                                                                                                          \
   constexpr BatchNormPasses kPasses = {&Sum, &SumSquaredDeviations, &ShiftedSums, &ScaleShift, &GradSums, &InputGrad};       \
   }
@@ -328,6 +400,14 @@ const char* CpuLevelName(CpuLevel level) {
     case CpuLevel::kAvx512: return "avx512";
   }
   return "?";
+}
+
+std::int64_t BatchNormKeepFloats(std::int64_t floats) {
+  static const std::int64_t l2_bytes = [] {
+    const long bytes = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    return bytes > 0 ? std::int64_t{bytes} : std::int64_t{1} << 20;  // unknown: 1 MiB
+  }();
+  return 4 * floats * static_cast<std::int64_t>(sizeof(float)) > l2_bytes ? 0 : floats;
 }
 
 const BatchNormPasses& BatchNormPassesFor(CpuLevel level) {

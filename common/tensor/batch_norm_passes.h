@@ -25,8 +25,10 @@ const char* CpuLevelName(CpuLevel level);  // "baseline", "avx2", "avx512"
 // x, g, y, din: rows x c (null when rows is 0); per-channel arrays: c. Outputs do not alias inputs.
 struct BatchNormPasses {
   // Each pass runs over the rows (blocks of rows for a sum) in the direction opposite to the pass
-  // before it, so it starts on the rows still in cache: x comes from the layer below, written from
-  // its first row to its last; g from the backward pass of the layer above, written likewise.
+  // before it, so it starts on the rows still in cache: one replica's layer runs shifted_sums
+  // (ascending), scale_shift (descending), then grad_sums (ascending) and input_grad (descending),
+  // the next step's shifted_sums starting where input_grad ended; a synchronised one, sum
+  // (descending) and sum_squared_deviations (ascending) before scale_shift.
   //
   // acc[ch] += the sum over rows of x[r][ch]; descending.
   void (*sum)(const float* x, std::int64_t rows, int c, double* acc);
@@ -36,14 +38,24 @@ struct BatchNormPasses {
   // mean and variance in one pass, as long as the shift is near the mean (normalization.cc).
   void (*shifted_sums)(const float* x, std::int64_t rows, int c, const float* shift, double* s1, double* s2);
   // y[r][ch] = x[r][ch] * scale[ch] + shift[ch]; descending (the next layer reads y from its start).
-  void (*scale_shift)(const float* x, std::int64_t rows, int c, const float* scale, const float* shift, float* y);
-  // With xhat = (x - mean) * inv_std: sg[ch] += the sum of g, sgx[ch] += the sum of g * xhat; descending.
+  // The last `keep` floats written (y's first) are stored as usual, the others stream to memory
+  // around the caches (BatchNormKeepFloats); the bits are the same either way.
+  void (*scale_shift)(const float* x, std::int64_t rows, int c, const float* scale, const float* shift, float* y,
+                      std::int64_t keep);
+  // With xhat = (x - mean) * inv_std: sg[ch] += the sum of g, sgx[ch] += the sum of g * xhat; ascending.
   void (*grad_sums)(const float* x, const float* g, std::int64_t rows, int c, const float* mean, const float* inv_std,
                     double* sg, double* sgx);
-  // din[r][ch] = scale (g - mean_g - (x - mean) inv_std mean_gx), each factor [ch]; ascending.
+  // din[r][ch] = scale (g - mean_g - (x - mean) inv_std mean_gx), each factor [ch]; descending; the
+  // last `keep` floats written (din's first) stored as usual, the others streamed, as scale_shift's.
   void (*input_grad)(const float* x, const float* g, std::int64_t rows, int c, const float* mean, const float* inv_std,
-                     const float* scale, const float* mean_g, const float* mean_gx, float* din);
+                     const float* scale, const float* mean_g, const float* mean_gx, float* din, std::int64_t keep);
 };
+
+// The `keep` a training layer passes to scale_shift and input_grad for a tensor of `floats`: all of
+// them (plain stores) while its four tensors (x, y, g, din) fit in the core's L2 cache together,
+// none (every store streamed) once they do not, where a plain store would read each line it
+// overwrites from further away and evict lines a later pass reads.
+std::int64_t BatchNormKeepFloats(std::int64_t floats);
 
 // `level`'s passes; CpuHas(level) must hold.
 const BatchNormPasses& BatchNormPassesFor(CpuLevel level);

@@ -88,7 +88,7 @@ class BatchNorm final : public Layer {
     else
       for (int c = 0; c < c_; ++c) mean_[c] = moving_mean_[c], inv_std_[c] = InvStd(moving_var_[c]);
     for (int c = 0; c < c_; ++c) scale_[c] = v_.Gamma(c) * inv_std_[c], shift_[c] = v_.Beta(c) - mean_[c] * scale_[c];
-    passes_.scale_shift(in, rows, c_, scale_.data(), shift_.data(), out);
+    passes_.scale_shift(in, rows, c_, scale_.data(), shift_.data(), out, BatchNormKeepFloats(rows * c_));
   }
 
   // With g = dout and xhat = (x - mean) / std over the n rows the statistics came from (every
@@ -117,7 +117,8 @@ class BatchNorm final : public Layer {
     if (din == nullptr) return;
     const float inv_n = 1.0f / count_;
     for (int c = 0; c < c_; ++c) red[c] *= inv_n, red[c_ + c] *= inv_n;  // mean g, mean g xhat
-    passes_.input_grad(in, dout, rows, c_, mean_.data(), inv_std_.data(), scale_.data(), red, red + c_, din);
+    passes_.input_grad(in, dout, rows, c_, mean_.data(), inv_std_.data(), scale_.data(), red, red + c_, din,
+                        BatchNormKeepFloats(rows * c_));
   }
 
  private:

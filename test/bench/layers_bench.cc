@@ -102,9 +102,10 @@ double MeasurePasses(const Case& c, double seconds, tfd::tensor::CpuLevel level)
   return BestBlockMicros(
       [&] {
         p.shifted_sums(x.data(), rows, ch, mean.data(), a.data(), b.data());
-        p.scale_shift(x.data(), rows, ch, scale.data(), shift.data(), y.data());
+        p.scale_shift(x.data(), rows, ch, scale.data(), shift.data(), y.data(), tfd::tensor::BatchNormKeepFloats(rows * ch));
         p.grad_sums(x.data(), dy.data(), rows, ch, mean.data(), inv_std.data(), a.data(), b.data());
-        p.input_grad(x.data(), dy.data(), rows, ch, mean.data(), inv_std.data(), scale.data(), mean_g.data(), mean_gx.data(), dx.data());
+        p.input_grad(x.data(), dy.data(), rows, ch, mean.data(), inv_std.data(), scale.data(), mean_g.data(), mean_gx.data(), dx.data(),
+                     tfd::tensor::BatchNormKeepFloats(rows * ch));
       },
       seconds);
 }
