@@ -221,39 +221,39 @@ template <int N>
   }
 }
 
-// The writing passes run over the tensor as one array of rows * c floats, so their vector stores
-// can be aligned wherever the rows start: element i is channel i % c, whose factors a pass reads from
-// arrays that repeat the channels' (Repeat) at i % c. A vector store goes around the caches
-// (non-temporal: no read of the line it overwrites, no eviction of the input a pass still reads)
-// unless it is among the last `keep` floats the pass writes, which the next layer reads first.
-template <int N>
-struct Flat {
-  typedef typename Lanes<N>::V V;
-  Flat(const float* out, std::int64_t total) {
-    const auto misalign = reinterpret_cast<std::uintptr_t>(out) % sizeof(V);
-    if (misalign % sizeof(float) != 0) {  // no float lands on a vector boundary: every store is plain
+// The writing passes run over the tensor as one array of rows * c floats, a cache line (kLineFloats)
+// at a time, so their stores fill whole lines aligned wherever the rows start: element i is channel
+// i % c, whose factors a pass reads from arrays that repeat the channels' (Repeat) at i % c. A line
+// goes around the caches (non-temporal stores: no read of the line it overwrites, no eviction of the
+// input a pass still reads) unless it is among the last `keep` floats the pass writes, which the
+// next layer reads first.
+struct Lines {
+  Lines(const float* out, std::int64_t total) {
+    constexpr auto kLineBytes = kLineFloats * sizeof(float);
+    const auto misalign = reinterpret_cast<std::uintptr_t>(out) % kLineBytes;
+    if (misalign % sizeof(float) != 0) {  // no float starts a line: every store is plain, one at a time
       begin = end = total;
       return;
     }
-    begin = std::min<std::int64_t>(total, misalign == 0 ? 0 : (sizeof(V) - misalign) / sizeof(float));
-    end = begin + (total - begin) / N * N;
+    begin = std::min<std::int64_t>(total, misalign == 0 ? 0 : (kLineBytes - misalign) / sizeof(float));
+    end = begin + (total - begin) / kLineFloats * kLineFloats;
   }
-  std::int64_t begin, end;  // the aligned vectors cover [begin, end)
+  std::int64_t begin, end;  // whole lines cover [begin, end)
 };
 
-// factors[j] = channel j % c's, for j < c + N: a vector of N floats at any i % c.
-inline const float* Repeat(std::vector<float>& to, int slot, int c, int n, const float* per_channel) {
-  float* r = to.data() + static_cast<std::size_t>(slot) * (c + n);
+// factors[j] = channel j % c's, for j < c + kLineFloats: a line's factors at any i % c.
+inline const float* Repeat(std::vector<float>& to, int slot, int c, const float* per_channel) {
+  float* r = to.data() + static_cast<std::size_t>(slot) * (c + kLineFloats);
   std::copy(per_channel, per_channel + c, r);
-  for (int j = c; j < c + n; ++j) r[j] = r[j - c];
+  for (int j = c; j < c + kLineFloats; ++j) r[j] = r[j - c];
   return r;
 }
 
 template <int N>
 [[gnu::always_inline]] inline void StoreVector(float* p, const typename Lanes<N>::V& v, bool stream) {
 #if defined(__x86_64__)
-  // p is aligned to the vector (Flat). As instructions: each level's intrinsic would need its target
-  // on this shared template.
+  // p is aligned to the vector (Lines). As instructions: each level's intrinsic would need its
+  // target on this shared template.
   auto* to = reinterpret_cast<typename Lanes<N>::V*>(p);
   if (!stream) Store(p, &v);
   else if constexpr (N == 4) asm volatile("movntps %1, %0" : "=m"(*to) : "x"(v));  // SSE: the baseline's
@@ -274,25 +274,29 @@ template <int N>
 [[gnu::always_inline]] inline void ScaleShift(const float* x, std::int64_t rows, int c, const float* scale, const float* shift,
                                               float* y, std::int64_t keep) {
   const std::int64_t total = rows * c;
-  const Flat<N> flat(y, total);
+  const Lines lines(y, total);
   thread_local std::vector<float> repeated;
-  repeated.resize(2 * static_cast<std::size_t>(c + N));
-  const float* s = Repeat(repeated, 0, c, N, scale);
-  const float* b = Repeat(repeated, 1, c, N, shift);
+  repeated.resize(2 * static_cast<std::size_t>(c + kLineFloats));
+  const float* s = Repeat(repeated, 0, c, scale);
+  const float* b = Repeat(repeated, 1, c, shift);
+  const auto one = [&](std::int64_t i) { y[i] = x[i] * s[i % c] + b[i % c]; };
   std::int64_t i = total - 1;
-  for (; i >= flat.end; --i) y[i] = x[i] * s[i % c] + b[i % c];
+  for (; i >= lines.end; --i) one(i);
   typename Lanes<N>::V v, sv, bv;
   const std::int64_t ahead = std::max<std::int64_t>(kPrefetchFloats, c);
-  int ch = static_cast<int>((flat.end - N) % c + c) % c;
-  for (i = flat.end - N; i >= flat.begin; i -= N) {
+  int ch = static_cast<int>((lines.end - kLineFloats) % c + c) % c;
+  for (i = lines.end - kLineFloats; i >= lines.begin; i -= kLineFloats) {
+    const bool stream = i >= keep;
     // Plain stores in descending order fetch the lines they write late: ask for them ahead.
-    if (i < keep && (i - flat.begin) % kLineFloats == 0 && i >= ahead) __builtin_prefetch(y + i - ahead, /*rw=*/1);
-    Load(&v, x + i), Load(&sv, s + ch), Load(&bv, b + ch);
-    v = v * sv + bv;
-    StoreVector<N>(y + i, v, i >= keep);
-    for (ch -= N; ch < 0;) ch += c;
+    if (!stream && i >= ahead) __builtin_prefetch(y + i - ahead, /*rw=*/1);
+    for (int p = 0; p < kLineFloats; p += N) {
+      Load(&v, x + i + p), Load(&sv, s + ch + p), Load(&bv, b + ch + p);
+      v = v * sv + bv;
+      StoreVector<N>(y + i + p, v, stream);
+    }
+    for (ch -= kLineFloats; ch < 0;) ch += c;
   }
-  for (i = std::min(flat.begin, total) - 1; i >= 0; --i) y[i] = x[i] * s[i % c] + b[i % c];
+  for (i = std::min(lines.begin, total) - 1; i >= 0; --i) one(i);
   if (keep < total) StreamFence();
 }
 
@@ -313,30 +317,33 @@ template <int N>
                                              const float* inv_std, const float* scale, const float* mean_g, const float* mean_gx,
                                              float* din, std::int64_t keep) {
   const std::int64_t total = rows * c;
-  const Flat<N> flat(din, total);
+  const Lines lines(din, total);
   thread_local std::vector<float> repeated;
-  repeated.resize(5 * static_cast<std::size_t>(c + N));
-  const float* m = Repeat(repeated, 0, c, N, mean);
-  const float* inv = Repeat(repeated, 1, c, N, inv_std);
-  const float* s = Repeat(repeated, 2, c, N, scale);
-  const float* mg = Repeat(repeated, 3, c, N, mean_g);
-  const float* mgx = Repeat(repeated, 4, c, N, mean_gx);
+  repeated.resize(5 * static_cast<std::size_t>(c + kLineFloats));
+  const float* m = Repeat(repeated, 0, c, mean);
+  const float* inv = Repeat(repeated, 1, c, inv_std);
+  const float* s = Repeat(repeated, 2, c, scale);
+  const float* mg = Repeat(repeated, 3, c, mean_g);
+  const float* mgx = Repeat(repeated, 4, c, mean_gx);
   const auto one = [&](std::int64_t i) {
     const int k = static_cast<int>(i % c);
     din[i] = s[k] * (g[i] - mg[k] - (x[i] - m[k]) * inv[k] * mgx[k]);
   };
   std::int64_t i = total - 1;
-  for (; i >= flat.end; --i) one(i);
+  for (; i >= lines.end; --i) one(i);
   typename Lanes<N>::V xv, gv, mv, iv, sv, mgv, mgxv;
-  int ch = static_cast<int>((flat.end - N) % c + c) % c;
-  for (i = flat.end - N; i >= flat.begin; i -= N) {
-    Load(&xv, x + i), Load(&gv, g + i), Load(&mv, m + ch), Load(&iv, inv + ch);
-    Load(&sv, s + ch), Load(&mgv, mg + ch), Load(&mgxv, mgx + ch);
-    xv = sv * (gv - mgv - (xv - mv) * iv * mgxv);
-    StoreVector<N>(din + i, xv, i >= keep);
-    for (ch -= N; ch < 0;) ch += c;
+  int ch = static_cast<int>((lines.end - kLineFloats) % c + c) % c;
+  for (i = lines.end - kLineFloats; i >= lines.begin; i -= kLineFloats) {
+    const bool stream = i >= keep;
+    for (int p = 0; p < kLineFloats; p += N) {
+      Load(&xv, x + i + p), Load(&gv, g + i + p), Load(&mv, m + ch + p), Load(&iv, inv + ch + p);
+      Load(&sv, s + ch + p), Load(&mgv, mg + ch + p), Load(&mgxv, mgx + ch + p);
+      xv = sv * (gv - mgv - (xv - mv) * iv * mgxv);
+      StoreVector<N>(din + i + p, xv, stream);
+    }
+    for (ch -= kLineFloats; ch < 0;) ch += c;
   }
-  for (i = std::min(flat.begin, total) - 1; i >= 0; --i) one(i);
+  for (i = std::min(lines.begin, total) - 1; i >= 0; --i) one(i);
   if (keep < total) StreamFence();
 }
 
