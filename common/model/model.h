@@ -11,6 +11,7 @@
 #include "common/base/status.h"
 #include "common/config/job.h"
 #include "common/data/dataset.h"
+#include "common/tensor/aligned.h"
 #include "common/tensor/gemm.h"
 #include "common/tensor/layers.h"
 #include "common/tensor/loss.h"
@@ -165,8 +166,8 @@ class Model {
   std::vector<Variable> variables_;
   std::vector<std::size_t> layer_starts_;
   std::vector<float> params_, grads_;
-  std::vector<std::vector<float>> acts_;  // acts_[i]: output of layer i
-  std::vector<float> dbuf_[2];            // ping-pong gradient buffers for backprop
+  std::vector<tensor::AlignedFloats> acts_;  // acts_[i]: output of layer i
+  tensor::AlignedFloats dbuf_[2];            // ping-pong gradient buffers for backprop
   std::vector<float> dlogits_;
   std::uint64_t dropout_seed_ = 0;
   std::vector<ImageRun> image_runs_;  // in layer order

@@ -7,6 +7,7 @@
 
 #include "common/base/check.h"
 #include "common/base/random.h"
+#include "common/tensor/aligned.h"
 #include "common/tensor/elementwise.h"
 #include "common/tensor/layers.h"
 
@@ -149,9 +150,9 @@ class Residual final : public Layer {
   std::vector<std::unique_ptr<Layer>> layers_;
   std::unique_ptr<Layer> projection_;
   std::vector<std::size_t> counts_;  // each inner layer's variables, as its Params() lists them
-  std::vector<std::vector<float>> acts_;
-  std::vector<float> dbuf_[2];
-  std::vector<float> shortcut_, dsum_, dproj_;  // the projection's output; dL/d(sum); the projection's dL/d(in)
+  std::vector<AlignedFloats> acts_;
+  AlignedFloats dbuf_[2];
+  AlignedFloats shortcut_, dsum_, dproj_;  // the projection's output; dL/d(sum); the projection's dL/d(in)
   std::vector<float> pre_, zeros_;              // the sum before a gelu; the activation's bias
 };
 

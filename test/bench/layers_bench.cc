@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/tensor/aligned.h"
 #include "common/tensor/batch_norm_passes.h"
 #include "common/tensor/layers.h"
 #include "test/bench/peer_best.h"
@@ -73,7 +74,7 @@ double MeasureBatchNorm(const Case& c, double seconds) {
   const auto size = static_cast<std::size_t>(c.shape.size() * c.batch);
   std::mt19937 gen(1);
   std::normal_distribution<float> normal;
-  std::vector<float> x(size), y(size), dy(size), dx(size);
+  tfd::tensor::AlignedFloats x(size), y(size), dy(size), dx(size);  // on cache lines, as PyTorch's
   for (float& v : x) v = normal(gen);
   for (float& v : dy) v = normal(gen);
   // Backward may use dout as scratch; batch norm's leaves it as it is, so it is not refilled.
@@ -94,7 +95,7 @@ double MeasurePasses(const Case& c, double seconds, tfd::tensor::CpuLevel level)
   const auto size = static_cast<std::size_t>(rows * ch);
   std::mt19937 gen(1);
   std::normal_distribution<float> normal;
-  std::vector<float> x(size), y(size), dy(size), dx(size);
+  tfd::tensor::AlignedFloats x(size), y(size), dy(size), dx(size);  // on cache lines, as PyTorch's
   for (float& v : x) v = normal(gen);
   for (float& v : dy) v = normal(gen);
   std::vector<float> mean(ch, 0.0f), inv_std(ch, 1.0f), scale(ch, 1.0f), shift(ch, 0.0f), mean_g(ch, 0.0f), mean_gx(ch, 0.0f);
