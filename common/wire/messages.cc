@@ -411,6 +411,11 @@ OutFrame Encode(const State& m, std::span<const float> values, std::span<const f
     w.U32(static_cast<std::uint32_t>(m.feedback.size()));
     for (const Deposit& d : m.feedback) w.U32(d.worker);
     EncodeProgress(2, m.progress, w);
+    if (!m.absent.empty()) {
+      w.U8(3);
+      w.U32(static_cast<std::uint32_t>(m.absent.size()));
+      for (std::uint32_t r : m.absent) w.U32(r);
+    }
   }
   const std::span<const std::byte> heads(*count);
   f.tail.push_back(heads.first(slot_count_bytes));
@@ -424,7 +429,7 @@ OutFrame Encode(const State& m, std::span<const float> values, std::span<const f
       at += 4;
       f.tail.push_back(d.values);
     }
-    f.tail.push_back(heads.subspan(at));  // the progress, when any
+    f.tail.push_back(heads.subspan(at));  // the progress and the absent ranks, when any
   }
   f.keepalive = count;
   return f;
@@ -446,6 +451,7 @@ Status Decode(std::span<const std::byte> p, State* m) {
   m->feedback_request = 0;
   m->feedback.clear();
   m->progress = {};
+  m->absent.clear();
   if (r.remaining() != 0 && p[p.size() - r.remaining()] == std::byte{1}) {
     std::uint8_t tag = 0;
     std::uint32_t deposits = 0;
@@ -458,7 +464,12 @@ Status Decode(std::span<const std::byte> p, State* m) {
       if (!r.U32(&d.worker) || !r.FloatBytes(n, &d.values)) return Short("STATE");
       if (d.worker >= kMaxWorkers) return Status::Corruption(fmt::format("STATE: error feedback of worker {}", d.worker));
     }
-    if (r.remaining() != 0 && p[p.size() - r.remaining()] == std::byte{2}) TFD_RETURN_IF_ERROR(DecodeProgress("STATE", r, &m->progress));
+    const auto next_tag = [&] { return r.remaining() != 0 ? p[p.size() - r.remaining()] : std::byte{0}; };
+    if (next_tag() == std::byte{2}) TFD_RETURN_IF_ERROR(DecodeProgress("STATE", r, &m->progress));
+    if (next_tag() == std::byte{3}) {
+      (void)r.U8(&tag);
+      TFD_RETURN_IF_ERROR(DecodeRanks("STATE", "absent", r, &m->absent));
+    }
   }
   return Trailing("STATE", r);
 }

@@ -329,15 +329,19 @@ void PsService::HandleStatePull(const ConnectionPtr& from, const wire::InFrame& 
   Result<ParameterStore::State> st = store_.ReadState();
   if (!st.ok()) return ReplyError(*from, id, st.status().WithContext(self_));
   std::vector<std::pair<int, std::shared_ptr<const std::vector<float>>>> feedback;  // the deposits for that save
-  wire::Progress progress;                                                         // ... and who will deposit no more
+  wire::Progress progress;                                                         // ... who will deposit no more
+  std::vector<std::uint32_t> absent;                                               // ... and who cannot now
   if (pull.feedback_request != 0) {
     AnnouncedSave(pull.feedback_request);  // a ps that restarted since the announcement asks from now on
     MutexLock lock(&mu_);
     for (const auto& [rank, d] : deposits_)
       if (d.request == pull.feedback_request) feedback.emplace_back(rank, d.values);
     progress = ProgressLocked();
+    for (int r : roster_.Ranks())
+      if (const WorkerState state = roster_.StateOf(r); state == WorkerState::kLost || state == WorkerState::kNone)
+        absent.push_back(static_cast<std::uint32_t>(r));
   }
-  Reply(*from, EncodeState(*st, pull.feedback_request, feedback, std::move(progress)), id);
+  Reply(*from, EncodeState(*st, pull.feedback_request, feedback, std::move(progress), std::move(absent)), id);
 }
 
 void PsService::HandleDone(const ConnectionPtr& from, const wire::InFrame& frame, int rank) {

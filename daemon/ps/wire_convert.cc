@@ -131,9 +131,11 @@ wire::Progress ToWire(const WorkerRoster::Progress& progress, bool stop) {
 }
 
 wire::OutFrame EncodeState(const ParameterStore::State& state, std::uint64_t request,
-                           std::vector<std::pair<int, std::shared_ptr<const std::vector<float>>>> feedback, wire::Progress progress) {
+                           std::vector<std::pair<int, std::shared_ptr<const std::vector<float>>>> feedback, wire::Progress progress,
+                           std::vector<std::uint32_t> absent) {
   wire::State m;
   m.progress = std::move(progress);
+  m.absent = std::move(absent);
   m.global_step = state.params->global_step;
   m.updates = state.updates;
   m.resume_steps = state.resume_steps;

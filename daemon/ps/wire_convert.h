@@ -26,10 +26,11 @@ wire::PushAck ToWire(const ParameterStore::PushResult& result);
 WorkerRoster::Progress FromWire(const wire::Progress& progress);
 wire::Progress ToWire(const WorkerRoster::Progress& progress, bool stop);
 // A STATE frame of `state`; the frame owns (keeps alive) the snapshot and slots its tail points into.
-// `feedback`: the workers' error feedback deposits (rank, the shard's floats) for save `request`.
+// `feedback`: the workers' error feedback deposits (rank, the shard's floats) for save `request`;
+// `progress` and `absent` (increasing ranks away from this ps now) go with them.
 wire::OutFrame EncodeState(const ParameterStore::State& state, std::uint64_t request = 0,
                            std::vector<std::pair<int, std::shared_ptr<const std::vector<float>>>> feedback = {},
-                           wire::Progress progress = {});
+                           wire::Progress progress = {}, std::vector<std::uint32_t> absent = {});
 // A PARAMS frame of `snapshot`, which the frame keeps alive.
 // `feedback_request`: the save whose error feedback the receiving worker is asked for (0: none).
 wire::OutFrame EncodeParams(std::shared_ptr<const ParameterStore::Snapshot> snapshot, std::uint64_t feedback_request = 0);

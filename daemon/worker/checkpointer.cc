@@ -233,14 +233,19 @@ Result<std::vector<PsClient::PsState>> Checkpointer::FetchWithFeedback(std::uint
                std::find(p.given_up.begin(), p.given_up.end(), r) != p.given_up.end();
       });
     };
-    std::vector<std::uint32_t> missing;
+    // A worker away from a ps (lost, or never connected) cannot deposit with it until it is back:
+    // not waited for there.
+    std::vector<std::uint32_t> missing, away;
     for (std::uint32_t r = 1; r < static_cast<std::uint32_t>(num_workers_); ++r) {
       if (gone(r)) continue;
-      for (const PsClient::PsState& s : states)
-        if (std::none_of(s.feedback.begin(), s.feedback.end(), [r](const auto& d) { return d.first == r; })) {
-          missing.push_back(r);
-          break;
-        }
+      bool waits = false, absent = false;
+      for (const PsClient::PsState& s : states) {
+        if (std::any_of(s.feedback.begin(), s.feedback.end(), [r](const auto& d) { return d.first == r; })) continue;
+        if (std::binary_search(s.absent.begin(), s.absent.end(), r)) absent = true;
+        else waits = true;
+      }
+      if (waits) missing.push_back(r);
+      else if (absent) away.push_back(r);
     }
     if (!missing.empty() && Clock::now() < deadline) {
       // Each ask moves the whole state: from 5 ms apart, doubling up to 200 ms.
@@ -259,6 +264,10 @@ Result<std::vector<PsClient::PsState>> Checkpointer::FetchWithFeedback(std::uint
       spdlog::warn("checkpoint at global_step {}: the error feedback of worker rank(s) {} did not come from every ps within {} s; saved as "
                    "zero where it did not",
                    states[0].global_step, fmt::join(missing, ", "), kFeedbackWait.count());
+    if (!away.empty())
+      spdlog::warn("checkpoint at global_step {}: worker rank(s) {} away from a ps (lost, or not yet connected); their error feedback is "
+                   "saved as zero where it could not come",
+                   states[0].global_step, fmt::join(away, ", "));
     return states;
   }
 }

@@ -382,6 +382,7 @@ Result<std::vector<PsClient::PsState>> PsClient::FetchState(std::span<const floa
     p.slots.resize(slots);
     wire::CopyFloats(st.slots, p.slots);
     p.progress = std::move(st.progress);
+    p.absent = std::move(st.absent);
     if (st.feedback_request == feedback_request)
       for (const wire::Deposit& d : st.feedback) {
         std::vector<float> values(n);

@@ -366,12 +366,14 @@ TEST_CASE("the error feedback sections of PARAMS, STATE_PULL, STATE and PUSH_COM
   const std::vector<float> one = {0.5f, -1.0f, 2.0f, 0.0f, 3.0f, -4.0f}, two = {9.0f, 8.0f, 7.0f, 6.0f, 5.0f, 4.0f};
   m.feedback = {{.worker = 1, .values = std::as_bytes(std::span<const float>(one))}, {.worker = 2, .values = std::as_bytes(std::span<const float>(two))}};
   m.progress.done = {2};
+  m.absent = {3, 5};
   OutFrame f = Encode(m, kInitValues, kInitSlots);
   const auto payload = Transmit(f, MessageType::kState);
   // After the 8 + 8 + 4 + 3 x 8 head, the values (count and floats), the slots (count and floats): the section's tag.
   const std::size_t section = 8 + 8 + 4 + 3 * 8 + 8 + kInitValues.size() * 4 + 8 + kInitSlots.size() * 4;
   const std::size_t progress_bytes = 1 + 1 + 4 + 4 + 4;  // tag, flags, one done rank, no given-up ones
-  SECTION("STATE carries the deposits and the ps's progress") {
+  const std::size_t absent_bytes = 1 + 4 + 2 * 4;        // tag, count, two ranks
+  SECTION("STATE carries the deposits, the ps's progress and the ranks away from it") {
     State got;
     REQUIRE(Decode(payload, &got).ok());
     CHECK(FloatsOf(got.values) == kInitValues);
@@ -383,9 +385,23 @@ TEST_CASE("the error feedback sections of PARAMS, STATE_PULL, STATE and PUSH_COM
     CHECK(got.feedback[1].worker == 2);
     CHECK(FloatsOf(got.feedback[1].values) == two);
     CHECK(got.progress.done == std::vector<std::uint32_t>{2});
-    // Without the section, or without the progress after it: as a ps sends them.
-    CheckTruncationsRejectedExcept<State>(payload, {section, payload.size() - progress_bytes});
+    CHECK(got.absent == std::vector<std::uint32_t>{3, 5});
+    // Without the section, without the progress and the absent ranks after it, or without the
+    // absent ranks: as a ps sends them (an older ps sends none).
+    CheckTruncationsRejectedExcept<State>(payload, {section, payload.size() - absent_bytes - progress_bytes, payload.size() - absent_bytes});
     CheckTrailingBytesRejected<State>(payload);
+  }
+  SECTION("absent ranks out of order, past the limit or more than the payload holds are Corruption") {
+    State back;
+    std::vector<std::byte> p = payload;
+    Poke<std::uint32_t>(p, payload.size() - 4, 3);  // 3, 3
+    CHECK_THAT(Decode(p, &back).message(), Contains("absent ranks must increase"));
+    p = payload;
+    Poke<std::uint32_t>(p, payload.size() - 4, kMaxWorkers);
+    CHECK_THAT(Decode(p, &back).message(), Contains("absent ranks must increase and stay below"));
+    p = payload;
+    Poke<std::uint32_t>(p, payload.size() - 8 - 4, 3);  // three ranks where two are
+    CHECK_THAT(Decode(p, &back).message(), Contains("3 absent ranks is more than the payload can hold"));
   }
   SECTION("a deposit count larger than the payload could hold, or a worker past the limit, is Corruption") {
     std::vector<std::byte> p = payload;
@@ -405,6 +421,7 @@ TEST_CASE("the error feedback sections of PARAMS, STATE_PULL, STATE and PUSH_COM
     REQUIRE(Decode(Transmit(g, MessageType::kState), &back).ok());
     CHECK(back.feedback.empty());
     CHECK(back.progress.empty());
+    CHECK(back.absent.empty());
   }
 }
 
