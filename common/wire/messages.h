@@ -178,8 +178,8 @@ struct State {  // ps -> chief: values, slots and counts of one moment
   std::span<const std::byte> slots;         // a whole multiple (<= kMaxSlotsPerValue) of the values
   // Optional, after the slots (tag 1, present when feedback_request is not 0): the deposits held
   // for STATE_PULL's feedback_request; then (tag 2) the ps's progress, so the chief knows which
-  // workers have finished and will deposit no more; then (tag 3) the ranks away from this ps now
-  // (lost, or never connected), which cannot deposit with it until they come back.
+  // workers have finished and will deposit no more; then (tag 3) the ranks this ps has lost (their
+  // connection closed before their DONE) and not seen back, which cannot deposit with it now.
   std::uint64_t feedback_request = 0;
   std::vector<Deposit> feedback;            // at most kMaxWorkers, each worker once
   Progress progress;

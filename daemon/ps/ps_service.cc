@@ -330,16 +330,17 @@ void PsService::HandleStatePull(const ConnectionPtr& from, const wire::InFrame& 
   if (!st.ok()) return ReplyError(*from, id, st.status().WithContext(self_));
   std::vector<std::pair<int, std::shared_ptr<const std::vector<float>>>> feedback;  // the deposits for that save
   wire::Progress progress;                                                         // ... who will deposit no more
-  std::vector<std::uint32_t> absent;                                               // ... and who cannot now
+  std::vector<std::uint32_t> absent;                                               // ... and who has gone
   if (pull.feedback_request != 0) {
     AnnouncedSave(pull.feedback_request);  // a ps that restarted since the announcement asks from now on
     MutexLock lock(&mu_);
     for (const auto& [rank, d] : deposits_)
       if (d.request == pull.feedback_request) feedback.emplace_back(rank, d.values);
     progress = ProgressLocked();
+    // Lost by this ps and not back. Not one it has yet to hear from: at the start, or after this ps
+    // restarted, that worker is on its way.
     for (int r : roster_.Ranks())
-      if (const WorkerState state = roster_.StateOf(r); state == WorkerState::kLost || state == WorkerState::kNone)
-        absent.push_back(static_cast<std::uint32_t>(r));
+      if (roster_.StateOf(r) == WorkerState::kLost) absent.push_back(static_cast<std::uint32_t>(r));
   }
   Reply(*from, EncodeState(*st, pull.feedback_request, feedback, std::move(progress), std::move(absent)), id);
 }

@@ -27,7 +27,7 @@ WorkerRoster::Progress FromWire(const wire::Progress& progress);
 wire::Progress ToWire(const WorkerRoster::Progress& progress, bool stop);
 // A STATE frame of `state`; the frame owns (keeps alive) the snapshot and slots its tail points into.
 // `feedback`: the workers' error feedback deposits (rank, the shard's floats) for save `request`;
-// `progress` and `absent` (increasing ranks away from this ps now) go with them.
+// `progress` and `absent` (the increasing ranks this ps has lost and not seen back) go with them.
 wire::OutFrame EncodeState(const ParameterStore::State& state, std::uint64_t request = 0,
                            std::vector<std::pair<int, std::shared_ptr<const std::vector<float>>>> feedback = {},
                            wire::Progress progress = {}, std::vector<std::uint32_t> absent = {});

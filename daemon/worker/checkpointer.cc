@@ -218,8 +218,9 @@ Status Checkpointer::Collect(bool wait) {
 
 Result<std::vector<PsClient::PsState>> Checkpointer::FetchWithFeedback(std::uint64_t request,
                                                                       std::optional<ckpt::ErrorFeedback>* feedback) {
-  const Clock::time_point deadline = Clock::now() + kFeedbackWait;
+  const Clock::time_point start = Clock::now(), deadline = start + kFeedbackWait;
   std::chrono::milliseconds pause(5);
+  bool said = false;  // that the save waits
   for (;;) {
     TFD_ASSIGN_OR_RETURN(std::vector<PsClient::PsState> states, client_.FetchState(model_.params(), request));
     if (request == 0) return states;
@@ -233,8 +234,8 @@ Result<std::vector<PsClient::PsState>> Checkpointer::FetchWithFeedback(std::uint
                std::find(p.given_up.begin(), p.given_up.end(), r) != p.given_up.end();
       });
     };
-    // A worker away from a ps (lost, or never connected) cannot deposit with it until it is back:
-    // not waited for there.
+    // A worker a ps has lost (and not seen back) cannot deposit with it: not waited for there. One
+    // it has yet to hear from (at the start, or after the ps restarted) is on its way: waited for.
     std::vector<std::uint32_t> missing, away;
     for (std::uint32_t r = 1; r < static_cast<std::uint32_t>(num_workers_); ++r) {
       if (gone(r)) continue;
@@ -248,6 +249,11 @@ Result<std::vector<PsClient::PsState>> Checkpointer::FetchWithFeedback(std::uint
       else if (absent) away.push_back(r);
     }
     if (!missing.empty() && Clock::now() < deadline) {
+      if (!said && Clock::now() - start >= std::chrono::seconds(1)) {
+        spdlog::info("checkpoint at global_step {}: waiting for the error feedback of worker rank(s) {} (at most {} s)", states[0].global_step,
+                     fmt::join(missing, ", "), kFeedbackWait.count());
+        said = true;
+      }
       // Each ask moves the whole state: from 5 ms apart, doubling up to 200 ms.
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::milliseconds(200));
@@ -265,8 +271,8 @@ Result<std::vector<PsClient::PsState>> Checkpointer::FetchWithFeedback(std::uint
                    "zero where it did not",
                    states[0].global_step, fmt::join(missing, ", "), kFeedbackWait.count());
     if (!away.empty())
-      spdlog::warn("checkpoint at global_step {}: worker rank(s) {} away from a ps (lost, or not yet connected); their error feedback is "
-                   "saved as zero where it could not come",
+      spdlog::warn("checkpoint at global_step {}: worker rank(s) {} lost by a ps and not back; their error feedback is saved as zero "
+                   "where it could not come",
                    states[0].global_step, fmt::join(away, ", "));
     return states;
   }

@@ -124,7 +124,7 @@ class PsClient {
     // shard's floats in its slice order).
     std::vector<std::pair<std::uint32_t, std::vector<float>>> feedback;
     wire::Progress progress;  // with feedback_request: the workers that finished, as this ps knows
-    std::vector<std::uint32_t> absent;  // ... and those away from it now (lost, never connected)
+    std::vector<std::uint32_t> absent;  // ... and those it has lost and not seen back
   };
   // Every ps's state, asked of all at once (with the deposits for save `feedback_request`, if not
   // 0). A lost ps is reconnected as in a step (a restarted one is initialised again from `params`,
