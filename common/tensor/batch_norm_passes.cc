@@ -332,9 +332,11 @@ template <int N>
   std::int64_t i = total - 1;
   for (; i >= lines.end; --i) one(i);
   typename Lanes<N>::V xv, gv, mv, iv, sv, mgv, mgxv;
+  const std::int64_t ahead = std::max<std::int64_t>(kPrefetchFloats, c);
   int ch = static_cast<int>((lines.end - kLineFloats) % c + c) % c;
   for (i = lines.end - kLineFloats; i >= lines.begin; i -= kLineFloats) {
     const bool stream = i >= keep;
+    if (!stream && i >= ahead) __builtin_prefetch(din + i - ahead, /*rw=*/1);  // as scale_shift's
     for (int p = 0; p < kLineFloats; p += N) {
       Load(&xv, x + i + p), Load(&gv, g + i + p), Load(&mv, m + ch + p), Load(&iv, inv + ch + p);
       Load(&sv, s + ch + p), Load(&mgv, mg + ch + p), Load(&mgxv, mgx + ch + p);

@@ -2,6 +2,7 @@
 // baseline's bits, on channel counts with and without whole tiles and row counts around a block;
 // the writing passes give the same bits streamed or stored, wherever their output starts; and the
 // blocked float sums stay within float rounding of sums taken in double.
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -57,6 +58,8 @@ Written RunWriting(CpuLevel level, std::int64_t rows, int c, int offset, std::in
                            shift = Normal(c, 16, 0.0f, 0.2f), mean_g = Normal(c, 17, 0.0f, 0.1f), mean_gx = Normal(c, 18, 0.0f, 0.1f);
   alignas(64) static float y[64 + 300 * 512], din[64 + 300 * 512];
   REQUIRE(offset + n <= 64 + 300 * 512);
+  std::fill(std::begin(y), std::end(y), std::nanf(""));  // so a store left out shows, whatever ran before
+  std::fill(std::begin(din), std::end(din), std::nanf(""));
   const BatchNormPasses& p = BatchNormPassesFor(level);
   p.scale_shift(x.data(), rows, c, scale.data(), shift.data(), y + offset, keep);
   p.input_grad(x.data(), g.data(), rows, c, mean.data(), inv_std.data(), scale.data(), mean_g.data(), mean_gx.data(), din + offset, keep);
