@@ -277,8 +277,11 @@ void PsService::HandlePush(const ConnectionPtr& from, const wire::InFrame& frame
     // decoder held it to the gradient's count, which DenseGradient held to the shard's.
     auto values = std::make_shared<std::vector<float>>(static_cast<std::size_t>(compressed.count));
     wire::CopyFloats(compressed.deposit, *values);
-    MutexLock lock(&mu_);
-    if (compressed.deposit_request == feedback_request_) deposits_[rank] = {compressed.deposit_request, std::move(values)};
+    {
+      MutexLock lock(&mu_);
+      if (compressed.deposit_request == feedback_request_) deposits_[rank] = {compressed.deposit_request, std::move(values)};
+    }
+    AnswerHeldStatePulls(Clock::now());  // it may have been the last a held save awaits
   }
   push = compressed.push;
   push.grads = std::as_bytes(std::span<const float>(*dense));
@@ -326,23 +329,66 @@ void PsService::HandleStatePull(const ConnectionPtr& from, const wire::InFrame& 
   const std::uint64_t id = frame.header.request_id;
   wire::StatePull pull;
   if (!DecodeOrRefuse(*from, frame, &pull)) return;
+  if (pull.feedback_request != 0) {
+    AnnouncedSave(pull.feedback_request);  // a ps that restarted since the announcement asks from now on
+    // A long poll: the deposits still on their way come within a step or so, and each answer moves
+    // the whole state.
+    MutexLock lock(&mu_);
+    if (!DepositsInLocked(pull.feedback_request)) {
+      spdlog::debug("STATE_PULL for save {} held: deposits on their way", pull.feedback_request);
+      held_state_pulls_.push_back({from, id, pull.feedback_request, Clock::now() + limits_.state_hold});
+      return;
+    }
+  }
+  ReplyState(*from, id, pull.feedback_request);
+}
+
+bool PsService::DepositsInLocked(std::uint64_t request) const {
+  if (request != feedback_request_) return true;  // an older save's: its deposits are gone
+  for (int r : roster_.Ranks()) {
+    if (r == 0 || roster_.done(r) || roster_.given_up(r) || roster_.StateOf(r) == WorkerState::kLost) continue;
+    auto d = deposits_.find(r);
+    if (d == deposits_.end() || d->second.request != request) return false;
+  }
+  return true;
+}
+
+void PsService::ReplyState(Connection& to, std::uint64_t request_id, std::uint64_t request) {
   Result<ParameterStore::State> st = store_.ReadState();
-  if (!st.ok()) return ReplyError(*from, id, st.status().WithContext(self_));
+  if (!st.ok()) return ReplyError(to, request_id, st.status().WithContext(self_));
   std::vector<std::pair<int, std::shared_ptr<const std::vector<float>>>> feedback;  // the deposits for that save
   wire::Progress progress;                                                         // ... who will deposit no more
   std::vector<std::uint32_t> absent;                                               // ... and who has gone
-  if (pull.feedback_request != 0) {
-    AnnouncedSave(pull.feedback_request);  // a ps that restarted since the announcement asks from now on
+  if (request != 0) {
     MutexLock lock(&mu_);
     for (const auto& [rank, d] : deposits_)
-      if (d.request == pull.feedback_request) feedback.emplace_back(rank, d.values);
+      if (d.request == request) feedback.emplace_back(rank, d.values);
     progress = ProgressLocked();
     // Lost by this ps and not back. Not one it has yet to hear from: at the start, or after this ps
     // restarted, that worker is on its way.
     for (int r : roster_.Ranks())
       if (roster_.StateOf(r) == WorkerState::kLost) absent.push_back(static_cast<std::uint32_t>(r));
   }
-  Reply(*from, EncodeState(*st, pull.feedback_request, feedback, std::move(progress), std::move(absent)), id);
+  Reply(to, EncodeState(*st, request, feedback, std::move(progress), std::move(absent)), request_id);
+}
+
+void PsService::AnswerHeldStatePulls(Clock::time_point now) {
+  std::vector<HeldStatePull> due;
+  {
+    MutexLock lock(&mu_);
+    std::vector<HeldStatePull> kept;
+    for (HeldStatePull& h : held_state_pulls_) {
+      if (h.conn.expired()) continue;  // the chief left: it asks again on its new connection
+      (now >= h.until || DepositsInLocked(h.request) ? due : kept).push_back(std::move(h));
+    }
+    held_state_pulls_ = std::move(kept);
+  }
+  for (const HeldStatePull& h : due)
+    if (ConnectionPtr c = h.conn.lock()) {
+      spdlog::debug("STATE for save {} answered after {:.1f} ms held", h.request,
+                    std::chrono::duration<double, std::milli>(now - (h.until - limits_.state_hold)).count());
+      ReplyState(*c, h.request_id, h.request);
+    }
 }
 
 void PsService::HandleDone(const ConnectionPtr& from, const wire::InFrame& frame, int rank) {
@@ -489,6 +535,7 @@ void PsService::Tick(Clock::time_point now) {
     }
   }
   if (end) return on_end_(*end);
+  AnswerHeldStatePulls(now);  // those whose time is up, and those no lost or finished worker holds now
   bool release = false;
   {
     MutexLock lock(&mu_);

@@ -65,6 +65,7 @@ class PsService : public transport::FrameHandler {
     std::chrono::milliseconds startup_timeout{120000};       // ... and one that never connects, this long
     std::chrono::milliseconds end_grace{8000};               // after a failed end: how long the workers get to hear it
     std::chrono::milliseconds done_hold{20000};              // a DONE's ack waits at most this long for a worker to hear of it
+    std::chrono::milliseconds state_hold{1000};              // a save's STATE waits at most this long for the deposits it lacks
   };
   struct Ending {
     bool ok = false;      // the chief finished: exit 0
@@ -149,6 +150,21 @@ class PsService : public transport::FrameHandler {
     std::uint64_t request = 0;
     std::shared_ptr<const std::vector<float>> values;
   };
+  // A chief's STATE_PULL for save `request` held (a long poll) while deposits it expects are on
+  // their way: answered when the last comes, or at `until`.
+  struct HeldStatePull {
+    std::weak_ptr<transport::Connection> conn;
+    std::uint64_t request_id = 0;
+    std::uint64_t request = 0;
+    Clock::time_point until;
+  };
+  // Whether every worker rank but the chief's that can deposit for `request` has: none done, given
+  // up on or lost (not back) is waited for; one this ps has yet to hear from is.
+  bool DepositsInLocked(std::uint64_t request) const TFD_REQUIRES(mu_);
+  // STATE for save `request` (0: none) with its deposits, to `to`.
+  void ReplyState(transport::Connection& to, std::uint64_t request_id, std::uint64_t request) TFD_EXCLUDES(mu_);
+  // Answers the held STATE_PULLs whose deposits are in, or whose time is up at `now`.
+  void AnswerHeldStatePulls(Clock::time_point now) TFD_EXCLUDES(mu_);
   void ReleaseWaiters() TFD_EXCLUDES(mu_);
   // sync: when the current step can no longer complete (too few workers left that have not
   // finished or already sent this step's gradient), fails the waiting pulls naming the lost
@@ -196,6 +212,7 @@ class PsService : public transport::FrameHandler {
   std::vector<Waiter> ready_waiters_ TFD_GUARDED_BY(mu_);                  // WAIT_READY before INIT
   std::vector<Waiter> pull_waiters_ TFD_GUARDED_BY(mu_);                   // PULLs ahead of the global step
   std::vector<HeldDone> held_dones_ TFD_GUARDED_BY(mu_);                   // DONEs not yet answered
+  std::vector<HeldStatePull> held_state_pulls_ TFD_GUARDED_BY(mu_);        // saves' STATE_PULLs awaiting deposits
   std::string waiting_note_ TFD_GUARDED_BY(mu_);                           // on_worker_loss wait: what was last logged
   std::optional<Status> ended_ TFD_GUARDED_BY(mu_);  // the run ended as failed: why
   std::uint64_t feedback_request_ TFD_GUARDED_BY(mu_) = 0;            // the chief's last announced save
