@@ -1,6 +1,7 @@
 #include "common/tensor/batch_norm_passes.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -223,7 +224,7 @@ template <int N>
 
 // The writing passes run over the tensor as one array of rows * c floats, a cache line (kLineFloats)
 // at a time, so their stores fill whole lines aligned wherever the rows start: element i is channel
-// i % c, whose factors a pass reads from arrays that repeat the channels' (Repeat) at i % c. A line
+// i % c, whose factors a pass reads from arrays that repeat the channels' (Repeated) at i % c. A line
 // goes around the caches (non-temporal stores: no read of the line it overwrites, no eviction of the
 // input a pass still reads) unless it is among the last `keep` floats the pass writes, which the
 // next layer reads first.
@@ -241,12 +242,21 @@ struct Lines {
   std::int64_t begin, end;  // whole lines cover [begin, end)
 };
 
-// factors[j] = channel j % c's, for j < c + kLineFloats: a line's factors at any i % c.
-inline const float* Repeat(std::vector<float>& to, int slot, int c, const float* per_channel) {
-  float* r = to.data() + static_cast<std::size_t>(slot) * (c + kLineFloats);
-  std::copy(per_channel, per_channel + c, r);
-  for (int j = c; j < c + kLineFloats; ++j) r[j] = r[j - c];
-  return r;
+// Each per-channel array repeated in this thread's scratch: factors[j] = channel j % c's, for
+// j < c + kLineFloats, so a line's factors sit side by side at any i % c.
+template <std::size_t K>
+std::array<const float*, K> Repeated(int c, const std::array<const float*, K>& per_channel) {
+  thread_local std::vector<float> scratch;
+  const std::size_t each = static_cast<std::size_t>(c) + kLineFloats;
+  scratch.resize(K * each);
+  std::array<const float*, K> out;
+  for (std::size_t k = 0; k < K; ++k) {
+    float* r = scratch.data() + k * each;
+    std::copy(per_channel[k], per_channel[k] + c, r);
+    for (std::size_t j = static_cast<std::size_t>(c); j < each; ++j) r[j] = r[j - static_cast<std::size_t>(c)];
+    out[k] = r;
+  }
+  return out;
 }
 
 template <int N>
@@ -275,10 +285,7 @@ template <int N>
                                               float* y, std::int64_t keep) {
   const std::int64_t total = rows * c;
   const Lines lines(y, total);
-  thread_local std::vector<float> repeated;
-  repeated.resize(2 * static_cast<std::size_t>(c + kLineFloats));
-  const float* s = Repeat(repeated, 0, c, scale);
-  const float* b = Repeat(repeated, 1, c, shift);
+  const auto [s, b] = Repeated<2>(c, {scale, shift});
   const auto one = [&](std::int64_t i) { y[i] = x[i] * s[i % c] + b[i % c]; };
   std::int64_t i = total - 1;
   for (; i >= lines.end; --i) one(i);
@@ -318,13 +325,7 @@ template <int N>
                                              float* din, std::int64_t keep) {
   const std::int64_t total = rows * c;
   const Lines lines(din, total);
-  thread_local std::vector<float> repeated;
-  repeated.resize(5 * static_cast<std::size_t>(c + kLineFloats));
-  const float* m = Repeat(repeated, 0, c, mean);
-  const float* inv = Repeat(repeated, 1, c, inv_std);
-  const float* s = Repeat(repeated, 2, c, scale);
-  const float* mg = Repeat(repeated, 3, c, mean_g);
-  const float* mgx = Repeat(repeated, 4, c, mean_gx);
+  const auto [m, inv, s, mg, mgx] = Repeated<5>(c, {mean, inv_std, scale, mean_g, mean_gx});
   const auto one = [&](std::int64_t i) {
     const int k = static_cast<int>(i % c);
     din[i] = s[k] * (g[i] - mg[k] - (x[i] - m[k]) * inv[k] * mgx[k]);
