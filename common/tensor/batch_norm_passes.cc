@@ -285,7 +285,8 @@ template <int N>
                                               float* y, std::int64_t keep) {
   const std::int64_t total = rows * c;
   const Lines lines(y, total);
-  const auto [s, b] = Repeated<2>(c, {scale, shift});
+  const std::array<const float*, 2> f = Repeated<2>(c, {scale, shift});
+  const float *s = f[0], *b = f[1];
   const auto one = [&](std::int64_t i) { y[i] = x[i] * s[i % c] + b[i % c]; };
   std::int64_t i = total - 1;
   for (; i >= lines.end; --i) one(i);
@@ -325,7 +326,8 @@ template <int N>
                                              float* din, std::int64_t keep) {
   const std::int64_t total = rows * c;
   const Lines lines(din, total);
-  const auto [m, inv, s, mg, mgx] = Repeated<5>(c, {mean, inv_std, scale, mean_g, mean_gx});
+  const std::array<const float*, 5> f = Repeated<5>(c, {mean, inv_std, scale, mean_g, mean_gx});
+  const float *m = f[0], *inv = f[1], *s = f[2], *mg = f[3], *mgx = f[4];
   const auto one = [&](std::int64_t i) {
     const int k = static_cast<int>(i % c);
     din[i] = s[k] * (g[i] - mg[k] - (x[i] - m[k]) * inv[k] * mgx[k]);
