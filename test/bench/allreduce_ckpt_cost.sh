@@ -47,7 +47,7 @@ JOB
     for p in "${pids[@]}"; do wait "$p" || { echo "allreduce_ckpt_cost: every=$every failed; see $dir" >&2; exit 1; }; done
     port=$((port + 3))
     rates=$(grep -o "samples_per_sec=[0-9.]*" "$dir/worker0.err" | tail -2 | cut -d= -f2)
-    saves=$(grep -c "checkpoint:" "$dir/worker0.err" || true)
+    saves=$(grep -c "info checkpoint .* global_step=" "$dir/worker0.err" || true)
     echo "round $round, checkpoint every $every steps: epochs 2 and 3 at $(echo $rates) samples/s; $saves checkpoints"
     for r in $rates; do
       sum[$every]=$(echo "${sum[$every]:-0} + $r" | bc)
