@@ -114,8 +114,10 @@ class Workers {
     thread_.join();
   }
 
-  worker::PsClient& Connect(const config::TfConfig& config, std::uint64_t incarnation) {
+  worker::PsClient& Connect(const config::TfConfig& config, std::uint64_t incarnation,
+                            std::optional<wire::GradEncoding> encoding = std::nullopt) {
     worker::PsClientOptions options;
+    options.encoding = encoding;
     options.startup_timeout = 10s;
     options.step_timeout = 10s;
     options.reconnect_timeout = 1s;
@@ -430,6 +432,54 @@ TEST_CASE("a held DONE is answered when the last worker that could hear of it is
     Ok(chief_done.get());
     CHECK(c.ps.worker(1) == WorkerState::kConnected);
   }
+}
+
+TEST_CASE("a save's STATE_PULL is held until the other worker's deposit comes, and answered with it; a lost worker holds it no more",
+          "[integration][ps]") {
+  LoopbackPs ps(2);
+  Workers workers;
+  worker::PsClient& chief = workers.Connect(ps.WorkerConfig(0), 11, wire::GradEncoding::kSparse);
+  worker::PsClient& other = workers.Connect(ps.WorkerConfig(1), 22, wire::GradEncoding::kSparse);
+  const config::UpdateSpec update = Update(config::UpdateSpec::Mode::kAsync);
+  Ok(chief.Initialize(/*chief=*/true, Sgd(), update, kInitial));
+  std::vector<float> params(4, 9.0f);
+  Ok(other.Initialize(/*chief=*/false, Sgd(), update, params));
+  const std::vector<float> g = {0.0f, 1.0f, 0.0f, 0.0f};
+  // The chief's push announces save 7; the other worker's next PARAMS asks it for its residual.
+  chief.AnnounceSave(7);
+  Ok(chief.PushPull(Tag(0, 11, 1), g, params, /*sync=*/false).status());
+  Ok(other.PushPull(Tag(1, 22, 1), g, params, /*sync=*/false).status());
+  REQUIRE(other.FeedbackAsked());
+  // The chief's STATE_PULL for save 7 waits: the deposit is on its way.
+  std::future<Result<std::vector<worker::PsClient::PsState>>> state =
+      std::async(std::launch::async, [&] { return chief.FetchState(kInitial, 7); });
+  CHECK(state.wait_for(300ms) == std::future_status::timeout);
+  other.Deposit(std::make_shared<const std::vector<float>>(std::vector<float>{0.5f, -0.5f, 0.25f, 0.0f}));
+  Ok(other.PushPull(Tag(1, 22, 2), g, params, /*sync=*/false).status());
+  REQUIRE(state.wait_for(30s) == std::future_status::ready);
+  Result<std::vector<worker::PsClient::PsState>> got = state.get();
+  Ok(got.status());
+  REQUIRE(got->size() == 1);
+  REQUIRE((*got)[0].feedback.size() == 1);
+  CHECK((*got)[0].feedback[0].first == 1);
+  CHECK((*got)[0].feedback[0].second == std::vector<float>{0.5f, -0.5f, 0.25f, 0.0f});
+  CHECK((*got)[0].absent.empty());
+  // A later save: the other worker is lost before it deposits; the held pull is answered at once
+  // (at the ps's next tick), naming it absent, with no deposit.
+  chief.AnnounceSave(9);
+  Ok(chief.PushPull(Tag(0, 11, 2), g, params, /*sync=*/false).status());
+  Ok(other.PushPull(Tag(1, 22, 3), g, params, /*sync=*/false).status());
+  state = std::async(std::launch::async, [&] { return chief.FetchState(kInitial, 9); });
+  CHECK(state.wait_for(300ms) == std::future_status::timeout);
+  other.Close();
+  REQUIRE(Eventually([&] { return ps.worker(1) == WorkerState::kLost; }));
+  ps.Tick(0s);
+  REQUIRE(state.wait_for(30s) == std::future_status::ready);
+  got = state.get();
+  Ok(got.status());
+  REQUIRE(got->size() == 1);
+  CHECK((*got)[0].feedback.empty());
+  CHECK((*got)[0].absent == std::vector<std::uint32_t>{1});
 }
 
 TEST_CASE("a worker that never connects is given up on after the startup timeout", "[integration][ps][fault]") {
