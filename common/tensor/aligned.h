@@ -18,7 +18,8 @@ struct CacheLineAllocator {
   template <typename U>
   CacheLineAllocator(const CacheLineAllocator<U>&) noexcept {}
   T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{kCacheLineBytes})); }
-  void deallocate(T* p, std::size_t) noexcept { ::operator delete(p, std::align_val_t{kCacheLineBytes}); }  // unsized: clang has no sized deallocation by default
+  // The unsized delete: clang (the thread-safety check's compiler) has no sized deallocation by default.
+  void deallocate(T* p, std::size_t) noexcept { ::operator delete(p, std::align_val_t{kCacheLineBytes}); }
   template <typename U>
   bool operator==(const CacheLineAllocator<U>&) const noexcept {
     return true;
