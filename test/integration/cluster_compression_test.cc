@@ -2,7 +2,9 @@
 // 2-worker allreduce run leaves bit-identical parameters on both workers and again on a second
 // run, and sends the bytes per step its arithmetic says; the sync ps path does the same for fp16
 // and topk; powersgd is refused in a ps mode with exit 2 naming the field. An allreduce run's
-// checkpoints carry every worker's error feedback, so a resumed run ends with the undisturbed bits.
+// checkpoints carry every worker's error feedback, so a resumed run ends with the undisturbed bits;
+// the ps modes' saves carry it too, do not wait for a worker the ps has lost, and get a stopped
+// worker's deposit through a ps restarted while they wait.
 #include <algorithm>
 #include <csignal>
 #include <optional>
