@@ -12,6 +12,7 @@
 #include "common/collective/ring.h"
 #include "common/config/job.h"
 #include "common/model/model.h"
+#include "common/tensor/aligned.h"
 #include "common/tensor/loss.h"
 
 namespace tfd::pipeline {
@@ -74,9 +75,9 @@ class LayerStage {
   const std::size_t in_width_, out_width_;  // floats per example into and out of this stage
   const std::size_t param_begin_, param_end_;
   bool keeps_state_ = false;
-  std::vector<float> inputs_;    // stages > 0: the received activations, micro-batch m at rows m*mb
-  std::vector<float> grad_out_;  // a received gradient of this stage's output
-  std::vector<float> din_;       // the gradient of this stage's input, to send back
+  tensor::AlignedFloats inputs_;    // stages > 0: the received activations, micro-batch m at rows m*mb
+  tensor::AlignedFloats grad_out_;  // a received gradient of this stage's output
+  tensor::AlignedFloats din_;       // the gradient of this stage's input, to send back
   std::vector<float> acc_;       // the micro-batch gradients' sum over [param_begin_, param_end_)
   std::uint64_t step_ = 0;       // the step being run, from 1
   int last_forward_ = -1;        // the micro-batch whose forward state the layers hold

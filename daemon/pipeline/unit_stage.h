@@ -8,6 +8,7 @@
 #include "common/base/status.h"
 #include "common/collective/ring.h"
 #include "common/model/model.h"
+#include "common/tensor/aligned.h"
 #include "common/tensor/loss.h"
 #include "daemon/pipeline/layer_stage.h"
 
@@ -39,8 +40,8 @@ class UnitStage {
   collective::Ring& ring_;
   model::Model& model_;
   const int stage_, stages_, microbatches_, mb_;
-  std::vector<std::vector<float>> out_;  // out_[i]: layer i's full output, micro-batch rows at row 0
-  std::vector<float> dbuf_[2];           // ping-pong gradients of a layer's output
+  std::vector<tensor::AlignedFloats> out_;  // out_[i]: layer i's full output, micro-batch rows at row 0
+  tensor::AlignedFloats dbuf_[2];           // ping-pong gradients of a layer's output
   std::vector<float> acc_;
   StageStats stats_;
 };
