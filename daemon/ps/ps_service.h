@@ -42,6 +42,9 @@ namespace tfd::ps {
 // no such worker is connected, or the run is over, or `done_hold` has passed. A finished worker
 // waiting for its ack keeps its connection, so a ps killed in between is one it reconnects to and
 // tells again (docs/reliability.md).
+// A STATE_PULL that names a save (update.compression topk's error feedback) is held until every
+// worker the ps expects a deposit from has sent one (not one done, given up on or lost), or
+// `state_hold` has passed: a long poll, so a save moves the state once.
 // `on_end` is called once, with how the run ended: ok (exit 0) only when the chief finished; after
 // a failed end, once the workers have left or `end_grace` has passed, so they hear the reason.
 //

@@ -254,7 +254,8 @@ Result<std::vector<PsClient::PsState>> Checkpointer::FetchWithFeedback(std::uint
                      fmt::join(missing, ", "), kFeedbackWait.count());
         said = true;
       }
-      // Each ask moves the whole state: from 5 ms apart, doubling up to 200 ms.
+      // A ps answers once its deposits are in or after holding the ask a second (a ps restarted
+      // meanwhile answers at once): ask again from 5 ms later, doubling up to 200 ms.
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::milliseconds(200));
       continue;

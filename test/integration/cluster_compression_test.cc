@@ -40,6 +40,18 @@ long RingBytesPerStep(const TaskResult& w) {
   return std::stol(w.err.substr(at + key.size()));
 }
 
+// The chief's result once it, worker 1 and ps 0 have exited 0, no save having waited its 30 s out
+// for a residual.
+TaskResult FinishChief(LocalCluster& c) {
+  TaskResult chief = c.Finish("worker", 0);
+  INFO(chief.err);
+  REQUIRE(chief.exit_code == 0);
+  CHECK(c.Finish("worker", 1).exit_code == 0);
+  CHECK(c.Finish("ps", 0, 30s).exit_code == 0);
+  CHECK(chief.err.find("did not come from every ps within") == std::string::npos);
+  return chief;
+}
+
 std::vector<TaskResult> Run(const std::string& job, int num_ps) {
   LocalCluster c({.num_ps = num_ps, .num_workers = 2, .job = job});
   c.StartAll();
@@ -188,12 +200,8 @@ TEST_CASE("compressed sync ps: a save does not wait for the error feedback of a 
   for (int i = 0; i < 3; ++i) c.StartWorker(i);
   c.AwaitEvent("worker", 2, "epoch", {{"epoch", 1}});
   c.process("worker", 2).Signal(SIGKILL);
-  TaskResult chief = c.Finish("worker", 0);
+  const TaskResult chief = FinishChief(c);
   INFO(chief.err);
-  REQUIRE(chief.exit_code == 0);
-  CHECK(c.Finish("worker", 1).exit_code == 0);
-  CHECK(c.Finish("ps", 0, 30s).exit_code == 0);
-  CHECK(chief.err.find("did not come from every ps within") == std::string::npos);
   CHECK(chief.err.find("worker rank(s) 2 lost by a ps and not back") != std::string::npos);
   // The saves after the loss: worker 1's residual in, worker 2's zero.
   Result<std::vector<std::string>> files = ckpt::List(dir.path());
@@ -240,12 +248,8 @@ TEST_CASE("compressed async ps: a ps restarted while a save waits for a deposit 
   std::this_thread::sleep_for(500ms);
   c.StartPs(0, patient);
   c.process("worker", 1).Signal(SIGCONT);
-  TaskResult w0 = c.Finish("worker", 0);
+  const TaskResult w0 = FinishChief(c);
   INFO(w0.err);
-  REQUIRE(w0.exit_code == 0);
-  CHECK(c.Finish("worker", 1).exit_code == 0);
-  CHECK(c.Finish("ps", 0, 30s).exit_code == 0);
-  CHECK(w0.err.find("did not come from every ps within") == std::string::npos);
   CHECK(w0.err.find("lost by a ps") == std::string::npos);
   // The save that waited (the first at or after the step it waited at: worker 1's steps move the
   // parameters on meanwhile) has worker 1's residual.
