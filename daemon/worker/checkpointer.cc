@@ -57,6 +57,10 @@ ckpt::DataCursor Checkpointer::CursorFor(std::uint32_t rank, std::uint64_t local
 void Checkpointer::SetEarlyStopping(const ckpt::EarlyStopping& state) {
   early_stopping_ = state;
   if (!enabled()) return;
+  // The folder may not be there yet: the first save creates it on its own thread, and an epoch can
+  // end before that save is written (or before any save).
+  std::error_code ec;
+  std::filesystem::create_directories(spec_.dir, ec);
   if (Status s = ckpt::WriteEarlyStopping(spec_.dir, Fingerprint64(card_text_), state); !s.ok())
     spdlog::warn("checkpoint.dir: the early-stopping record after epoch {} was not written: {}", state.epoch, s.message());
 }
