@@ -25,9 +25,11 @@ class Sgd final : public Optimizer {
   explicit Sgd(const config::OptimizerSpec& spec) : Optimizer(spec) {}
   std::string Describe() const override { return fmt::format("sgd {}{}", DescribeLearningRate(spec_), DecaySuffix(spec_)); }
   std::vector<std::string> SlotNames() const override { return {}; }
-  void Apply(std::span<float> p, std::span<const float> g, std::span<float> slots, std::int64_t t, double lr) const override {
+  void Apply(std::span<float> p, std::span<const float> g, std::span<float> slots, std::int64_t t, double lr,
+             std::size_t slot_stride) const override {
     (void)slots;
     (void)t;
+    (void)slot_stride;
     TFD_CHECK(p.size() == g.size());
     const auto lr_f = static_cast<float>(lr);
     float* __restrict pp = p.data();
@@ -45,10 +47,12 @@ class Momentum final : public Optimizer {
                        DecaySuffix(spec_));
   }
   std::vector<std::string> SlotNames() const override { return {"momentum"}; }
-  void Apply(std::span<float> p, std::span<const float> g, std::span<float> slots, std::int64_t t, double lr) const override {
+  void Apply(std::span<float> p, std::span<const float> g, std::span<float> slots, std::int64_t t, double lr,
+             std::size_t slot_stride) const override {
     (void)t;
+    (void)slot_stride;  // one slot
     const auto lr_f = static_cast<float>(lr);
-    TFD_CHECK(p.size() == g.size() && slots.size() == p.size());
+    TFD_CHECK(p.size() == g.size() && slots.size() >= p.size());
     float* __restrict pp = p.data();
     float* __restrict a = slots.data();
     const float* __restrict gp = g.data();
@@ -77,11 +81,12 @@ class Adam final : public Optimizer {
     return fmt::format("adam {} beta1={} beta2={} epsilon={}{}", DescribeLearningRate(spec_), b1_, b2_, eps_, DecaySuffix(spec_));
   }
   std::vector<std::string> SlotNames() const override { return {"m", "v"}; }
-  void Apply(std::span<float> p, std::span<const float> g, std::span<float> slots, std::int64_t t, double lr) const override {
-    TFD_CHECK(p.size() == g.size() && slots.size() == 2 * p.size() && t >= 1);
+  void Apply(std::span<float> p, std::span<const float> g, std::span<float> slots, std::int64_t t, double lr,
+             std::size_t slot_stride) const override {
+    TFD_CHECK(p.size() == g.size() && slot_stride >= p.size() && slots.size() >= slot_stride + p.size() && t >= 1);
     float* __restrict pp = p.data();
     float* __restrict m = slots.data();
-    float* __restrict v = slots.data() + p.size();
+    float* __restrict v = slots.data() + slot_stride;
     const float* __restrict gp = g.data();
     const auto lr_t = static_cast<float>(lr * std::sqrt(1 - std::pow(b2_, t)) / (1 - std::pow(b1_, t)));
     const auto b1 = static_cast<float>(b1_), b2 = static_cast<float>(b2_), eps = static_cast<float>(eps_);
@@ -139,7 +144,30 @@ void OptimizerState::Apply(std::span<float> params, std::span<const float> grad,
     }
     grad = decay_scratch_;
   }
-  opt_.Apply(params, grad, slots_, ++t_, lr);
+  opt_.Apply(params, grad, slots_, ++t_, lr, params.size());
+}
+
+void OptimizerState::ApplyPart(std::span<float> params, std::span<const float> grad, Range part, std::int64_t step) {
+  const std::size_t n = params.size();
+  TFD_CHECK(grad.size() == n && part.offset + part.length <= n && slots_.size() == n * static_cast<std::size_t>(opt_.num_slots()));
+  if (part.length == 0) return;
+  const double lr = opt_.LearningRate(step);
+  std::span<const float> g = grad.subspan(part.offset, part.length);
+  const auto decay = static_cast<float>(opt_.weight_decay());
+  if (decay > 0 && !decayed_.empty()) {
+    // Apply's decay, on the decayed ranges' overlap with the part.
+    decay_scratch_.assign(g.begin(), g.end());
+    for (const Range& r : decayed_) {
+      const std::size_t begin = std::max(r.offset, part.offset), end = std::min(r.offset + r.length, part.offset + part.length);
+      if (begin >= end) continue;
+      float* __restrict d = decay_scratch_.data() + (begin - part.offset);
+      const float* __restrict p = params.data() + begin;
+      for (std::size_t i = 0; i < end - begin; ++i) d[i] += decay * p[i];
+    }
+    g = decay_scratch_;
+  }
+  const std::span<float> slots = opt_.num_slots() == 0 ? std::span<float>() : std::span<float>(slots_).subspan(part.offset);
+  opt_.Apply(params.subspan(part.offset, part.length), g, slots, t_ + 1, lr, n);
 }
 
 Status OptimizerState::Restore(std::span<const float> slots, std::int64_t updates) {

@@ -27,10 +27,11 @@ class Optimizer {
   int num_slots() const { return static_cast<int>(SlotNames().size()); }
 
   // Applies update number `t` (1-based) of `grad` to `params` at learning rate `lr`. `slots` holds
-  // num_slots() arrays of params.size() floats, back to back, zero before the first update. Spans
-  // must not overlap.
+  // num_slots() arrays of params.size() floats, zero before the first update: slot k of element i
+  // is slots[k * slot_stride + i] (slot_stride params.size(): back to back; larger: the slots of a
+  // part of a larger buffer, OptimizerState::ApplyPart). Spans must not overlap.
   virtual void Apply(std::span<float> params, std::span<const float> grad, std::span<float> slots,
-                     std::int64_t t, double lr) const = 0;
+                     std::int64_t t, double lr, std::size_t slot_stride) const = 0;
 
   // The rate of the update that follows global step `step` (optim::LearningRate of the spec).
   double LearningRate(std::int64_t step) const;
@@ -76,6 +77,12 @@ class OptimizerState {
   void Apply(std::span<float> params, std::span<const float> grad, std::int64_t step);
   // As above with step = updates(): the count this state has applied.
   void Apply(std::span<float> params, std::span<const float> grad) { Apply(params, grad, t_); }
+  // One update applied in parts, as the parts of its gradient come (an all-reduce's buckets): each
+  // call applies the update after updates() to the elements of `part` only (of the whole buffers
+  // `params` and `grad`), the same bits Apply over the whole buffer gives them; CountUpdate() after
+  // the last part. Parts must not overlap; elements of no part keep their values and slots.
+  void ApplyPart(std::span<float> params, std::span<const float> grad, Range part, std::int64_t step);
+  void CountUpdate() { ++t_; }
   std::int64_t updates() const { return t_; }
   std::span<float> slots() { return slots_; }
   std::span<const float> slots() const { return slots_; }

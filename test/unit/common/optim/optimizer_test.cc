@@ -1,6 +1,12 @@
 // Optimizer updates against values worked out by hand (several steps, so the slots matter).
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "common/optim/optimizer.h"
 
 namespace tfd::optim {
@@ -73,6 +79,54 @@ TEST_CASE("adam matches TensorFlow's update with bias-corrected step size", "[un
   }
   CHECK(state.slots()[0] == Approx(0.561));   // m[0]
   CHECK(state.slots()[3] == Approx(0.055976004).epsilon(1e-4));  // v[1]; 1 - 0.999f is 1.3e-5 off in float
+}
+
+TEST_CASE("an update applied in parts gives every element the bits of the whole update", "[unit][optim]") {
+  using Type = config::OptimizerSpec::Type;
+  struct Case {
+    const char* name;
+    Type type;
+    bool nesterov;
+    double decay;
+  };
+  const Case cases[] = {{"sgd", Type::kSgd, false, 0},           {"momentum", Type::kMomentum, false, 0},
+                        {"nesterov", Type::kMomentum, true, 0},  {"adam", Type::kAdam, false, 0},
+                        {"adam, decay", Type::kAdam, false, 0.01}, {"momentum, decay", Type::kMomentum, false, 0.05}};
+  // Two decayed runs (kernels) with an undecayed one (a bias) between them; the parts cut across
+  // both runs, as an all-reduce's buckets cut a layer's floats anywhere.
+  const std::vector<std::pair<std::string, std::size_t>> runs = {{"a/kernel", 13}, {"a/bias", 4}, {"b/kernel", 20}};
+  const std::vector<Range> parts = {{30, 7}, {9, 21}, {0, 9}};  // out of order, covering 37 floats
+  for (const Case& c : cases) {
+    INFO(c.name);
+    auto spec = Spec(c.type, 0.05);
+    spec.momentum = 0.9;
+    spec.use_nesterov = c.nesterov;
+    spec.weight_decay = c.decay;
+    spec.schedule.kind = config::LrSchedule::Kind::kExponentialDecay;  // a rate per step: ApplyPart's step must matter
+    spec.schedule.decay_steps = 1;
+    spec.schedule.decay_rate = 0.5;
+    auto opt = MakeOptimizer(spec);
+    std::vector<float> whole(37), parted(37);
+    for (std::size_t i = 0; i < whole.size(); ++i) whole[i] = parted[i] = 0.1f * static_cast<float>(i) - 1.5f;
+    OptimizerState a(*opt, whole.size(), DecayedRanges(runs)), b(*opt, parted.size(), DecayedRanges(runs));
+    for (std::int64_t step = 0; step < 4; ++step) {
+      std::vector<float> g(whole.size());
+      for (std::size_t i = 0; i < g.size(); ++i) g[i] = std::sin(static_cast<float>(i * 7 + step * 3)) * 0.3f;
+      a.Apply(whole, g, step);
+      for (const Range& part : parts) {
+        const std::vector<float> before = parted;
+        b.ApplyPart(parted, g, part, step);
+        for (std::size_t i = 0; i < parted.size(); ++i)
+          if (i < part.offset || i >= part.offset + part.length) REQUIRE(parted[i] == before[i]);  // outside the part: untouched
+      }
+      b.CountUpdate();
+      REQUIRE(a.updates() == b.updates());
+      for (std::size_t i = 0; i < whole.size(); ++i) REQUIRE(parted[i] == whole[i]);
+      const std::span<const float> sa = std::as_const(a).slots(), sb = std::as_const(b).slots();
+      for (std::size_t i = 0; i < sa.size(); ++i) REQUIRE(sb[i] == sa[i]);
+    }
+    CHECK(whole[0] != 0.1f * 0.0f - 1.5f);  // the updates moved the parameters
+  }
 }
 
 }  // namespace
