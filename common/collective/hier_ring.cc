@@ -86,7 +86,10 @@ Status HierarchicalRing::Wait(std::uint64_t id) {
   if (n == 0) return Status::Ok();
   Status s;
   if (leaders_ != nullptr) {
-    s = local_->Wait(pending_[n - 1].local_id);  // every host sum up to id
+    // Every host sum started, not just those up to id: the later buckets then cross while the
+    // caller works on the results up to id (every member starts and waits in the same order, so
+    // each of them has started these).
+    s = local_->Wait(pending_.back().local_id);
     if (s.ok()) s = StartCrossHost();
     std::optional<std::uint64_t> cross;  // the last bucket that crossed (ids ascend)
     for (std::size_t i = 0; i < n; ++i)

@@ -38,9 +38,12 @@ namespace tfd::collective {
 //
 // Overlap: StartAllReduce starts the sum inside the host at once; Progress starts a bucket's sum
 // across hosts as soon as its host sum is done, so buckets travel between hosts while backprop
-// computes the earlier layers. Wait(id) finishes every bucket up to id and then starts their
+// computes the earlier layers. Wait(id) waits for the host sums of every bucket started (so each
+// starts across), then for the buckets up to id across hosts, and then starts and ends their
 // all-gathers or broadcasts, on every worker in the same order (the host ring's collectives are its
-// reduce-scatters or all-reduces in start order, then its all-gathers or broadcasts).
+// reduce-scatters or all-reduces in start order, then its all-gathers or broadcasts as Waits reach
+// them): a caller that waits for one bucket at a time (AllreduceUpdater) works on the first
+// buckets' results while the later ones cross.
 //
 // Threads and errors as Ring's. After an error in either ring both are closed with it, so every
 // worker of the host hears of a loss between hosts (as "MEMBER reports: ...", which Blamed

@@ -26,7 +26,7 @@ class Sgd final : public Optimizer {
   std::string Describe() const override { return fmt::format("sgd {}{}", DescribeLearningRate(spec_), DecaySuffix(spec_)); }
   std::vector<std::string> SlotNames() const override { return {}; }
   void Apply(std::span<float> p, std::span<const float> g, std::span<float> slots, std::int64_t t, double lr,
-             std::size_t slot_stride) const override {
+             std::size_t slot_stride, float gs) const override {
     (void)slots;
     (void)t;
     (void)slot_stride;
@@ -34,7 +34,7 @@ class Sgd final : public Optimizer {
     const auto lr_f = static_cast<float>(lr);
     float* __restrict pp = p.data();
     const float* __restrict gp = g.data();
-    for (std::size_t i = 0; i < p.size(); ++i) pp[i] -= lr_f * gp[i];
+    for (std::size_t i = 0; i < p.size(); ++i) pp[i] -= lr_f * (gp[i] * gs);
   }
 };
 
@@ -48,7 +48,7 @@ class Momentum final : public Optimizer {
   }
   std::vector<std::string> SlotNames() const override { return {"momentum"}; }
   void Apply(std::span<float> p, std::span<const float> g, std::span<float> slots, std::int64_t t, double lr,
-             std::size_t slot_stride) const override {
+             std::size_t slot_stride, float gs) const override {
     (void)t;
     (void)slot_stride;  // one slot
     const auto lr_f = static_cast<float>(lr);
@@ -58,12 +58,13 @@ class Momentum final : public Optimizer {
     const float* __restrict gp = g.data();
     if (nesterov_) {
       for (std::size_t i = 0; i < p.size(); ++i) {
-        a[i] = momentum_ * a[i] + gp[i];
-        pp[i] -= lr_f * (gp[i] + momentum_ * a[i]);
+        const float gi = gp[i] * gs;
+        a[i] = momentum_ * a[i] + gi;
+        pp[i] -= lr_f * (gi + momentum_ * a[i]);
       }
     } else {
       for (std::size_t i = 0; i < p.size(); ++i) {
-        a[i] = momentum_ * a[i] + gp[i];
+        a[i] = momentum_ * a[i] + gp[i] * gs;
         pp[i] -= lr_f * a[i];
       }
     }
@@ -82,7 +83,7 @@ class Adam final : public Optimizer {
   }
   std::vector<std::string> SlotNames() const override { return {"m", "v"}; }
   void Apply(std::span<float> p, std::span<const float> g, std::span<float> slots, std::int64_t t, double lr,
-             std::size_t slot_stride) const override {
+             std::size_t slot_stride, float gs) const override {
     TFD_CHECK(p.size() == g.size() && slot_stride >= p.size() && slots.size() >= slot_stride + p.size() && t >= 1);
     float* __restrict pp = p.data();
     float* __restrict m = slots.data();
@@ -91,8 +92,9 @@ class Adam final : public Optimizer {
     const auto lr_t = static_cast<float>(lr * std::sqrt(1 - std::pow(b2_, t)) / (1 - std::pow(b1_, t)));
     const auto b1 = static_cast<float>(b1_), b2 = static_cast<float>(b2_), eps = static_cast<float>(eps_);
     for (std::size_t i = 0; i < p.size(); ++i) {
-      m[i] = b1 * m[i] + (1 - b1) * gp[i];
-      v[i] = b2 * v[i] + (1 - b2) * gp[i] * gp[i];
+      const float gi = gp[i] * gs;
+      m[i] = b1 * m[i] + (1 - b1) * gi;
+      v[i] = b2 * v[i] + (1 - b2) * gi * gi;
       pp[i] -= lr_t * m[i] / (std::sqrt(v[i]) + eps);
     }
   }
@@ -144,10 +146,10 @@ void OptimizerState::Apply(std::span<float> params, std::span<const float> grad,
     }
     grad = decay_scratch_;
   }
-  opt_.Apply(params, grad, slots_, ++t_, lr, params.size());
+  opt_.Apply(params, grad, slots_, ++t_, lr, params.size(), 1.0f);
 }
 
-void OptimizerState::ApplyPart(std::span<float> params, std::span<const float> grad, Range part, std::int64_t step) {
+void OptimizerState::ApplyPart(std::span<float> params, std::span<const float> grad, Range part, std::int64_t step, float grad_scale) {
   const std::size_t n = params.size();
   TFD_CHECK(grad.size() == n && part.offset + part.length <= n && slots_.size() == n * static_cast<std::size_t>(opt_.num_slots()));
   if (part.length == 0) return;
@@ -155,8 +157,10 @@ void OptimizerState::ApplyPart(std::span<float> params, std::span<const float> g
   std::span<const float> g = grad.subspan(part.offset, part.length);
   const auto decay = static_cast<float>(opt_.weight_decay());
   if (decay > 0 && !decayed_.empty()) {
-    // Apply's decay, on the decayed ranges' overlap with the part.
-    decay_scratch_.assign(g.begin(), g.end());
+    // Apply's decay, on the decayed ranges' overlap with the part (of the scaled gradient).
+    decay_scratch_.resize(part.length);
+    for (std::size_t i = 0; i < part.length; ++i) decay_scratch_[i] = g[i] * grad_scale;
+    grad_scale = 1.0f;
     for (const Range& r : decayed_) {
       const std::size_t begin = std::max(r.offset, part.offset), end = std::min(r.offset + r.length, part.offset + part.length);
       if (begin >= end) continue;
@@ -167,7 +171,7 @@ void OptimizerState::ApplyPart(std::span<float> params, std::span<const float> g
     g = decay_scratch_;
   }
   const std::span<float> slots = opt_.num_slots() == 0 ? std::span<float>() : std::span<float>(slots_).subspan(part.offset);
-  opt_.Apply(params.subspan(part.offset, part.length), g, slots, t_ + 1, lr, n);
+  opt_.Apply(params.subspan(part.offset, part.length), g, slots, t_ + 1, lr, n, grad_scale);
 }
 
 Status OptimizerState::Restore(std::span<const float> slots, std::int64_t updates) {

@@ -26,12 +26,14 @@ class Optimizer {
   virtual std::vector<std::string> SlotNames() const = 0;
   int num_slots() const { return static_cast<int>(SlotNames().size()); }
 
-  // Applies update number `t` (1-based) of `grad` to `params` at learning rate `lr`. `slots` holds
-  // num_slots() arrays of params.size() floats, zero before the first update: slot k of element i
-  // is slots[k * slot_stride + i] (slot_stride params.size(): back to back; larger: the slots of a
+  // Applies update number `t` (1-based) of `grad` times `grad_scale` to `params` at learning rate
+  // `lr` (element i's gradient is grad[i] * grad_scale rounded to float, then used as the rule
+  // says; a scale of 1 leaves grad's bits as they are). `slots` holds num_slots() arrays of
+  // params.size() floats, zero before the first update: slot k of element i is
+  // slots[k * slot_stride + i] (slot_stride params.size(): back to back; larger: the slots of a
   // part of a larger buffer, OptimizerState::ApplyPart). Spans must not overlap.
   virtual void Apply(std::span<float> params, std::span<const float> grad, std::span<float> slots,
-                     std::int64_t t, double lr, std::size_t slot_stride) const = 0;
+                     std::int64_t t, double lr, std::size_t slot_stride, float grad_scale) const = 0;
 
   // The rate of the update that follows global step `step` (optim::LearningRate of the spec).
   double LearningRate(std::int64_t step) const;
@@ -81,7 +83,8 @@ class OptimizerState {
   // call applies the update after updates() to the elements of `part` only (of the whole buffers
   // `params` and `grad`), the same bits Apply over the whole buffer gives them; CountUpdate() after
   // the last part. Parts must not overlap; elements of no part keep their values and slots.
-  void ApplyPart(std::span<float> params, std::span<const float> grad, Range part, std::int64_t step);
+  // `grad_scale`: the gradient is grad times it (an average from a sum), as if scaled first.
+  void ApplyPart(std::span<float> params, std::span<const float> grad, Range part, std::int64_t step, float grad_scale = 1.0f);
   void CountUpdate() { ++t_; }
   std::int64_t updates() const { return t_; }
   std::span<float> slots() { return slots_; }

@@ -44,6 +44,7 @@ AllreduceUpdater::AllreduceUpdater(std::shared_ptr<collective::Collective> ring,
     }
   }
   if (buckets_.empty() || buckets_.back().begin != 0) buckets_.push_back({0, end});  // a model without parameters
+  bucket_ids_.resize(buckets_.size());
 }
 
 AllreduceUpdater::~AllreduceUpdater() = default;
@@ -73,6 +74,7 @@ Status AllreduceUpdater::StartBucket(model::Model& model, bool contributes) {
   if (end > b.begin) {
     const std::span<float> values = std::span<float>(buffer_).subspan(b.begin, end - b.begin);
     TFD_ASSIGN_OR_RETURN(last_id_, half_ ? ring_->StartAllReduceHalf(values, *half_) : ring_->StartAllReduce(values));
+    bucket_ids_[next_bucket_ - 1] = last_id_;
   }
   if (half_ && last) {
     std::copy_n(buffer_.begin() + static_cast<std::ptrdiff_t>(n), 3, control_.begin());
@@ -85,6 +87,20 @@ Status AllreduceUpdater::GradientsReady(model::Model& model, std::size_t from) {
   if (sync_layers_ || exchange_) return Status::Ok();  // the buckets wait for Step: backprop's sums come first, on every worker
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].begin >= from) TFD_RETURN_IF_ERROR(StartBucket(model, true));
   return next_bucket_ > 0 ? ring_->Progress() : Status::Ok();  // nothing in flight before the first bucket
+}
+
+Status AllreduceUpdater::WaitAndApply(model::Model& model) {
+  const std::size_t n = model.params().size();
+  float scale = 0.0f;
+  for (std::size_t k = 0; k < buckets_.size(); ++k) {
+    TFD_RETURN_IF_ERROR(ring_->Wait(bucket_ids_[k]));
+    if (k == 0 && buffer_[n] > 0.0f) scale = 1.0f / buffer_[n];  // the weight sum rides in the first bucket
+    if (scale == 0.0f) continue;  // nobody contributed: no update, but every bucket is waited for
+    const std::size_t begin = buckets_[k].begin, end = std::min(buckets_[k].end, n);
+    state_.ApplyPart(model.params(), std::span<const float>(buffer_).first(n), {begin, end - begin}, global_step_, scale);
+  }
+  if (scale != 0.0f) state_.CountUpdate();
+  return Status::Ok();
 }
 
 Result<std::int64_t> AllreduceUpdater::Step(model::Model& model, std::int64_t) { return Exchange(model, true); }
@@ -215,13 +231,18 @@ Result<std::int64_t> AllreduceUpdater::Exchange(model::Model& model, bool contri
   std::span<float> grads = model.grads();
   const std::size_t n = grads.size();
   Status sent;
+  bool applied = false;  // WaitAndApply applied the update bucket by bucket
   if (exchange_) {
     FillControl(contributes);
     sent = exchange_->Run(*ring_, grads, contributes, buffer_, global_step_);
   } else {
     // The buckets backprop has not started (all of them for a join step, or without the hook).
     while (sent.ok() && next_bucket_ < buckets_.size()) sent = StartBucket(model, contributes);
-    if (sent.ok()) sent = ring_->Wait(last_id_);
+    if (sent.ok() && !half_) {
+      sent = WaitAndApply(model);
+      applied = true;
+    }
+    if (sent.ok() && half_) sent = ring_->Wait(last_id_);
     if (sent.ok() && half_) std::copy(control_.begin(), control_.begin() + 3, buffer_.begin() + static_cast<std::ptrdiff_t>(n));
   }
   next_bucket_ = 0;
@@ -236,10 +257,11 @@ Result<std::int64_t> AllreduceUpdater::Exchange(model::Model& model, bool contri
   const float contributors = buffer_[n];
   others_have_data_ = buffer_[n + 1] > 0.0f;
   ++global_step_;
-  if (contributors > 0.0f) {
-    const float scale = 1.0f / contributors;
-    for (std::size_t i = 0; i < n; ++i) grads[i] = buffer_[i] * scale;
-    state_.Apply(model.params(), grads, global_step_ - 1);  // the rate of the steps before this one, as on every worker
+  if (contributors > 0.0f && !applied) {
+    // The sums' average, read from the buffer (model.grads() keeps this worker's own gradient), at
+    // the rate of the steps before this one, as on every worker.
+    state_.ApplyPart(model.params(), std::span<const float>(buffer_).first(n), {0, n}, global_step_ - 1, 1.0f / contributors);
+    state_.CountUpdate();
   }
   const int requests = static_cast<int>(buffer_[n + 2]);  // rank 0's alone: an exact small integer
   if ((requests & 2) != 0) TFD_RETURN_IF_ERROR(GatherFeedback());

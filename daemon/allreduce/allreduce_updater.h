@@ -138,6 +138,12 @@ class AllreduceUpdater final : public train::Updater, public tensor::CrossReplic
   // Every member: each one's error feedback to every member; rank 0 keeps them (gathered_).
   Status GatherFeedback();
   Status StartBucket(model::Model& model, bool contributes);  // the next bucket of this step
+  // Float32 buckets: waits for each bucket's sums in start order and applies the optimizer to its
+  // floats at once, while the later buckets are still on the ring (the optimizer's pass over a
+  // bucket runs beside their traffic instead of after it, and the next step's first layers, the
+  // last to be summed, wait for their own pass only). The same bits as one update at the end
+  // (OptimizerState::ApplyPart).
+  Status WaitAndApply(model::Model& model);
   void FillControl(bool contributes);                        // buffer_'s floats after the gradient
 
   struct Commit {
@@ -162,6 +168,7 @@ class AllreduceUpdater final : public train::Updater, public tensor::CrossReplic
   std::vector<Bucket> buckets_;   // in the order they start: the last layers' first
   std::size_t next_bucket_ = 0;   // buckets of this step started
   std::uint64_t last_id_ = 0;     // the ring's id of the last one started
+  std::vector<std::uint64_t> bucket_ids_;  // ... and of each (float32 buckets)
   bool has_next_ = false, others_have_data_ = false;
   std::int64_t global_step_ = 0, joined_ = 0;
   metrics::Counter* allreduce_bytes_;  // null: not counted

@@ -112,10 +112,17 @@ TEST_CASE("an update applied in parts gives every element the bits of the whole 
     for (std::int64_t step = 0; step < 4; ++step) {
       std::vector<float> g(whole.size());
       for (std::size_t i = 0; i < g.size(); ++i) g[i] = std::sin(static_cast<float>(i * 7 + step * 3)) * 0.3f;
-      a.Apply(whole, g, step);
+      // The parts take the sum of 3 replicas' gradients and its scale (1/3) where Apply takes the
+      // average, rounded first: the same floats.
+      std::vector<float> sum(g.size()), average(g.size());
+      for (std::size_t i = 0; i < g.size(); ++i) {
+        sum[i] = g[i] * 3.0f;
+        average[i] = sum[i] * (1.0f / 3.0f);
+      }
+      a.Apply(whole, average, step);
       for (const Range& part : parts) {
         const std::vector<float> before = parted;
-        b.ApplyPart(parted, g, part, step);
+        b.ApplyPart(parted, sum, part, step, 1.0f / 3.0f);
         for (std::size_t i = 0; i < parted.size(); ++i)
           if (i < part.offset || i >= part.offset + part.length) REQUIRE(parted[i] == before[i]);  // outside the part: untouched
       }
