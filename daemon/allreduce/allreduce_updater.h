@@ -32,7 +32,9 @@ namespace tfd::allreduce {
 // The buffer is cut into buckets of whole layers, filled from the last layer until each holds at
 // least `bucket_kb` (the two floats ride in the last layers' bucket). A bucket's all-reduce starts
 // as soon as backprop has computed its layers, and runs while backprop computes the earlier ones;
-// Step waits for the last. Every worker cuts the same buckets, so the sums are the same bits.
+// Step waits for each in turn and applies its update as soon as its sums are in (float32 buckets),
+// while the later ones are still on the ring. Every worker cuts the same buckets, so the sums are
+// the same bits.
 //
 // Elastic (EnableElastic): a third float is rank 0's request, at a commit step, to let waiting
 // workers join: every member sees it in the same sums and the ring grows right after that step
