@@ -79,6 +79,7 @@ Status AllreduceUpdater::StartBucket(model::Model& model, bool contributes) {
   if (half_ && last) {
     std::copy_n(buffer_.begin() + static_cast<std::ptrdiff_t>(n), 3, control_.begin());
     TFD_ASSIGN_OR_RETURN(last_id_, ring_->StartAllReduce(control_));
+    bucket_ids_[next_bucket_ - 1] = last_id_;  // the bucket's floats are in once its control floats are
   }
   return Status::Ok();
 }
@@ -94,6 +95,7 @@ Status AllreduceUpdater::WaitAndApply(model::Model& model) {
   float scale = 0.0f;
   for (std::size_t k = 0; k < buckets_.size(); ++k) {
     TFD_RETURN_IF_ERROR(ring_->Wait(bucket_ids_[k]));
+    if (k == 0 && half_) std::copy(control_.begin(), control_.begin() + 3, buffer_.begin() + static_cast<std::ptrdiff_t>(n));
     if (k == 0 && buffer_[n] > 0.0f) scale = 1.0f / buffer_[n];  // the weight sum rides in the first bucket
     if (scale == 0.0f) continue;  // nobody contributed: no update, but every bucket is waited for
     const std::size_t begin = buckets_[k].begin, end = std::min(buckets_[k].end, n);
@@ -238,12 +240,8 @@ Result<std::int64_t> AllreduceUpdater::Exchange(model::Model& model, bool contri
   } else {
     // The buckets backprop has not started (all of them for a join step, or without the hook).
     while (sent.ok() && next_bucket_ < buckets_.size()) sent = StartBucket(model, contributes);
-    if (sent.ok() && !half_) {
-      sent = WaitAndApply(model);
-      applied = true;
-    }
-    if (sent.ok() && half_) sent = ring_->Wait(last_id_);
-    if (sent.ok() && half_) std::copy(control_.begin(), control_.begin() + 3, buffer_.begin() + static_cast<std::ptrdiff_t>(n));
+    if (sent.ok()) sent = WaitAndApply(model);
+    applied = true;
   }
   next_bucket_ = 0;
   has_next_ = false;  // a join step never brings data of this worker's

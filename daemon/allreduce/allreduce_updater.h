@@ -32,8 +32,8 @@ namespace tfd::allreduce {
 // The buffer is cut into buckets of whole layers, filled from the last layer until each holds at
 // least `bucket_kb` (the two floats ride in the last layers' bucket). A bucket's all-reduce starts
 // as soon as backprop has computed its layers, and runs while backprop computes the earlier ones;
-// Step waits for each in turn and applies its update as soon as its sums are in (float32 buckets),
-// while the later ones are still on the ring. Every worker cuts the same buckets, so the sums are
+// Step waits for each in turn and applies its update as soon as its sums are in, while the later
+// ones are still on the ring. Every worker cuts the same buckets, so the sums are
 // the same bits.
 //
 // Elastic (EnableElastic): a third float is rank 0's request, at a commit step, to let waiting
@@ -76,7 +76,8 @@ class AllreduceUpdater final : public train::Updater, public tensor::CrossReplic
   // `steps_per_epoch`, topk's warm-up in steps.
   //
   // Compression (update.compression): fp16 and bf16 buckets travel as 16 bits on the ring (sums in
-  // float32), their control floats in one more small float32 all-reduce after the last bucket;
+  // float32), their control floats in one more small float32 all-reduce after the top layers'
+  // bucket (the first to start), each bucket applied as its sums come in as float32 ones are;
   // topk and powersgd exchange the whole gradient at Step through CompressedExchange (no overlap
   // with backprop: a worker's selection needs its whole gradient).
   AllreduceUpdater(std::shared_ptr<collective::Collective> ring, const optim::Optimizer& optimizer, const model::Model& model, int bucket_kb,
@@ -140,10 +141,10 @@ class AllreduceUpdater final : public train::Updater, public tensor::CrossReplic
   // Every member: each one's error feedback to every member; rank 0 keeps them (gathered_).
   Status GatherFeedback();
   Status StartBucket(model::Model& model, bool contributes);  // the next bucket of this step
-  // Float32 buckets: waits for each bucket's sums in start order and applies the optimizer to its
-  // floats at once, while the later buckets are still on the ring (the optimizer's pass over a
-  // bucket runs beside their traffic instead of after it, and the next step's first layers, the
-  // last to be summed, wait for their own pass only). The same bits as one update at the end
+  // Waits for each bucket's sums in start order and applies the optimizer to its floats at once,
+  // while the later buckets are still on the ring (the optimizer's pass over a bucket runs beside
+  // their traffic instead of after it, and the next step's first layers, the last to be summed,
+  // wait for their own pass only). The same bits as one update at the end
   // (OptimizerState::ApplyPart).
   Status WaitAndApply(model::Model& model);
   void FillControl(bool contributes);                        // buffer_'s floats after the gradient
@@ -170,7 +171,7 @@ class AllreduceUpdater final : public train::Updater, public tensor::CrossReplic
   std::vector<Bucket> buckets_;   // in the order they start: the last layers' first
   std::size_t next_bucket_ = 0;   // buckets of this step started
   std::uint64_t last_id_ = 0;     // the ring's id of the last one started
-  std::vector<std::uint64_t> bucket_ids_;  // ... and of each (float32 buckets)
+  std::vector<std::uint64_t> bucket_ids_;  // ... and of each (16-bit: the first's, its control floats')
   bool has_next_ = false, others_have_data_ = false;
   std::int64_t global_step_ = 0, joined_ = 0;
   metrics::Counter* allreduce_bytes_;  // null: not counted
