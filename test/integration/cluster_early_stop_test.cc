@@ -2,6 +2,7 @@
 // exits 0 (ps modes: through the ps's PUSH_ACKs; allreduce: in an end-of-epoch collective).
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -73,9 +74,31 @@ TEST_CASE("early stopping ends an allreduce run on every worker after the same e
   CHECK(c.Events("worker", 1, "epoch").size() == 2);
 }
 
+// The chief writes the rule's record after every epoch it judges, before any save has made the
+// checkpoint folder: the record is what lets a chief restarted before its first save keep its
+// patience. Sync, 1 ps + 1 worker, a save only at the end; the rule stops the run after epoch 2.
+TEST_CASE("the early-stopping record is written before the first save has made the checkpoint folder",
+          "[integration][cluster][early_stopping]") {
+  TempDir data;
+  WriteSyntheticMnist(data.path(), 1400, 100);
+  const std::string ckpt_dir = (std::filesystem::path(data.path()) / "ckpt").string();
+  const std::string job = Job(data.path(), R"({"mode": "sync"})", kEpochs, R"({"type": "sgd", "learning_rate": 0.1})", 20,
+                              R"({"name": "mlp", "init": "glorot_uniform"})",
+                              kStopAfterTwo + R"(, "checkpoint": {"dir": ")" + ckpt_dir + R"(", "every_steps": 1000000})");
+  LocalCluster c({.num_ps = 1, .num_workers = 1, .job = job});
+  const std::vector<TaskResult> done = c.Run();
+  INFO(done[0].err);
+  CHECK(done[0].err.find("early-stopping record") == std::string::npos);  // no "... was not written"
+  std::ifstream in(std::filesystem::path(ckpt_dir) / "early_stopping.json");
+  REQUIRE(in.good());
+  const nlohmann::json record = nlohmann::json::parse(in, nullptr, false);
+  REQUIRE(record.is_object());
+  CHECK(record["epoch"] == 2);
+}
+
 // A run checkpointed at every epoch's end (`every_steps`), every task killed once the chief's
-// checkpoint at epoch 2's end (or the first after it) is written, and started again: the chief resumes from
-// the checkpoint with the rule's patience where it was, so it stops after epoch 21 as an
+// checkpoint at epoch 2's end (or the first after it) is written, and started again: the chief
+// resumes from the checkpoint with the rule's patience where it was, so it stops after epoch 21 as an
 // undisturbed run does (counting afresh, it would stop after epoch 23 or later). 6000 training
 // examples; no epoch improves val_accuracy by 1, so epoch 1 is the best and patience 20 runs out
 // after epoch 21. Patience 20 leaves the kill 19 epochs (seconds) of room after the checkpoint's
