@@ -6,7 +6,7 @@ shaped with tc, tfd tasks placed on them by TF_CONFIG with each host's own addre
                        [--hierarchical auto] [--compression none,fp16,powersgd:2] [--epochs 10] [--target 0.98]
                        [--ps-hosts 0] [--ps-only-hosts 0] [--placements balanced,by_host]
                        [--stop-at-target] [--loss PCT] [--report FILE] [--no-peer] [--hooks none,fp16,powersgd]
-                       [--clean]
+                       [--rounds 1] [--clean]
 
 Host i is the namespace PREFIX-hI at 10.77.0.(i+2)/24 behind a veth pair (PREFIX-iI inside,
 PREFIX-oI on the bridge PREFIX-br). A link preset shapes both ends of each pair, so a host sends
@@ -37,7 +37,9 @@ initialisation, optimizer, batch and learning rate; a seeded data order); else i
 samples/s) is marked, and a summary line per link gives DDP's best time to --target over tfd's best,
 and each side's best samples/s against the same configuration unshaped. --stop-at-target ends a tfd
 configuration once its chief reaches --target (the DDP peer always stops there), so a run to 98%
-does not pay for the epochs after it.
+does not pay for the epochs after it. --rounds N runs each link's configurations N times in turn (so a
+slow spell of a shared machine hits each alike) and prints each configuration's median samples/s
+over the rounds and, with --hierarchical false,true, each round's ratio of the two and its median.
 
 Everything it made (namespaces, bridge, the tasks) goes on exit, on an error and on Ctrl-C; a run
 first removes what a killed earlier run with the same --prefix left. Needs root (else one line,
@@ -50,6 +52,7 @@ import os
 import secrets
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -448,6 +451,10 @@ class Bench:
         only until the chief's test accuracy reaches --target), and fills `row` with what every peer's
         row has (or its "error"); the tasks, for more."""
         folder = os.path.join(self.work, name)
+        for again in range(2, 1000):  # --rounds: the same configuration's later runs
+            if not os.path.exists(folder):
+                break
+            folder = os.path.join(self.work, f"{name}-{again}")
         os.makedirs(folder)
         n, every = self.a.hosts, self.lab.hosts  # the workers' hosts; with the ps-only hosts
         before = [self.lab.TxBytes(i) for i in range(every)]
@@ -625,6 +632,9 @@ def parse_args():
     p.add_argument("--loss", type=float, default=0.0, help="percent of the packets arriving at each host dropped")
     p.add_argument("--shard-limit", type=int, default=0, help="allreduce: examples per worker and epoch (a short run)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds one configuration may take")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run each link's configurations this many times, in turn, and print each one's median (and, with "
+                        "--hierarchical false,true, each round's ratio of the two)")
     p.add_argument("--insecure", action="store_true", help="tfd without a cluster token (no MAC on frames)")
     p.add_argument("--prefix", default="tfl")
     p.add_argument("--subnet", default="10.77.0", help="the hosts' /24, as A.B.C")
@@ -676,6 +686,8 @@ def parse_args():
             p.error(f"--placements: {placement!r} is not balanced, round_robin, greedy or by_host")
     if not 0 <= a.loss < 100:
         p.error(f"--loss: {a.loss} is not a percentage in [0, 100)")
+    if not 1 <= a.rounds <= 100:
+        p.error(f"--rounds: {a.rounds} is not in [1, 100]")
     a.links, a.modes, a.data, a.tfd = links, modes, os.path.abspath(a.data), os.path.abspath(a.tfd)
     return a
 
@@ -702,7 +714,7 @@ def preflight(a):
 def run_all(a, lab, work):
     """Every configuration's row, and a summary per link."""
     bench = Bench(a, lab, work)
-    rows, summaries = [], []
+    rows, summaries, rounds = [], [], []
     try:
         lab.Up()
         if not lab.netem and any(PRESETS[link][1] > 0 for link in a.links):
@@ -712,29 +724,57 @@ def run_all(a, lab, work):
         # Unshaped first: every later row is compared with it.
         for link in sorted(a.links, key=lambda link: link != "none"):
             lab.Shape(link, a.loss)
-            for mode in a.modes:
-                for h in (a.hierarchical if mode == "allreduce" else [None]):
-                    for c in a.compression:
-                        for placement in (a.placements if mode == "sync" else ["balanced"]):
-                            rows.append(bench.RunTfd(link, mode, h, c, placement))
-                            print_row(rows[-1], unshaped_rate(rows, rows[-1]))
-            if not a.no_peer:
-                skipped = bench.DdpSkipped(link)
-                for hook in ([] if skipped else a.hooks):
-                    rows.append(bench.RunDdpHook(link, hook))
-                    print_row(rows[-1], unshaped_rate(rows, rows[-1]))
-                if skipped:
-                    rows.append(skipped)
-                    print_row(skipped, None)
+            first = len(rows)
+            for r in range(a.rounds):  # each round runs every configuration once, so a slow spell hits all alike
+                for mode in a.modes:
+                    for h in (a.hierarchical if mode == "allreduce" else [None]):
+                        for c in a.compression:
+                            for placement in (a.placements if mode == "sync" else ["balanced"]):
+                                rows.append({**bench.RunTfd(link, mode, h, c, placement), "round": r})
+                                print_row(rows[-1], unshaped_rate(rows, rows[-1]))
+                if not a.no_peer:
+                    skipped = bench.DdpSkipped(link)
+                    for hook in ([] if skipped else a.hooks):
+                        rows.append({**bench.RunDdpHook(link, hook), "round": r})
+                        print_row(rows[-1], unshaped_rate(rows, rows[-1]))
+                    if skipped and r == 0:
+                        rows.append(skipped)
+                        print_row(skipped, None)
+            if a.rounds > 1:
+                rounds.append(rounds_summary(rows[first:], link))
             summaries.append(summary(rows, link, a.target))
     finally:
         if bench.running is not None:
             bench.running.Kill()
-    return rows, summaries
+    return rows, summaries, rounds
+
+
+def rounds_summary(rows, link):
+    """--rounds: each configuration's median samples/s over the rounds, and with hierarchical true and false
+    (the same compression) each round's ratio of the two and their median."""
+    out = {"link": link, "configurations": {}, "hierarchical_over_flat": {}}
+    by_name = {}
+    for r in rows:
+        if "error" not in r:
+            by_name.setdefault(row_name(r), []).append(r["samples_per_sec"])
+    for name, rates in by_name.items():
+        out["configurations"][name] = {"median": statistics.median(rates), "min": min(rates), "max": max(rates), "rounds": len(rates)}
+        print(f"rounds {name}: median {statistics.median(rates):.0f} samples/s, {min(rates):.0f} to {max(rates):.0f} over {len(rates)}")
+    for c in sorted({r.get("compression", "none") for r in rows if r.get("hierarchical") == "true"}):
+        pick = lambda h, rnd: next((x for x in rows if x.get("hierarchical") == h and x.get("compression", "none") == c
+                                    and x["round"] == rnd and "error" not in x), None)
+        ratios = [t["samples_per_sec"] / f["samples_per_sec"] for rnd in sorted({x["round"] for x in rows})
+                  for t, f in [(pick("true", rnd), pick("false", rnd))] if t and f]
+        if ratios:
+            out["hierarchical_over_flat"][c] = ratios
+            print(f"rounds @ {link}, {c}: hierarchical / flat samples/s per round: {' '.join(f'{x:.3f}' for x in ratios)}; "
+                  f"median {statistics.median(ratios):.3f}x")
+    sys.stdout.flush()
+    return out
 
 
 def unshaped_rate(rows, row):
-    same = ("peer", "mode", "hierarchical", "compression", "hook", "placement")
+    same = ("peer", "mode", "hierarchical", "compression", "hook", "placement", "round")
     for r in rows:
         if r["link"] == "none" and "error" not in r and all(r.get(k) == row.get(k) for k in same):
             return r["samples_per_sec"]
@@ -755,10 +795,10 @@ def main():
     work = tempfile.mkdtemp(prefix="tfd-netlab-")
     code = 0
     try:
-        rows, summaries = run_all(a, lab, work)
+        rows, summaries, rounds = run_all(a, lab, work)
         if a.report:
             with open(a.report, "w") as f:
-                json.dump({"rows": rows, "summaries": summaries, "notes": lab.notes, "netem": lab.netem,
+                json.dump({"rows": rows, "summaries": summaries, "rounds": rounds, "notes": lab.notes, "netem": lab.netem,
                            "loss_pct": a.loss}, f, indent=1)
         code = 1 if any("error" in r and not r["error"].startswith("skipped") for r in rows) else 0
     except LabError as e:

@@ -11,7 +11,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
+#include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
@@ -104,6 +108,60 @@ TEST_CASE("netlab: each host's task sends through its own namespace's veth, and 
   CHECK(sync["ps_peers"]["worker:0"] == "local");  // beside the ps on host 0
   CHECK(sync["ps_peers"]["worker:1"] == HostAddress(sync, 1));
   CHECK(sync["ps_peers"]["worker:2"] == HostAddress(sync, 2));
+}
+
+// --rounds: each configuration runs once per round, in turn; the report and the output give each
+// one's median and each round's hierarchical / flat ratio. A short run: 300 examples per worker.
+TEST_CASE("netlab --rounds runs every configuration once a round and gives their medians and ratios", "[integration][netlab]") {
+  TempDir dir;
+  const std::string prefix = fmt::format("tfr{}", getpid() % 100000);
+  LabGuard guard(prefix);
+  {
+    Process bad({"/usr/bin/python3", kHarness, "--rounds", "0", "--prefix", prefix}, {}, dir / "bad.out", dir / "bad.err");
+    const std::optional<int> code = bad.Wait(60s);
+    INFO(bad.err());
+    REQUIRE(code.has_value());
+    CHECK(*code == 2);
+    CHECK(bad.err().find("--rounds: 0 is not in [1, 100]") != std::string::npos);
+  }
+  Process p({"/usr/bin/python3", kHarness, "--tfd", TFD_BINARY, "--data", g_mnist, "--hosts", "2", "--workers-per-host", "2", "--links",
+             "none", "--modes", "allreduce", "--hierarchical", "false,true", "--epochs", "1", "--shard-limit", "300", "--rounds", "2",
+             "--no-peer", "--timeout", "150", "--prefix", prefix, "--report", dir / "report.json"},
+            {}, dir / "out", dir / "err");
+  std::optional<int> code = p.Wait(300s);
+  if (!code) {
+    p.Signal(SIGTERM);
+    p.Wait(20s);
+  }
+  INFO("stdout:\n" << p.out() << "\nstderr:\n" << p.err());
+  REQUIRE(code.has_value());
+  REQUIRE(*code == 0);
+  const auto report = nlohmann::json::parse(ReadAll(dir / "report.json"));
+  REQUIRE(report["rows"].size() == 4);
+  const std::vector<std::pair<std::string, int>> order = {{"false", 0}, {"true", 0}, {"false", 1}, {"true", 1}};
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const auto& row = report["rows"][i];
+    INFO(row.dump());
+    REQUIRE_FALSE(row.contains("error"));
+    CHECK(row["hierarchical"] == order[i].first);
+    CHECK(row["round"] == order[i].second);
+  }
+  REQUIRE(report["rounds"].size() == 1);
+  const auto& rounds = report["rounds"][0];
+  REQUIRE(rounds["configurations"].size() == 2);
+  for (const auto& [name, c] : rounds["configurations"].items()) {
+    INFO(name);
+    CHECK(c["rounds"] == 2);
+    CHECK(c["min"].get<double>() <= c["median"].get<double>());
+    CHECK(c["median"].get<double>() <= c["max"].get<double>());
+  }
+  const auto& ratios = rounds["hierarchical_over_flat"]["none"];
+  REQUIRE(ratios.size() == 2);
+  for (int r = 0; r < 2; ++r) {
+    const double flat = report["rows"][2 * r]["samples_per_sec"].get<double>(), hier = report["rows"][2 * r + 1]["samples_per_sec"].get<double>();
+    CHECK(ratios[r].get<double>() == Approx(hier / flat));
+  }
+  CHECK(p.out().find("hierarchical / flat samples/s per round: ") != std::string::npos);
 }
 
 // Why this subject cannot run here ("" when it can): tfd_process_tests then skips it (exit 77).
