@@ -86,9 +86,9 @@ Status HierarchicalRing::Wait(std::uint64_t id) {
   if (n == 0) return Status::Ok();
   Status s;
   if (leaders_ != nullptr) {
-    // Every host sum started, not just those up to id: the later buckets then cross while the
-    // caller works on the results up to id (every member starts and waits in the same order, so
-    // each of them has started these).
+    // Every host sum started, not just those up to id: every bucket then starts across, and what
+    // the sockets hold of the later ones crosses while the caller works on the results up to id
+    // (every member starts and waits in the same order, so each of them has started these).
     s = local_->Wait(pending_.back().local_id);
     if (s.ok()) s = StartCrossHost();
     std::optional<std::uint64_t> cross;  // the last bucket that crossed (ids ascend)

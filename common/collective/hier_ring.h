@@ -43,7 +43,7 @@ namespace tfd::collective {
 // all-gathers or broadcasts, on every worker in the same order (the host ring's collectives are its
 // reduce-scatters or all-reduces in start order, then its all-gathers or broadcasts as Waits reach
 // them): a caller that waits for one bucket at a time (AllreduceUpdater) works on the first
-// buckets' results while the later ones cross.
+// buckets' results while what the sockets hold of the later ones crosses.
 //
 // Threads and errors as Ring's. After an error in either ring both are closed with it, so every
 // worker of the host hears of a loss between hosts (as "MEMBER reports: ...", which Blamed

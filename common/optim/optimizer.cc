@@ -151,7 +151,7 @@ void OptimizerState::Apply(std::span<float> params, std::span<const float> grad,
 
 void OptimizerState::ApplyPart(std::span<float> params, std::span<const float> grad, Range part, std::int64_t step, float grad_scale) {
   const std::size_t n = params.size();
-  TFD_CHECK(grad.size() == n && part.offset + part.length <= n && slots_.size() == n * static_cast<std::size_t>(opt_.num_slots()));
+  TFD_CHECK(grad.size() == n && part.offset + part.length <= n && slots_.size() == n * num_slots_);
   if (part.length == 0) return;
   const double lr = opt_.LearningRate(step);
   std::span<const float> g = grad.subspan(part.offset, part.length);
@@ -170,7 +170,7 @@ void OptimizerState::ApplyPart(std::span<float> params, std::span<const float> g
     }
     g = decay_scratch_;
   }
-  const std::span<float> slots = opt_.num_slots() == 0 ? std::span<float>() : std::span<float>(slots_).subspan(part.offset);
+  const std::span<float> slots = num_slots_ == 0 ? std::span<float>() : std::span<float>(slots_).subspan(part.offset);
   opt_.Apply(params.subspan(part.offset, part.length), g, slots, t_ + 1, lr, n, grad_scale);
 }
 

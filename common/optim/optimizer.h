@@ -73,7 +73,10 @@ class OptimizerState {
  public:
   // `decayed`: the ranges of the parameters that the optimizer's weight decay applies to.
   OptimizerState(const Optimizer& opt, std::size_t num_params, std::vector<Range> decayed = {})
-      : opt_(opt), slots_(num_params * static_cast<std::size_t>(opt.num_slots()), 0.0f), decayed_(std::move(decayed)) {}
+      : opt_(opt),
+        num_slots_(static_cast<std::size_t>(opt.num_slots())),
+        slots_(num_params * num_slots_, 0.0f),
+        decayed_(std::move(decayed)) {}
   // Applies `grad` (plus weight decay) at the rate of global step `step`: the number of updates
   // applied to these parameters before this one, counted the same way on every task.
   void Apply(std::span<float> params, std::span<const float> grad, std::int64_t step);
@@ -95,6 +98,7 @@ class OptimizerState {
 
  private:
   const Optimizer& opt_;
+  const std::size_t num_slots_;  // opt_.num_slots()
   std::vector<float> slots_;
   std::vector<Range> decayed_;
   std::vector<float> decay_scratch_;  // grad + weight_decay * params, when there is decay

@@ -38,6 +38,7 @@ AllreduceUpdater::AllreduceUpdater(std::shared_ptr<collective::Collective> ring,
   std::size_t end = buffer_.size();  // the last bucket also carries the three floats
   for (std::size_t i = starts.size() - 1; i-- > 0;) {
     const std::size_t begin = starts[i];
+    if (begin == end) continue;  // layers without parameters (a flatten first) make no bucket of their own
     if (begin == 0 || (bucket_kb > 0 && end - begin >= min_floats)) {
       buckets_.push_back({begin, end});
       end = begin;

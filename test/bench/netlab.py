@@ -738,7 +738,7 @@ def run_all(a, lab, work):
                         rows.append({**bench.RunDdpHook(link, hook), "round": r})
                         print_row(rows[-1], unshaped_rate(rows, rows[-1]))
                     if skipped and r == 0:
-                        rows.append(skipped)
+                        rows.append({**skipped, "round": r})
                         print_row(skipped, None)
             if a.rounds > 1:
                 rounds.append(rounds_summary(rows[first:], link))

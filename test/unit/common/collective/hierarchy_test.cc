@@ -199,17 +199,27 @@ Buckets RandomBuckets(int n, const std::vector<std::size_t>& lens, unsigned seed
 }
 
 // Every member all-reduces its buckets, started one after another (some members late, as an
-// unequal backprop), and waits for the last.
-void AllReduceBuckets(LocalHierarchy& h, Buckets& data, std::chrono::milliseconds late) {
+// unequal backprop), and waits for the last; or (`each`) for one bucket after another, as
+// AllreduceUpdater does, `data` then holding each bucket as it was when its own Wait returned (the
+// later ones still in flight).
+void AllReduceBuckets(LocalHierarchy& h, Buckets& data, std::chrono::milliseconds late, bool each = false) {
   RequireOk(h.OnEach([&](int r) -> Status {
-    std::uint64_t last = 0;
+    std::vector<std::uint64_t> ids;
     std::vector<std::vector<float>>& mine = data[static_cast<std::size_t>(r)];
     for (std::size_t b = 0; b < mine.size(); ++b) {
       if ((r + static_cast<int>(b)) % 3 == 0) std::this_thread::sleep_for(late);
-      TFD_ASSIGN_OR_RETURN(last, h.ring(r).StartAllReduce(mine[b]));
+      TFD_ASSIGN_OR_RETURN(std::uint64_t id, h.ring(r).StartAllReduce(mine[b]));
+      ids.push_back(id);
       TFD_RETURN_IF_ERROR(h.ring(r).Progress());
     }
-    return h.ring(r).Wait(last);
+    if (!each) return h.ring(r).Wait(ids.back());
+    std::vector<std::vector<float>> seen;
+    for (std::size_t b = 0; b < mine.size(); ++b) {
+      TFD_RETURN_IF_ERROR(h.ring(r).Wait(ids[b]));
+      seen.push_back(mine[b]);
+    }
+    mine = std::move(seen);
+    return Status::Ok();
   }));
 }
 
@@ -260,11 +270,14 @@ TEST_CASE("hierarchical all-reduce: host sums in each host's ring order, then ac
   LocalHierarchy h(hosts);
   REQUIRE_FALSE(h.ring(0).plan().split);
   RequireOk(h.OnEach([&](int r) { return h.ring(r).Connect(); }));
-  Buckets data = RandomBuckets(n, {5000, 3, 1, 12345}, 7);  // buckets, overlapped
-  const Buckets before = data;
-  AllReduceBuckets(h, data, 10ms);
+  const Buckets before = RandomBuckets(n, {5000, 3, 1, 12345}, 7);  // buckets, overlapped
   const std::vector<std::vector<int>> groups = {{0, 2}, {1}, {3, 4, 5}};
-  CheckSums(data, [&](std::size_t b, std::size_t i) { return RingOrderSum(HostSums(before, groups, b, i), i, before[0][b].size()); });
+  for (int round = 0; round < 2; ++round) {  // waiting for the last bucket, then for each in turn
+    INFO("round " << round);
+    Buckets data = before;
+    AllReduceBuckets(h, data, 10ms, /*each=*/round == 1);
+    CheckSums(data, [&](std::size_t b, std::size_t i) { return RingOrderSum(HostSums(before, groups, b, i), i, before[0][b].size()); });
+  }
   CheckBroadcastThenFinish(h, n);
 }
 
@@ -279,10 +292,10 @@ TEST_CASE("split hierarchical all-reduce: a host's reduce-scatter, each segment 
   RequireOk(h.OnEach([&](int r) { return h.ring(r).Connect(); }));
   const Buckets before = RandomBuckets(n, {5000, 2, 1, 4, 12345}, 11);  // segments empty on some members too
   const std::vector<std::vector<int>> groups = {{0, 2, 4}, {1, 3, 5}};
-  for (int round = 0; round < 2; ++round) {  // a second step on the same rings
+  for (int round = 0; round < 2; ++round) {  // a second step on the same rings, waiting for each bucket in turn
     INFO("round " << round);
     Buckets data = before;
-    AllReduceBuckets(h, data, 5ms);
+    AllReduceBuckets(h, data, 5ms, /*each=*/round == 1);
     // Across hosts, segment c of the bucket is the buffer of its ring.
     CheckSums(data, [&](std::size_t b, std::size_t i) {
       const std::size_t len = before[0][b].size();

@@ -122,9 +122,14 @@ TEST_CASE("an update applied in parts gives every element the bits of the whole 
       a.Apply(whole, average, step);
       for (const Range& part : parts) {
         const std::vector<float> before = parted;
+        const std::vector<float> slots_before(std::as_const(b).slots().begin(), std::as_const(b).slots().end());
         b.ApplyPart(parted, sum, part, step, 1.0f / 3.0f);
-        for (std::size_t i = 0; i < parted.size(); ++i)
-          if (i < part.offset || i >= part.offset + part.length) REQUIRE(parted[i] == before[i]);  // outside the part: untouched
+        for (std::size_t i = 0; i < parted.size(); ++i) {
+          if (i >= part.offset && i < part.offset + part.length) continue;
+          REQUIRE(parted[i] == before[i]);  // outside the part: untouched, and so are its slots
+          for (std::size_t k = 0; k < slots_before.size() / parted.size(); ++k)
+            REQUIRE(std::as_const(b).slots()[k * parted.size() + i] == slots_before[k * parted.size() + i]);
+        }
       }
       b.CountUpdate();
       REQUIRE(a.updates() == b.updates());
