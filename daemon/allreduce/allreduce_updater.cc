@@ -74,13 +74,12 @@ Status AllreduceUpdater::StartBucket(model::Model& model, bool contributes) {
   const std::size_t end = half_ ? grad_end : b.end;
   if (end > b.begin) {
     const std::span<float> values = std::span<float>(buffer_).subspan(b.begin, end - b.begin);
-    TFD_ASSIGN_OR_RETURN(last_id_, half_ ? ring_->StartAllReduceHalf(values, *half_) : ring_->StartAllReduce(values));
-    bucket_ids_[next_bucket_ - 1] = last_id_;
+    TFD_ASSIGN_OR_RETURN(bucket_ids_[next_bucket_ - 1], half_ ? ring_->StartAllReduceHalf(values, *half_) : ring_->StartAllReduce(values));
   }
   if (half_ && last) {
     std::copy_n(buffer_.begin() + static_cast<std::ptrdiff_t>(n), 3, control_.begin());
-    TFD_ASSIGN_OR_RETURN(last_id_, ring_->StartAllReduce(control_));
-    bucket_ids_[next_bucket_ - 1] = last_id_;  // the bucket's floats are in once its control floats are
+    // The bucket's floats are in once its control floats are.
+    TFD_ASSIGN_OR_RETURN(bucket_ids_[next_bucket_ - 1], ring_->StartAllReduce(control_));
   }
   return Status::Ok();
 }
@@ -234,15 +233,13 @@ Result<std::int64_t> AllreduceUpdater::Exchange(model::Model& model, bool contri
   std::span<float> grads = model.grads();
   const std::size_t n = grads.size();
   Status sent;
-  bool applied = false;  // WaitAndApply applied the update bucket by bucket
   if (exchange_) {
     FillControl(contributes);
     sent = exchange_->Run(*ring_, grads, contributes, buffer_, global_step_);
   } else {
     // The buckets backprop has not started (all of them for a join step, or without the hook).
     while (sent.ok() && next_bucket_ < buckets_.size()) sent = StartBucket(model, contributes);
-    if (sent.ok()) sent = WaitAndApply(model);
-    applied = true;
+    if (sent.ok()) sent = WaitAndApply(model);  // applies the update bucket by bucket
   }
   next_bucket_ = 0;
   has_next_ = false;  // a join step never brings data of this worker's
@@ -256,8 +253,8 @@ Result<std::int64_t> AllreduceUpdater::Exchange(model::Model& model, bool contri
   const float contributors = buffer_[n];
   others_have_data_ = buffer_[n + 1] > 0.0f;
   ++global_step_;
-  if (contributors > 0.0f && !applied) {
-    // The sums' average, read from the buffer (model.grads() keeps this worker's own gradient), at
+  if (contributors > 0.0f && exchange_) {
+    // topk, powersgd: the sums' average, read from the buffer (model.grads() keeps this worker's own gradient), at
     // the rate of the steps before this one, as on every worker.
     state_.ApplyPart(model.params(), std::span<const float>(buffer_).first(n), {0, n}, global_step_ - 1, 1.0f / contributors);
     state_.CountUpdate();

@@ -170,8 +170,7 @@ class AllreduceUpdater final : public train::Updater, public tensor::CrossReplic
   std::vector<float> buffer_;     // gradient sum, then weight sum, next-step count and rank 0's join request
   std::vector<Bucket> buckets_;   // in the order they start: the last layers' first
   std::size_t next_bucket_ = 0;   // buckets of this step started
-  std::uint64_t last_id_ = 0;     // the ring's id of the last one started
-  std::vector<std::uint64_t> bucket_ids_;  // ... and of each (16-bit: the first's, its control floats')
+  std::vector<std::uint64_t> bucket_ids_;  // the ring's id of each started (16-bit: the first's, its control floats')
   bool has_next_ = false, others_have_data_ = false;
   std::int64_t global_step_ = 0, joined_ = 0;
   metrics::Counter* allreduce_bytes_;  // null: not counted
